@@ -1,0 +1,68 @@
+"""Resume tokens: the secret that lets a new stream take a session over.
+
+A token is 256 random bits. The session keeps only its SHA-256 digest and compares digests in
+constant time, so neither a memory dump nor a timing probe yields a usable token, and no
+``repr`` or log line can leak one. Each successful resume rotates the token.
+
+Rotation has one hazard: the new token travels in ``session_resumed``, and if that message never
+reaches the client the client still holds only the old, now revoked token. So when an activation
+fails, the token the client presented is kept as a *recovery* digest, good for one more resume,
+and only while no stream is attached. The rotated token stays valid too, in case it did arrive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+TOKEN_BYTES = 32  # 256 bits
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+class ResumeCredential:
+    """The resume secret of one session, stored as digests only."""
+
+    __slots__ = ("_current", "_recovery", "_presented")
+
+    def __init__(self) -> None:
+        self._current = b""
+        self._recovery: bytes | None = None
+        self._presented: bytes | None = None
+
+    def __repr__(self) -> str:
+        return "ResumeCredential(<redacted>)"
+
+    def issue(self) -> str:
+        """Makes a new token, revoking the current one, and returns its plaintext once."""
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+        self._current = _digest(token)
+        return token
+
+    def matches(self, token: str) -> bool:
+        """Says whether ``token`` is the current one, with no side effect (for lookups)."""
+        return hmac.compare_digest(_digest(token), self._current)
+
+    def check(self, token: str, *, attached: bool) -> bool:
+        """Says whether ``token`` may resume now; remembers it for a possible rollback."""
+        presented = _digest(token)
+        # Compare against both digests every time so timing does not tell which matched.
+        current_ok = hmac.compare_digest(presented, self._current)
+        recovery_ok = hmac.compare_digest(presented, self._recovery or b"\0" * 32)
+        if current_ok or (recovery_ok and not attached and self._recovery is not None):
+            self._presented = presented
+            return True
+        return False
+
+    def confirm(self) -> None:
+        """The rotated token reached the client: the recovery digest is spent."""
+        self._recovery = None
+        self._presented = None
+
+    def roll_back(self) -> None:
+        """The rotated token may not have arrived: the presented one works once more."""
+        self._recovery = self._presented
+        self._presented = None

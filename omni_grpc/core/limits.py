@@ -1,0 +1,77 @@
+"""Server-wide limits and defaults, and the capabilities handshake built from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omni_grpc.pb import pb
+
+PROTOCOL_VERSION = "omni.duplex.v1"
+
+# Bytes per sample of each input encoding; an append must hold whole samples.
+SAMPLE_WIDTH = {
+    pb.AUDIO_ENCODING_PCM16: 2,
+    pb.AUDIO_ENCODING_PCM_F32: 4,
+    pb.AUDIO_ENCODING_G711_ULAW: 1,
+    pb.AUDIO_ENCODING_G711_ALAW: 1,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """Every size, count and timeout the core enforces. Defaults follow the reference."""
+
+    max_sessions: int = 64
+    max_message_bytes: int = 15 * 1024 * 1024
+    max_pending_input_bytes: int = 16 * 1024 * 1024
+    journal_ttl_s: float = 60.0
+    journal_max_bytes: int = 8 * 1024 * 1024
+    disconnect_grace_s: float = 30.0
+    idle_timeout_s: float = 300.0
+    max_idle_timeout_s: float = 3600.0
+    ack_interval_s: float = 1.0
+    open_retry_after_s: float = 1.0
+    max_video_frames: int = 2
+    max_text_chars: int = 100_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineFeatures:
+    """What the engine behind the sessions can do; engines declare this."""
+
+    name: str
+    input_encodings: tuple[int, ...] = tuple(SAMPLE_WIDTH)
+    input_sample_rates_hz: tuple[int, ...] = (8000, 16000, 22050, 24000, 44100, 48000)
+    output_encoding: int = pb.AUDIO_ENCODING_PCM16
+    output_sample_rate_hz: int = 24000
+    supports_barge_in: bool = True
+    supports_playback_ack: bool = True
+    supports_server_vad: bool = False
+    default_model: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def capabilities(limits: Limits, engine: EngineFeatures) -> pb.Capabilities:
+    """Builds the handshake sent in ``session_created`` and by GetCapabilities."""
+    caps = pb.Capabilities(
+        protocol_version=PROTOCOL_VERSION,
+        engine=engine.name,
+        input_encodings=list(engine.input_encodings),
+        input_sample_rates_hz=list(engine.input_sample_rates_hz),
+        output_audio_format=pb.AudioFormat(
+            encoding=engine.output_encoding, sample_rate_hz=engine.output_sample_rate_hz
+        ),
+        max_message_bytes=limits.max_message_bytes,
+        journal_max_bytes=limits.journal_max_bytes,
+        supports_resume=True,
+        supports_barge_in=engine.supports_barge_in,
+        supports_playback_ack=engine.supports_playback_ack,
+        supports_server_vad=engine.supports_server_vad,
+        max_pending_input_bytes=limits.max_pending_input_bytes,
+        max_sessions=limits.max_sessions,
+    )
+    caps.journal_window.FromMilliseconds(int(limits.journal_ttl_s * 1000))
+    caps.disconnect_grace.FromMilliseconds(int(limits.disconnect_grace_s * 1000))
+    caps.idle_timeout.FromMilliseconds(int(limits.idle_timeout_s * 1000))
+    caps.ack_interval.FromMilliseconds(int(limits.ack_interval_s * 1000))
+    return caps

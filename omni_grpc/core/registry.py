@@ -1,0 +1,96 @@
+"""All sessions of one server: admission, lookup, resume and expiry.
+
+The registry allocates session ids (never reused: 128 random bits), refuses an open beyond
+``max_sessions`` with a retryable ``resource_exhausted`` so clients back off instead of
+hammering, and finds the session a resume names. A session keeps its slot until it ends; the
+transport calls :meth:`Registry.discard` when an effect says it ended.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from omni_grpc.core.config import resolve_config
+from omni_grpc.core.errors import CommandError, Status, StreamRefused
+from omni_grpc.core.limits import EngineFeatures, Limits, capabilities
+from omni_grpc.core.session import Effects, Session
+from omni_grpc.pb import pb
+
+
+class Registry:
+    """Owns every live session of a server."""
+
+    def __init__(self, limits: Limits, engine: EngineFeatures) -> None:
+        self.limits = limits
+        self.engine = engine
+        self.capabilities = capabilities(limits, engine)
+        self._sessions: dict[str, Session] = {}
+        self.accepting = True
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(list(self._sessions.values()))
+
+    def open(self, request: pb.OpenSession, now: float) -> tuple[Session, Effects]:
+        """Admits and creates a session; raises StreamRefused when it cannot."""
+        if not self.accepting:
+            raise StreamRefused(Status.UNAVAILABLE, "server_shutting_down",
+                                "the server is draining; try another one", retryable=True,
+                                retry_after_s=self.limits.open_retry_after_s)
+        if len(self._sessions) >= self.limits.max_sessions:
+            raise StreamRefused(Status.RESOURCE_EXHAUSTED, "resource_exhausted",
+                                f"session capacity exhausted: limit={self.limits.max_sessions}",
+                                retryable=True, retry_after_s=self.limits.open_retry_after_s)
+        try:
+            config = resolve_config(request.config, self.limits, self.engine)
+        except CommandError as error:
+            raise StreamRefused(Status.INVALID_ARGUMENT, error.code, error.message) from None
+        session_id = "sess_" + secrets.token_hex(16)
+        session = Session(session_id=session_id, config=config, limits=self.limits,
+                          engine=self.engine, capabilities=self.capabilities, now=now)
+        self._sessions[session_id] = session
+        return session, session.created(now)
+
+    def resume(self, request: pb.ResumeSession, now: float) -> tuple[Session, int, Effects]:
+        """Reattaches to a session; raises StreamRefused or ResumeGap when it cannot."""
+        if not request.session_id or not request.resume_token:
+            raise StreamRefused(Status.INVALID_ARGUMENT, "invalid_session_resume",
+                                "resume needs session_id and resume_token")
+        session = self._sessions.get(request.session_id)
+        if session is None:
+            raise StreamRefused(Status.NOT_FOUND, "session_resume_expired",
+                                "unknown or expired session")
+        generation, effects = session.resume(request.resume_token, request.last_received_seq,
+                                             now)
+        return session, generation, effects
+
+    def lookup(self, session_id: str, token: str) -> Session:
+        """Finds a session for a read-only query; the token must be its current one."""
+        session = self._sessions.get(session_id)
+        if session is None or not session.check_token(token):
+            # One answer for both, so a probe cannot learn which session ids exist.
+            raise StreamRefused(Status.NOT_FOUND, "session_not_found",
+                                "unknown session or wrong token")
+        return session
+
+    def discard(self, session: Session) -> None:
+        """Frees the slot of a session that ended."""
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
+
+    def tick(self, now: float) -> list[tuple[Session, Effects]]:
+        """Expires every session whose deadline passed and frees their slots."""
+        expired = []
+        for session in list(self._sessions.values()):
+            effects = session.tick(now)
+            if effects.ended:
+                self.discard(session)
+                expired.append((session, effects))
+        return expired
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of any session."""
+        deadlines = [d for s in self._sessions.values() if (d := s.next_deadline()) is not None]
+        return min(deadlines, default=None)

@@ -1,0 +1,72 @@
+"""Stateless checks of one command, before the session applies it.
+
+Each check raises :class:`CommandError` with the reference protocol's code, so a bad command
+is refused the same way whatever engine sits behind the session.
+"""
+
+from __future__ import annotations
+
+from omni_grpc.core.errors import CommandError
+from omni_grpc.core.limits import SAMPLE_WIDTH, EngineFeatures, Limits
+from omni_grpc.pb import pb
+
+_IMAGE_TYPES = ("image/jpeg", "image/png")
+
+
+def check_append(
+    append: pb.AppendInputAudio, config: pb.SessionConfig, limits: Limits, engine: EngineFeatures
+) -> None:
+    """Refuses audio the session cannot take: unknown format, torn samples, bad frames."""
+    if not append.audio and not append.video_frames:
+        raise CommandError("bad_event", "an append needs audio or video frames", param="audio")
+    encoding = append.encoding or config.input_audio_format.encoding
+    rate = append.sample_rate_hz or config.input_audio_format.sample_rate_hz
+    if encoding not in engine.input_encodings:
+        raise CommandError("unsupported_audio_format", "input encoding not accepted",
+                           param="encoding")
+    if rate not in engine.input_sample_rates_hz:
+        raise CommandError("unsupported_audio_format", f"input rate {rate} Hz not accepted",
+                           param="sample_rate_hz")
+    if len(append.audio) % SAMPLE_WIDTH[encoding]:
+        raise CommandError("bad_audio", "audio length is not a whole number of samples",
+                           param="audio")
+    if len(append.video_frames) > limits.max_video_frames:
+        raise CommandError("invalid_video_frames",
+                           f"at most {limits.max_video_frames} frames per append",
+                           param="video_frames")
+    for frame in append.video_frames:
+        if frame.mime_type not in _IMAGE_TYPES or not frame.data:
+            raise CommandError("invalid_video_frames", "frames must be non-empty JPEG or PNG",
+                               param="video_frames")
+
+
+def check_item_id(item_id: str) -> None:
+    """Refuses a command about an item without naming it."""
+    if not item_id:
+        raise CommandError("missing_item_id", "item_id is required", param="item_id")
+
+
+def check_command(request: pb.ConverseRequest, kind: str, limits: Limits,
+                  engine: EngineFeatures) -> None:
+    """Runs the checks that need nothing but the command (and server-wide facts)."""
+    if kind == "append_input_text" and len(request.append_input_text.text) > limits.max_text_chars:
+        raise CommandError("bad_event", "text too long", param="text")
+    elif kind == "barge_in" and not engine.supports_barge_in:
+        raise CommandError("barge_in_unsupported", "this engine cannot barge in")
+    elif kind == "retrieve_conversation_item":
+        check_item_id(request.retrieve_conversation_item.item_id)
+    elif kind == "delete_conversation_item":
+        check_item_id(request.delete_conversation_item.item_id)
+    elif kind == "truncate_conversation_item":
+        check_item_id(request.truncate_conversation_item.item_id)
+        if request.truncate_conversation_item.audio_end_ms < 0:
+            raise CommandError("bad_event", "audio_end_ms must not be negative",
+                               param="audio_end_ms")
+    elif kind == "ack_playback":
+        ack = request.ack_playback
+        if ack.played_ms < 0 or (ack.HasField("committed_ms") and ack.committed_ms < 0):
+            raise CommandError("bad_event", "played_ms and committed_ms must not be negative",
+                               param="played_ms")
+    elif kind == "create_conversation_item" and not request.create_conversation_item.HasField(
+            "item"):
+        raise CommandError("bad_event", "item is required", param="item")

@@ -18,8 +18,6 @@ VENV="$ROOT/.venv"
 
 _env_log() { printf '[env] %s\n' "$*" >&2; }
 
-_env_sha() { sha256sum "$@" | sha256sum | cut -d' ' -f1; }
-
 _env_python() {
     local py="${PYTHON:-python3}"
     if ! command -v "$py" >/dev/null 2>&1; then
@@ -57,7 +55,7 @@ _env_node() {
         return 0
     fi
     local stamp="$ROOT/node_modules/.omni-lock.sha256" want have=""
-    want="$(_env_sha "$ROOT/package-lock.json")"
+    want="$(sha256sum <"$ROOT/package-lock.json" | cut -d' ' -f1)"
     [[ -f "$stamp" ]] && have="$(cat "$stamp")"
     if [[ "$want" != "$have" || ! -x "$ROOT/node_modules/.bin/buf" ]]; then
         _env_log "installing node tooling (npm ci)"
@@ -96,4 +94,4 @@ _env_node || { _env_log "error: npm ci failed"; return 1; }
 _env_apt
 export OMNI_ENV_READY="$ROOT"
 export PATH="$VENV/bin:$ROOT/node_modules/.bin:$PATH"
-unset -f _env_log _env_sha _env_python _env_node _env_apt
+unset -f _env_log _env_python _env_node _env_apt

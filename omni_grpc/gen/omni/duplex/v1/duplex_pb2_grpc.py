@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from omni.duplex.v1 import duplex_pb2 as omni_dot_duplex_dot_v1_dot_duplex__pb2
+from omni_grpc.gen.omni.duplex.v1 import duplex_pb2 as omni_dot_duplex_dot_v1_dot_duplex__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

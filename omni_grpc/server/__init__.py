@@ -1,0 +1,1 @@
+"""The gRPC service: servicer, session hosts, auth, status mapping and process wiring."""

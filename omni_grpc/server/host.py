@@ -1,0 +1,175 @@
+"""The asyncio side of one session: the core session, its engine session, and its streams.
+
+A :class:`SessionHost` is the only thing that calls into a core :class:`Session`, always from
+the event loop thread, so the core needs no locks. It carries out the core's effects: payloads go
+to the bounded outbox of the stream they are for, engine commands go through one ordered
+submitter task, and an engine pump feeds engine output back into the core. Input audio is turned
+into the engine's canonical form on the way in, and output audio into the session's format on
+the way out, so neither the core nor the engines ever see another format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from omni_grpc.core import Effects, Session
+from omni_grpc.engine.base import CANONICAL_INPUT, CANONICAL_OUTPUT, EngineSession
+from omni_grpc.pb import pb
+from omni_grpc.server.edge import AudioEdge
+
+logger = logging.getLogger(__name__)
+
+ENGINE_QUEUE_DEPTH = 64  # commands waiting for the engine; a full queue slows the reader
+OUTBOX_DEPTH = 2048  # events waiting for one stream's writer; beyond it the stream is dropped
+
+
+class Outbox:
+    """The bounded queue of payloads for one attached stream, drained by its writer task.
+
+    Items are serialized ConverseResponse bytes, or markers: ``ACTIVATED`` after a resume's
+    activation and replay, ``END`` (with a reason) when the stream must finish.
+    """
+
+    ACTIVATED = object()
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self.queue: asyncio.Queue[object] = asyncio.Queue(OUTBOX_DEPTH + 2)
+        self.end_reason: str | None = None
+        self.overflowed = False
+
+    def put(self, item: object) -> bool:
+        """Queues an item; False when the stream's reader has fallen too far behind."""
+        if self.end_reason is not None:
+            return True  # the stream is finishing; nothing more goes on it
+        if self.queue.qsize() >= OUTBOX_DEPTH:
+            self.overflowed = True
+            return False
+        self.queue.put_nowait(item)
+        return True
+
+    def end(self, reason: str) -> None:
+        """Finishes the stream after what is queued (the terminal event included)."""
+        if self.end_reason is None:
+            self.end_reason = reason
+            self.queue.put_nowait(("end", reason))
+
+
+class SessionHost:
+    """Runs one session: core rules, engine, and the streams attached to it."""
+
+    def __init__(self, session: Session, engine: EngineSession,
+                 on_ended: Callable[[Session], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.session = session
+        self.engine = engine
+        self._on_ended = on_ended
+        self._clock = clock
+        self._outboxes: dict[int, Outbox] = {}
+        self._engine_queue: asyncio.Queue[pb.ConverseRequest] = asyncio.Queue(ENGINE_QUEUE_DEPTH)
+        self._edge = AudioEdge(session.config)
+        self._tasks = [asyncio.create_task(self._submit_loop()),
+                       asyncio.create_task(self._pump_loop())]
+        self.ended = False
+
+    # -- streams ---------------------------------------------------------------------------
+
+    def attach(self, generation: int) -> Outbox:
+        """Registers the outbox of a stream that now owns (or resumes) the session."""
+        outbox = Outbox(generation)
+        self._outboxes[generation] = outbox
+        return outbox
+
+    def release(self, outbox: Outbox, *, delivered_activation: bool) -> None:
+        """The stream of ``outbox`` is gone: detach it if it still owned the session."""
+        if self._outboxes.get(outbox.generation) is outbox:
+            del self._outboxes[outbox.generation]
+        now = self._clock()
+        if not delivered_activation:
+            self.session.activation_failed(outbox.generation, now)
+        if self.session.detach(outbox.generation, now):
+            logger.info("session %s detached (generation %d)", self.session.id,
+                        outbox.generation)
+
+    # -- core calls ------------------------------------------------------------------------
+
+    async def receive(self, generation: int, request: pb.ConverseRequest) -> None:
+        """Feeds one command into the core and carries out what it says."""
+        await self.apply(self.session.receive(generation, request, self._clock()))
+
+    async def apply(self, effects: Effects) -> None:
+        """Carries out effects: sends first, then engine commands (awaiting queue room)."""
+        self.deliver(effects)
+        for request in effects.engine:
+            await self._engine_queue.put(request)
+
+    def deliver(self, effects: Effects) -> None:
+        """Carries out the synchronous part of effects: sends, stream ends, the ending."""
+        for generation, payload in effects.sends:
+            outbox = self._outboxes.get(generation)
+            if outbox is not None and not outbox.put(payload):
+                # A stream that does not read is cut; the journal keeps its events for a resume.
+                logger.warning("session %s: stream %d too slow, dropping it", self.session.id,
+                               generation)
+                outbox.end("slow_consumer")
+                self.session.detach(generation, self._clock())
+        for generation, reason in effects.end_streams:
+            outbox = self._outboxes.get(generation)
+            if outbox is not None:
+                outbox.end(reason)
+        if effects.engine and self.session.config is not self._edge.config:
+            self._edge = AudioEdge(self.session.config)
+        if effects.ended and not self.ended:
+            self.ended = True
+            self._on_ended(self.session)
+            asyncio.get_running_loop().create_task(self._shut_engine())
+
+    # -- engine ----------------------------------------------------------------------------
+
+    async def _submit_loop(self) -> None:
+        while True:
+            request = await self._engine_queue.get()
+            if request.WhichOneof("command") == "append_input_audio":
+                try:
+                    request = self._edge.canonical_input(request)
+                except ValueError as error:
+                    # Undecodable audio is the client's error; the session goes on.
+                    self.deliver(self.session.publish(pb.ConverseResponse(error=pb.Error(
+                        code="bad_audio", type=pb.ERROR_TYPE_INVALID_REQUEST,
+                        message=str(error), client_seq=request.client_seq,
+                        event_id=request.event_id)), self._clock()))
+                    continue
+            try:
+                await self.engine.submit(request)
+            except Exception:
+                logger.exception("session %s: engine refused a command", self.session.id)
+                self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
+                return
+
+    async def _pump_loop(self) -> None:
+        try:
+            async for event in self.engine.events():
+                if event.WhichOneof("event") == "output_audio_delta":
+                    self._edge.session_output(event.output_audio_delta)
+                self.deliver(self.session.publish(event, self._clock()))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("session %s: engine output failed", self.session.id)
+            self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
+
+    async def _shut_engine(self) -> None:
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        with contextlib.suppress(Exception):
+            await self.engine.close()
+        logger.info("session %s ended (%s)", self.session.id, self.session.state.name)
+
+
+__all__ = ["CANONICAL_INPUT", "CANONICAL_OUTPUT", "Outbox", "SessionHost"]

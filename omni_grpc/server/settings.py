@@ -1,0 +1,28 @@
+"""Everything a server is started with, in one frozen object the CLI fills in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omni_grpc.core.limits import Limits
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSettings:
+    """How to run the service: addresses, engine, security and limits."""
+
+    host: str = "127.0.0.1"
+    grpc_port: int = 50051  # 0 picks a free port (tests)
+    http_port: int | None = 8080  # the websocket bridge; None runs gRPC alone
+    engine: str = "loopback"
+    # Engine-specific options, e.g. {"pace": "realtime"} for loopback.
+    engine_options: dict[str, str] = field(default_factory=dict)
+    # Bearer keys; empty means no authentication (local use).
+    api_keys: tuple[str, ...] = ()
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    # How long sessions get to move elsewhere after SIGTERM before the server stops.
+    shutdown_grace_s: float = 10.0
+    # Bound on concurrent Converse streams (gRPC maximum_concurrent_rpcs).
+    max_concurrent_streams: int = 1024

@@ -1,0 +1,56 @@
+"""Where core refusals become gRPC statuses: the one place errors are mapped for this transport.
+
+A refused stream ends with a status code, a human message, and a ``google.rpc.Status`` in the
+trailing metadata carrying ``ErrorInfo`` (our stable code as ``reason``) and, when the client
+should come back later, ``RetryInfo`` with the delay. Clients in any language read those with
+their grpc status library; our Python client reads them with grpcio-status.
+"""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from omni_grpc.core.errors import Status, StreamRefused
+
+DOMAIN = "omni.duplex.v1"
+
+_CODES: dict[Status, tuple[grpc.StatusCode, int]] = {
+    Status.INVALID_ARGUMENT: (grpc.StatusCode.INVALID_ARGUMENT, code_pb2.INVALID_ARGUMENT),
+    Status.NOT_FOUND: (grpc.StatusCode.NOT_FOUND, code_pb2.NOT_FOUND),
+    Status.PERMISSION_DENIED: (grpc.StatusCode.PERMISSION_DENIED, code_pb2.PERMISSION_DENIED),
+    Status.FAILED_PRECONDITION: (grpc.StatusCode.FAILED_PRECONDITION,
+                                 code_pb2.FAILED_PRECONDITION),
+    Status.RESOURCE_EXHAUSTED: (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                code_pb2.RESOURCE_EXHAUSTED),
+    Status.UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, code_pb2.UNAVAILABLE),
+}
+
+
+def _pack(message: object) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)  # type: ignore[arg-type]
+    return packed
+
+
+def rich_status(refusal: StreamRefused) -> grpc.Status:
+    """Renders a refusal as a gRPC status with ErrorInfo and, if retryable, RetryInfo."""
+    _, numeric = _CODES[refusal.status]
+    details = [_pack(error_details_pb2.ErrorInfo(reason=refusal.code.upper(), domain=DOMAIN,
+                                                 metadata={"code": refusal.code}))]
+    if refusal.retryable:
+        delay = duration_pb2.Duration()
+        delay.FromMilliseconds(int(refusal.retry_after_s * 1000))
+        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
+    message = f"{refusal.code}: {refusal.message}"
+    return rpc_status.to_status(status_pb2.Status(code=numeric, message=message,
+                                                  details=details))
+
+
+def unauthenticated() -> grpc.Status:
+    """The status of a call without a valid API key; says nothing about the keys."""
+    return rpc_status.to_status(status_pb2.Status(
+        code=code_pb2.UNAUTHENTICATED, message="unauthenticated: a valid API key is required",
+        details=[_pack(error_details_pb2.ErrorInfo(reason="UNAUTHENTICATED", domain=DOMAIN))]))

@@ -1,0 +1,1 @@
+"""Tests of the sans-io session core (``omni_grpc.core``)."""

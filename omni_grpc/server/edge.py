@@ -1,9 +1,9 @@
 """Audio at the edge: whatever the client speaks in, engines hear one form, and back.
 
 Engines take :data:`CANONICAL_INPUT` and produce :data:`CANONICAL_OUTPUT`. Appends in any other
-encoding or rate are converted here, on the submitter task (off the stream's reader), and output
-chunks are converted to the session's ``output_audio_format`` before they are journaled. Most
-sessions already speak the canonical forms, and then nothing is copied.
+encoding or rate are converted here, on the session's submitter task (off the stream's reader),
+and output chunks are converted to the session's ``output_audio_format`` before they are
+journaled. Sessions that already speak the canonical forms pass through untouched.
 """
 
 from __future__ import annotations
@@ -22,26 +22,41 @@ class AudioEdge:
 
     def __init__(self, config: pb.SessionConfig) -> None:
         self.config = config
-        self._input: audio.StreamResampler | None = None
-        self._input_key: tuple[int, int] | None = None
+        # Keeps resampler state across appends so chunk seams stay clean.
+        self._input = audio.InputConverter()
+        self._converting = False
 
     def canonical_input(self, request: pb.ConverseRequest) -> pb.ConverseRequest:
-        """Returns the append with its audio in the canonical input form."""
+        """Returns the append with its audio in the canonical input form.
+
+        Raises ValueError (``audio.AudioFormatError``) for audio that cannot be decoded.
+        """
         append = request.append_input_audio
         encoding = append.encoding or self.config.input_audio_format.encoding
         rate = append.sample_rate_hz or self.config.input_audio_format.sample_rate_hz
-        if not append.audio or _same(encoding, rate, CANONICAL_INPUT):
-            append.encoding, append.sample_rate_hz = CANONICAL_INPUT.encoding, 16000
-            return request
-        if self._input_key != (encoding, rate) or self._input is None:
-            # The resampler keeps filter state between chunks so chunk seams stay clean.
-            self._input = audio.StreamResampler(encoding, rate, CANONICAL_INPUT.encoding,
-                                                CANONICAL_INPUT.sample_rate_hz)
-            self._input_key = (encoding, rate)
-        append.audio = self._input.process(append.audio)
+        if append.audio and not _same(encoding, rate, CANONICAL_INPUT):
+            append.audio = self._input.convert(append.audio, encoding, rate)
+            self._converting = True
         append.encoding = CANONICAL_INPUT.encoding
         append.sample_rate_hz = CANONICAL_INPUT.sample_rate_hz
         return request
+
+    def input_tail(self, request: pb.ConverseRequest) -> pb.ConverseRequest | None:
+        """Before a commit: the few milliseconds the resampler still holds, as an append."""
+        if not self._converting:
+            return None
+        self._converting = False
+        tail = self._input.flush()
+        if not tail:
+            return None
+        return pb.ConverseRequest(client_seq=request.client_seq, append_input_audio=(
+            pb.AppendInputAudio(audio=tail, encoding=CANONICAL_INPUT.encoding,
+                                sample_rate_hz=CANONICAL_INPUT.sample_rate_hz)))
+
+    def drop_input(self) -> None:
+        """The input buffer was cleared: forget held-back audio."""
+        self._input.reset()
+        self._converting = False
 
     def session_output(self, delta: pb.OutputAudioDelta) -> None:
         """Rewrites a canonical output chunk in place into the session's output format."""
@@ -51,8 +66,8 @@ class AudioEdge:
         if _same(encoding, rate, target):
             delta.encoding, delta.sample_rate_hz = encoding, rate
             return
-        # Output chunks are whole, independent pieces of a response (each may be the last
-        # before a cancel), so they are converted one by one rather than as one stream.
-        delta.audio = audio.convert(delta.audio, encoding, rate, target.encoding,
-                                    target.sample_rate_hz)
+        # Output chunks are converted one by one: each may be the last before a cancel, so no
+        # audio may wait in a resampler for the next one.
+        delta.audio = audio.from_canonical_output(delta.audio, target.encoding,
+                                                  target.sample_rate_hz)
         delta.encoding, delta.sample_rate_hz = target.encoding, target.sample_rate_hz

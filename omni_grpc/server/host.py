@@ -121,8 +121,8 @@ class SessionHost:
             outbox = self._outboxes.get(generation)
             if outbox is not None:
                 outbox.end(reason)
-        if effects.engine and self.session.config is not self._edge.config:
-            self._edge = AudioEdge(self.session.config)
+        if self.session.config is not self._edge.config:
+            self._edge.config = self.session.config  # an update_session changed the formats
         if effects.ended and not self.ended:
             self.ended = True
             self._on_ended(self.session)
@@ -133,7 +133,12 @@ class SessionHost:
     async def _submit_loop(self) -> None:
         while True:
             request = await self._engine_queue.get()
-            if request.WhichOneof("command") == "append_input_audio":
+            kind = request.WhichOneof("command")
+            if kind == "commit_input_audio" and (tail := self._edge.input_tail(request)):
+                await self.engine.submit(tail)
+            elif kind in ("clear_input_audio", "cancel_input"):
+                self._edge.drop_input()
+            elif kind == "append_input_audio":
                 try:
                     request = self._edge.canonical_input(request)
                 except ValueError as error:

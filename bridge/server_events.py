@@ -1,0 +1,140 @@
+"""The schema of the server events the bridge adds to OpenAI's Realtime dialect.
+
+OpenAI's SDKs hand unknown event types to the caller untouched, so these travel safely to
+stock clients. Every other event the bridge sends validates against OpenAI's own
+``RealtimeServerEvent`` union; the only extra fields on those are ``server_event_seq`` (the
+resume cursor) and, on ``session.created``, ``resume_token``, ``attachment_generation`` and
+``capabilities``. The models are strict and forbid unknown fields, so the tests notice when
+the bridge and this description drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class _Extension(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    event_id: str
+    # Present on the last event rendered from a journaled event: the resume cursor.
+    server_event_seq: int | None = Field(default=None, ge=1)
+
+
+class SessionResumed(_Extension):
+    """Confirms a resume; the missed events follow it."""
+
+    type: Literal["session.resumed"]
+    session_id: str
+    session: dict[str, Any]
+    resume_token: str
+    attachment_generation: int = Field(ge=1)
+    replayed_events: int = Field(ge=0)
+
+
+class SessionReplaced(_Extension):
+    """Another connection took the session over; this one closes next."""
+
+    type: Literal["session.replaced"]
+    session_id: str
+    attachment_generation: int = Field(ge=1)
+
+
+class SessionResyncRequired(_Extension):
+    """The missed events cannot be replayed; start a new session."""
+
+    type: Literal["session.resync_required"]
+    session_id: str
+    reason: Literal["journal_gap", "journal_overflow"]
+
+
+class SessionExpired(_Extension):
+    """The session lapsed; terminal."""
+
+    type: Literal["session.expired"]
+    session_id: str
+    reason: Literal["disconnect_grace_expired", "idle_ttl_expired", "engine_failure", "expired"]
+
+
+class SessionClosed(_Extension):
+    """The session was closed; terminal."""
+
+    type: Literal["session.closed"]
+    session_id: str
+    reason: str
+
+
+class SessionHeartbeatAck(_Extension):
+    """Answers ``session.heartbeat``."""
+
+    type: Literal["session.heartbeat_ack"]
+    session_id: str
+
+
+class SessionGoingAway(_Extension):
+    """The server stops soon; resume elsewhere."""
+
+    type: Literal["session.going_away"]
+    time_left_ms: int = Field(ge=0)
+    reason: str
+
+
+class ResponseListen(_Extension):
+    """The engine chose to keep listening."""
+
+    type: Literal["response.listen"]
+    response_id: str | None
+    reason: str
+
+
+class ResponseSpeak(_Extension):
+    """The engine starts to speak in a response."""
+
+    type: Literal["response.speak"]
+    response_id: str
+    item_id: str
+
+
+class PlaybackAcknowledged(_Extension):
+    """Confirms a ``playback.ack``."""
+
+    type: Literal["playback.acknowledged"]
+    response_id: str
+    item_id: str
+    played_ms: float
+    committed_ms: float
+    truncate: bool
+    history_committed: bool
+
+
+class OverlapDecision(_Extension):
+    """Reports how speech over the assistant was treated."""
+
+    type: Literal["overlap.decision"]
+    policy: Literal["listen_only", "barge_in_on_speech"] | None
+    action: Literal["drop", "listen", "barge_in"] | None
+    reason: str
+
+
+_MODELS = (SessionResumed, SessionReplaced, SessionResyncRequired, SessionExpired,
+           SessionClosed, SessionHeartbeatAck, SessionGoingAway, ResponseListen, ResponseSpeak,
+           PlaybackAcknowledged, OverlapDecision)
+ExtensionEvent = Annotated[
+    SessionResumed | SessionReplaced | SessionResyncRequired | SessionExpired | SessionClosed
+    | SessionHeartbeatAck | SessionGoingAway | ResponseListen | ResponseSpeak
+    | PlaybackAcknowledged | OverlapDecision,
+    Field(discriminator="type"),
+]
+EXTENSION_EVENT: TypeAdapter[ExtensionEvent] = TypeAdapter(ExtensionEvent)
+EXTENSION_EVENT_TYPES = frozenset(
+    name for model in _MODELS for name in get_args(model.model_fields["type"].annotation))
+
+# Fields the bridge adds to events of OpenAI's own union, by event type ("*": every type).
+# OpenAI's models allow extra fields, so these never break a stock client.
+STANDARD_EVENT_EXTRAS: dict[str, frozenset[str]] = {
+    "*": frozenset({"server_event_seq"}),
+    "session.created": frozenset({"resume_token", "attachment_generation", "capabilities"}),
+    "response.output_audio.delta": frozenset({"start_ms", "duration_ms"}),
+}

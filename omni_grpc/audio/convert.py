@@ -1,0 +1,106 @@
+"""Conversions at the edge: client formats to the engines' canonical forms and back.
+
+Engines take pcm16 at 16 kHz and produce pcm16 at 24 kHz (``CANONICAL_INPUT`` and
+``CANONICAL_OUTPUT`` of ``omni_grpc.engine.base``, restated here as rates so that this package
+does not depend on the engine layer). The one-shot functions convert a complete buffer; a
+session's audio is a stream, so the transport keeps one :class:`InputConverter` and one
+:class:`OutputConverter` per session, which carry resampler state from chunk to chunk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from omni_grpc.audio.formats import PCM16, SAMPLE_WIDTH, AudioFormatError, decode, encode
+from omni_grpc.audio.resample import StreamResampler, resample
+
+CANONICAL_INPUT_RATE_HZ = 16000
+CANONICAL_OUTPUT_RATE_HZ = 24000
+
+
+def to_canonical_input(audio: bytes, encoding: int, rate_hz: int) -> bytes:
+    """Converts a complete buffer of client audio to pcm16 at 16 kHz."""
+    samples = resample(decode(audio, encoding, rate_hz), rate_hz, CANONICAL_INPUT_RATE_HZ)
+    return encode(samples, PCM16, CANONICAL_INPUT_RATE_HZ)
+
+
+def from_canonical_output(pcm16_24k: bytes, encoding: int, rate_hz: int) -> bytes:
+    """Converts a complete buffer of engine output (pcm16, 24 kHz) to the client's format."""
+    samples = decode(pcm16_24k, PCM16, CANONICAL_OUTPUT_RATE_HZ)
+    return encode(resample(samples, CANONICAL_OUTPUT_RATE_HZ, rate_hz), encoding, rate_hz)
+
+
+def chunk_pcm16(audio: bytes, max_bytes: int) -> list[bytes]:
+    """Splits pcm16 audio into chunks of at most ``max_bytes``, never splitting a sample."""
+    if len(audio) % SAMPLE_WIDTH[PCM16]:
+        raise AudioFormatError("bad_audio", "pcm16 audio must have an even number of bytes")
+    size = max_bytes - max_bytes % SAMPLE_WIDTH[PCM16]
+    if size <= 0:
+        raise ValueError(f"max_bytes must be at least 2, got {max_bytes}")
+    return [audio[start : start + size] for start in range(0, len(audio), size)]
+
+
+class InputConverter:
+    """Client input audio to canonical input, for one session's stream of appends.
+
+    Each append may name its own format; when the rate changes, the old resampler's tail is
+    flushed ahead of the new audio so no sample is lost. Call :meth:`flush` when the turn is
+    committed (the filter holds back a few milliseconds) and :meth:`reset` when the input is
+    dropped.
+    """
+
+    __slots__ = ("_resampler",)
+
+    def __init__(self) -> None:
+        self._resampler: StreamResampler | None = None
+
+    def convert(self, audio: bytes, encoding: int, rate_hz: int) -> bytes:
+        """Converts one append; returns the canonical audio that is ready."""
+        samples = decode(audio, encoding, rate_hz)
+        pieces = []
+        if self._resampler is None or self._resampler.in_rate_hz != rate_hz:
+            if self._resampler is not None:
+                pieces.append(self._resampler.flush())
+            self._resampler = StreamResampler(rate_hz, CANONICAL_INPUT_RATE_HZ)
+        pieces.append(self._resampler.process(samples))
+        return encode(np.concatenate(pieces), PCM16, CANONICAL_INPUT_RATE_HZ)
+
+    def flush(self) -> bytes:
+        """Returns the held-back tail of the turn's audio; the next append starts afresh."""
+        if self._resampler is None:
+            return b""
+        return encode(self._resampler.flush(), PCM16, CANONICAL_INPUT_RATE_HZ)
+
+    def reset(self) -> None:
+        """Forgets the held-back audio (the input buffer was cleared)."""
+        if self._resampler is not None:
+            self._resampler.reset()
+
+
+class OutputConverter:
+    """Engine output (pcm16, 24 kHz) to the session's output format, for one response stream.
+
+    Call :meth:`flush` after the last delta of a response and :meth:`reset` when a response is
+    cancelled, so that no audio of one response leaks into the next.
+    """
+
+    __slots__ = ("encoding", "rate_hz", "_resampler")
+
+    def __init__(self, encoding: int, rate_hz: int) -> None:
+        encode(np.zeros(0, dtype=np.float32), encoding, rate_hz)  # refuses a bad format now
+        self.encoding = encoding
+        self.rate_hz = rate_hz
+        self._resampler = StreamResampler(CANONICAL_OUTPUT_RATE_HZ, rate_hz)
+
+    def convert(self, pcm16_24k: bytes) -> bytes:
+        """Converts one chunk of engine audio; returns the output that is ready."""
+        samples = decode(pcm16_24k, PCM16, CANONICAL_OUTPUT_RATE_HZ)
+        return encode(self._resampler.process(samples), self.encoding, self.rate_hz)
+
+    def flush(self) -> bytes:
+        """Returns the held-back tail of the response's audio."""
+        return encode(self._resampler.flush(), self.encoding, self.rate_hz)
+
+    def reset(self) -> None:
+        """Forgets the held-back audio of a cancelled response."""
+        self._resampler.reset()

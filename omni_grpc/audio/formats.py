@@ -1,0 +1,110 @@
+"""Sample layouts: bytes of any accepted encoding to float32 samples in [-1, 1] and back.
+
+Every conversion in the project goes through float32 mono samples: :func:`decode` turns wire
+bytes into them and :func:`encode` turns them back. PCM16 maps ``x / 32768`` so that a PCM16
+round trip is lossless; on the way back samples are clipped to [-1, 1] and rounded, so that
+full scale +1.0 becomes 32767 rather than wrapping to -32768.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from omni_grpc.audio import g711
+from omni_grpc.pb import pb
+
+PCM16 = pb.AUDIO_ENCODING_PCM16
+PCM_F32 = pb.AUDIO_ENCODING_PCM_F32
+G711_ULAW = pb.AUDIO_ENCODING_G711_ULAW
+G711_ALAW = pb.AUDIO_ENCODING_G711_ALAW
+
+# Bytes per sample of each encoding we can decode and encode.
+SAMPLE_WIDTH: dict[int, int] = {PCM16: 2, PCM_F32: 4, G711_ULAW: 1, G711_ALAW: 1}
+SUPPORTED_RATES_HZ: tuple[int, ...] = (8000, 16000, 22050, 24000, 44100, 48000)
+
+Samples = npt.NDArray[np.float32]
+
+
+class AudioFormatError(ValueError):
+    """Audio that cannot be decoded or encoded as asked.
+
+    ``code`` is the wire error code for it: ``unsupported_audio_format`` for an encoding or
+    rate we do not handle, ``bad_audio`` for bytes that are not whole samples.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def check_format(encoding: int, rate_hz: int) -> None:
+    """Raises AudioFormatError unless ``encoding`` at ``rate_hz`` is supported."""
+    if encoding not in SAMPLE_WIDTH:
+        raise AudioFormatError("unsupported_audio_format", f"unsupported encoding {encoding}")
+    check_rate(rate_hz)
+
+
+def check_rate(rate_hz: int) -> None:
+    """Raises AudioFormatError unless ``rate_hz`` is a supported sample rate."""
+    if rate_hz not in SUPPORTED_RATES_HZ:
+        raise AudioFormatError(
+            "unsupported_audio_format",
+            f"unsupported sample rate {rate_hz} Hz; supported: "
+            f"{', '.join(map(str, SUPPORTED_RATES_HZ))}",
+        )
+
+
+def duration_ms(n_bytes: int, encoding: int, rate_hz: int) -> float:
+    """The length in milliseconds of ``n_bytes`` of audio in the given format."""
+    check_format(encoding, rate_hz)
+    return n_bytes / SAMPLE_WIDTH[encoding] * 1000.0 / rate_hz
+
+
+def pcm16_to_float(pcm: npt.NDArray[np.int16]) -> Samples:
+    """16-bit samples to float32 in [-1, 1) (exact: a division by a power of two)."""
+    return pcm.astype(np.float32) / np.float32(32768.0)
+
+
+def float_to_pcm16(samples: Samples) -> npt.NDArray[np.int16]:
+    """float32 samples to 16-bit, clipped and rounded to the nearest step."""
+    scaled = np.rint(np.clip(samples, -1.0, 1.0) * np.float32(32768.0))
+    return np.clip(scaled, -32768, 32767).astype(np.int16)
+
+
+def decode(audio: bytes, encoding: int, rate_hz: int) -> Samples:
+    """Decodes mono ``audio`` to float32 samples in [-1, 1].
+
+    ``rate_hz`` is not needed to read samples but is checked, so that a bad format is refused
+    where the bytes enter. Float input is clipped to [-1, 1] and NaN becomes silence.
+    """
+    check_format(encoding, rate_hz)
+    if len(audio) % SAMPLE_WIDTH[encoding]:
+        raise AudioFormatError(
+            "bad_audio",
+            f"{len(audio)} bytes is not a whole number of {SAMPLE_WIDTH[encoding]}-byte samples",
+        )
+    if encoding == PCM16:
+        return pcm16_to_float(np.frombuffer(audio, dtype="<i2"))
+    if encoding == PCM_F32:
+        raw = np.frombuffer(audio, dtype="<f4").astype(np.float32)
+        return np.clip(np.nan_to_num(raw, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)
+    if encoding == G711_ULAW:
+        return pcm16_to_float(g711.ulaw_decode(audio))
+    return pcm16_to_float(g711.alaw_decode(audio))
+
+
+def encode(samples: npt.ArrayLike, encoding: int, rate_hz: int) -> bytes:
+    """Encodes mono float samples (clipped to [-1, 1]) as ``encoding`` bytes."""
+    check_format(encoding, rate_hz)
+    data = np.asarray(samples, dtype=np.float32)
+    if data.ndim != 1:
+        raise AudioFormatError("bad_audio", f"expected mono samples, got shape {data.shape}")
+    if encoding == PCM_F32:
+        return np.clip(data, -1.0, 1.0).astype("<f4").tobytes()
+    pcm = float_to_pcm16(data)
+    if encoding == PCM16:
+        return pcm.astype("<i2").tobytes()
+    if encoding == G711_ULAW:
+        return g711.ulaw_encode(pcm)
+    return g711.alaw_encode(pcm)

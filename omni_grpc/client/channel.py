@@ -1,0 +1,197 @@
+"""The gRPC plumbing under the duplex client: channels, calls, and reading refusals.
+
+Everything here is about one stream at a time; :mod:`omni_grpc.client.client` decides when to
+open streams and what to do when one fails. Calls are wrapped so that a stream that broke (or
+that another task cancelled) always surfaces as :class:`StreamBroken`, never as a
+``CancelledError`` that would look like the caller's own task being cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceStub
+from omni_grpc.pb import pb
+
+DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+# Statuses that say the stream (not the session) is gone: resuming may well work.
+TRANSIENT_STATUSES = frozenset({
+    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+})
+# Statuses worth retrying while opening: anything else means the request itself is refused.
+OPEN_RETRY_STATUSES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChannelSettings:
+    """Where and how to connect. ``api_key`` never appears in a repr or a log line."""
+
+    target: str
+    api_key: str | None = field(default=None, repr=False)
+    tls: bool = False
+    root_certificates: bytes | None = field(default=None, repr=False)
+    tls_server_name: str | None = None  # overrides the name checked in the server certificate
+    keepalive_time_s: float = 20.0
+    keepalive_timeout_s: float = 10.0
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    # The channel's own reconnect pacing; kept close to the client's backoff so an attempt is
+    # never refused only because gRPC is still waiting out a longer backoff of its own.
+    min_reconnect_backoff_s: float = 0.05
+    max_reconnect_backoff_s: float = 2.0
+    extra_options: tuple[tuple[str, Any], ...] = ()
+
+    def options(self) -> list[tuple[str, Any]]:
+        """The channel options: message caps, keepalive, reconnect pacing, no gRPC retries."""
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_send_message_length", self.max_message_bytes),
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.keepalive_time_ms", int(self.keepalive_time_s * 1000)),
+            ("grpc.keepalive_timeout_ms", int(self.keepalive_timeout_s * 1000)),
+            ("grpc.keepalive_permit_without_calls", 0),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.initial_reconnect_backoff_ms", int(self.min_reconnect_backoff_s * 1000)),
+            ("grpc.min_reconnect_backoff_ms", int(self.min_reconnect_backoff_s * 1000)),
+            ("grpc.max_reconnect_backoff_ms", int(self.max_reconnect_backoff_s * 1000)),
+            # Resending is this client's job: it knows which commands the server applied.
+            ("grpc.enable_retries", 0),
+        ]
+        if self.tls_server_name:
+            options.append(("grpc.ssl_target_name_override", self.tls_server_name))
+        options.extend(self.extra_options)
+        return options
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The call metadata: the API key as a bearer token, when there is one."""
+        return (("authorization", f"Bearer {self.api_key}"),) if self.api_key else ()
+
+    def open(self) -> grpc.aio.Channel:
+        """Opens a channel (connecting lazily, on the first call)."""
+        if self.tls or self.root_certificates:
+            credentials = grpc.ssl_channel_credentials(root_certificates=self.root_certificates)
+            return grpc.aio.secure_channel(self.target, credentials, options=self.options())
+        return grpc.aio.insecure_channel(self.target, options=self.options())
+
+
+class StreamBroken(Exception):
+    """A stream ended without the session ending; ``status`` says how, when known."""
+
+    def __init__(self, message: str, *, status: grpc.StatusCode | None = None,
+                 code: str = "", retry_after_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+
+def refusal(error: grpc.RpcError) -> StreamBroken:
+    """Reads a failed call: status, our error code (ErrorInfo) and retry hint (RetryInfo)."""
+    status = error.code() if isinstance(error, grpc.aio.AioRpcError) else None
+    details = error.details() if isinstance(error, grpc.aio.AioRpcError) else str(error)
+    code, retry_after_s = "", 0.0
+    # grpc-stubs types trailing metadata loosely; at run time it is (key, value) pairs.
+    trailing: Any = error.trailing_metadata() if isinstance(error, grpc.aio.AioRpcError) else ()
+    for key, value in trailing or ():
+        if key != _STATUS_DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        rich = status_pb2.Status.FromString(value)
+        for detail in rich.details:
+            info = error_details_pb2.ErrorInfo()
+            retry = error_details_pb2.RetryInfo()
+            if detail.Unpack(info):
+                code = info.metadata.get("code", info.reason.lower())
+            elif detail.Unpack(retry):
+                retry_after_s = retry.retry_delay.ToMilliseconds() / 1000
+    name = status.name if status is not None else "transport error"
+    return StreamBroken(f"{name}: {details or 'no details'}", status=status, code=code,
+                        retry_after_s=retry_after_s)
+
+
+def _interrupted() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+class Stream:
+    """One Converse call, with reads and writes that fail only with StreamBroken."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: grpc.aio.StreamStreamCall[pb.ConverseRequest, pb.ConverseResponse]
+                 ) -> None:
+        self._call = call
+
+    async def write(self, request: pb.ConverseRequest) -> None:
+        """Sends one request, waiting for flow control."""
+        try:
+            await self._call.write(request)
+        except grpc.RpcError as error:
+            raise refusal(error) from None
+        except asyncio.InvalidStateError:
+            raise StreamBroken("the stream already ended") from None
+        except asyncio.CancelledError:
+            if _interrupted():
+                raise
+            raise StreamBroken("the stream was cancelled") from None
+
+    async def read(self) -> pb.ConverseResponse | None:
+        """Returns the next event, or None when the server ended the stream cleanly."""
+        try:
+            reply = await self._call.read()
+        except grpc.RpcError as error:
+            raise refusal(error) from None
+        except asyncio.CancelledError:
+            if _interrupted():
+                raise
+            raise StreamBroken("the stream was cancelled") from None
+        # read() returns the EOF sentinel, the only non-message, when the stream ended.
+        return reply if isinstance(reply, pb.ConverseResponse) else None
+
+    def cancel(self) -> None:
+        """Drops the stream; the server sees the client go away."""
+        self._call.cancel()
+
+
+class Connection:
+    """A channel to one target and the calls the duplex client makes on it."""
+
+    def __init__(self, settings: ChannelSettings) -> None:
+        self.settings = settings
+        self._channel = settings.open()
+        self._stub = DuplexServiceStub(self._channel)
+        self._metadata = settings.metadata()
+
+    def converse(self) -> Stream:
+        """Starts a Converse call (it connects on the first write)."""
+        return Stream(self._stub.Converse(None, metadata=self._metadata))
+
+    async def get_capabilities(self, timeout_s: float = 10.0) -> pb.Capabilities:
+        """Asks the server what it accepts, before any session."""
+        try:
+            reply = await self._stub.GetCapabilities(
+                pb.GetCapabilitiesRequest(), timeout=timeout_s, metadata=self._metadata)
+        except grpc.RpcError as error:
+            raise refusal(error) from None
+        return reply.capabilities
+
+    async def get_session(self, session_id: str, token: str,
+                          timeout_s: float = 10.0) -> pb.GetSessionResponse:
+        """Looks a session up with its current resume token."""
+        request = pb.GetSessionRequest(session_id=session_id, resume_token=token)
+        try:
+            return await self._stub.GetSession(request, timeout=timeout_s,
+                                               metadata=self._metadata)
+        except grpc.RpcError as error:
+            raise refusal(error) from None
+
+    async def close(self) -> None:
+        """Closes the channel and every call on it."""
+        await self._channel.close(None)

@@ -1,0 +1,97 @@
+"""Reading the talk command's input (WAV or raw pcm16) and writing its reply as WAV.
+
+Input becomes mono pcm16 at a rate the protocol accepts: channels are averaged, 8/24/32-bit
+samples are scaled to 16 bits, and a rate the server would refuse is resampled to 16 kHz.
+"""
+
+from __future__ import annotations
+
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import soxr
+
+from omni_grpc.audio import SUPPORTED_RATES_HZ
+
+FALLBACK_RATE_HZ = 16000
+
+
+class AudioInputError(ValueError):
+    """The input file cannot be used; the message says why, for a person."""
+
+
+@dataclass(frozen=True, slots=True)
+class PcmAudio:
+    """Mono signed 16-bit little-endian audio."""
+
+    pcm16: bytes
+    rate_hz: int
+
+    @property
+    def duration_ms(self) -> float:
+        return len(self.pcm16) / 2 * 1000.0 / self.rate_hz
+
+    def chunks(self, chunk_ms: int) -> list[bytes]:
+        """The audio cut into pieces of ``chunk_ms`` (the last one may be shorter)."""
+        step = max(2, self.rate_hz * chunk_ms // 1000 * 2)
+        return [self.pcm16[i:i + step] for i in range(0, len(self.pcm16), step)]
+
+
+def _to_int16(frames: bytes, width: int, channels: int) -> npt.NDArray[np.float64]:
+    if width == 1:  # WAV 8-bit is unsigned
+        samples = (np.frombuffer(frames, dtype=np.uint8).astype(np.float64) - 128) * 256
+    elif width == 2:
+        samples = np.frombuffer(frames, dtype="<i2").astype(np.float64)
+    elif width == 3:
+        raw = np.frombuffer(frames, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
+        value = raw[:, 0] | (raw[:, 1] << 8) | (raw[:, 2] << 16)
+        samples = (np.where(value >= 1 << 23, value - (1 << 24), value) / 256).astype(np.float64)
+    elif width == 4:
+        samples = np.frombuffer(frames, dtype="<i4").astype(np.float64) / 65536
+    else:
+        raise AudioInputError(f"unsupported sample width: {width} bytes")
+    return samples.reshape(-1, channels).mean(axis=1)
+
+
+def _normalize(samples: npt.NDArray[np.float64], rate_hz: int) -> PcmAudio:
+    if rate_hz not in SUPPORTED_RATES_HZ:
+        samples = soxr.resample(samples / 32768.0, rate_hz, FALLBACK_RATE_HZ) * 32768.0
+        rate_hz = FALLBACK_RATE_HZ
+    pcm = np.clip(np.rint(samples), -32768, 32767).astype("<i2").tobytes()
+    if not pcm:
+        raise AudioInputError("the input holds no audio")
+    return PcmAudio(pcm, rate_hz)
+
+
+def read_audio(path: str | Path, *, raw_rate_hz: int | None = None) -> PcmAudio:
+    """Reads a PCM WAV file, or raw mono pcm16 when ``raw_rate_hz`` is given."""
+    path = Path(path)
+    try:
+        if raw_rate_hz is not None:
+            data = path.read_bytes()
+            if len(data) % 2:
+                raise AudioInputError(f"{path}: raw pcm16 needs an even number of bytes")
+            if raw_rate_hz <= 0:
+                raise AudioInputError("the raw sample rate must be positive")
+            return _normalize(np.frombuffer(data, dtype="<i2").astype(np.float64), raw_rate_hz)
+        with wave.open(str(path), "rb") as wav:
+            channels, width, rate = wav.getnchannels(), wav.getsampwidth(), wav.getframerate()
+            frames = wav.readframes(wav.getnframes())
+    except (wave.Error, EOFError) as error:
+        raise AudioInputError(f"{path}: not a PCM WAV file ({error}); for raw pcm16 give "
+                              "--raw-rate") from None
+    except OSError as error:
+        raise AudioInputError(f"{path}: {error.strerror or error}") from None
+    return _normalize(_to_int16(frames, width, channels), rate)
+
+
+def write_wav(path: str | Path, pcm16: bytes, rate_hz: int) -> None:
+    """Writes mono pcm16 as a WAV file."""
+    with wave.open(str(path), "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(rate_hz)
+        wav.writeframes(pcm16)

@@ -1,0 +1,85 @@
+"""The embedded engine: loads its models once, then hosts sessions on them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+from omni_grpc.core.limits import EngineFeatures
+from omni_grpc.engine.base import Engine, EngineError
+from omni_grpc.engine.embedded.models import Runtime
+from omni_grpc.engine.embedded.options import EmbeddedOptions
+from omni_grpc.engine.embedded.session import EmbeddedSession
+from omni_grpc.pb import pb
+
+logger = logging.getLogger(__name__)
+
+FEATURES = EngineFeatures(
+    name="embedded",
+    default_model="smollm2-135m-instruct",
+    supports_server_vad=True,
+    supports_barge_in=True,
+    supports_playback_ack=True,
+)
+
+
+class EmbeddedEngine(Engine):
+    """VAD, ASR, a responder and TTS on the CPU; see :class:`EmbeddedOptions` for options."""
+
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        self.options = EmbeddedOptions.parse(options or {})
+        self.features = FEATURES
+        self.runtime: Runtime | None = None
+        self._executor = ThreadPoolExecutor(2, thread_name_prefix="embedded-ml")
+        self._vad_executor = ThreadPoolExecutor(1, thread_name_prefix="embedded-vad")
+        self._sessions: set[EmbeddedSession] = set()
+        self._loading = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Loads Silero, Whisper, espeak-ng and (unless echo) SmolLM2, off the event loop."""
+        async with self._loading:
+            if self.runtime is not None:
+                return
+            loop = asyncio.get_running_loop()
+            try:
+                self.runtime = await loop.run_in_executor(self._executor, self._load)
+            except Exception as error:
+                raise EngineError(f"the embedded engine could not load: {error}") from error
+
+    def _load(self) -> Runtime:
+        from omni_grpc.engine.embedded.asr import Transcriber
+        from omni_grpc.engine.embedded.lm import ModelMissing, SmolLM, find_smollm2
+        from omni_grpc.engine.embedded.responder import EchoResponder, SmolResponder
+        from omni_grpc.engine.embedded.tts import Espeak
+        from omni_grpc.engine.embedded.vad import SileroVad
+
+        tts = Espeak(words_per_minute=self.options.words_per_minute)
+        smol: SmolResponder | None = None
+        if self.options.responder != "echo":
+            try:
+                smol = SmolResponder(SmolLM(find_smollm2()), self._executor)
+            except ModelMissing:
+                if self.options.responder == "smollm2":
+                    raise
+                logger.warning("SmolLM2 weights are not installed, so the embedded engine "
+                               "answers with the echo responder")
+        return Runtime(options=self.options, vad=SileroVad(),
+                       asr=Transcriber(cpu_threads=self.options.asr_threads), tts=tts,
+                       echo=EchoResponder(), smol=smol, executor=self._executor,
+                       vad_executor=self._vad_executor)
+
+    async def open_session(self, session_id: str, config: pb.SessionConfig) -> EmbeddedSession:
+        await self.start()
+        assert self.runtime is not None
+        session = EmbeddedSession(session_id, config, self.runtime, self._sessions.discard)
+        self._sessions.add(session)
+        return session
+
+    async def stop(self) -> None:
+        """Closes every session, then lets the worker threads go."""
+        for session in list(self._sessions):
+            await session.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._vad_executor.shutdown(wait=False, cancel_futures=True)

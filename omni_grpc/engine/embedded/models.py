@@ -1,0 +1,34 @@
+"""What every session of one embedded engine shares: the loaded models and worker threads."""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from omni_grpc.engine.embedded.asr import Transcriber
+from omni_grpc.engine.embedded.options import EmbeddedOptions
+from omni_grpc.engine.embedded.responder import EchoResponder, Responder, SmolResponder
+from omni_grpc.engine.embedded.tts import Espeak
+from omni_grpc.engine.embedded.vad import SileroVad
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Runtime:
+    """Models loaded once per engine, and the threads that run them."""
+
+    options: EmbeddedOptions
+    vad: SileroVad
+    asr: Transcriber
+    tts: Espeak
+    echo: EchoResponder
+    smol: SmolResponder | None
+    # ASR and the language model share two threads (two cores); VAD has its own thread so
+    # that speech is heard, and a barge-in lands, while both are busy.
+    executor: Executor
+    vad_executor: Executor
+
+    def responder(self, name: str) -> Responder:
+        """The responder called ``name`` ("auto", "echo" or "smollm2"); echo if no LM."""
+        if name == "echo" or self.smol is None:
+            return self.echo
+        return self.smol

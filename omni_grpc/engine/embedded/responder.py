@@ -1,0 +1,138 @@
+"""What the embedded engine says: a deterministic echo, or SmolLM2 writing an answer.
+
+A responder turns the conversation into a stream of text pieces. The engine speaks the
+pieces sentence by sentence as they come, so a responder should yield early and often.
+:class:`EchoResponder` answers "You said: <what the user said>." and is what the tests use;
+:class:`SmolResponder` runs the language model in a worker thread and hands its tokens to
+the event loop as they are sampled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+from omni_grpc.engine.embedded.lm import GenerationStats, SmolLM
+
+DEFAULT_INSTRUCTIONS = (
+    "You are a friendly voice assistant. Your answers are spoken aloud, so answer in one or "
+    "two short, plain sentences, without lists or markdown."
+)
+# Conversation items given to the model; older ones fall out of its small context.
+HISTORY_TURNS = 12
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One response to write."""
+
+    instructions: str
+    # (role, text) pairs, oldest first; role is "user" or "assistant"; the last is the user's.
+    turns: list[tuple[str, str]]
+    max_tokens: int
+    temperature: float
+    seed: int
+
+
+@dataclass(slots=True)
+class Reply:
+    """A running reply: iterate ``pieces``; afterwards ``finish`` says why it stopped."""
+
+    pieces: AsyncIterator[str]
+    finish: str = "stop"  # or "max_output_tokens"
+    tokens: int = 0
+    prompt_tokens: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def stop(self) -> None:
+        """Asks the producer to stop at its next token."""
+        self._stop.set()
+
+
+class Responder:
+    """The interface: ``reply`` starts writing an answer to ``request``."""
+
+    name = "responder"
+
+    def reply(self, request: Request) -> Reply:
+        raise NotImplementedError
+
+
+class EchoResponder(Responder):
+    """Repeats the last user turn: deterministic, instant, and checkable by ear."""
+
+    name = "echo"
+
+    def reply(self, request: Request) -> Reply:
+        said = request.turns[-1][1].strip() if request.turns else ""
+        text = f"You said: {said.rstrip('.!?')}." if said else "I did not catch that."
+        words = text.split(" ")
+        reply = Reply(pieces=_aiter([]), prompt_tokens=sum(len(t.split()) for _, t in
+                                                            request.turns))
+        pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
+        budget = max(request.max_tokens, 1)
+        if len(pieces) > budget:
+            pieces, reply.finish = pieces[:budget], "max_output_tokens"
+        reply.tokens = len(pieces)
+        reply.pieces = _aiter(pieces)
+        return reply
+
+
+class SmolResponder(Responder):
+    """SmolLM2-135M-Instruct, sampled in a worker thread, streamed token by token."""
+
+    name = "smollm2"
+
+    def __init__(self, model: SmolLM, executor: Executor) -> None:
+        self._model = model
+        self._executor = executor
+
+    def reply(self, request: Request) -> Reply:
+        prompt = self._model.chat_prompt(request.instructions or DEFAULT_INSTRUCTIONS,
+                                         request.turns[-HISTORY_TURNS:])
+        reply = Reply(pieces=_aiter([]), prompt_tokens=len(prompt))
+        reply.pieces = self._stream(reply, prompt, request)
+        return reply
+
+    async def _stream(self, reply: Reply, prompt: list[int],
+                      request: Request) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        # Bounded by max_tokens: the thread never produces more pieces than that.
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+        def produce() -> None:
+            stats = GenerationStats()
+            try:
+                for piece in self._model.generate(
+                        prompt, max_tokens=request.max_tokens, temperature=request.temperature,
+                        seed=request.seed, cancelled=reply._stop.is_set, stats=stats):
+                    loop.call_soon_threadsafe(queue.put_nowait, piece)
+            finally:
+                reply.tokens = stats.tokens
+                reply.finish = stats.finish or "stop"
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        job = loop.run_in_executor(self._executor, produce)
+        try:
+            while (piece := await queue.get()) is not None:
+                yield piece
+            await job  # re-raises a failure of the model
+        finally:
+            reply.stop()  # a cancelled response stops the thread at its next token
+
+
+async def _aiter(pieces: list[str]) -> AsyncIterator[str]:
+    for piece in pieces:
+        yield piece
+
+
+_seeds = itertools.count(1)
+
+
+def next_seed() -> int:
+    """A fresh sampling seed per response, so replies vary but runs can be replayed."""
+    return next(_seeds)

@@ -1,0 +1,64 @@
+"""The loopback engine: a deterministic stand-in that answers every turn with the user's audio.
+
+It needs no model and behaves the same way every time, so the server, the bridge and clients
+can be tested end to end on any machine. A committed turn is answered (unless the commit says
+``create_response: false``) by a response that plays the turn's audio back in the canonical
+output form (pcm16, 24 kHz), in chunks of ``chunk_ms``, each followed by a piece of the
+transcript "you said 1.23 seconds of audio". A text-only turn is answered with a quiet tone.
+Output conversion to the session's format is the transport's job, not the engine's.
+
+Options (strings, from the command line or the server settings):
+
+* ``pace``: ``realtime`` (the default) releases each chunk when its audio would have been
+  generated in real time; ``fast`` releases chunks as fast as the reader takes them.
+* ``speed``: divides the real-time schedule (``2`` is twice as fast); default ``1``.
+* ``chunk_ms``: the length of one output audio chunk, 10 to 5000; default ``100``.
+* ``queue_size``: the bound of each session's command and event queues; default ``256``.
+* ``max_input_s``: the most input audio kept, uncommitted or unanswered; default ``300``.
+
+Refusals that depend on state are ``error`` events with the command's ``client_seq``:
+``response_create_without_input``, ``response_already_active``, ``response_not_active``,
+``input_audio_buffer_empty``, ``item_not_found``, ``playback_item_not_found``,
+``playback_item_mismatch``, ``input_backpressure``, and ``bad_event`` / ``bad_audio`` /
+``unsupported_audio_format`` for input the core should not have let through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from omni_grpc.core.limits import EngineFeatures
+from omni_grpc.engine.base import Engine
+from omni_grpc.engine.loopback.options import LoopbackOptions
+from omni_grpc.engine.loopback.session import LoopbackSession
+from omni_grpc.pb import pb
+
+FEATURES = EngineFeatures(
+    name="loopback",
+    default_model="loopback",
+    supports_server_vad=False,
+    supports_barge_in=True,
+    supports_playback_ack=True,
+)
+
+
+class LoopbackEngine(Engine):
+    """Hosts loopback sessions; ``options`` as in the package docstring."""
+
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        self.options = LoopbackOptions.parse(options or {})
+        self.features = FEATURES
+        self._sessions: set[LoopbackSession] = set()
+
+    async def open_session(self, session_id: str, config: pb.SessionConfig) -> LoopbackSession:
+        session = LoopbackSession(session_id, config, self.options, self._sessions.discard)
+        self._sessions.add(session)
+        return session
+
+    async def stop(self) -> None:
+        """Closes every session still open."""
+        for session in list(self._sessions):
+            await session.close()
+
+
+__all__ = ["FEATURES", "LoopbackEngine", "LoopbackOptions", "LoopbackSession"]

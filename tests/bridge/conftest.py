@@ -1,0 +1,38 @@
+"""Fixtures of the bridge tests; the helpers they use live in ``bridge_testkit``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from bridge_testkit import check_server_event, running_bridge, service_settings, speech_pcm24
+
+from omni_grpc.server.app import RunningServer, start_server
+
+
+@pytest.fixture
+def check_event() -> Callable[[dict[str, Any]], None]:
+    """The schema check as a fixture, for tests that take it as an argument."""
+    return check_server_event
+
+
+@pytest.fixture
+async def service() -> AsyncIterator[RunningServer]:
+    """A loopback service at fast pace on a free port."""
+    running = await start_server(service_settings())
+    yield running
+    await running.stop()
+
+
+@pytest.fixture
+async def bridge_port(service: RunningServer) -> AsyncIterator[int]:
+    """A bridge in front of ``service``."""
+    async with running_bridge(service.target) as port:
+        yield port
+
+
+@pytest.fixture(scope="session")
+def speech() -> bytes:
+    """Real speech, pcm16 mono at 24 kHz, made once per test run."""
+    return speech_pcm24()

@@ -1,0 +1,22 @@
+"""Hypothesis settings for the core's stateful tests.
+
+The profile is applied to the state machines explicitly (``settings.get_profile``) rather
+than loaded globally, so it does not change hypothesis tests elsewhere in the suite. About
+600 runs of about 40 steps keep the whole core suite well under half a minute on two cores.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, settings
+
+CORE_STATEFUL_PROFILE = "omni-core-stateful"
+
+settings.register_profile(
+    CORE_STATEFUL_PROFILE,
+    max_examples=600,
+    stateful_step_count=40,
+    # The steps are fast but uneven (a resume replays a journal); wall-clock deadlines would
+    # only make a loaded CI machine flaky.
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)

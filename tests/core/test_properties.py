@@ -1,0 +1,319 @@
+"""A model client drives one session through every interleaving hypothesis can find.
+
+The client owns the session's credentials and cursor. Each stream it opens (the first, and
+each resume, including a takeover from a second device while the old stream still lingers)
+reads events in order; a ghost of a replaced stream may still send. Rules cover engine
+output, numbered commands, acks, disconnects that lose commands in flight, resumes with any
+cursor inside the journal window, activations that fail part-way, stale tokens, time, expiry
+and closes. The machine predicts every numbered event (kind, label, applied_client_seq) and
+checks, after every step:
+
+* the client gets each seq once per attachment sequence, contiguously, and what it got is
+  exactly what was produced, in order; attached, it is fully caught up;
+* every numbered command is applied exactly once (engine commands counted by client_seq);
+* there is at most one terminal event, and exactly one once the session ended;
+* state, generation, deadline and counters agree with the model.
+
+Only the exceptions the core documents (StreamRefused, ResumeGap) are ever caught.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from omni_grpc.core import Effects, ResumeGap, Status, StreamRefused
+from omni_grpc.pb import pb
+
+from .helpers import TERMINAL_KINDS, cmd, created, delta, done, transcript
+from .model import Pending, SessionModel
+
+
+class SessionMachine(SessionModel, RuleBasedStateMachine):
+    # -- engine ------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.alive)
+    @rule(action=st.sampled_from(["transcript", "respond", "delta", "done", "cancel", "stale"]))
+    def engine_output(self, action: str) -> None:
+        if action == "stale" and self.finished:
+            assert self.session.publish(delta(self.finished[-1]), self.now) == Effects()
+            self.stale_drops += 1
+            return
+        if action == "transcript" or (action != "respond" and not self.active):
+            marker = self.fresh("m")
+            event, expected = transcript(marker), ("input_transcription", marker)
+        elif not self.active:
+            self.active = self.fresh("r")
+            event, expected = created(self.active), ("response_created", self.active)
+        elif action in ("delta", "respond"):
+            piece = self.fresh("d")
+            event, expected = delta(self.active, piece), ("output_text_delta",
+                                                          f"{self.active}:{piece}")
+        else:
+            status = pb.RESPONSE_STATUS_CANCELLED if action == "cancel" else (
+                pb.RESPONSE_STATUS_COMPLETED)
+            event, expected = done(self.active, status), ("response_done",
+                                                          f"{self.active}:{status}")
+            self.finished.append(self.active)
+            self.epoch += action == "cancel"
+            self.active, self.last_activity = "", self.now
+        effects = self.session.publish(event, self.now)
+        self.expect(*expected)
+        self.deliver(effects)
+
+    # -- client commands ---------------------------------------------------------------------
+
+    @precondition(lambda self: self.ready)
+    @rule(kind=st.sampled_from(["text", "text", "heartbeat", "invalid"]))
+    def command(self, kind: str) -> None:
+        assert self.client.generation is not None
+        self.send(self.numbered(kind), self.client.generation)
+
+    @precondition(lambda self: self.ready)
+    @rule(numbered=st.booleans(), back=st.integers(0, 3), ahead=st.booleans())
+    def ack(self, numbered: bool, back: int, ahead: bool) -> None:
+        c = self.client
+        assert c.generation is not None
+        seq = len(self.expected) + 1 + back if ahead else max(c.last_seq - back, 0)
+        client_seq = c.next_client_seq if numbered else 0
+        request = cmd(client_seq, f"a{client_seq}", ack_events=pb.AckEvents(seq=seq))
+        if numbered:
+            c.sent[client_seq] = request
+            c.next_client_seq += 1
+        self.send(request, c.generation)
+
+    @precondition(lambda self: self.ready)
+    @rule(numbered=st.booleans())
+    def heartbeat(self, numbered: bool) -> None:
+        assert self.client.generation is not None
+        request = self.numbered("heartbeat") if numbered else cmd(0, heartbeat=pb.Heartbeat())
+        self.send(request, self.client.generation)
+
+    @precondition(lambda self: self.ready)
+    @rule(jump=st.integers(1, 3))
+    def client_seq_jump(self, jump: int) -> None:
+        c = self.client
+        assert c.generation is not None
+        seq = c.next_client_seq + jump  # a buggy client skips numbers: refused, not consumed
+        self.send(cmd(seq, f"j{seq}", append_input_text=pb.AppendInputText(text="j")),
+                  c.generation)
+
+    @precondition(lambda self: self.ready)
+    @rule(lost=st.integers(0, 3))
+    def disconnect(self, lost: int) -> None:
+        for _ in range(lost):  # written by the client, never read by the server
+            self.numbered("text")
+        assert self.session.detach(self.generation, self.now) is True
+        self.client.generation, self.detached_at = None, self.now
+
+    @precondition(lambda self: bool(self.old_generations))
+    @rule(data=st.data())
+    def ghost(self, data: st.DataObject) -> None:
+        generation = data.draw(st.sampled_from(sorted(self.old_generations)))
+        before = (self.session.state, self.session.detached_at)
+        assert self.session.detach(generation, self.now) is False
+        request = cmd(self.client.next_client_seq, append_input_text=pb.AppendInputText())
+        for late in (request, cmd(0, heartbeat=pb.Heartbeat())):
+            assert self.session.receive(generation, late, self.now) == Effects()
+        assert (self.session.state, self.session.detached_at) == before
+
+    # -- resume ------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.alive and self.pending is None)
+    @rule(back=st.integers(0, 4), racing=st.booleans())
+    def resume(self, back: int, racing: bool) -> None:
+        c = self.client
+        assert c.token in self.valid_tokens()
+        start, head = self.window_start(), len(self.expected)
+        cursor = max(c.last_seq - back, start) if c.last_seq >= start else c.last_seq
+        request = pb.ResumeSession(session_id=self.session.id, resume_token=c.token,
+                                   last_received_seq=cursor)
+        try:
+            _, generation, effects = self.registry.resume(request, self.now)
+        except ResumeGap as gap:
+            assert cursor < start
+            assert pb.ConverseResponse.FromString(gap.payload) == pb.ConverseResponse(
+                applied_client_seq=self.applied, resync_required=pb.ResyncRequired(
+                    session_id=self.session.id, reason=pb.RESYNC_REASON_JOURNAL_GAP))
+            # The client gives up on what it missed and goes on from the newest event.
+            c.lost |= set(range(c.last_seq + 1, head + 1))
+            c.last_seq = head
+            return
+        assert cursor >= start
+        if racing:  # a second stream with the same token, before the first one settled
+            with pytest.raises(StreamRefused, match="invalid_resume_token"):
+                self.registry.resume(request, self.now)
+        if self.detached_at is None:  # a takeover
+            self.old_generations.add(self.generation)
+            assert effects.end_streams == [(self.generation, "session_replaced")]
+        self.generation += 1
+        assert generation == self.generation
+        c.generation, self.detached_at, self.last_activity = None, None, self.now
+        for seq in range(cursor + 1, c.last_seq + 1):  # replay resends what it forgot
+            c.log.pop(seq, None)
+            c.lost.discard(seq)
+        c.last_seq = cursor
+        self.pending = Pending(generation, c.token, c.known_applied)
+        self.deliver(effects)
+        resumed = self.pending.buffer[0].session_resumed
+        assert resumed.replayed_events == head - cursor
+        assert resumed.attachment_generation == generation
+        self.current_token = resumed.resume_token
+        self.issued.append(self.current_token)
+
+    @precondition(lambda self: self.pending is not None)
+    @rule(outcome=st.sampled_from(["delivered", "delivered", "failed", "detached"]),
+          received=st.integers(0, 4), lazy=st.booleans())
+    def settle(self, outcome: str, received: int, lazy: bool) -> None:
+        pending, c = self.pending, self.client
+        assert pending is not None
+        self.pending = None
+        c.generation = pending.generation
+        if outcome == "delivered":
+            for event in pending.buffer:
+                self.receive_event(event)
+            self.session.activation_delivered(pending.generation)
+            self.recovery = None
+            if not self.alive:
+                c.generation = None
+                return
+            # Resend what the server has not applied; a lazy client resends from what it knew
+            # before, and the server must skip the repeats.
+            resend_from = pending.known_applied if lazy else pending.buffer[0].applied_client_seq
+            for seq in range(resend_from + 1, c.next_client_seq):
+                self.send(c.sent[seq], pending.generation)
+            return
+        for event in pending.buffer[:received]:
+            self.receive_event(event)
+        c.generation = None
+        if outcome == "failed":
+            self.session.activation_failed(pending.generation, self.now)
+        else:
+            assert self.session.detach(pending.generation, self.now) is self.alive
+        if self.alive:
+            self.recovery, self.detached_at = pending.presented, self.now
+
+    @precondition(lambda self: self.alive)
+    @rule(data=st.data())
+    def stale_token(self, data: st.DataObject) -> None:
+        stale = sorted(set(self.issued) - self.valid_tokens())
+        if not stale:
+            return
+        token = data.draw(st.sampled_from(stale))
+        before = (self.session.state, self.session.generation)
+        with pytest.raises(StreamRefused) as refused:
+            self.session.resume(token, 0, self.now)
+        assert (refused.value.status, refused.value.code) == (Status.PERMISSION_DENIED,
+                                                              "invalid_resume_token")
+        assert (self.session.state, self.session.generation) == before
+
+    # -- time and endings --------------------------------------------------------------------
+
+    @precondition(lambda self: self.alive)
+    @rule(tenths=st.integers(0, 290))
+    def time_passes(self, tenths: int) -> None:
+        deadline = self.deadline()
+        later = self.now + tenths / 10
+        if deadline is not None:
+            later = max(self.now, min(later, deadline - 0.01))  # expiry is its own rule
+        self.now = later
+        assert self.registry.tick(self.now) == []
+
+    @precondition(lambda self: self.deadline() is not None)
+    @rule()
+    def expire_at_deadline(self) -> None:
+        deadline = self.deadline()
+        assert deadline is not None
+        self.now = deadline
+        attached = self.detached_at is None
+        [(session, effects)] = self.registry.tick(self.now)
+        assert session is self.session and effects.ended
+        reason = "EXPIRY_REASON_IDLE_TIMEOUT" if attached else "EXPIRY_REASON_DISCONNECT_GRACE"
+        self.expect("session_expired", reason)
+        assert effects.end_streams == ([(self.generation, "session_expired")] if attached else [])
+        self.ending = "EXPIRED"  # the registry already freed the slot
+        self.deliver(effects)
+
+    @precondition(lambda self: self.ready)
+    @rule()
+    def client_close(self) -> None:
+        assert self.client.generation is not None
+        self.send(self.numbered("close"), self.client.generation)
+
+    @precondition(lambda self: self.alive)
+    @rule(by_engine=st.booleans())
+    def server_ends(self, by_engine: bool) -> None:
+        attached = self.detached_at is None
+        if by_engine:
+            effects = self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self.now)
+            self.expect("session_expired", "EXPIRY_REASON_ENGINE_FAILURE")
+            reason = "session_expired"
+        else:
+            effects = self.session.close("shutdown", self.now)
+            self.expect("session_closed", "shutdown")
+            reason = "shutdown"
+        assert effects.end_streams == ([(self.generation, reason)] if attached else [])
+        self.end("EXPIRED" if by_engine else "CLOSED")
+        self.deliver(effects)
+
+    @precondition(lambda self: not self.alive)
+    @rule()
+    def after_the_end(self) -> None:
+        s = self.session
+        assert s.close("again", self.now) == Effects()
+        assert s.expire(pb.EXPIRY_REASON_IDLE_TIMEOUT, self.now) == Effects()
+        assert s.tick(self.now + 1e6) == Effects()
+        assert s.publish(transcript("late"), self.now) == Effects()
+        assert s.receive(s.generation, cmd(0, heartbeat=pb.Heartbeat()), self.now) == Effects()
+        for resume in (
+            lambda: s.resume(self.client.token, 0, self.now),
+            lambda: self.registry.resume(pb.ResumeSession(
+                session_id=s.id, resume_token=self.client.token), self.now),
+        ):
+            with pytest.raises(StreamRefused) as refused:
+                resume()
+            assert (refused.value.status, refused.value.code) == (Status.NOT_FOUND,
+                                                                  "session_resume_expired")
+
+    # -- invariants --------------------------------------------------------------------------
+
+    @invariant()
+    def history_is_exact(self) -> None:
+        c = self.client
+        assert set(c.log) | c.lost == set(range(1, c.last_seq + 1))
+        for seq, got in c.log.items():
+            assert got == self.expected[seq - 1], f"seq {seq}"
+        if self.ready:
+            assert c.last_seq == len(self.expected)  # attached means caught up
+        assert self.session.journal.head == len(self.expected)
+
+    @invariant()
+    def commands_apply_exactly_once(self) -> None:
+        assert self.engine_seqs == self.engine_expected
+        assert len(set(self.engine_seqs)) == len(self.engine_seqs)
+        assert self.engine_seqs == sorted(self.engine_seqs)
+        assert self.session.applied_client_seq == self.applied
+        if self.ready:
+            assert self.applied == self.client.next_client_seq - 1
+
+    @invariant()
+    def one_ending(self) -> None:
+        endings = [k for k, _, _ in self.expected if k in TERMINAL_KINDS]
+        assert len(endings) == (1 if self.ending else 0)
+        assert (self.session in list(self.registry)) is self.alive
+
+    @invariant()
+    def state_agrees(self) -> None:
+        s = self.session
+        state = self.ending or ("DETACHED" if self.detached_at is not None else "ATTACHED")
+        assert (s.state.name, s.generation) == (state, self.generation)
+        if self.alive:
+            assert s.detached_at == self.detached_at
+        assert s.next_deadline() == self.deadline()
+        assert (s.epoch, s.dropped_stale_events) == (self.epoch, self.stale_drops)
+
+
+TestSessionMachine = SessionMachine.TestCase
+TestSessionMachine.settings = settings.get_profile("omni-core-stateful")

@@ -1,0 +1,168 @@
+"""Resume: the activation, the replay that follows it, and every way a resume is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from omni_grpc.core import Limits, ResumeGap, Status, StreamRefused
+from omni_grpc.pb import pb
+
+from .helpers import ack, decode, heartbeat, open_session, resume, stamped, text, transcript
+
+
+def test_resume_sends_resumed_then_the_missed_events_then_live_ones() -> None:
+    opened = open_session()
+    s = opened.session
+    s.receive(1, text(1), now=1.0)
+    s.publish(transcript("seen"), now=1.0)
+    s.detach(1, now=2.0)
+    s.publish(transcript("missed-1"), now=3.0)
+    s.receive(1, text(2), now=3.0)  # a dead stream's command: ignored
+    s.publish(transcript("missed-2"), now=4.0)
+    generation, effects = s.resume(opened.token, 1, now=5.0)
+    events = decode(effects)
+    assert {target for target, _ in effects.sends} == {generation}
+    assert events[0] == pb.ConverseResponse(
+        applied_client_seq=1,
+        session_resumed=pb.SessionResumed(
+            session=pb.Session(id=s.id, config=s.config, state=pb.SESSION_STATE_ATTACHED,
+                               turn_state=pb.TURN_STATE_IDLE),
+            resume_token=events[0].session_resumed.resume_token,
+            attachment_generation=2, replayed_events=2))
+    assert events[1:] == [stamped(transcript("missed-1"), 2, applied=1),
+                          stamped(transcript("missed-2"), 3, applied=1)]
+    live = s.publish(transcript("live"), now=6.0)
+    assert decode(live, generation) == [stamped(transcript("live"), 4, applied=1)]
+
+
+def test_resumed_carries_the_applied_client_seq_for_resending() -> None:
+    opened = open_session()
+    s = opened.session
+    for client_seq in (1, 2, 3):
+        s.receive(1, text(client_seq), now=0.0)
+    s.detach(1, now=0.0)
+    _, effects = s.resume(opened.token, 0, now=0.0)
+    assert decode(effects)[0].applied_client_seq == 3
+    assert decode(effects)[0].session_resumed.replayed_events == 0
+
+
+def test_takeover_with_the_current_cursor_replays_nothing() -> None:
+    opened = open_session()
+    s = opened.session
+    s.publish(transcript("a"), now=0.0)
+    generation, effects = s.resume(opened.token, 1, now=1.0)
+    assert [event.WhichOneof("event") for event in decode(effects, generation)] == [
+        "session_resumed"]
+
+
+def test_resume_after_the_session_ended() -> None:
+    opened = open_session()
+    s, registry = opened.session, opened.registry
+    effects = s.close("shutdown", now=1.0)
+    with pytest.raises(StreamRefused) as refused:
+        s.resume(opened.token, 0, now=2.0)
+    assert (refused.value.status, refused.value.code) == (Status.NOT_FOUND,
+                                                          "session_resume_expired")
+    assert effects.ended
+    registry.discard(s)  # what the transport does when an effect says the session ended
+    with pytest.raises(StreamRefused) as refused:
+        registry.resume(pb.ResumeSession(session_id=s.id, resume_token=opened.token), now=2.0)
+    assert (refused.value.status, refused.value.code, refused.value.message) == (
+        Status.NOT_FOUND, "session_resume_expired", "unknown or expired session")
+
+
+def test_resume_with_a_cursor_ahead_is_a_conflict() -> None:
+    opened = open_session()
+    s = opened.session
+    s.publish(transcript("a"), now=0.0)
+    s.detach(1, now=0.0)
+    with pytest.raises(StreamRefused) as refused:
+        s.resume(opened.token, 2, now=1.0)
+    assert (refused.value.status, refused.value.code, refused.value.message) == (
+        Status.FAILED_PRECONDITION, "session_resume_conflict",
+        "seq 2 is ahead of the newest event 1")
+    assert (s.state.name, s.generation) == ("DETACHED", 1)
+    assert resume(s, opened.token, 1, now=2.0)[0] == 2  # the token was not spent
+
+
+def test_a_cursor_behind_the_acknowledged_events_is_a_gap() -> None:
+    opened = open_session()
+    s = opened.session
+    s.receive(1, text(1), now=0.0)
+    for marker in "abc":
+        s.publish(transcript(marker), now=0.0)
+    s.receive(1, ack(2), now=0.0)
+    s.detach(1, now=0.0)
+    kept = r"events after 1 are no longer kept \(kept from 3\)"
+    with pytest.raises(ResumeGap, match=kept) as gap:
+        s.resume(opened.token, 1, now=1.0)
+    assert pb.ConverseResponse.FromString(gap.value.payload) == pb.ConverseResponse(
+        applied_client_seq=1, resync_required=pb.ResyncRequired(
+            session_id=s.id, reason=pb.RESYNC_REASON_JOURNAL_GAP))
+    assert (s.state.name, s.generation) == ("DETACHED", 1)  # a gap changes nothing
+    _, effects, _ = resume(s, opened.token, 2, now=1.0)
+    assert decode(effects)[1:] == [stamped(transcript("c"), 3, applied=1)]
+
+
+def test_a_cursor_older_than_the_window_is_a_gap() -> None:
+    opened = open_session(limits=Limits(journal_ttl_s=60.0, disconnect_grace_s=1000.0))
+    s = opened.session
+    s.publish(transcript("old"), now=0.0)
+    s.detach(1, now=1.0)
+    s.publish(transcript("new"), now=50.0)
+    with pytest.raises(ResumeGap) as gap:
+        s.resume(opened.token, 0, now=60.5)
+    assert pb.ConverseResponse.FromString(gap.value.payload).resync_required.reason == (
+        pb.RESYNC_REASON_JOURNAL_GAP)
+    _, effects, _ = resume(s, opened.token, 1, now=60.5)
+    assert decode(effects)[1:] == [stamped(transcript("new"), 2)]
+
+
+@pytest.mark.parametrize(("request_", "status", "code"), [
+    (pb.ResumeSession(resume_token="t"), Status.INVALID_ARGUMENT, "invalid_session_resume"),
+    (pb.ResumeSession(session_id="s"), Status.INVALID_ARGUMENT, "invalid_session_resume"),
+    (pb.ResumeSession(session_id="sess_nope", resume_token="t"), Status.NOT_FOUND,
+     "session_resume_expired"),
+])
+def test_registry_refuses_malformed_and_unknown_resumes(
+    request_: pb.ResumeSession, status: Status, code: str
+) -> None:
+    registry = open_session().registry
+    with pytest.raises(StreamRefused) as refused:
+        registry.resume(request_, now=0.0)
+    assert (refused.value.status, refused.value.code) == (status, code)
+
+
+def test_registry_resume_finds_the_session_and_returns_its_generation() -> None:
+    opened = open_session()
+    registry, s = opened.registry, opened.session
+    s.detach(1, now=0.0)
+    found, generation, effects = registry.resume(pb.ResumeSession(
+        session_id=s.id, resume_token=opened.token, last_received_seq=0), now=1.0)
+    assert (found, generation) == (s, 2)
+    assert decode(effects)[0].session_resumed.attachment_generation == 2
+
+
+def test_a_wrong_token_is_refused_before_the_journal_is_consulted() -> None:
+    opened = open_session()
+    s = opened.session
+    s.detach(1, now=0.0)
+    with pytest.raises(StreamRefused) as refused:
+        s.resume("not-the-token", 99, now=0.0)  # the cursor is bad too; the token wins
+    assert (refused.value.status, refused.value.code) == (Status.PERMISSION_DENIED,
+                                                          "invalid_resume_token")
+
+
+def test_failed_activation_detaches_and_starts_the_grace() -> None:
+    opened = open_session()
+    s = opened.session
+    s.receive(1, heartbeat(), now=0.0)
+    generation, _ = s.resume(opened.token, 0, now=1.0)  # a takeover that never arrives
+    s.activation_failed(generation, now=2.0)
+    assert (s.state.name, s.detached_at) == ("DETACHED", 2.0)
+    assert s.next_deadline() == 2.0 + Limits().disconnect_grace_s
+    # The events survive for the retry, which still gets everything after its cursor.
+    generation, effects, _ = resume(s, opened.token, 0, now=3.0)
+    assert generation == 3
+    assert [e.WhichOneof("event") for e in decode(effects)] == ["session_resumed",
+                                                                "heartbeat_ack"]

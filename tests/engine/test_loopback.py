@@ -1,0 +1,319 @@
+"""What the loopback engine in particular says and does, beyond the conformance suite."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from omni_grpc import audio
+from omni_grpc.engine import create_engine
+from omni_grpc.engine.base import EngineError
+from omni_grpc.engine.loopback import LoopbackEngine, LoopbackOptions
+from omni_grpc.pb import pb
+
+from .conformance import (
+    IN_RATE,
+    OUT_RATE,
+    EngineSpec,
+    Probe,
+    audio_ms,
+    check_lifecycles,
+    default_config,
+    kinds,
+    open_probe,
+    run_turn,
+    transcript,
+    voice_like,
+)
+
+
+def sine(freq_hz: float, seconds: float, rate_hz: int) -> np.ndarray:
+    t = np.arange(int(rate_hz * seconds)) / rate_hz
+    return (0.5 * np.sin(2 * np.pi * freq_hz * t)).astype(np.float32)
+
+
+def peak_hz(pcm16: bytes, rate_hz: int) -> float:
+    samples = audio.decode(pcm16, pb.AUDIO_ENCODING_PCM16, rate_hz)
+    spectrum = np.abs(np.fft.rfft(samples * np.hanning(samples.size)))
+    return float(np.fft.rfftfreq(samples.size, 1 / rate_hz)[spectrum.argmax()])
+
+
+async def loopback_probe(options: dict[str, str]) -> tuple[LoopbackEngine, Probe]:
+    engine = LoopbackEngine(options)
+    return engine, await open_probe(engine, EngineSpec("loopback", lambda: engine))
+
+
+@pytest.fixture
+async def probe() -> AsyncIterator[Probe]:
+    engine, opened = await loopback_probe({"pace": "fast"})
+    yield opened
+    await engine.stop()
+
+
+def error_code(event: pb.ConverseResponse) -> str:
+    assert event.HasField("error"), kinds([event])
+    return event.error.code
+
+
+async def test_the_answer_is_the_turn_played_back(probe: Probe) -> None:
+    heard = audio.encode(sine(440.0, 1.0, IN_RATE), pb.AUDIO_ENCODING_PCM16, IN_RATE)
+    await probe.append(heard)
+    await probe.send(commit_input_audio=pb.CommitInputAudio())
+    events = await probe.until("response_done")
+    (answer,) = check_lifecycles(events).values()
+    played = b"".join(
+        e.output_audio_delta.audio for e in answer if e.HasField("output_audio_delta")
+    )
+    expected = audio.resample(
+        audio.decode(heard, pb.AUDIO_ENCODING_PCM16, IN_RATE), IN_RATE, OUT_RATE
+    )
+    assert played == audio.encode(expected, pb.AUDIO_ENCODING_PCM16, OUT_RATE)
+    assert peak_hz(played, OUT_RATE) == pytest.approx(440.0, abs=1.0)
+    durations = [
+        e.output_audio_delta.duration_ms for e in answer if e.HasField("output_audio_delta")
+    ]
+    assert durations == [100.0] * 10
+    assert kinds(answer)[1:3] == ["output_audio_delta", "output_audio_transcript_delta"]
+    assert transcript(answer) == "you said 1.00 seconds of audio"
+    done = answer[-1].response_done.response
+    assert (done.status_reason, done.usage.output_tokens) == ("stop", 6)
+    assert done.usage.input_tokens == 10  # one per 100 ms of input
+
+
+async def test_realtime_pace_takes_as_long_as_the_audio() -> None:
+    engine, probe = await loopback_probe({"pace": "realtime"})
+    try:
+        await probe.append(voice_like(1.0))
+        started = time.monotonic()
+        await probe.send(commit_input_audio=pb.CommitInputAudio())
+        first = await probe.until("output_audio_delta")
+        first_at = time.monotonic() - started
+        events = first + await probe.until("response_done")
+        elapsed = time.monotonic() - started
+    finally:
+        await engine.stop()
+    assert audio_ms(events) == pytest.approx(1000.0)
+    assert 0.08 <= first_at < 0.5  # the first 100 ms chunk is due when it is "generated"
+    assert 0.9 <= elapsed < 2.0
+    latency = events[-1].response_done.response.latency
+    assert latency.total_ms >= 900 and latency.real_time_factor >= 0.9
+
+
+async def test_speed_and_chunk_ms_shape_the_output() -> None:
+    engine, probe = await loopback_probe({"speed": "4", "chunk_ms": "250"})
+    try:
+        started = time.monotonic()
+        events = await run_turn(probe, 1.0)
+        elapsed = time.monotonic() - started
+    finally:
+        await engine.stop()
+    durations = [
+        e.output_audio_delta.duration_ms for e in events if e.HasField("output_audio_delta")
+    ]
+    assert durations == [250.0] * 4
+    assert 0.2 <= elapsed < 0.9
+
+
+async def test_a_text_turn_is_answered_with_a_tone(probe: Probe) -> None:
+    await probe.send(append_input_text=pb.AppendInputText(text="hello there"))
+    added = (await probe.until("item_done"))[-1].item_done.item
+    assert added.role == pb.ITEM_ROLE_USER
+    assert added.content[0].type == pb.CONTENT_TYPE_INPUT_TEXT
+    await probe.send(create_response=pb.CreateResponse())
+    events = await probe.until("response_done")
+    played = b"".join(
+        e.output_audio_delta.audio for e in events if e.HasField("output_audio_delta")
+    )
+    assert transcript(events) == 'you wrote "hello there"'
+    assert peak_hz(played, OUT_RATE) == pytest.approx(440.0, abs=2.0)
+    assert audio_ms(events) == pytest.approx(11 * 60.0)
+
+
+async def test_text_only_sessions_get_text_deltas(probe: Probe) -> None:
+    config = default_config(LoopbackEngine())
+    config.output_modalities[:] = [pb.MODALITY_TEXT]
+    await probe.send(update_session=pb.UpdateSession(config=config))
+    events = await run_turn(probe, 0.5)
+    assert "output_audio_delta" not in kinds(events)
+    text = "".join(e.output_text_delta.delta for e in events if e.HasField("output_text_delta"))
+    assert text == "you said 0.50 seconds of audio"
+    assert events[-1].response_done.response.output[0].content[0].text == text
+
+
+async def test_a_new_turn_takes_over_from_a_running_answer(probe: Probe) -> None:
+    await probe.append(voice_like(20.0), chunk_ms=200)
+    await probe.send(commit_input_audio=pb.CommitInputAudio())
+    await probe.until("output_audio_delta")
+    await probe.append(voice_like(0.5))
+    await probe.send(commit_input_audio=pb.CommitInputAudio())
+    first_done = (await probe.until("response_done"))[-1].response_done.response
+    second = await probe.until("response_done")
+    assert (first_done.status, first_done.status_reason) == (
+        pb.RESPONSE_STATUS_CANCELLED,
+        "turn_detected",
+    )
+    assert second[-1].response_done.response.usage.input_audio_ms == pytest.approx(500.0)
+    assert len(check_lifecycles(probe.seen)) == 2
+
+
+async def test_clearing_output_of_a_finished_response_only_confirms(probe: Probe) -> None:
+    done = (await run_turn(probe, 0.3))[-1].response_done.response
+    await probe.send(clear_output_audio=pb.ClearOutputAudio(response_id=done.id))
+    assert (await probe.next()).output_audio_cleared.response_id == done.id
+    await probe.send(clear_output_audio=pb.ClearOutputAudio(response_id="resp_unknown"))
+    assert error_code(await probe.next()) == "response_not_active"
+
+
+async def test_truncate_cuts_audio_and_transcript_together(probe: Probe) -> None:
+    events = await run_turn(probe, 1.0)
+    done = events[-1].response_done.response
+    user_id = events[0].input_committed.item_id
+    item_id = done.output[0].id
+    await probe.send(
+        truncate_conversation_item=pb.TruncateConversationItem(item_id=item_id, audio_end_ms=500)
+    )
+    assert (await probe.next()).item_truncated.audio_end_ms == 500.0
+    await probe.send(retrieve_conversation_item=pb.RetrieveConversationItem(item_id=item_id))
+    item = (await probe.next()).item_retrieved.item
+    assert item.status == pb.ITEM_STATUS_INCOMPLETE
+    assert item.content[0].audio_duration_ms == 500.0
+    assert item.content[0].transcript == "you said 1.00 "  # the words of the first 500 ms
+
+    for bad in (
+        pb.TruncateConversationItem(item_id=user_id, audio_end_ms=10),
+        pb.TruncateConversationItem(item_id=item_id, audio_end_ms=900),
+        pb.TruncateConversationItem(item_id=item_id, content_index=1, audio_end_ms=10),
+    ):
+        await probe.send(truncate_conversation_item=bad)
+        assert error_code(await probe.next()) == "bad_event"
+
+
+async def test_created_items_go_where_asked_and_count_as_input(probe: Probe) -> None:
+    first = pb.ConversationItem(id="item_first", content=[pb.ContentPart(text="one")])
+    await probe.send(create_conversation_item=pb.CreateConversationItem(item=first))
+    assert (await probe.until("item_done"))[-1].item_done.previous_item_id == ""
+    second = pb.ConversationItem(content=[pb.ContentPart(text="two")])
+    await probe.send(
+        create_conversation_item=pb.CreateConversationItem(
+            item=second, previous_item_id="item_first"
+        )
+    )
+    done = (await probe.until("item_done"))[-1].item_done
+    assert (done.previous_item_id, done.item.role) == ("item_first", pb.ITEM_ROLE_USER)
+    assert done.item.id.startswith("item_")
+    for bad, code in (
+        (pb.CreateConversationItem(item=first), "bad_event"),
+        (
+            pb.CreateConversationItem(item=pb.ConversationItem(), previous_item_id="x"),
+            "item_not_found",
+        ),
+    ):
+        await probe.send(create_conversation_item=bad)
+        assert error_code(await probe.next()) == code
+    await probe.send(create_response=pb.CreateResponse())
+    assert transcript(await probe.until("response_done")) == 'you wrote "one two"'
+
+
+async def test_playback_acks_follow_the_commit_policy(probe: Probe) -> None:
+    config = default_config(LoopbackEngine())
+    config.playback_commit_policy = pb.PLAYBACK_COMMIT_POLICY_ACK_ONLY
+    await probe.send(update_session=pb.UpdateSession(config=config))
+    done = (await run_turn(probe, 1.0))[-1].response_done.response
+    item_id = done.output[0].id
+
+    await probe.send(ack_playback=pb.AckPlayback(played_ms=600, item_id=item_id))
+    partial = (await probe.next()).playback_acknowledged
+    assert (partial.response_id, partial.history_committed) == (done.id, False)
+    await probe.send(ack_playback=pb.AckPlayback(played_ms=5000))  # more than was sent
+    full = (await probe.next()).playback_acknowledged
+    assert (full.played_ms, full.committed_ms, full.history_committed) == (1000, 1000, True)
+    await probe.send(ack_playback=pb.AckPlayback(played_ms=100))  # played time never goes back
+    assert (await probe.next()).playback_acknowledged.played_ms == 1000
+
+    await probe.send(
+        ack_playback=pb.AckPlayback(
+            played_ms=1000, committed_ms=300, truncate=True, response_id=done.id
+        )
+    )
+    assert (await probe.next()).playback_acknowledged.truncate
+    await probe.send(retrieve_conversation_item=pb.RetrieveConversationItem(item_id=item_id))
+    assert (await probe.next()).item_retrieved.item.content[0].audio_duration_ms == 300
+
+    await probe.send(
+        ack_playback=pb.AckPlayback(played_ms=1, response_id=done.id, item_id="item_x")
+    )
+    assert error_code(await probe.next()) == "playback_item_mismatch"
+
+
+async def test_input_the_core_should_have_stopped_is_refused() -> None:
+    engine, probe = await loopback_probe({"pace": "fast", "max_input_s": "0.5"})
+    try:
+        not_canonical = pb.AppendInputAudio(audio=b"\0\0", sample_rate_hz=24000)
+        await probe.send(append_input_audio=not_canonical)
+        assert error_code(await probe.next()) == "unsupported_audio_format"
+        await probe.send(append_input_audio=pb.AppendInputAudio(audio=b"\0"))
+        assert error_code(await probe.next()) == "bad_audio"
+        await probe.send(commit_input_audio=pb.CommitInputAudio())
+        assert error_code(await probe.next()) == "input_audio_buffer_empty"
+        await probe.append(voice_like(0.4))
+        seq = await probe.send(append_input_audio=pb.AppendInputAudio(audio=voice_like(0.2)))
+        refused = (await probe.next()).error
+        assert (refused.code, refused.client_seq, refused.retryable) == (
+            "input_backpressure",
+            seq,
+            True,
+        )
+        await probe.send(heartbeat=pb.Heartbeat())  # the core answers these, never the engine
+        assert error_code(await probe.next()) == "bad_event"
+    finally:
+        await engine.stop()
+
+
+async def test_a_failing_worker_ends_the_stream_with_engine_error(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(request: pb.ConverseRequest) -> None:
+        raise RuntimeError("planted bug")
+
+    monkeypatch.setattr(probe.session, "_on_barge_in", broken)
+    await probe.send(barge_in=pb.BargeIn())
+    await probe.stream_end()
+    assert isinstance(probe.failure, EngineError)
+    assert isinstance(probe.failure.__cause__, RuntimeError)
+
+
+async def test_stop_closes_every_session() -> None:
+    engine, first = await loopback_probe({"pace": "fast"})
+    second = await open_probe(engine, EngineSpec("loopback", lambda: engine), "s2")
+    await engine.stop()
+    await first.stream_end()
+    await second.stream_end()
+    assert first.failure is None and second.failure is None
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"pase": "fast"}, "unknown loopback option(s) pase"),
+        ({"pace": "slow"}, "pace must be"),
+        ({"speed": "0"}, "speed must be"),
+        ({"speed": "fast"}, "loopback option speed='fast' is not a valid value"),
+        ({"chunk_ms": "5"}, "chunk_ms must be"),
+        ({"queue_size": "2"}, "queue_size must be"),
+        ({"max_input_s": "nan"}, "max_input_s must be"),
+    ],
+)
+def test_bad_options_are_refused_by_name(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        create_engine("loopback", options)
+
+
+def test_options_default_to_real_time() -> None:
+    assert LoopbackOptions.parse({}) == LoopbackOptions(pace="realtime", speed=1.0, chunk_ms=100)
+    assert LoopbackEngine().features.name == "loopback"
+    assert not LoopbackEngine().features.supports_server_vad
+    assert LoopbackEngine().features.supports_barge_in

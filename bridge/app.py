@@ -19,6 +19,7 @@ import logging
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from aiohttp import WSCloseCode, web
@@ -28,6 +29,9 @@ from bridge.dialect import MAX_EVENT_BYTES, error_json
 from bridge.outbound import MAX_AUDIO_DELTA_BYTES
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.auth import key_matches
+
+if TYPE_CHECKING:
+    from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +44,16 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 class Bridge:
     """What the application shares between its websockets."""
 
-    def __init__(self, grpc_target: str, *, api_keys: tuple[str, ...],
-                 grpc_credentials: grpc.ChannelCredentials | None, config_timeout_s: float,
-                 heartbeat_s: float, max_audio_delta_bytes: int) -> None:
+    def __init__(
+        self,
+        grpc_target: str,
+        *,
+        api_keys: tuple[str, ...],
+        grpc_credentials: grpc.ChannelCredentials | None,
+        config_timeout_s: float,
+        heartbeat_s: float,
+        max_audio_delta_bytes: int,
+    ) -> None:
         self.grpc_target = grpc_target
         self.api_keys = api_keys
         self.grpc_credentials = grpc_credentials
@@ -50,7 +61,7 @@ class Bridge:
         self.heartbeat_s = heartbeat_s
         self.max_audio_delta_bytes = max_audio_delta_bytes
         self.connections: set[Connection] = set()
-        self.stub: duplex_pb2_grpc.DuplexServiceStub | None = None
+        self.stub: DuplexServiceAsyncStub | None = None
 
     async def channel(self, app: web.Application) -> AsyncIterator[None]:
         """The application's cleanup context: one gRPC channel for its whole life."""
@@ -61,19 +72,26 @@ class Bridge:
             ("grpc.keepalive_time_ms", 20_000),
             ("grpc.keepalive_timeout_ms", 10_000),
         ]
-        channel = (grpc.aio.secure_channel(self.grpc_target, self.grpc_credentials, options)
-                   if self.grpc_credentials else
-                   grpc.aio.insecure_channel(self.grpc_target, options))
+        channel = (
+            grpc.aio.secure_channel(self.grpc_target, self.grpc_credentials, options)
+            if self.grpc_credentials
+            else grpc.aio.insecure_channel(self.grpc_target, options)
+        )
         self.stub = duplex_pb2_grpc.DuplexServiceStub(channel)
         try:
             yield
         finally:
-            await channel.close()
+            await channel.close(None)
 
     async def shutdown(self, app: web.Application) -> None:
         """Closes every websocket with 1001 so its client resumes elsewhere."""
-        await asyncio.gather(*(conn.close(WSCloseCode.GOING_AWAY, "bridge_shutdown")
-                               for conn in list(self.connections)), return_exceptions=True)
+        await asyncio.gather(
+            *(
+                conn.close(WSCloseCode.GOING_AWAY, "bridge_shutdown")
+                for conn in list(self.connections)
+            ),
+            return_exceptions=True,
+        )
 
 
 BRIDGE = web.AppKey("bridge", Bridge)
@@ -83,19 +101,23 @@ def presented_key(request: web.Request) -> str:
     """The API key of a connection: a bearer header, or the browser subprotocol."""
     header = request.headers.get("Authorization", "")
     if header.startswith("Bearer "):
-        return header[len("Bearer "):].strip()
+        return header[len("Bearer ") :].strip()
     for protocol in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
         protocol = protocol.strip()
         if protocol.startswith(KEY_PROTOCOL_PREFIX):
-            return protocol[len(KEY_PROTOCOL_PREFIX):]
+            return protocol[len(KEY_PROTOCOL_PREFIX) :]
     return ""
 
 
 async def realtime(request: web.Request) -> web.WebSocketResponse:
     """The websocket endpoint: authenticate, then carry one session."""
     bridge = request.app[BRIDGE]
-    ws = web.WebSocketResponse(protocols=("realtime",), heartbeat=bridge.heartbeat_s,
-                               max_msg_size=MAX_EVENT_BYTES + 1024 * 1024, compress=False)
+    ws = web.WebSocketResponse(
+        protocols=("realtime",),
+        heartbeat=bridge.heartbeat_s,
+        max_msg_size=MAX_EVENT_BYTES + 1024 * 1024,
+        compress=False,
+    )
     await ws.prepare(request)
     key = presented_key(request)
     if bridge.api_keys and not key_matches(key, bridge.api_keys):
@@ -103,15 +125,20 @@ async def realtime(request: web.Request) -> web.WebSocketResponse:
         await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"invalid_api_key")
         return ws
     query = request.query
-    resume_only = (query.get("autostart", "").lower() in _FALSE
-                   or query.get("resume", "").lower() in _TRUE)
+    resume_only = (
+        query.get("autostart", "").lower() in _FALSE or query.get("resume", "").lower() in _TRUE
+    )
     model = query.get("model", "")
     assert bridge.stub is not None, "the channel opens before the first request"
-    conn = Connection(ws, bridge.stub,
-                      metadata=(("authorization", f"Bearer {key}"),) if key else (),
-                      model=model, autostart=bool(model) and not resume_only,
-                      config_timeout_s=bridge.config_timeout_s,
-                      max_audio_delta_bytes=bridge.max_audio_delta_bytes)
+    conn = Connection(
+        ws,
+        bridge.stub,
+        metadata=(("authorization", f"Bearer {key}"),) if key else (),
+        model=model,
+        autostart=bool(model) and not resume_only,
+        config_timeout_s=bridge.config_timeout_s,
+        max_audio_delta_bytes=bridge.max_audio_delta_bytes,
+    )
     bridge.connections.add(conn)
     try:
         await conn.run()
@@ -130,14 +157,24 @@ async def index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC_DIR / "index.html")
 
 
-def create_app(grpc_target: str, *, api_keys: tuple[str, ...] = (),
-               grpc_credentials: grpc.ChannelCredentials | None = None,
-               config_timeout_s: float = 10.0, heartbeat_s: float = 30.0,
-               max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES) -> web.Application:
+def create_app(
+    grpc_target: str,
+    *,
+    api_keys: tuple[str, ...] = (),
+    grpc_credentials: grpc.ChannelCredentials | None = None,
+    config_timeout_s: float = 10.0,
+    heartbeat_s: float = 30.0,
+    max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES,
+) -> web.Application:
     """Builds the bridge application for the service at ``grpc_target``."""
-    bridge = Bridge(grpc_target, api_keys=tuple(api_keys), grpc_credentials=grpc_credentials,
-                    config_timeout_s=config_timeout_s, heartbeat_s=heartbeat_s,
-                    max_audio_delta_bytes=max_audio_delta_bytes)
+    bridge = Bridge(
+        grpc_target,
+        api_keys=tuple(api_keys),
+        grpc_credentials=grpc_credentials,
+        config_timeout_s=config_timeout_s,
+        heartbeat_s=heartbeat_s,
+        max_audio_delta_bytes=max_audio_delta_bytes,
+    )
     app = web.Application()
     app[BRIDGE] = bridge
     app.cleanup_ctx.append(bridge.channel)
@@ -151,6 +188,10 @@ def create_app(grpc_target: str, *, api_keys: tuple[str, ...] = (),
     return app
 
 
+def _channel_credentials(root_cert_file: str) -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(Path(root_cert_file).read_bytes())
+
+
 def _server_ssl(cert_file: str | None, key_file: str | None) -> ssl.SSLContext | None:
     if not cert_file:
         return None
@@ -161,26 +202,36 @@ def _server_ssl(cert_file: str | None, key_file: str | None) -> ssl.SSLContext |
     return context
 
 
-async def start_bridge(grpc_target: str, *, host: str = "127.0.0.1", port: int = 8080,
-                       api_keys: tuple[str, ...] = (), tls_cert_file: str | None = None,
-                       tls_key_file: str | None = None, grpc_root_cert_file: str | None = None,
-                       grpc_plaintext: bool = False, config_timeout_s: float = 10.0,
-                       heartbeat_s: float = 30.0,
-                       max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES
-                       ) -> tuple[web.AppRunner, int]:
+async def start_bridge(
+    grpc_target: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    api_keys: tuple[str, ...] = (),
+    tls_cert_file: str | None = None,
+    tls_key_file: str | None = None,
+    grpc_root_cert_file: str | None = None,
+    grpc_plaintext: bool = False,
+    config_timeout_s: float = 10.0,
+    heartbeat_s: float = 30.0,
+    max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES,
+) -> tuple[web.AppRunner, int]:
     """Starts the bridge; returns its runner (``cleanup()`` stops it) and its port.
 
     With a TLS certificate the bridge serves ``wss://`` and, unless ``grpc_plaintext``, also
     reaches the service over TLS, trusting ``grpc_root_cert_file`` or else the same
     certificate (the case of a bridge started next to the service, sharing its files).
     """
-    credentials = None
     root = grpc_root_cert_file or (tls_cert_file if not grpc_plaintext else None)
-    if root:
-        credentials = grpc.ssl_channel_credentials(Path(root).read_bytes())
-    app = create_app(grpc_target, api_keys=api_keys, grpc_credentials=credentials,
-                     config_timeout_s=config_timeout_s, heartbeat_s=heartbeat_s,
-                     max_audio_delta_bytes=max_audio_delta_bytes)
+    credentials = _channel_credentials(root) if root else None
+    app = create_app(
+        grpc_target,
+        api_keys=api_keys,
+        grpc_credentials=credentials,
+        config_timeout_s=config_timeout_s,
+        heartbeat_s=heartbeat_s,
+        max_audio_delta_bytes=max_audio_delta_bytes,
+    )
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=_server_ssl(tls_cert_file, tls_key_file))
@@ -189,15 +240,28 @@ async def start_bridge(grpc_target: str, *, host: str = "127.0.0.1", port: int =
     return runner, int(bound)
 
 
-async def run_bridge(grpc_target: str, *, host: str = "127.0.0.1", port: int = 8080,
-                     api_keys: tuple[str, ...] = (), tls_cert_file: str | None = None,
-                     tls_key_file: str | None = None, grpc_root_cert_file: str | None = None,
-                     grpc_plaintext: bool = False) -> None:
+async def run_bridge(
+    grpc_target: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    api_keys: tuple[str, ...] = (),
+    tls_cert_file: str | None = None,
+    tls_key_file: str | None = None,
+    grpc_root_cert_file: str | None = None,
+    grpc_plaintext: bool = False,
+) -> None:
     """Runs a standalone bridge until cancelled (``omni-grpc bridge --grpc-target``)."""
     runner, bound = await start_bridge(
-        grpc_target, host=host, port=port, api_keys=api_keys, tls_cert_file=tls_cert_file,
-        tls_key_file=tls_key_file, grpc_root_cert_file=grpc_root_cert_file,
-        grpc_plaintext=grpc_plaintext)
+        grpc_target,
+        host=host,
+        port=port,
+        api_keys=api_keys,
+        tls_cert_file=tls_cert_file,
+        tls_key_file=tls_key_file,
+        grpc_root_cert_file=grpc_root_cert_file,
+        grpc_plaintext=grpc_plaintext,
+    )
     scheme = "https" if tls_cert_file else "http"
     logger.info("websocket bridge on %s://%s:%d/ for %s", scheme, host, bound, grpc_target)
     try:

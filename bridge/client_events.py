@@ -124,9 +124,9 @@ class InputAudioAppend(_Event):
     type: Literal["input_audio_buffer.append"]
     audio: str = Field(validation_alias=AliasChoices("audio", "delta"))
     format: FormatSpec | None = None
-    sample_rate_hz: int | None = Field(default=None, gt=0,
-                                       validation_alias=AliasChoices("sample_rate_hz",
-                                                                     "sample_rate"))
+    sample_rate_hz: int | None = Field(
+        default=None, gt=0, validation_alias=AliasChoices("sample_rate_hz", "sample_rate")
+    )
     audio_end_ms: float | None = Field(default=None, ge=0)
 
 
@@ -135,7 +135,8 @@ class InputAudioCommit(_Event):
 
     type: Literal["input_audio_buffer.commit", "input.commit"]
     create_response: bool | None = Field(
-        default=None, validation_alias=AliasChoices("create_response", "response_create"))
+        default=None, validation_alias=AliasChoices("create_response", "response_create")
+    )
 
 
 class InputAudioClear(_Event):
@@ -284,10 +285,25 @@ class InputTextAppend(_Event):
 
 
 ClientEvent = Annotated[
-    SessionUpdate | InputAudioAppend | InputAudioCommit | InputAudioClear | OutputAudioClear
-    | ResponseCreate | ResponseCancel | ItemCreate | ItemRetrieve | ItemDelete | ItemTruncate
-    | SessionResume | SessionEventAck | SessionHeartbeat | SessionClose | PlaybackAck
-    | InputCancel | BargeIn | InputTextAppend,
+    SessionUpdate
+    | InputAudioAppend
+    | InputAudioCommit
+    | InputAudioClear
+    | OutputAudioClear
+    | ResponseCreate
+    | ResponseCancel
+    | ItemCreate
+    | ItemRetrieve
+    | ItemDelete
+    | ItemTruncate
+    | SessionResume
+    | SessionEventAck
+    | SessionHeartbeat
+    | SessionClose
+    | PlaybackAck
+    | InputCancel
+    | BargeIn
+    | InputTextAppend,
     Field(discriminator="type"),
 ]
 CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(ClientEvent)
@@ -295,10 +311,27 @@ CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(ClientEvent)
 
 def _event_types() -> frozenset[str]:
     names: set[str] = set()
-    for model in (SessionUpdate, InputAudioAppend, InputAudioCommit, InputAudioClear,
-                  OutputAudioClear, ResponseCreate, ResponseCancel, ItemCreate, ItemRetrieve,
-                  ItemDelete, ItemTruncate, SessionResume, SessionEventAck, SessionHeartbeat,
-                  SessionClose, PlaybackAck, InputCancel, BargeIn, InputTextAppend):
+    for model in (
+        SessionUpdate,
+        InputAudioAppend,
+        InputAudioCommit,
+        InputAudioClear,
+        OutputAudioClear,
+        ResponseCreate,
+        ResponseCancel,
+        ItemCreate,
+        ItemRetrieve,
+        ItemDelete,
+        ItemTruncate,
+        SessionResume,
+        SessionEventAck,
+        SessionHeartbeat,
+        SessionClose,
+        PlaybackAck,
+        InputCancel,
+        BargeIn,
+        InputTextAppend,
+    ):
         names.update(get_args(model.model_fields["type"].annotation))
     return frozenset(names)
 

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import orjson
@@ -39,48 +39,71 @@ from bridge.dialect import (
     resume_request,
     to_request,
 )
-from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.pb import pb
+
+if TYPE_CHECKING:
+    from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub
 
 logger = logging.getLogger(__name__)
 
 # Events after which the service ends the stream, and the close reason they give.
-_TERMINAL = {"session_closed": "session_closed", "session_expired": "session_expired",
-             "session_replaced": "session_replaced", "resync_required": "resync_required"}
+_TERMINAL = {
+    "session_closed": "session_closed",
+    "session_expired": "session_expired",
+    "session_replaced": "session_replaced",
+    "resync_required": "resync_required",
+}
 # How a gRPC status that ends the stream closes the websocket.
-_CLOSE_CODES = {grpc.StatusCode.UNAVAILABLE: WSCloseCode.SERVICE_RESTART,
-                grpc.StatusCode.RESOURCE_EXHAUSTED: WSCloseCode.TRY_AGAIN_LATER,
-                grpc.StatusCode.INVALID_ARGUMENT: WSCloseCode.POLICY_VIOLATION,
-                grpc.StatusCode.NOT_FOUND: WSCloseCode.POLICY_VIOLATION,
-                grpc.StatusCode.PERMISSION_DENIED: WSCloseCode.POLICY_VIOLATION,
-                grpc.StatusCode.FAILED_PRECONDITION: WSCloseCode.POLICY_VIOLATION,
-                grpc.StatusCode.UNAUTHENTICATED: WSCloseCode.POLICY_VIOLATION}
-_STATUS_CODES = {grpc.StatusCode.UNAVAILABLE: "service_unavailable",
-                 grpc.StatusCode.UNAUTHENTICATED: "invalid_api_key",
-                 grpc.StatusCode.DEADLINE_EXCEEDED: "timeout"}
+_CLOSE_CODES = {
+    grpc.StatusCode.UNAVAILABLE: WSCloseCode.SERVICE_RESTART,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: WSCloseCode.TRY_AGAIN_LATER,
+    grpc.StatusCode.INVALID_ARGUMENT: WSCloseCode.POLICY_VIOLATION,
+    grpc.StatusCode.NOT_FOUND: WSCloseCode.POLICY_VIOLATION,
+    grpc.StatusCode.PERMISSION_DENIED: WSCloseCode.POLICY_VIOLATION,
+    grpc.StatusCode.FAILED_PRECONDITION: WSCloseCode.POLICY_VIOLATION,
+    grpc.StatusCode.UNAUTHENTICATED: WSCloseCode.POLICY_VIOLATION,
+}
+_STATUS_CODES = {
+    grpc.StatusCode.UNAVAILABLE: "service_unavailable",
+    grpc.StatusCode.UNAUTHENTICATED: "invalid_api_key",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "timeout",
+}
 _GRPC_DETAILS_KEY = "grpc-status-details-bin"
 
 
 def status_error(error: grpc.aio.AioRpcError) -> dict[str, Any]:
     """Renders a status that ended the stream as an error event, with the service's code."""
     code = _STATUS_CODES.get(error.code(), "stream_failed")
-    for key, value in error.trailing_metadata() or ():
+    # grpc-stubs types trailing metadata loosely; at run time it is (key, value) pairs.
+    trailing: Any = error.trailing_metadata()
+    for key, value in trailing or ():
         if key == _GRPC_DETAILS_KEY and isinstance(value, bytes):
             for detail in status_pb2.Status.FromString(value).details:
                 info = error_details_pb2.ErrorInfo()
                 if detail.Unpack(info) and info.metadata.get("code"):
                     code = info.metadata["code"]
-    error_type = ("invalid_request_error" if _CLOSE_CODES.get(error.code()) is
-                  WSCloseCode.POLICY_VIOLATION else "server_error")
+    error_type = (
+        "invalid_request_error"
+        if _CLOSE_CODES.get(error.code()) is WSCloseCode.POLICY_VIOLATION
+        else "server_error"
+    )
     return error_json(code, error.details() or code, error_type=error_type)
 
 
 class Connection:
     """Carries one websocket over one Converse stream."""
 
-    def __init__(self, ws: web.WebSocketResponse, stub: duplex_pb2_grpc.DuplexServiceStub, *,
-                 metadata: Sequence[tuple[str, str]], model: str, autostart: bool,
-                 config_timeout_s: float, max_audio_delta_bytes: int) -> None:
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        stub: DuplexServiceAsyncStub,
+        *,
+        metadata: Sequence[tuple[str, str]],
+        model: str,
+        autostart: bool,
+        config_timeout_s: float,
+        max_audio_delta_bytes: int,
+    ) -> None:
         self.ws = ws
         self._stub = stub
         self._metadata = tuple(metadata)
@@ -88,8 +111,7 @@ class Connection:
         self._autostart = autostart
         self._config_timeout_s = config_timeout_s
         self._dialect = ServerDialect(max_audio_delta_bytes=max_audio_delta_bytes)
-        self._call: grpc.aio.StreamStreamCall[pb.ConverseRequest, pb.ConverseResponse] | None = (
-            None)
+        self._call: grpc.aio.StreamStreamCall[pb.ConverseRequest, pb.ConverseResponse] | None = None
         self._next_seq = 1
         self._ready = asyncio.Event()
 
@@ -104,7 +126,8 @@ class Connection:
         if handshake is None:
             return
         first, pending = handshake
-        self._call = call = self._stub.Converse(metadata=self._metadata)
+        # None: requests are written with call.write(), not taken from an iterator.
+        self._call = call = self._stub.Converse(None, metadata=self._metadata)
         pump = asyncio.create_task(self._pump(call), name="bridge-pump")
         reader = asyncio.create_task(self._read(call, first, pending), name="bridge-reader")
         try:
@@ -112,7 +135,8 @@ class Connection:
             if not pump.done():
                 # The client went away: cancelling detaches the session, which stays resumable.
                 call.cancel()
-            await asyncio.wait({pump, reader}, timeout=5.0)
+                await asyncio.wait({pump}, timeout=5.0)
+            # Otherwise the stream ended and the pump closed the socket: the reader is done.
         finally:
             call.cancel()
             for task in (pump, reader):
@@ -145,8 +169,12 @@ class Connection:
                 await self.ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"config_timeout")
                 return None
             if message.type is not WSMsgType.TEXT:
-                if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED,
-                                    WSMsgType.ERROR):
+                if message.type in (
+                    WSMsgType.CLOSE,
+                    WSMsgType.CLOSING,
+                    WSMsgType.CLOSED,
+                    WSMsgType.ERROR,
+                ):
                     return None
                 await self._send(error_json("bad_event", "send events as text frames"))
                 continue
@@ -164,8 +192,12 @@ class Connection:
 
     # -- client → service ----------------------------------------------------------------
 
-    async def _read(self, call: grpc.aio.StreamStreamCall[pb.ConverseRequest, Any],
-                    first: pb.ConverseRequest, pending: pb.ConverseRequest | None) -> None:
+    async def _read(
+        self,
+        call: grpc.aio.StreamStreamCall[pb.ConverseRequest, Any],
+        first: pb.ConverseRequest,
+        pending: pb.ConverseRequest | None,
+    ) -> None:
         try:
             await call.write(first)
             # Numbering starts after the applied commands the service reports on its answer.
@@ -185,8 +217,9 @@ class Connection:
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, ConnectionError):
             return  # the stream or the socket ended under us; the pump tells the client why
 
-    async def _write(self, call: grpc.aio.StreamStreamCall[pb.ConverseRequest, Any],
-                     request: pb.ConverseRequest) -> None:
+    async def _write(
+        self, call: grpc.aio.StreamStreamCall[pb.ConverseRequest, Any], request: pb.ConverseRequest
+    ) -> None:
         if is_numbered(request):
             request.client_seq = self._next_seq
             self._next_seq += 1
@@ -197,8 +230,8 @@ class Connection:
     async def _pump(self, call: grpc.aio.StreamStreamCall[Any, pb.ConverseResponse]) -> None:
         reason = "stream_ended"
         try:
-            while (response := await call.read()) is not grpc.aio.EOF:
-                assert isinstance(response, pb.ConverseResponse)
+            # read() returns the EOF sentinel, the only non-message, when the stream ended.
+            while isinstance(response := await call.read(), pb.ConverseResponse):
                 kind = response.WhichOneof("event")
                 if kind in ("session_created", "session_resumed"):
                     self._next_seq = response.applied_client_seq + 1
@@ -223,5 +256,12 @@ class Connection:
         await self.ws.send_frame(orjson.dumps(event), WSMsgType.TEXT)
 
     async def _refuse(self, error: DialectError) -> None:
-        await self._send(error_json(error.code, error.message, error_type=error.error_type,
-                                    param=error.param, event_id=error.event_id))
+        await self._send(
+            error_json(
+                error.code,
+                error.message,
+                error_type=error.error_type,
+                param=error.param,
+                event_id=error.event_id,
+            )
+        )

@@ -28,8 +28,16 @@ from bridge.session_json import MODALITIES, audio_format, config_from_patch
 from omni_grpc.core.session import UNNUMBERED_COMMANDS
 from omni_grpc.pb import pb
 
-__all__ = ["DialectError", "ServerDialect", "decode_client_event", "error_json",
-           "is_numbered", "open_request", "resume_request", "to_request"]
+__all__ = [
+    "DialectError",
+    "ServerDialect",
+    "decode_client_event",
+    "error_json",
+    "is_numbered",
+    "open_request",
+    "resume_request",
+    "to_request",
+]
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024  # OpenAI's cap on one client event, the reference's too
 
@@ -37,28 +45,30 @@ MAX_EVENT_BYTES = 15 * 1024 * 1024  # OpenAI's cap on one client event, the refe
 def decode_client_event(frame: str | bytes) -> ce.ClientEvent:
     """Parses one text frame; raises DialectError for bad JSON, shape or type."""
     if len(frame) > MAX_EVENT_BYTES:
-        raise DialectError("event_too_large",
-                           f"an event may have at most {MAX_EVENT_BYTES} bytes")
+        raise DialectError("event_too_large", f"an event may have at most {MAX_EVENT_BYTES} bytes")
     try:
         data = orjson.loads(frame)
     except orjson.JSONDecodeError:
         raise DialectError("invalid_json", "the frame is not valid JSON") from None
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
-        raise DialectError("bad_event", "an event must be a JSON object with a string type",
-                           param="type")
+        raise DialectError(
+            "bad_event", "an event must be a JSON object with a string type", param="type"
+        )
     event_id = data.get("event_id")
     event_id = event_id if isinstance(event_id, str) else ""
     if data["type"] not in ce.CLIENT_EVENT_TYPES:
-        raise DialectError("unknown_event", f"unknown event type {data['type']!r}",
-                           param="type", event_id=event_id)
+        raise DialectError(
+            "unknown_event", f"unknown event type {data['type']!r}", param="type", event_id=event_id
+        )
     try:
         return ce.CLIENT_EVENT.validate_python(data)
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         # The first location element is the union tag; the rest is the field path.
         param = ".".join(str(part) for part in first["loc"][1:])
-        raise DialectError("bad_event", f"{param or 'event'}: {first['msg']}", param=param,
-                           event_id=event_id) from None
+        raise DialectError(
+            "bad_event", f"{param or 'event'}: {first['msg']}", param=param, event_id=event_id
+        ) from None
 
 
 def _b64(text: str, param: str) -> bytes:
@@ -78,9 +88,14 @@ def open_request(patch: ce.SessionPatch | None = None, *, model: str = "") -> pb
 
 def resume_request(event: ce.SessionResume) -> pb.ConverseRequest:
     """Builds the ``resume_session`` for a connection whose first message resumes."""
-    return pb.ConverseRequest(event_id=event.event_id, resume_session=pb.ResumeSession(
-        session_id=event.session_id, resume_token=event.resume_token,
-        last_received_seq=event.last_received_server_event_seq))
+    return pb.ConverseRequest(
+        event_id=event.event_id,
+        resume_session=pb.ResumeSession(
+            session_id=event.session_id,
+            resume_token=event.resume_token,
+            last_received_seq=event.last_received_server_event_seq,
+        ),
+    )
 
 
 def is_numbered(request: pb.ConverseRequest) -> bool:
@@ -89,8 +104,9 @@ def is_numbered(request: pb.ConverseRequest) -> bool:
 
 
 def _session_update(event: ce.SessionUpdate) -> pb.ConverseRequest:
-    return pb.ConverseRequest(update_session=pb.UpdateSession(
-        config=config_from_patch(event.session)))
+    return pb.ConverseRequest(
+        update_session=pb.UpdateSession(config=config_from_patch(event.session))
+    )
 
 
 def _append(event: ce.InputAudioAppend) -> pb.ConverseRequest:
@@ -127,49 +143,71 @@ def _response_create(event: ce.ResponseCreate) -> pb.ConverseRequest:
     return pb.ConverseRequest(create_response=create)
 
 
-_ROLES = {"user": pb.ITEM_ROLE_USER, "assistant": pb.ITEM_ROLE_ASSISTANT,
-          "system": pb.ITEM_ROLE_SYSTEM}
-_CONTENT_TYPES = {"input_text": pb.CONTENT_TYPE_INPUT_TEXT, "text": pb.CONTENT_TYPE_INPUT_TEXT,
-                  "input_audio": pb.CONTENT_TYPE_INPUT_AUDIO,
-                  "output_text": pb.CONTENT_TYPE_OUTPUT_TEXT,
-                  "output_audio": pb.CONTENT_TYPE_OUTPUT_AUDIO}
+_ROLES = {
+    "user": pb.ITEM_ROLE_USER,
+    "assistant": pb.ITEM_ROLE_ASSISTANT,
+    "system": pb.ITEM_ROLE_SYSTEM,
+}
+_CONTENT_TYPES = {
+    "input_text": pb.CONTENT_TYPE_INPUT_TEXT,
+    "text": pb.CONTENT_TYPE_INPUT_TEXT,
+    "input_audio": pb.CONTENT_TYPE_INPUT_AUDIO,
+    "output_text": pb.CONTENT_TYPE_OUTPUT_TEXT,
+    "output_audio": pb.CONTENT_TYPE_OUTPUT_AUDIO,
+}
 
 
 def _item_create(event: ce.ItemCreate) -> pb.ConverseRequest:
     item = event.item
     if item.type != "message":
-        raise DialectError("unsupported_item_type",
-                           f"items of type {item.type!r} are not supported", param="item.type")
+        raise DialectError(
+            "unsupported_item_type",
+            f"items of type {item.type!r} are not supported",
+            param="item.type",
+        )
     parts = []
     for index, content in enumerate(item.content):
         kind = _CONTENT_TYPES.get(content.type)
         if kind is None:
-            raise DialectError("unsupported_content_type",
-                               f"content of type {content.type!r} is not supported",
-                               param=f"item.content.{index}.type")
+            raise DialectError(
+                "unsupported_content_type",
+                f"content of type {content.type!r} is not supported",
+                param=f"item.content.{index}.type",
+            )
         if content.audio:
             # The contract carries audio only through the input buffer, where it is metered.
-            raise DialectError("unsupported_content_type",
-                               "send audio with input_audio_buffer.append",
-                               param=f"item.content.{index}.audio")
-        parts.append(pb.ContentPart(type=kind, text=content.text or "",
-                                    transcript=content.transcript or ""))
-    return pb.ConverseRequest(create_conversation_item=pb.CreateConversationItem(
-        item=pb.ConversationItem(id=item.id, role=_ROLES[item.role], content=parts),
-        previous_item_id=event.previous_item_id or ""))
+            raise DialectError(
+                "unsupported_content_type",
+                "send audio with input_audio_buffer.append",
+                param=f"item.content.{index}.audio",
+            )
+        parts.append(
+            pb.ContentPart(type=kind, text=content.text or "", transcript=content.transcript or "")
+        )
+    return pb.ConverseRequest(
+        create_conversation_item=pb.CreateConversationItem(
+            item=pb.ConversationItem(id=item.id, role=_ROLES[item.role], content=parts),
+            previous_item_id=event.previous_item_id or "",
+        )
+    )
 
 
 def _playback_ack(event: ce.PlaybackAck) -> pb.ConverseRequest:
-    ack = pb.AckPlayback(played_ms=event.played_ms, response_id=event.response_id,
-                         item_id=event.item_id, truncate=event.truncate)
+    ack = pb.AckPlayback(
+        played_ms=event.played_ms,
+        response_id=event.response_id,
+        item_id=event.item_id,
+        truncate=event.truncate,
+    )
     if event.committed_ms is not None:
         ack.committed_ms = event.committed_ms
     return pb.ConverseRequest(ack_playback=ack)
 
 
 def _resume_later(event: ce.SessionResume) -> pb.ConverseRequest:
-    raise DialectError("unsupported_session_resume",
-                       "session.resume must be the first message of a new connection")
+    raise DialectError(
+        "unsupported_session_resume", "session.resume must be the first message of a new connection"
+    )
 
 
 _TRANSLATORS: dict[type[Any], Callable[[Any], pb.ConverseRequest]] = {
@@ -178,29 +216,36 @@ _TRANSLATORS: dict[type[Any], Callable[[Any], pb.ConverseRequest]] = {
     ce.InputAudioCommit: _commit,
     ce.InputAudioClear: lambda e: pb.ConverseRequest(clear_input_audio=pb.ClearInputAudio()),
     ce.OutputAudioClear: lambda e: pb.ConverseRequest(
-        clear_output_audio=pb.ClearOutputAudio(response_id=e.response_id)),
+        clear_output_audio=pb.ClearOutputAudio(response_id=e.response_id)
+    ),
     ce.ResponseCreate: _response_create,
     ce.ResponseCancel: lambda e: pb.ConverseRequest(
-        cancel_response=pb.CancelResponse(response_id=e.response_id)),
+        cancel_response=pb.CancelResponse(response_id=e.response_id)
+    ),
     ce.ItemCreate: _item_create,
     ce.ItemRetrieve: lambda e: pb.ConverseRequest(
-        retrieve_conversation_item=pb.RetrieveConversationItem(item_id=e.item_id)),
+        retrieve_conversation_item=pb.RetrieveConversationItem(item_id=e.item_id)
+    ),
     ce.ItemDelete: lambda e: pb.ConverseRequest(
-        delete_conversation_item=pb.DeleteConversationItem(item_id=e.item_id)),
+        delete_conversation_item=pb.DeleteConversationItem(item_id=e.item_id)
+    ),
     ce.ItemTruncate: lambda e: pb.ConverseRequest(
         truncate_conversation_item=pb.TruncateConversationItem(
-            item_id=e.item_id, content_index=e.content_index, audio_end_ms=e.audio_end_ms)),
+            item_id=e.item_id, content_index=e.content_index, audio_end_ms=e.audio_end_ms
+        )
+    ),
     ce.SessionResume: _resume_later,
     ce.SessionEventAck: lambda e: pb.ConverseRequest(
-        ack_events=pb.AckEvents(seq=e.server_event_seq)),
+        ack_events=pb.AckEvents(seq=e.server_event_seq)
+    ),
     ce.SessionHeartbeat: lambda e: pb.ConverseRequest(heartbeat=pb.Heartbeat()),
-    ce.SessionClose: lambda e: pb.ConverseRequest(
-        close_session=pb.CloseSession(reason=e.reason)),
+    ce.SessionClose: lambda e: pb.ConverseRequest(close_session=pb.CloseSession(reason=e.reason)),
     ce.PlaybackAck: _playback_ack,
     ce.InputCancel: lambda e: pb.ConverseRequest(cancel_input=pb.CancelInput()),
     ce.BargeIn: lambda e: pb.ConverseRequest(barge_in=pb.BargeIn()),
     ce.InputTextAppend: lambda e: pb.ConverseRequest(
-        append_input_text=pb.AppendInputText(text=e.text)),
+        append_input_text=pb.AppendInputText(text=e.text)
+    ),
 }
 
 

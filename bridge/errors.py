@@ -9,8 +9,15 @@ class DialectError(Exception):
     It becomes OpenAI's nested ``error`` event with ``code``; the websocket stays open.
     """
 
-    def __init__(self, code: str, message: str, *, param: str = "", event_id: str = "",
-                 error_type: str = "invalid_request_error") -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        param: str = "",
+        event_id: str = "",
+        error_type: str = "invalid_request_error",
+    ) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message

@@ -44,32 +44,54 @@ MAX_AUDIO_DELTA_BYTES = 96_000
 _OPEN_RESPONSES_KEPT = 16
 _INPUT_ITEMS_KEPT = 64
 
-ERROR_TYPES = {pb.ERROR_TYPE_INVALID_REQUEST: "invalid_request_error",
-               pb.ERROR_TYPE_RATE_LIMIT: "rate_limit_error",
-               pb.ERROR_TYPE_SERVER: "server_error"}
-_ROLE_NAMES = {pb.ITEM_ROLE_USER: "user", pb.ITEM_ROLE_ASSISTANT: "assistant",
-               pb.ITEM_ROLE_SYSTEM: "system"}
-_ITEM_STATUS = {pb.ITEM_STATUS_IN_PROGRESS: "in_progress",
-                pb.ITEM_STATUS_COMPLETED: "completed",
-                pb.ITEM_STATUS_INCOMPLETE: "incomplete"}
-_RESPONSE_STATUS = {pb.RESPONSE_STATUS_IN_PROGRESS: "in_progress",
-                    pb.RESPONSE_STATUS_COMPLETED: "completed",
-                    pb.RESPONSE_STATUS_CANCELLED: "cancelled",
-                    pb.RESPONSE_STATUS_FAILED: "failed",
-                    pb.RESPONSE_STATUS_INCOMPLETE: "incomplete"}
+ERROR_TYPES = {
+    pb.ERROR_TYPE_INVALID_REQUEST: "invalid_request_error",
+    pb.ERROR_TYPE_RATE_LIMIT: "rate_limit_error",
+    pb.ERROR_TYPE_SERVER: "server_error",
+}
+_ROLE_NAMES = {
+    pb.ITEM_ROLE_USER: "user",
+    pb.ITEM_ROLE_ASSISTANT: "assistant",
+    pb.ITEM_ROLE_SYSTEM: "system",
+}
+_ITEM_STATUS = {
+    pb.ITEM_STATUS_IN_PROGRESS: "in_progress",
+    pb.ITEM_STATUS_COMPLETED: "completed",
+    pb.ITEM_STATUS_INCOMPLETE: "incomplete",
+}
+_RESPONSE_STATUS = {
+    pb.RESPONSE_STATUS_IN_PROGRESS: "in_progress",
+    pb.RESPONSE_STATUS_COMPLETED: "completed",
+    pb.RESPONSE_STATUS_CANCELLED: "cancelled",
+    pb.RESPONSE_STATUS_FAILED: "failed",
+    pb.RESPONSE_STATUS_INCOMPLETE: "incomplete",
+}
 # Our status reasons in OpenAI's vocabulary; the exact one travels as `detail`.
-_REASONS = {"barge_in": "turn_detected", "turn_detected": "turn_detected",
-            "client_cancelled": "client_cancelled", "output_audio_cleared": "client_cancelled",
-            "max_output_tokens": "max_output_tokens"}
-_EXPIRY = {pb.EXPIRY_REASON_DISCONNECT_GRACE: "disconnect_grace_expired",
-           pb.EXPIRY_REASON_IDLE_TIMEOUT: "idle_ttl_expired",
-           pb.EXPIRY_REASON_ENGINE_FAILURE: "engine_failure"}
-_RESYNC = {pb.RESYNC_REASON_JOURNAL_GAP: "journal_gap",
-           pb.RESYNC_REASON_JOURNAL_OVERFLOW: "journal_overflow"}
-_OVERLAP_POLICY = {pb.OVERLAP_POLICY_LISTEN_ONLY: "listen_only",
-                   pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH: "barge_in_on_speech"}
-_OVERLAP_ACTION = {pb.OVERLAP_ACTION_DROP: "drop", pb.OVERLAP_ACTION_LISTEN: "listen",
-                   pb.OVERLAP_ACTION_BARGE_IN: "barge_in"}
+_REASONS = {
+    "barge_in": "turn_detected",
+    "turn_detected": "turn_detected",
+    "client_cancelled": "client_cancelled",
+    "output_audio_cleared": "client_cancelled",
+    "max_output_tokens": "max_output_tokens",
+}
+_EXPIRY = {
+    pb.EXPIRY_REASON_DISCONNECT_GRACE: "disconnect_grace_expired",
+    pb.EXPIRY_REASON_IDLE_TIMEOUT: "idle_ttl_expired",
+    pb.EXPIRY_REASON_ENGINE_FAILURE: "engine_failure",
+}
+_RESYNC = {
+    pb.RESYNC_REASON_JOURNAL_GAP: "journal_gap",
+    pb.RESYNC_REASON_JOURNAL_OVERFLOW: "journal_overflow",
+}
+_OVERLAP_POLICY = {
+    pb.OVERLAP_POLICY_LISTEN_ONLY: "listen_only",
+    pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH: "barge_in_on_speech",
+}
+_OVERLAP_ACTION = {
+    pb.OVERLAP_ACTION_DROP: "drop",
+    pb.OVERLAP_ACTION_LISTEN: "listen",
+    pb.OVERLAP_ACTION_BARGE_IN: "barge_in",
+}
 
 
 def random_event_id() -> str:
@@ -77,12 +99,26 @@ def random_event_id() -> str:
     return f"event_{uuid.uuid4().hex[:24]}"
 
 
-def error_json(code: str, message: str, *, error_type: str = "invalid_request_error",
-               param: str = "", event_id: str = "") -> Event:
+def error_json(
+    code: str,
+    message: str,
+    *,
+    error_type: str = "invalid_request_error",
+    param: str = "",
+    event_id: str = "",
+) -> Event:
     """OpenAI's nested error event, for refusals the bridge makes itself."""
-    return {"type": "error", "event_id": random_event_id(),
-            "error": {"type": error_type, "code": code, "message": message,
-                      "param": param or None, "event_id": event_id or None}}
+    return {
+        "type": "error",
+        "event_id": random_event_id(),
+        "error": {
+            "type": error_type,
+            "code": code,
+            "message": message,
+            "param": param or None,
+            "event_id": event_id or None,
+        },
+    }
 
 
 def _ms(value: float) -> int:
@@ -91,7 +127,7 @@ def _ms(value: float) -> int:
 
 def item_json(item: pb.ConversationItem) -> Event:
     """Renders a conversation item as a Realtime ``message`` item."""
-    content = []
+    content: list[Event] = []
     for part in item.content:
         if part.type == pb.CONTENT_TYPE_INPUT_TEXT:
             content.append({"type": "input_text", "text": part.text})
@@ -101,8 +137,13 @@ def item_json(item: pb.ConversationItem) -> Event:
             content.append({"type": "output_text", "text": part.text})
         elif part.type == pb.CONTENT_TYPE_OUTPUT_AUDIO:
             content.append({"type": "output_audio", "transcript": part.transcript})
-    out: Event = {"id": item.id, "object": "realtime.item", "type": "message",
-                  "role": _ROLE_NAMES.get(item.role, "user"), "content": content}
+    out: Event = {
+        "id": item.id,
+        "object": "realtime.item",
+        "type": "message",
+        "role": _ROLE_NAMES.get(item.role, "user"),
+        "content": content,
+    }
     if item.status in _ITEM_STATUS:
         out["status"] = _ITEM_STATUS[item.status]
     return out
@@ -131,43 +172,74 @@ class ServerDialect:
         self._input_ms: collections.OrderedDict[str, float] = collections.OrderedDict()
         self._handlers: dict[str, Callable[[Any], list[Event]]] = {
             "session_created": self._session_created,
-            "session_updated": lambda e: [{"type": "session.updated",
-                                           "session": session_json(e.session)}],
+            "session_updated": lambda e: [
+                {"type": "session.updated", "session": session_json(e.session)}
+            ],
             "session_resumed": self._session_resumed,
-            "session_replaced": lambda e: [{"type": "session.replaced",
-                                            "session_id": e.session_id,
-                                            "attachment_generation": e.attachment_generation}],
-            "resync_required": lambda e: [{"type": "session.resync_required",
-                                           "session_id": e.session_id,
-                                           "reason": _RESYNC.get(e.reason, "journal_gap")}],
-            "session_expired": lambda e: [{"type": "session.expired",
-                                           "session_id": e.session_id,
-                                           "reason": _EXPIRY.get(e.reason, "expired")}],
-            "session_closed": lambda e: [{"type": "session.closed",
-                                          "session_id": e.session_id, "reason": e.reason}],
-            "heartbeat_ack": lambda e: [{"type": "session.heartbeat_ack",
-                                         "session_id": e.session_id}],
-            "going_away": lambda e: [{"type": "session.going_away",
-                                      "time_left_ms": e.time_left.ToMilliseconds(),
-                                      "reason": e.reason}],
-            "speech_started": lambda e: [{"type": "input_audio_buffer.speech_started",
-                                          "audio_start_ms": _ms(e.audio_start_ms),
-                                          "item_id": e.item_id}],
-            "speech_stopped": lambda e: [{"type": "input_audio_buffer.speech_stopped",
-                                          "audio_end_ms": _ms(e.audio_end_ms),
-                                          "item_id": e.item_id}],
+            "session_replaced": lambda e: [
+                {
+                    "type": "session.replaced",
+                    "session_id": e.session_id,
+                    "attachment_generation": e.attachment_generation,
+                }
+            ],
+            "resync_required": lambda e: [
+                {
+                    "type": "session.resync_required",
+                    "session_id": e.session_id,
+                    "reason": _RESYNC.get(e.reason, "journal_gap"),
+                }
+            ],
+            "session_expired": lambda e: [
+                {
+                    "type": "session.expired",
+                    "session_id": e.session_id,
+                    "reason": _EXPIRY.get(e.reason, "expired"),
+                }
+            ],
+            "session_closed": lambda e: [
+                {"type": "session.closed", "session_id": e.session_id, "reason": e.reason}
+            ],
+            "heartbeat_ack": lambda e: [
+                {"type": "session.heartbeat_ack", "session_id": e.session_id}
+            ],
+            "going_away": lambda e: [
+                {
+                    "type": "session.going_away",
+                    "time_left_ms": e.time_left.ToMilliseconds(),
+                    "reason": e.reason,
+                }
+            ],
+            "speech_started": lambda e: [
+                {
+                    "type": "input_audio_buffer.speech_started",
+                    "audio_start_ms": _ms(e.audio_start_ms),
+                    "item_id": e.item_id,
+                }
+            ],
+            "speech_stopped": lambda e: [
+                {
+                    "type": "input_audio_buffer.speech_stopped",
+                    "audio_end_ms": _ms(e.audio_end_ms),
+                    "item_id": e.item_id,
+                }
+            ],
             "input_committed": self._input_committed,
             "input_cleared": lambda e: [{"type": "input_audio_buffer.cleared"}],
             "item_added": lambda e: self._item("conversation.item.added", e),
             "item_done": lambda e: self._item("conversation.item.done", e),
-            "item_retrieved": lambda e: [{"type": "conversation.item.retrieved",
-                                          "item": item_json(e.item)}],
-            "item_deleted": lambda e: [{"type": "conversation.item.deleted",
-                                        "item_id": e.item_id}],
-            "item_truncated": lambda e: [{"type": "conversation.item.truncated",
-                                          "item_id": e.item_id,
-                                          "content_index": e.content_index,
-                                          "audio_end_ms": _ms(e.audio_end_ms)}],
+            "item_retrieved": lambda e: [
+                {"type": "conversation.item.retrieved", "item": item_json(e.item)}
+            ],
+            "item_deleted": lambda e: [{"type": "conversation.item.deleted", "item_id": e.item_id}],
+            "item_truncated": lambda e: [
+                {
+                    "type": "conversation.item.truncated",
+                    "item_id": e.item_id,
+                    "content_index": e.content_index,
+                    "audio_end_ms": _ms(e.audio_end_ms),
+                }
+            ],
             "input_transcription": self._input_transcription,
             "response_created": self._response_created,
             "output_audio_delta": self._audio_delta,
@@ -175,15 +247,21 @@ class ServerDialect:
             "output_text_delta": self._text_delta,
             "response_done": lambda e: self._response_done(e.response),
             "response_listen": self._response_listen,
-            "response_speak": lambda e: [{"type": "response.speak",
-                                          "response_id": e.response_id, "item_id": e.item_id}],
+            "response_speak": lambda e: [
+                {"type": "response.speak", "response_id": e.response_id, "item_id": e.item_id}
+            ],
             "playback_acknowledged": self._playback_acknowledged,
-            "output_audio_cleared": lambda e: [{"type": "output_audio_buffer.cleared",
-                                                "response_id": e.response_id}],
-            "overlap_decision": lambda e: [{"type": "overlap.decision",
-                                            "policy": _OVERLAP_POLICY.get(e.policy),
-                                            "action": _OVERLAP_ACTION.get(e.action),
-                                            "reason": e.reason}],
+            "output_audio_cleared": lambda e: [
+                {"type": "output_audio_buffer.cleared", "response_id": e.response_id}
+            ],
+            "overlap_decision": lambda e: [
+                {
+                    "type": "overlap.decision",
+                    "policy": _OVERLAP_POLICY.get(e.policy),
+                    "action": _OVERLAP_ACTION.get(e.action),
+                    "reason": e.reason,
+                }
+            ],
             "error": self._error,
         }
 
@@ -211,22 +289,37 @@ class ServerDialect:
 
     def _session_created(self, e: pb.SessionCreated) -> list[Event]:
         self._bind(e.session.id)
-        return [{"type": "session.created", "session": session_json(e.session),
-                 "resume_token": e.resume_token,
-                 "attachment_generation": e.attachment_generation,
-                 "capabilities": capabilities_json(e.capabilities)}]
+        return [
+            {
+                "type": "session.created",
+                "session": session_json(e.session),
+                "resume_token": e.resume_token,
+                "attachment_generation": e.attachment_generation,
+                "capabilities": capabilities_json(e.capabilities),
+            }
+        ]
 
     def _session_resumed(self, e: pb.SessionResumed) -> list[Event]:
         self._bind(e.session.id)
-        return [{"type": "session.resumed", "session_id": e.session.id,
-                 "session": session_json(e.session), "resume_token": e.resume_token,
-                 "attachment_generation": e.attachment_generation,
-                 "replayed_events": e.replayed_events}]
+        return [
+            {
+                "type": "session.resumed",
+                "session_id": e.session.id,
+                "session": session_json(e.session),
+                "resume_token": e.resume_token,
+                "attachment_generation": e.attachment_generation,
+                "replayed_events": e.replayed_events,
+            }
+        ]
 
     def _error(self, e: pb.Error) -> list[Event]:
-        body: Event = {"type": ERROR_TYPES.get(e.type, "invalid_request_error"),
-                       "code": e.code, "message": e.message, "param": e.param or None,
-                       "event_id": e.event_id or None}
+        body: Event = {
+            "type": ERROR_TYPES.get(e.type, "invalid_request_error"),
+            "code": e.code,
+            "message": e.message,
+            "param": e.param or None,
+            "event_id": e.event_id or None,
+        }
         if e.retryable:
             body["retryable"] = True
             body["retry_after_ms"] = e.retry_after.ToMilliseconds()
@@ -238,20 +331,36 @@ class ServerDialect:
         self._input_ms[e.item_id] = e.audio_duration_ms
         if len(self._input_ms) > _INPUT_ITEMS_KEPT:
             self._input_ms.popitem(last=False)
-        return [{"type": "input_audio_buffer.committed", "item_id": e.item_id,
-                 "previous_item_id": e.previous_item_id or None}]
+        return [
+            {
+                "type": "input_audio_buffer.committed",
+                "item_id": e.item_id,
+                "previous_item_id": e.previous_item_id or None,
+            }
+        ]
 
     def _input_transcription(self, e: pb.InputTranscription) -> list[Event]:
         seconds = self._input_ms.get(e.item_id, 0.0) / 1000
-        return [{"type": "conversation.item.input_audio_transcription.completed",
-                 "item_id": e.item_id, "content_index": e.content_index,
-                 "transcript": e.transcript, "usage": {"type": "duration", "seconds": seconds}}]
+        return [
+            {
+                "type": "conversation.item.input_audio_transcription.completed",
+                "item_id": e.item_id,
+                "content_index": e.content_index,
+                "transcript": e.transcript,
+                "usage": {"type": "duration", "seconds": seconds},
+            }
+        ]
 
     def _item(self, kind: str, e: pb.ItemAdded | pb.ItemDone) -> list[Event]:
         if e.item.id in self._announced:
             return []  # the response expansion already announced this assistant item
-        return [{"type": kind, "item": item_json(e.item),
-                 "previous_item_id": e.previous_item_id or None}]
+        return [
+            {
+                "type": kind,
+                "item": item_json(e.item),
+                "previous_item_id": e.previous_item_id or None,
+            }
+        ]
 
     # -- responses -----------------------------------------------------------------------
 
@@ -271,17 +380,32 @@ class ServerDialect:
             if len(book) > _OPEN_RESPONSES_KEPT:
                 book.popitem(last=False)
         rid = response.id
-        item = {"id": item_id, "object": "realtime.item", "type": "message",
-                "role": "assistant", "status": "in_progress", "content": []}
-        part = ({"type": "audio", "transcript": ""} if state.audio
-                else {"type": "text", "text": ""})
+        item = {
+            "id": item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        part = {"type": "audio", "transcript": ""} if state.audio else {"type": "text", "text": ""}
         return [
             {"type": "response.created", "response": self._response_json(response, [])},
             {"type": "conversation.item.added", "item": item, "previous_item_id": None},
-            {"type": "response.output_item.added", "response_id": rid, "output_index": 0,
-             "item": item},
-            {"type": "response.content_part.added", "response_id": rid, "item_id": item_id,
-             "output_index": 0, "content_index": 0, "part": part},
+            {
+                "type": "response.output_item.added",
+                "response_id": rid,
+                "output_index": 0,
+                "item": item,
+            },
+            {
+                "type": "response.content_part.added",
+                "response_id": rid,
+                "item_id": item_id,
+                "output_index": 0,
+                "content_index": 0,
+                "part": part,
+            },
         ]
 
     def _audio_delta(self, e: pb.OutputAudioDelta) -> list[Event]:
@@ -289,21 +413,35 @@ class ServerDialect:
         ms_per_byte = e.duration_ms / len(audio) if audio else 0.0
         out = []
         for start in range(0, max(len(audio), 1), step):
-            chunk = audio[start:start + step]
-            out.append({"type": "response.output_audio.delta", "response_id": e.response_id,
-                        "item_id": e.item_id, "output_index": 0, "content_index": 0,
-                        "delta": binascii.b2a_base64(chunk, newline=False).decode("ascii"),
-                        "start_ms": e.start_ms + start * ms_per_byte,
-                        "duration_ms": len(chunk) * ms_per_byte})
+            chunk = audio[start : start + step]
+            out.append(
+                {
+                    "type": "response.output_audio.delta",
+                    "response_id": e.response_id,
+                    "item_id": e.item_id,
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": binascii.b2a_base64(chunk, newline=False).decode("ascii"),
+                    "start_ms": e.start_ms + start * ms_per_byte,
+                    "duration_ms": len(chunk) * ms_per_byte,
+                }
+            )
         return out
 
     def _transcript_delta(self, e: pb.OutputAudioTranscriptDelta) -> list[Event]:
         state = self._open.get(e.response_id)
         if state is not None:
             state.transcript.append(e.delta)
-        return [{"type": "response.output_audio_transcript.delta",
-                 "response_id": e.response_id, "item_id": e.item_id, "output_index": 0,
-                 "content_index": 0, "delta": e.delta}]
+        return [
+            {
+                "type": "response.output_audio_transcript.delta",
+                "response_id": e.response_id,
+                "item_id": e.item_id,
+                "output_index": 0,
+                "content_index": 0,
+                "delta": e.delta,
+            }
+        ]
 
     def _text_delta(self, e: pb.OutputTextDelta) -> list[Event]:
         state = self._open.get(e.response_id)
@@ -311,34 +449,56 @@ class ServerDialect:
             state.text.append(e.delta)
         # A response with audio carries its text in the transcript; text sits after it.
         index = 1 if state is not None and state.audio else 0
-        return [{"type": "response.output_text.delta", "response_id": e.response_id,
-                 "item_id": e.item_id, "output_index": 0, "content_index": index,
-                 "delta": e.delta}]
+        return [
+            {
+                "type": "response.output_text.delta",
+                "response_id": e.response_id,
+                "item_id": e.item_id,
+                "output_index": 0,
+                "content_index": index,
+                "delta": e.delta,
+            }
+        ]
 
     def _response_listen(self, e: pb.ResponseListen) -> list[Event]:
-        out: list[Event] = [{"type": "response.listen", "response_id": e.response_id or None,
-                             "reason": e.reason}]
+        out: list[Event] = [
+            {"type": "response.listen", "response_id": e.response_id or None, "reason": e.reason}
+        ]
         if e.response_id in self._open:
             # The listen ends a response that was announced: close it as OpenAI clients expect.
-            out.extend(self._response_done(pb.Response(
-                id=e.response_id, status=pb.RESPONSE_STATUS_COMPLETED,
-                status_reason="model_listen")))
+            out.extend(
+                self._response_done(
+                    pb.Response(
+                        id=e.response_id,
+                        status=pb.RESPONSE_STATUS_COMPLETED,
+                        status_reason="model_listen",
+                    )
+                )
+            )
         return out
 
     def _final_item(self, response: pb.Response, state: _Response) -> Event:
         for item in response.output:
             if item.role == pb.ITEM_ROLE_ASSISTANT:
                 return item_json(item)
-        status = "completed" if response.status in (pb.RESPONSE_STATUS_COMPLETED,
-                                                    pb.RESPONSE_STATUS_UNSPECIFIED) else (
-            "incomplete")
+        status = (
+            "completed"
+            if response.status in (pb.RESPONSE_STATUS_COMPLETED, pb.RESPONSE_STATUS_UNSPECIFIED)
+            else ("incomplete")
+        )
         content: list[Event] = []
         if state.audio:
             content.append({"type": "output_audio", "transcript": "".join(state.transcript)})
         if state.text or not state.audio:
             content.append({"type": "output_text", "text": "".join(state.text)})
-        return {"id": state.item_id, "object": "realtime.item", "type": "message",
-                "role": "assistant", "status": status, "content": content}
+        return {
+            "id": state.item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "assistant",
+            "status": status,
+            "content": content,
+        }
 
     def _response_done(self, response: pb.Response) -> list[Event]:
         first_item_id = response.output[0].id if response.output else ""
@@ -349,32 +509,61 @@ class ServerDialect:
         out: list[Event] = []
         for index, part in enumerate(item["content"]):
             if part["type"] == "output_audio":
-                out.append({"type": "response.output_audio.done", **ids,
-                            "content_index": index})
-                out.append({"type": "response.output_audio_transcript.done", **ids,
-                            "content_index": index, "transcript": part["transcript"]})
+                out.append({"type": "response.output_audio.done", **ids, "content_index": index})
+                out.append(
+                    {
+                        "type": "response.output_audio_transcript.done",
+                        **ids,
+                        "content_index": index,
+                        "transcript": part["transcript"],
+                    }
+                )
                 done_part = {"type": "audio", "transcript": part["transcript"]}
             else:
-                out.append({"type": "response.output_text.done", **ids,
-                            "content_index": index, "text": part["text"]})
+                out.append(
+                    {
+                        "type": "response.output_text.done",
+                        **ids,
+                        "content_index": index,
+                        "text": part["text"],
+                    }
+                )
                 done_part = {"type": "text", "text": part["text"]}
-            out.append({"type": "response.content_part.done", **ids, "content_index": index,
-                        "part": done_part})
-        out.append({"type": "response.output_item.done", "response_id": rid,
-                    "output_index": 0, "item": item})
+            out.append(
+                {
+                    "type": "response.content_part.done",
+                    **ids,
+                    "content_index": index,
+                    "part": done_part,
+                }
+            )
+        out.append(
+            {
+                "type": "response.output_item.done",
+                "response_id": rid,
+                "output_index": 0,
+                "item": item,
+            }
+        )
         out.append({"type": "conversation.item.done", "item": item, "previous_item_id": None})
         out.append({"type": "response.done", "response": self._response_json(response, [item])})
         return out
 
     def _response_json(self, response: pb.Response, output: list[Event]) -> Event:
         status = _RESPONSE_STATUS.get(response.status, "completed")
-        out: Event = {"id": response.id, "object": "realtime.response", "status": status,
-                      "status_details": None, "output": output,
-                      "output_modalities": [MODALITY_NAMES[m] for m in response.output_modalities
-                                            if m in MODALITY_NAMES] or ["audio"],
-                      "usage": None}
-        if status not in ("in_progress", "completed") or response.status_reason not in (
-                "", "stop"):
+        out: Event = {
+            "id": response.id,
+            "object": "realtime.response",
+            "status": status,
+            "status_details": None,
+            "output": output,
+            "output_modalities": [
+                MODALITY_NAMES[m] for m in response.output_modalities if m in MODALITY_NAMES
+            ]
+            or ["audio"],
+            "usage": None,
+        }
+        if status not in ("in_progress", "completed") or response.status_reason not in ("", "stop"):
             details: Event = {"type": status}
             reason = response.status_reason
             if status == "failed":
@@ -386,23 +575,34 @@ class ServerDialect:
             out["status_details"] = details
         if response.HasField("usage"):
             usage = response.usage
-            out["usage"] = {"input_tokens": usage.input_tokens,
-                            "output_tokens": usage.output_tokens,
-                            "total_tokens": usage.input_tokens + usage.output_tokens,
-                            "input_audio_ms": usage.input_audio_ms,
-                            "output_audio_ms": usage.output_audio_ms}
+            out["usage"] = {
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "total_tokens": usage.input_tokens + usage.output_tokens,
+                "input_audio_ms": usage.input_audio_ms,
+                "output_audio_ms": usage.output_audio_ms,
+            }
         if response.HasField("latency"):
             latency = response.latency
-            out["latency"] = {"first_text_ms": latency.first_text_ms,
-                              "first_audio_ms": latency.first_audio_ms,
-                              "total_ms": latency.total_ms,
-                              "real_time_factor": latency.real_time_factor}
+            out["latency"] = {
+                "first_text_ms": latency.first_text_ms,
+                "first_audio_ms": latency.first_audio_ms,
+                "total_ms": latency.total_ms,
+                "real_time_factor": latency.real_time_factor,
+            }
         return out
 
     # -- other ---------------------------------------------------------------------------
 
     def _playback_acknowledged(self, e: pb.PlaybackAcknowledged) -> list[Event]:
-        return [{"type": "playback.acknowledged", "response_id": e.response_id,
-                 "item_id": e.item_id, "played_ms": e.played_ms,
-                 "committed_ms": e.committed_ms, "truncate": e.truncate,
-                 "history_committed": e.history_committed}]
+        return [
+            {
+                "type": "playback.acknowledged",
+                "response_id": e.response_id,
+                "item_id": e.item_id,
+                "played_ms": e.played_ms,
+                "committed_ms": e.committed_ms,
+                "truncate": e.truncate,
+                "history_committed": e.history_committed,
+            }
+        ]

@@ -118,18 +118,37 @@ class OverlapDecision(_Extension):
     reason: str
 
 
-_MODELS = (SessionResumed, SessionReplaced, SessionResyncRequired, SessionExpired,
-           SessionClosed, SessionHeartbeatAck, SessionGoingAway, ResponseListen, ResponseSpeak,
-           PlaybackAcknowledged, OverlapDecision)
+_MODELS = (
+    SessionResumed,
+    SessionReplaced,
+    SessionResyncRequired,
+    SessionExpired,
+    SessionClosed,
+    SessionHeartbeatAck,
+    SessionGoingAway,
+    ResponseListen,
+    ResponseSpeak,
+    PlaybackAcknowledged,
+    OverlapDecision,
+)
 ExtensionEvent = Annotated[
-    SessionResumed | SessionReplaced | SessionResyncRequired | SessionExpired | SessionClosed
-    | SessionHeartbeatAck | SessionGoingAway | ResponseListen | ResponseSpeak
-    | PlaybackAcknowledged | OverlapDecision,
+    SessionResumed
+    | SessionReplaced
+    | SessionResyncRequired
+    | SessionExpired
+    | SessionClosed
+    | SessionHeartbeatAck
+    | SessionGoingAway
+    | ResponseListen
+    | ResponseSpeak
+    | PlaybackAcknowledged
+    | OverlapDecision,
     Field(discriminator="type"),
 ]
 EXTENSION_EVENT: TypeAdapter[ExtensionEvent] = TypeAdapter(ExtensionEvent)
 EXTENSION_EVENT_TYPES = frozenset(
-    name for model in _MODELS for name in get_args(model.model_fields["type"].annotation))
+    name for model in _MODELS for name in get_args(model.model_fields["type"].annotation)
+)
 
 # Fields the bridge adds to events of OpenAI's own union, by event type ("*": every type).
 # OpenAI's models allow extra fields, so these never break a stock client.

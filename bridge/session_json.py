@@ -34,26 +34,56 @@ _ALAW = pb.AUDIO_ENCODING_G711_ALAW
 # Every spelling of an encoding that clients use: GA MIME types, beta names, and the
 # reference's aliases. Our own name for float PCM, which OpenAI lacks, is "audio/pcm-f32le".
 ENCODINGS: dict[str, pb.AudioEncoding.ValueType] = {
-    "audio/pcm": _PCM16, "pcm16": _PCM16, "pcm": _PCM16, "pcm_s16le": _PCM16, "s16le": _PCM16,
-    "audio/pcm-f32le": _F32, "pcm_f32le": _F32, "f32le": _F32,
-    "audio/pcmu": _ULAW, "g711_ulaw": _ULAW, "ulaw": _ULAW, "mulaw": _ULAW, "g711-ulaw": _ULAW,
-    "audio/pcma": _ALAW, "g711_alaw": _ALAW, "alaw": _ALAW, "g711-alaw": _ALAW,
+    "audio/pcm": _PCM16,
+    "pcm16": _PCM16,
+    "pcm": _PCM16,
+    "pcm_s16le": _PCM16,
+    "s16le": _PCM16,
+    "audio/pcm-f32le": _F32,
+    "pcm_f32le": _F32,
+    "f32le": _F32,
+    "audio/pcmu": _ULAW,
+    "g711_ulaw": _ULAW,
+    "ulaw": _ULAW,
+    "mulaw": _ULAW,
+    "g711-ulaw": _ULAW,
+    "audio/pcma": _ALAW,
+    "g711_alaw": _ALAW,
+    "alaw": _ALAW,
+    "g711-alaw": _ALAW,
 }
-_FORMAT_TYPES = {_PCM16: "audio/pcm", _F32: "audio/pcm-f32le", _ULAW: "audio/pcmu",
-                 _ALAW: "audio/pcma"}
-MODALITIES: dict[str, pb.Modality.ValueType] = {"audio": pb.MODALITY_AUDIO,
-                                                "text": pb.MODALITY_TEXT}
+_FORMAT_TYPES = {
+    _PCM16: "audio/pcm",
+    _F32: "audio/pcm-f32le",
+    _ULAW: "audio/pcmu",
+    _ALAW: "audio/pcma",
+}
+MODALITIES: dict[str, pb.Modality.ValueType] = {
+    "audio": pb.MODALITY_AUDIO,
+    "text": pb.MODALITY_TEXT,
+}
 MODALITY_NAMES = {value: name for name, value in MODALITIES.items()}
-_OVERLAP = {"listen_only": pb.OVERLAP_POLICY_LISTEN_ONLY,
-            "barge_in_on_speech": pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH}
+_OVERLAP = {
+    "listen_only": pb.OVERLAP_POLICY_LISTEN_ONLY,
+    "barge_in_on_speech": pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH,
+}
 _OVERLAP_NAMES = {value: name for name, value in _OVERLAP.items()}
-_COMMIT = {"commit_all_on_done": pb.PLAYBACK_COMMIT_POLICY_COMMIT_ALL_ON_DONE,
-           "ack_only": pb.PLAYBACK_COMMIT_POLICY_ACK_ONLY}
+_COMMIT = {
+    "commit_all_on_done": pb.PLAYBACK_COMMIT_POLICY_COMMIT_ALL_ON_DONE,
+    "ack_only": pb.PLAYBACK_COMMIT_POLICY_ACK_ONLY,
+}
 _COMMIT_NAMES = {value: name for name, value in _COMMIT.items()}
-_STATE_NAMES = {pb.SESSION_STATE_ATTACHED: "attached", pb.SESSION_STATE_DETACHED: "detached",
-                pb.SESSION_STATE_CLOSED: "closed", pb.SESSION_STATE_EXPIRED: "expired"}
-_TURN_NAMES = {pb.TURN_STATE_IDLE: "idle", pb.TURN_STATE_USER_SPEAKING: "user_speaking",
-               pb.TURN_STATE_ASSISTANT_RESPONDING: "assistant_responding"}
+_STATE_NAMES = {
+    pb.SESSION_STATE_ATTACHED: "attached",
+    pb.SESSION_STATE_DETACHED: "detached",
+    pb.SESSION_STATE_CLOSED: "closed",
+    pb.SESSION_STATE_EXPIRED: "expired",
+}
+_TURN_NAMES = {
+    pb.TURN_STATE_IDLE: "idle",
+    pb.TURN_STATE_USER_SPEAKING: "user_speaking",
+    pb.TURN_STATE_ASSISTANT_RESPONDING: "assistant_responding",
+}
 # OpenAI's semantic VAD has no counterpart here; the engine's VAD ends turns instead.
 _VAD_TYPES = ("server_vad", "semantic_vad")
 
@@ -63,8 +93,9 @@ def audio_format(spec: FormatSpec, param: str) -> pb.AudioFormat:
     name, rate = (spec.type, spec.rate or 0) if isinstance(spec, FormatObject) else (spec, 0)
     encoding = ENCODINGS.get(name.lower())
     if encoding is None:
-        raise DialectError("unsupported_audio_format", f"unknown audio format {name!r}",
-                           param=param)
+        raise DialectError(
+            "unsupported_audio_format", f"unknown audio format {name!r}", param=param
+        )
     return pb.AudioFormat(encoding=encoding, sample_rate_hz=rate)
 
 
@@ -79,12 +110,17 @@ def _turn_detection(td: TurnDetectionJson | None) -> pb.TurnDetection:
     if td is None:
         return pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_NONE)
     if td.type not in _VAD_TYPES:
-        raise DialectError("unsupported_turn_detection", f"unknown turn detection {td.type!r}",
-                           param="turn_detection.type")
-    out = pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_SERVER_VAD,
-                           threshold=td.threshold or 0.0,
-                           prefix_padding_ms=td.prefix_padding_ms or 0,
-                           silence_duration_ms=td.silence_duration_ms or 0)
+        raise DialectError(
+            "unsupported_turn_detection",
+            f"unknown turn detection {td.type!r}",
+            param="turn_detection.type",
+        )
+    out = pb.TurnDetection(
+        type=pb.TURN_DETECTION_TYPE_SERVER_VAD,
+        threshold=td.threshold or 0.0,
+        prefix_padding_ms=td.prefix_padding_ms or 0,
+        silence_duration_ms=td.silence_duration_ms or 0,
+    )
     if td.create_response is not None:
         out.create_response = td.create_response
     if td.interrupt_response is not None:
@@ -95,16 +131,19 @@ def _turn_detection(td: TurnDetectionJson | None) -> pb.TurnDetection:
 def _transcription(tr: TranscriptionJson | None) -> pb.InputTranscriptionConfig:
     if tr is None:
         return pb.InputTranscriptionConfig(enabled=False)
-    return pb.InputTranscriptionConfig(enabled=True, model=tr.model or "",
-                                       language=tr.language or "")
+    return pb.InputTranscriptionConfig(
+        enabled=True, model=tr.model or "", language=tr.language or ""
+    )
 
 
 def config_from_patch(patch: SessionPatch) -> pb.SessionConfig:
     """Translates a ``session.update`` body into the fields of a partial SessionConfig."""
     if patch.type not in (None, "realtime"):
-        raise DialectError("unsupported_session_type",
-                           f"session type {patch.type!r} is not served here",
-                           param="session.type")
+        raise DialectError(
+            "unsupported_session_type",
+            f"session type {patch.type!r} is not served here",
+            param="session.type",
+        )
     config = pb.SessionConfig(model=patch.model or "")
     modalities = patch.output_modalities or patch.modalities or []
     config.output_modalities.extend(MODALITIES[name] for name in modalities)
@@ -114,12 +153,10 @@ def config_from_patch(patch: SessionPatch) -> pb.SessionConfig:
     audio_out = patch.audio.output if patch.audio else None
     in_format = (audio_in.format if audio_in else None) or patch.input_audio_format
     if in_format is not None:
-        config.input_audio_format.CopyFrom(audio_format(in_format,
-                                                        "session.audio.input.format"))
+        config.input_audio_format.CopyFrom(audio_format(in_format, "session.audio.input.format"))
     out_format = (audio_out.format if audio_out else None) or patch.output_audio_format
     if out_format is not None:
-        config.output_audio_format.CopyFrom(audio_format(out_format,
-                                                         "session.audio.output.format"))
+        config.output_audio_format.CopyFrom(audio_format(out_format, "session.audio.output.format"))
     voice = (audio_out.voice if audio_out else None) or patch.voice
     if voice is not None:
         config.voice = voice.id if isinstance(voice, VoiceId) else voice
@@ -132,12 +169,18 @@ def config_from_patch(patch: SessionPatch) -> pb.SessionConfig:
         config.input_transcription.CopyFrom(_transcription(audio_in.transcription))
     elif "input_audio_transcription" in patch.model_fields_set:
         config.input_transcription.CopyFrom(_transcription(patch.input_audio_transcription))
-    max_tokens = (patch.max_output_tokens if patch.max_output_tokens is not None
-                  else patch.max_response_output_tokens)
+    max_tokens = (
+        patch.max_output_tokens
+        if patch.max_output_tokens is not None
+        else patch.max_response_output_tokens
+    )
     if isinstance(max_tokens, int):  # "inf" is the default: nothing to cap
         if max_tokens <= 0:
-            raise DialectError("invalid_session_config", "max_output_tokens must be positive",
-                               param="session.max_output_tokens")
+            raise DialectError(
+                "invalid_session_config",
+                "max_output_tokens must be positive",
+                param="session.max_output_tokens",
+            )
         config.max_output_tokens = max_tokens
     if patch.temperature is not None:
         config.temperature = patch.temperature
@@ -157,11 +200,14 @@ def config_from_patch(patch: SessionPatch) -> pb.SessionConfig:
 def _turn_detection_json(td: pb.TurnDetection) -> dict[str, Any] | None:
     if td.type != pb.TURN_DETECTION_TYPE_SERVER_VAD:
         return None
-    return {"type": "server_vad", "threshold": td.threshold,
-            "prefix_padding_ms": td.prefix_padding_ms,
-            "silence_duration_ms": td.silence_duration_ms,
-            "create_response": td.create_response,
-            "interrupt_response": td.interrupt_response}
+    return {
+        "type": "server_vad",
+        "threshold": td.threshold,
+        "prefix_padding_ms": td.prefix_padding_ms,
+        "silence_duration_ms": td.silence_duration_ms,
+        "create_response": td.create_response,
+        "interrupt_response": td.interrupt_response,
+    }
 
 
 def session_json(session: pb.Session) -> dict[str, Any]:
@@ -176,20 +222,27 @@ def session_json(session: pb.Session) -> dict[str, Any]:
         "object": "realtime.session",
         "id": session.id,
         "model": config.model,
-        "output_modalities": [MODALITY_NAMES[m] for m in config.output_modalities
-                              if m in MODALITY_NAMES],
+        "output_modalities": [
+            MODALITY_NAMES[m] for m in config.output_modalities if m in MODALITY_NAMES
+        ],
         "audio": {
             "input": {
                 "format": format_json(config.input_audio_format),
                 "turn_detection": _turn_detection_json(config.turn_detection),
-                "transcription": ({"model": transcription.model or None,
-                                   "language": transcription.language or None}
-                                  if transcription.enabled else None),
+                "transcription": (
+                    {
+                        "model": transcription.model or None,
+                        "language": transcription.language or None,
+                    }
+                    if transcription.enabled
+                    else None
+                ),
             },
             "output": audio_output,
         },
-        "max_output_tokens": (config.max_output_tokens if config.HasField("max_output_tokens")
-                              else "inf"),
+        "max_output_tokens": (
+            config.max_output_tokens if config.HasField("max_output_tokens") else "inf"
+        ),
         "overlap_policy": _OVERLAP_NAMES.get(config.overlap_policy),
         "playback_commit_policy": _COMMIT_NAMES.get(config.playback_commit_policy),
         "idle_timeout_ms": config.idle_timeout.ToMilliseconds(),

@@ -1,10 +1,10 @@
 """The Python client of omni-grpc: a session that survives reconnects.
 
-    async with await DuplexClient.connect("127.0.0.1:50051") as client:
-        await client.append_audio(pcm16)
-        await client.commit(create_response=True)
-        async for event in client.events():
-            ...
+async with await DuplexClient.connect("127.0.0.1:50051") as client:
+    await client.append_audio(pcm16)
+    await client.commit(create_response=True)
+    async for event in client.events():
+        ...
 """
 
 from omni_grpc.client.backoff import ReconnectPolicy

@@ -22,11 +22,17 @@ DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 # Statuses that say the stream (not the session) is gone: resuming may well work.
-TRANSIENT_STATUSES = frozenset({
-    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
-    grpc.StatusCode.RESOURCE_EXHAUSTED,
-})
+TRANSIENT_STATUSES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+)
 # Statuses worth retrying while opening: anything else means the request itself is refused.
 OPEN_RETRY_STATUSES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
@@ -84,8 +90,14 @@ class ChannelSettings:
 class StreamBroken(Exception):
     """A stream ended without the session ending; ``status`` says how, when known."""
 
-    def __init__(self, message: str, *, status: grpc.StatusCode | None = None,
-                 code: str = "", retry_after_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: grpc.StatusCode | None = None,
+        code: str = "",
+        retry_after_s: float = 0.0,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
@@ -111,8 +123,9 @@ def refusal(error: grpc.RpcError) -> StreamBroken:
             elif detail.Unpack(retry):
                 retry_after_s = retry.retry_delay.ToMilliseconds() / 1000
     name = status.name if status is not None else "transport error"
-    return StreamBroken(f"{name}: {details or 'no details'}", status=status, code=code,
-                        retry_after_s=retry_after_s)
+    return StreamBroken(
+        f"{name}: {details or 'no details'}", status=status, code=code, retry_after_s=retry_after_s
+    )
 
 
 def _interrupted() -> bool:
@@ -125,8 +138,9 @@ class Stream:
 
     __slots__ = ("_call",)
 
-    def __init__(self, call: grpc.aio.StreamStreamCall[pb.ConverseRequest, pb.ConverseResponse]
-                 ) -> None:
+    def __init__(
+        self, call: grpc.aio.StreamStreamCall[pb.ConverseRequest, pb.ConverseResponse]
+    ) -> None:
         self._call = call
 
     async def write(self, request: pb.ConverseRequest) -> None:
@@ -177,18 +191,19 @@ class Connection:
         """Asks the server what it accepts, before any session."""
         try:
             reply = await self._stub.GetCapabilities(
-                pb.GetCapabilitiesRequest(), timeout=timeout_s, metadata=self._metadata)
+                pb.GetCapabilitiesRequest(), timeout=timeout_s, metadata=self._metadata
+            )
         except grpc.RpcError as error:
             raise refusal(error) from None
         return reply.capabilities
 
-    async def get_session(self, session_id: str, token: str,
-                          timeout_s: float = 10.0) -> pb.GetSessionResponse:
+    async def get_session(
+        self, session_id: str, token: str, timeout_s: float = 10.0
+    ) -> pb.GetSessionResponse:
         """Looks a session up with its current resume token."""
         request = pb.GetSessionRequest(session_id=session_id, resume_token=token)
         try:
-            return await self._stub.GetSession(request, timeout=timeout_s,
-                                               metadata=self._metadata)
+            return await self._stub.GetSession(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as error:
             raise refusal(error) from None
 

@@ -31,21 +31,32 @@ logger = logging.getLogger(__name__)
 class DuplexClient(SessionLink, Commands):
     """A session on a duplex server that survives reconnects. Build it with :meth:`connect`
     or :meth:`resume`; consume :meth:`events`; send with the command methods."""
+
     def __repr__(self) -> str:
-        return (f"DuplexClient({self._conn.settings.target}, session={self.session_id or '-'}, "
-                f"generation={self.generation}, last_seq={self._cursor.last_seq})")
+        return (
+            f"DuplexClient({self._conn.settings.target}, session={self.session_id or '-'}, "
+            f"generation={self.generation}, last_seq={self._cursor.last_seq})"
+        )
 
     # -- construction ----------------------------------------------------------------------
 
     @classmethod
-    async def connect(cls, target: str, *, api_key: str | None = None,
-                      config: pb.SessionConfig | None = None, tls: bool = False,
-                      root_certificates: bytes | None = None,
-                      tls_server_name: str | None = None, ack_interval_s: float | None = None,
-                      options: ClientOptions | None = None) -> DuplexClient:
+    async def connect(
+        cls,
+        target: str,
+        *,
+        api_key: str | None = None,
+        config: pb.SessionConfig | None = None,
+        tls: bool = False,
+        root_certificates: bytes | None = None,
+        tls_server_name: str | None = None,
+        ack_interval_s: float | None = None,
+        options: ClientOptions | None = None,
+    ) -> DuplexClient:
         """Opens a session on ``target`` ("host:port"); raises OpenRefused or ConnectionLost."""
-        client = cls._build(target, api_key, tls, root_certificates, tls_server_name,
-                            ack_interval_s, options)
+        client = cls._build(
+            target, api_key, tls, root_certificates, tls_server_name, ack_interval_s, options
+        )
         try:
             await client._open(config or pb.SessionConfig())
         except BaseException:
@@ -54,14 +65,31 @@ class DuplexClient(SessionLink, Commands):
         return client
 
     @classmethod
-    async def resume(cls, target: str, session_id: str, resume_token: str, last_seq: int = 0,
-                     *, api_key: str | None = None, tls: bool = False,
-                     root_certificates: bytes | None = None, tls_server_name: str | None = None,
-                     ack_interval_s: float | None = None,
-                     options: ClientOptions | None = None) -> DuplexClient:
+    async def resume(
+        cls,
+        target: str,
+        session_id: str,
+        resume_token: str,
+        last_seq: int = 0,
+        *,
+        api_key: str | None = None,
+        tls: bool = False,
+        root_certificates: bytes | None = None,
+        tls_server_name: str | None = None,
+        ack_interval_s: float | None = None,
+        options: ClientOptions | None = None,
+    ) -> DuplexClient:
         """Takes an existing session over (from another process, say) after ``last_seq``."""
-        client = cls._build(target, api_key, tls, root_certificates, tls_server_name,
-                            ack_interval_s, options, last_seq=last_seq)
+        client = cls._build(
+            target,
+            api_key,
+            tls,
+            root_certificates,
+            tls_server_name,
+            ack_interval_s,
+            options,
+            last_seq=last_seq,
+        )
         client.session_id = session_id
         client._token = resume_token
         try:
@@ -72,17 +100,30 @@ class DuplexClient(SessionLink, Commands):
         return client
 
     @classmethod
-    def _build(cls, target: str, api_key: str | None, tls: bool, root_certificates: bytes | None,
-               tls_server_name: str | None, ack_interval_s: float | None,
-               options: ClientOptions | None, *, last_seq: int = 0) -> DuplexClient:
+    def _build(
+        cls,
+        target: str,
+        api_key: str | None,
+        tls: bool,
+        root_certificates: bytes | None,
+        tls_server_name: str | None,
+        ack_interval_s: float | None,
+        options: ClientOptions | None,
+        *,
+        last_seq: int = 0,
+    ) -> DuplexClient:
         options = options or ClientOptions()
         if ack_interval_s is not None:
             options = replace(options, ack_interval_s=ack_interval_s)
-        settings = ChannelSettings(target=target, api_key=api_key, tls=tls,
-                                   root_certificates=root_certificates,
-                                   tls_server_name=tls_server_name,
-                                   min_reconnect_backoff_s=options.reconnect.initial_backoff_s,
-                                   max_reconnect_backoff_s=options.reconnect.max_backoff_s)
+        settings = ChannelSettings(
+            target=target,
+            api_key=api_key,
+            tls=tls,
+            root_certificates=root_certificates,
+            tls_server_name=tls_server_name,
+            min_reconnect_backoff_s=options.reconnect.initial_backoff_s,
+            max_reconnect_backoff_s=options.reconnect.max_backoff_s,
+        )
         return cls(Connection(settings), options, last_seq=last_seq)
 
     async def _open(self, config: pb.SessionConfig) -> None:
@@ -103,9 +144,11 @@ class DuplexClient(SessionLink, Commands):
         with contextlib.suppress(StreamBroken):
             self.capabilities = await self._conn.get_capabilities()
         # A new owner has nothing unconfirmed: it numbers on from what the server applied.
-        self._outbox = Outbox(max_commands=self._options.max_outbox_commands,
-                              max_bytes=self._options.max_outbox_bytes,
-                              next_seq=self.applied_client_seq + 1)
+        self._outbox = Outbox(
+            max_commands=self._options.max_outbox_commands,
+            max_bytes=self._options.max_outbox_bytes,
+            next_seq=self.applied_client_seq + 1,
+        )
         self._start(stream)
         logger.info("session %s taken over (generation %d)", self.session_id, self.generation)
 
@@ -160,31 +203,45 @@ class DuplexClient(SessionLink, Commands):
         releases the connection. Idempotent."""
         if self._final is None and not self._terminal.is_set():
             try:
-                await self._submit(pb.ConverseRequest(close_session=pb.CloseSession(
-                    reason=reason)), closing=True)
+                await self._submit(
+                    pb.ConverseRequest(close_session=pb.CloseSession(reason=reason)), closing=True
+                )
                 async with asyncio.timeout(timeout_s):
                     await self._terminal.wait()
                     await self._supervisor_done(timeout_s)
             except (DuplexClientError, TimeoutError) as error:
-                logger.info("session %s: close not confirmed (%s)", self.session_id,
-                            type(error).__name__)
+                logger.info(
+                    "session %s: close not confirmed (%s)", self.session_id, type(error).__name__
+                )
         await self._release(None)
 
     async def detach(self) -> ResumeHandle:
         """Lets go of the session without closing it, for another client to :meth:`resume`."""
         handle = self.resume_handle()
         if len(self._outbox):
-            logger.warning("session %s: detaching with %d unconfirmed commands",
-                           self.session_id, len(self._outbox))
-        await self._release(SessionClosed("the client detached from the session",
-                                          session_id=self.session_id, reason="detached"))
+            logger.warning(
+                "session %s: detaching with %d unconfirmed commands",
+                self.session_id,
+                len(self._outbox),
+            )
+        await self._release(
+            SessionClosed(
+                "the client detached from the session",
+                session_id=self.session_id,
+                reason="detached",
+            )
+        )
         return handle
 
     async def __aenter__(self) -> DuplexClient:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.close()
 
     # -- sending ---------------------------------------------------------------------------
@@ -213,7 +270,9 @@ class DuplexClient(SessionLink, Commands):
     def _check_usable(self) -> None:
         if self._final is not None:
             raise self._final.error or SessionClosed(
-                "the session is closed", session_id=self.session_id, reason="client_close")
+                "the session is closed", session_id=self.session_id, reason="client_close"
+            )
         if self._closing:
-            raise SessionClosed("the session is closing", session_id=self.session_id,
-                                reason="client_close")
+            raise SessionClosed(
+                "the session is closing", session_id=self.session_id, reason="client_close"
+            )

@@ -37,21 +37,28 @@ class Commands(abc.ABC):
             owned.event_id = event_id
         return await self._submit(owned)
 
-    async def append_audio(self, audio: bytes, *,
-                           encoding: pb.AudioEncoding.ValueType = pb.AUDIO_ENCODING_UNSPECIFIED,
-                           sample_rate_hz: int = 0, audio_end_ms: float | None = None,
-                           video_frames: Sequence[pb.VideoFrame] = ()) -> int:
+    async def append_audio(
+        self,
+        audio: bytes,
+        *,
+        encoding: pb.AudioEncoding.ValueType = pb.AUDIO_ENCODING_UNSPECIFIED,
+        sample_rate_hz: int = 0,
+        audio_end_ms: float | None = None,
+        video_frames: Sequence[pb.VideoFrame] = (),
+    ) -> int:
         """Adds audio (mono; the session's input format unless given) to the input buffer."""
-        append = pb.AppendInputAudio(audio=audio, encoding=encoding,
-                                     sample_rate_hz=sample_rate_hz, video_frames=video_frames)
+        append = pb.AppendInputAudio(
+            audio=audio, encoding=encoding, sample_rate_hz=sample_rate_hz, video_frames=video_frames
+        )
         if audio_end_ms is not None:
             append.audio_end_ms = audio_end_ms
         return await self._submit(pb.ConverseRequest(append_input_audio=append))
 
     async def append_text(self, text: str) -> int:
         """Adds text input to the conversation."""
-        return await self._submit(pb.ConverseRequest(
-            append_input_text=pb.AppendInputText(text=text)))
+        return await self._submit(
+            pb.ConverseRequest(append_input_text=pb.AppendInputText(text=text))
+        )
 
     async def commit(self, *, create_response: bool | None = None) -> int:
         """Seals the input buffer into a user turn; answers at once if ``create_response``."""
@@ -66,12 +73,17 @@ class Commands(abc.ABC):
 
     async def clear_output(self, response_id: str = "") -> int:
         """Stops the output audio of a response (the active one when not named)."""
-        return await self._submit(pb.ConverseRequest(
-            clear_output_audio=pb.ClearOutputAudio(response_id=response_id)))
+        return await self._submit(
+            pb.ConverseRequest(clear_output_audio=pb.ClearOutputAudio(response_id=response_id))
+        )
 
-    async def create_response(self, *, output_modalities: Sequence[pb.Modality.ValueType] = (),
-                              instructions: str | None = None,
-                              metadata: Mapping[str, Any] | None = None) -> int:
+    async def create_response(
+        self,
+        *,
+        output_modalities: Sequence[pb.Modality.ValueType] = (),
+        instructions: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> int:
         """Asks the engine to answer, optionally overriding modalities and instructions."""
         create = pb.CreateResponse(output_modalities=output_modalities)
         if instructions is not None:
@@ -82,43 +94,65 @@ class Commands(abc.ABC):
 
     async def cancel_response(self, response_id: str = "") -> int:
         """Cancels a response (the active one when not named)."""
-        return await self._submit(pb.ConverseRequest(
-            cancel_response=pb.CancelResponse(response_id=response_id)))
+        return await self._submit(
+            pb.ConverseRequest(cancel_response=pb.CancelResponse(response_id=response_id))
+        )
 
     async def update_session(self, config: pb.SessionConfig) -> int:
         """Changes the fields of the session configuration that ``config`` sets."""
-        return await self._submit(pb.ConverseRequest(
-            update_session=pb.UpdateSession(config=config)))
+        return await self._submit(
+            pb.ConverseRequest(update_session=pb.UpdateSession(config=config))
+        )
 
     async def create_item(self, item: pb.ConversationItem, *, previous_item_id: str = "") -> int:
         """Adds an item to the conversation (at the end unless placed after another)."""
-        return await self._submit(pb.ConverseRequest(
-            create_conversation_item=pb.CreateConversationItem(
-                item=item, previous_item_id=previous_item_id)))
+        return await self._submit(
+            pb.ConverseRequest(
+                create_conversation_item=pb.CreateConversationItem(
+                    item=item, previous_item_id=previous_item_id
+                )
+            )
+        )
 
     async def retrieve_item(self, item_id: str) -> int:
         """Asks for an item; it comes back as ``item_retrieved``."""
-        return await self._submit(pb.ConverseRequest(
-            retrieve_conversation_item=pb.RetrieveConversationItem(item_id=item_id)))
+        return await self._submit(
+            pb.ConverseRequest(
+                retrieve_conversation_item=pb.RetrieveConversationItem(item_id=item_id)
+            )
+        )
 
     async def delete_item(self, item_id: str) -> int:
         """Removes an item from the conversation."""
-        return await self._submit(pb.ConverseRequest(
-            delete_conversation_item=pb.DeleteConversationItem(item_id=item_id)))
+        return await self._submit(
+            pb.ConverseRequest(delete_conversation_item=pb.DeleteConversationItem(item_id=item_id))
+        )
 
-    async def truncate_item(self, item_id: str, *, audio_end_ms: float,
-                            content_index: int = 0) -> int:
+    async def truncate_item(
+        self, item_id: str, *, audio_end_ms: float, content_index: int = 0
+    ) -> int:
         """Cuts an assistant item's audio (and transcript) at ``audio_end_ms``."""
-        return await self._submit(pb.ConverseRequest(
-            truncate_conversation_item=pb.TruncateConversationItem(
-                item_id=item_id, content_index=content_index, audio_end_ms=audio_end_ms)))
+        return await self._submit(
+            pb.ConverseRequest(
+                truncate_conversation_item=pb.TruncateConversationItem(
+                    item_id=item_id, content_index=content_index, audio_end_ms=audio_end_ms
+                )
+            )
+        )
 
-    async def ack_playback(self, played_ms: float, *, committed_ms: float | None = None,
-                           response_id: str = "", item_id: str = "",
-                           truncate: bool = False) -> int:
+    async def ack_playback(
+        self,
+        played_ms: float,
+        *,
+        committed_ms: float | None = None,
+        response_id: str = "",
+        item_id: str = "",
+        truncate: bool = False,
+    ) -> int:
         """Reports how much of a response's audio was played (cumulative milliseconds)."""
-        ack = pb.AckPlayback(played_ms=played_ms, response_id=response_id, item_id=item_id,
-                             truncate=truncate)
+        ack = pb.AckPlayback(
+            played_ms=played_ms, response_id=response_id, item_id=item_id, truncate=truncate
+        )
         if committed_ms is not None:
             ack.committed_ms = committed_ms
         return await self._submit(pb.ConverseRequest(ack_playback=ack))

@@ -25,8 +25,14 @@ class DuplexClientError(Exception):
 class OpenRefused(DuplexClientError):
     """The server refused to open a session (or the handshake failed for good)."""
 
-    def __init__(self, message: str, *, status: grpc.StatusCode | None, code: str = "",
-                 retry_after_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: grpc.StatusCode | None,
+        code: str = "",
+        retry_after_s: float = 0.0,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code  # the server's snake_case error code, when it sent one
@@ -53,8 +59,9 @@ class CommandTooLarge(DuplexClientError, ValueError):
 class SessionEnded(DuplexClientError):
     """The session is over for this client; ``event`` is the server's last word, if any."""
 
-    def __init__(self, message: str, *, session_id: str,
-                 event: pb.ConverseResponse | None = None) -> None:
+    def __init__(
+        self, message: str, *, session_id: str, event: pb.ConverseResponse | None = None
+    ) -> None:
         super().__init__(message)
         self.session_id = session_id
         self.event = event
@@ -63,8 +70,14 @@ class SessionEnded(DuplexClientError):
 class SessionClosed(SessionEnded):
     """The session was closed (by this client, another one, or the server)."""
 
-    def __init__(self, message: str, *, session_id: str, reason: str,
-                 event: pb.ConverseResponse | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        reason: str,
+        event: pb.ConverseResponse | None = None,
+    ) -> None:
         super().__init__(message, session_id=session_id, event=event)
         self.reason = reason
 
@@ -72,9 +85,14 @@ class SessionClosed(SessionEnded):
 class SessionExpired(SessionEnded):
     """The server let the session lapse (idle timeout, disconnect grace, engine failure)."""
 
-    def __init__(self, message: str, *, session_id: str,
-                 reason: pb.ExpiryReason.ValueType = pb.EXPIRY_REASON_UNSPECIFIED,
-                 event: pb.ConverseResponse | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        reason: pb.ExpiryReason.ValueType = pb.EXPIRY_REASON_UNSPECIFIED,
+        event: pb.ConverseResponse | None = None,
+    ) -> None:
         super().__init__(message, session_id=session_id, event=event)
         self.reason = reason
 
@@ -86,9 +104,14 @@ class SessionReplaced(SessionEnded):
 class ResyncRequired(SessionEnded):
     """The events this client missed cannot be replayed; its view must be rebuilt."""
 
-    def __init__(self, message: str, *, session_id: str,
-                 reason: pb.ResyncReason.ValueType = pb.RESYNC_REASON_UNSPECIFIED,
-                 event: pb.ConverseResponse | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        reason: pb.ResyncReason.ValueType = pb.RESYNC_REASON_UNSPECIFIED,
+        event: pb.ConverseResponse | None = None,
+    ) -> None:
         super().__init__(message, session_id=session_id, event=event)
         self.reason = reason
 
@@ -96,8 +119,9 @@ class ResyncRequired(SessionEnded):
 class ResumeRefused(SessionEnded):
     """The server refused to resume: a wrong token, or an unknown or ended session."""
 
-    def __init__(self, message: str, *, session_id: str, status: grpc.StatusCode | None,
-                 code: str = "") -> None:
+    def __init__(
+        self, message: str, *, session_id: str, status: grpc.StatusCode | None, code: str = ""
+    ) -> None:
         super().__init__(message, session_id=session_id)
         self.status = status
         self.code = code

@@ -47,12 +47,17 @@ class End:
 
 class SessionLink:
     """One session kept attached across streams; the client's public surface sits on top."""
-    def __init__(self, connection: Connection, options: ClientOptions, *,
-                 last_seq: int = 0) -> None:
+
+    def __init__(
+        self, connection: Connection, options: ClientOptions, *, last_seq: int = 0
+    ) -> None:
         self._conn = connection
         self._options = options
-        self._dialer = Dialer(connection, handshake_timeout_s=options.handshake_timeout_s,
-                              rng=random.Random(options.seed))
+        self._dialer = Dialer(
+            connection,
+            handshake_timeout_s=options.handshake_timeout_s,
+            rng=random.Random(options.seed),
+        )
         self.session_id = ""
         self._token = ""
         self.generation = 0
@@ -60,8 +65,9 @@ class SessionLink:
         self.capabilities = pb.Capabilities()
         self.applied_client_seq = 0
         self.stats = ClientStats()
-        self._outbox = Outbox(max_commands=options.max_outbox_commands,
-                              max_bytes=options.max_outbox_bytes)
+        self._outbox = Outbox(
+            max_commands=options.max_outbox_commands, max_bytes=options.max_outbox_bytes
+        )
         self._cursor = EventCursor(last_seq)
         self._delivered_seq = self._acked_seq = last_seq
         self._since_ack = 0
@@ -75,15 +81,16 @@ class SessionLink:
         self._probe = False
         self._terminal = asyncio.Event()
         self._final: End | None = None
-        self._events: asyncio.Queue[pb.ConverseResponse | End] = asyncio.Queue(
-            options.event_buffer)
+        self._events: asyncio.Queue[pb.ConverseResponse | End] = asyncio.Queue(options.event_buffer)
         self._tasks: list[asyncio.Task[None]] = []
         self._resend: asyncio.Task[None] | None = None
 
     def _start(self, stream: Stream) -> None:
         self._stream = self._current = stream
-        self._tasks = [asyncio.create_task(self._supervise(stream)),
-                       asyncio.create_task(self._ack_loop())]
+        self._tasks = [
+            asyncio.create_task(self._supervise(stream)),
+            asyncio.create_task(self._ack_loop()),
+        ]
 
     async def _send_unnumbered(self, request: pb.ConverseRequest) -> bool:
         async with self._write_lock:
@@ -113,8 +120,12 @@ class SessionLink:
             while True:
                 broken = await self._pump(stream)
                 self._drop(stream)
-                logger.info("session %s: stream lost (%s); resuming after seq %d",
-                            self.session_id, broken, self._cursor.last_seq)
+                logger.info(
+                    "session %s: stream lost (%s); resuming after seq %d",
+                    self.session_id,
+                    broken,
+                    self._cursor.last_seq,
+                )
                 stream = await self._reconnect()
         except SessionClosed as closed:
             error = None if self._closing else closed
@@ -143,8 +154,9 @@ class SessionLink:
         self._note_applied(event.applied_client_seq)
         kind = event.WhichOneof("event")
         if kind == "session_replaced":
-            raise SessionReplaced("another stream took the session over",
-                                  session_id=self.session_id, event=event)
+            raise SessionReplaced(
+                "another stream took the session over", session_id=self.session_id, event=event
+            )
         try:
             if not self._cursor.admit(event.seq):
                 self.stats.duplicate_events += 1
@@ -161,12 +173,19 @@ class SessionLink:
             self._terminal.set()
         await self._events.put(event)
         if kind == "session_closed":
-            raise SessionClosed(f"the session was closed ({event.session_closed.reason})",
-                                session_id=self.session_id, reason=event.session_closed.reason,
-                                event=event)
+            raise SessionClosed(
+                f"the session was closed ({event.session_closed.reason})",
+                session_id=self.session_id,
+                reason=event.session_closed.reason,
+                event=event,
+            )
         if kind == "session_expired":
-            raise SessionExpired("the session expired", session_id=self.session_id,
-                                 reason=event.session_expired.reason, event=event)
+            raise SessionExpired(
+                "the session expired",
+                session_id=self.session_id,
+                reason=event.session_expired.reason,
+                event=event,
+            )
         return _GOING_AWAY if kind == "going_away" else None
 
     def _note_applied(self, applied: int) -> None:
@@ -177,9 +196,11 @@ class SessionLink:
 
     async def _reconnect(self) -> Stream:
         if not self._resumable:
-            raise ResyncRequired("the journal overflowed; missed events cannot be replayed",
-                                 session_id=self.session_id,
-                                 reason=pb.RESYNC_REASON_JOURNAL_OVERFLOW)
+            raise ResyncRequired(
+                "the journal overflowed; missed events cannot be replayed",
+                session_id=self.session_id,
+                reason=pb.RESYNC_REASON_JOURNAL_OVERFLOW,
+            )
         self.stats.reconnects += 1
         stream = await self._resume_stream(opening=False)
         self._current = stream
@@ -188,24 +209,33 @@ class SessionLink:
 
     async def _resume_stream(self, *, opening: bool) -> Stream:
         resume = ResumeRequest(
-            session_id=self.session_id, token=self._token, last_seq=self._cursor.last_seq,
+            session_id=self.session_id,
+            token=self._token,
+            last_seq=self._cursor.last_seq,
             grace_s=self.capabilities.disconnect_grace.ToMilliseconds() / 1000,
-            closing=self._closing)
+            closing=self._closing,
+        )
         policy = self._options.open_retry if opening else self._options.reconnect
         stream, first = await self._dialer.resume(resume, policy)
         if not opening and first.applied_client_seq > self._outbox.last_seq:
             stream.cancel()
-            raise ProtocolViolation(f"the server applied client_seq {first.applied_client_seq}"
-                                    f" but only {self._outbox.last_seq} were sent")
+            raise ProtocolViolation(
+                f"the server applied client_seq {first.applied_client_seq}"
+                f" but only {self._outbox.last_seq} were sent"
+            )
         resumed = first.session_resumed
         self.stats.resumed_applied = first.applied_client_seq
         self._token = resumed.resume_token
         self.generation = resumed.attachment_generation
         self.session = resumed.session
         self._note_applied(first.applied_client_seq)
-        logger.info("session %s resumed: generation %d, %d events replayed, applied %d",
-                    self.session_id, self.generation, resumed.replayed_events,
-                    first.applied_client_seq)
+        logger.info(
+            "session %s resumed: generation %d, %d events replayed, applied %d",
+            self.session_id,
+            self.generation,
+            resumed.replayed_events,
+            first.applied_client_seq,
+        )
         return stream
 
     async def _resend_pending(self, stream: Stream) -> None:
@@ -224,14 +254,22 @@ class SessionLink:
             self.stats.resent_commands += len(pending)
             self.stats.last_resent = tuple(request.client_seq for request in pending)
         if pending:
-            logger.info("session %s: resent %d commands (client_seq %d..%d)", self.session_id,
-                        len(pending), pending[0].client_seq, pending[-1].client_seq)
+            logger.info(
+                "session %s: resent %d commands (client_seq %d..%d)",
+                self.session_id,
+                len(pending),
+                pending[0].client_seq,
+                pending[-1].client_seq,
+            )
 
     # -- acknowledgements ------------------------------------------------------------------
 
     async def _ack_loop(self) -> None:
-        interval_s = self._options.ack_interval_s or (
-            self.capabilities.ack_interval.ToMilliseconds() / 1000) or 1.0
+        interval_s = (
+            self._options.ack_interval_s
+            or (self.capabilities.ack_interval.ToMilliseconds() / 1000)
+            or 1.0
+        )
         applied_before = self.applied_client_seq
         while True:
             with contextlib.suppress(TimeoutError):
@@ -242,13 +280,15 @@ class SessionLink:
                 continue
             seq = self._delivered_seq
             if seq > self._acked_seq and await self._send_unnumbered(
-                    pb.ConverseRequest(ack_events=pb.AckEvents(seq=seq))):
+                pb.ConverseRequest(ack_events=pb.AckEvents(seq=seq))
+            ):
                 self._acked_seq = seq
             # Appends produce no events, so nothing would tell how far the server got; a
             # heartbeat does (its ack carries applied_client_seq) and lets the outbox shrink.
             stalled = len(self._outbox) > 0 and self.applied_client_seq == applied_before
             if (self._probe or stalled) and await self._send_unnumbered(
-                    pb.ConverseRequest(heartbeat=pb.Heartbeat())):
+                pb.ConverseRequest(heartbeat=pb.Heartbeat())
+            ):
                 self._probe = False
             applied_before = self.applied_client_seq
 

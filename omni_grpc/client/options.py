@@ -14,7 +14,8 @@ class ClientOptions:
     reconnect: ReconnectPolicy = field(default_factory=ReconnectPolicy)
     # Opening gives up sooner: nothing is lost yet, and the caller wants a quick answer.
     open_retry: ReconnectPolicy = field(
-        default_factory=lambda: ReconnectPolicy(max_attempts=3, max_elapsed_s=5.0))
+        default_factory=lambda: ReconnectPolicy(max_attempts=3, max_elapsed_s=5.0)
+    )
     ack_interval_s: float | None = None  # None: what the server advises, else 1 s
     ack_every_events: int = 64
     max_outbox_commands: int = 1024

@@ -91,8 +91,10 @@ class Outbox:
     def pending_after(self, applied: int) -> list[pb.ConverseRequest]:
         """The commands to send again after a resume whose server applied up to ``applied``."""
         if applied > self.last_seq:
-            raise ValueError(f"the server applied client_seq {applied}, beyond the newest "
-                             f"command numbered here ({self.last_seq})")
+            raise ValueError(
+                f"the server applied client_seq {applied}, beyond the newest "
+                f"command numbered here ({self.last_seq})"
+            )
         self.trim(applied)
         return [request for _, request, _ in self._entries]
 

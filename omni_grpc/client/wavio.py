@@ -37,7 +37,7 @@ class PcmAudio:
     def chunks(self, chunk_ms: int) -> list[bytes]:
         """The audio cut into pieces of ``chunk_ms`` (the last one may be shorter)."""
         step = max(2, self.rate_hz * chunk_ms // 1000 * 2)
-        return [self.pcm16[i:i + step] for i in range(0, len(self.pcm16), step)]
+        return [self.pcm16[i : i + step] for i in range(0, len(self.pcm16), step)]
 
 
 def _to_int16(frames: bytes, width: int, channels: int) -> npt.NDArray[np.float64]:
@@ -81,8 +81,9 @@ def read_audio(path: str | Path, *, raw_rate_hz: int | None = None) -> PcmAudio:
             channels, width, rate = wav.getnchannels(), wav.getsampwidth(), wav.getframerate()
             frames = wav.readframes(wav.getnframes())
     except (wave.Error, EOFError) as error:
-        raise AudioInputError(f"{path}: not a PCM WAV file ({error}); for raw pcm16 give "
-                              "--raw-rate") from None
+        raise AudioInputError(
+            f"{path}: not a PCM WAV file ({error}); for raw pcm16 give --raw-rate"
+        ) from None
     except OSError as error:
         raise AudioInputError(f"{path}: {error.strerror or error}") from None
     return _normalize(_to_int16(frames, width, channels), rate)

@@ -274,6 +274,12 @@ class Session:
             return self._emit(pb.ConverseResponse(error=error.to_error(
                 client_seq=seq, event_id=request.event_id)), now)
 
+    def refuse(self, generation: int, error: CommandError, now: float) -> Effects:
+        """Answers input the transport could not even parse with an error event."""
+        if self.state is not State.ATTACHED or generation != self.generation:
+            return Effects()
+        return self._emit(pb.ConverseResponse(error=error.to_error()), now)
+
     def _apply(self, kind: str, request: pb.ConverseRequest, now: float) -> Effects:
         if request.ByteSize() > self._limits.max_message_bytes:
             raise CommandError("event_too_large",

@@ -22,7 +22,7 @@ from omni_grpc.engine.base import (
 # name -> (module, class). Add an engine here with one line; the module is imported on use.
 _ENGINES: dict[str, tuple[str, str]] = {
     "loopback": ("omni_grpc.engine.loopback", "LoopbackEngine"),
-    # "embedded": ("omni_grpc.engine.embedded", "EmbeddedEngine"),
+    "embedded": ("omni_grpc.engine.embedded", "EmbeddedEngine"),
     # "vllm": ("omni_grpc.engine.vllm", "VllmEngine"),
 }
 

@@ -94,8 +94,7 @@ class RunningServer:
             await self._bridge.cleanup()
         await self.server.stop(0)
         for host in list(self.servicer.hosts.values()):
-            with contextlib.suppress(Exception):
-                await host.engine.close()
+            await host.abandon()
         await self.engine.stop()
 
 

@@ -95,6 +95,10 @@ class SessionHost:
             logger.info("session %s detached (generation %d)", self.session.id,
                         outbox.generation)
 
+    def now(self) -> float:
+        """The clock the host feeds the core."""
+        return self._clock()
+
     # -- core calls ------------------------------------------------------------------------
 
     async def receive(self, generation: int, request: pb.ConverseRequest) -> None:
@@ -166,6 +170,13 @@ class SessionHost:
         except Exception:
             logger.exception("session %s: engine output failed", self.session.id)
             self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
+
+    async def abandon(self) -> None:
+        """Stops the session's tasks and engine without any event (server shutdown)."""
+        for task in self._tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await self.engine.close()
 
     async def _shut_engine(self) -> None:
         current = asyncio.current_task()

@@ -16,9 +16,10 @@ import time
 from collections.abc import Callable
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from omni_grpc.core import Registry, ResumeGap, Session, StreamRefused
-from omni_grpc.core.errors import Status
+from omni_grpc.core.errors import CommandError, Status
 from omni_grpc.engine.base import Engine
 from omni_grpc.pb import pb
 from omni_grpc.server.host import Outbox, SessionHost
@@ -44,8 +45,9 @@ class DuplexServicer:
         """The method handlers, with requests parsed by protobuf and responses sent as bytes."""
         return grpc.method_handlers_generic_handler(SERVICE, {
             "Converse": grpc.stream_stream_rpc_method_handler(
-                self.converse, request_deserializer=pb.ConverseRequest.FromString,
-                response_serializer=bytes),
+                # Requests arrive as bytes and are parsed here, so a malformed one is answered
+                # with a typed error instead of failing the whole stream inside grpc.
+                self.converse, request_deserializer=None, response_serializer=None),
             "GetCapabilities": grpc.unary_unary_rpc_method_handler(
                 self.get_capabilities, request_deserializer=pb.GetCapabilitiesRequest.FromString,
                 response_serializer=pb.GetCapabilitiesResponse.SerializeToString),
@@ -91,8 +93,12 @@ class DuplexServicer:
         except TimeoutError:
             raise StreamRefused(Status.INVALID_ARGUMENT, "config_timeout",
                                 "no first message in time") from None
-        if first is grpc.aio.EOF or not isinstance(first, pb.ConverseRequest):
+        if first is grpc.aio.EOF:
             raise StreamRefused(Status.INVALID_ARGUMENT, "bad_event", "the stream ended early")
+        first = _parse(first)
+        if first is None:
+            raise StreamRefused(Status.INVALID_ARGUMENT, "invalid_message",
+                                "the first message is not a ConverseRequest")
         kind = first.WhichOneof("command")
         if first.client_seq != 0 or kind not in ("open_session", "resume_session"):
             raise StreamRefused(Status.INVALID_ARGUMENT, "bad_first_message", "the first "
@@ -141,10 +147,15 @@ class DuplexServicer:
     async def _read(self, host: SessionHost, outbox: Outbox,
                     context: grpc.aio.ServicerContext) -> None:
         while True:
-            request = await context.read()
-            if request is grpc.aio.EOF:
+            raw = await context.read()
+            if raw is grpc.aio.EOF:
                 return
-            await host.receive(outbox.generation, request)
+            request = _parse(raw)
+            if request is None:
+                host.deliver(host.session.refuse(outbox.generation, CommandError(
+                    "invalid_message", "the message is not a ConverseRequest"), host.now()))
+            else:
+                await host.receive(outbox.generation, request)
             if outbox.end_reason is not None:
                 return
 
@@ -163,6 +174,13 @@ class DuplexServicer:
     def _ended(self, session: Session) -> None:
         self.registry.discard(session)
         self.hosts.pop(session.id, None)
+
+
+def _parse(raw: object) -> pb.ConverseRequest | None:
+    try:
+        return pb.ConverseRequest.FromString(raw)  # type: ignore[arg-type]
+    except DecodeError:
+        return None
 
 
 async def _abort(context: grpc.aio.ServicerContext, refusal: StreamRefused) -> None:

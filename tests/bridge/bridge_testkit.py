@@ -46,8 +46,13 @@ SPEECH_TEXT = "hello there, this is a test of the websocket bridge"
 
 def service_settings(**overrides: Any) -> ServerSettings:
     """A loopback service on a free port, without its own bridge (the tests start theirs)."""
-    base = ServerSettings(grpc_port=0, http_port=None, engine="loopback", engine_options=FAST,
-                          limits=Limits(disconnect_grace_s=5.0))
+    base = ServerSettings(
+        grpc_port=0,
+        http_port=None,
+        engine="loopback",
+        engine_options=FAST,
+        limits=Limits(disconnect_grace_s=5.0),
+    )
     return dataclasses.replace(base, **overrides)
 
 
@@ -63,8 +68,12 @@ async def running_bridge(target: str, **options: Any) -> AsyncIterator[int]:
 
 def speech_pcm24() -> bytes:
     """Real speech from espeak-ng, as OpenAI's default input: pcm16 mono at 24 kHz."""
-    wav = subprocess.run(["espeak-ng", "-v", "en-us", "-s", "170", "--stdout", SPEECH_TEXT],
-                         check=True, capture_output=True, timeout=30).stdout
+    wav = subprocess.run(
+        ["espeak-ng", "-v", "en-us", "-s", "170", "--stdout", SPEECH_TEXT],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    ).stdout
     with wave.open(io.BytesIO(wav)) as reader:
         rate, frames = reader.getframerate(), reader.readframes(reader.getnframes())
     samples = audio.decode(frames, pb.AUDIO_ENCODING_PCM16, rate)
@@ -81,35 +90,37 @@ class RealtimeSocket:
     async def send(self, event: dict[str, Any]) -> None:
         await self.ws.send_str(orjson.dumps(event).decode())
 
-    async def recv(self, timeout: float = 5.0) -> dict[str, Any]:
-        message = await asyncio.wait_for(self.ws.receive(), timeout)
-        assert message.type is aiohttp.WSMsgType.TEXT, (message.type, message.data,
-                                                        message.extra)
+    async def recv(self, wait_s: float = 5.0) -> dict[str, Any]:
+        message = await asyncio.wait_for(self.ws.receive(), wait_s)
+        assert message.type is aiohttp.WSMsgType.TEXT, (message.type, message.data, message.extra)
         event: dict[str, Any] = orjson.loads(message.data)
         check_server_event(event)
         self.received.append(event)
         return event
 
-    async def until(self, kind: str, timeout: float = 10.0) -> list[dict[str, Any]]:
+    async def until(self, kind: str, wait_s: float = 10.0) -> list[dict[str, Any]]:
         """Receives events up to and including the first of type ``kind``."""
         events = []
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(wait_s):
             while True:
                 events.append(await self.recv())
                 if events[-1]["type"] == kind:
                     return events
 
-    async def closed(self, timeout: float = 5.0) -> tuple[int | None, str]:
+    async def closed(self, wait_s: float = 5.0) -> tuple[int | None, str]:
         """Waits for the server to close the socket; returns its code and reason."""
-        message = await asyncio.wait_for(self.ws.receive(), timeout)
+        message = await asyncio.wait_for(self.ws.receive(), wait_s)
         assert message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED), message
         return self.ws.close_code, message.extra or ""
 
 
 @contextlib.asynccontextmanager
-async def realtime_socket(port: int, query: str = "model=loopback-test",
-                          **options: Any) -> AsyncIterator[RealtimeSocket]:
+async def realtime_socket(
+    port: int, query: str = "model=loopback-test", **options: Any
+) -> AsyncIterator[RealtimeSocket]:
     """Connects to the bridge on ``port`` the way a stock client does."""
-    async with aiohttp.ClientSession() as http, http.ws_connect(
-            f"http://127.0.0.1:{port}/v1/realtime?{query}", **options) as ws:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(f"http://127.0.0.1:{port}/v1/realtime?{query}", **options) as ws,
+    ):
         yield RealtimeSocket(ws)

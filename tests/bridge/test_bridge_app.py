@@ -10,8 +10,10 @@ from bridge_testkit import realtime_socket, running_bridge, service_settings
 
 from omni_grpc.server.app import RunningServer, start_server
 
-APPEND_100MS = {"type": "input_audio_buffer.append", "audio": base64.b64encode(
-    b"\x00\x08" * 2400).decode()}
+APPEND_100MS = {
+    "type": "input_audio_buffer.append",
+    "audio": base64.b64encode(b"\x00\x08" * 2400).decode(),
+}
 
 
 async def test_session_created_comes_first_and_names_the_model(bridge_port: int) -> None:
@@ -27,14 +29,19 @@ async def test_bad_input_gets_nested_errors_and_the_socket_stays_open(bridge_por
         await ws.recv()
         await ws.ws.send_str("{this is not json")
         await ws.send({"type": "response.dance", "event_id": "c1"})
-        await ws.send({"type": "input_audio_buffer.append", "event_id": "c2",
-                       "audio": "@@not base64@@"})
+        await ws.send(
+            {"type": "input_audio_buffer.append", "event_id": "c2", "audio": "@@not base64@@"}
+        )
         await ws.send({"type": "playback.ack", "event_id": "c3", "played_ms": "soon"})
         await ws.ws.send_bytes(b"\x00\x01")
         errors = [(await ws.recv())["error"] for _ in range(5)]
         assert [(e["code"], e["event_id"]) for e in errors] == [
-            ("invalid_json", None), ("unknown_event", "c1"), ("bad_audio", "c2"),
-            ("bad_event", "c3"), ("bad_event", None)]
+            ("invalid_json", None),
+            ("unknown_event", "c1"),
+            ("bad_audio", "c2"),
+            ("bad_event", "c3"),
+            ("bad_event", None),
+        ]
         assert all(e["type"] == "invalid_request_error" and e["message"] for e in errors)
         # Still open, and the numbering behind it is intact: the next commands apply.
         await ws.send({"type": "session.heartbeat"})
@@ -57,9 +64,17 @@ async def test_service_refusals_arrive_as_journaled_errors(bridge_port: int) -> 
 
 async def test_first_session_update_opens_with_its_configuration(bridge_port: int) -> None:
     async with realtime_socket(bridge_port, "") as ws:
-        await ws.send({"type": "session.update", "session": {
-            "type": "realtime", "model": "m2", "instructions": "Hi.",
-            "audio": {"input": {"format": {"type": "audio/pcmu"}}}}})
+        await ws.send(
+            {
+                "type": "session.update",
+                "session": {
+                    "type": "realtime",
+                    "model": "m2",
+                    "instructions": "Hi.",
+                    "audio": {"input": {"format": {"type": "audio/pcmu"}}},
+                },
+            }
+        )
         created = await ws.recv()
         assert created["type"] == "session.created"
         session = created["session"]
@@ -67,8 +82,7 @@ async def test_first_session_update_opens_with_its_configuration(bridge_port: in
         assert session["audio"]["input"]["format"] == {"type": "audio/pcmu"}
 
 
-async def test_another_first_event_opens_a_default_session_then_applies(bridge_port: int
-                                                                       ) -> None:
+async def test_another_first_event_opens_a_default_session_then_applies(bridge_port: int) -> None:
     async with realtime_socket(bridge_port, "") as ws:
         await ws.send({**APPEND_100MS, "event_id": "first"})
         assert (await ws.recv())["type"] == "session.created"
@@ -78,8 +92,10 @@ async def test_another_first_event_opens_a_default_session_then_applies(bridge_p
 
 
 async def test_no_first_event_in_time_closes_with_1008(service: RunningServer) -> None:
-    async with running_bridge(service.target, config_timeout_s=0.3) as port, \
-            realtime_socket(port, "") as ws:
+    async with (
+        running_bridge(service.target, config_timeout_s=0.3) as port,
+        realtime_socket(port, "") as ws,
+    ):
         assert (await ws.recv())["error"]["code"] == "config_timeout"
         assert (await ws.closed())[0] == 1008
 
@@ -142,21 +158,27 @@ async def test_a_large_append_is_accepted(bridge_port: int) -> None:
     pcm = b"\x10\x00" * (24000 * 60)  # one minute: 3.8 MB of base64, over aiohttp's default
     async with realtime_socket(bridge_port) as ws:
         await ws.recv()
-        await ws.send({"type": "input_audio_buffer.append",
-                       "audio": base64.b64encode(pcm).decode()})
+        await ws.send(
+            {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()}
+        )
         await ws.send({"type": "input_audio_buffer.commit"})
-        committed = await ws.recv(timeout=20)
+        committed = await ws.recv(wait_s=20)
         assert committed["type"] == "input_audio_buffer.committed"
 
 
 async def test_big_engine_chunks_leave_as_small_deltas() -> None:
-    service = await start_server(service_settings(engine_options={"pace": "fast",
-                                                                  "chunk_ms": "5000"}))
+    service = await start_server(
+        service_settings(engine_options={"pace": "fast", "chunk_ms": "5000"})
+    )
     try:
         async with running_bridge(service.target) as port, realtime_socket(port) as ws:
             await ws.recv()
-            await ws.send({"type": "input_audio_buffer.append",
-                           "audio": base64.b64encode(b"\x10\x00" * 24000 * 6).decode()})
+            await ws.send(
+                {
+                    "type": "input_audio_buffer.append",
+                    "audio": base64.b64encode(b"\x10\x00" * 24000 * 6).decode(),
+                }
+            )
             await ws.send({"type": "input_audio_buffer.commit", "create_response": True})
             events = await ws.until("response.done")
             deltas = [e for e in events if e["type"] == "response.output_audio.delta"]
@@ -168,13 +190,17 @@ async def test_big_engine_chunks_leave_as_small_deltas() -> None:
 
 @pytest.mark.parametrize("path", ["/v1/realtime?duplex=1&model=m", "/v1/duplex?model=m"])
 async def test_duplex_paths(bridge_port: int, path: str) -> None:
-    async with aiohttp.ClientSession() as http, http.ws_connect(
-            f"http://127.0.0.1:{bridge_port}{path}") as ws:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(f"http://127.0.0.1:{bridge_port}{path}") as ws,
+    ):
         message = await ws.receive(timeout=5)
         assert message.json()["type"] == "session.created"
 
 
 async def test_health(bridge_port: int) -> None:
-    async with aiohttp.ClientSession() as http, http.get(
-            f"http://127.0.0.1:{bridge_port}/health") as response:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{bridge_port}/health") as response,
+    ):
         assert response.status == 200 and (await response.json()) == {"status": "ok"}

@@ -21,8 +21,7 @@ from omni_grpc import audio
 from omni_grpc.pb import pb
 
 
-async def test_sdk_session_update_append_commit_response(bridge_port: int,
-                                                         speech: bytes) -> None:
+async def test_sdk_session_update_append_commit_response(bridge_port: int, speech: bytes) -> None:
     client = AsyncOpenAI(api_key="test-key", websocket_base_url=f"ws://127.0.0.1:{bridge_port}/v1")
     events: list[dict[str, Any]] = []
     parsed: list[Any] = []
@@ -38,11 +37,20 @@ async def test_sdk_session_update_append_commit_response(bridge_port: int,
             return event
 
         assert (await next_event())["type"] == "session.created"
-        await conn.session.update(session={
-            "type": "realtime", "instructions": "Answer briefly.", "output_modalities": ["audio"],
-            "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
-                                "turn_detection": None},
-                      "output": {"format": {"type": "audio/pcm", "rate": 24000}}}})
+        await conn.session.update(
+            session={
+                "type": "realtime",
+                "instructions": "Answer briefly.",
+                "output_modalities": ["audio"],
+                "audio": {
+                    "input": {
+                        "format": {"type": "audio/pcm", "rate": 24000},
+                        "turn_detection": None,
+                    },
+                    "output": {"format": {"type": "audio/pcm", "rate": 24000}},
+                },
+            }
+        )
         updated = await next_event()
         assert updated["type"] == "session.updated"
         assert updated["session"]["instructions"] == "Answer briefly."
@@ -50,7 +58,8 @@ async def test_sdk_session_update_append_commit_response(bridge_port: int,
         # 100 ms appends, as a microphone client would send them.
         for start in range(0, len(speech), 4800):
             await conn.input_audio_buffer.append(
-                audio=base64.b64encode(speech[start:start + 4800]).decode())
+                audio=base64.b64encode(speech[start : start + 4800]).decode()
+            )
         await conn.input_audio_buffer.commit()
         await conn.response.create()
         while (await next_event())["type"] != "response.done":
@@ -59,12 +68,20 @@ async def test_sdk_session_update_append_commit_response(bridge_port: int,
     types = [e["type"] for e in events]
     assert "error" not in types, [e for e in events if e["type"] == "error"]
     start = types.index("response.created")
-    assert types[start:start + 4] == ["response.created", "conversation.item.added",
-                                      "response.output_item.added",
-                                      "response.content_part.added"]
-    assert types[-6:] == ["response.output_audio.done", "response.output_audio_transcript.done",
-                          "response.content_part.done", "response.output_item.done",
-                          "conversation.item.done", "response.done"]
+    assert types[start : start + 4] == [
+        "response.created",
+        "conversation.item.added",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert types[-6:] == [
+        "response.output_audio.done",
+        "response.output_audio_transcript.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "conversation.item.done",
+        "response.done",
+    ]
     assert types.index("input_audio_buffer.committed") < start
     assert isinstance(parsed[0], SessionCreatedEvent)
     assert isinstance(parsed[-1], ResponseDoneEvent)
@@ -77,8 +94,9 @@ async def test_sdk_session_update_append_commit_response(bridge_port: int,
     assert abs(len(reply) / 48 - said_ms) < 30, (len(reply) / 48, said_ms)
     level = float(abs(audio.decode(reply, pb.AUDIO_ENCODING_PCM16, 24000)).mean())
     assert level > 0.01
-    transcript = "".join(e["delta"] for e in events
-                         if e["type"] == "response.output_audio_transcript.delta")
+    transcript = "".join(
+        e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta"
+    )
     done = next(e for e in events if e["type"] == "response.output_audio_transcript.done")
     assert transcript == done["transcript"] and transcript.startswith("you said")
     assert all(len(orjson.dumps(e)) < 256 * 1024 for e in events)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 import aiohttp
+import grpc
 import orjson
+import pytest
 from bridge_testkit import (
     RealtimeSocket,
     check_server_event,
@@ -19,14 +21,17 @@ from bridge_testkit import (
 )
 
 from bridge.app import start_bridge
+from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
+from omni_grpc.pb import pb
 from omni_grpc.server.app import RunningServer, start_server
 
 
 @pytest.fixture
 async def paced_service() -> AsyncIterator[RunningServer]:
     """A loopback that answers at twice real time, so a response is still running at a cut."""
-    running = await start_server(service_settings(engine_options={"pace": "realtime",
-                                                                  "speed": "2"}))
+    running = await start_server(
+        service_settings(engine_options={"pace": "realtime", "speed": "2"})
+    )
     yield running
     await running.stop()
 
@@ -39,13 +44,28 @@ def last_seq(events: list[dict[str, Any]]) -> int:
     return max((e["server_event_seq"] for e in events if "server_event_seq" in e), default=0)
 
 
+async def wait_for_journal(service: RunningServer, created: dict[str, Any], seq: int) -> None:
+    """Polls GetSession, as any client may, until the session has journaled ``seq``."""
+    request = pb.GetSessionRequest(
+        session_id=created["session"]["id"], resume_token=created["resume_token"]
+    )
+    async with grpc.aio.insecure_channel(service.target) as channel:
+        stub = duplex_pb2_grpc.DuplexServiceStub(channel)
+        for _ in range(250):
+            if (await stub.GetSession(request)).last_seq >= seq:
+                return
+            await asyncio.sleep(0.02)
+    raise AssertionError(f"the session never journaled event {seq}")
+
+
 async def start_turn(ws: RealtimeSocket, speech: bytes) -> None:
     await ws.send(append(speech))
     await ws.send({"type": "input_audio_buffer.commit", "create_response": True})
 
 
 async def test_resume_through_a_fresh_bridge_misses_nothing_and_repeats_nothing(
-        paced_service: RunningServer, speech: bytes) -> None:
+    paced_service: RunningServer, speech: bytes
+) -> None:
     runner, first_port = await start_bridge(paced_service.target, port=0)
     async with realtime_socket(first_port) as ws:
         created = await ws.recv()
@@ -56,7 +76,8 @@ async def test_resume_through_a_fresh_bridge_misses_nothing_and_repeats_nothing(
         # close counts as received.
         stopping = asyncio.create_task(runner.cleanup())
         while not ws.ws.closed and (message := await ws.ws.receive(timeout=5)).type is (
-                aiohttp.WSMsgType.TEXT):
+            aiohttp.WSMsgType.TEXT
+        ):
             event = orjson.loads(message.data)
             check_server_event(event)
             ws.received.append(event)
@@ -64,12 +85,21 @@ async def test_resume_through_a_fresh_bridge_misses_nothing_and_repeats_nothing(
         assert ws.ws.close_code == 1001
     before = list(ws.received)
     assert "response.done" not in [e["type"] for e in before]
+    # The session, detached, goes on producing; wait until there is something to replay.
+    await wait_for_journal(paced_service, created, last_seq(before) + 4)
 
-    async with running_bridge(paced_service.target) as second_port, \
-            realtime_socket(second_port, "") as ws:
-        await ws.send({"type": "session.resume", "session_id": created["session"]["id"],
-                       "resume_token": created["resume_token"],
-                       "last_received_server_event_seq": last_seq(before)})
+    async with (
+        running_bridge(paced_service.target) as second_port,
+        realtime_socket(second_port, "") as ws,
+    ):
+        await ws.send(
+            {
+                "type": "session.resume",
+                "session_id": created["session"]["id"],
+                "resume_token": created["resume_token"],
+                "last_received_server_event_seq": last_seq(before),
+            }
+        )
         resumed = await ws.recv()
         assert resumed["type"] == "session.resumed"
         assert resumed["attachment_generation"] == 2
@@ -92,12 +122,13 @@ async def test_resume_through_a_fresh_bridge_misses_nothing_and_repeats_nothing(
     assert resumed["replayed_events"] >= 1
     # The audio is continuous across the cut: every delta starts where the last one ended.
     deltas = [e for e in events if e["type"] == "response.output_audio.delta"]
-    for previous, current in zip(deltas, deltas[1:], strict=False):
+    for previous, current in itertools.pairwise(deltas):
         assert current["start_ms"] == pytest.approx(previous["start_ms"] + previous["duration_ms"])
     reply = b"".join(base64.b64decode(d["delta"]) for d in deltas)
     assert abs(len(reply) / 48 - len(speech) / 48) < 30
-    transcript = "".join(e["delta"] for e in events
-                         if e["type"] == "response.output_audio_transcript.delta")
+    transcript = "".join(
+        e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta"
+    )
     done = next(e for e in events if e["type"] == "response.output_audio_transcript.done")
     assert transcript == done["transcript"]
     assert events[-1]["response"]["status"] == "completed"
@@ -107,9 +138,14 @@ async def test_takeover_replaces_the_first_connection(bridge_port: int) -> None:
     async with realtime_socket(bridge_port) as first:
         created = await first.recv()
         async with realtime_socket(bridge_port, "") as second:
-            await second.send({"type": "session.resume", "session_id": created["session"]["id"],
-                               "resume_token": created["resume_token"],
-                               "last_received_server_event_seq": 0})
+            await second.send(
+                {
+                    "type": "session.resume",
+                    "session_id": created["session"]["id"],
+                    "resume_token": created["resume_token"],
+                    "last_received_server_event_seq": 0,
+                }
+            )
             replaced = await first.recv()
             assert replaced["type"] == "session.replaced"
             assert replaced["attachment_generation"] == 1
@@ -122,8 +158,11 @@ async def test_takeover_replaces_the_first_connection(bridge_port: int) -> None:
 async def test_a_stale_token_cannot_resume(bridge_port: int) -> None:
     async with realtime_socket(bridge_port) as first:
         created = await first.recv()
-        resume = {"type": "session.resume", "session_id": created["session"]["id"],
-                  "resume_token": created["resume_token"]}
+        resume = {
+            "type": "session.resume",
+            "session_id": created["session"]["id"],
+            "resume_token": created["resume_token"],
+        }
         async with realtime_socket(bridge_port, "") as second:
             await second.send(resume)
             assert (await second.recv())["type"] == "session.resumed"

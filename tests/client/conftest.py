@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import numpy as np
 import pytest
@@ -21,18 +21,27 @@ RATE_HZ = 16000
 EVENT_TIMEOUT_S = 10.0
 # Input as 16 kHz pcm16, so the loopback engine's canonical input needs no resampling and
 # committed durations are exact.
-CONFIG = pb.SessionConfig(input_audio_format=pb.AudioFormat(
-    encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=RATE_HZ))
+CONFIG = pb.SessionConfig(
+    input_audio_format=pb.AudioFormat(encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=RATE_HZ)
+)
 # Quick, repeatable reconnects for tests.
-OPTIONS = ClientOptions(reconnect=ReconnectPolicy(initial_backoff_s=0.02, max_backoff_s=0.2,
-                                                  max_attempts=30, max_elapsed_s=10.0),
-                        seed=1234)
+OPTIONS = ClientOptions(
+    reconnect=ReconnectPolicy(
+        initial_backoff_s=0.02, max_backoff_s=0.2, max_attempts=30, max_elapsed_s=10.0
+    ),
+    seed=1234,
+)
 
 
 def settings(**overrides: object) -> ServerSettings:
     """Test settings: port 0, no bridge, fast loopback."""
-    base = ServerSettings(grpc_port=0, http_port=None, engine="loopback",
-                          engine_options={"pace": "fast"}, limits=Limits(disconnect_grace_s=5.0))
+    base = ServerSettings(
+        grpc_port=0,
+        http_port=None,
+        engine="loopback",
+        engine_options={"pace": "fast"},
+        limits=Limits(disconnect_grace_s=5.0),
+    )
     return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
 
 
@@ -46,9 +55,9 @@ def kinds(events: list[pb.ConverseResponse]) -> list[str]:
     return [str(event.WhichOneof("event")) for event in events]
 
 
-async def collect_until(client: DuplexClient, kind: str, *,
-                        into: list[pb.ConverseResponse] | None = None
-                        ) -> list[pb.ConverseResponse]:
+async def collect_until(
+    client: DuplexClient, kind: str, *, into: list[pb.ConverseResponse] | None = None
+) -> list[pb.ConverseResponse]:
     """Takes events up to and including the first of ``kind`` (fails after a timeout)."""
     events = [] if into is None else into
     stream = client.events()
@@ -65,6 +74,21 @@ def assert_contiguous(events: list[pb.ConverseResponse], first: int = 1) -> None
     """Journaled seqs run first, first+1, … with no gap and no repeat."""
     seqs = [event.seq for event in events if event.seq]
     assert seqs == list(range(first, first + len(seqs))), seqs
+
+
+async def eventually(condition: Callable[[], bool], *, timeout_s: float = 5.0) -> None:
+    """Waits until ``condition()`` holds (state on the server side that has no event)."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.02)
+
+
+def journal_length(server: RunningServer, session_id: str) -> int:
+    """How many events the server still keeps for a session (acks shrink it)."""
+    session = next(s for s in server.registry if s.id == session_id)
+    return len(session.journal)
 
 
 @pytest.fixture

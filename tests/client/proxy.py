@@ -179,32 +179,39 @@ class ChaosProxy:
             _reset(writer)
             return
         try:
-            up_reader, up_writer = await asyncio.open_connection(self.upstream_host,
-                                                                 self.upstream_port)
+            up_reader, up_writer = await asyncio.open_connection(
+                self.upstream_host, self.upstream_port
+            )
         except OSError:
             _reset(writer)
             return
         link = _Link(writer, up_writer)
         self._links.add(link)
-        link.tasks = [asyncio.create_task(self._pump(reader, up_writer, link, up=True)),
-                      asyncio.create_task(self._pump(up_reader, writer, link, up=False))]
+        link.tasks = [
+            asyncio.create_task(self._pump(reader, up_writer, link, up=True)),
+            asyncio.create_task(self._pump(up_reader, writer, link, up=False)),
+        ]
         try:
             await asyncio.gather(*link.tasks, return_exceptions=True)
         finally:
             self._links.discard(link)
             link.abort()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    link: _Link, *, up: bool) -> None:
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: _Link, *, up: bool
+    ) -> None:
         try:
             while data := await reader.read(_READ_SIZE):
                 counted = self._budget is not None and self._budget_direction in (
-                    "both", "up" if up else "down")
+                    "both",
+                    "up" if up else "down",
+                )
                 if counted and self._budget is not None and len(data) >= self._budget:
-                    head, self._budget = data[:self._budget], None
+                    head, self._budget = data[: self._budget], None
                     await self._forward(writer, head, up=up)
-                    self._budget = (self._draw_budget() if self._random_mean_bytes is not None
-                                    else None)
+                    self._budget = (
+                        self._draw_budget() if self._random_mean_bytes is not None else None
+                    )
                     self.cut_all()
                     return
                 if counted and self._budget is not None:

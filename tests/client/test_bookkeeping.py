@@ -74,7 +74,15 @@ def test_outbox_rejects_nonsense_bounds() -> None:
 def test_cursor_delivers_each_seq_once_and_in_order() -> None:
     cursor = EventCursor()
     assert [cursor.admit(s) for s in (1, 2, 2, 1, 3, 0, 0, 4)] == [
-        True, True, False, False, True, True, True, True]
+        True,
+        True,
+        False,
+        False,
+        True,
+        True,
+        True,
+        True,
+    ]
     assert cursor.last_seq == 4 and cursor.duplicates == 2
     with pytest.raises(EventGap, match="seq 6 follows 4"):
         cursor.admit(6)
@@ -85,8 +93,7 @@ def test_cursor_delivers_each_seq_once_and_in_order() -> None:
 
 
 def test_backoff_grows_caps_and_jitters_repeatably() -> None:
-    policy = ReconnectPolicy(initial_backoff_s=0.05, max_backoff_s=2.0, multiplier=2.0,
-                             jitter=0.5)
+    policy = ReconnectPolicy(initial_backoff_s=0.05, max_backoff_s=2.0, multiplier=2.0, jitter=0.5)
     first = [d for d, _ in zip(policy.delays(random.Random(3)), range(12), strict=False)]
     again = [d for d, _ in zip(policy.delays(random.Random(3)), range(12), strict=False)]
     assert first == again
@@ -98,19 +105,31 @@ def test_backoff_grows_caps_and_jitters_repeatably() -> None:
     assert [d for d, _ in zip(no_jitter.delays(), range(3), strict=False)] == [0.05, 0.1, 0.2]
 
 
-@pytest.mark.parametrize("bad", [
-    {"initial_backoff_s": 0.0}, {"initial_backoff_s": 3.0, "max_backoff_s": 2.0},
-    {"multiplier": 0.5}, {"jitter": 1.0}, {"max_attempts": 0}, {"max_elapsed_s": 0.0},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"initial_backoff_s": 0.0},
+        {"initial_backoff_s": 3.0, "max_backoff_s": 2.0},
+        {"multiplier": 0.5},
+        {"jitter": 1.0},
+        {"max_attempts": 0},
+        {"max_elapsed_s": 0.0},
+    ],
+)
 def test_backoff_rejects_bad_policies(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         ReconnectPolicy(**bad)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("bad", [
-    {"ack_every_events": 0}, {"event_buffer": 0}, {"ack_interval_s": 0.0},
-    {"handshake_timeout_s": -1.0},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"ack_every_events": 0},
+        {"event_buffer": 0},
+        {"ack_interval_s": 0.0},
+        {"handshake_timeout_s": -1.0},
+    ],
+)
 def test_options_reject_nonsense(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         ClientOptions(**bad)  # type: ignore[arg-type]

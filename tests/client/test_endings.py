@@ -20,7 +20,16 @@ from omni_grpc.client import (
 from omni_grpc.core import Limits
 from omni_grpc.pb import pb
 from omni_grpc.server.app import RunningServer, start_server
-from tests.client.conftest import CONFIG, OPTIONS, collect_until, kinds, settings, tone
+from tests.client.conftest import (
+    CONFIG,
+    OPTIONS,
+    collect_until,
+    eventually,
+    journal_length,
+    kinds,
+    settings,
+    tone,
+)
 from tests.client.proxy import ChaosProxy
 
 
@@ -41,8 +50,9 @@ async def test_takeover_replaces_the_first_client(server: RunningServer) -> None
     handle = first.resume_handle()
     assert handle.last_seq == 1 and "resume_token" not in repr(handle)
 
-    second = await DuplexClient.resume(server.target, handle.session_id, handle.resume_token,
-                                       handle.last_seq, options=OPTIONS)
+    second = await DuplexClient.resume(
+        server.target, handle.session_id, handle.resume_token, handle.last_seq, options=OPTIONS
+    )
     with pytest.raises(SessionReplaced) as replaced:
         await drain(first)
     assert replaced.value.session_id == handle.session_id
@@ -65,8 +75,9 @@ async def test_detach_hands_the_session_over_cleanly(server: RunningServer) -> N
     with pytest.raises(SessionClosed) as closed:
         await drain(first)
     assert closed.value.reason == "detached"
-    second = await DuplexClient.resume(server.target, handle.session_id, handle.resume_token,
-                                       handle.last_seq, options=OPTIONS)
+    second = await DuplexClient.resume(
+        server.target, handle.session_id, handle.resume_token, handle.last_seq, options=OPTIONS
+    )
     await second.heartbeat()
     events = await collect_until(second, "heartbeat_ack")
     assert [e.seq for e in events] == [2]  # nothing replayed twice, nothing skipped
@@ -80,14 +91,13 @@ async def test_resume_after_acknowledged_events_needs_a_resync(server: RunningSe
     events: list[pb.ConverseResponse] = []
     for _ in range(3):
         events = await collect_until(client, "heartbeat_ack", into=events)
-    session = next(s for s in server.registry if s.id == client.session_id)
-    async with asyncio.timeout(5):
-        while len(session.journal):  # the acks landed: the server forgot events 1..3
-            await asyncio.sleep(0.02)
+    # The acks landed: the server forgot events 1..3.
+    await eventually(lambda: journal_length(server, client.session_id) == 0)
     handle = await client.detach()
     with pytest.raises(ResyncRequired) as resync:
-        await DuplexClient.resume(server.target, handle.session_id, handle.resume_token, 0,
-                                  options=OPTIONS)
+        await DuplexClient.resume(
+            server.target, handle.session_id, handle.resume_token, 0, options=OPTIONS
+        )
     assert resync.value.reason == pb.RESYNC_REASON_JOURNAL_GAP
 
 
@@ -140,8 +150,9 @@ async def test_outage_past_the_grace_is_connection_lost_then_not_found() -> None
             await client.close()
             await asyncio.sleep(0.6)  # the server's grace runs out too
             with pytest.raises(ResumeRefused) as refused:
-                await DuplexClient.resume(running.target, handle.session_id,
-                                          handle.resume_token, options=OPTIONS)
+                await DuplexClient.resume(
+                    running.target, handle.session_id, handle.resume_token, options=OPTIONS
+                )
             assert refused.value.status == grpc.StatusCode.NOT_FOUND
             assert refused.value.code == "session_resume_expired"
     finally:
@@ -151,8 +162,9 @@ async def test_outage_past_the_grace_is_connection_lost_then_not_found() -> None
 async def test_wrong_token_is_refused_without_retrying(server: RunningServer) -> None:
     client = await DuplexClient.connect(server.target, options=OPTIONS)
     with pytest.raises(ResumeRefused) as refused:
-        await DuplexClient.resume(server.target, client.session_id, "not-the-token",
-                                  options=OPTIONS)
+        await DuplexClient.resume(
+            server.target, client.session_id, "not-the-token", options=OPTIONS
+        )
     assert refused.value.status == grpc.StatusCode.PERMISSION_DENIED
     assert "not-the-token" not in str(refused.value)
     await client.heartbeat()  # the real owner is unaffected
@@ -161,7 +173,8 @@ async def test_wrong_token_is_refused_without_retrying(server: RunningServer) ->
 
 
 async def test_close_applied_before_a_cut_still_ends_quietly(
-        server: RunningServer, proxy: ChaosProxy) -> None:
+    server: RunningServer, proxy: ChaosProxy
+) -> None:
     client = await DuplexClient.connect(proxy.target, options=OPTIONS)
     # The close reaches the server; nothing it sends back gets through.
     proxy.cut_after_bytes(0, direction="down")
@@ -172,8 +185,7 @@ async def test_close_applied_before_a_cut_still_ends_quietly(
     assert len(server.registry) == 0
 
 
-async def test_close_lost_on_the_way_is_resent(server: RunningServer,
-                                               proxy: ChaosProxy) -> None:
+async def test_close_lost_on_the_way_is_resent(server: RunningServer, proxy: ChaosProxy) -> None:
     client = await DuplexClient.connect(proxy.target, options=OPTIONS)
     proxy.cut_after_bytes(0, direction="up")  # the close itself is cut off
     events: list[pb.ConverseResponse] = []

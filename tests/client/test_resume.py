@@ -12,6 +12,8 @@ from tests.client.conftest import (
     OPTIONS,
     assert_contiguous,
     collect_until,
+    eventually,
+    journal_length,
     kinds,
     tone,
 )
@@ -20,12 +22,9 @@ from tests.client.proxy import ChaosProxy
 CHUNK_MS = 20
 
 
-def server_session(server: RunningServer, session_id: str) -> object:
-    return next(s for s in server.registry if s.id == session_id)
-
-
 async def test_cut_during_a_response_loses_and_repeats_nothing(
-        server: RunningServer, proxy: ChaosProxy) -> None:
+    server: RunningServer, proxy: ChaosProxy
+) -> None:
     client = await DuplexClient.connect(proxy.target, config=CONFIG, options=OPTIONS)
     for _ in range(10):
         await client.append_audio(tone(100))
@@ -35,15 +34,19 @@ async def test_cut_during_a_response_loses_and_repeats_nothing(
     events = await collect_until(client, "response_done", into=events)
     assert_contiguous(events)
     assert client.stats.reconnects == 1 and client.generation == 2
-    audio = sum(len(e.output_audio_delta.audio) for e in events
-                if e.WhichOneof("event") == "output_audio_delta")
+    audio = sum(
+        len(e.output_audio_delta.audio)
+        for e in events
+        if e.WhichOneof("event") == "output_audio_delta"
+    )
     assert audio == 1000 * 24 * 2  # every chunk once: none lost, none doubled
     assert kinds(events).count("response_done") == 1
     await client.close()
 
 
 async def test_resend_is_exactly_the_unapplied_commands(
-        server: RunningServer, proxy: ChaosProxy) -> None:
+    server: RunningServer, proxy: ChaosProxy
+) -> None:
     client = await DuplexClient.connect(proxy.target, config=CONFIG, options=OPTIONS)
     # Cut in the middle of a burst of appends: whatever was in flight never arrived.
     proxy.cut_after_bytes(20_000)
@@ -68,7 +71,8 @@ async def test_resend_is_exactly_the_unapplied_commands(
 
 
 async def test_commands_sent_while_disconnected_go_out_after_the_resume(
-        server: RunningServer, proxy: ChaosProxy) -> None:
+    server: RunningServer, proxy: ChaosProxy
+) -> None:
     client = await DuplexClient.connect(proxy.target, config=CONFIG, options=OPTIONS)
     proxy.refuse = True
     proxy.cut_all()
@@ -85,8 +89,7 @@ async def test_commands_sent_while_disconnected_go_out_after_the_resume(
     await client.close()
 
 
-async def test_going_away_moves_the_session_without_a_visible_break(
-        server: RunningServer) -> None:
+async def test_going_away_moves_the_session_without_a_visible_break(server: RunningServer) -> None:
     client = await DuplexClient.connect(server.target, config=CONFIG, options=OPTIONS)
     await client.heartbeat()
     events = await collect_until(client, "heartbeat_ack")
@@ -108,16 +111,12 @@ async def test_acks_let_the_server_forget_delivered_events(server: RunningServer
     events = await collect_until(client, "heartbeat_ack")
     events = await collect_until(client, "heartbeat_ack", into=events)
     events = await collect_until(client, "heartbeat_ack", into=events)
-    session = server_session(server, client.session_id)
-    async with asyncio.timeout(5):
-        while len(session.journal):  # type: ignore[attr-defined]
-            await asyncio.sleep(0.02)
+    await eventually(lambda: journal_length(server, client.session_id) == 0)
     assert client.last_seq == 3
     await client.close()
 
 
-async def test_random_cuts_keep_the_stream_exact(server: RunningServer,
-                                                 proxy: ChaosProxy) -> None:
+async def test_random_cuts_keep_the_stream_exact(server: RunningServer, proxy: ChaosProxy) -> None:
     client = await DuplexClient.connect(proxy.target, config=CONFIG, options=OPTIONS)
     events: list[pb.ConverseResponse] = []
     proxy.cut_randomly(30_000)
@@ -130,7 +129,10 @@ async def test_random_cuts_keep_the_stream_exact(server: RunningServer,
     proxy.cut_randomly(None)
     assert client.stats.reconnects >= 1
     assert_contiguous(events)
-    durations = [e.input_committed.audio_duration_ms for e in events
-                 if e.WhichOneof("event") == "input_committed"]
+    durations = [
+        e.input_committed.audio_duration_ms
+        for e in events
+        if e.WhichOneof("event") == "input_committed"
+    ]
     assert durations == [1000.0] * 4
     await client.close()

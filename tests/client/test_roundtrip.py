@@ -47,8 +47,9 @@ async def test_a_turn_round_trips_in_order(server: RunningServer) -> None:
     assert order.index("response_created") < order.index("output_audio_delta")
     committed = events[0].input_committed
     assert committed.audio_duration_ms == 500.0
-    audio = b"".join(e.output_audio_delta.audio for e in events
-                     if e.WhichOneof("event") == "output_audio_delta")
+    audio = b"".join(
+        e.output_audio_delta.audio for e in events if e.WhichOneof("event") == "output_audio_delta"
+    )
     assert len(audio) == 500 * 24 * 2  # the loopback answer: the same 500 ms, 24 kHz pcm16
     transcript = "".join(e.output_audio_transcript_delta.delta for e in events)
     assert transcript.startswith("you said 0.50 seconds")
@@ -78,8 +79,9 @@ async def test_context_manager_closes_the_session(server: RunningServer) -> None
 
 
 async def test_bad_config_is_refused_with_its_code(server: RunningServer) -> None:
-    config = pb.SessionConfig(input_audio_format=pb.AudioFormat(
-        encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=12345))
+    config = pb.SessionConfig(
+        input_audio_format=pb.AudioFormat(encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=12345)
+    )
     with pytest.raises(OpenRefused) as refused:
         await DuplexClient.connect(server.target, config=config, options=OPTIONS)
     assert refused.value.status == grpc.StatusCode.INVALID_ARGUMENT

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from omni_grpc.core import Effects, Limits, Registry
+from omni_grpc.core import Effects, Limits, Registry, Session
 from omni_grpc.pb import pb
 
 from .helpers import ENGINE, cmd
@@ -63,6 +63,11 @@ class SessionModel:
         super().__init__()  # cooperative: the state machine base class comes next
         self.now = 0.0
         self.registry = Registry(LIMITS, ENGINE)
+        self.graveyard: list[tuple[Session, str]] = []  # ended sessions and their last token
+        self.open_new()
+
+    def open_new(self) -> None:
+        """Opens the next session; the client starts afresh with it."""
         self.session, effects = self.registry.open(pb.OpenSession(), self.now)
         [(generation, payload)] = effects.sends
         token = pb.ConverseResponse.FromString(payload).session_created.resume_token
@@ -76,7 +81,7 @@ class SessionModel:
         self.generation = 1
         self.old_generations: set[int] = set()
         self.detached_at: float | None = None
-        self.last_activity = 0.0
+        self.last_activity = self.now
         self.acked_through = 0
         self.active = ""
         self.finished: list[str] = []

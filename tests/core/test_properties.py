@@ -34,7 +34,6 @@ from .model import Pending, SessionModel
 class SessionMachine(SessionModel, RuleBasedStateMachine):
     # -- engine ------------------------------------------------------------------------------
 
-    @precondition(lambda self: self.alive)
     @rule(action=st.sampled_from(["transcript", "respond", "delta", "done", "cancel", "stale"]))
     def engine_output(self, action: str) -> None:
         if action == "stale" and self.finished:
@@ -66,39 +65,28 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
     # -- client commands ---------------------------------------------------------------------
 
     @precondition(lambda self: self.ready)
-    @rule(kind=st.sampled_from(["text", "text", "heartbeat", "invalid"]))
-    def command(self, kind: str) -> None:
-        assert self.client.generation is not None
-        self.send(self.numbered(kind), self.client.generation)
-
-    @precondition(lambda self: self.ready)
-    @rule(numbered=st.booleans(), back=st.integers(0, 3), ahead=st.booleans())
-    def ack(self, numbered: bool, back: int, ahead: bool) -> None:
+    @rule(action=st.sampled_from(["text", "text", "heartbeat", "invalid", "heartbeat0", "ack",
+                                  "ack0", "bad_ack", "jump"]),
+          arg=st.integers(0, 3))
+    def client_sends(self, action: str, arg: int) -> None:
         c = self.client
         assert c.generation is not None
-        seq = len(self.expected) + 1 + back if ahead else max(c.last_seq - back, 0)
-        client_seq = c.next_client_seq if numbered else 0
-        request = cmd(client_seq, f"a{client_seq}", ack_events=pb.AckEvents(seq=seq))
-        if numbered:
-            c.sent[client_seq] = request
-            c.next_client_seq += 1
+        if action in ("text", "heartbeat", "invalid"):
+            request = self.numbered(action)
+        elif action == "heartbeat0":  # unnumbered, as a keep-alive may be
+            request = cmd(0, heartbeat=pb.Heartbeat())
+        elif action == "jump":  # a buggy client skips numbers: refused, and not consumed
+            seq = c.next_client_seq + 1 + arg
+            request = cmd(seq, f"j{seq}", append_input_text=pb.AppendInputText(text="j"))
+        else:  # acks of what the client has (numbered or not), or of what was never sent
+            seq = len(self.expected) + 1 + arg if action == "bad_ack" else max(
+                c.last_seq - arg, 0)
+            client_seq = 0 if action == "ack0" else c.next_client_seq
+            request = cmd(client_seq, f"a{client_seq}", ack_events=pb.AckEvents(seq=seq))
+            if client_seq:
+                c.sent[client_seq] = request
+                c.next_client_seq += 1
         self.send(request, c.generation)
-
-    @precondition(lambda self: self.ready)
-    @rule(numbered=st.booleans())
-    def heartbeat(self, numbered: bool) -> None:
-        assert self.client.generation is not None
-        request = self.numbered("heartbeat") if numbered else cmd(0, heartbeat=pb.Heartbeat())
-        self.send(request, self.client.generation)
-
-    @precondition(lambda self: self.ready)
-    @rule(jump=st.integers(1, 3))
-    def client_seq_jump(self, jump: int) -> None:
-        c = self.client
-        assert c.generation is not None
-        seq = c.next_client_seq + jump  # a buggy client skips numbers: refused, not consumed
-        self.send(cmd(seq, f"j{seq}", append_input_text=pb.AppendInputText(text="j")),
-                  c.generation)
 
     @precondition(lambda self: self.ready)
     @rule(lost=st.integers(0, 3))
@@ -121,7 +109,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
 
     # -- resume ------------------------------------------------------------------------------
 
-    @precondition(lambda self: self.alive and self.pending is None)
+    @precondition(lambda self: self.pending is None)
     @rule(back=st.integers(0, 4), racing=st.booleans())
     def resume(self, back: int, racing: bool) -> None:
         c = self.client
@@ -195,7 +183,6 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         if self.alive:
             self.recovery, self.detached_at = pending.presented, self.now
 
-    @precondition(lambda self: self.alive)
     @rule(data=st.data())
     def stale_token(self, data: st.DataObject) -> None:
         stale = sorted(set(self.issued) - self.valid_tokens())
@@ -211,7 +198,6 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
 
     # -- time and endings --------------------------------------------------------------------
 
-    @precondition(lambda self: self.alive)
     @rule(tenths=st.integers(0, 290))
     def time_passes(self, tenths: int) -> None:
         deadline = self.deadline()
@@ -221,56 +207,75 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         self.now = later
         assert self.registry.tick(self.now) == []
 
-    @precondition(lambda self: self.deadline() is not None)
-    @rule()
-    def expire_at_deadline(self) -> None:
-        deadline = self.deadline()
-        assert deadline is not None
-        self.now = deadline
-        attached = self.detached_at is None
-        [(session, effects)] = self.registry.tick(self.now)
-        assert session is self.session and effects.ended
-        reason = "EXPIRY_REASON_IDLE_TIMEOUT" if attached else "EXPIRY_REASON_DISCONNECT_GRACE"
-        self.expect("session_expired", reason)
-        assert effects.end_streams == ([(self.generation, "session_expired")] if attached else [])
-        self.ending = "EXPIRED"  # the registry already freed the slot
-        self.deliver(effects)
-
-    @precondition(lambda self: self.ready)
-    @rule()
-    def client_close(self) -> None:
-        assert self.client.generation is not None
-        self.send(self.numbered("close"), self.client.generation)
-
-    @precondition(lambda self: self.alive)
-    @rule(by_engine=st.booleans())
-    def server_ends(self, by_engine: bool) -> None:
-        attached = self.detached_at is None
-        if by_engine:
+    @rule(how=st.sampled_from(["deadline", "client_close", "shutdown", "engine_failure"]))
+    def ending(self, how: str) -> None:
+        """One rule for every ending, so that sessions live long enough to get interesting."""
+        deadline, attached = self.deadline(), self.detached_at is None
+        if how == "deadline" and deadline is not None:
+            self.now = deadline
+            [(session, effects)] = self.registry.tick(self.now)
+            assert session is self.session and effects.ended
+            reason = "EXPIRY_REASON_IDLE_TIMEOUT" if attached else (
+                "EXPIRY_REASON_DISCONNECT_GRACE")
+            self.expect("session_expired", reason)
+            assert effects.end_streams == (
+                [(self.generation, "session_expired")] if attached else [])
+            self.ending = "EXPIRED"  # the registry already freed the slot
+            self.deliver(effects)
+        elif how == "client_close" and self.ready:
+            assert self.client.generation is not None
+            self.send(self.numbered("close"), self.client.generation)
+        elif how == "engine_failure":
             effects = self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self.now)
             self.expect("session_expired", "EXPIRY_REASON_ENGINE_FAILURE")
-            reason = "session_expired"
+            assert effects.end_streams == (
+                [(self.generation, "session_expired")] if attached else [])
+            self.end("EXPIRED")
+            self.deliver(effects)
         else:
             effects = self.session.close("shutdown", self.now)
             self.expect("session_closed", "shutdown")
-            reason = "shutdown"
-        assert effects.end_streams == ([(self.generation, reason)] if attached else [])
-        self.end("EXPIRED" if by_engine else "CLOSED")
-        self.deliver(effects)
+            assert effects.end_streams == ([(self.generation, "shutdown")] if attached else [])
+            self.end("CLOSED")
+            self.deliver(effects)
+        self.finish()
 
-    @precondition(lambda self: not self.alive)
-    @rule()
-    def after_the_end(self) -> None:
-        s = self.session
+    def finish(self) -> None:
+        """Checks the ended session one last time, buries it and opens the next one."""
+        assert self.ending
+        if self.pending is not None:  # the session ended under an activation in flight
+            pending, self.pending = self.pending, None
+            generation = pending.generation
+            self.session.activation_failed(generation, self.now)
+            self.session.activation_delivered(generation)
+            assert self.session.detach(generation, self.now) is False
+            self.client.generation = generation
+            for event in pending.buffer:
+                self.receive_event(event)
+            self.client.generation = None
+        self.history_is_exact()
+        self.commands_apply_exactly_once()
+        self.one_ending()
+        self.state_agrees()
+        self.graveyard.append((self.session, self.client.token))
+        self.open_new()
+
+    @precondition(lambda self: bool(self.graveyard))
+    @rule(data=st.data())
+    def after_the_end(self, data: st.DataObject) -> None:
+        s, token = data.draw(st.sampled_from(self.graveyard))
+        head = s.journal.head
         assert s.close("again", self.now) == Effects()
         assert s.expire(pb.EXPIRY_REASON_IDLE_TIMEOUT, self.now) == Effects()
         assert s.tick(self.now + 1e6) == Effects()
         assert s.publish(transcript("late"), self.now) == Effects()
         assert s.receive(s.generation, cmd(0, heartbeat=pb.Heartbeat()), self.now) == Effects()
+        assert s.detach(s.generation, self.now) is False
+        assert s.journal.head == head
         for resume in (
-            lambda: s.resume(self.client.token, 0, self.now),
+            lambda: s.resume(token, 0, self.now),
             lambda: self.registry.resume(pb.ResumeSession(
-                session_id=s.id, resume_token=self.client.token), self.now),
+                session_id=s.id, resume_token=token), self.now),
         ):
             with pytest.raises(StreamRefused) as refused:
                 resume()
@@ -302,7 +307,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
     def one_ending(self) -> None:
         endings = [k for k, _, _ in self.expected if k in TERMINAL_KINDS]
         assert len(endings) == (1 if self.ending else 0)
-        assert (self.session in list(self.registry)) is self.alive
+        assert list(self.registry) == ([self.session] if self.alive else [])
 
     @invariant()
     def state_agrees(self) -> None:

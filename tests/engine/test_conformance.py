@@ -30,6 +30,7 @@ from .conformance import (
 
 ENGINES = [
     EngineSpec("loopback", lambda: create_engine("loopback", {"pace": "fast"})),
+    EngineSpec("embedded", lambda: create_engine("embedded", {"responder": "echo", "server_vad": "off"}), 30.0),
 ]
 
 

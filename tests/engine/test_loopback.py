@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
@@ -142,6 +143,38 @@ async def test_text_only_sessions_get_text_deltas(probe: Probe) -> None:
     text = "".join(e.output_text_delta.delta for e in events if e.HasField("output_text_delta"))
     assert text == "you said 0.50 seconds of audio"
     assert events[-1].response_done.response.output[0].content[0].text == text
+
+
+async def test_a_cancel_takes_back_output_nobody_has_read() -> None:
+    engine = LoopbackEngine({"pace": "fast", "queue_size": "8", "chunk_ms": "5000"})
+    session = await engine.open_session("s", default_config(engine))
+    try:
+        await session.submit(
+            pb.ConverseRequest(
+                client_seq=1, append_input_audio=pb.AppendInputAudio(audio=voice_like(20.0))
+            )
+        )
+        await session.submit(pb.ConverseRequest(client_seq=2, commit_input_audio={}))
+        await asyncio.sleep(0.2)  # nobody reads: the answer fills the bounded queue and waits
+        await session.submit(pb.ConverseRequest(client_seq=3, cancel_response={}))
+        await asyncio.sleep(0.1)  # the cancel is applied before the reader comes back
+        events = []
+        async for event in session.events():
+            events.append(event)
+            if event.HasField("response_done"):
+                break
+    finally:
+        await engine.stop()
+    assert kinds(events) == [
+        "input_committed",
+        "item_added",
+        "item_done",
+        "response_created",
+        "response_done",
+    ]
+    done = events[-1].response_done.response
+    assert (done.status, done.usage.output_audio_ms) == (pb.RESPONSE_STATUS_CANCELLED, 0.0)
+    assert done.output[0].content[0].transcript == ""
 
 
 async def test_a_new_turn_takes_over_from_a_running_answer(probe: Probe) -> None:

@@ -8,6 +8,7 @@ slip in unnoticed.
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,14 @@ MIN_AUDIO_MS = 150.0
 # whole 10 s buckets (a tighter fit starts to cost accuracy on tiny.en).
 WINDOW_FRAMES = 3000
 BUCKET_FRAMES = 1000
+MAX_TOKENS = 224
+TOKENS_PER_S = 6.0
+MAX_COMPRESSION_RATIO = 2.4
+
+
+def _compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data))
 
 
 def model_dir() -> Path:
@@ -66,15 +75,21 @@ class Transcriber:
         frames = min(-(-mel.shape[1] // BUCKET_FRAMES) * BUCKET_FRAMES, WINDOW_FRAMES)
         mel = np.pad(mel[:, :frames], ((0, 0), (0, frames - min(mel.shape[1], frames))))
         features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))
+        # Speech is at most ~5 tokens a second; a cap a little above that stops a decoder that
+        # hallucinates in a loop (it does, on hums and tones) long before Whisper's own 224.
+        max_tokens = min(MAX_TOKENS, 8 + int(TOKENS_PER_S * duration_ms / 1000))
         result = self._whisper.model.generate(
-            features, [self._prompt], beam_size=1, max_length=224, return_scores=True,
+            features, [self._prompt], beam_size=1, max_length=max_tokens, return_scores=True,
             return_no_speech_prob=True, suppress_blank=True)[0]
         # Whisper's own rule for "nothing was said": likely silence and an unsure decode.
         if result.no_speech_prob > 0.6 and result.scores[0] < -1.0:
             return ""
         tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
-        text: str = self._tokenizer.decode(tokens)
-        return text.strip()
+        text: str = self._tokenizer.decode(tokens).strip()
+        # And its rule for a hallucination: text that repeats itself compresses too well.
+        if text and _compression_ratio(text) > MAX_COMPRESSION_RATIO:
+            return ""
+        return text
 
     def _transcribe_long(self, audio: np.ndarray) -> str:
         segments, _info = self._whisper.transcribe(

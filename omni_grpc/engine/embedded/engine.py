@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +31,8 @@ class EmbeddedEngine(Engine):
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options = EmbeddedOptions.parse(options or {})
-        self.features = FEATURES
+        self.features = (FEATURES if self.options.server_vad == "on"
+                         else dataclasses.replace(FEATURES, supports_server_vad=False))
         self.runtime: Runtime | None = None
         self._executor = ThreadPoolExecutor(2, thread_name_prefix="embedded-ml")
         self._vad_executor = ThreadPoolExecutor(1, thread_name_prefix="embedded-vad")
@@ -43,10 +45,16 @@ class EmbeddedEngine(Engine):
             if self.runtime is not None:
                 return
             loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._executor, self.load)
+
+    def load(self) -> Runtime:
+        """Loads every model now, blocking (``start`` runs this on a worker thread)."""
+        if self.runtime is None:
             try:
-                self.runtime = await loop.run_in_executor(self._executor, self._load)
+                self.runtime = self._load()
             except Exception as error:
                 raise EngineError(f"the embedded engine could not load: {error}") from error
+        return self.runtime
 
     def _load(self) -> Runtime:
         from omni_grpc.engine.embedded.asr import Transcriber
@@ -65,8 +73,10 @@ class EmbeddedEngine(Engine):
                     raise
                 logger.warning("SmolLM2 weights are not installed, so the embedded engine "
                                "answers with the echo responder")
-        return Runtime(options=self.options, vad=SileroVad(),
-                       asr=Transcriber(cpu_threads=self.options.asr_threads), tts=tts,
+        asr = Transcriber(cpu_threads=self.options.asr_threads)
+        # The first decode of a process pays CTranslate2's warm-up; pay it here, not in a turn.
+        asr.transcribe(bytes(32000))
+        return Runtime(options=self.options, vad=SileroVad(), asr=asr, tts=tts,
                        echo=EchoResponder(), smol=smol, executor=self._executor,
                        vad_executor=self._vad_executor)
 

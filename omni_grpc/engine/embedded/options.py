@@ -19,6 +19,7 @@ _CONVERTERS: dict[str, Callable[[str], object]] = {
     "chunk_ms": int,
     "max_input_s": float,
     "queue_size": int,
+    "server_vad": str,
 }
 
 
@@ -37,6 +38,8 @@ class EmbeddedOptions:
     * ``chunk_ms``: length of one output audio chunk, 20 to 200; default 100.
     * ``max_input_s``: the most input audio one turn may hold; default 120.
     * ``queue_size``: the bound of each session's command and event queues; default 256.
+    * ``server_vad``: ``on`` (default) offers server VAD and makes it the sessions' default;
+      ``off`` leaves every turn to the client's commits (push to talk).
     """
 
     responder: str = "auto"
@@ -48,6 +51,7 @@ class EmbeddedOptions:
     chunk_ms: int = 100
     max_input_s: float = 120.0
     queue_size: int = 256
+    server_vad: str = "on"
 
     def __post_init__(self) -> None:
         if self.responder not in RESPONDERS:
@@ -65,6 +69,8 @@ class EmbeddedOptions:
             raise ValueError(f"chunk_ms must be in [20, 200], got {self.chunk_ms}")
         if not (math.isfinite(self.max_input_s) and 1 <= self.max_input_s <= 3600):
             raise ValueError(f"max_input_s must be in [1, 3600], got {self.max_input_s}")
+        if self.server_vad not in ("on", "off"):
+            raise ValueError(f"server_vad must be 'on' or 'off', got {self.server_vad!r}")
         if self.queue_size < 16:
             raise ValueError(f"queue_size must be at least 16, got {self.queue_size}")
 

@@ -103,9 +103,10 @@ class EmbeddedSession(Conversation, EngineSession):
         self._on_close(self)
 
     async def idle(self) -> None:
-        """Waits until every command submitted so far has been applied (tests, benchmarks)."""
-        while not self._mailbox.empty() or self._busy:
-            await asyncio.sleep(0.002)
+        """Waits until every command submitted so far has been applied and the reader has
+        taken the events that caused (tests and benchmarks step the input clock with it)."""
+        while not self._mailbox.empty() or self._busy or len(self._outbox):
+            await asyncio.sleep(0.001)
 
     # -- the worker ----------------------------------------------------------------------
 

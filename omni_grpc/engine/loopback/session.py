@@ -308,7 +308,9 @@ class LoopbackSession(EngineSession):
     async def _cancel(
         self, answer: Answer, reason: str, first: pb.ConverseResponse | None = None
     ) -> None:
-        pass
+        if self._player is not None and not self._player.done():
+            self._player.cancel()
+            await asyncio.wait([self._player])
         # Output the reader has not taken never reaches the client: take it back and count it
         # as unsent (it is the newest output, so its text is the end of sent_text).
         unsent_chars = 0

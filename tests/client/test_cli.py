@@ -1,0 +1,234 @@
+"""The omni-grpc command line: settings precedence for serve, and serve + talk end to end."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from omni_grpc.cli import ConfigError, build_parser, main, resolve_serve_settings
+from omni_grpc.client.wavio import read_audio
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "omni_grpc.cli"]
+
+
+def serve_args(*flags: str) -> object:
+    return build_parser().parse_args(["serve", *flags])
+
+
+def test_serve_settings_layer_file_then_env_then_flags(tmp_path: Path) -> None:
+    config = tmp_path / "omni.toml"
+    config.write_text(
+        'host = "0.0.0.0"\ngrpc_port = 6000\nhttp_port = 0\n'
+        'engine = "loopback"\napi_keys = ["from-file"]\n'
+        '[engine_options]\npace = "fast"\nchunk_ms = "40"\n'
+        "[limits]\ndisconnect_grace_s = 3\nmax_sessions = 9\n"
+    )
+    env = {
+        "OMNI_GRPC_CONFIG": str(config),
+        "OMNI_GRPC_GRPC_PORT": "6001",
+        "OMNI_GRPC_API_KEYS": "env-a, env-b",
+        "OMNI_GRPC_ENGINE_OPTIONS": "speed=2",
+    }
+    settings, level = resolve_serve_settings(
+        serve_args("--grpc-port", "6002", "--engine-option", "chunk_ms=20", "--log-level", "debug"),
+        env,
+    )
+    assert settings.host == "0.0.0.0"  # the file
+    assert settings.grpc_port == 6002  # the flag beats the environment and the file
+    assert settings.http_port is None  # 0 turns the bridge off
+    assert settings.api_keys == ("env-a", "env-b")  # the environment beats the file
+    assert settings.engine_options == {"pace": "fast", "chunk_ms": "20", "speed": "2"}
+    assert settings.limits.disconnect_grace_s == 3.0 and settings.limits.max_sessions == 9
+    assert level == "debug"
+    flagged, _ = resolve_serve_settings(
+        serve_args("--max-sessions", "5", "--api-key", "k1", "--api-key", "k2"), env
+    )
+    assert flagged.limits.max_sessions == 5 and flagged.api_keys == ("k1", "k2")
+
+
+def test_serve_defaults_without_any_source() -> None:
+    settings, level = resolve_serve_settings(serve_args(), {})
+    assert (settings.host, settings.grpc_port, settings.http_port) == ("127.0.0.1", 50051, 8080)
+    assert settings.api_keys == () and level == "info"
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "message"),
+    [
+        (["--grpc-port", "70000"], {}, "grpc_port must be in 0..65535"),
+        (["--engine-option", "novalue"], {}, "expected KEY=VALUE"),
+        (["--tls-cert", "cert.pem"], {}, "both a certificate and its key"),
+        ([], {"OMNI_GRPC_LOG_LEVEL": "loud"}, "log_level must be one of"),
+        ([], {"OMNI_GRPC_HTTP_PORT": "web"}, "http_port must be a port number"),
+        (["--max-sessions", "0"], {}, "every limit must be positive"),
+        (["--config", "/nonexistent/omni.toml"], {}, "cannot read"),
+    ],
+)
+def test_serve_settings_refuse_bad_values(
+    flags: list[str], env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        resolve_serve_settings(serve_args(*flags), env)
+
+
+def test_config_file_with_unknown_keys_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "omni.toml"
+    config.write_text("grpc_prot = 1\n")
+    with pytest.raises(ConfigError, match=r"unknown setting.*grpc_prot"):
+        resolve_serve_settings(serve_args("--config", str(config)), {})
+    config.write_text("[limits]\nmax_sesions = 1\n")
+    with pytest.raises(ConfigError, match=r"unknown limit.*max_sesions"):
+        resolve_serve_settings(serve_args("--config", str(config)), {})
+    config.write_text("grpc_port = [\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        resolve_serve_settings(serve_args("--config", str(config)), {})
+
+
+def test_serve_exits_2_on_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--grpc-port", "-1"]) == 2
+    assert "grpc_port must be in 0..65535" in capsys.readouterr().err
+
+
+def test_talk_to_nothing_fails_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wav = _sine_wav(tmp_path / "in.wav", seconds=0.2)
+    assert main(["talk", "--target", "127.0.0.1:1", "--fast", str(wav)]) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach 127.0.0.1:1" in err and "Connection refused" in err
+
+
+def test_talk_refuses_unusable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("not audio")
+    assert main(["talk", str(text)]) == 2
+    assert "not a PCM WAV file" in capsys.readouterr().err
+    assert main(["talk", str(tmp_path / "missing.wav")]) == 2
+    assert "No such file" in capsys.readouterr().err
+
+
+def test_wav_input_is_mixed_down_and_resampled_when_needed(tmp_path: Path) -> None:
+    stereo = tmp_path / "stereo.wav"
+    left = (np.arange(3200) % 100 * 100).astype("<i2")
+    with wave.open(str(stereo), "wb") as wav:
+        wav.setnchannels(2)
+        wav.setsampwidth(2)
+        wav.setframerate(16000)
+        wav.writeframes(np.stack([left, left], axis=1).tobytes())
+    audio = read_audio(stereo)
+    assert audio.rate_hz == 16000 and audio.pcm16 == left.tobytes()
+    odd = tmp_path / "odd.raw"
+    odd.write_bytes(np.zeros(11025, dtype="<i2").tobytes())
+    resampled = read_audio(odd, raw_rate_hz=11025)  # a rate the protocol does not take
+    assert resampled.rate_hz == 16000 and abs(resampled.duration_ms - 1000) < 1
+
+
+def test_bench_runs_the_benchmark_script() -> None:
+    result = subprocess.run(
+        [*CLI, "bench", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--quick" in result.stdout
+
+
+@pytest.mark.slow
+def test_serve_and_talk_end_to_end(tmp_path: Path) -> None:
+    wav = _speech_wav(tmp_path / "hello.wav")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(
+        [
+            *CLI,
+            "serve",
+            "--grpc-port",
+            "0",
+            "--http-port",
+            "0",
+            "--engine",
+            "loopback",
+            "--engine-option",
+            "pace=fast",
+            "--log-level",
+            "warning",
+            "--shutdown-grace-s",
+            "1",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    ) as server:
+        try:
+            _talk_through(server, wav, tmp_path, env)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=20) == 0  # a clean drain and stop
+
+
+def _talk_through(
+    server: subprocess.Popen[str], wav: Path, tmp_path: Path, env: dict[str, str]
+) -> None:
+    spoken = read_audio(wav)
+    assert server.stdout is not None
+    banner = server.stdout.readline()
+    target = re.search(r"127\.0\.0\.1:\d+", banner)
+    assert target, banner
+    out = tmp_path / "reply.wav"
+    talk = subprocess.run(
+        [
+            *CLI,
+            "talk",
+            "--target",
+            target.group(0),
+            "--chunk-ms",
+            "40",
+            "--out",
+            str(out),
+            str(wav),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert talk.returncode == 0, talk.stderr
+    seconds = f"{spoken.duration_ms / 1000:.2f}"
+    assert f"assistant: you said {seconds} seconds of audio" in talk.stdout
+    turn = re.search(r"turn 1: ttft (\d+) ms \| ttfp (\d+) ms \| rtf ([\d.]+)", talk.stdout)
+    assert turn, talk.stdout
+    assert "input_committed" in talk.stdout and "response_done" in talk.stdout
+    assert "sent " in talk.stderr and f"saved to {out}" in talk.stderr
+    reply = read_audio(out)
+    assert reply.rate_hz == 24000
+    assert abs(reply.duration_ms - spoken.duration_ms) < 5  # loopback: the same audio
+
+
+def _sine_wav(path: Path, *, seconds: float) -> Path:
+    t = np.arange(int(22050 * seconds)) / 22050
+    with wave.open(str(path), "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(22050)
+        wav.writeframes((0.3 * 32767 * np.sin(2 * np.pi * 300 * t)).astype("<i2").tobytes())
+    return path
+
+
+def _speech_wav(path: Path) -> Path:
+    """Real speech from espeak-ng where it is installed, else a tone of similar length."""
+    if shutil.which("espeak-ng"):
+        subprocess.run(
+            ["espeak-ng", "-w", str(path), "Hello, this is the talk command."],
+            check=True,
+            timeout=30,
+        )
+        return path
+    return _sine_wav(path, seconds=1.6)

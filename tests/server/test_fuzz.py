@@ -1,0 +1,257 @@
+"""Random, mutated and malformed requests against a live server.
+
+Whatever a client sends, the server answers with typed errors (in-band ``error`` events with a
+code and a type, or a gRPC status on the stream), stays up, and leaves other sessions alone: a
+bystander session keeps a numbered conversation going between examples and must see every one
+of its answers, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import descriptor as _descriptor
+from google.protobuf.message import Message
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
+from omni_grpc.pb import pb
+from omni_grpc.server.app import RunningServer, start_server
+from tests.server.conftest import settings as server_settings
+
+CODE = re.compile(r"^[a-z][a-z0-9_]*$")
+# What a stream may end with when its first message is garbage or its bytes do not parse.
+STREAM_STATUSES = {grpc.StatusCode.INVALID_ARGUMENT,
+                   grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED,
+                   grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED}
+QUIET_S = 0.08
+FD = _descriptor.FieldDescriptor
+
+
+def _scalar(field: _descriptor.FieldDescriptor) -> st.SearchStrategy[Any]:
+    kind = field.type
+    if kind in (FD.TYPE_UINT64, FD.TYPE_UINT32):
+        top = 2**64 - 1 if kind == FD.TYPE_UINT64 else 2**32 - 1
+        return st.one_of(st.integers(0, 8), st.integers(0, top))
+    if kind in (FD.TYPE_INT64, FD.TYPE_INT32):
+        return st.integers(-(2**31), 2**31 - 1)
+    if kind in (FD.TYPE_DOUBLE, FD.TYPE_FLOAT):
+        return st.floats(allow_nan=True, allow_infinity=True, width=32)
+    if kind == FD.TYPE_BOOL:
+        return st.booleans()
+    if kind == FD.TYPE_STRING:
+        return st.text(max_size=40)
+    if kind == FD.TYPE_BYTES:
+        return st.binary(max_size=3000)
+    if kind == FD.TYPE_ENUM:
+        return st.integers(-3, 12)  # includes values the enum does not define
+    raise AssertionError(f"no strategy for field type {kind}")
+
+
+def messages(desc: _descriptor.Descriptor, depth: int = 0) -> st.SearchStrategy[Message]:
+    """Any message of ``desc``'s type: random subsets of fields with random values."""
+    cls = {m.DESCRIPTOR.full_name: m for m in _all_message_classes()}[desc.full_name]
+    fields = [f for f in desc.fields if not (f.message_type and depth >= 3)]
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Message:
+        message = cls()
+        chosen = draw(st.lists(st.sampled_from(fields), max_size=4, unique=True)) if fields \
+            else []
+        for field in chosen:
+            if field.message_type is not None:
+                if field.message_type.full_name.startswith("google.protobuf."):
+                    continue  # well-known types: left unset
+                values = draw(st.lists(messages(field.message_type, depth + 1), max_size=2))
+                if field.is_repeated:
+                    getattr(message, field.name).extend(values)
+                elif values:
+                    getattr(message, field.name).CopyFrom(values[0])
+            elif field.is_repeated:
+                getattr(message, field.name).extend(draw(st.lists(_scalar(field), max_size=3)))
+            else:
+                setattr(message, field.name, draw(_scalar(field)))
+        return message
+
+    return build()
+
+
+def _all_message_classes() -> Iterator[type[Message]]:
+    for name in dir(pb):
+        value = getattr(pb, name)
+        if isinstance(value, type) and issubclass(value, Message):
+            yield value
+
+
+REQUESTS = messages(pb.ConverseRequest.DESCRIPTOR)
+
+
+class Live:
+    """A server on its own event loop thread, plus a bystander session on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.running: RunningServer = self.run(start_server(server_settings()))
+        self.channel = self.run(self._channel())
+        self.stub = duplex_pb2_grpc.DuplexServiceStub(self.channel)
+        self.bystander, self.bystander_seq = self.run(self._open_bystander()), 0
+
+    def run(self, coroutine: Any, timeout: float = 30.0) -> Any:
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        return future.result(timeout)
+
+    async def _channel(self) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(self.running.target)
+
+    async def _open_bystander(self) -> grpc.aio.StreamStreamCall:
+        call = self.stub.Converse()
+        await call.write(pb.ConverseRequest(open_session=pb.OpenSession()))
+        assert (await call.read()).WhichOneof("event") == "session_created"
+        return call
+
+    async def check_bystander(self) -> None:
+        self.bystander_seq += 1
+        await self.bystander.write(pb.ConverseRequest(client_seq=self.bystander_seq,
+                                                      heartbeat=pb.Heartbeat()))
+        answer = await asyncio.wait_for(self.bystander.read(), 5)
+        assert answer.WhichOneof("event") == "heartbeat_ack"
+        assert answer.applied_client_seq == self.bystander_seq
+        assert answer.seq == self.bystander_seq  # nothing else ever reached this session
+
+    def close(self) -> None:
+        self.run(self.channel.close())
+        self.run(self.running.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[Live]:
+    live = Live()
+    yield live
+    async def check() -> health_pb2.HealthCheckResponse:
+        return await health_pb2_grpc.HealthStub(live.channel).Check(
+            health_pb2.HealthCheckRequest())
+
+    health = live.run(check())
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+    live.close()
+
+
+async def _drain(call: grpc.aio.StreamStreamCall) -> list[pb.ConverseResponse]:
+    """Reads until the stream goes quiet or ends; checks every event and the ending."""
+    events = []
+    try:
+        while True:
+            event = await asyncio.wait_for(call.read(), QUIET_S)
+            if event is grpc.aio.EOF:
+                break
+            events.append(event)
+    except TimeoutError:
+        pass
+    except grpc.aio.AioRpcError as ended:
+        assert ended.code() in STREAM_STATUSES, ended
+    for event in events:
+        assert event.WhichOneof("event") is not None
+        if event.WhichOneof("event") == "error":
+            assert CODE.match(event.error.code), event.error
+            assert event.error.type != pb.ERROR_TYPE_UNSPECIFIED
+    return events
+
+
+async def _fuzz_commands(live: Live, requests: list[pb.ConverseRequest]) -> None:
+    call = live.stub.Converse()
+    await call.write(pb.ConverseRequest(open_session=pb.OpenSession()))
+    for request in requests:
+        with _stream_may_end():
+            await call.write(request)
+    await _drain(call)
+    call.cancel()
+    await live.check_bystander()
+
+
+async def _fuzz_first_message(live: Live, request: pb.ConverseRequest) -> None:
+    call = live.stub.Converse()
+    with _stream_may_end():
+        await call.write(request)
+    await _drain(call)
+    call.cancel()
+    await live.check_bystander()
+
+
+async def _fuzz_raw(live: Live, payloads: list[bytes]) -> None:
+    call = live.channel.stream_stream("/omni.duplex.v1.DuplexService/Converse")()
+    for payload in payloads:
+        with _stream_may_end():
+            await call.write(payload)
+    try:
+        while await asyncio.wait_for(call.read(), QUIET_S) is not grpc.aio.EOF:
+            pass
+    except TimeoutError:
+        pass
+    except grpc.aio.AioRpcError as ended:
+        assert ended.code() in STREAM_STATUSES, ended
+    call.cancel()
+    await live.check_bystander()
+
+
+class _stream_may_end:
+    """Writing to a stream the server already ended is fine in a fuzz test."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, error: object, tb: object) -> bool:
+        return isinstance(error, grpc.aio.AioRpcError | asyncio.InvalidStateError)
+
+
+FUZZ = settings(max_examples=70, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                       HealthCheck.too_slow])
+
+
+@FUZZ
+@given(requests=st.lists(REQUESTS, min_size=1, max_size=6))
+def test_random_commands_get_typed_answers(live: Live, requests: list[pb.ConverseRequest]) -> None:
+    live.run(_fuzz_commands(live, requests))
+
+
+@FUZZ
+@given(request=REQUESTS)
+def test_random_first_messages_are_refused_or_served(live: Live,
+                                                     request: pb.ConverseRequest) -> None:
+    live.run(_fuzz_first_message(live, request))
+
+
+VALID = pb.ConverseRequest(client_seq=1, append_input_audio=pb.AppendInputAudio(
+    audio=bytes(960), sample_rate_hz=24000)).SerializeToString()
+OPEN = pb.ConverseRequest(open_session=pb.OpenSession()).SerializeToString()
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> bytes:
+    data = bytearray(VALID)
+    for _ in range(draw(st.integers(1, 6))):
+        data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+    return bytes(data)
+
+
+@FUZZ
+@given(payloads=st.lists(st.one_of(st.binary(max_size=200), mutated()), min_size=1,
+                         max_size=4), open_first=st.booleans())
+def test_raw_and_mutated_bytes_never_hurt_the_server(live: Live, payloads: list[bytes],
+                                                     open_first: bool) -> None:
+    # Without a session, the first message decides the stream's fate: send just that one, so
+    # the status read back is the server's and not a client-side failure of later writes.
+    live.run(_fuzz_raw(live, [OPEN, *payloads] if open_first else payloads[:1]))

@@ -23,7 +23,8 @@ from pydantic import ValidationError
 
 from bridge import client_events as ce
 from bridge.errors import DialectError
-from bridge.outbound import ServerDialect, error_json
+from bridge.outbound import ServerDialect
+from bridge.render import error_json
 from bridge.session_json import MODALITIES, audio_format, config_from_patch
 from omni_grpc.core.session import UNNUMBERED_COMMANDS
 from omni_grpc.pb import pb

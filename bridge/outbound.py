@@ -28,125 +28,19 @@ from __future__ import annotations
 import binascii
 import collections
 import hashlib
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.session_json import MODALITY_NAMES, capabilities_json, session_json
+from bridge.render import STATELESS, Event, item_json, random_event_id, response_json
+from bridge.session_json import capabilities_json, session_json
 from omni_grpc.pb import pb
-
-Event = dict[str, Any]
 
 # Raw audio bytes per outbound delta: 2 s of 24 kHz pcm16, 128 KB of base64, well under the
 # 1 MiB frame cap of older SDKs.
 MAX_AUDIO_DELTA_BYTES = 96_000
 _OPEN_RESPONSES_KEPT = 16
 _INPUT_ITEMS_KEPT = 64
-
-ERROR_TYPES = {
-    pb.ERROR_TYPE_INVALID_REQUEST: "invalid_request_error",
-    pb.ERROR_TYPE_RATE_LIMIT: "rate_limit_error",
-    pb.ERROR_TYPE_SERVER: "server_error",
-}
-_ROLE_NAMES = {
-    pb.ITEM_ROLE_USER: "user",
-    pb.ITEM_ROLE_ASSISTANT: "assistant",
-    pb.ITEM_ROLE_SYSTEM: "system",
-}
-_ITEM_STATUS = {
-    pb.ITEM_STATUS_IN_PROGRESS: "in_progress",
-    pb.ITEM_STATUS_COMPLETED: "completed",
-    pb.ITEM_STATUS_INCOMPLETE: "incomplete",
-}
-_RESPONSE_STATUS = {
-    pb.RESPONSE_STATUS_IN_PROGRESS: "in_progress",
-    pb.RESPONSE_STATUS_COMPLETED: "completed",
-    pb.RESPONSE_STATUS_CANCELLED: "cancelled",
-    pb.RESPONSE_STATUS_FAILED: "failed",
-    pb.RESPONSE_STATUS_INCOMPLETE: "incomplete",
-}
-# Our status reasons in OpenAI's vocabulary; the exact one travels as `detail`.
-_REASONS = {
-    "barge_in": "turn_detected",
-    "turn_detected": "turn_detected",
-    "client_cancelled": "client_cancelled",
-    "output_audio_cleared": "client_cancelled",
-    "max_output_tokens": "max_output_tokens",
-}
-_EXPIRY = {
-    pb.EXPIRY_REASON_DISCONNECT_GRACE: "disconnect_grace_expired",
-    pb.EXPIRY_REASON_IDLE_TIMEOUT: "idle_ttl_expired",
-    pb.EXPIRY_REASON_ENGINE_FAILURE: "engine_failure",
-}
-_RESYNC = {
-    pb.RESYNC_REASON_JOURNAL_GAP: "journal_gap",
-    pb.RESYNC_REASON_JOURNAL_OVERFLOW: "journal_overflow",
-}
-_OVERLAP_POLICY = {
-    pb.OVERLAP_POLICY_LISTEN_ONLY: "listen_only",
-    pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH: "barge_in_on_speech",
-}
-_OVERLAP_ACTION = {
-    pb.OVERLAP_ACTION_DROP: "drop",
-    pb.OVERLAP_ACTION_LISTEN: "listen",
-    pb.OVERLAP_ACTION_BARGE_IN: "barge_in",
-}
-
-
-def random_event_id() -> str:
-    """An id for an event that is never replayed."""
-    return f"event_{uuid.uuid4().hex[:24]}"
-
-
-def error_json(
-    code: str,
-    message: str,
-    *,
-    error_type: str = "invalid_request_error",
-    param: str = "",
-    event_id: str = "",
-) -> Event:
-    """OpenAI's nested error event, for refusals the bridge makes itself."""
-    return {
-        "type": "error",
-        "event_id": random_event_id(),
-        "error": {
-            "type": error_type,
-            "code": code,
-            "message": message,
-            "param": param or None,
-            "event_id": event_id or None,
-        },
-    }
-
-
-def _ms(value: float) -> int:
-    return round(value)
-
-
-def item_json(item: pb.ConversationItem) -> Event:
-    """Renders a conversation item as a Realtime ``message`` item."""
-    content: list[Event] = []
-    for part in item.content:
-        if part.type == pb.CONTENT_TYPE_INPUT_TEXT:
-            content.append({"type": "input_text", "text": part.text})
-        elif part.type == pb.CONTENT_TYPE_INPUT_AUDIO:
-            content.append({"type": "input_audio", "transcript": part.transcript or None})
-        elif part.type == pb.CONTENT_TYPE_OUTPUT_TEXT:
-            content.append({"type": "output_text", "text": part.text})
-        elif part.type == pb.CONTENT_TYPE_OUTPUT_AUDIO:
-            content.append({"type": "output_audio", "transcript": part.transcript})
-    out: Event = {
-        "id": item.id,
-        "object": "realtime.item",
-        "type": "message",
-        "role": _ROLE_NAMES.get(item.role, "user"),
-        "content": content,
-    }
-    if item.status in _ITEM_STATUS:
-        out["status"] = _ITEM_STATUS[item.status]
-    return out
 
 
 @dataclass(slots=True)
@@ -171,98 +65,19 @@ class ServerDialect:
         self._announced: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._input_ms: collections.OrderedDict[str, float] = collections.OrderedDict()
         self._handlers: dict[str, Callable[[Any], list[Event]]] = {
+            **STATELESS,
             "session_created": self._session_created,
-            "session_updated": lambda e: [
-                {"type": "session.updated", "session": session_json(e.session)}
-            ],
             "session_resumed": self._session_resumed,
-            "session_replaced": lambda e: [
-                {
-                    "type": "session.replaced",
-                    "session_id": e.session_id,
-                    "attachment_generation": e.attachment_generation,
-                }
-            ],
-            "resync_required": lambda e: [
-                {
-                    "type": "session.resync_required",
-                    "session_id": e.session_id,
-                    "reason": _RESYNC.get(e.reason, "journal_gap"),
-                }
-            ],
-            "session_expired": lambda e: [
-                {
-                    "type": "session.expired",
-                    "session_id": e.session_id,
-                    "reason": _EXPIRY.get(e.reason, "expired"),
-                }
-            ],
-            "session_closed": lambda e: [
-                {"type": "session.closed", "session_id": e.session_id, "reason": e.reason}
-            ],
-            "heartbeat_ack": lambda e: [
-                {"type": "session.heartbeat_ack", "session_id": e.session_id}
-            ],
-            "going_away": lambda e: [
-                {
-                    "type": "session.going_away",
-                    "time_left_ms": e.time_left.ToMilliseconds(),
-                    "reason": e.reason,
-                }
-            ],
-            "speech_started": lambda e: [
-                {
-                    "type": "input_audio_buffer.speech_started",
-                    "audio_start_ms": _ms(e.audio_start_ms),
-                    "item_id": e.item_id,
-                }
-            ],
-            "speech_stopped": lambda e: [
-                {
-                    "type": "input_audio_buffer.speech_stopped",
-                    "audio_end_ms": _ms(e.audio_end_ms),
-                    "item_id": e.item_id,
-                }
-            ],
             "input_committed": self._input_committed,
-            "input_cleared": lambda e: [{"type": "input_audio_buffer.cleared"}],
+            "input_transcription": self._input_transcription,
             "item_added": lambda e: self._item("conversation.item.added", e),
             "item_done": lambda e: self._item("conversation.item.done", e),
-            "item_retrieved": lambda e: [
-                {"type": "conversation.item.retrieved", "item": item_json(e.item)}
-            ],
-            "item_deleted": lambda e: [{"type": "conversation.item.deleted", "item_id": e.item_id}],
-            "item_truncated": lambda e: [
-                {
-                    "type": "conversation.item.truncated",
-                    "item_id": e.item_id,
-                    "content_index": e.content_index,
-                    "audio_end_ms": _ms(e.audio_end_ms),
-                }
-            ],
-            "input_transcription": self._input_transcription,
             "response_created": self._response_created,
             "output_audio_delta": self._audio_delta,
             "output_audio_transcript_delta": self._transcript_delta,
             "output_text_delta": self._text_delta,
             "response_done": lambda e: self._response_done(e.response),
             "response_listen": self._response_listen,
-            "response_speak": lambda e: [
-                {"type": "response.speak", "response_id": e.response_id, "item_id": e.item_id}
-            ],
-            "playback_acknowledged": self._playback_acknowledged,
-            "output_audio_cleared": lambda e: [
-                {"type": "output_audio_buffer.cleared", "response_id": e.response_id}
-            ],
-            "overlap_decision": lambda e: [
-                {
-                    "type": "overlap.decision",
-                    "policy": _OVERLAP_POLICY.get(e.policy),
-                    "action": _OVERLAP_ACTION.get(e.action),
-                    "reason": e.reason,
-                }
-            ],
-            "error": self._error,
         }
 
     def expand(self, event: pb.ConverseResponse) -> list[Event]:
@@ -311,19 +126,6 @@ class ServerDialect:
                 "replayed_events": e.replayed_events,
             }
         ]
-
-    def _error(self, e: pb.Error) -> list[Event]:
-        body: Event = {
-            "type": ERROR_TYPES.get(e.type, "invalid_request_error"),
-            "code": e.code,
-            "message": e.message,
-            "param": e.param or None,
-            "event_id": e.event_id or None,
-        }
-        if e.retryable:
-            body["retryable"] = True
-            body["retry_after_ms"] = e.retry_after.ToMilliseconds()
-        return [{"type": "error", "error": body}]
 
     # -- input ---------------------------------------------------------------------------
 
@@ -390,7 +192,7 @@ class ServerDialect:
         }
         part = {"type": "audio", "transcript": ""} if state.audio else {"type": "text", "text": ""}
         return [
-            {"type": "response.created", "response": self._response_json(response, [])},
+            {"type": "response.created", "response": response_json(response, [])},
             {"type": "conversation.item.added", "item": item, "previous_item_id": None},
             {
                 "type": "response.output_item.added",
@@ -546,63 +348,5 @@ class ServerDialect:
             }
         )
         out.append({"type": "conversation.item.done", "item": item, "previous_item_id": None})
-        out.append({"type": "response.done", "response": self._response_json(response, [item])})
+        out.append({"type": "response.done", "response": response_json(response, [item])})
         return out
-
-    def _response_json(self, response: pb.Response, output: list[Event]) -> Event:
-        status = _RESPONSE_STATUS.get(response.status, "completed")
-        out: Event = {
-            "id": response.id,
-            "object": "realtime.response",
-            "status": status,
-            "status_details": None,
-            "output": output,
-            "output_modalities": [
-                MODALITY_NAMES[m] for m in response.output_modalities if m in MODALITY_NAMES
-            ]
-            or ["audio"],
-            "usage": None,
-        }
-        if status not in ("in_progress", "completed") or response.status_reason not in ("", "stop"):
-            details: Event = {"type": status}
-            reason = response.status_reason
-            if status == "failed":
-                details["error"] = {"type": "server_error", "code": reason or None}
-            elif reason in _REASONS:
-                details["reason"] = _REASONS[reason]
-            if reason:
-                details["detail"] = reason
-            out["status_details"] = details
-        if response.HasField("usage"):
-            usage = response.usage
-            out["usage"] = {
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "total_tokens": usage.input_tokens + usage.output_tokens,
-                "input_audio_ms": usage.input_audio_ms,
-                "output_audio_ms": usage.output_audio_ms,
-            }
-        if response.HasField("latency"):
-            latency = response.latency
-            out["latency"] = {
-                "first_text_ms": latency.first_text_ms,
-                "first_audio_ms": latency.first_audio_ms,
-                "total_ms": latency.total_ms,
-                "real_time_factor": latency.real_time_factor,
-            }
-        return out
-
-    # -- other ---------------------------------------------------------------------------
-
-    def _playback_acknowledged(self, e: pb.PlaybackAcknowledged) -> list[Event]:
-        return [
-            {
-                "type": "playback.acknowledged",
-                "response_id": e.response_id,
-                "item_id": e.item_id,
-                "played_ms": e.played_ms,
-                "committed_ms": e.committed_ms,
-                "truncate": e.truncate,
-                "history_committed": e.history_committed,
-            }
-        ]

@@ -14,7 +14,7 @@ Reported: sessions sustained with p99 chunk round trip under 50 ms (20 ms and 10
 the ratio to raw echo, the latency our service adds per hop (p50/p99 at one session), resume
 latency (new stream → first replayed event), and server memory per idle session.
 
-    scripts/bench_grpc.py            # full run, about 2–4 minutes
+    scripts/bench_grpc.py            # full run, about 2 to 4 minutes
     scripts/bench_grpc.py --quick    # a smoke run of a few seconds
 """
 
@@ -36,8 +36,8 @@ import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc  # noqa: E402
-from omni_grpc.pb import pb  # noqa: E402
+from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
+from omni_grpc.pb import pb
 
 P99_LIMIT_MS = 50.0
 ECHO_METHOD = "/bench.Echo/Stream"

@@ -74,7 +74,7 @@ class InputConverter:
     def reset(self) -> None:
         """Forgets the held-back audio (the input buffer was cleared)."""
         if self._resampler is not None:
-            pass
+            self._resampler.reset()
 
 
 class OutputConverter:

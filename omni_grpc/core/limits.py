@@ -9,7 +9,7 @@ from omni_grpc.pb import pb
 PROTOCOL_VERSION = "omni.duplex.v1"
 
 # Bytes per sample of each input encoding; an append must hold whole samples.
-SAMPLE_WIDTH = {
+SAMPLE_WIDTH: dict[pb.AudioEncoding.ValueType, int] = {
     pb.AUDIO_ENCODING_PCM16: 2,
     pb.AUDIO_ENCODING_PCM_F32: 4,
     pb.AUDIO_ENCODING_G711_ULAW: 1,
@@ -40,9 +40,9 @@ class EngineFeatures:
     """What the engine behind the sessions can do; engines declare this."""
 
     name: str
-    input_encodings: tuple[int, ...] = tuple(SAMPLE_WIDTH)
+    input_encodings: tuple[pb.AudioEncoding.ValueType, ...] = tuple(SAMPLE_WIDTH)
     input_sample_rates_hz: tuple[int, ...] = (8000, 16000, 22050, 24000, 44100, 48000)
-    output_encoding: int = pb.AUDIO_ENCODING_PCM16
+    output_encoding: pb.AudioEncoding.ValueType = pb.AUDIO_ENCODING_PCM16
     output_sample_rate_hz: int = 24000
     supports_barge_in: bool = True
     supports_playback_ack: bool = True

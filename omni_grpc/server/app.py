@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import _async as health_aio  # the aio servicer; health.aio re-exports it
 from grpc_reflection.v1alpha import reflection
 
 from omni_grpc.core import Registry, State
@@ -59,7 +60,7 @@ class RunningServer:
     server: grpc.aio.Server
     servicer: DuplexServicer
     engine: Engine
-    health: health.aio.HealthServicer
+    health: health_aio.HealthServicer
     grpc_port: int
     http_port: int | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -80,9 +81,14 @@ class RunningServer:
         for host in list(self.servicer.hosts.values()):
             host.deliver(host.session.going_away(grace_s, "shutdown"))
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(
-                host.session.state is State.ATTACHED for host in self.servicer.hosts.values()):
-            await asyncio.sleep(0.05)
+        released = self.servicer.stream_released
+        while any(host.session.state is State.ATTACHED for host in self.servicer.hosts.values()):
+            released.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(released.wait(), remaining)
 
     async def stop(self, grace_s: float = 0.0) -> None:
         """Drains for up to ``grace_s``, then stops everything."""
@@ -131,7 +137,7 @@ async def start_server(settings: ServerSettings) -> RunningServer:
     server = grpc.aio.server(interceptors=interceptors, options=grpc_options(settings),
                              maximum_concurrent_rpcs=settings.max_concurrent_streams)
     server.add_generic_rpc_handlers((servicer.handler(),))
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)

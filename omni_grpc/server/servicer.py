@@ -28,6 +28,7 @@ from omni_grpc.server.status import rich_status
 logger = logging.getLogger(__name__)
 
 SERVICE = "omni.duplex.v1.DuplexService"
+EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 FIRST_MESSAGE_TIMEOUT_S = 10.0
 
 
@@ -40,6 +41,8 @@ class DuplexServicer:
         self.engine = engine
         self.clock = clock
         self.hosts: dict[str, SessionHost] = {}
+        # Set whenever a stream lets go of its session, so a drain can wait for the last one.
+        self.stream_released = asyncio.Event()
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The method handlers, with requests parsed by protobuf and responses sent as bytes."""
@@ -86,6 +89,7 @@ class DuplexServicer:
             delivered = await self._pump_stream(host, outbox, context, delivered)
         finally:
             host.release(outbox, delivered_activation=delivered)
+            self.stream_released.set()
 
     async def _handshake(self, context: grpc.aio.ServicerContext) -> tuple[SessionHost, Outbox]:
         try:
@@ -93,7 +97,7 @@ class DuplexServicer:
         except TimeoutError:
             raise StreamRefused(Status.INVALID_ARGUMENT, "config_timeout",
                                 "no first message in time") from None
-        if first is grpc.aio.EOF:
+        if first is EOF:
             raise StreamRefused(Status.INVALID_ARGUMENT, "bad_event", "the stream ended early")
         first = _parse(first)
         if first is None:
@@ -148,7 +152,7 @@ class DuplexServicer:
                     context: grpc.aio.ServicerContext) -> None:
         while True:
             raw = await context.read()
-            if raw is grpc.aio.EOF:
+            if raw is EOF:
                 return
             request = _parse(raw)
             if request is None:

@@ -9,7 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from bridge.outbound import ServerDialect, error_json
+from bridge.outbound import ServerDialect
+from bridge.render import error_json
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import EngineFeatures, Limits, capabilities
 from omni_grpc.pb import pb

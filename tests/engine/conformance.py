@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -214,11 +215,15 @@ async def run_turn(probe: Probe, seconds: float) -> list[pb.ConverseResponse]:
 
 async def cancel_mid_response(
     probe: Probe, cancel: Callable[[], Awaitable[int]]
-) -> tuple[list[pb.ConverseResponse], pb.Response]:
-    """Starts a long answer, cancels it after its first audio, returns (before, done)."""
+) -> tuple[list[pb.ConverseResponse], pb.Response, float]:
+    """Starts a long answer and cancels it after its first audio.
+
+    Returns the answer's events, its done, and the seconds from the cancel to the done.
+    """
     await probe.append(voice_like(20.0), chunk_ms=200)
     await probe.send(commit_input_audio=pb.CommitInputAudio())
     before = await probe.until("output_audio_delta")
+    cancelled_at = time.monotonic()
     await cancel()
     rest = await probe.until("response_done")
-    return before + rest, rest[-1].response_done.response
+    return before + rest, rest[-1].response_done.response, time.monotonic() - cancelled_at

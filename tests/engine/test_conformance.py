@@ -136,9 +136,8 @@ async def test_only_one_response_runs_at_a_time(probe: Probe) -> None:
 async def test_an_interruption_ends_the_response_at_once(
     probe: Probe, command: dict[str, object], reason: str
 ) -> None:
-    started = asyncio.get_running_loop().time()
-    events, done = await cancel_mid_response(probe, lambda: probe.send(**command))
-    assert asyncio.get_running_loop().time() - started < 2.0
+    events, done, took_s = await cancel_mid_response(probe, lambda: probe.send(**command))
+    assert took_s < 0.5
 
     assert done.status == pb.RESPONSE_STATUS_CANCELLED
     assert done.status_reason == reason

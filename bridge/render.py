@@ -1,0 +1,245 @@
+"""Realtime server events that one contract event renders on its own, with no state.
+
+:class:`bridge.outbound.ServerDialect` uses :data:`STATELESS` for every event whose Realtime
+form follows from the event alone, and the helpers here (:func:`item_json`,
+:func:`response_json`, :func:`error_json`) for the ones it expands itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from bridge.session_json import MODALITY_NAMES, session_json
+from omni_grpc.pb import pb
+
+Event = dict[str, Any]
+
+ERROR_TYPES = {
+    pb.ERROR_TYPE_INVALID_REQUEST: "invalid_request_error",
+    pb.ERROR_TYPE_RATE_LIMIT: "rate_limit_error",
+    pb.ERROR_TYPE_SERVER: "server_error",
+}
+_ROLE_NAMES = {
+    pb.ITEM_ROLE_USER: "user",
+    pb.ITEM_ROLE_ASSISTANT: "assistant",
+    pb.ITEM_ROLE_SYSTEM: "system",
+}
+_ITEM_STATUS = {
+    pb.ITEM_STATUS_IN_PROGRESS: "in_progress",
+    pb.ITEM_STATUS_COMPLETED: "completed",
+    pb.ITEM_STATUS_INCOMPLETE: "incomplete",
+}
+_RESPONSE_STATUS = {
+    pb.RESPONSE_STATUS_IN_PROGRESS: "in_progress",
+    pb.RESPONSE_STATUS_COMPLETED: "completed",
+    pb.RESPONSE_STATUS_CANCELLED: "cancelled",
+    pb.RESPONSE_STATUS_FAILED: "failed",
+    pb.RESPONSE_STATUS_INCOMPLETE: "incomplete",
+}
+# Our status reasons in OpenAI's vocabulary; the exact one travels as `detail`.
+_REASONS = {
+    "barge_in": "turn_detected",
+    "turn_detected": "turn_detected",
+    "client_cancelled": "client_cancelled",
+    "output_audio_cleared": "client_cancelled",
+    "max_output_tokens": "max_output_tokens",
+}
+_EXPIRY = {
+    pb.EXPIRY_REASON_DISCONNECT_GRACE: "disconnect_grace_expired",
+    pb.EXPIRY_REASON_IDLE_TIMEOUT: "idle_ttl_expired",
+    pb.EXPIRY_REASON_ENGINE_FAILURE: "engine_failure",
+}
+_RESYNC = {
+    pb.RESYNC_REASON_JOURNAL_GAP: "journal_gap",
+    pb.RESYNC_REASON_JOURNAL_OVERFLOW: "journal_overflow",
+}
+_OVERLAP_POLICY = {
+    pb.OVERLAP_POLICY_LISTEN_ONLY: "listen_only",
+    pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH: "barge_in_on_speech",
+}
+_OVERLAP_ACTION = {
+    pb.OVERLAP_ACTION_DROP: "drop",
+    pb.OVERLAP_ACTION_LISTEN: "listen",
+    pb.OVERLAP_ACTION_BARGE_IN: "barge_in",
+}
+
+
+def random_event_id() -> str:
+    """An id for an event that is never replayed."""
+    return f"event_{uuid.uuid4().hex[:24]}"
+
+
+def error_json(
+    code: str,
+    message: str,
+    *,
+    error_type: str = "invalid_request_error",
+    param: str = "",
+    event_id: str = "",
+) -> Event:
+    """OpenAI's nested error event, for refusals the bridge makes itself."""
+    return {
+        "type": "error",
+        "event_id": random_event_id(),
+        "error": {
+            "type": error_type,
+            "code": code,
+            "message": message,
+            "param": param or None,
+            "event_id": event_id or None,
+        },
+    }
+
+
+def item_json(item: pb.ConversationItem) -> Event:
+    """Renders a conversation item as a Realtime ``message`` item."""
+    content: list[Event] = []
+    for part in item.content:
+        if part.type == pb.CONTENT_TYPE_INPUT_TEXT:
+            content.append({"type": "input_text", "text": part.text})
+        elif part.type == pb.CONTENT_TYPE_INPUT_AUDIO:
+            content.append({"type": "input_audio", "transcript": part.transcript or None})
+        elif part.type == pb.CONTENT_TYPE_OUTPUT_TEXT:
+            content.append({"type": "output_text", "text": part.text})
+        elif part.type == pb.CONTENT_TYPE_OUTPUT_AUDIO:
+            content.append({"type": "output_audio", "transcript": part.transcript})
+    out: Event = {
+        "id": item.id,
+        "object": "realtime.item",
+        "type": "message",
+        "role": _ROLE_NAMES.get(item.role, "user"),
+        "content": content,
+    }
+    if item.status in _ITEM_STATUS:
+        out["status"] = _ITEM_STATUS[item.status]
+    return out
+
+
+def _status_details(status: str, reason: str) -> Event | None:
+    if status in ("in_progress", "completed") and reason in ("", "stop"):
+        return None
+    details: Event = {"type": status}
+    if status == "failed":
+        details["error"] = {"type": "server_error", "code": reason or None}
+    elif reason in _REASONS:
+        details["reason"] = _REASONS[reason]
+    if reason:
+        details["detail"] = reason
+    return details
+
+
+def response_json(response: pb.Response, output: list[Event]) -> Event:
+    """Renders a response, with usage and our per-turn ``latency`` when it has them."""
+    status = _RESPONSE_STATUS.get(response.status, "completed")
+    modalities = [MODALITY_NAMES[m] for m in response.output_modalities if m in MODALITY_NAMES]
+    out: Event = {
+        "id": response.id,
+        "object": "realtime.response",
+        "status": status,
+        "status_details": _status_details(status, response.status_reason),
+        "output": output,
+        "output_modalities": modalities or ["audio"],
+        "usage": None,
+    }
+    if response.HasField("usage"):
+        usage = response.usage
+        out["usage"] = {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens + usage.output_tokens,
+            "input_audio_ms": usage.input_audio_ms,
+            "output_audio_ms": usage.output_audio_ms,
+        }
+    if response.HasField("latency"):
+        latency = response.latency
+        out["latency"] = {
+            "first_text_ms": latency.first_text_ms,
+            "first_audio_ms": latency.first_audio_ms,
+            "total_ms": latency.total_ms,
+            "real_time_factor": latency.real_time_factor,
+        }
+    return out
+
+
+def _error(e: pb.Error) -> list[Event]:
+    body: Event = {
+        "type": ERROR_TYPES.get(e.type, "invalid_request_error"),
+        "code": e.code,
+        "message": e.message,
+        "param": e.param or None,
+        "event_id": e.event_id or None,
+    }
+    if e.retryable:
+        body["retryable"] = True
+        body["retry_after_ms"] = e.retry_after.ToMilliseconds()
+    return [{"type": "error", "error": body}]
+
+
+def _one(kind: str, **fields: Any) -> list[Event]:
+    return [{"type": kind, **fields}]
+
+
+# Contract event (oneof name) → its Realtime events, for every event that needs no state.
+STATELESS: dict[str, Callable[[Any], list[Event]]] = {
+    "session_updated": lambda e: _one("session.updated", session=session_json(e.session)),
+    "session_replaced": lambda e: _one(
+        "session.replaced",
+        session_id=e.session_id,
+        attachment_generation=e.attachment_generation,
+    ),
+    "resync_required": lambda e: _one(
+        "session.resync_required",
+        session_id=e.session_id,
+        reason=_RESYNC.get(e.reason, "journal_gap"),
+    ),
+    "session_expired": lambda e: _one(
+        "session.expired", session_id=e.session_id, reason=_EXPIRY.get(e.reason, "expired")
+    ),
+    "session_closed": lambda e: _one("session.closed", session_id=e.session_id, reason=e.reason),
+    "heartbeat_ack": lambda e: _one("session.heartbeat_ack", session_id=e.session_id),
+    "going_away": lambda e: _one(
+        "session.going_away", time_left_ms=e.time_left.ToMilliseconds(), reason=e.reason
+    ),
+    # OpenAI counts input audio in whole milliseconds.
+    "speech_started": lambda e: _one(
+        "input_audio_buffer.speech_started",
+        audio_start_ms=round(e.audio_start_ms),
+        item_id=e.item_id,
+    ),
+    "speech_stopped": lambda e: _one(
+        "input_audio_buffer.speech_stopped", audio_end_ms=round(e.audio_end_ms), item_id=e.item_id
+    ),
+    "input_cleared": lambda e: _one("input_audio_buffer.cleared"),
+    "item_retrieved": lambda e: _one("conversation.item.retrieved", item=item_json(e.item)),
+    "item_deleted": lambda e: _one("conversation.item.deleted", item_id=e.item_id),
+    "item_truncated": lambda e: _one(
+        "conversation.item.truncated",
+        item_id=e.item_id,
+        content_index=e.content_index,
+        audio_end_ms=round(e.audio_end_ms),
+    ),
+    "response_speak": lambda e: _one(
+        "response.speak", response_id=e.response_id, item_id=e.item_id
+    ),
+    "playback_acknowledged": lambda e: _one(
+        "playback.acknowledged",
+        response_id=e.response_id,
+        item_id=e.item_id,
+        played_ms=e.played_ms,
+        committed_ms=e.committed_ms,
+        truncate=e.truncate,
+        history_committed=e.history_committed,
+    ),
+    "output_audio_cleared": lambda e: _one(
+        "output_audio_buffer.cleared", response_id=e.response_id
+    ),
+    "overlap_decision": lambda e: _one(
+        "overlap.decision",
+        policy=_OVERLAP_POLICY.get(e.policy),
+        action=_OVERLAP_ACTION.get(e.action),
+        reason=e.reason,
+    ),
+    "error": _error,
+}

@@ -83,9 +83,10 @@ class ServerDialect:
     def expand(self, event: pb.ConverseResponse) -> list[Event]:
         """Returns the Realtime events for one contract event, ids and seq stamped."""
         kind = event.WhichOneof("event")
-        if kind is None:
-            return []  # an event this bridge does not know yet: nothing to render
-        out = self._handlers[kind](getattr(event, kind))
+        handler = self._handlers.get(kind or "")
+        if handler is None:
+            return []  # an event newer than this bridge: nothing it could render
+        out = handler(getattr(event, kind or ""))
         if event.seq and out:
             prefix = f"event_{self._tag}_{event.seq}_"
             for index, item in enumerate(out):
@@ -283,11 +284,8 @@ class ServerDialect:
         for item in response.output:
             if item.role == pb.ITEM_ROLE_ASSISTANT:
                 return item_json(item)
-        status = (
-            "completed"
-            if response.status in (pb.RESPONSE_STATUS_COMPLETED, pb.RESPONSE_STATUS_UNSPECIFIED)
-            else ("incomplete")
-        )
+        finished = response.status in (pb.RESPONSE_STATUS_COMPLETED, pb.RESPONSE_STATUS_UNSPECIFIED)
+        status = "completed" if finished else "incomplete"
         content: list[Event] = []
         if state.audio:
             content.append({"type": "output_audio", "transcript": "".join(state.transcript)})

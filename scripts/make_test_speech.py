@@ -111,7 +111,7 @@ def standard_scenes() -> dict[str, Scene]:
     """The scenes the tests use, by name."""
     return {
         "question": Scene().pause(600).speak("what is the capital of france").pause(900),
-        "two_turns": (Scene().pause(1000).speak("hello world, this is a test")
+        "two_turns": (Scene().pause(1000).speak("good morning, how are you today")
                       .pause(1500).speak("please turn on the kitchen lights").pause(1000)),
         "noise_bursts": Scene().pause(500).add(noise(100)).pause(600).add(
             noise(100, seed=1)).pause(600),

@@ -244,7 +244,10 @@ class SessionLink:
             # Computed under the lock, so a command numbered while the stream was down is
             # either in this list or written after it, never both or neither.
             pending = self._outbox.pending_after(self.applied_client_seq)
-            for request in pending:
+            # Something goes out at once even with nothing to resend: the first message after
+            # session_resumed tells the server the new resume token arrived.
+            receipt = pb.ConverseRequest(ack_events=pb.AckEvents(seq=self._delivered_seq))
+            for request in [*pending, receipt]:
                 try:
                     await stream.write(request)
                 except StreamBroken:

@@ -13,12 +13,13 @@ import base64
 from typing import Any
 
 import orjson
-from bridge_testkit import check_server_event
+from bridge_testkit import check_server_event, service_settings
 from openai import AsyncOpenAI
 from openai.types.realtime import ResponseAudioDeltaEvent, ResponseDoneEvent, SessionCreatedEvent
 
 from omni_grpc import audio
 from omni_grpc.pb import pb
+from omni_grpc.server.app import start_server
 
 
 async def test_sdk_session_update_append_commit_response(bridge_port: int, speech: bytes) -> None:
@@ -103,3 +104,20 @@ async def test_sdk_session_update_append_commit_response(bridge_port: int, speec
     # Journaled events count up from 1 with no gaps and no repeats.
     seqs = [e["server_event_seq"] for e in events if "server_event_seq" in e]
     assert seqs == list(range(1, len(seqs) + 1))
+
+
+async def test_sdk_through_the_bridge_the_service_starts_itself() -> None:
+    """``start_server`` with an HTTP port runs this bridge next to gRPC; the SDK reaches it."""
+    running = await start_server(service_settings(http_port=0))
+    try:
+        assert running.http_port
+        client = AsyncOpenAI(api_key="k", base_url=f"http://127.0.0.1:{running.http_port}/v1")
+        async with client.realtime.connect(model="gpt-realtime") as conn:
+            first = await asyncio.wait_for(conn.recv(), 10)
+            assert isinstance(first, SessionCreatedEvent)
+            await conn.send({"type": "input_audio_buffer.append", "audio": "AAAAAA=="})
+            await conn.input_audio_buffer.commit()
+            committed = await asyncio.wait_for(conn.recv(), 10)
+            assert committed.type == "input_audio_buffer.committed"
+    finally:
+        await running.stop()

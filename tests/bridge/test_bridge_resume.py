@@ -170,3 +170,36 @@ async def test_a_stale_token_cannot_resume(bridge_port: int) -> None:
                 await third.send(resume)  # the token rotated on the first resume
                 assert (await third.recv())["error"]["code"] == "invalid_resume_token"
                 assert (await third.closed())[0] == 1008
+
+
+async def test_a_resume_past_acknowledged_events_must_resync(bridge_port: int) -> None:
+    async with realtime_socket(bridge_port) as first:
+        created = await first.recv()
+        for _ in range(2):  # two journaled refusals: events 1 and 2
+            await first.send({"type": "input_audio_buffer.commit"})
+            await first.recv()
+        await first.send({"type": "session.event_ack", "server_event_seq": 2})
+        await first.send({"type": "session.heartbeat"})
+        assert (await first.recv())["server_event_seq"] == 3  # the ack was applied before it
+    async with realtime_socket(bridge_port, "resume=1") as second:
+        await second.send(
+            {
+                "type": "session.resume",
+                "session_id": created["session"]["id"],
+                "resume_token": created["resume_token"],
+                "last_received_server_event_seq": 1,  # event 2 was acknowledged and is gone
+            }
+        )
+        resync = await second.recv()
+        assert (resync["type"], resync["reason"]) == ("session.resync_required", "journal_gap")
+        assert await second.closed() == (1000, "resync_required")
+
+
+async def test_a_draining_service_says_going_away(service: RunningServer, bridge_port: int) -> None:
+    async with realtime_socket(bridge_port) as ws:
+        await ws.recv()
+        drain = asyncio.create_task(service.drain(0.5))
+        going = await ws.recv()
+        assert going["type"] == "session.going_away"
+        assert going["reason"] == "shutdown" and 0 < going["time_left_ms"] <= 500
+        await drain

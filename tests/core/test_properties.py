@@ -20,7 +20,7 @@ Only the exceptions the core documents (StreamRefused, ResumeGap) are ever caugh
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -147,11 +147,16 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
             assert pb.ConverseResponse.FromString(gap.payload) == pb.ConverseResponse(
                 applied_client_seq=self.applied, resync_required=pb.ResyncRequired(
                     session_id=self.session.id, reason=pb.RESYNC_REASON_JOURNAL_GAP))
+            event("resume: journal gap")
             # The client gives up on what it missed and goes on from the newest event.
             c.lost |= set(range(c.last_seq + 1, head + 1))
             c.last_seq = head
             return
         assert cursor >= start
+        event("resume: takeover" if self.detached_at is None else "resume: reattach")
+        event(f"resume: replays {min(head - cursor, 3)}{'+' if head - cursor > 3 else ''}")
+        if c.token == self.recovery:
+            event("resume: with the recovery token")
         if racing:  # a second stream with the same token, before the first one settled
             with pytest.raises(StreamRefused, match="invalid_resume_token"):
                 self.registry.resume(request, self.now)
@@ -181,29 +186,28 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         assert pending is not None
         self.pending = None
         c.generation = pending.generation
+        event(f"activation: {outcome}")
         if outcome == "delivered":
-            for event in pending.buffer:
-                self.receive_event(event)
+            for received_event in pending.buffer:
+                self.receive_event(received_event)
             self.session.activation_delivered(pending.generation)
             self.recovery = None
-            if not self.alive:
-                c.generation = None
-                return
             # Resend what the server has not applied; a lazy client resends from what it knew
             # before, and the server must skip the repeats.
             resend_from = pending.known_applied if lazy else pending.buffer[0].applied_client_seq
+            if resend_from < self.applied:
+                event("resend: repeats skipped")
             for seq in range(resend_from + 1, c.next_client_seq):
                 self.send(c.sent[seq], pending.generation)
             return
-        for event in pending.buffer[:received]:
-            self.receive_event(event)
+        for received_event in pending.buffer[:received]:
+            self.receive_event(received_event)
         c.generation = None
         if outcome == "failed":
             self.session.activation_failed(pending.generation, self.now)
         else:
-            assert self.session.detach(pending.generation, self.now) is self.alive
-        if self.alive:
-            self.recovery, self.detached_at = pending.presented, self.now
+            assert self.session.detach(pending.generation, self.now) is True
+        self.recovery, self.detached_at = pending.presented, self.now
 
     @rule(data=st.data())
     def stale_token(self, data: st.DataObject) -> None:
@@ -211,6 +215,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         if not stale:
             return
         token = data.draw(st.sampled_from(stale))
+        event("stale token refused")
         before = (self.session.state, self.session.generation)
         with pytest.raises(StreamRefused) as refused:
             self.session.resume(token, 0, self.now)
@@ -233,6 +238,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
     def ending(self, how: str) -> None:
         """One rule for every ending, so that sessions live long enough to get interesting."""
         deadline, attached = self.deadline(), self.detached_at is None
+        event(f"ending: {how}")
         if how == "deadline" and deadline is not None:
             self.now = deadline
             [(session, effects)] = self.registry.tick(self.now)

@@ -30,7 +30,11 @@ from .conformance import (
 
 ENGINES = [
     EngineSpec("loopback", lambda: create_engine("loopback", {"pace": "fast"})),
-    EngineSpec("embedded", lambda: create_engine("embedded", {"responder": "echo", "server_vad": "off"}), 30.0),
+    EngineSpec(
+        "embedded",
+        lambda: create_engine("embedded", {"responder": "echo", "server_vad": "off"}),
+        30.0,
+    ),
 ]
 
 

@@ -154,9 +154,11 @@ async def test_a_cancel_takes_back_output_nobody_has_read() -> None:
                 client_seq=1, append_input_audio=pb.AppendInputAudio(audio=voice_like(20.0))
             )
         )
-        await session.submit(pb.ConverseRequest(client_seq=2, commit_input_audio={}))
+        await session.submit(
+            pb.ConverseRequest(client_seq=2, commit_input_audio=pb.CommitInputAudio())
+        )
         await asyncio.sleep(0.2)  # nobody reads: the answer fills the bounded queue and waits
-        await session.submit(pb.ConverseRequest(client_seq=3, cancel_response={}))
+        await session.submit(pb.ConverseRequest(client_seq=3, cancel_response=pb.CancelResponse()))
         await asyncio.sleep(0.1)  # the cancel is applied before the reader comes back
         events = []
         async for event in session.events():
@@ -338,6 +340,7 @@ async def test_stop_closes_every_session() -> None:
         ({"chunk_ms": "5"}, "chunk_ms must be"),
         ({"queue_size": "2"}, "queue_size must be"),
         ({"max_input_s": "nan"}, "max_input_s must be"),
+        ({"mode": "echo"}, "mode must be"),
     ],
 )
 def test_bad_options_are_refused_by_name(options: dict[str, str], message: str) -> None:
@@ -350,3 +353,25 @@ def test_options_default_to_real_time() -> None:
     assert LoopbackEngine().features.name == "loopback"
     assert not LoopbackEngine().features.supports_server_vad
     assert LoopbackEngine().features.supports_barge_in
+
+
+async def test_mirror_mode_answers_every_append_with_the_same_audio() -> None:
+    engine, probe = await loopback_probe({"pace": "fast", "mode": "mirror"})
+    tone = audio.encode(sine(440, 1.0, IN_RATE), pb.AUDIO_ENCODING_PCM16, IN_RATE)
+    chunk = IN_RATE * 2 // 50  # 20 ms of pcm16
+    for start in range(0, len(tone), chunk):
+        await probe.send(append_input_audio=pb.AppendInputAudio(audio=tone[start:start + chunk]))
+    created = await probe.next()
+    assert created.HasField("response_created")
+    deltas = [await probe.next() for _ in range(len(tone) // chunk)]
+    assert all(d.HasField("output_audio_delta") for d in deltas)
+    assert {d.output_audio_delta.response_id for d in deltas} == {
+        created.response_created.response.id}
+    starts = [d.output_audio_delta.start_ms for d in deltas]
+    assert starts == sorted(starts) and starts[0] == 0
+    out = b"".join(d.output_audio_delta.audio for d in deltas)
+    # Up to the resampler's few held-back milliseconds, the same second comes back, at 24 kHz.
+    assert 0.95 * OUT_RATE * 2 <= len(out) <= OUT_RATE * 2
+    assert abs(peak_hz(out, OUT_RATE) - 440) < 2
+    assert await probe.quiet(0.1) == []  # no turns, no response_done
+    await engine.stop()

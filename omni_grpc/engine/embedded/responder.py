@@ -63,12 +63,13 @@ class Responder:
 
 
 class EchoResponder(Responder):
-    """Repeats the last user turn: deterministic, instant, and checkable by ear."""
+    """Repeats the user's last turn: deterministic, instant, and checkable by ear."""
 
     name = "echo"
 
     def reply(self, request: Request) -> Reply:
-        said = request.turns[-1][1].strip() if request.turns else ""
+        said = next((text.strip() for role, text in reversed(request.turns) if role == "user"),
+                    "")
         text = f"You said: {said.rstrip('.!?')}." if said else "I did not catch that."
         words = text.split(" ")
         reply = Reply(pieces=_aiter([]), prompt_tokens=sum(len(t.split()) for _, t in

@@ -15,6 +15,9 @@ Options (strings, from the command line or the server settings):
 * ``chunk_ms``: the length of one output audio chunk, 10 to 5000; default ``100``.
 * ``queue_size``: the bound of each session's command and event queues; default ``256``.
 * ``max_input_s``: the most input audio kept, uncommitted or unanswered; default ``300``.
+* ``mode``: ``turns`` (the default) answers committed turns as above; ``mirror`` answers every
+  append at once with the same audio as one output chunk of a single open response, with no
+  turns at all. Benchmarks use it to put one chunk in and get one chunk out, like an echo.
 
 Refusals that depend on state are ``error`` events with the command's ``client_seq``:
 ``response_create_without_input``, ``response_already_active``, ``response_not_active``,

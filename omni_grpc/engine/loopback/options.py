@@ -12,6 +12,7 @@ _CONVERTERS: dict[str, Callable[[str], object]] = {
     "chunk_ms": int,
     "queue_size": int,
     "max_input_s": float,
+    "mode": str,
 }
 
 
@@ -24,8 +25,11 @@ class LoopbackOptions:
     chunk_ms: int = 100
     queue_size: int = 256
     max_input_s: float = 300.0
+    mode: str = "turns"
 
     def __post_init__(self) -> None:
+        if self.mode not in ("turns", "mirror"):
+            raise ValueError(f"mode must be 'turns' or 'mirror', got {self.mode!r}")
         if self.pace not in ("realtime", "fast"):
             raise ValueError(f"pace must be 'realtime' or 'fast', got {self.pace!r}")
         if not (math.isfinite(self.speed) and 0 < self.speed <= 1000):

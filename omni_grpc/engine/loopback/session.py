@@ -71,6 +71,8 @@ class LoopbackSession(EngineSession):
         self._player: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
         self._closed = False
+        self._mirror: tuple[str, audio.StreamResampler] | None = None  # mode=mirror only
+        self._mirror_ms = 0.0
         self._worker = asyncio.create_task(self._run(), name=f"loopback-{session_id}")
 
     def __repr__(self) -> str:
@@ -146,7 +148,27 @@ class LoopbackSession(EngineSession):
             raise CommandError("bad_audio", "pcm16 needs an even number of bytes", param="audio")
         if len(self._buffer) + len(append.audio) > self._max_input_bytes():
             raise CommandError("input_backpressure", "too much uncommitted input", retryable=True)
+        if self._options.mode == "mirror":
+            await self._reflect(append.audio)
+            return
         self._buffer += append.audio
+
+    async def _reflect(self, pcm16_16k: bytes) -> None:
+        """Mirror mode: the appended audio comes straight back as one output chunk."""
+        if self._mirror is None:
+            response_id = _new_id("resp")
+            # One resampler for the whole stream keeps chunk seams clean.
+            self._mirror = response_id, audio.StreamResampler(IN_RATE_HZ, OUT_RATE_HZ)
+            await self._outbox.put(pb.ConverseResponse(response_created=pb.ResponseCreated(
+                response=pb.Response(id=response_id, status=pb.RESPONSE_STATUS_IN_PROGRESS))))
+        response_id, resampler = self._mirror
+        samples = resampler.process(audio.decode(pcm16_16k, pb.AUDIO_ENCODING_PCM16, IN_RATE_HZ))
+        out = audio.encode(samples, pb.AUDIO_ENCODING_PCM16, OUT_RATE_HZ)
+        duration_ms = len(out) / 2 * 1000 / OUT_RATE_HZ
+        await self._outbox.put(pb.ConverseResponse(output_audio_delta=pb.OutputAudioDelta(
+            audio=out, response_id=response_id, encoding=pb.AUDIO_ENCODING_PCM16,
+            sample_rate_hz=OUT_RATE_HZ, start_ms=self._mirror_ms, duration_ms=duration_ms)))
+        self._mirror_ms += duration_ms
 
     async def _on_commit_input_audio(self, request: pb.ConverseRequest) -> None:
         turn_started = time.monotonic()

@@ -1,0 +1,165 @@
+"""The embedded engine's parts one by one: model files, VAD and turn rules, ASR, TTS, the
+sentence splitter, the responders and the options."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from omni_grpc.engine.embedded import EmbeddedEngine, EmbeddedOptions
+from omni_grpc.engine.embedded.asr import MODEL_SHA256, model_dir
+from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
+from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder
+from omni_grpc.engine.embedded.tts import SentenceSplitter, voice_name
+from omni_grpc.engine.embedded.turns import SpeechStart, SpeechStop, TurnDetector
+
+from .conftest import speech
+
+
+def test_the_whisper_model_is_the_one_we_pinned() -> None:
+    digest = hashlib.sha256((model_dir() / "model.bin").read_bytes()).hexdigest()
+    assert digest == MODEL_SHA256
+
+
+def detect(engine: EmbeddedEngine, pcm16: bytes) -> list[SpeechStart | SpeechStop]:
+    assert engine.runtime is not None
+    stream = engine.runtime.vad.stream()
+    detector = TurnDetector()
+    events = [detector.push(k, p) for k, p in enumerate(stream.feed(pcm16))]
+    return [event for event in events if event is not None]
+
+
+def test_vad_finds_each_phrase_within_150_ms(engine: EmbeddedEngine) -> None:
+    scene = speech.standard_scenes()["two_turns"]
+    events = detect(engine, scene.pcm16())
+    assert [type(e) for e in events] == [SpeechStart, SpeechStop] * 2
+    for (start, end, _), began, ended in zip(scene.segments, events[::2], events[1::2],
+                                             strict=True):
+        assert isinstance(began, SpeechStart) and isinstance(ended, SpeechStop)
+        assert abs(began.start_ms - start) <= 150
+        assert abs(ended.end_ms - end) <= 150
+        assert began.detected_ms - began.start_ms <= 96  # confirmed within 3 windows
+
+
+def test_vad_ignores_100_ms_noise_bursts(engine: EmbeddedEngine) -> None:
+    assert detect(engine, speech.standard_scenes()["noise_bursts"].pcm16()) == []
+
+
+def test_a_burst_shorter_than_min_speech_never_starts_a_turn() -> None:
+    detector = TurnDetector(min_speech_ms=64)
+    assert [detector.push(k, p) for k, p in enumerate([0.9, 0.1, 0.0])] == [None] * 3
+    # Two windows over the threshold do: the onset is the first of them.
+    events = [detector.push(k, p) for k, p in enumerate([0.0, 0.9, 0.9], start=3)]
+    assert events[-1] == SpeechStart(start_ms=4 * 32, detected_ms=6 * 32)
+
+
+def test_speech_stops_after_the_silence_duration_and_reports_where_it_began() -> None:
+    detector = TurnDetector(silence_ms=96)
+    for k in range(4):
+        detector.push(k, 0.9)
+    # A dip that stays above the release threshold (0.35) is still speech.
+    assert detector.push(4, 0.4) is None
+    assert [detector.push(k, 0.0) for k in (5, 6)] == [None, None]
+    assert detector.push(7, 0.0) == SpeechStop(end_ms=5 * 32, detected_ms=8 * 32)
+    assert not detector.speaking
+
+
+def test_whisper_writes_down_what_espeak_said(engine: EmbeddedEngine) -> None:
+    assert engine.runtime is not None
+    scene = speech.Scene().pause(300).speak("please turn on the kitchen lights").pause(500)
+    text = engine.runtime.asr.transcribe(scene.pcm16())
+    assert text.lower().strip(".") == "please turn on the kitchen lights"
+    assert engine.runtime.asr.transcribe(speech.Scene().add(speech.noise(1000)).pcm16()) == ""
+    assert engine.runtime.asr.transcribe(bytes(32000)) == ""
+
+
+async def test_espeak_speaks_24_khz_pcm16(engine: EmbeddedEngine) -> None:
+    assert engine.runtime is not None
+    pcm = await engine.runtime.tts.synthesize("Hello there.", "alloy")  # an OpenAI voice name
+    samples = np.frombuffer(pcm, dtype="<i2")
+    assert 0.5 < samples.size / 24000 < 2.0
+    assert np.abs(samples).max() > 3000
+    assert await engine.runtime.tts.synthesize("  ") == b""
+
+
+def test_voice_names_are_espeak_voices_or_the_default() -> None:
+    assert voice_name("en-gb") == "en-gb"
+    assert voice_name("alloy") == "en-us"
+    assert voice_name("-x --stdout") == "en-us"
+
+
+def test_sentences_come_out_as_soon_as_they_end() -> None:
+    splitter = SentenceSplitter()
+    got = []
+    for piece in ["Hel", "lo there. How", " are you? I am", " fine", "\nthanks"]:
+        got.append(splitter.push(piece))
+    assert got == [[], ["Hello there. "], ["How are you? "], [], ["I am fine\n"]]
+    assert splitter.flush() == ["thanks"]
+    long = SentenceSplitter().push("word, " * 60)
+    assert long and all(len(sentence) <= 160 for sentence in long)
+
+
+async def collect(reply: object) -> str:
+    return "".join([piece async for piece in reply.pieces])  # type: ignore[attr-defined]
+
+
+async def test_echo_repeats_the_users_last_turn() -> None:
+    request = Request(instructions="", turns=[("user", "hi"), ("assistant", "hello"),
+                                              ("user", "what time is it?")],
+                      max_tokens=100, temperature=0.0, seed=1)
+    reply = EchoResponder().reply(request)
+    assert await collect(reply) == "You said: what time is it."
+    assert reply.finish == "stop"
+    short = EchoResponder().reply(Request(instructions="", turns=[("user", "one two three")],
+                                          max_tokens=2, temperature=0.0, seed=1))
+    assert await collect(short) == "You said:"
+    assert short.finish == "max_output_tokens"
+
+
+@pytest.fixture(scope="module")
+def smol() -> SmolLM:
+    return SmolLM(find_smollm2())
+
+
+@pytest.mark.slow
+async def test_smollm2_answers_and_streams(smol: SmolLM, engine: EmbeddedEngine) -> None:
+    assert engine.runtime is not None
+    responder = SmolResponder(smol, engine.runtime.executor)
+    request = Request(instructions="You are a helpful assistant.",
+                      turns=[("user", "What is the capital of France?")],
+                      max_tokens=24, temperature=0.0, seed=1)
+    reply = responder.reply(request)
+    pieces = [piece async for piece in reply.pieces]
+    assert len(pieces) > 3  # streamed token by token, not in one piece
+    assert "Paris" in "".join(pieces)
+    assert reply.finish in ("stop", "max_output_tokens") and 0 < reply.tokens <= 24
+
+
+@pytest.mark.slow
+async def test_a_stopped_reply_stops_the_model_thread(smol: SmolLM,
+                                                      engine: EmbeddedEngine) -> None:
+    assert engine.runtime is not None
+    responder = SmolResponder(smol, engine.runtime.executor)
+    reply = responder.reply(Request(instructions="", turns=[("user", "Tell me a long story.")],
+                                    max_tokens=200, temperature=0.0, seed=1))
+    first = await anext(reply.pieces)
+    assert first
+    reply.stop()  # what a cancelled response does
+    rest = [piece async for piece in reply.pieces]  # ends promptly: the thread stopped
+    assert reply.finish == "cancelled"
+    assert len(rest) < 10 and reply.tokens < 20
+
+
+def test_options_are_checked() -> None:
+    assert EmbeddedOptions.parse({"responder": "echo", "chunk_ms": "50"}).chunk_ms == 50
+    with pytest.raises(ValueError, match="unknown embedded option"):
+        EmbeddedOptions.parse({"colour": "blue"})
+    with pytest.raises(ValueError, match="responder"):
+        EmbeddedOptions.parse({"responder": "gpt"})
+    with pytest.raises(ValueError, match="chunk_ms"):
+        EmbeddedOptions.parse({"chunk_ms": "1000"})
+    with pytest.raises(ValueError, match="not a valid value"):
+        EmbeddedOptions.parse({"words_per_minute": "fast"})
+    assert not EmbeddedEngine({"server_vad": "off"}).features.supports_server_vad

@@ -1,0 +1,61 @@
+"""The embedded engine behind the real gRPC server: a client speaking OpenAI's default format
+(pcm16 at 24 kHz) asks a question over a socket and gets a spoken answer back."""
+
+from __future__ import annotations
+
+import re
+
+import grpc
+import numpy as np
+import soxr
+
+from omni_grpc.engine.embedded import EmbeddedEngine
+from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
+from omni_grpc.pb import pb
+from omni_grpc.server.app import start_server
+from omni_grpc.server.settings import ServerSettings
+from tests.server.streams import open_stream, read_until
+
+from .conftest import speech
+from .driver import retranscribe
+
+
+def words(text: str) -> str:
+    return " ".join(re.findall(r"[a-z']+", text.lower()))
+
+
+async def test_a_question_over_grpc_gets_a_spoken_answer(engine: EmbeddedEngine) -> None:
+    settings = ServerSettings(grpc_port=0, http_port=None, engine="embedded",
+                              engine_options={"responder": "echo", "pace": "fast"})
+    server = await start_server(settings)
+    try:
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            stub = duplex_pb2_grpc.DuplexServiceStub(channel)
+            call, created = await open_stream(stub)
+            assert created.capabilities.engine == "embedded"
+            assert created.capabilities.supports_server_vad
+            assert created.session.config.turn_detection.type == (
+                pb.TURN_DETECTION_TYPE_SERVER_VAD)
+            question = speech.standard_scenes()["question"].signal
+            at_24k = soxr.resample(question, 16000, 24000)
+            pcm = (np.clip(at_24k, -1, 1) * 32767).astype("<i2").tobytes()
+            chunk = 24000 * 2 // 10  # 100 ms
+            for seq, start in enumerate(range(0, len(pcm), chunk), start=1):
+                await call.write(pb.ConverseRequest(client_seq=seq, append_input_audio=(
+                    pb.AppendInputAudio(audio=pcm[start:start + chunk]))))
+            events = await read_until(call, "response_done")
+            await call.done_writing()
+    finally:
+        await server.stop()
+
+    heard = next(e.input_transcription.transcript for e in events
+                 if e.HasField("input_transcription"))
+    assert words(heard) == "what is the capital of france"
+    deltas = [e.output_audio_delta for e in events if e.HasField("output_audio_delta")]
+    assert all((d.encoding, d.sample_rate_hz) == (pb.AUDIO_ENCODING_PCM16, 24000)
+               for d in deltas)
+    assert [e.seq for e in events] == sorted(e.seq for e in events)
+    done = events[-1].response_done.response
+    assert done.status == pb.RESPONSE_STATUS_COMPLETED
+    answer = words(retranscribe(engine, b"".join(d.audio for d in deltas)))
+    assert "you said" in answer and "capital of france" in answer, answer

@@ -38,11 +38,16 @@ def espeak_available() -> bool:
     return shutil.which("espeak-ng") is not None
 
 
-def say(text: str, *, voice: str = "en-us", words_per_minute: int = 160,
-        rate_hz: int = RATE_HZ) -> Signal:
+def say(
+    text: str, *, voice: str = "en-us", words_per_minute: int = 160, rate_hz: int = RATE_HZ
+) -> Signal:
     """espeak-ng speaking ``text``, as mono float32 at ``rate_hz``."""
-    wav = subprocess.run(["espeak-ng", "-v", voice, "-s", str(words_per_minute), "--stdout"],
-                         input=text.encode(), capture_output=True, check=True).stdout
+    wav = subprocess.run(
+        ["espeak-ng", "-v", voice, "-s", str(words_per_minute), "--stdout"],
+        input=text.encode(),
+        capture_output=True,
+        check=True,
+    ).stdout
     with wave.open(io.BytesIO(wav)) as reader:
         source_rate = reader.getframerate()
         frames = reader.readframes(reader.getnframes())
@@ -111,10 +116,20 @@ def standard_scenes() -> dict[str, Scene]:
     """The scenes the tests use, by name."""
     return {
         "question": Scene().pause(600).speak("what is the capital of france").pause(900),
-        "two_turns": (Scene().pause(1000).speak("good morning, how are you today")
-                      .pause(1500).speak("please turn on the kitchen lights").pause(1000)),
-        "noise_bursts": Scene().pause(500).add(noise(100)).pause(600).add(
-            noise(100, seed=1)).pause(600),
+        "two_turns": (
+            Scene()
+            .pause(1000)
+            .speak("good morning, how are you today")
+            .pause(1500)
+            .speak("please turn on the kitchen lights")
+            .pause(1000)
+        ),
+        "noise_bursts": Scene()
+        .pause(500)
+        .add(noise(100))
+        .pause(600)
+        .add(noise(100, seed=1))
+        .pause(600),
     }
 
 

@@ -21,7 +21,9 @@ from omni_grpc.pb import pb
 DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
-# Statuses that say the stream (not the session) is gone: resuming may well work.
+# Statuses that say the stream (not the session or the request) failed: trying again, to open
+# or to resume, may well work. A retried open may leave an orphan session on the server; it
+# expires after the disconnect grace, which beats failing an open a retry would have saved.
 TRANSIENT_STATUSES = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
@@ -33,8 +35,6 @@ TRANSIENT_STATUSES = frozenset(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
     }
 )
-# Statuses worth retrying while opening: anything else means the request itself is refused.
-OPEN_RETRY_STATUSES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,8 +29,16 @@ logger = logging.getLogger(__name__)
 
 
 class DuplexClient(SessionLink, Commands):
-    """A session on a duplex server that survives reconnects. Build it with :meth:`connect`
-    or :meth:`resume`; consume :meth:`events`; send with the command methods."""
+    """A session on a duplex server that survives reconnects.
+
+    Build it with :meth:`connect` (a new session) or :meth:`resume` (take one over), keep one
+    task consuming :meth:`events` (unread events hold back the stream, bounded by
+    ``event_buffer``), and send with the command methods, each of which returns its
+    ``client_seq``. A command sent while the connection is down is kept and goes out after the
+    resume; only a full outbox makes sending wait. While commands wait for the server's
+    confirmation the client asks for it with a heartbeat now and then, so ``heartbeat_ack``
+    events may appear unasked.
+    """
 
     def __repr__(self) -> str:
         return (
@@ -150,6 +158,7 @@ class DuplexClient(SessionLink, Commands):
             next_seq=self.applied_client_seq + 1,
         )
         self._start(stream)
+        await self._send_unnumbered(self._receipt())
         logger.info("session %s taken over (generation %d)", self.session_id, self.generation)
 
     # -- public surface --------------------------------------------------------------------

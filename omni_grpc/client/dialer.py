@@ -18,7 +18,6 @@ import grpc
 
 from omni_grpc.client.backoff import ReconnectPolicy
 from omni_grpc.client.channel import (
-    OPEN_RETRY_STATUSES,
     TRANSIENT_STATUSES,
     Connection,
     Stream,
@@ -72,7 +71,7 @@ class Dialer:
             request,
             policy,
             limit_s=policy.max_elapsed_s,
-            retry_on=OPEN_RETRY_STATUSES,
+            retry_on=TRANSIENT_STATUSES,
             refused=self._open_refused,
             label="-",
         )

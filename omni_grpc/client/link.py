@@ -244,10 +244,7 @@ class SessionLink:
             # Computed under the lock, so a command numbered while the stream was down is
             # either in this list or written after it, never both or neither.
             pending = self._outbox.pending_after(self.applied_client_seq)
-            # Something goes out at once even with nothing to resend: the first message after
-            # session_resumed tells the server the new resume token arrived.
-            receipt = pb.ConverseRequest(ack_events=pb.AckEvents(seq=self._delivered_seq))
-            for request in [*pending, receipt]:
+            for request in [*pending, self._receipt()]:
                 try:
                     await stream.write(request)
                 except StreamBroken:
@@ -266,6 +263,12 @@ class SessionLink:
             )
 
     # -- acknowledgements ------------------------------------------------------------------
+
+    def _receipt(self) -> pb.ConverseRequest:
+        """What goes out right after a resume, even with nothing to resend: the first message
+        after ``session_resumed`` tells the server that the rotated resume token arrived, so
+        it can forget the old one. An ack of what was delivered costs nothing."""
+        return pb.ConverseRequest(ack_events=pb.AckEvents(seq=self._delivered_seq))
 
     async def _ack_loop(self) -> None:
         interval_s = (

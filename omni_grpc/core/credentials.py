@@ -7,7 +7,8 @@ constant time, so neither a memory dump nor a timing probe yields a usable token
 Rotation has one hazard: the new token travels in ``session_resumed``, and if that message never
 reaches the client the client still holds only the old, now revoked token. So when an activation
 fails, the token the client presented is kept as a *recovery* digest, good for one more resume,
-and only while no stream is attached. The rotated token stays valid too, in case it did arrive.
+and only while no stream is attached. The rotated token stays valid too, in case it did arrive. An activation counts as failed until the
+client speaks on the resumed stream: only then is it sure to hold the rotated token.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import hmac
 import secrets
 
 TOKEN_BYTES = 32  # 256 bits
+_NONE = b"\0" * 32  # compared against when a digest is absent, so timing stays the same
 
 
 def _digest(token: str) -> bytes:
@@ -47,12 +49,17 @@ class ResumeCredential:
         return hmac.compare_digest(_digest(token), self._current)
 
     def check(self, token: str, *, attached: bool) -> bool:
-        """Says whether ``token`` may resume now; remembers it for a possible rollback."""
+        """Says whether ``token`` may resume now; remembers it for a possible rollback.
+
+        Two tokens can be good: the current one, and the recovery one while nothing is
+        attached. A token is never good twice at once, so of two resumes racing with the same
+        token exactly one wins.
+        """
         presented = _digest(token)
         # Compare against both digests every time so timing does not tell which matched.
         current_ok = hmac.compare_digest(presented, self._current)
-        recovery_ok = hmac.compare_digest(presented, self._recovery or b"\0" * 32)
-        if current_ok or (recovery_ok and not attached and self._recovery is not None):
+        recovery_ok = hmac.compare_digest(presented, self._recovery or _NONE)
+        if current_ok or (recovery_ok and self._recovery is not None and not attached):
             self._presented = presented
             return True
         return False

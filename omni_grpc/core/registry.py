@@ -4,10 +4,17 @@ The registry allocates session ids (never reused: 128 random bits), refuses an o
 ``max_sessions`` with a retryable ``resource_exhausted`` so clients back off instead of
 hammering, and finds the session a resume names. A session keeps its slot until it ends; the
 transport calls :meth:`Registry.discard` when an effect says it ended.
+
+An ended session frees its slot at once but stays findable for one disconnect grace, as a
+*tombstone*: a client whose stream broke just as the session ended (a close it asked for, an
+expiry) can still resume and read the events it missed, the terminal one included. Without
+that, "every session ends with exactly one terminal event" would hold on the server and not on
+the client.
 """
 
 from __future__ import annotations
 
+import collections
 import secrets
 
 from omni_grpc.core.config import resolve_config
@@ -25,6 +32,7 @@ class Registry:
         self.engine = engine
         self.capabilities = capabilities(limits, engine)
         self._sessions: dict[str, Session] = {}
+        self._ended: collections.OrderedDict[str, Session] = collections.OrderedDict()
         self.accepting = True
 
     def __len__(self) -> int:
@@ -58,7 +66,7 @@ class Registry:
         if not request.session_id or not request.resume_token:
             raise StreamRefused(Status.INVALID_ARGUMENT, "invalid_session_resume",
                                 "resume needs session_id and resume_token")
-        session = self._sessions.get(request.session_id)
+        session = self._sessions.get(request.session_id) or self._ended.get(request.session_id)
         if session is None:
             raise StreamRefused(Status.NOT_FOUND, "session_resume_expired",
                                 "unknown or expired session")
@@ -76,12 +84,24 @@ class Registry:
         return session
 
     def discard(self, session: Session) -> None:
-        """Frees the slot of a session that ended."""
+        """Frees the slot of a session that ended; it stays resumable as a tombstone."""
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
+            self._ended[session.id] = session
+            while len(self._ended) > self.limits.max_sessions:
+                self._ended.popitem(last=False)
+
+    def _bury(self, now: float) -> None:
+        horizon = now - self.limits.disconnect_grace_s
+        while self._ended:
+            oldest = next(iter(self._ended.values()))
+            if oldest.ended_at is not None and oldest.ended_at > horizon:
+                break
+            self._ended.popitem(last=False)
 
     def tick(self, now: float) -> list[tuple[Session, Effects]]:
         """Expires every session whose deadline passed and frees their slots."""
+        self._bury(now)
         expired = []
         for session in list(self._sessions.values()):
             effects = session.tick(now)

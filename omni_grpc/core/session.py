@@ -109,6 +109,7 @@ class Session:
         self.dropped_stale_events = 0
         self.last_activity = now
         self.detached_at: float | None = None
+        self.ended_at: float | None = None
         self._limits = limits
         self._engine = engine
         self._capabilities = capabilities
@@ -166,12 +167,14 @@ class Session:
         Raises StreamRefused for a session that ended, a wrong token or an impossible cursor,
         and ResumeGap when the missed events cannot all be replayed.
         """
-        if self.state.terminal:
-            raise StreamRefused(Status.NOT_FOUND, "session_resume_expired",
-                                f"session {self.id} has ended")
         if not self._credential.check(token, attached=self.state is State.ATTACHED):
+            if self.state.terminal:  # no hint whether the token was right
+                raise StreamRefused(Status.NOT_FOUND, "session_resume_expired",
+                                    f"session {self.id} has ended")
             raise StreamRefused(Status.PERMISSION_DENIED, "invalid_resume_token",
                                 "the resume token is not valid for this session")
+        if self.state.terminal:
+            return self.generation, self._replay_ending(last_seq, now)
         try:
             replay = self.journal.replay_after(last_seq, now)
         except JournalGap as gap:
@@ -200,8 +203,31 @@ class Session:
         effects.sends.extend((self.generation, payload) for payload in replay)
         return self.generation, effects
 
+    def _replay_ending(self, last_seq: int, now: float) -> Effects:
+        """A resume after the end: the client may have missed the last events, the terminal
+        one included, if its stream broke right then. It gets them, and the stream ends."""
+        try:
+            replay = self.journal.replay_after(last_seq, now)
+        except (JournalGap, CursorAhead):
+            replay = []
+        if not replay:
+            raise StreamRefused(Status.NOT_FOUND, "session_resume_expired",
+                                f"session {self.id} has ended")
+        self.generation += 1
+        resumed = pb.ConverseResponse(session_resumed=pb.SessionResumed(
+            session=self.view(), attachment_generation=self.generation,
+            replayed_events=len(replay)))
+        effects = self._send_unjournaled(resumed, self.generation)
+        effects.sends.extend((self.generation, payload) for payload in replay)
+        effects.end_streams.append((self.generation, "session_ended"))
+        return effects
+
     def activation_delivered(self, generation: int) -> None:
-        """The resumed event and its replay were written: the old token is gone for good."""
+        """The client has the rotated token (it spoke on the new stream): the old one retires.
+
+        Until then a lost stream rolls back (see :meth:`detach`), because a payload handed to
+        the transport may still never reach the client.
+        """
         if self._activating == generation:
             self._activating = None
             self._credential.confirm()
@@ -249,6 +275,10 @@ class Session:
         """Applies one command from the stream of ``generation``."""
         if self.state is not State.ATTACHED or generation != self.generation:
             return Effects()  # a replaced or detached stream no longer speaks for the session
+        if self._activating == generation:
+            # A client speaks on a resumed stream only after reading session_resumed, so it
+            # holds the rotated token now and the one it presented can retire.
+            self.activation_delivered(generation)
         self.last_activity = now
         kind = request.WhichOneof("command")
         seq = request.client_seq
@@ -421,6 +451,7 @@ class Session:
         attached = self.generation if self.state is State.ATTACHED else None
         effects = self._emit(event, now)
         self.state = next_state(self.state, trigger)
+        self.ended_at = now
         self._activating = None
         if attached is not None:
             effects.end_streams.append((attached, reason))

@@ -30,11 +30,9 @@ OUTBOX_DEPTH = 2048  # events waiting for one stream's writer; beyond it the str
 class Outbox:
     """The bounded queue of payloads for one attached stream, drained by its writer task.
 
-    Items are serialized ConverseResponse bytes, or markers: ``ACTIVATED`` after a resume's
-    activation and replay, ``END`` (with a reason) when the stream must finish.
+    Items are serialized ConverseResponse bytes, or ``("end", reason)`` when the stream must
+    finish after what is queued.
     """
-
-    ACTIVATED = object()
 
     def __init__(self, generation: int) -> None:
         self.generation = generation
@@ -84,14 +82,15 @@ class SessionHost:
         self._outboxes[generation] = outbox
         return outbox
 
-    def release(self, outbox: Outbox, *, delivered_activation: bool) -> None:
-        """The stream of ``outbox`` is gone: detach it if it still owned the session."""
+    def release(self, outbox: Outbox) -> None:
+        """The stream of ``outbox`` is gone: detach it if it still owned the session.
+
+        A resumed stream that goes before its client said anything rolls the token rotation
+        back in the core (the client may never have seen the new token).
+        """
         if self._outboxes.get(outbox.generation) is outbox:
             del self._outboxes[outbox.generation]
-        now = self._clock()
-        if not delivered_activation:
-            self.session.activation_failed(outbox.generation, now)
-        if self.session.detach(outbox.generation, now):
+        if self.session.detach(outbox.generation, self._clock()):
             logger.info("session %s detached (generation %d)", self.session.id,
                         outbox.generation)
 

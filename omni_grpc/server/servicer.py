@@ -18,7 +18,7 @@ from collections.abc import Callable
 import grpc
 from google.protobuf.message import DecodeError
 
-from omni_grpc.core import Registry, ResumeGap, Session, StreamRefused
+from omni_grpc.core import Effects, Registry, ResumeGap, Session, StreamRefused
 from omni_grpc.core.errors import CommandError, Status
 from omni_grpc.engine.base import Engine
 from omni_grpc.pb import pb
@@ -84,11 +84,14 @@ class DuplexServicer:
         except ResumeGap as gap:
             await context.write(gap.payload)  # resync_required; the client must start over
             return
-        delivered = outbox.generation == 1  # an open needs no activation confirmation
+        except SessionEnded as ended:
+            for _, payload in ended.effects.sends:  # the missed ending of a closed session
+                await context.write(payload)
+            return
         try:
-            delivered = await self._pump_stream(host, outbox, context, delivered)
+            await self._pump_stream(host, outbox, context)
         finally:
-            host.release(outbox, delivered_activation=delivered)
+            host.release(outbox)
             self.stream_released.set()
 
     async def _handshake(self, context: grpc.aio.ServicerContext) -> tuple[SessionHost, Outbox]:
@@ -123,19 +126,18 @@ class DuplexServicer:
             logger.info("session %s opened", session.id)
         else:
             session, generation, effects = self.registry.resume(first.resume_session, now)
+            if session.state.terminal:
+                raise SessionEnded(effects)
             host = self.hosts[session.id]
             outbox = host.attach(generation)
             logger.info("session %s resumed (generation %d)", session.id, generation)
         host.deliver(effects)
-        if kind == "resume_session":
-            outbox.put(Outbox.ACTIVATED)
         return host, outbox
 
     async def _pump_stream(self, host: SessionHost, outbox: Outbox,
-                           context: grpc.aio.ServicerContext, delivered: bool) -> bool:
-        state = {"delivered": delivered}
+                           context: grpc.aio.ServicerContext) -> None:
         reader = asyncio.create_task(self._read(host, outbox, context))
-        writer = asyncio.create_task(self._write(host, outbox, context, state))
+        writer = asyncio.create_task(self._write(outbox, context))
         try:
             done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
             if reader in done and reader.exception() is None:
@@ -146,7 +148,6 @@ class DuplexServicer:
             for task in (reader, writer):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        return state["delivered"]
 
     async def _read(self, host: SessionHost, outbox: Outbox,
                     context: grpc.aio.ServicerContext) -> None:
@@ -163,14 +164,10 @@ class DuplexServicer:
             if outbox.end_reason is not None:
                 return
 
-    async def _write(self, host: SessionHost, outbox: Outbox, context: grpc.aio.ServicerContext,
-                     state: dict[str, bool]) -> None:
+    async def _write(self, outbox: Outbox, context: grpc.aio.ServicerContext) -> None:
         while True:
             item = await outbox.queue.get()
-            if item is Outbox.ACTIVATED:
-                host.session.activation_delivered(outbox.generation)
-                state["delivered"] = True
-            elif isinstance(item, tuple):
+            if isinstance(item, tuple):
                 return  # ("end", reason): everything before it was written
             else:
                 await context.write(item)
@@ -178,6 +175,14 @@ class DuplexServicer:
     def _ended(self, session: Session) -> None:
         self.registry.discard(session)
         self.hosts.pop(session.id, None)
+
+
+class SessionEnded(Exception):
+    """A resume found its session ended; ``effects`` replay what the client missed."""
+
+    def __init__(self, effects: Effects) -> None:
+        super().__init__("the session has ended")
+        self.effects = effects
 
 
 def _parse(raw: object) -> pb.ConverseRequest | None:

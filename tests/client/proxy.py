@@ -6,8 +6,9 @@ passed (:meth:`ChaosProxy.cut_after_bytes`, which lands cuts in the middle of HT
 random byte counts (:meth:`ChaosProxy.cut_randomly`) or at random times
 (:meth:`ChaosProxy.start_random_cuts`), both drawn from one seeded RNG so a failing run can be
 replayed. :attr:`ChaosProxy.refuse` makes it accept and drop new connections at once, which
-looks like a server that is gone while the port stays open. A cut aborts both sockets, so each
-peer sees a reset rather than a clean close.
+looks like a server that is gone while the port stays open, and :meth:`ChaosProxy.stall` holds
+one direction's bytes back (a hung path: nothing arrives, nothing fails). A cut closes both
+sockets with a TCP reset, as a crash or a dropped NAT entry would.
 
     async with ChaosProxy("127.0.0.1", server_port, seed=7) as proxy:
         client = await DuplexClient.connect(proxy.target)
@@ -82,6 +83,9 @@ class ChaosProxy:
         self._budget_direction = "both"
         self._random_mean_bytes: int | None = None
         self._timer: asyncio.Task[None] | None = None
+        self._flowing = {"up": asyncio.Event(), "down": asyncio.Event()}
+        for flowing in self._flowing.values():
+            flowing.set()
 
     @property
     def target(self) -> str:
@@ -137,6 +141,23 @@ class ChaosProxy:
         self._random_mean_bytes = None
         self._budget_direction = direction
         self._budget = n
+
+    def stall(self, direction: str = "both") -> None:
+        """Holds back bytes going ``direction`` ("up", "down" or "both") until
+        :meth:`unstall`; held bytes are lost if the connection is cut meanwhile."""
+        for name in self._directions(direction):
+            self._flowing[name].clear()
+
+    def unstall(self, direction: str = "both") -> None:
+        """Lets held-back bytes flow again."""
+        for name in self._directions(direction):
+            self._flowing[name].set()
+
+    @staticmethod
+    def _directions(direction: str) -> tuple[str, ...]:
+        if direction not in ("both", "up", "down"):
+            raise ValueError("direction must be 'both', 'up' or 'down'")
+        return ("up", "down") if direction == "both" else (direction,)
 
     def cut_randomly(self, mean_bytes: int | None) -> None:
         """Cuts every connection after a random number of bytes (exponential, mean
@@ -226,6 +247,7 @@ class ChaosProxy:
     async def _forward(self, writer: asyncio.StreamWriter, data: bytes, *, up: bool) -> None:
         if not data:
             return
+        await self._flowing["up" if up else "down"].wait()
         writer.write(data)
         if up:
             self.stats.bytes_up += len(data)

@@ -176,10 +176,13 @@ async def test_close_applied_before_a_cut_still_ends_quietly(
     server: RunningServer, proxy: ChaosProxy
 ) -> None:
     client = await DuplexClient.connect(proxy.target, options=OPTIONS)
-    # The close reaches the server; nothing it sends back gets through.
-    proxy.cut_after_bytes(0, direction="down")
+    proxy.stall("down")  # the close reaches the server; its answer is held back ...
+    closing = asyncio.create_task(client.close())
+    await eventually(lambda: len(server.registry) == 0)
+    proxy.cut_all()  # ... and lost with the connection
+    proxy.unstall()
     async with asyncio.timeout(5):
-        await client.close()
+        await closing
     assert await drain(client) == []  # the session ended as asked: no error, no event
     assert client.stats.reconnects == 1  # the resume found the session gone: that is success
     assert len(server.registry) == 0

@@ -143,3 +143,16 @@ async def test_cut_after_bytes_can_count_one_direction(proxy: ChaosProxy) -> Non
     assert proxy.stats.bytes_up == 6 and proxy.stats.bytes_down == 3
     with pytest.raises(ValueError):
         proxy.cut_after_bytes(1, direction="sideways")
+
+
+async def test_stall_holds_bytes_until_unstalled(proxy: ChaosProxy) -> None:
+    reader, writer = await _connect(proxy)
+    proxy.stall("down")
+    writer.write(b"held")
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(reader.readexactly(4), 0.2)
+    assert proxy.stats.bytes_up == 4 and proxy.stats.bytes_down == 0
+    proxy.unstall("down")
+    assert await asyncio.wait_for(reader.readexactly(4), 5) == b"held"
+    with pytest.raises(ValueError):
+        proxy.stall("sideways")

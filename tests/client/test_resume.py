@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from omni_grpc.client import DuplexClient
 from omni_grpc.pb import pb
@@ -135,4 +136,30 @@ async def test_random_cuts_keep_the_stream_exact(server: RunningServer, proxy: C
         if e.WhichOneof("event") == "input_committed"
     ]
     assert durations == [1000.0] * 4
+    await client.close()
+
+
+async def test_a_full_outbox_waits_for_confirmation_then_flows(
+    server: RunningServer, proxy: ChaosProxy
+) -> None:
+    options = dataclasses.replace(OPTIONS, max_outbox_commands=4, ack_interval_s=0.05)
+    client = await DuplexClient.connect(proxy.target, config=CONFIG, options=options)
+    # Appends produce no events, so only the client's own heartbeats can confirm them.
+    for _ in range(12):
+        await client.append_audio(tone(CHUNK_MS))
+    await eventually(lambda: client.applied_client_seq == 12)  # all confirmed: room for 4
+    proxy.refuse = True
+    proxy.cut_all()
+    for _ in range(4):  # kept while the link is down (4 is the bound) ...
+        await client.append_audio(tone(CHUNK_MS))
+    blocked = asyncio.create_task(client.append_audio(tone(CHUNK_MS)))
+    await asyncio.sleep(0.2)
+    assert not blocked.done()  # ... and the fifth waits for room
+    proxy.refuse = False
+    assert await asyncio.wait_for(blocked, 5) == 17
+    await client.commit(create_response=True)
+    events = await collect_until(client, "response_done")
+    committed = next(e for e in events if e.WhichOneof("event") == "input_committed")
+    assert committed.input_committed.audio_duration_ms == 17 * CHUNK_MS
+    assert "heartbeat_ack" in kinds(events)
     await client.close()

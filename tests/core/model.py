@@ -93,6 +93,7 @@ class SessionModel:
         self.recovery: str | None = None
         self.pending: Pending | None = None
         self.ending = ""  # "CLOSED" or "EXPIRED" once over
+        self.age = 0  # steps since the session opened
 
     @property
     def alive(self) -> bool:

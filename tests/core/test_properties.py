@@ -53,6 +53,12 @@ def has_ended_sessions(machine: SessionModel) -> bool:
     return bool(machine.graveyard)
 
 
+def mature(machine: SessionModel) -> bool:
+    # Endings wait a dozen steps, so that a session lives long enough for its journal to age,
+    # its commands to pile up and its streams to come and go.
+    return machine.age >= 12
+
+
 class SessionMachine(SessionModel, RuleBasedStateMachine):
     # -- engine ------------------------------------------------------------------------------
 
@@ -132,12 +138,18 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
     # -- resume ------------------------------------------------------------------------------
 
     @precondition(not_activating)
-    @rule(back=st.integers(0, 4), racing=st.booleans())
-    def resume(self, back: int, racing: bool) -> None:
+    @rule(cursor_at=st.sampled_from(["last", "last", "earlier", "before_window"]),
+          back=st.integers(0, 4), racing=st.booleans())
+    def resume(self, cursor_at: str, back: int, racing: bool) -> None:
         c = self.client
         assert c.token in self.valid_tokens()
         start, head = self.window_start(), len(self.expected)
-        cursor = max(c.last_seq - back, start) if c.last_seq >= start else c.last_seq
+        if cursor_at == "earlier" and c.last_seq >= start:  # it lost what it had after this
+            cursor = max(c.last_seq - back, start)
+        elif cursor_at == "before_window" and start > 0:  # a client bug, or a stale cursor
+            cursor = max(start - 1 - back, 0)
+        else:
+            cursor = c.last_seq  # may itself be outside the window, if events aged out
         request = pb.ResumeSession(session_id=self.session.id, resume_token=c.token,
                                    last_received_seq=cursor)
         try:
@@ -147,10 +159,11 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
             assert pb.ConverseResponse.FromString(gap.payload) == pb.ConverseResponse(
                 applied_client_seq=self.applied, resync_required=pb.ResyncRequired(
                     session_id=self.session.id, reason=pb.RESYNC_REASON_JOURNAL_GAP))
-            event("resume: journal gap")
-            # The client gives up on what it missed and goes on from the newest event.
-            c.lost |= set(range(c.last_seq + 1, head + 1))
-            c.last_seq = head
+            event(f"resume: journal gap ({cursor_at})")
+            if c.last_seq < start:
+                # The client gives up on what it missed and goes on from the newest event.
+                c.lost |= set(range(c.last_seq + 1, head + 1))
+                c.last_seq = head
             return
         assert cursor >= start
         event("resume: takeover" if self.detached_at is None else "resume: reattach")
@@ -225,7 +238,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
 
     # -- time and endings --------------------------------------------------------------------
 
-    @rule(tenths=st.integers(0, 290))
+    @rule(tenths=st.integers(0, 900))
     def time_passes(self, tenths: int) -> None:
         deadline = self.deadline()
         later = self.now + tenths / 10
@@ -234,6 +247,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         self.now = later
         assert self.registry.tick(self.now) == []
 
+    @precondition(mature)
     @rule(how=st.sampled_from(["deadline", "client_close", "shutdown", "engine_failure"]))
     def ending(self, how: str) -> None:
         """One rule for every ending, so that sessions live long enough to get interesting."""
@@ -312,6 +326,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
     @invariant()
     def consistent(self) -> None:
         # One invariant calling four checks: each invariant costs hypothesis time every step.
+        self.age += 1
         self.history_is_exact()
         self.commands_apply_exactly_once()
         self.one_ending()

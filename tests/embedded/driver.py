@@ -37,27 +37,38 @@ class Driver:
 
     async def send(self, **command: object) -> int:
         self._client_seq += 1
-        await self.session.submit(pb.ConverseRequest(client_seq=self._client_seq,
-                                                     **command))  # type: ignore[arg-type]
+        await self.session.submit(pb.ConverseRequest(client_seq=self._client_seq, **command))  # type: ignore[arg-type]
         return self._client_seq
 
-    async def stream(self, pcm16: bytes, chunk_ms: int = 20, *, step: bool = False,
-                     stop: Callable[[], bool] | None = None) -> float | None:
+    async def stream(
+        self,
+        pcm16: bytes,
+        chunk_ms: int = 20,
+        *,
+        step: bool = False,
+        stop: Callable[[], bool] | None = None,
+    ) -> float | None:
         """Appends audio chunk by chunk. With ``step``, waits for the engine after each chunk
         and returns the input clock (ms) at the end of the first chunk after which ``stop()``
         held; the rest of the audio is still sent."""
         size = chunk_ms * IN_BYTES_PER_MS
         landed = None
         for start in range(0, len(pcm16), size):
-            await self.send(append_input_audio=pb.AppendInputAudio(audio=pcm16[start:start + size]))
+            await self.send(
+                append_input_audio=pb.AppendInputAudio(audio=pcm16[start : start + size])
+            )
             if step:
                 await self.session.idle()
                 if landed is None and stop is not None and stop():
                     landed = self.session.input_clock_ms
         return landed
 
-    async def until(self, kind: str, where: Callable[[pb.ConverseResponse], bool] = lambda _: True,
-                    timeout_s: float = TIMEOUT_S) -> pb.ConverseResponse:
+    async def until(
+        self,
+        kind: str,
+        where: Callable[[pb.ConverseResponse], bool] = lambda _: True,
+        timeout_s: float = TIMEOUT_S,
+    ) -> pb.ConverseResponse:
         """The first event of ``kind`` (seen before or coming) that satisfies ``where``."""
         async with asyncio.timeout(timeout_s), self._arrived:
             while True:
@@ -81,8 +92,7 @@ class Driver:
         await asyncio.wait_for(self._reader, TIMEOUT_S)
 
 
-async def open_driver(engine: EmbeddedEngine, *, pace: str = "fast",
-                      **config: object) -> Driver:
+async def open_driver(engine: EmbeddedEngine, *, pace: str = "fast", **config: object) -> Driver:
     """A session configured as the core would resolve ``config``, with ``pace``."""
     options = struct_pb2.Struct()
     options.update({"pace": pace})
@@ -92,8 +102,9 @@ async def open_driver(engine: EmbeddedEngine, *, pace: str = "fast",
     return Driver(session)
 
 
-def response_events(events: list[pb.ConverseResponse], response_id: str
-                    ) -> list[pb.ConverseResponse]:
+def response_events(
+    events: list[pb.ConverseResponse], response_id: str
+) -> list[pb.ConverseResponse]:
     """The events that belong to one response, created to done."""
     found = []
     for event in events:
@@ -117,8 +128,11 @@ def spoken(events: list[pb.ConverseResponse]) -> bytes:
 
 
 def said(events: list[pb.ConverseResponse]) -> str:
-    return "".join(e.output_audio_transcript_delta.delta for e in events
-                   if e.HasField("output_audio_transcript_delta"))
+    return "".join(
+        e.output_audio_transcript_delta.delta
+        for e in events
+        if e.HasField("output_audio_transcript_delta")
+    )
 
 
 def retranscribe(engine: EmbeddedEngine, pcm16_24k: bytes) -> str:

@@ -13,7 +13,7 @@ from omni_grpc.engine.embedded.asr import MODEL_SHA256, model_dir
 from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
 from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder
 from omni_grpc.engine.embedded.tts import SentenceSplitter, voice_name
-from omni_grpc.engine.embedded.turns import SpeechStart, SpeechStop, TurnDetector
+from omni_grpc.engine.embedded.turns import SpeechPause, SpeechStart, SpeechStop, TurnDetector
 
 from .conftest import speech
 
@@ -23,7 +23,7 @@ def test_the_whisper_model_is_the_one_we_pinned() -> None:
     assert digest == MODEL_SHA256
 
 
-def detect(engine: EmbeddedEngine, pcm16: bytes) -> list[SpeechStart | SpeechStop]:
+def detect(engine: EmbeddedEngine, pcm16: bytes) -> list[SpeechStart | SpeechPause | SpeechStop]:
     assert engine.runtime is not None
     stream = engine.runtime.vad.stream()
     detector = TurnDetector()
@@ -34,9 +34,11 @@ def detect(engine: EmbeddedEngine, pcm16: bytes) -> list[SpeechStart | SpeechSto
 def test_vad_finds_each_phrase_within_150_ms(engine: EmbeddedEngine) -> None:
     scene = speech.standard_scenes()["two_turns"]
     events = detect(engine, scene.pcm16())
+    events = [e for e in events if not isinstance(e, SpeechPause)]
     assert [type(e) for e in events] == [SpeechStart, SpeechStop] * 2
-    for (start, end, _), began, ended in zip(scene.segments, events[::2], events[1::2],
-                                             strict=True):
+    for (start, end, _), began, ended in zip(
+        scene.segments, events[::2], events[1::2], strict=True
+    ):
         assert isinstance(began, SpeechStart) and isinstance(ended, SpeechStop)
         assert abs(began.start_ms - start) <= 150
         assert abs(ended.end_ms - end) <= 150
@@ -64,6 +66,20 @@ def test_speech_stops_after_the_silence_duration_and_reports_where_it_began() ->
     assert [detector.push(k, 0.0) for k in (5, 6)] == [None, None]
     assert detector.push(7, 0.0) == SpeechStop(end_ms=5 * 32, detected_ms=8 * 32)
     assert not detector.speaking
+
+
+def test_a_pause_is_reported_before_the_stop_and_forgotten_if_speech_goes_on() -> None:
+    detector = TurnDetector(silence_ms=500)
+    for k in range(4):
+        detector.push(k, 0.9)
+    events = [detector.push(k, 0.0) for k in range(4, 8)]
+    assert events == [None, None, SpeechPause(end_ms=4 * 32, detected_ms=7 * 32), None]
+    detector.push(8, 0.9)  # speech goes on: the next pause is a new one
+    later = [detector.push(k, 0.0) for k in range(9, 9 + 16)]
+    assert [e for e in later if e is not None] == [
+        SpeechPause(end_ms=9 * 32, detected_ms=12 * 32),
+        SpeechStop(end_ms=9 * 32, detected_ms=25 * 32),
+    ]
 
 
 def test_whisper_writes_down_what_espeak_said(engine: EmbeddedEngine) -> None:
@@ -106,14 +122,25 @@ async def collect(reply: object) -> str:
 
 
 async def test_echo_repeats_the_users_last_turn() -> None:
-    request = Request(instructions="", turns=[("user", "hi"), ("assistant", "hello"),
-                                              ("user", "what time is it?")],
-                      max_tokens=100, temperature=0.0, seed=1)
+    request = Request(
+        instructions="",
+        turns=[("user", "hi"), ("assistant", "hello"), ("user", "what time is it?")],
+        max_tokens=100,
+        temperature=0.0,
+        seed=1,
+    )
     reply = EchoResponder().reply(request)
     assert await collect(reply) == "You said: what time is it."
     assert reply.finish == "stop"
-    short = EchoResponder().reply(Request(instructions="", turns=[("user", "one two three")],
-                                          max_tokens=2, temperature=0.0, seed=1))
+    short = EchoResponder().reply(
+        Request(
+            instructions="",
+            turns=[("user", "one two three")],
+            max_tokens=2,
+            temperature=0.0,
+            seed=1,
+        )
+    )
     assert await collect(short) == "You said:"
     assert short.finish == "max_output_tokens"
 
@@ -127,9 +154,13 @@ def smol() -> SmolLM:
 async def test_smollm2_answers_and_streams(smol: SmolLM, engine: EmbeddedEngine) -> None:
     assert engine.runtime is not None
     responder = SmolResponder(smol, engine.runtime.executor)
-    request = Request(instructions="You are a helpful assistant.",
-                      turns=[("user", "What is the capital of France?")],
-                      max_tokens=24, temperature=0.0, seed=1)
+    request = Request(
+        instructions="You are a helpful assistant.",
+        turns=[("user", "What is the capital of France?")],
+        max_tokens=24,
+        temperature=0.0,
+        seed=1,
+    )
     reply = responder.reply(request)
     pieces = [piece async for piece in reply.pieces]
     assert len(pieces) > 3  # streamed token by token, not in one piece
@@ -138,12 +169,18 @@ async def test_smollm2_answers_and_streams(smol: SmolLM, engine: EmbeddedEngine)
 
 
 @pytest.mark.slow
-async def test_a_stopped_reply_stops_the_model_thread(smol: SmolLM,
-                                                      engine: EmbeddedEngine) -> None:
+async def test_a_stopped_reply_stops_the_model_thread(smol: SmolLM, engine: EmbeddedEngine) -> None:
     assert engine.runtime is not None
     responder = SmolResponder(smol, engine.runtime.executor)
-    reply = responder.reply(Request(instructions="", turns=[("user", "Tell me a long story.")],
-                                    max_tokens=200, temperature=0.0, seed=1))
+    reply = responder.reply(
+        Request(
+            instructions="",
+            turns=[("user", "Tell me a long story.")],
+            max_tokens=200,
+            temperature=0.0,
+            seed=1,
+        )
+    )
     first = await anext(reply.pieces)
     assert first
     reply.stop()  # what a cancelled response does

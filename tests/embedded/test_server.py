@@ -25,8 +25,12 @@ def words(text: str) -> str:
 
 
 async def test_a_question_over_grpc_gets_a_spoken_answer(engine: EmbeddedEngine) -> None:
-    settings = ServerSettings(grpc_port=0, http_port=None, engine="embedded",
-                              engine_options={"responder": "echo", "pace": "fast"})
+    settings = ServerSettings(
+        grpc_port=0,
+        http_port=None,
+        engine="embedded",
+        engine_options={"responder": "echo", "pace": "fast"},
+    )
     server = await start_server(settings)
     try:
         async with grpc.aio.insecure_channel(server.target) as channel:
@@ -34,26 +38,29 @@ async def test_a_question_over_grpc_gets_a_spoken_answer(engine: EmbeddedEngine)
             call, created = await open_stream(stub)
             assert created.capabilities.engine == "embedded"
             assert created.capabilities.supports_server_vad
-            assert created.session.config.turn_detection.type == (
-                pb.TURN_DETECTION_TYPE_SERVER_VAD)
+            assert created.session.config.turn_detection.type == (pb.TURN_DETECTION_TYPE_SERVER_VAD)
             question = speech.standard_scenes()["question"].signal
             at_24k = soxr.resample(question, 16000, 24000)
             pcm = (np.clip(at_24k, -1, 1) * 32767).astype("<i2").tobytes()
             chunk = 24000 * 2 // 10  # 100 ms
             for seq, start in enumerate(range(0, len(pcm), chunk), start=1):
-                await call.write(pb.ConverseRequest(client_seq=seq, append_input_audio=(
-                    pb.AppendInputAudio(audio=pcm[start:start + chunk]))))
+                await call.write(
+                    pb.ConverseRequest(
+                        client_seq=seq,
+                        append_input_audio=(pb.AppendInputAudio(audio=pcm[start : start + chunk])),
+                    )
+                )
             events = await read_until(call, "response_done")
             await call.done_writing()
     finally:
         await server.stop()
 
-    heard = next(e.input_transcription.transcript for e in events
-                 if e.HasField("input_transcription"))
+    heard = next(
+        e.input_transcription.transcript for e in events if e.HasField("input_transcription")
+    )
     assert words(heard) == "what is the capital of france"
     deltas = [e.output_audio_delta for e in events if e.HasField("output_audio_delta")]
-    assert all((d.encoding, d.sample_rate_hz) == (pb.AUDIO_ENCODING_PCM16, 24000)
-               for d in deltas)
+    assert all((d.encoding, d.sample_rate_hz) == (pb.AUDIO_ENCODING_PCM16, 24000) for d in deltas)
     assert [e.seq for e in events] == sorted(e.seq for e in events)
     done = events[-1].response_done.response
     assert done.status == pb.RESPONSE_STATUS_COMPLETED

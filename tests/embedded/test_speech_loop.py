@@ -15,7 +15,7 @@ from omni_grpc.engine.embedded import EmbeddedEngine
 from omni_grpc.pb import pb
 
 from .conftest import speech
-from .driver import open_driver, response_events, retranscribe, said, spoken
+from .driver import Driver, open_driver, response_events, retranscribe, said, spoken
 
 TOLERANCE_MS = 150.0
 
@@ -35,9 +35,17 @@ async def test_a_spoken_question_gets_a_spoken_answer(engine: EmbeddedEngine) ->
         await driver.close()
 
     order = driver.kinds()
-    expected = ["speech_started", "speech_stopped", "input_committed", "item_added",
-                "input_transcription", "item_done", "response_created", "output_audio_delta",
-                "output_audio_transcript_delta"]
+    expected = [
+        "speech_started",
+        "speech_stopped",
+        "input_committed",
+        "item_added",
+        "input_transcription",
+        "item_done",
+        "response_created",
+        "output_audio_delta",
+        "output_audio_transcript_delta",
+    ]
     assert [order.index(kind) for kind in expected] == sorted(order.index(k) for k in expected)
     started = driver.of("speech_started")[0].speech_started
     stopped = driver.of("speech_stopped")[0].speech_stopped
@@ -91,15 +99,18 @@ async def test_each_pause_ends_a_turn(engine: EmbeddedEngine) -> None:
     for (true_start, true_end, _), start, stop in zip(scene.segments, starts, stops, strict=True):
         assert abs(start - true_start) <= TOLERANCE_MS
         assert abs(stop - true_end) <= TOLERANCE_MS
-    transcripts = [words(e.input_transcription.transcript)
-                   for e in driver.of("input_transcription")]
+    transcripts = [
+        words(e.input_transcription.transcript) for e in driver.of("input_transcription")
+    ]
     assert transcripts == ["good morning how are you today", "please turn on the kitchen lights"]
-    answers = [said(response_events(driver.seen, e.response_done.response.id))
-               for e in driver.of("response_done")]
+    answers = [
+        said(response_events(driver.seen, e.response_done.response.id))
+        for e in driver.of("response_done")
+    ]
     assert [words(a) for a in answers] == [f"you said {t}" for t in transcripts]
 
 
-async def start_answer(engine: EmbeddedEngine, **config: object) -> tuple[object, str]:
+async def start_answer(engine: EmbeddedEngine, **config: object) -> tuple[Driver, str]:
     """A session answering the question in real time; returns it once the answer sounds."""
     driver = await open_driver(engine, pace="realtime", **config)
     await driver.stream(speech.standard_scenes()["question"].pcm16())
@@ -108,23 +119,19 @@ async def start_answer(engine: EmbeddedEngine, **config: object) -> tuple[object
     return driver, created.response_created.response.id
 
 
-async def test_speech_over_the_answer_cancels_it_within_one_window(
-        engine: EmbeddedEngine) -> None:
+async def test_speech_over_the_answer_cancels_it_within_one_window(engine: EmbeddedEngine) -> None:
     driver, first = await start_answer(engine)
     try:
         # A voiced onset: Silero hears voice, and an opening "s" would be heard only from the
         # vowel on (the hiss alone scores like noise).
-        interruption = speech.Scene().pause(300).speak("wait, I have another question").pause(
-            800)
+        interruption = speech.Scene().pause(300).speak("wait, I have another question").pause(800)
         onset = driver.session.input_clock_ms + interruption.segments[0][0]
 
         def cancelled() -> bool:
             return any(e.response_done.response.id == first for e in driver.of("response_done"))
 
-        landed = await driver.stream(interruption.pcm16(), chunk_ms=32, step=True,
-                                     stop=cancelled)
-        second = await driver.until("response_done", lambda e: e.response_done.response.id
-                                    != first)
+        landed = await driver.stream(interruption.pcm16(), chunk_ms=32, step=True, stop=cancelled)
+        second = await driver.until("response_done", lambda e: e.response_done.response.id != first)
     finally:
         await driver.close()
 
@@ -134,12 +141,16 @@ async def test_speech_over_the_answer_cancels_it_within_one_window(
     assert abs(starts[-1].speech_started.audio_start_ms - onset) <= TOLERANCE_MS
     (decision,) = driver.of("overlap_decision")
     assert decision.overlap_decision.action == pb.OVERLAP_ACTION_BARGE_IN
-    done = next(e.response_done.response for e in driver.of("response_done")
-                if e.response_done.response.id == first)
+    done = next(
+        e.response_done.response
+        for e in driver.of("response_done")
+        if e.response_done.response.id == first
+    )
     assert (done.status, done.status_reason) == (pb.RESPONSE_STATUS_CANCELLED, "turn_detected")
     order = driver.kinds()
     assert order.index("overlap_decision") < driver.seen.index(
-        next(e for e in driver.of("response_done") if e.response_done.response.id == first))
+        next(e for e in driver.of("response_done") if e.response_done.response.id == first)
+    )
     # Nothing of the old answer after its end, and its item holds what went out: a prefix.
     old = response_events(driver.seen, first)
     assert old[-1].HasField("response_done")
@@ -150,15 +161,17 @@ async def test_speech_over_the_answer_cancels_it_within_one_window(
     assert done.output[0].status == pb.ITEM_STATUS_INCOMPLETE
     # The interruption is the next turn, and it is answered.
     assert second.response_done.response.status == pb.RESPONSE_STATUS_COMPLETED
-    assert "another question" in words(said(response_events(driver.seen,
-                                                            second.response_done.response.id)))
+    assert "another question" in words(
+        said(response_events(driver.seen, second.response_done.response.id))
+    )
 
 
 async def test_noise_bursts_do_not_interrupt(engine: EmbeddedEngine) -> None:
     driver, first = await start_answer(engine)
     try:
-        await driver.stream(speech.standard_scenes()["noise_bursts"].pcm16(), chunk_ms=32,
-                            step=True)
+        await driver.stream(
+            speech.standard_scenes()["noise_bursts"].pcm16(), chunk_ms=32, step=True
+        )
         done = (await driver.until("response_done")).response_done.response
     finally:
         await driver.close()
@@ -169,26 +182,32 @@ async def test_noise_bursts_do_not_interrupt(engine: EmbeddedEngine) -> None:
 
 
 async def test_listen_only_lets_the_answer_finish_then_answers_the_overlap(
-        engine: EmbeddedEngine) -> None:
+    engine: EmbeddedEngine,
+) -> None:
     driver, first = await start_answer(engine, overlap_policy=pb.OVERLAP_POLICY_LISTEN_ONLY)
     try:
         interruption = speech.Scene().pause(200).speak("and the kitchen lights").pause(800)
         await driver.stream(interruption.pcm16(), chunk_ms=32, step=True)
-        second = await driver.until("response_done", lambda e: e.response_done.response.id
-                                    != first)
+        second = await driver.until("response_done", lambda e: e.response_done.response.id != first)
     finally:
         await driver.close()
     (decision,) = driver.of("overlap_decision")
     assert decision.overlap_decision.action == pb.OVERLAP_ACTION_LISTEN
     dones = driver.of("response_done")
     assert [d.response_done.response.status for d in dones] == [
-        pb.RESPONSE_STATUS_COMPLETED, pb.RESPONSE_STATUS_COMPLETED]
+        pb.RESPONSE_STATUS_COMPLETED,
+        pb.RESPONSE_STATUS_COMPLETED,
+    ]
     assert dones[0].response_done.response.id == first
-    second_created = next(e for e in driver.of("response_created")
-                          if e.response_created.response.id == second.response_done.response.id)
+    second_created = next(
+        e
+        for e in driver.of("response_created")
+        if e.response_created.response.id == second.response_done.response.id
+    )
     assert driver.seen.index(dones[0]) < driver.seen.index(second_created)
-    assert "kitchen lights" in words(said(response_events(
-        driver.seen, second.response_done.response.id)))
+    assert "kitchen lights" in words(
+        said(response_events(driver.seen, second.response_done.response.id))
+    )
 
 
 async def test_without_turn_detection_the_client_commits(engine: EmbeddedEngine) -> None:
@@ -202,12 +221,10 @@ async def test_without_turn_detection_the_client_commits(engine: EmbeddedEngine)
         done = (await driver.until("response_done")).response_done.response
     finally:
         await driver.close()
-    assert words(done.output[0].content[0].transcript) == (
-        "you said what is the capital of france")
+    assert words(done.output[0].content[0].transcript) == ("you said what is the capital of france")
 
 
-async def test_playback_ack_with_truncate_keeps_only_what_was_heard(
-        engine: EmbeddedEngine) -> None:
+async def test_playback_ack_with_truncate_keeps_only_what_was_heard(engine: EmbeddedEngine) -> None:
     driver = await open_driver(engine)
     try:
         await driver.stream(speech.standard_scenes()["question"].pcm16())
@@ -215,8 +232,7 @@ async def test_playback_ack_with_truncate_keeps_only_what_was_heard(
         item_id = done.output[0].id
         await driver.send(ack_playback=pb.AckPlayback(played_ms=900.0, truncate=True))
         ack = (await driver.until("playback_acknowledged")).playback_acknowledged
-        await driver.send(retrieve_conversation_item=pb.RetrieveConversationItem(
-            item_id=item_id))
+        await driver.send(retrieve_conversation_item=pb.RetrieveConversationItem(item_id=item_id))
         kept = (await driver.until("item_retrieved")).item_retrieved.item
     finally:
         await driver.close()

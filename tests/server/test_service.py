@@ -113,13 +113,32 @@ async def test_a_detached_session_expires_after_its_grace() -> None:
             call.cancel()
             await asyncio.sleep(0.1)
             assert len(running.registry) == 1  # detached, waiting for a resume
-            await asyncio.sleep(0.8)
-            assert len(running.registry) == 0
+            await asyncio.sleep(0.5)
+            assert len(running.registry) == 0  # expired: the slot is free
+            resume = pb.ConverseRequest(resume_session=pb.ResumeSession(
+                session_id=created.session.id, resume_token=created.resume_token))
+            # Within one more grace, a late client still learns how its session ended.
             late = stub.Converse()
-            await late.write(pb.ConverseRequest(resume_session=pb.ResumeSession(
-                session_id=created.session.id, resume_token=created.resume_token)))
+            await late.write(resume)
+            assert (await read(late)).WhichOneof("event") == "session_resumed"
+            ending = await read(late)
+            assert ending.session_expired.reason == pb.EXPIRY_REASON_DISCONNECT_GRACE
+            assert ending.seq == 1
+            assert await asyncio.wait_for(late.read(), 5) is grpc.aio.EOF
+            # One who has seen the ending gets a plain refusal.
+            seen = stub.Converse()
+            resume.resume_session.last_received_seq = 1
+            await seen.write(resume)
             with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await read(late)
+                await read(seen)
+            assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+            # After that, the session is forgotten.
+            await asyncio.sleep(0.8)
+            gone = stub.Converse()
+            resume.resume_session.last_received_seq = 0
+            await gone.write(resume)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await read(gone)
             assert refused.value.code() == grpc.StatusCode.NOT_FOUND
     finally:
         await running.stop()

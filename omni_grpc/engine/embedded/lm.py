@@ -20,9 +20,14 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
+    from tokenizers import Tokenizer
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 F32 = npt.NDArray[np.float32]
@@ -80,7 +85,13 @@ class SmolLM:
     def __init__(self, path: Path, max_context: int = 2048) -> None:
         from gguf import GGUFReader
         from gguf.quants import dequantize
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
+        # One BLAS thread for the process. Decoding multiplies one row by each matrix, which is
+        # bound by memory bandwidth, so a second thread gains little on an idle machine; on a
+        # busy two-core one, measured, two threads cut the token rate fourfold (they spin
+        # waiting for each other while other work holds the cores).
+        threadpool_limits(limits=1, user_api="blas")
         reader = GGUFReader(str(path))
 
         def meta(key: str) -> object:
@@ -107,16 +118,24 @@ class SmolLM:
         self.layers: list[_Layer] = []
         for i in range(self.n_layers):
             p = f"blk.{i}."
-            self.layers.append(_Layer(
-                attn_norm=weight(p + "attn_norm.weight"),
-                wqkv=np.concatenate([weight(p + "attn_q.weight"), weight(p + "attn_k.weight"),
-                                     weight(p + "attn_v.weight")]),
-                wo=weight(p + "attn_output.weight"),
-                ffn_norm=weight(p + "ffn_norm.weight"),
-                w_gate_up=np.concatenate([weight(p + "ffn_gate.weight"),
-                                          weight(p + "ffn_up.weight")]),
-                w_down=weight(p + "ffn_down.weight"),
-            ))
+            self.layers.append(
+                _Layer(
+                    attn_norm=weight(p + "attn_norm.weight"),
+                    wqkv=np.concatenate(
+                        [
+                            weight(p + "attn_q.weight"),
+                            weight(p + "attn_k.weight"),
+                            weight(p + "attn_v.weight"),
+                        ]
+                    ),
+                    wo=weight(p + "attn_output.weight"),
+                    ffn_norm=weight(p + "ffn_norm.weight"),
+                    w_gate_up=np.concatenate(
+                        [weight(p + "ffn_gate.weight"), weight(p + "ffn_up.weight")]
+                    ),
+                    w_down=weight(p + "ffn_down.weight"),
+                )
+            )
         inv_freq = rope_base ** (-np.arange(0, self.head_dim, 2, dtype=np.float64) / self.head_dim)
         angles = np.outer(np.arange(max_context, dtype=np.float64), inv_freq)
         self._cos = np.cos(angles).astype(np.float32)
@@ -179,7 +198,7 @@ class SmolLM:
                 text = self.decode(out)
                 # Hold back an incomplete UTF-8 sequence until its last byte arrives.
                 if not text.endswith("\ufffd") and len(text) > len(emitted):
-                    yield text[len(emitted):]
+                    yield text[len(emitted) :]
                     emitted = text
                 logits = self._forward(np.asarray([token]), pos, cache)
                 pos += 1
@@ -191,16 +210,15 @@ class SmolLM:
     def _rope(self, x: F32, start: int) -> F32:
         # x: (heads, T, head_dim); rotate adjacent pairs (llama.cpp's "normal" layout).
         t = x.shape[1]
-        cos = self._cos[start:start + t][None]
-        sin = self._sin[start:start + t][None]
+        cos = self._cos[start : start + t][None]
+        sin = self._sin[start : start + t][None]
         even, odd = x[..., 0::2], x[..., 1::2]
         out = np.empty_like(x)
         out[..., 0::2] = even * cos - odd * sin
         out[..., 1::2] = even * sin + odd * cos
         return out
 
-    def _forward(self, tokens: npt.NDArray[np.int64], start: int,
-                 cache: tuple[F32, F32]) -> F32:
+    def _forward(self, tokens: npt.NDArray[np.int64], start: int, cache: tuple[F32, F32]) -> F32:
         """Runs ``tokens`` at positions ``start..``; returns the logits of the last one."""
         k_cache, v_cache = cache
         t = len(tokens)
@@ -213,9 +231,9 @@ class SmolLM:
         for i, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.attn_norm, self.eps)
             qkv = _matmul(h, layer.wqkv)
-            q = qkv[:, :nh * hd].reshape(t, nh, hd).transpose(1, 0, 2)
-            k = qkv[:, nh * hd:(nh + nkv) * hd].reshape(t, nkv, hd).transpose(1, 0, 2)
-            v = qkv[:, (nh + nkv) * hd:].reshape(t, nkv, hd).transpose(1, 0, 2)
+            q = qkv[:, : nh * hd].reshape(t, nh, hd).transpose(1, 0, 2)
+            k = qkv[:, nh * hd : (nh + nkv) * hd].reshape(t, nkv, hd).transpose(1, 0, 2)
+            v = qkv[:, (nh + nkv) * hd :].reshape(t, nkv, hd).transpose(1, 0, 2)
             k_cache[i, :, start:end] = self._rope(k, start)
             v_cache[i, :, start:end] = v
             q = self._rope(q, start).reshape(nkv, group * t, hd)
@@ -232,7 +250,7 @@ class SmolLM:
             h = _rms_norm(x, layer.ffn_norm, self.eps)
             gate_up = _matmul(h, layer.w_gate_up)
             gate, up = np.split(gate_up, 2, axis=-1)
-            x = x + _matmul((gate / (1.0 + np.exp(-gate))) * up, layer.w_down)
+            x = x + _matmul(_silu(gate) * up, layer.w_down)
         last = _rms_norm(x[-1:], self.out_norm, self.eps)
         logits: F32 = _matmul(last, self.embed)[0]
         return logits
@@ -246,8 +264,7 @@ def _matmul(x: F32, weight: F32) -> F32:
     return out
 
 
-def _sample(logits: F32, temperature: float, rng: np.random.Generator,
-            top_p: float = 0.9) -> int:
+def _sample(logits: F32, temperature: float, rng: np.random.Generator, top_p: float = 0.9) -> int:
     if temperature <= 0:
         return int(np.argmax(logits))
     scaled = (logits - logits.max()) / temperature
@@ -260,30 +277,46 @@ def _sample(logits: F32, temperature: float, rng: np.random.Generator,
     return int(rng.choice(keep, p=kept))
 
 
-def _tokenizer(reader: object) -> object:
+def _silu(x: F32) -> F32:
+    out: F32 = (x / (1.0 + np.exp(-x))).astype(np.float32, copy=False)
+    return out
+
+
+def _pair(merge: str) -> tuple[str, str]:
+    left, right = merge.split(" ", 1)
+    return left, right
+
+
+def _tokenizer(reader: GGUFReader) -> Tokenizer:
     """Rebuilds the model's byte-level BPE tokenizer from the vocabulary inside the GGUF."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    fields = reader.fields  # type: ignore[attr-defined]
+    fields = reader.fields
 
     def strings(key: str) -> list[str]:
         field = fields[key]
         return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
 
     tokens = strings("tokenizer.ggml.tokens")
-    merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
+    merges = [_pair(m) for m in strings("tokenizer.ggml.merges")]
     type_field = fields["tokenizer.ggml.token_type"]
     types = [int(type_field.parts[i][0]) for i in type_field.data]
     bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges)
     tokenizer = Tokenizer(bpe)
     # SmolLM2's own tokenizer splits digits one by one before the GPT-2 byte-level split.
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     control = 3  # GGUF token type for special tokens such as <|im_start|>
     tokenizer.add_special_tokens(
-        [AddedToken(t, special=True) for t, kind in zip(tokens, types, strict=True)
-         if kind == control])
+        [
+            AddedToken(t, special=True)
+            for t, kind in zip(tokens, types, strict=True)
+            if kind == control
+        ]
+    )
     return tokenizer

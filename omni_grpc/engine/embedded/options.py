@@ -55,8 +55,9 @@ class EmbeddedOptions:
 
     def __post_init__(self) -> None:
         if self.responder not in RESPONDERS:
-            raise ValueError(f"responder must be one of {', '.join(RESPONDERS)}, "
-                             f"got {self.responder!r}")
+            raise ValueError(
+                f"responder must be one of {', '.join(RESPONDERS)}, got {self.responder!r}"
+            )
         if self.pace not in PACES:
             raise ValueError(f"pace must be 'realtime' or 'fast', got {self.pace!r}")
         if not 80 <= self.words_per_minute <= 450:
@@ -79,8 +80,9 @@ class EmbeddedOptions:
         """Reads string options; raises ValueError naming any unknown key or bad value."""
         unknown = sorted(set(options) - set(_CONVERTERS))
         if unknown:
-            raise ValueError(f"unknown embedded option(s) {', '.join(unknown)}; "
-                             f"known: {', '.join(_CONVERTERS)}")
+            raise ValueError(
+                f"unknown embedded option(s) {', '.join(unknown)}; known: {', '.join(_CONVERTERS)}"
+            )
         values: dict[str, object] = {}
         for key, text in options.items():
             try:

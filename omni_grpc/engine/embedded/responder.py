@@ -68,12 +68,12 @@ class EchoResponder(Responder):
     name = "echo"
 
     def reply(self, request: Request) -> Reply:
-        said = next((text.strip() for role, text in reversed(request.turns) if role == "user"),
-                    "")
+        said = next((text.strip() for role, text in reversed(request.turns) if role == "user"), "")
         text = f"You said: {said.rstrip('.!?')}." if said else "I did not catch that."
         words = text.split(" ")
-        reply = Reply(pieces=_aiter([]), prompt_tokens=sum(len(t.split()) for _, t in
-                                                            request.turns))
+        reply = Reply(
+            pieces=_aiter([]), prompt_tokens=sum(len(t.split()) for _, t in request.turns)
+        )
         pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
         budget = max(request.max_tokens, 1)
         if len(pieces) > budget:
@@ -93,14 +93,16 @@ class SmolResponder(Responder):
         self._executor = executor
 
     def reply(self, request: Request) -> Reply:
-        prompt = self._model.chat_prompt(request.instructions or DEFAULT_INSTRUCTIONS,
-                                         request.turns[-HISTORY_TURNS:])
+        prompt = self._model.chat_prompt(
+            request.instructions or DEFAULT_INSTRUCTIONS, request.turns[-HISTORY_TURNS:]
+        )
         reply = Reply(pieces=_aiter([]), prompt_tokens=len(prompt))
         reply.pieces = self._stream(reply, prompt, request)
         return reply
 
-    async def _stream(self, reply: Reply, prompt: list[int],
-                      request: Request) -> AsyncIterator[str]:
+    async def _stream(
+        self, reply: Reply, prompt: list[int], request: Request
+    ) -> AsyncIterator[str]:
         loop = asyncio.get_running_loop()
         # Bounded by max_tokens: the thread never produces more pieces than that.
         queue: asyncio.Queue[str | None] = asyncio.Queue()
@@ -109,8 +111,13 @@ class SmolResponder(Responder):
             stats = GenerationStats()
             try:
                 for piece in self._model.generate(
-                        prompt, max_tokens=request.max_tokens, temperature=request.temperature,
-                        seed=request.seed, cancelled=reply._stop.is_set, stats=stats):
+                    prompt,
+                    max_tokens=request.max_tokens,
+                    temperature=request.temperature,
+                    seed=request.seed,
+                    cancelled=reply._stop.is_set,
+                    stats=stats,
+                ):
                     loop.call_soon_threadsafe(queue.put_nowait, piece)
             finally:
                 reply.tokens = stats.tokens

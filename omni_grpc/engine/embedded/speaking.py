@@ -67,24 +67,41 @@ class Performer:
         self._realtime = realtime
         self._chunk_bytes = runtime.options.chunk_ms * OUTPUT_RATE_HZ // 1000 * 2
 
-    async def run(self, speech: Speech, responder: Responder,
-                  conversation: Callable[[], list[tuple[str, str]]], *,
-                  max_tokens: int, temperature: float) -> bool:
+    async def run(
+        self,
+        speech: Speech,
+        responder: Responder,
+        conversation: Callable[[], list[tuple[str, str]]],
+        *,
+        max_tokens: int,
+        temperature: float,
+    ) -> bool:
         """Plays ``speech``; False if it became a listen (VAD heard noise, not words)."""
         for turn in speech.inputs:
             await turn.transcribed.wait()
         if speech.auto and not any(turn.text.strip() for turn in speech.inputs):
-            await self._outbox.put(pb.ConverseResponse(
-                response_listen=pb.ResponseListen(reason="silence_or_noise")))
+            await self._outbox.put(
+                pb.ConverseResponse(response_listen=pb.ResponseListen(reason="silence_or_noise"))
+            )
             return False
-        created = pb.Response(id=speech.id, status=pb.RESPONSE_STATUS_IN_PROGRESS,
-                              output_modalities=speech.modalities)
-        await self._outbox.put(pb.ConverseResponse(
-            response_created=pb.ResponseCreated(response=created, item_id=speech.item_id)))
+        created = pb.Response(
+            id=speech.id, status=pb.RESPONSE_STATUS_IN_PROGRESS, output_modalities=speech.modalities
+        )
+        await self._outbox.put(
+            pb.ConverseResponse(
+                response_created=pb.ResponseCreated(response=created, item_id=speech.item_id)
+            )
+        )
         speech.announced = True
-        reply = responder.reply(Request(instructions=speech.instructions, turns=conversation(),
-                                        max_tokens=max_tokens, temperature=temperature,
-                                        seed=next_seed()))
+        reply = responder.reply(
+            Request(
+                instructions=speech.instructions,
+                turns=conversation(),
+                max_tokens=max_tokens,
+                temperature=temperature,
+                seed=next_seed(),
+            )
+        )
         try:
             if speech.speaks:
                 await self._speak(speech, reply)
@@ -101,8 +118,9 @@ class Performer:
         ids = {"response_id": speech.id, "item_id": speech.item_id}
         async for piece in reply.pieces:
             speech.first_token = speech.first_token or time.monotonic()
-            await self._outbox.put(pb.ConverseResponse(
-                output_text_delta=pb.OutputTextDelta(delta=piece, **ids)))
+            await self._outbox.put(
+                pb.ConverseResponse(output_text_delta=pb.OutputTextDelta(delta=piece, **ids))
+            )
             speech.first_text = speech.first_text or time.monotonic()
             speech.sent_text += piece
 
@@ -117,14 +135,16 @@ class Performer:
             producer.cancel()
             await asyncio.gather(producer, return_exceptions=True)
 
-    async def _synthesize(self, speech: Speech, reply: Reply,
-                          ready: asyncio.Queue[tuple[str, bytes] | None]) -> None:
+    async def _synthesize(
+        self, speech: Speech, reply: Reply, ready: asyncio.Queue[tuple[str, bytes] | None]
+    ) -> None:
         splitter = SentenceSplitter()
         async for piece in reply.pieces:
             speech.first_token = speech.first_token or time.monotonic()
             for sentence in splitter.push(piece):
-                await ready.put((sentence, await self._runtime.tts.synthesize(
-                    sentence, speech.voice)))
+                await ready.put(
+                    (sentence, await self._runtime.tts.synthesize(sentence, speech.voice))
+                )
         for sentence in splitter.flush():
             await ready.put((sentence, await self._runtime.tts.synthesize(sentence, speech.voice)))
         await ready.put(None)
@@ -133,8 +153,11 @@ class Performer:
         ids = {"response_id": speech.id, "item_id": speech.item_id}
         chunks = audio.chunk_pcm16(pcm, self._chunk_bytes) if pcm else []
         if not chunks:  # nothing to hear (punctuation alone): the text still counts
-            await self._outbox.put(pb.ConverseResponse(
-                output_audio_transcript_delta=pb.OutputAudioTranscriptDelta(delta=text, **ids)))
+            await self._outbox.put(
+                pb.ConverseResponse(
+                    output_audio_transcript_delta=pb.OutputAudioTranscriptDelta(delta=text, **ids)
+                )
+            )
             speech.sent_text += text
             speech.marks.append((speech.sent_ms, len(speech.sent_text)))
             return
@@ -142,13 +165,25 @@ class Performer:
             start_ms = speech.sent_ms
             length_ms = len(chunk) / 2 * 1000 / OUTPUT_RATE_HZ
             await self._pace(speech, start_ms)
-            await self._outbox.put(pb.ConverseResponse(output_audio_delta=pb.OutputAudioDelta(
-                audio=chunk, encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=OUTPUT_RATE_HZ,
-                start_ms=start_ms, duration_ms=length_ms, **ids)))
+            await self._outbox.put(
+                pb.ConverseResponse(
+                    output_audio_delta=pb.OutputAudioDelta(
+                        audio=chunk,
+                        encoding=pb.AUDIO_ENCODING_PCM16,
+                        sample_rate_hz=OUTPUT_RATE_HZ,
+                        start_ms=start_ms,
+                        duration_ms=length_ms,
+                        **ids,
+                    )
+                )
+            )
             speech.first_audio = speech.first_audio or time.monotonic()
             speech.sent_ms = start_ms + length_ms
-            await self._outbox.put(pb.ConverseResponse(
-                output_audio_transcript_delta=pb.OutputAudioTranscriptDelta(delta=piece, **ids)))
+            await self._outbox.put(
+                pb.ConverseResponse(
+                    output_audio_transcript_delta=pb.OutputAudioTranscriptDelta(delta=piece, **ids)
+                )
+            )
             # No await since the last put: the ledger matches what was queued.
             speech.first_text = speech.first_text or time.monotonic()
             speech.sent_text += piece

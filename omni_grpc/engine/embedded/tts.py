@@ -41,8 +41,10 @@ def espeak_path() -> str:
     """The espeak-ng executable, or TtsUnavailable with what to install."""
     path = shutil.which("espeak-ng")
     if path is None:
-        raise TtsUnavailable("espeak-ng is not installed (Debian/Ubuntu: apt-get install "
-                             "espeak-ng); the embedded engine speaks through it")
+        raise TtsUnavailable(
+            "espeak-ng is not installed (Debian/Ubuntu: apt-get install "
+            "espeak-ng); the embedded engine speaks through it"
+        )
     return path
 
 
@@ -78,9 +80,16 @@ class Espeak:
     async def _run(self, text: str, voice: str) -> bytes:
         # The text goes through stdin, never argv, so no text can be taken for an option.
         process = await asyncio.create_subprocess_exec(
-            self._program, "-v", voice, "-s", str(self.words_per_minute), "--stdout",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE)
+            self._program,
+            "-v",
+            voice,
+            "-s",
+            str(self.words_per_minute),
+            "--stdout",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         try:
             out, err = await process.communicate(text.encode("utf-8"))
         except asyncio.CancelledError:
@@ -89,8 +98,10 @@ class Espeak:
                 await process.wait()
             raise
         if process.returncode != 0 or len(out) <= 44:
-            raise TtsUnavailable(f"espeak-ng failed ({process.returncode}): "
-                                 f"{err.decode(errors='replace').strip()[:200]}")
+            raise TtsUnavailable(
+                f"espeak-ng failed ({process.returncode}): "
+                f"{err.decode(errors='replace').strip()[:200]}"
+            )
         return out
 
 
@@ -100,11 +111,11 @@ def _parse_wav(wav: bytes) -> tuple[int, bytes]:
         raise TtsUnavailable("espeak-ng did not write a WAV file")
     offset, rate = 12, 0
     while offset + 8 <= len(wav):
-        chunk, size = wav[offset:offset + 4], struct.unpack("<I", wav[offset + 4:offset + 8])[0]
+        chunk, size = wav[offset : offset + 4], struct.unpack("<I", wav[offset + 4 : offset + 8])[0]
         if chunk == b"fmt ":
-            rate = struct.unpack("<I", wav[offset + 12:offset + 16])[0]
+            rate = struct.unpack("<I", wav[offset + 12 : offset + 16])[0]
         elif chunk == b"data":
-            data = wav[offset + 8:]
+            data = wav[offset + 8 :]
             return rate, data[: len(data) - len(data) % 2]
         offset += 8 + size
     raise TtsUnavailable("espeak-ng wrote a WAV file without samples")
@@ -124,11 +135,13 @@ class SentenceSplitter:
             match = _SENTENCE_END.search(self._pending)
             if match is None:
                 break
-            sentences.append(self._pending[:match.end()])
-            self._pending = self._pending[match.end():]
+            sentences.append(self._pending[: match.end()])
+            self._pending = self._pending[match.end() :]
         while len(self._pending) > MAX_SENTENCE_CHARS:
-            cut = max(self._pending.rfind(", ", 0, MAX_SENTENCE_CHARS),
-                      self._pending.rfind(" ", 0, MAX_SENTENCE_CHARS))
+            cut = max(
+                self._pending.rfind(", ", 0, MAX_SENTENCE_CHARS),
+                self._pending.rfind(" ", 0, MAX_SENTENCE_CHARS),
+            )
             cut = cut + 1 if cut > 0 else MAX_SENTENCE_CHARS
             sentences.append(self._pending[:cut])
             self._pending = self._pending[cut:]

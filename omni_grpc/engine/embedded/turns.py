@@ -8,6 +8,9 @@ The rules follow OpenAI's ``server_vad`` and Silero's own iterator:
   while a burst shorter than ``min_speech_ms`` (a cough, a click) never starts a turn.
 * Speech *stops* once the probability has stayed under the release threshold for
   ``silence_ms``; the end reported is where that silence began.
+* A *pause* is reported once the silence has lasted ``pause_ms`` (96 ms, or the whole
+  ``silence_ms`` if that is shorter): the turn may be over, so the engine starts transcribing
+  it then, and the stop, if it comes, finds the transcript nearly done.
 * ``prefix_padding_ms`` is not a detection rule: it is how much audio before the onset the
   committed turn keeps (the session's buffer applies it).
 
@@ -34,6 +37,14 @@ class SpeechStart:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeechPause:
+    """Speech paused at ``end_ms``; the silence had lasted long enough at ``detected_ms``."""
+
+    end_ms: float
+    detected_ms: float
+
+
+@dataclass(frozen=True, slots=True)
 class SpeechStop:
     """Speech ended at ``end_ms``; the silence that confirms it ended at ``detected_ms``."""
 
@@ -41,14 +52,22 @@ class SpeechStop:
     detected_ms: float
 
 
-TurnEvent = SpeechStart | SpeechStop
+TurnEvent = SpeechStart | SpeechPause | SpeechStop
+# How long a silence inside speech lasts before it is reported as a pause.
+PAUSE_MS = 96.0
 
 
 class TurnDetector:
     """Turns a stream of per-window speech probabilities into start and stop events."""
 
-    def __init__(self, *, threshold: float = 0.5, silence_ms: float = 500.0,
-                 min_speech_ms: float = 64.0, window_ms: float = WINDOW_MS) -> None:
+    def __init__(
+        self,
+        *,
+        threshold: float = 0.5,
+        silence_ms: float = 500.0,
+        min_speech_ms: float = 64.0,
+        window_ms: float = WINDOW_MS,
+    ) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {threshold}")
         self.threshold = threshold
@@ -63,6 +82,7 @@ class TurnDetector:
         self.speaking = False
         self._candidate_ms: float | None = None  # onset of speech not yet long enough
         self._silence_ms: float | None = None  # start of the pause inside speech
+        self._paused = False  # this pause was reported
 
     def push(self, window: int, prob: float) -> TurnEvent | None:
         """Takes the probability of window number ``window``; returns an event, if any."""
@@ -80,11 +100,16 @@ class TurnDetector:
                 return SpeechStart(start_ms=onset, detected_ms=end)
             return None
         if prob >= self.threshold:
-            self._silence_ms = None
+            self._silence_ms, self._paused = None, False
         elif prob < self.release and self._silence_ms is None:
             self._silence_ms = start
-        if self._silence_ms is not None and end - self._silence_ms >= self.silence_ms:
+        if self._silence_ms is None:
+            return None
+        if end - self._silence_ms >= self.silence_ms:
             stop = self._silence_ms
-            self.speaking, self._silence_ms = False, None
+            self.speaking, self._silence_ms, self._paused = False, None, False
             return SpeechStop(end_ms=stop, detected_ms=end)
+        if not self._paused and end - self._silence_ms >= min(PAUSE_MS, self.silence_ms):
+            self._paused = True
+            return SpeechPause(end_ms=self._silence_ms, detected_ms=end)
         return None

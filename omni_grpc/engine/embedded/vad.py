@@ -24,10 +24,9 @@ _STATE_SHAPE = (1, 1, 128)
 
 def silero_model_path() -> str:
     """The Silero v6 ONNX file bundled with faster-whisper."""
-    import faster_whisper
+    import faster_whisper  # type: ignore[import-untyped]
 
-    path = os.path.join(os.path.dirname(faster_whisper.__file__), "assets",
-                        "silero_vad_v6.onnx")
+    path = os.path.join(os.path.dirname(faster_whisper.__file__), "assets", "silero_vad_v6.onnx")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Silero VAD model missing from faster-whisper: {path}")
     return path
@@ -37,7 +36,7 @@ class SileroVad:
     """The loaded model; one per engine, shared by every session's :class:`VadStream`."""
 
     def __init__(self, path: str | None = None) -> None:
-        import onnxruntime
+        import onnxruntime  # type: ignore[import-untyped]
 
         options = onnxruntime.SessionOptions()
         # One window is a few hundred microseconds of work: threads would only add overhead
@@ -46,16 +45,19 @@ class SileroVad:
         options.inter_op_num_threads = 1
         options.log_severity_level = 4
         self._session = onnxruntime.InferenceSession(
-            path or silero_model_path(), sess_options=options,
-            providers=["CPUExecutionProvider"])
+            path or silero_model_path(), sess_options=options, providers=["CPUExecutionProvider"]
+        )
 
     def stream(self) -> VadStream:
         """A fresh detector state for one input stream."""
         return VadStream(self)
 
-    def run(self, window: npt.NDArray[np.float32], h: npt.NDArray[np.float32],
-            c: npt.NDArray[np.float32]
-            ) -> tuple[float, npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    def run(
+        self,
+        window: npt.NDArray[np.float32],
+        h: npt.NDArray[np.float32],
+        c: npt.NDArray[np.float32],
+    ) -> tuple[float, npt.NDArray[np.float32], npt.NDArray[np.float32]]:
         """One step: a (1, 576) window with its context → (speech probability, h, c)."""
         prob, h_out, c_out = self._session.run(None, {"input": window, "h": h, "c": c})
         return float(np.asarray(prob).reshape(-1)[0]), h_out, c_out
@@ -83,7 +85,7 @@ class VadStream:
         whole = data.size - data.size % WINDOW_SAMPLES
         probs: list[float] = []
         for start in range(0, whole, WINDOW_SAMPLES):
-            window = data[start:start + WINDOW_SAMPLES]
+            window = data[start : start + WINDOW_SAMPLES]
             framed = np.concatenate([self._context, window])[None, :]
             prob, self._h, self._c = self._model.run(framed, self._h, self._c)
             self._context = window[-CONTEXT_SAMPLES:]

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Measures the embedded engine on this machine, stage by stage and end to end.
+
+    .venv/bin/python scripts/bench_embedded.py [--turns N] [--no-lm]
+
+Stages, each timed on its own: model loading, Silero VAD per 32 ms window, Whisper on one
+spoken question, SmolLM2's first token and token rate, espeak-ng's first sentence and its
+real-time factor. End to end, a session hears the question streamed in real time (20 ms
+chunks, as a microphone would send them) and we time, on the wall clock, from the end of the
+speech (the last speech sample sent) and from ``speech_stopped`` to the first byte of answer
+audio, once with the echo responder and once with SmolLM2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+
+import make_test_speech as speech
+from google.protobuf import struct_pb2
+
+from omni_grpc.core.config import resolve_config
+from omni_grpc.core.limits import Limits
+from omni_grpc.engine.embedded import EmbeddedEngine
+from omni_grpc.engine.embedded.responder import Request
+from omni_grpc.pb import pb
+
+QUESTION = "what is the capital of france"
+
+
+def timed(function, *args):  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    result = function(*args)
+    return result, (time.perf_counter() - start) * 1000
+
+
+async def stages(engine: EmbeddedEngine, rows: list[tuple[str, str]]) -> None:
+    runtime = engine.runtime
+    assert runtime is not None
+    scene = speech.Scene().pause(300).speak(QUESTION).pause(500)
+    pcm = scene.pcm16()
+    stream = runtime.vad.stream()
+    _, ms = timed(stream.feed, pcm)
+    windows = len(pcm) // 1024
+    rows.append(("VAD, one 32 ms window", f"{ms / windows:.2f} ms"))
+    runs = [timed(runtime.asr.transcribe, pcm) for _ in range(3)]
+    rows.append(
+        (
+            f"ASR, {scene.duration_ms / 1000:.1f} s question (median of 3)",
+            f"{statistics.median(ms for _, ms in runs):.0f} ms  -> {runs[0][0]!r}",
+        )
+    )
+    if runtime.smol is not None:
+        request = Request(
+            instructions="",
+            turns=[("user", "What is the capital of France?")],
+            max_tokens=48,
+            temperature=0.0,
+            seed=1,
+        )
+        start = time.perf_counter()
+        reply = runtime.smol.reply(request)
+        first = None
+        text = ""
+        async for piece in reply.pieces:
+            first = first or time.perf_counter()
+            text += piece
+        end = time.perf_counter()
+        assert first is not None
+        rows.append(
+            (
+                f"LM first token (prompt {reply.prompt_tokens} tokens)",
+                f"{(first - start) * 1000:.0f} ms",
+            )
+        )
+        rows.append(
+            (
+                "LM decode rate",
+                f"{(reply.tokens - 1) / (end - first):.1f} tokens/s  -> {text.strip()!r}",
+            )
+        )
+    sentence = "The capital of France is Paris, a city on the Seine."
+    start = time.perf_counter()
+    audio = await runtime.tts.synthesize(sentence)
+    took = time.perf_counter() - start
+    rows.append(("TTS, first sentence", f"{took * 1000:.0f} ms for {len(audio) / 48:.0f} ms"))
+    rows.append(("TTS real-time factor", f"{took / (len(audio) / 48000):.3f}"))
+
+
+async def one_turn(engine: EmbeddedEngine, responder: str) -> tuple[float, float, float]:
+    """(end of speech -> first audio, speech_stopped -> first audio, ASR+LM+TTS) in ms."""
+    options = struct_pb2.Struct()
+    options.update({"responder": responder, "pace": "fast"})
+    config = resolve_config(pb.SessionConfig(engine_options=options), Limits(), engine.features)
+    session = await engine.open_session("bench", config)
+    scene = speech.Scene().pause(300).speak(QUESTION).pause(900)
+    pcm = scene.pcm16()
+    speech_end_byte = int(scene.segments[0][1]) * 32
+    marks: dict[str, float] = {}
+
+    async def read() -> None:
+        async for event in session.events():
+            kind = event.WhichOneof("event")
+            marks.setdefault(str(kind), time.perf_counter())
+            if kind == "response_done":
+                return
+
+    reader = asyncio.create_task(read())
+    start = time.perf_counter()
+    chunk = 640  # 20 ms
+    for seq, offset in enumerate(range(0, len(pcm), chunk), start=1):
+        await asyncio.sleep(max(0.0, start + offset / 32000 - time.perf_counter()))
+        await session.submit(
+            pb.ConverseRequest(
+                client_seq=seq,
+                append_input_audio=(pb.AppendInputAudio(audio=pcm[offset : offset + chunk])),
+            )
+        )
+        if offset <= speech_end_byte < offset + chunk:
+            marks["speech_end"] = time.perf_counter()
+    await asyncio.wait_for(reader, 60)
+    await session.close()
+    first = marks["output_audio_delta"]
+    return (
+        (first - marks["speech_end"]) * 1000,
+        (first - marks["speech_stopped"]) * 1000,
+        (first - marks["input_committed"]) * 1000,
+    )
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--no-lm", action="store_true", help="skip SmolLM2")
+    args = parser.parse_args()
+    rows: list[tuple[str, str]] = []
+    engine = EmbeddedEngine({"responder": "echo" if args.no_lm else "auto"})
+    start = time.perf_counter()
+    await engine.start()
+    rows.append(
+        ("engine start (models loaded, warmed)", f"{(time.perf_counter() - start) * 1000:.0f} ms")
+    )
+    await stages(engine, rows)
+    responders = ["echo"] + (
+        [] if engine.runtime is None or engine.runtime.smol is None else ["smollm2"]
+    )
+    for responder in responders:
+        results = [await one_turn(engine, responder) for _ in range(args.turns)]
+        for index, label in enumerate(("end of speech", "speech_stopped", "commit")):
+            values = [r[index] for r in results]
+            rows.append(
+                (
+                    f"{responder}: {label} -> first audio byte",
+                    f"median {statistics.median(values):.0f} ms "
+                    f"(min {min(values):.0f}, max {max(values):.0f}, n={len(values)})",
+                )
+            )
+    await engine.stop()
+    width = max(len(name) for name, _ in rows)
+    print(f"{'stage'.ljust(width)}  figure")
+    print(f"{'-' * width}  {'-' * 40}")
+    for name, value in rows:
+        print(f"{name.ljust(width)}  {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

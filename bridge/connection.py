@@ -133,8 +133,10 @@ class Connection:
         try:
             await asyncio.wait({pump, reader}, return_when=asyncio.FIRST_COMPLETED)
             if not pump.done():
-                # The client went away: cancelling detaches the session, which stays resumable.
-                call.cancel()
+                if not call.done():
+                    # The client went away: cancelling detaches the session, which stays
+                    # resumable. (A call that failed instead is left to the pump to report.)
+                    call.cancel()
                 await asyncio.wait({pump}, timeout=5.0)
             # Otherwise the stream ended and the pump closed the socket: the reader is done.
         finally:

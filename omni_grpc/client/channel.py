@@ -51,7 +51,7 @@ class ChannelSettings:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     # The channel's own reconnect pacing; kept close to the client's backoff so an attempt is
     # never refused only because gRPC is still waiting out a longer backoff of its own.
-    min_reconnect_backoff_s: float = 0.05
+    initial_reconnect_backoff_s: float = 0.05
     max_reconnect_backoff_s: float = 2.0
     extra_options: tuple[tuple[str, Any], ...] = ()
 
@@ -64,8 +64,9 @@ class ChannelSettings:
             ("grpc.keepalive_timeout_ms", int(self.keepalive_timeout_s * 1000)),
             ("grpc.keepalive_permit_without_calls", 0),
             ("grpc.http2.max_pings_without_data", 0),
-            ("grpc.initial_reconnect_backoff_ms", int(self.min_reconnect_backoff_s * 1000)),
-            ("grpc.min_reconnect_backoff_ms", int(self.min_reconnect_backoff_s * 1000)),
+            ("grpc.initial_reconnect_backoff_ms", int(self.initial_reconnect_backoff_s * 1000)),
+            # Not grpc.min_reconnect_backoff_ms: gRPC also takes it as the connect timeout,
+            # and a few milliseconds of that fail connections on a busy machine.
             ("grpc.max_reconnect_backoff_ms", int(self.max_reconnect_backoff_s * 1000)),
             # Resending is this client's job: it knows which commands the server applied.
             ("grpc.enable_retries", 0),

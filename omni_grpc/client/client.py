@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import replace
 from types import TracebackType
 
@@ -129,7 +129,7 @@ class DuplexClient(SessionLink, Commands):
             tls=tls,
             root_certificates=root_certificates,
             tls_server_name=tls_server_name,
-            min_reconnect_backoff_s=options.reconnect.initial_backoff_s,
+            initial_reconnect_backoff_s=options.reconnect.initial_backoff_s,
             max_reconnect_backoff_s=options.reconnect.max_backoff_s,
         )
         return cls(Connection(settings), options, last_seq=last_seq)
@@ -163,7 +163,7 @@ class DuplexClient(SessionLink, Commands):
 
     # -- public surface --------------------------------------------------------------------
 
-    async def events(self) -> AsyncIterator[pb.ConverseResponse]:
+    async def events(self) -> AsyncGenerator[pb.ConverseResponse, None]:
         """Yields every event once, in order, across reconnects; ends after a close this
         client asked for, and raises a :class:`SessionEnded` kind (or ConnectionLost) when the
         session ends otherwise. Only one consumer at a time."""

@@ -225,7 +225,8 @@ class SessionLink:
             )
         resumed = first.session_resumed
         self.stats.resumed_applied = first.applied_client_seq
-        self._token = resumed.resume_token
+        if resumed.resume_token:  # a resume that only replays a session's ending has none
+            self._token = resumed.resume_token
         self.generation = resumed.attachment_generation
         self.session = resumed.session
         self._note_applied(first.applied_client_seq)

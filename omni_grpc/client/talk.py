@@ -194,10 +194,12 @@ async def _send_audio(client: DuplexClient, settings: TalkSettings, err: TextIO)
     total_s = sum(len(c) for c in chunks) / 2 / settings.audio.rate_hz
     started, sent_s, shown = time.monotonic(), 0.0, -1
     for chunk in chunks:
-        if not settings.fast:  # keep to the audio clock, not to the time sends take
+        sent_s += len(chunk) / 2 / settings.audio.rate_hz
+        if not settings.fast:
+            # Like a microphone: a chunk goes out once its last sample exists, on the audio
+            # clock (not after the time sends take, which would drift).
             await asyncio.sleep(max(0.0, started + sent_s - time.monotonic()))
         await client.append_audio(chunk)
-        sent_s += len(chunk) / 2 / settings.audio.rate_hz
         step = int(sent_s / total_s * 4)
         if err.isatty():
             err.write(f"\rsent {sent_s:5.1f} / {total_s:.1f} s")

@@ -2,12 +2,14 @@
 
 ``open_session`` may leave anything unset; :func:`resolve_config` fills the server's defaults
 and refuses what the server or its engine cannot do. ``update_session`` sends only what
-changes; :func:`merge_config` lays it over the configuration in force (a nested message, such
-as ``turn_detection``, replaces the old one as a whole) and resolves the result again, so a
-session's configuration is always complete and valid.
+changes; :func:`merge_config` lays it over the configuration in force, field by field at every
+depth (so ``turn_detection {threshold: 0.8}`` changes the threshold and keeps the type), and
+resolves the result again, so a session's configuration is always complete and valid.
 """
 
 from __future__ import annotations
+
+from google.protobuf.message import Message
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
@@ -124,13 +126,25 @@ def merge_config(
         raise _refuse("model_update_unsupported", "a session cannot change its model", "model")
     merged = pb.SessionConfig()
     merged.CopyFrom(current)
+    _merge_set_fields(merged, patch)
+    return resolve_config(merged, limits, engine)
+
+
+# Values that only make sense whole: a duration, a free-form options object.
+_ATOMIC = frozenset({"google.protobuf.Duration", "google.protobuf.Struct"})
+
+
+def _merge_set_fields(target: Message, patch: Message) -> None:
+    """Copies what ``patch`` sets into ``target``, descending into nested messages, so an
+    unset or _UNSPECIFIED field at any depth keeps its current value."""
     for descriptor, value in patch.ListFields():
         name = descriptor.name
         if descriptor.is_repeated:
-            del getattr(merged, name)[:]
-            getattr(merged, name).extend(value)
-        elif descriptor.message_type is not None:
-            getattr(merged, name).CopyFrom(value)
+            del getattr(target, name)[:]
+            getattr(target, name).extend(value)
+        elif descriptor.message_type is None:
+            setattr(target, name, value)
+        elif descriptor.message_type.full_name in _ATOMIC:
+            getattr(target, name).CopyFrom(value)
         else:
-            setattr(merged, name, value)
-    return resolve_config(merged, limits, engine)
+            _merge_set_fields(getattr(target, name), value)

@@ -204,3 +204,13 @@ async def test_health(bridge_port: int) -> None:
         http.get(f"http://127.0.0.1:{bridge_port}/health") as response,
     ):
         assert response.status == 200 and (await response.json()) == {"status": "ok"}
+
+
+async def test_an_unreachable_service_is_reported_and_the_socket_closes_1012() -> None:
+    async with running_bridge("127.0.0.1:1") as port, realtime_socket(port) as ws:
+        error = await ws.recv(wait_s=15)
+        assert (error["error"]["code"], error["error"]["type"]) == (
+            "service_unavailable",
+            "server_error",
+        )
+        assert (await ws.closed())[0] == 1012

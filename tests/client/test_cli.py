@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -21,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "omni_grpc.cli"]
 
 
-def serve_args(*flags: str) -> object:
+def serve_args(*flags: str) -> argparse.Namespace:
     return build_parser().parse_args(["serve", *flags])
 
 

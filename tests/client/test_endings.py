@@ -136,8 +136,8 @@ async def test_idle_session_expires_with_its_event(server: RunningServer) -> Non
     await client.close()
 
 
-async def test_outage_past_the_grace_is_connection_lost_then_not_found() -> None:
-    running = await start_server(settings(limits=Limits(disconnect_grace_s=0.5)))
+async def test_outage_past_the_grace_is_connection_lost_then_expired() -> None:
+    running = await start_server(settings(limits=Limits(disconnect_grace_s=0.3)))
     try:
         async with ChaosProxy("127.0.0.1", running.grpc_port, seed=4) as proxy:
             client = await DuplexClient.connect(proxy.target, options=OPTIONS)
@@ -148,7 +148,16 @@ async def test_outage_past_the_grace_is_connection_lost_then_not_found() -> None
                 await drain(client)
             assert lost.value.attempts >= 2  # it retried within the grace, then gave up
             await client.close()
-            await asyncio.sleep(0.6)  # the server's grace runs out too
+            await eventually(lambda: len(running.registry) == 0)  # the server expired it
+            # For one more grace the ended session still answers a resume with its ending.
+            late = await DuplexClient.resume(
+                running.target, handle.session_id, handle.resume_token, options=OPTIONS
+            )
+            with pytest.raises(SessionExpired) as expired:
+                await drain(late)
+            assert expired.value.reason == pb.EXPIRY_REASON_DISCONNECT_GRACE
+            await late.close()
+            await asyncio.sleep(1.2)  # then it is gone for good
             with pytest.raises(ResumeRefused) as refused:
                 await DuplexClient.resume(
                     running.target, handle.session_id, handle.resume_token, options=OPTIONS
@@ -172,20 +181,41 @@ async def test_wrong_token_is_refused_without_retrying(server: RunningServer) ->
     await client.close()
 
 
-async def test_close_applied_before_a_cut_still_ends_quietly(
-    server: RunningServer, proxy: ChaosProxy
+async def _close_with_answer_lost(
+    client: DuplexClient, server: RunningServer, proxy: ChaosProxy, *, wait_s: float = 0.0
 ) -> None:
-    client = await DuplexClient.connect(proxy.target, options=OPTIONS)
     proxy.stall("down")  # the close reaches the server; its answer is held back ...
     closing = asyncio.create_task(client.close())
     await eventually(lambda: len(server.registry) == 0)
+    await asyncio.sleep(wait_s)
     proxy.cut_all()  # ... and lost with the connection
     proxy.unstall()
     async with asyncio.timeout(5):
         await closing
-    assert await drain(client) == []  # the session ended as asked: no error, no event
-    assert client.stats.reconnects == 1  # the resume found the session gone: that is success
-    assert len(server.registry) == 0
+
+
+async def test_close_whose_answer_was_lost_is_replayed(
+    server: RunningServer, proxy: ChaosProxy
+) -> None:
+    client = await DuplexClient.connect(proxy.target, options=OPTIONS)
+    await _close_with_answer_lost(client, server, proxy)
+    # The resume found the ended session and replayed its last event; then a quiet end.
+    assert kinds(await drain(client)) == ["session_closed"]
+    assert client.stats.reconnects == 1
+
+
+async def test_close_after_the_session_is_gone_ends_quietly() -> None:
+    running = await start_server(settings(limits=Limits(disconnect_grace_s=0.3)))
+    try:
+        async with ChaosProxy("127.0.0.1", running.grpc_port, seed=5) as proxy:
+            client = await DuplexClient.connect(proxy.target, options=OPTIONS)
+            # Past the grace the server forgot the session: the resume is refused with
+            # NOT_FOUND, which for a client that asked to close is the answer it wanted.
+            await _close_with_answer_lost(client, running, proxy, wait_s=0.5)
+            assert await drain(client) == []
+            assert client.stats.reconnects == 1
+    finally:
+        await running.stop()
 
 
 async def test_close_lost_on_the_way_is_resent(server: RunningServer, proxy: ChaosProxy) -> None:

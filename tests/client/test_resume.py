@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+
+import pytest
 
 from omni_grpc.client import DuplexClient
 from omni_grpc.pb import pb
@@ -162,4 +165,21 @@ async def test_a_full_outbox_waits_for_confirmation_then_flows(
     committed = next(e for e in events if e.WhichOneof("event") == "input_committed")
     assert committed.input_committed.audio_duration_ms == 17 * CHUNK_MS
     assert "heartbeat_ack" in kinds(events)
+    await client.close()
+
+
+async def test_resume_tokens_never_reach_the_logs(
+    server: RunningServer, proxy: ChaosProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    client = await DuplexClient.connect(proxy.target, options=OPTIONS)
+    tokens = [client.resume_handle().resume_token]
+    proxy.cut_all()
+    await client.heartbeat()
+    await collect_until(client, "heartbeat_ack")
+    tokens.append(client.resume_handle().resume_token)
+    assert tokens[0] != tokens[1]  # the resume rotated it
+    assert client.stats.reconnects == 1 and "resumed" in caplog.text
+    assert not any(token in caplog.text for token in tokens)
+    assert not any(token in repr(client) for token in tokens)
     await client.close()

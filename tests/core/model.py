@@ -36,6 +36,13 @@ def key(event: pb.ConverseResponse) -> Key:
     return kind, label, event.applied_client_seq
 
 
+def window_start(produced_at: list[float], acked_through: int, now: float) -> int:
+    """The oldest cursor a replay still accepts: none of what follows it was acked or aged."""
+    horizon = now - LIMITS.journal_ttl_s
+    pruned = max((i + 1 for i, at in enumerate(produced_at) if at < horizon), default=0)
+    return max(acked_through, pruned)
+
+
 @dataclass
 class Client:
     token: str
@@ -50,10 +57,24 @@ class Client:
 
 @dataclass
 class Pending:
+    """A resumed stream whose first events the client has not read yet."""
+
     generation: int
-    presented: str
     known_applied: int  # what the client believed before this resume, for a lazy resend
     buffer: list[pb.ConverseResponse] = field(default_factory=list)
+
+
+@dataclass
+class Ended:
+    """A session that ended, as its client last knew it: a tombstone it may still read."""
+
+    session: Session
+    token: str
+    last_seq: int
+    expected: list[Key]
+    produced_at: list[float]
+    acked_through: int
+    ended_at: float
 
 
 class SessionModel:
@@ -63,7 +84,8 @@ class SessionModel:
         super().__init__()  # cooperative: the state machine base class comes next
         self.now = 0.0
         self.registry = Registry(LIMITS, ENGINE)
-        self.graveyard: list[tuple[Session, str]] = []  # ended sessions and their last token
+        self.graveyard: list[Ended] = []
+        self.last_tick = float("-inf")  # when the registry last buried its tombstones
         self.open_new()
 
     def open_new(self) -> None:
@@ -91,6 +113,9 @@ class SessionModel:
         self.issued = [token]
         self.current_token = token
         self.recovery: str | None = None
+        # The resume whose rotated token the client has not proved it holds yet (it proves it
+        # by speaking on the new stream): generation and the token that resume presented.
+        self.activating: tuple[int, str] | None = None
         self.pending: Pending | None = None
         self.ending = ""  # "CLOSED" or "EXPIRED" once over
         self.age = 0  # steps since the session opened
@@ -120,9 +145,7 @@ class SessionModel:
         return None if self.active else self.last_activity + LIMITS.idle_timeout_s
 
     def window_start(self) -> int:
-        horizon = self.now - LIMITS.journal_ttl_s
-        pruned = max((i + 1 for i, at in enumerate(self.produced_at) if at < horizon), default=0)
-        return max(self.acked_through, pruned)
+        return window_start(self.produced_at, self.acked_through, self.now)
 
     def valid_tokens(self) -> set[str]:
         valid = {self.current_token}
@@ -130,10 +153,16 @@ class SessionModel:
             valid.add(self.recovery)
         return valid
 
-    def end(self, state: str) -> None:
+    def roll_back(self, generation: int) -> None:
+        """The stream of an unconfirmed resume went away: its presented token works again."""
+        if self.activating is not None and self.activating[0] == generation:
+            self.recovery, self.activating = self.activating[1], None
+
+    def end(self, state: str, discard: bool = True) -> None:
         assert not self.ending
-        self.ending = state
-        self.registry.discard(self.session)  # the transport's job when `ended` is set
+        self.ending, self.activating = state, None
+        if discard:
+            self.registry.discard(self.session)  # the transport's job when `ended` is set
 
     def deliver(self, effects: Effects) -> None:
         self.engine_seqs += [request.client_seq for request in effects.engine]
@@ -168,6 +197,8 @@ class SessionModel:
     def send(self, request: pb.ConverseRequest, generation: int) -> None:
         """Delivers one command on the current stream and predicts exactly what it does."""
         effects = self.session.receive(generation, request, self.now)
+        if self.activating is not None and self.activating[0] == generation:
+            self.activating, self.recovery = None, None  # it spoke: it has the new token
         seq, kind, eid = request.client_seq, request.WhichOneof("command"), request.event_id
         self.last_activity = self.now
         forwarded = []

@@ -147,16 +147,26 @@ def test_update_keeps_every_field_it_does_not_set() -> None:
     assert merged == expected
 
 
-def test_update_replaces_lists_and_nested_messages_as_a_whole() -> None:
-    patch = pb.SessionConfig(output_modalities=[pb.MODALITY_TEXT],
-                             turn_detection=pb.TurnDetection(type=NONE, prefix_padding_ms=100))
+def test_update_merges_nested_messages_field_by_field() -> None:
+    patch = pb.SessionConfig(turn_detection=pb.TurnDetection(prefix_padding_ms=100))
     merged = merge_config(current(), patch, LIMITS, VAD_ENGINE)
-    assert list(merged.output_modalities) == [pb.MODALITY_TEXT]
-    # The old threshold, silence and create_response went with the old message.
     assert merged.turn_detection == pb.TurnDetection(
-        type=NONE, threshold=0.5, prefix_padding_ms=100, silence_duration_ms=500,
-        create_response=True, interrupt_response=True)
+        type=NONE, threshold=0.7, prefix_padding_ms=100, silence_duration_ms=900,
+        create_response=False, interrupt_response=True)
     assert (merged.instructions, merged.temperature) == ("be brief", 0.7)
+
+
+def test_update_replaces_lists_durations_and_structs_whole() -> None:
+    base = current()
+    base.idle_timeout.FromMilliseconds(300_500)
+    base.engine_options.update({"a": 1, "b": 2})
+    patch = pb.SessionConfig(output_modalities=[pb.MODALITY_TEXT])
+    patch.idle_timeout.FromSeconds(10)
+    patch.engine_options.update({"c": 3})
+    merged = merge_config(base, patch, LIMITS, VAD_ENGINE)
+    assert list(merged.output_modalities) == [pb.MODALITY_TEXT]
+    assert merged.idle_timeout.ToMilliseconds() == 10_000  # not 10 s plus the old 0.5 s
+    assert dict(merged.engine_options) == {"c": 3}
 
 
 @pytest.mark.parametrize(("patch", "field", "kept"), [

@@ -28,7 +28,7 @@ from omni_grpc.core import Effects, ResumeGap, Status, StreamRefused
 from omni_grpc.pb import pb
 
 from .helpers import TERMINAL_KINDS, cmd, created, delta, done, transcript
-from .model import Pending, SessionModel
+from .model import LIMITS, Ended, Pending, SessionModel, key, window_start
 
 
 # Named, not lambdas: hypothesis describes preconditions on every step, and a lambda's
@@ -122,6 +122,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         for _ in range(lost):  # written by the client, never read by the server
             self.numbered("text")
         assert self.session.detach(self.generation, self.now) is True
+        self.roll_back(self.generation)  # if it never spoke since resuming
         self.client.generation, self.detached_at = None, self.now
 
     @precondition(has_old_streams)
@@ -183,7 +184,8 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
             c.log.pop(seq, None)
             c.lost.discard(seq)
         c.last_seq = cursor
-        self.pending = Pending(generation, c.token, c.known_applied)
+        self.activating = (generation, c.token)
+        self.pending = Pending(generation, c.known_applied)
         self.deliver(effects)
         resumed = self.pending.buffer[0].session_resumed
         assert resumed.replayed_events == head - cursor
@@ -192,21 +194,24 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         self.issued.append(self.current_token)
 
     @precondition(activating)
-    @rule(outcome=st.sampled_from(["delivered", "delivered", "failed", "detached"]),
+    @rule(outcome=st.sampled_from(["read", "read", "confirmed", "failed", "detached"]),
           received=st.integers(0, 4), lazy=st.booleans())
     def settle(self, outcome: str, received: int, lazy: bool) -> None:
+        """The resumed stream's first events reach the client, or the stream dies first."""
         pending, c = self.pending, self.client
         assert pending is not None
         self.pending = None
         c.generation = pending.generation
         event(f"activation: {outcome}")
-        if outcome == "delivered":
+        if outcome in ("read", "confirmed"):
             for received_event in pending.buffer:
                 self.receive_event(received_event)
-            self.session.activation_delivered(pending.generation)
-            self.recovery = None
-            # Resend what the server has not applied; a lazy client resends from what it knew
-            # before, and the server must skip the repeats.
+            if outcome == "confirmed":  # a transport may confirm delivery itself
+                self.session.activation_delivered(pending.generation)
+                self.activating, self.recovery = None, None
+            # Resend what the server has not applied (speaking on the stream also proves the
+            # client holds the new token); a lazy client resends from what it knew before, and
+            # the server must skip the repeats.
             resend_from = pending.known_applied if lazy else pending.buffer[0].applied_client_seq
             if resend_from < self.applied:
                 event("resend: repeats skipped")
@@ -220,7 +225,8 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
             self.session.activation_failed(pending.generation, self.now)
         else:
             assert self.session.detach(pending.generation, self.now) is True
-        self.recovery, self.detached_at = pending.presented, self.now
+        self.roll_back(pending.generation)
+        self.detached_at = self.now
 
     @rule(data=st.data())
     def stale_token(self, data: st.DataObject) -> None:
@@ -244,7 +250,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         later = self.now + tenths / 10
         if deadline is not None:
             later = max(self.now, min(later, deadline - 0.01))  # expiry is its own rule
-        self.now = later
+        self.now = self.last_tick = later
         assert self.registry.tick(self.now) == []
 
     @precondition(mature)
@@ -254,7 +260,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         deadline, attached = self.deadline(), self.detached_at is None
         event(f"ending: {how}")
         if how == "deadline" and deadline is not None:
-            self.now = deadline
+            self.now = self.last_tick = deadline
             [(session, effects)] = self.registry.tick(self.now)
             assert session is self.session and effects.ended
             reason = "EXPIRY_REASON_IDLE_TIMEOUT" if attached else (
@@ -262,7 +268,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
             self.expect("session_expired", reason)
             assert effects.end_streams == (
                 [(self.generation, "session_expired")] if attached else [])
-            self.ending = "EXPIRED"  # the registry already freed the slot
+            self.end("EXPIRED", discard=False)  # the registry already freed the slot
             self.deliver(effects)
         elif how == "client_close" and self.ready:
             assert self.client.generation is not None
@@ -296,14 +302,17 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
                 self.receive_event(event)
             self.client.generation = None
         self.consistent()
-        self.graveyard.append((self.session, self.client.token))
+        self.graveyard.append(Ended(self.session, self.client.token, self.client.last_seq,
+                                    self.expected, self.produced_at, self.acked_through,
+                                    self.now))
         self.open_new()
 
     @precondition(has_ended_sessions)
     @rule(data=st.data())
     def after_the_end(self, data: st.DataObject) -> None:
-        s, token = data.draw(st.sampled_from(self.graveyard))
-        head = s.journal.head
+        """An ended session does nothing more, but its client may read a missed ending."""
+        ended = data.draw(st.sampled_from(self.graveyard))
+        s, head = ended.session, len(ended.expected)
         assert s.close("again", self.now) == Effects()
         assert s.expire(pb.EXPIRY_REASON_IDLE_TIMEOUT, self.now) == Effects()
         assert s.tick(self.now + 1e6) == Effects()
@@ -311,15 +320,35 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         assert s.receive(s.generation, cmd(0, heartbeat=pb.Heartbeat()), self.now) == Effects()
         assert s.detach(s.generation, self.now) is False
         assert s.journal.head == head
-        for resume in (
-            lambda: s.resume(token, 0, self.now),
-            lambda: self.registry.resume(pb.ResumeSession(
-                session_id=s.id, resume_token=token), self.now),
-        ):
+        # The registry keeps an ended session for one grace, counted from its end.
+        kept = ended.ended_at > self.last_tick - LIMITS.disconnect_grace_s
+        cursor = ended.last_seq
+        start = window_start(ended.produced_at, ended.acked_through, self.now)
+        request = pb.ResumeSession(session_id=s.id, resume_token=ended.token,
+                                   last_received_seq=cursor)
+        for token in ("not-the-token", ended.token):
+            request.resume_token = token
+            if token == ended.token and kept and start <= cursor < head:
+                break
             with pytest.raises(StreamRefused) as refused:
-                resume()
+                self.registry.resume(request, self.now)
             assert (refused.value.status, refused.value.code) == (Status.NOT_FOUND,
                                                                   "session_resume_expired")
+        else:
+            return
+        event("resume after the end: missed events replayed")
+        found, generation, effects = self.registry.resume(request, self.now)
+        assert found is s and {target for target, _ in effects.sends} == {generation}
+        events = [pb.ConverseResponse.FromString(payload) for _, payload in effects.sends]
+        resumed = events[0].session_resumed
+        assert (events[0].seq, resumed.resume_token, resumed.replayed_events) == (
+            0, "", head - cursor)
+        assert resumed.session.state == s.state.value
+        assert [e.seq for e in events[1:]] == list(range(cursor + 1, head + 1))
+        assert [key(e) for e in events[1:]] == ended.expected[cursor:]
+        assert effects.end_streams == [(generation, "session_ended")]
+        assert not effects.engine and not effects.ended
+        ended.last_seq = head
 
     # -- invariants --------------------------------------------------------------------------
 

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from omni_grpc.core import Limits, ResumeGap, Status, StreamRefused
+from omni_grpc.core import Limits, Registry, ResumeGap, Status, StreamRefused
 from omni_grpc.pb import pb
 
-from .helpers import ack, decode, heartbeat, open_session, resume, stamped, text, transcript
+from .helpers import (
+    ENGINE,
+    ack,
+    decode,
+    heartbeat,
+    open_session,
+    resume,
+    stamped,
+    text,
+    token_of,
+    transcript,
+)
 
 
 def test_resume_sends_resumed_then_the_missed_events_then_live_ones() -> None:
@@ -55,20 +68,101 @@ def test_takeover_with_the_current_cursor_replays_nothing() -> None:
         "session_resumed"]
 
 
-def test_resume_after_the_session_ended() -> None:
+def expired_refusal(call: Callable[[], object]) -> tuple[Status, str]:
+    with pytest.raises(StreamRefused) as refused:
+        call()
+    return refused.value.status, refused.value.code
+
+
+def test_resume_after_the_end_with_nothing_missed_is_refused() -> None:
     opened = open_session()
     s, registry = opened.session, opened.registry
     effects = s.close("shutdown", now=1.0)
-    with pytest.raises(StreamRefused) as refused:
-        s.resume(opened.token, 0, now=2.0)
-    assert (refused.value.status, refused.value.code) == (Status.NOT_FOUND,
-                                                          "session_resume_expired")
     assert effects.ended
     registry.discard(s)  # what the transport does when an effect says the session ended
+    request = pb.ResumeSession(session_id=s.id, resume_token=opened.token, last_received_seq=1)
+    assert expired_refusal(lambda: s.resume(opened.token, 1, now=2.0)) == (
+        Status.NOT_FOUND, "session_resume_expired")
+    assert expired_refusal(lambda: registry.resume(request, now=2.0)) == (
+        Status.NOT_FOUND, "session_resume_expired")
+    # A wrong token gets the same answer: an ended session gives no hint about tokens.
+    assert expired_refusal(lambda: s.resume("wrong", 0, now=2.0)) == (
+        Status.NOT_FOUND, "session_resume_expired")
+
+
+def test_resume_after_the_end_replays_the_missed_ending_and_ends_the_stream() -> None:
+    opened = open_session()
+    s, registry = opened.session, opened.registry
+    s.receive(1, text(1), now=0.0)
+    s.publish(transcript("a"), now=0.0)
+    s.detach(1, now=1.0)
+    [(_, expiry)] = registry.tick(1.0 + Limits().disconnect_grace_s)
+    assert expiry.sends == []  # nobody heard the ending
+    missed = s.journal.replay_after(0, now=31.0)
+    generation, effects = registry.resume(pb.ResumeSession(
+        session_id=s.id, resume_token=opened.token, last_received_seq=0), now=31.0)[1:]
+    assert generation == 2
+    assert [target for target, _ in effects.sends] == [generation] * 3
+    assert decode(effects)[0] == pb.ConverseResponse(
+        applied_client_seq=1, session_resumed=pb.SessionResumed(
+            session=s.view(), attachment_generation=2, replayed_events=2))
+    assert decode(effects)[0].session_resumed.session.state == pb.SESSION_STATE_EXPIRED
+    assert [payload for _, payload in effects.sends[1:]] == missed
+    assert decode(effects)[-1].session_expired.reason == pb.EXPIRY_REASON_DISCONNECT_GRACE
+    assert effects.end_streams == [(generation, "session_ended")]
+    assert (effects.engine, effects.ended, s.state.name) == ([], False, "EXPIRED")
+
+
+def test_an_ended_session_is_forgotten_after_one_grace() -> None:
+    grace = Limits().disconnect_grace_s
+    opened = open_session()
+    s, registry = opened.session, opened.registry
+    s.publish(transcript("a"), now=0.0)
+    s.close("shutdown", now=10.0)
+    registry.discard(s)
+    request = pb.ResumeSession(session_id=s.id, resume_token=opened.token, last_received_seq=1)
+    registry.tick(10.0 + grace - 0.5)
+    assert registry.resume(request, now=10.0 + grace - 0.5)[0] is s  # still a tombstone
+    registry.tick(10.0 + grace)
     with pytest.raises(StreamRefused) as refused:
-        registry.resume(pb.ResumeSession(session_id=s.id, resume_token=opened.token), now=2.0)
-    assert (refused.value.status, refused.value.code, refused.value.message) == (
-        Status.NOT_FOUND, "session_resume_expired", "unknown or expired session")
+        registry.resume(request, now=10.0 + grace)
+    assert refused.value.message == "unknown or expired session"
+
+
+def test_tombstones_are_bounded_by_max_sessions() -> None:
+    registry = Registry(Limits(max_sessions=2), ENGINE)
+    ended = []
+    for _ in range(3):
+        session, effects = registry.open(pb.OpenSession(), now=0.0)
+        session.publish(transcript("a"), now=0.0)
+        session.close("shutdown", now=0.0)
+        registry.discard(session)
+        ended.append((session, token_of(effects)))
+    found = []
+    for session, token in ended:
+        try:
+            registry.resume(pb.ResumeSession(session_id=session.id, resume_token=token), 0.0)
+            found.append(True)
+        except StreamRefused:
+            found.append(False)
+    assert found == [False, True, True]  # the oldest made room
+
+
+def test_resume_after_the_end_with_a_gap_is_refused() -> None:
+    opened = open_session()
+    s = opened.session
+    s.publish(transcript("a"), now=0.0)
+    s.publish(transcript("b"), now=0.0)
+    s.receive(1, ack(2), now=0.0)
+    s.detach(1, now=0.0)
+    s.close("shutdown", now=1.0)
+    assert expired_refusal(lambda: s.resume(opened.token, 1, now=2.0)) == (
+        Status.NOT_FOUND, "session_resume_expired")
+    assert expired_refusal(lambda: s.resume(opened.token, 9, now=2.0)) == (
+        Status.NOT_FOUND, "session_resume_expired")
+    _, effects = s.resume(opened.token, 2, now=2.0)  # from its real cursor, it gets the end
+    assert [event.WhichOneof("event") for event in decode(effects)] == [
+        "session_resumed", "session_closed"]
 
 
 def test_resume_with_a_cursor_ahead_is_a_conflict() -> None:

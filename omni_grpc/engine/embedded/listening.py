@@ -132,7 +132,13 @@ class Listener:
                 self.speech_start_ms = start.start_ms
                 events.append(start)
             elif isinstance(event, SpeechPause) and self.speech_start_ms is not None:
-                audio = self.buffer.peek(self.speech_start_ms - self.prefix_ms)
+                # Whisper hallucinates on speech cut off short ("..., how are you today? Good
+                # morning"); digital silence for the rest of silence_ms makes the guess hear
+                # what the committed turn will hold.
+                missing_ms = max(0.0, self.detector.silence_ms - (event.detected_ms - event.end_ms))
+                audio = self.buffer.peek(self.speech_start_ms - self.prefix_ms) + bytes(
+                    round(missing_ms) * BYTES_PER_MS
+                )
                 events.append(Pause(audio=audio, speech_end_ms=self._origin_ms + event.end_ms))
             elif isinstance(event, SpeechStop):
                 events.append(

@@ -21,7 +21,9 @@ from typing import Any
 
 import omni_grpc
 from omni_grpc.client.talk_cli import LOG_FORMAT, LOG_LEVELS, add_talk_parser
+from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
+from omni_grpc.server.settings import ServerSettings
 
 ENV_PREFIX = "OMNI_GRPC_"
 BENCH_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_grpc.py"
@@ -115,9 +117,7 @@ def _flag_layer(args: argparse.Namespace) -> dict[str, Any]:
     return layer
 
 
-def _limits(values: Mapping[str, Any], max_sessions: Any) -> Any:
-    from omni_grpc.core.limits import Limits
-
+def _limits(values: Mapping[str, Any], max_sessions: Any) -> Limits:
     known = {f.name: f.type for f in fields(Limits)}
     unknown = sorted(set(values) - set(known))
     if unknown:
@@ -138,10 +138,10 @@ def _limits(values: Mapping[str, Any], max_sessions: Any) -> Any:
     return Limits(**converted)
 
 
-def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[Any, str]:
+def resolve_serve_settings(
+    args: argparse.Namespace, environ: Mapping[str, str]
+) -> tuple[ServerSettings, str]:
     """Merges defaults, file, environment and flags into ServerSettings and a log level."""
-    from omni_grpc.server.settings import ServerSettings
-
     merged: dict[str, Any] = {}
     options: dict[str, str] = {}
     limits: dict[str, Any] = {}

@@ -5,7 +5,7 @@
 #     (and the current set of top-level packages: an editable install only maps the
 #     top-level packages it saw when it ran);
 #   - node_modules holds buf, as locked in package-lock.json;
-#   - espeak-ng and sox (test audio) are installed, when apt can do it.
+#   - espeak-ng, sox and openssl are installed with apt-get when missing.
 #
 # Each step keeps a stamp and does nothing when it is current, so a warm call takes
 # well under a second. Idempotent; safe to source more than once.
@@ -64,34 +64,34 @@ _env_node() {
     fi
 }
 
+# System programs the service and its tests use: espeak-ng (speech for the embedded engine and
+# test audio), sox (test audio), openssl (test certificates). One line to add more.
+APT_PACKAGES=(espeak-ng sox openssl)
+APT_COMMANDS=(espeak-ng sox openssl)
+
 _env_apt() {
-    if command -v espeak-ng >/dev/null 2>&1 && command -v sox >/dev/null 2>&1; then
-        return 0
-    fi
+    local missing=0 cmd
+    for cmd in "${APT_COMMANDS[@]}"; do
+        command -v "$cmd" >/dev/null 2>&1 || missing=1
+    done
+    [[ $missing == 0 ]] && return 0
     local sudo=""
     if [[ "$(id -u)" != "0" ]]; then
         if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
             sudo="sudo -n"
         else
-            _env_log "warning: espeak-ng/sox missing and not root; tests that synthesize audio will skip"
-            return 0
+            _env_log "error: ${APT_PACKAGES[*]} are needed and this user cannot install them"
+            return 1
         fi
     fi
-    if ! command -v apt-get >/dev/null 2>&1; then
-        _env_log "warning: espeak-ng/sox missing and no apt-get; tests that synthesize audio will skip"
-        return 0
-    fi
-    _env_log "installing espeak-ng and sox with apt-get"
-    if ! { $sudo apt-get update -qq &&
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq espeak-ng sox >/dev/null; }; then
-        _env_log "warning: apt-get could not install espeak-ng/sox; tests that synthesize audio will skip"
-    fi
-    return 0
+    _env_log "installing ${APT_PACKAGES[*]} with apt-get"
+    $sudo apt-get update -qq &&
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${APT_PACKAGES[@]}" >/dev/null
 }
 
 _env_python || { _env_log "error: Python environment setup failed"; return 1; }
 _env_node || { _env_log "error: npm ci failed"; return 1; }
-_env_apt
+_env_apt || { _env_log "error: apt-get could not install ${APT_PACKAGES[*]}"; return 1; }
 export OMNI_ENV_READY="$ROOT"
 export PATH="$VENV/bin:$ROOT/node_modules/.bin:$PATH"
 unset -f _env_log _env_python _env_node _env_apt

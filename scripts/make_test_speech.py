@@ -119,7 +119,7 @@ def standard_scenes() -> dict[str, Scene]:
         "two_turns": (
             Scene()
             .pause(1000)
-            .speak("good morning, how are you today")
+            .speak("turn off the radio, please")
             .pause(1500)
             .speak("please turn on the kitchen lights")
             .pause(1000)

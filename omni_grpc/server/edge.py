@@ -1,7 +1,7 @@
 """Audio at the edge: whatever the client speaks in, engines hear one form, and back.
 
 Engines take :data:`CANONICAL_INPUT` and produce :data:`CANONICAL_OUTPUT`. Appends in any other
-encoding or rate are converted here, on the session's submitter task (off the stream's reader),
+encoding or rate are converted here, as the stream's reader hands them to the engine,
 and output chunks are converted to the session's ``output_audio_format`` before they are
 journaled. Sessions that already speak the canonical forms pass through untouched.
 """

@@ -2,8 +2,8 @@
 
 A :class:`SessionHost` is the only thing that calls into a core :class:`Session`, always from
 the event loop thread, so the core needs no locks. It carries out the core's effects: payloads go
-to the bounded outbox of the stream they are for, engine commands go through one ordered
-submitter task, and an engine pump feeds engine output back into the core. Input audio is turned
+to the bounded outbox of the stream they are for, engine commands go to the engine in order
+from the stream's reader, and an engine pump feeds engine output back into the core. Input audio is turned
 into the engine's canonical form on the way in, and output audio into the session's format on
 the way out, so neither the core nor the engines ever see another format.
 """
@@ -23,7 +23,6 @@ from omni_grpc.server.edge import AudioEdge
 
 logger = logging.getLogger(__name__)
 
-ENGINE_QUEUE_DEPTH = 64  # commands waiting for the engine; a full queue slows the reader
 OUTBOX_DEPTH = 2048  # events waiting for one stream's writer; beyond it the stream is dropped
 
 
@@ -68,10 +67,8 @@ class SessionHost:
         self._on_ended = on_ended
         self._clock = clock
         self._outboxes: dict[int, Outbox] = {}
-        self._engine_queue: asyncio.Queue[pb.ConverseRequest] = asyncio.Queue(ENGINE_QUEUE_DEPTH)
         self._edge = AudioEdge(session.config)
-        self._tasks = [asyncio.create_task(self._submit_loop()),
-                       asyncio.create_task(self._pump_loop())]
+        self._tasks = [asyncio.create_task(self._pump_loop())]
         self.ended = False
 
     # -- streams ---------------------------------------------------------------------------
@@ -108,7 +105,9 @@ class SessionHost:
         """Carries out effects: sends first, then engine commands (awaiting queue room)."""
         self.deliver(effects)
         for request in effects.engine:
-            await self._engine_queue.put(request)
+            if self.ended:
+                return
+            await self._submit(request)
 
     def deliver(self, effects: Effects) -> None:
         """Carries out the synchronous part of effects: sends, stream ends, the ending."""
@@ -133,30 +132,31 @@ class SessionHost:
 
     # -- engine ----------------------------------------------------------------------------
 
-    async def _submit_loop(self) -> None:
-        while True:
-            request = await self._engine_queue.get()
-            kind = request.WhichOneof("command")
-            if kind == "commit_input_audio" and (tail := self._edge.input_tail(request)):
-                await self.engine.submit(tail)
-            elif kind in ("clear_input_audio", "cancel_input"):
-                self._edge.drop_input()
-            elif kind == "append_input_audio":
-                try:
-                    request = self._edge.canonical_input(request)
-                except ValueError as error:
-                    # Undecodable audio is the client's error; the session goes on.
-                    self.deliver(self.session.publish(pb.ConverseResponse(error=pb.Error(
-                        code="bad_audio", type=pb.ERROR_TYPE_INVALID_REQUEST,
-                        message=str(error), client_seq=request.client_seq,
-                        event_id=request.event_id)), self._clock()))
-                    continue
+    async def _submit(self, request: pb.ConverseRequest) -> None:
+        """Hands one command to the engine, with its audio in the canonical form.
+
+        Called from the stream's reader, in command order: when the engine falls behind, its
+        full mailbox stops the reader, and gRPC flow control pushes back on the client.
+        """
+        kind = request.WhichOneof("command")
+        if kind == "commit_input_audio" and (tail := self._edge.input_tail(request)):
+            await self.engine.submit(tail)
+        elif kind in ("clear_input_audio", "cancel_input"):
+            self._edge.drop_input()
+        elif kind == "append_input_audio":
             try:
-                await self.engine.submit(request)
-            except Exception:
-                logger.exception("session %s: engine refused a command", self.session.id)
-                self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
+                request = self._edge.canonical_input(request)
+            except ValueError as error:
+                # Undecodable audio is the client's error; the session goes on.
+                self.deliver(self.session.publish(pb.ConverseResponse(error=pb.Error(
+                    code="bad_audio", type=pb.ERROR_TYPE_INVALID_REQUEST, message=str(error),
+                    client_seq=request.client_seq, event_id=request.event_id)), self._clock()))
                 return
+        try:
+            await self.engine.submit(request)
+        except Exception:
+            logger.exception("session %s: engine refused a command", self.session.id)
+            self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
 
     async def _pump_loop(self) -> None:
         try:

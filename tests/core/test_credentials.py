@@ -13,7 +13,7 @@ from omni_grpc.core import credentials as credentials_module
 from omni_grpc.core.credentials import ResumeCredential
 from omni_grpc.pb import pb
 
-from .helpers import decode, open_session, resume, token_of
+from .helpers import decode, heartbeat, open_session, resume, token_of
 
 TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")
 
@@ -224,3 +224,30 @@ def test_tokens_of_different_sessions_are_isolated() -> None:
     with pytest.raises(StreamRefused, match="invalid_resume_token"):
         opened.registry.resume(pb.ResumeSession(
             session_id=other.id, resume_token=opened.token), now=1.0)
+
+
+@pytest.mark.parametrize("speaks", [True, False], ids=["spoke", "silent"])
+def test_the_old_token_retires_once_the_client_speaks_on_the_resumed_stream(speaks: bool) -> None:
+    # Handing session_resumed to the transport proves nothing; a command on the new stream
+    # proves the client read it, and so holds the rotated token.
+    opened = open_session()
+    s = opened.session
+    s.detach(1, now=1.0)
+    generation, _ = s.resume(opened.token, 0, now=2.0)
+    if speaks:
+        s.receive(generation, heartbeat(), now=3.0)
+    s.detach(generation, now=4.0)
+    if speaks:
+        with pytest.raises(StreamRefused, match="invalid_resume_token"):
+            s.resume(opened.token, 0, now=5.0)
+    else:
+        assert resume(s, opened.token, 0, now=5.0)[0] == 3
+
+
+def test_a_replaced_stream_speaking_does_not_confirm_the_new_one() -> None:
+    opened = open_session()
+    s = opened.session
+    generation, _ = s.resume(opened.token, 0, now=1.0)  # a takeover of generation 1
+    s.receive(1, heartbeat(), now=2.0)  # the old stream, ignored
+    s.detach(generation, now=3.0)  # the new one dies before its client spoke
+    assert resume(s, opened.token, 0, now=4.0)[0] == 3

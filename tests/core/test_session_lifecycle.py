@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from omni_grpc.core import Effects, Limits, Session
+from omni_grpc.core import CommandError, Effects, Limits, Session
 from omni_grpc.core.limits import capabilities
 from omni_grpc.pb import pb
 
@@ -255,6 +255,20 @@ def test_errors_keep_the_session_usable(request_: pb.ConverseRequest, code: str)
     assert s.state.name == "ATTACHED"
     assert s.receive(1, append(s.applied_client_seq + 1), now=0.0).engine == [
         append(s.applied_client_seq)]
+
+
+def test_unparsable_input_is_refused_in_band_on_the_current_stream_only() -> None:
+    s = open_session().session
+    s.receive(1, text(1), now=0.0)
+    refusal = CommandError("bad_event", "not a ConverseRequest")
+    assert decode(s.refuse(1, refusal, now=1.0)) == [pb.ConverseResponse(
+        seq=1, applied_client_seq=1, error=pb.Error(
+            code="bad_event", type=pb.ERROR_TYPE_INVALID_REQUEST,
+            message="not a ConverseRequest"))]
+    assert s.refuse(2, refusal, now=1.0) == Effects()  # no such stream
+    s.detach(1, now=2.0)
+    assert s.refuse(1, refusal, now=2.0) == Effects()
+    assert s.journal.head == 1
 
 
 def test_effects_merge_concatenates_in_order() -> None:

@@ -102,7 +102,7 @@ async def test_each_pause_ends_a_turn(engine: EmbeddedEngine) -> None:
     transcripts = [
         words(e.input_transcription.transcript) for e in driver.of("input_transcription")
     ]
-    assert transcripts == ["good morning how are you today", "please turn on the kitchen lights"]
+    assert transcripts == ["turn off the radio please", "please turn on the kitchen lights"]
     answers = [
         said(response_events(driver.seen, e.response_done.response.id))
         for e in driver.of("response_done")

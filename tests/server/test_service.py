@@ -284,3 +284,27 @@ async def test_drain_warns_attached_streams_and_refuses_new_ones() -> None:
         call.cancel()  # the client moves elsewhere: drain ends early
         await asyncio.wait_for(drain, 1.5)
     await running.stop()
+
+
+async def test_tls_serves_trusting_clients_only(tmp_path) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    made = await asyncio.create_subprocess_exec(
+        "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+        "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    assert await made.wait() == 0
+    running = await start_server(settings(tls_cert_file=str(cert), tls_key_file=str(key)))
+    try:
+        trusted = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+        async with grpc.aio.secure_channel(running.target, trusted) as channel:
+            call, created = await open_stream(duplex_pb2_grpc.DuplexServiceStub(channel))
+            assert created.session.id
+            call.cancel()
+        async with grpc.aio.insecure_channel(running.target) as plain:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await duplex_pb2_grpc.DuplexServiceStub(plain).GetCapabilities(
+                    pb.GetCapabilitiesRequest(), timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await running.stop()

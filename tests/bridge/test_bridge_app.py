@@ -133,7 +133,7 @@ async def test_the_key_travels_on_to_a_keyed_service() -> None:
                 assert (await ws.recv())["type"] == "session.created"
             async with realtime_socket(port, headers={"Authorization": "Bearer wrong"}) as ws:
                 error = await ws.recv()
-                assert error["error"]["code"] == "invalid_api_key"
+                assert error["error"]["code"] == "invalid_api_key", error
                 assert (await ws.closed())[0] == 1008
     finally:
         await keyed.stop()

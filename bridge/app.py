@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
-from aiohttp import WSCloseCode, web
+import orjson
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from bridge.connection import Connection
 from bridge.dialect import MAX_EVENT_BYTES, error_json
@@ -121,7 +122,10 @@ async def realtime(request: web.Request) -> web.WebSocketResponse:
     await ws.prepare(request)
     key = presented_key(request)
     if bridge.api_keys and not key_matches(key, bridge.api_keys):
-        await ws.send_json(error_json("invalid_api_key", "a valid API key is required"))
+        await ws.send_frame(
+            orjson.dumps(error_json("invalid_api_key", "a valid API key is required")),
+            WSMsgType.TEXT,
+        )
         await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"invalid_api_key")
         return ws
     query = request.query

@@ -51,15 +51,25 @@ def _pin(cpu: int) -> None:
 
 # -- the two servers (child processes) ------------------------------------------------------
 
+
 async def _serve_echo(port: int) -> None:
     async def echo(request_iterator: object, context: grpc.aio.ServicerContext) -> None:
         while (message := await context.read()) is not grpc.aio.EOF:
             await context.write(message)
 
     server = grpc.aio.server()
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Echo", {
-        "Stream": grpc.stream_stream_rpc_method_handler(
-            echo, request_deserializer=None, response_serializer=None)}),))
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "bench.Echo",
+                {
+                    "Stream": grpc.stream_stream_rpc_method_handler(
+                        echo, request_deserializer=None, response_serializer=None
+                    )
+                },
+            ),
+        )
+    )
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     print("ready", flush=True)
@@ -71,17 +81,22 @@ async def _serve_ours(port: int) -> None:
     from omni_grpc.server.app import start_server
     from omni_grpc.server.settings import ServerSettings
 
-    settings = ServerSettings(grpc_port=port, http_port=None, engine="loopback",
-                              engine_options={"pace": "fast", "mode": "mirror"},
-                              limits=Limits(max_sessions=4000))
+    settings = ServerSettings(
+        grpc_port=port,
+        http_port=None,
+        engine="loopback",
+        engine_options={"pace": "fast", "mode": "mirror"},
+        limits=Limits(max_sessions=4000),
+    )
     running = await start_server(settings)
     print("ready", flush=True)
     await running.server.wait_for_termination()
 
 
 def _child(kind: str, port: int) -> subprocess.Popen[str]:
-    process = subprocess.Popen([sys.executable, __file__, f"--serve-{kind}", str(port)],
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, __file__, f"--serve-{kind}", str(port)], stdout=subprocess.PIPE, text=True
+    )
     assert process.stdout is not None
     if process.stdout.readline().strip() != "ready":
         raise SystemExit(f"the {kind} server did not start")
@@ -110,6 +125,7 @@ def _free_port() -> int:
 
 # -- load ---------------------------------------------------------------------------------
 
+
 @dataclass
 class Result:
     sessions: int
@@ -133,12 +149,22 @@ class Result:
 
 
 def _append(seq: int, audio: bytes) -> pb.ConverseRequest:
-    return pb.ConverseRequest(client_seq=seq, append_input_audio=pb.AppendInputAudio(
-        audio=audio, encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=24000))
+    return pb.ConverseRequest(
+        client_seq=seq,
+        append_input_audio=pb.AppendInputAudio(
+            audio=audio, encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=24000
+        ),
+    )
 
 
-async def _echo_session(channel: grpc.aio.Channel, audio: bytes, period_s: float,
-                        duration_s: float, rtts: list[float], counts: list[int]) -> None:
+async def _echo_session(
+    channel: grpc.aio.Channel,
+    audio: bytes,
+    period_s: float,
+    duration_s: float,
+    rtts: list[float],
+    counts: list[int],
+) -> None:
     call = channel.stream_stream(ECHO_METHOD)()
     sent: deque[float] = deque()
 
@@ -148,15 +174,26 @@ async def _echo_session(channel: grpc.aio.Channel, audio: bytes, period_s: float
             counts[1] += 1
 
     task = asyncio.create_task(reader())
-    await _paced(lambda seq: call.write(_append(seq, audio).SerializeToString()), sent,
-                 period_s, duration_s, counts)
+    await _paced(
+        lambda seq: call.write(_append(seq, audio).SerializeToString()),
+        sent,
+        period_s,
+        duration_s,
+        counts,
+    )
     await asyncio.sleep(min(1.0, period_s * 5))
     task.cancel()
     call.cancel()
 
 
-async def _our_session(stub: duplex_pb2_grpc.DuplexServiceStub, audio: bytes, period_s: float,
-                       duration_s: float, rtts: list[float], counts: list[int]) -> None:
+async def _our_session(
+    stub: duplex_pb2_grpc.DuplexServiceStub,
+    audio: bytes,
+    period_s: float,
+    duration_s: float,
+    rtts: list[float],
+    counts: list[int],
+) -> None:
     call = stub.Converse()
     await call.write(pb.ConverseRequest(open_session=pb.OpenSession()))
     await call.read()  # session_created
@@ -171,15 +208,15 @@ async def _our_session(stub: duplex_pb2_grpc.DuplexServiceStub, audio: bytes, pe
                     await call.write(pb.ConverseRequest(ack_events=pb.AckEvents(seq=event.seq)))
 
     task = asyncio.create_task(reader())
-    await _paced(lambda seq: call.write(_append(seq, audio)), sent, period_s, duration_s,
-                 counts)
+    await _paced(lambda seq: call.write(_append(seq, audio)), sent, period_s, duration_s, counts)
     await asyncio.sleep(min(1.0, period_s * 5))
     task.cancel()
     call.cancel()
 
 
-async def _paced(write: object, sent: deque[float], period_s: float, duration_s: float,
-                 counts: list[int]) -> None:
+async def _paced(
+    write: object, sent: deque[float], period_s: float, duration_s: float, counts: list[int]
+) -> None:
     start = time.perf_counter() + period_s * (hash(id(sent)) % 1000) / 1000  # spread phases
     n = 0
     while (now := time.perf_counter()) - start < duration_s:
@@ -192,31 +229,38 @@ async def _paced(write: object, sent: deque[float], period_s: float, duration_s:
         n += 1
 
 
-async def run_load(kind: str, port: int, sessions: int, chunk_ms: int,
-                   duration_s: float) -> Result:
+async def run_load(kind: str, port: int, sessions: int, chunk_ms: int, duration_s: float) -> Result:
     audio = bytes(24000 * 2 * chunk_ms // 1000)
     rtts: list[float] = []
     counts = [0, 0]
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         if kind == "echo":
-            jobs = [_echo_session(channel, audio, chunk_ms / 1000, duration_s, rtts, counts)
-                    for _ in range(sessions)]
+            jobs = [
+                _echo_session(channel, audio, chunk_ms / 1000, duration_s, rtts, counts)
+                for _ in range(sessions)
+            ]
         else:
             stub = duplex_pb2_grpc.DuplexServiceStub(channel)
-            jobs = [_our_session(stub, audio, chunk_ms / 1000, duration_s, rtts, counts)
-                    for _ in range(sessions)]
+            jobs = [
+                _our_session(stub, audio, chunk_ms / 1000, duration_s, rtts, counts)
+                for _ in range(sessions)
+            ]
         await asyncio.gather(*jobs)
-    warm = rtts[len(rtts) // 10:]  # drop the ramp-up
+    warm = rtts[len(rtts) // 10 :]  # drop the ramp-up
     return Result(sessions, counts[0], counts[1], warm)
 
 
-async def capacity(kind: str, port: int, chunk_ms: int, ladder: list[int],
-                   duration_s: float) -> tuple[int, Result | None]:
+async def capacity(
+    kind: str, port: int, chunk_ms: int, ladder: list[int], duration_s: float
+) -> tuple[int, Result | None]:
     best, best_result = 0, None
     for sessions in ladder:
         result = await run_load(kind, port, sessions, chunk_ms, duration_s)
-        print(f"  {kind:5} {chunk_ms:3} ms x {sessions:4}: p50 {result.p50:6.2f} ms  "
-              f"p99 {result.p99:7.2f} ms  got {result.received}/{result.sent}", flush=True)
+        print(
+            f"  {kind:5} {chunk_ms:3} ms x {sessions:4}: p50 {result.p50:6.2f} ms  "
+            f"p99 {result.p99:7.2f} ms  got {result.received}/{result.sent}",
+            flush=True,
+        )
         if not result.kept_up:
             break
         best, best_result = sessions, result
@@ -224,6 +268,7 @@ async def capacity(kind: str, port: int, chunk_ms: int, ladder: list[int],
 
 
 # -- resume and memory ---------------------------------------------------------------------
+
 
 async def resume_latency(port: int, rounds: int) -> list[float]:
     times = []
@@ -238,14 +283,18 @@ async def resume_latency(port: int, rounds: int) -> list[float]:
             call.cancel()
             start = time.perf_counter()
             again = stub.Converse()
-            await again.write(pb.ConverseRequest(resume_session=pb.ResumeSession(
-                session_id=created.session.id, resume_token=created.resume_token)))
+            await again.write(
+                pb.ConverseRequest(
+                    resume_session=pb.ResumeSession(
+                        session_id=created.session.id, resume_token=created.resume_token
+                    )
+                )
+            )
             await again.read()  # session_resumed
             replayed = await again.read()
             assert replayed.seq == 1
             times.append((time.perf_counter() - start) * 1000)
-            await again.write(pb.ConverseRequest(client_seq=2,
-                                                 close_session=pb.CloseSession()))
+            await again.write(pb.ConverseRequest(client_seq=2, close_session=pb.CloseSession()))
             again.cancel()
     return times
 
@@ -275,13 +324,16 @@ async def idle_memory_kib(port: int, pid: int, count: int) -> float:
 
 # -- main ---------------------------------------------------------------------------------
 
+
 async def bench(quick: bool) -> None:
     _pin(1)
     echo_port, our_port = _free_port(), _free_port()
     echo, ours = _child("echo", echo_port), _child("ours", our_port)
     duration = 1.5 if quick else 4.0
-    ladders = {20: [10, 25] if quick else [25, 50, 75, 100, 125, 150, 200],
-               100: [25, 50] if quick else [50, 100, 200, 300, 400, 500, 600]}
+    ladders = {
+        20: [10, 25] if quick else [25, 50, 75, 100, 125, 150, 200],
+        100: [25, 50] if quick else [50, 100, 200, 300, 400, 500, 600],
+    }
     try:
         print("one session, 20 ms chunks:")
         base = await run_load("echo", echo_port, 1, 20, duration)
@@ -291,8 +343,7 @@ async def bench(quick: bool) -> None:
         for chunk_ms, ladder in ladders.items():
             print(f"capacity, {chunk_ms} ms chunks:")
             for kind, port in (("echo", echo_port), ("ours", our_port)):
-                caps[(kind, chunk_ms)], _ = await capacity(kind, port, chunk_ms, ladder,
-                                                           duration)
+                caps[(kind, chunk_ms)], _ = await capacity(kind, port, chunk_ms, ladder, duration)
         del cpu_before
         resumes = await resume_latency(our_port, 10 if quick else 50)
         idle_kib = await idle_memory_kib(our_port, ours.pid, 50 if quick else 500)
@@ -307,18 +358,28 @@ async def bench(quick: bool) -> None:
         e, o = caps[("echo", chunk_ms)], caps[("ours", chunk_ms)]
         ratio = o / e if e else 0.0
         ceiling = " (ladder top)" if o == ladders[chunk_ms][-1] else ""
-        print(f"| paced sessions, p99 < 50 ms, {chunk_ms} ms chunks | {e} | {o}{ceiling} | "
-              f"{ratio:.2f}x | >= 0.8x | {'yes' if ratio >= 0.8 else 'no'} |")
+        print(
+            f"| paced sessions, p99 < 50 ms, {chunk_ms} ms chunks | {e} | {o}{ceiling} | "
+            f"{ratio:.2f}x | >= 0.8x | {'yes' if ratio >= 0.8 else 'no'} |"
+        )
     added50, added99 = mine.p50 - base.p50, mine.p99 - base.p99
-    print(f"| chunk round trip p50, 1 session | {base.p50:.2f} ms | {mine.p50:.2f} ms | "
-          f"+{added50:.2f} ms | <= 1 ms added | {'yes' if added50 <= 1 else 'no'} |")
-    print(f"| chunk round trip p99, 1 session | {base.p99:.2f} ms | {mine.p99:.2f} ms | "
-          f"+{added99:.2f} ms | - | - |")
+    print(
+        f"| chunk round trip p50, 1 session | {base.p50:.2f} ms | {mine.p50:.2f} ms | "
+        f"+{added50:.2f} ms | <= 1 ms added | {'yes' if added50 <= 1 else 'no'} |"
+    )
+    print(
+        f"| chunk round trip p99, 1 session | {base.p99:.2f} ms | {mine.p99:.2f} ms | "
+        f"+{added99:.2f} ms | - | - |"
+    )
     r50 = statistics.median(resumes)
-    print(f"| resume: new stream to first replayed event, p50 | - | {r50:.2f} ms | - | "
-          f"<= 5 ms | {'yes' if r50 <= 5 else 'no'} |")
-    print(f"| server memory per idle session | - | {idle_kib:.1f} KiB | - | <= 64 KiB | "
-          f"{'yes' if idle_kib <= 64 else 'no'} |")
+    print(
+        f"| resume: new stream to first replayed event, p50 | - | {r50:.2f} ms | - | "
+        f"<= 5 ms | {'yes' if r50 <= 5 else 'no'} |"
+    )
+    print(
+        f"| server memory per idle session | - | {idle_kib:.1f} KiB | - | <= 64 KiB | "
+        f"{'yes' if idle_kib <= 64 else 'no'} |"
+    )
 
 
 def main() -> None:

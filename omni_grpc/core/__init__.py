@@ -11,5 +11,15 @@ from omni_grpc.core.registry import Registry
 from omni_grpc.core.session import Effects, ResumeGap, Session
 from omni_grpc.core.state import State
 
-__all__ = ["CommandError", "Effects", "EngineFeatures", "Limits", "Registry", "ResumeGap",
-           "Session", "State", "Status", "StreamRefused"]
+__all__ = [
+    "CommandError",
+    "Effects",
+    "EngineFeatures",
+    "Limits",
+    "Registry",
+    "ResumeGap",
+    "Session",
+    "State",
+    "Status",
+    "StreamRefused",
+]

@@ -34,42 +34,60 @@ def _resolve_input_format(fmt: pb.AudioFormat, engine: EngineFeatures) -> None:
     if fmt.encoding == pb.AUDIO_ENCODING_UNSPECIFIED:
         fmt.encoding = pb.AUDIO_ENCODING_PCM16
     if fmt.encoding not in engine.input_encodings:
-        raise _refuse("unsupported_audio_format", "input encoding not accepted",
-                      "input_audio_format.encoding")
+        raise _refuse(
+            "unsupported_audio_format", "input encoding not accepted", "input_audio_format.encoding"
+        )
     if fmt.sample_rate_hz == 0:
         fmt.sample_rate_hz = G711_RATE_HZ if fmt.encoding in _G711 else DEFAULT_INPUT_RATE_HZ
     if fmt.sample_rate_hz not in engine.input_sample_rates_hz:
-        raise _refuse("unsupported_audio_format", f"input rate {fmt.sample_rate_hz} Hz not "
-                      "accepted", "input_audio_format.sample_rate_hz")
+        raise _refuse(
+            "unsupported_audio_format",
+            f"input rate {fmt.sample_rate_hz} Hz not accepted",
+            "input_audio_format.sample_rate_hz",
+        )
 
 
 def _resolve_output_format(fmt: pb.AudioFormat, engine: EngineFeatures) -> None:
     if fmt.encoding == pb.AUDIO_ENCODING_UNSPECIFIED:
         fmt.encoding = engine.output_encoding
     if fmt.encoding not in OUTPUT_ENCODINGS:
-        raise _refuse("unsupported_audio_format", "output encoding not supported",
-                      "output_audio_format.encoding")
+        raise _refuse(
+            "unsupported_audio_format",
+            "output encoding not supported",
+            "output_audio_format.encoding",
+        )
     if fmt.sample_rate_hz == 0:
-        fmt.sample_rate_hz = G711_RATE_HZ if fmt.encoding in _G711 else (
-            engine.output_sample_rate_hz)
+        fmt.sample_rate_hz = (
+            G711_RATE_HZ if fmt.encoding in _G711 else (engine.output_sample_rate_hz)
+        )
     if fmt.sample_rate_hz not in engine.input_sample_rates_hz:
-        raise _refuse("unsupported_audio_format", f"output rate {fmt.sample_rate_hz} Hz not "
-                      "supported", "output_audio_format.sample_rate_hz")
+        raise _refuse(
+            "unsupported_audio_format",
+            f"output rate {fmt.sample_rate_hz} Hz not supported",
+            "output_audio_format.sample_rate_hz",
+        )
 
 
 def _resolve_turn_detection(config: pb.SessionConfig, engine: EngineFeatures) -> None:
     td = config.turn_detection
     if td.type == pb.TURN_DETECTION_TYPE_UNSPECIFIED:
-        td.type = (pb.TURN_DETECTION_TYPE_SERVER_VAD if engine.supports_server_vad
-                   else pb.TURN_DETECTION_TYPE_NONE)
+        td.type = (
+            pb.TURN_DETECTION_TYPE_SERVER_VAD
+            if engine.supports_server_vad
+            else pb.TURN_DETECTION_TYPE_NONE
+        )
     if td.type == pb.TURN_DETECTION_TYPE_SERVER_VAD and not engine.supports_server_vad:
-        raise _refuse("unsupported_turn_detection", "this engine has no server VAD",
-                      "turn_detection")
+        raise _refuse(
+            "unsupported_turn_detection", "this engine has no server VAD", "turn_detection"
+        )
     if td.threshold == 0:
         td.threshold = 0.5
     if not 0.15 < td.threshold <= 1.0:
-        raise _refuse("unsupported_turn_detection", "threshold must be in (0.15, 1]",
-                      "turn_detection.threshold")
+        raise _refuse(
+            "unsupported_turn_detection",
+            "threshold must be in (0.15, 1]",
+            "turn_detection.threshold",
+        )
     td.prefix_padding_ms = td.prefix_padding_ms or 300
     td.silence_duration_ms = td.silence_duration_ms or 500
     if not td.HasField("create_response"):
@@ -89,8 +107,7 @@ def resolve_config(
         config.output_modalities.append(pb.MODALITY_AUDIO)
     for modality in config.output_modalities:
         if modality not in (pb.MODALITY_AUDIO, pb.MODALITY_TEXT):
-            raise _refuse("invalid_session_config", "unknown output modality",
-                          "output_modalities")
+            raise _refuse("invalid_session_config", "unknown output modality", "output_modalities")
     if len(config.instructions) > limits.max_text_chars:
         raise _refuse("invalid_session_config", "instructions too long", "instructions")
     _resolve_input_format(config.input_audio_format, engine)
@@ -98,11 +115,15 @@ def resolve_config(
     _resolve_turn_detection(config, engine)
     vad = config.turn_detection.type == pb.TURN_DETECTION_TYPE_SERVER_VAD
     if config.overlap_policy == pb.OVERLAP_POLICY_UNSPECIFIED:
-        config.overlap_policy = (pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH
-                                 if vad and engine.supports_barge_in
-                                 else pb.OVERLAP_POLICY_LISTEN_ONLY)
-    if (config.overlap_policy == pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH
-            and not engine.supports_barge_in):
+        config.overlap_policy = (
+            pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH
+            if vad and engine.supports_barge_in
+            else pb.OVERLAP_POLICY_LISTEN_ONLY
+        )
+    if (
+        config.overlap_policy == pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH
+        and not engine.supports_barge_in
+    ):
         raise _refuse("barge_in_unsupported", "this engine cannot barge in", "overlap_policy")
     if config.playback_commit_policy == pb.PLAYBACK_COMMIT_POLICY_UNSPECIFIED:
         config.playback_commit_policy = pb.PLAYBACK_COMMIT_POLICY_COMMIT_ALL_ON_DONE
@@ -110,9 +131,11 @@ def resolve_config(
     if idle_s == 0:
         config.idle_timeout.FromMilliseconds(int(limits.idle_timeout_s * 1000))
     elif not 0 < idle_s <= limits.max_idle_timeout_s:
-        raise _refuse("invalid_session_config",
-                      f"idle_timeout must be in (0, {limits.max_idle_timeout_s:g}] s",
-                      "idle_timeout")
+        raise _refuse(
+            "invalid_session_config",
+            f"idle_timeout must be in (0, {limits.max_idle_timeout_s:g}] s",
+            "idle_timeout",
+        )
     if config.HasField("temperature") and not 0.0 <= config.temperature <= 2.0:
         raise _refuse("invalid_session_config", "temperature must be in [0, 2]", "temperature")
     return config

@@ -7,8 +7,9 @@ constant time, so neither a memory dump nor a timing probe yields a usable token
 Rotation has one hazard: the new token travels in ``session_resumed``, and if that message never
 reaches the client the client still holds only the old, now revoked token. So when an activation
 fails, the token the client presented is kept as a *recovery* digest, good for one more resume,
-and only while no stream is attached. The rotated token stays valid too, in case it did arrive. An activation counts as failed until the
-client speaks on the resumed stream: only then is it sure to hold the rotated token.
+and only while no stream is attached. The rotated token stays valid too, in case it did arrive.
+An activation counts as failed until the client speaks on the resumed stream: only then is it
+sure to hold the rotated token.
 """
 
 from __future__ import annotations

@@ -37,8 +37,15 @@ class CursorAhead(Exception):
 class Journal:
     """A bounded, time-windowed log of one session's numbered events."""
 
-    __slots__ = ("_entries", "_next_seq", "_bytes", "_dropped_through", "overflowed", "ttl_s",
-                 "max_bytes")
+    __slots__ = (
+        "_entries",
+        "_next_seq",
+        "_bytes",
+        "_dropped_through",
+        "overflowed",
+        "ttl_s",
+        "max_bytes",
+    )
 
     def __init__(self, *, ttl_s: float, max_bytes: int) -> None:
         self.ttl_s = ttl_s

@@ -44,34 +44,51 @@ class Registry:
     def open(self, request: pb.OpenSession, now: float) -> tuple[Session, Effects]:
         """Admits and creates a session; raises StreamRefused when it cannot."""
         if not self.accepting:
-            raise StreamRefused(Status.UNAVAILABLE, "server_shutting_down",
-                                "the server is draining; try another one", retryable=True,
-                                retry_after_s=self.limits.open_retry_after_s)
+            raise StreamRefused(
+                Status.UNAVAILABLE,
+                "server_shutting_down",
+                "the server is draining; try another one",
+                retryable=True,
+                retry_after_s=self.limits.open_retry_after_s,
+            )
         if len(self._sessions) >= self.limits.max_sessions:
-            raise StreamRefused(Status.RESOURCE_EXHAUSTED, "resource_exhausted",
-                                f"session capacity exhausted: limit={self.limits.max_sessions}",
-                                retryable=True, retry_after_s=self.limits.open_retry_after_s)
+            raise StreamRefused(
+                Status.RESOURCE_EXHAUSTED,
+                "resource_exhausted",
+                f"session capacity exhausted: limit={self.limits.max_sessions}",
+                retryable=True,
+                retry_after_s=self.limits.open_retry_after_s,
+            )
         try:
             config = resolve_config(request.config, self.limits, self.engine)
         except CommandError as error:
             raise StreamRefused(Status.INVALID_ARGUMENT, error.code, error.message) from None
         session_id = "sess_" + secrets.token_hex(16)
-        session = Session(session_id=session_id, config=config, limits=self.limits,
-                          engine=self.engine, capabilities=self.capabilities, now=now)
+        session = Session(
+            session_id=session_id,
+            config=config,
+            limits=self.limits,
+            engine=self.engine,
+            capabilities=self.capabilities,
+            now=now,
+        )
         self._sessions[session_id] = session
         return session, session.created(now)
 
     def resume(self, request: pb.ResumeSession, now: float) -> tuple[Session, int, Effects]:
         """Reattaches to a session; raises StreamRefused or ResumeGap when it cannot."""
         if not request.session_id or not request.resume_token:
-            raise StreamRefused(Status.INVALID_ARGUMENT, "invalid_session_resume",
-                                "resume needs session_id and resume_token")
+            raise StreamRefused(
+                Status.INVALID_ARGUMENT,
+                "invalid_session_resume",
+                "resume needs session_id and resume_token",
+            )
         session = self._sessions.get(request.session_id) or self._ended.get(request.session_id)
         if session is None:
-            raise StreamRefused(Status.NOT_FOUND, "session_resume_expired",
-                                "unknown or expired session")
-        generation, effects = session.resume(request.resume_token, request.last_received_seq,
-                                             now)
+            raise StreamRefused(
+                Status.NOT_FOUND, "session_resume_expired", "unknown or expired session"
+            )
+        generation, effects = session.resume(request.resume_token, request.last_received_seq, now)
         return session, generation, effects
 
     def lookup(self, session_id: str, token: str) -> Session:
@@ -79,8 +96,9 @@ class Registry:
         session = self._sessions.get(session_id)
         if session is None or not session.check_token(token):
             # One answer for both, so a probe cannot learn which session ids exist.
-            raise StreamRefused(Status.NOT_FOUND, "session_not_found",
-                                "unknown session or wrong token")
+            raise StreamRefused(
+                Status.NOT_FOUND, "session_not_found", "unknown session or wrong token"
+            )
         return session
 
     def discard(self, session: Session) -> None:

@@ -124,8 +124,13 @@ class Session:
 
     def view(self) -> pb.Session:
         """Describes the session as the client sees it."""
-        return pb.Session(id=self.id, config=self.config, state=self.state.value,
-                          turn_state=self.turn_state, epoch=self.epoch)
+        return pb.Session(
+            id=self.id,
+            config=self.config,
+            state=self.state.value,
+            turn_state=self.turn_state,
+            epoch=self.epoch,
+        )
 
     def check_token(self, token: str) -> bool:
         """Says, without side effects, whether ``token`` is the session's current token."""
@@ -145,9 +150,14 @@ class Session:
 
     def created(self, now: float) -> Effects:
         """Announces the new session and its first resume token to attachment 1."""
-        event = pb.ConverseResponse(session_created=pb.SessionCreated(
-            session=self.view(), capabilities=self._capabilities,
-            resume_token=self._credential.issue(), attachment_generation=self.generation))
+        event = pb.ConverseResponse(
+            session_created=pb.SessionCreated(
+                session=self.view(),
+                capabilities=self._capabilities,
+                resume_token=self._credential.issue(),
+                attachment_generation=self.generation,
+            )
+        )
         return self._send_unjournaled(event, self.generation)
 
     def detach(self, generation: int, now: float) -> bool:
@@ -169,26 +179,35 @@ class Session:
         """
         if not self._credential.check(token, attached=self.state is State.ATTACHED):
             if self.state.terminal:  # no hint whether the token was right
-                raise StreamRefused(Status.NOT_FOUND, "session_resume_expired",
-                                    f"session {self.id} has ended")
-            raise StreamRefused(Status.PERMISSION_DENIED, "invalid_resume_token",
-                                "the resume token is not valid for this session")
+                raise StreamRefused(
+                    Status.NOT_FOUND, "session_resume_expired", f"session {self.id} has ended"
+                )
+            raise StreamRefused(
+                Status.PERMISSION_DENIED,
+                "invalid_resume_token",
+                "the resume token is not valid for this session",
+            )
         if self.state.terminal:
             return self.generation, self._replay_ending(last_seq, now)
         try:
             replay = self.journal.replay_after(last_seq, now)
         except JournalGap as gap:
-            event = pb.ConverseResponse(resync_required=pb.ResyncRequired(
-                session_id=self.id, reason=gap.reason))
+            event = pb.ConverseResponse(
+                resync_required=pb.ResyncRequired(session_id=self.id, reason=gap.reason)
+            )
             event.applied_client_seq = self.applied_client_seq
             raise ResumeGap(event.SerializeToString(), str(gap)) from None
         except CursorAhead as ahead:
-            raise StreamRefused(Status.FAILED_PRECONDITION, "session_resume_conflict",
-                                str(ahead)) from None
+            raise StreamRefused(
+                Status.FAILED_PRECONDITION, "session_resume_conflict", str(ahead)
+            ) from None
         effects = Effects()
         if self.state is State.ATTACHED:
-            replaced = pb.ConverseResponse(session_replaced=pb.SessionReplaced(
-                session_id=self.id, attachment_generation=self.generation))
+            replaced = pb.ConverseResponse(
+                session_replaced=pb.SessionReplaced(
+                    session_id=self.id, attachment_generation=self.generation
+                )
+            )
             effects.merge(self._send_unjournaled(replaced, self.generation))
             effects.end_streams.append((self.generation, "session_replaced"))
         self.state = next_state(self.state, Trigger.RESUME)
@@ -196,9 +215,14 @@ class Session:
         self._activating = self.generation
         self.detached_at = None
         self.last_activity = now
-        resumed = pb.ConverseResponse(session_resumed=pb.SessionResumed(
-            session=self.view(), resume_token=self._credential.issue(),
-            attachment_generation=self.generation, replayed_events=len(replay)))
+        resumed = pb.ConverseResponse(
+            session_resumed=pb.SessionResumed(
+                session=self.view(),
+                resume_token=self._credential.issue(),
+                attachment_generation=self.generation,
+                replayed_events=len(replay),
+            )
+        )
         effects.merge(self._send_unjournaled(resumed, self.generation))
         effects.sends.extend((self.generation, payload) for payload in replay)
         return self.generation, effects
@@ -211,12 +235,17 @@ class Session:
         except (JournalGap, CursorAhead):
             replay = []
         if not replay:
-            raise StreamRefused(Status.NOT_FOUND, "session_resume_expired",
-                                f"session {self.id} has ended")
+            raise StreamRefused(
+                Status.NOT_FOUND, "session_resume_expired", f"session {self.id} has ended"
+            )
         self.generation += 1
-        resumed = pb.ConverseResponse(session_resumed=pb.SessionResumed(
-            session=self.view(), attachment_generation=self.generation,
-            replayed_events=len(replay)))
+        resumed = pb.ConverseResponse(
+            session_resumed=pb.SessionResumed(
+                session=self.view(),
+                attachment_generation=self.generation,
+                replayed_events=len(replay),
+            )
+        )
         effects = self._send_unjournaled(resumed, self.generation)
         effects.sends.extend((self.generation, payload) for payload in replay)
         effects.end_streams.append((self.generation, "session_ended"))
@@ -245,20 +274,25 @@ class Session:
         deadline = self.next_deadline()
         if deadline is None or now < deadline:
             return Effects()
-        reason = (pb.EXPIRY_REASON_DISCONNECT_GRACE if self.state is State.DETACHED
-                  else pb.EXPIRY_REASON_IDLE_TIMEOUT)
+        reason = (
+            pb.EXPIRY_REASON_DISCONNECT_GRACE
+            if self.state is State.DETACHED
+            else pb.EXPIRY_REASON_IDLE_TIMEOUT
+        )
         return self.expire(reason, now)
 
     def expire(self, reason: pb.ExpiryReason.ValueType, now: float) -> Effects:
         """Ends the session as lapsed (grace, idle, or an engine that lost it)."""
-        event = pb.ConverseResponse(session_expired=pb.SessionExpired(
-            session_id=self.id, reason=reason))
+        event = pb.ConverseResponse(
+            session_expired=pb.SessionExpired(session_id=self.id, reason=reason)
+        )
         return self._terminate(Trigger.EXPIRE, event, "session_expired", now)
 
     def close(self, reason: str, now: float) -> Effects:
         """Ends the session as closed, by the client or the server."""
-        event = pb.ConverseResponse(session_closed=pb.SessionClosed(
-            session_id=self.id, reason=reason))
+        event = pb.ConverseResponse(
+            session_closed=pb.SessionClosed(session_id=self.id, reason=reason)
+        )
         return self._terminate(Trigger.CLOSE, event, reason, now)
 
     def going_away(self, time_left_s: float, reason: str) -> Effects:
@@ -286,23 +320,32 @@ class Session:
             if kind is None:
                 raise CommandError("bad_event", "the request carries no command")
             if kind in HANDSHAKE_COMMANDS:
-                raise CommandError("unsupported_session_resume" if kind == "resume_session"
-                                   else "session_already_open",
-                                   f"{kind} must be the first message of a new stream")
+                raise CommandError(
+                    "unsupported_session_resume"
+                    if kind == "resume_session"
+                    else "session_already_open",
+                    f"{kind} must be the first message of a new stream",
+                )
             if seq == 0 and kind not in UNNUMBERED_COMMANDS:
                 raise CommandError("bad_event", f"{kind} needs a client_seq", param="client_seq")
             if seq:
                 if seq <= self.applied_client_seq:
                     return Effects()  # applied before: a resend after a resume
                 if seq != self.applied_client_seq + 1:
-                    raise CommandError("client_seq_gap", f"expected client_seq "
-                                       f"{self.applied_client_seq + 1}, got {seq}",
-                                       param="client_seq")
+                    raise CommandError(
+                        "client_seq_gap",
+                        f"expected client_seq {self.applied_client_seq + 1}, got {seq}",
+                        param="client_seq",
+                    )
                 self.applied_client_seq = seq
             return self._apply(kind, request, now)
         except CommandError as error:
-            return self._emit(pb.ConverseResponse(error=error.to_error(
-                client_seq=seq, event_id=request.event_id)), now)
+            return self._emit(
+                pb.ConverseResponse(
+                    error=error.to_error(client_seq=seq, event_id=request.event_id)
+                ),
+                now,
+            )
 
     def refuse(self, generation: int, error: CommandError, now: float) -> Effects:
         """Answers input the transport could not even parse with an error event."""
@@ -312,12 +355,14 @@ class Session:
 
     def _apply(self, kind: str, request: pb.ConverseRequest, now: float) -> Effects:
         if request.ByteSize() > self._limits.max_message_bytes:
-            raise CommandError("event_too_large",
-                               f"a command may have at most {self._limits.max_message_bytes} "
-                               "bytes")
+            raise CommandError(
+                "event_too_large",
+                f"a command may have at most {self._limits.max_message_bytes} bytes",
+            )
         if kind == "heartbeat":
-            return self._emit(pb.ConverseResponse(
-                heartbeat_ack=pb.HeartbeatAck(session_id=self.id)), now)
+            return self._emit(
+                pb.ConverseResponse(heartbeat_ack=pb.HeartbeatAck(session_id=self.id)), now
+            )
         if kind == "ack_events":
             try:
                 self.journal.ack(request.ack_events.seq)
@@ -337,12 +382,17 @@ class Session:
         return Effects(engine=[request])
 
     def _update(self, request: pb.ConverseRequest, now: float) -> Effects:
-        self.config = merge_config(self.config, request.update_session.config, self._limits,
-                                   self._engine)
-        forwarded = pb.ConverseRequest(client_seq=request.client_seq, event_id=request.event_id,
-                                       update_session=pb.UpdateSession(config=self.config))
-        effects = self._emit(pb.ConverseResponse(
-            session_updated=pb.SessionUpdated(session=self.view())), now)
+        self.config = merge_config(
+            self.config, request.update_session.config, self._limits, self._engine
+        )
+        forwarded = pb.ConverseRequest(
+            client_seq=request.client_seq,
+            event_id=request.event_id,
+            update_session=pb.UpdateSession(config=self.config),
+        )
+        effects = self._emit(
+            pb.ConverseResponse(session_updated=pb.SessionUpdated(session=self.view())), now
+        )
         effects.engine.append(forwarded)
         return effects
 
@@ -351,13 +401,19 @@ class Session:
         size = len(append.audio) + sum(len(frame.data) for frame in append.video_frames)
         if self._client_commits():
             if self.pending_input_bytes + size > self._limits.max_pending_input_bytes:
-                raise CommandError("input_backpressure", "too much uncommitted input; commit "
-                                   "or clear first", retryable=True)
+                raise CommandError(
+                    "input_backpressure",
+                    "too much uncommitted input; commit or clear first",
+                    retryable=True,
+                )
             self.pending_input_bytes += size
 
     def _check_commit(self, kind: str) -> None:
-        if kind == "commit_input_audio" and self._client_commits() and not (
-                self.pending_input_bytes):
+        if (
+            kind == "commit_input_audio"
+            and self._client_commits()
+            and not (self.pending_input_bytes)
+        ):
             raise CommandError("input_audio_buffer_empty", "there is no input audio to commit")
 
     def _client_commits(self) -> bool:
@@ -431,9 +487,12 @@ class Session:
                 return effects
             # This event overflowed the journal: say so once, then go on unnumbered.
             event.seq = 0
-            resync = pb.ConverseResponse(resync_required=pb.ResyncRequired(
-                session_id=self.id, reason=pb.RESYNC_REASON_JOURNAL_OVERFLOW),
-                applied_client_seq=self.applied_client_seq)
+            resync = pb.ConverseResponse(
+                resync_required=pb.ResyncRequired(
+                    session_id=self.id, reason=pb.RESYNC_REASON_JOURNAL_OVERFLOW
+                ),
+                applied_client_seq=self.applied_client_seq,
+            )
             if target is not None:
                 effects.sends.append((target, resync.SerializeToString()))
         if target is not None:
@@ -444,8 +503,9 @@ class Session:
         event.applied_client_seq = self.applied_client_seq
         return Effects(sends=[(generation, event.SerializeToString())])
 
-    def _terminate(self, trigger: Trigger, event: pb.ConverseResponse, reason: str,
-                   now: float) -> Effects:
+    def _terminate(
+        self, trigger: Trigger, event: pb.ConverseResponse, reason: str, now: float
+    ) -> Effects:
         if self.state.terminal:
             return Effects()
         attached = self.generation if self.state is State.ATTACHED else None

@@ -22,22 +22,28 @@ def check_append(
     encoding = append.encoding or config.input_audio_format.encoding
     rate = append.sample_rate_hz or config.input_audio_format.sample_rate_hz
     if encoding not in engine.input_encodings:
-        raise CommandError("unsupported_audio_format", "input encoding not accepted",
-                           param="encoding")
+        raise CommandError(
+            "unsupported_audio_format", "input encoding not accepted", param="encoding"
+        )
     if rate not in engine.input_sample_rates_hz:
-        raise CommandError("unsupported_audio_format", f"input rate {rate} Hz not accepted",
-                           param="sample_rate_hz")
+        raise CommandError(
+            "unsupported_audio_format", f"input rate {rate} Hz not accepted", param="sample_rate_hz"
+        )
     if len(append.audio) % SAMPLE_WIDTH[encoding]:
-        raise CommandError("bad_audio", "audio length is not a whole number of samples",
-                           param="audio")
+        raise CommandError(
+            "bad_audio", "audio length is not a whole number of samples", param="audio"
+        )
     if len(append.video_frames) > limits.max_video_frames:
-        raise CommandError("invalid_video_frames",
-                           f"at most {limits.max_video_frames} frames per append",
-                           param="video_frames")
+        raise CommandError(
+            "invalid_video_frames",
+            f"at most {limits.max_video_frames} frames per append",
+            param="video_frames",
+        )
     for frame in append.video_frames:
         if frame.mime_type not in _IMAGE_TYPES or not frame.data:
-            raise CommandError("invalid_video_frames", "frames must be non-empty JPEG or PNG",
-                               param="video_frames")
+            raise CommandError(
+                "invalid_video_frames", "frames must be non-empty JPEG or PNG", param="video_frames"
+            )
 
 
 def check_item_id(item_id: str) -> None:
@@ -46,8 +52,9 @@ def check_item_id(item_id: str) -> None:
         raise CommandError("missing_item_id", "item_id is required", param="item_id")
 
 
-def check_command(request: pb.ConverseRequest, kind: str, limits: Limits,
-                  engine: EngineFeatures) -> None:
+def check_command(
+    request: pb.ConverseRequest, kind: str, limits: Limits, engine: EngineFeatures
+) -> None:
     """Runs the checks that need nothing but the command (and server-wide facts)."""
     if kind == "append_input_text" and len(request.append_input_text.text) > limits.max_text_chars:
         raise CommandError("bad_event", "text too long", param="text")
@@ -60,13 +67,16 @@ def check_command(request: pb.ConverseRequest, kind: str, limits: Limits,
     elif kind == "truncate_conversation_item":
         check_item_id(request.truncate_conversation_item.item_id)
         if request.truncate_conversation_item.audio_end_ms < 0:
-            raise CommandError("bad_event", "audio_end_ms must not be negative",
-                               param="audio_end_ms")
+            raise CommandError(
+                "bad_event", "audio_end_ms must not be negative", param="audio_end_ms"
+            )
     elif kind == "ack_playback":
         ack = request.ack_playback
         if ack.played_ms < 0 or (ack.HasField("committed_ms") and ack.committed_ms < 0):
-            raise CommandError("bad_event", "played_ms and committed_ms must not be negative",
-                               param="played_ms")
+            raise CommandError(
+                "bad_event", "played_ms and committed_ms must not be negative", param="played_ms"
+            )
     elif kind == "create_conversation_item" and not request.create_conversation_item.HasField(
-            "item"):
+        "item"
+    ):
         raise CommandError("bad_event", "item is required", param="item")

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_health.v1 import _async as health_aio  # the aio servicer; health.aio re-exports it
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from omni_grpc.core import Registry, State
@@ -134,22 +134,35 @@ async def start_server(settings: ServerSettings) -> RunningServer:
     registry = Registry(settings.limits, engine.features)
     servicer = DuplexServicer(registry, engine)
     interceptors = [ApiKeyInterceptor(settings.api_keys)] if settings.api_keys else []
-    server = grpc.aio.server(interceptors=interceptors, options=grpc_options(settings),
-                             maximum_concurrent_rpcs=settings.max_concurrent_streams)
+    server = grpc.aio.server(
+        interceptors=interceptors,
+        options=grpc_options(settings),
+        maximum_concurrent_rpcs=settings.max_concurrent_streams,
+    )
     server.add_generic_rpc_handlers((servicer.handler(),))
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
     address = f"{settings.host}:{settings.grpc_port}"
     credentials = _credentials(settings)
-    port = (server.add_secure_port(address, credentials) if credentials
-            else server.add_insecure_port(address))
+    port = (
+        server.add_secure_port(address, credentials)
+        if credentials
+        else server.add_insecure_port(address)
+    )
     await server.start()
     for name in ("", SERVICE):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    running = RunningServer(settings=settings, server=server, servicer=servicer, engine=engine,
-                            health=health_servicer, grpc_port=port)
+    running = RunningServer(
+        settings=settings,
+        server=server,
+        servicer=servicer,
+        engine=engine,
+        health=health_servicer,
+        grpc_port=port,
+    )
     running._tasks.append(asyncio.create_task(_expiry_timer(servicer)))
     if settings.http_port is not None:
         await _start_bridge(running)
@@ -165,9 +178,13 @@ async def _start_bridge(running: RunningServer) -> None:
         return
     settings = running.settings
     running._bridge, running.http_port = await start_bridge(
-        grpc_target=f"127.0.0.1:{running.grpc_port}", host=settings.host,
-        port=settings.http_port or 0, api_keys=settings.api_keys,
-        tls_cert_file=settings.tls_cert_file, tls_key_file=settings.tls_key_file)
+        grpc_target=f"127.0.0.1:{running.grpc_port}",
+        host=settings.host,
+        port=settings.http_port or 0,
+        api_keys=settings.api_keys,
+        tls_cert_file=settings.tls_cert_file,
+        tls_key_file=settings.tls_key_file,
+    )
     logger.info("websocket bridge on %s:%s", settings.host, running.http_port)
 
 
@@ -178,9 +195,15 @@ async def serve(settings: ServerSettings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    print(f"omni-grpc serving gRPC on {running.target}"
-          + (f", websocket bridge on http://{settings.host}:{running.http_port}/"
-             if running.http_port else ""), flush=True)
+    print(
+        f"omni-grpc serving gRPC on {running.target}"
+        + (
+            f", websocket bridge on http://{settings.host}:{running.http_port}/"
+            if running.http_port
+            else ""
+        ),
+        flush=True,
+    )
     await stop.wait()
     logger.info("shutting down: draining for up to %.1f s", settings.shutdown_grace_s)
     await running.stop(settings.shutdown_grace_s)

@@ -27,7 +27,7 @@ def bearer_key(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:
     """Extracts the bearer key from call metadata; empty when there is none."""
     for name, value in metadata or ():
         if name == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-            return value[len("Bearer "):]
+            return value[len("Bearer ") :]
     return ""
 
 

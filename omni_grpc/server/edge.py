@@ -49,9 +49,16 @@ class AudioEdge:
         tail = self._input.flush()
         if not tail:
             return None
-        return pb.ConverseRequest(client_seq=request.client_seq, append_input_audio=(
-            pb.AppendInputAudio(audio=tail, encoding=CANONICAL_INPUT.encoding,
-                                sample_rate_hz=CANONICAL_INPUT.sample_rate_hz)))
+        return pb.ConverseRequest(
+            client_seq=request.client_seq,
+            append_input_audio=(
+                pb.AppendInputAudio(
+                    audio=tail,
+                    encoding=CANONICAL_INPUT.encoding,
+                    sample_rate_hz=CANONICAL_INPUT.sample_rate_hz,
+                )
+            ),
+        )
 
     def drop_input(self) -> None:
         """The input buffer was cleared: forget held-back audio."""
@@ -68,6 +75,7 @@ class AudioEdge:
             return
         # Output chunks are converted one by one: each may be the last before a cancel, so no
         # audio may wait in a resampler for the next one.
-        delta.audio = audio.from_canonical_output(delta.audio, target.encoding,
-                                                  target.sample_rate_hz)
+        delta.audio = audio.from_canonical_output(
+            delta.audio, target.encoding, target.sample_rate_hz
+        )
         delta.encoding, delta.sample_rate_hz = target.encoding, target.sample_rate_hz

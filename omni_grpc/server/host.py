@@ -1,11 +1,11 @@
 """The asyncio side of one session: the core session, its engine session, and its streams.
 
 A :class:`SessionHost` is the only thing that calls into a core :class:`Session`, always from
-the event loop thread, so the core needs no locks. It carries out the core's effects: payloads go
-to the bounded outbox of the stream they are for, engine commands go to the engine in order
-from the stream's reader, and an engine pump feeds engine output back into the core. Input audio is turned
-into the engine's canonical form on the way in, and output audio into the session's format on
-the way out, so neither the core nor the engines ever see another format.
+the event loop thread, so the core needs no locks. It carries out the core's effects: payloads
+go to the bounded outbox of the stream they are for, engine commands go to the engine in order
+from the stream's reader, and an engine pump feeds engine output back into the core. Input audio
+is turned into the engine's canonical form on the way in, and output audio into the session's
+format on the way out, so neither the core nor the engines ever see another format.
 """
 
 from __future__ import annotations
@@ -59,9 +59,13 @@ class Outbox:
 class SessionHost:
     """Runs one session: core rules, engine, and the streams attached to it."""
 
-    def __init__(self, session: Session, engine: EngineSession,
-                 on_ended: Callable[[Session], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        session: Session,
+        engine: EngineSession,
+        on_ended: Callable[[Session], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.session = session
         self.engine = engine
         self._on_ended = on_ended
@@ -88,8 +92,7 @@ class SessionHost:
         if self._outboxes.get(outbox.generation) is outbox:
             del self._outboxes[outbox.generation]
         if self.session.detach(outbox.generation, self._clock()):
-            logger.info("session %s detached (generation %d)", self.session.id,
-                        outbox.generation)
+            logger.info("session %s detached (generation %d)", self.session.id, outbox.generation)
 
     def now(self) -> float:
         """The clock the host feeds the core."""
@@ -115,8 +118,9 @@ class SessionHost:
             outbox = self._outboxes.get(generation)
             if outbox is not None and not outbox.put(payload):
                 # A stream that does not read is cut; the journal keeps its events for a resume.
-                logger.warning("session %s: stream %d too slow, dropping it", self.session.id,
-                               generation)
+                logger.warning(
+                    "session %s: stream %d too slow, dropping it", self.session.id, generation
+                )
                 outbox.end("slow_consumer")
                 self.session.detach(generation, self._clock())
         for generation, reason in effects.end_streams:
@@ -148,9 +152,20 @@ class SessionHost:
                 request = self._edge.canonical_input(request)
             except ValueError as error:
                 # Undecodable audio is the client's error; the session goes on.
-                self.deliver(self.session.publish(pb.ConverseResponse(error=pb.Error(
-                    code="bad_audio", type=pb.ERROR_TYPE_INVALID_REQUEST, message=str(error),
-                    client_seq=request.client_seq, event_id=request.event_id)), self._clock()))
+                self.deliver(
+                    self.session.publish(
+                        pb.ConverseResponse(
+                            error=pb.Error(
+                                code="bad_audio",
+                                type=pb.ERROR_TYPE_INVALID_REQUEST,
+                                message=str(error),
+                                client_seq=request.client_seq,
+                                event_id=request.event_id,
+                            )
+                        ),
+                        self._clock(),
+                    )
+                )
                 return
         try:
             await self.engine.submit(request)

@@ -35,8 +35,9 @@ FIRST_MESSAGE_TIMEOUT_S = 10.0
 class DuplexServicer:
     """Serves DuplexService over one registry and one engine."""
 
-    def __init__(self, registry: Registry, engine: Engine,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, registry: Registry, engine: Engine, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.registry = registry
         self.engine = engine
         self.clock = clock
@@ -46,35 +47,49 @@ class DuplexServicer:
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The method handlers, with requests parsed by protobuf and responses sent as bytes."""
-        return grpc.method_handlers_generic_handler(SERVICE, {
-            "Converse": grpc.stream_stream_rpc_method_handler(
-                # Requests arrive as bytes and are parsed here, so a malformed one is answered
-                # with a typed error instead of failing the whole stream inside grpc.
-                self.converse, request_deserializer=None, response_serializer=None),
-            "GetCapabilities": grpc.unary_unary_rpc_method_handler(
-                self.get_capabilities, request_deserializer=pb.GetCapabilitiesRequest.FromString,
-                response_serializer=pb.GetCapabilitiesResponse.SerializeToString),
-            "GetSession": grpc.unary_unary_rpc_method_handler(
-                self.get_session, request_deserializer=pb.GetSessionRequest.FromString,
-                response_serializer=pb.GetSessionResponse.SerializeToString),
-        })
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "Converse": grpc.stream_stream_rpc_method_handler(
+                    # Requests arrive as bytes and are parsed here, so a malformed one is answered
+                    # with a typed error instead of failing the whole stream inside grpc.
+                    self.converse,
+                    request_deserializer=None,
+                    response_serializer=None,
+                ),
+                "GetCapabilities": grpc.unary_unary_rpc_method_handler(
+                    self.get_capabilities,
+                    request_deserializer=pb.GetCapabilitiesRequest.FromString,
+                    response_serializer=pb.GetCapabilitiesResponse.SerializeToString,
+                ),
+                "GetSession": grpc.unary_unary_rpc_method_handler(
+                    self.get_session,
+                    request_deserializer=pb.GetSessionRequest.FromString,
+                    response_serializer=pb.GetSessionResponse.SerializeToString,
+                ),
+            },
+        )
 
-    async def get_capabilities(self, request: pb.GetCapabilitiesRequest,
-                               context: grpc.aio.ServicerContext) -> pb.GetCapabilitiesResponse:
+    async def get_capabilities(
+        self, request: pb.GetCapabilitiesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetCapabilitiesResponse:
         return pb.GetCapabilitiesResponse(capabilities=self.registry.capabilities)
 
-    async def get_session(self, request: pb.GetSessionRequest,
-                          context: grpc.aio.ServicerContext) -> pb.GetSessionResponse:
+    async def get_session(
+        self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSessionResponse:
         try:
             session = self.registry.lookup(request.session_id, request.resume_token)
         except StreamRefused as refusal:
             await _abort(context, refusal)
             raise  # unreachable: abort raises
-        return pb.GetSessionResponse(session=session.view(), last_seq=session.journal.head,
-                                     applied_client_seq=session.applied_client_seq)
+        return pb.GetSessionResponse(
+            session=session.view(),
+            last_seq=session.journal.head,
+            applied_client_seq=session.applied_client_seq,
+        )
 
-    async def converse(self, request_iterator: object,
-                       context: grpc.aio.ServicerContext) -> None:
+    async def converse(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:
         try:
             host, outbox = await self._handshake(context)
         except StreamRefused as refusal:
@@ -98,18 +113,25 @@ class DuplexServicer:
         try:
             first = await asyncio.wait_for(context.read(), FIRST_MESSAGE_TIMEOUT_S)
         except TimeoutError:
-            raise StreamRefused(Status.INVALID_ARGUMENT, "config_timeout",
-                                "no first message in time") from None
+            raise StreamRefused(
+                Status.INVALID_ARGUMENT, "config_timeout", "no first message in time"
+            ) from None
         if first is EOF:
             raise StreamRefused(Status.INVALID_ARGUMENT, "bad_event", "the stream ended early")
         first = _parse(first)
         if first is None:
-            raise StreamRefused(Status.INVALID_ARGUMENT, "invalid_message",
-                                "the first message is not a ConverseRequest")
+            raise StreamRefused(
+                Status.INVALID_ARGUMENT,
+                "invalid_message",
+                "the first message is not a ConverseRequest",
+            )
         kind = first.WhichOneof("command")
         if first.client_seq != 0 or kind not in ("open_session", "resume_session"):
-            raise StreamRefused(Status.INVALID_ARGUMENT, "bad_first_message", "the first "
-                                "message must be open_session or resume_session, unnumbered")
+            raise StreamRefused(
+                Status.INVALID_ARGUMENT,
+                "bad_first_message",
+                "the first message must be open_session or resume_session, unnumbered",
+            )
         now = self.clock()
         if kind == "open_session":
             session, effects = self.registry.open(first.open_session, now)
@@ -118,8 +140,13 @@ class DuplexServicer:
             except Exception:
                 logger.exception("session %s: the engine could not open it", session.id)
                 self.registry.discard(session)
-                raise StreamRefused(Status.UNAVAILABLE, "engine_error", "the engine could not "
-                                    "open a session", retryable=True, retry_after_s=1.0) from None
+                raise StreamRefused(
+                    Status.UNAVAILABLE,
+                    "engine_error",
+                    "the engine could not open a session",
+                    retryable=True,
+                    retry_after_s=1.0,
+                ) from None
             host = SessionHost(session, engine_session, self._ended, self.clock)
             self.hosts[session.id] = host
             outbox = host.attach(1)
@@ -134,8 +161,9 @@ class DuplexServicer:
         host.deliver(effects)
         return host, outbox
 
-    async def _pump_stream(self, host: SessionHost, outbox: Outbox,
-                           context: grpc.aio.ServicerContext) -> None:
+    async def _pump_stream(
+        self, host: SessionHost, outbox: Outbox, context: grpc.aio.ServicerContext
+    ) -> None:
         reader = asyncio.create_task(self._read(host, outbox, context))
         writer = asyncio.create_task(self._write(outbox, context))
         try:
@@ -149,16 +177,22 @@ class DuplexServicer:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
 
-    async def _read(self, host: SessionHost, outbox: Outbox,
-                    context: grpc.aio.ServicerContext) -> None:
+    async def _read(
+        self, host: SessionHost, outbox: Outbox, context: grpc.aio.ServicerContext
+    ) -> None:
         while True:
             raw = await context.read()
             if raw is EOF:
                 return
             request = _parse(raw)
             if request is None:
-                host.deliver(host.session.refuse(outbox.generation, CommandError(
-                    "invalid_message", "the message is not a ConverseRequest"), host.now()))
+                host.deliver(
+                    host.session.refuse(
+                        outbox.generation,
+                        CommandError("invalid_message", "the message is not a ConverseRequest"),
+                        host.now(),
+                    )
+                )
             else:
                 await host.receive(outbox.generation, request)
             if outbox.end_reason is not None:

@@ -21,10 +21,8 @@ _CODES: dict[Status, tuple[grpc.StatusCode, int]] = {
     Status.INVALID_ARGUMENT: (grpc.StatusCode.INVALID_ARGUMENT, code_pb2.INVALID_ARGUMENT),
     Status.NOT_FOUND: (grpc.StatusCode.NOT_FOUND, code_pb2.NOT_FOUND),
     Status.PERMISSION_DENIED: (grpc.StatusCode.PERMISSION_DENIED, code_pb2.PERMISSION_DENIED),
-    Status.FAILED_PRECONDITION: (grpc.StatusCode.FAILED_PRECONDITION,
-                                 code_pb2.FAILED_PRECONDITION),
-    Status.RESOURCE_EXHAUSTED: (grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                code_pb2.RESOURCE_EXHAUSTED),
+    Status.FAILED_PRECONDITION: (grpc.StatusCode.FAILED_PRECONDITION, code_pb2.FAILED_PRECONDITION),
+    Status.RESOURCE_EXHAUSTED: (grpc.StatusCode.RESOURCE_EXHAUSTED, code_pb2.RESOURCE_EXHAUSTED),
     Status.UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, code_pb2.UNAVAILABLE),
 }
 
@@ -38,19 +36,27 @@ def _pack(message: object) -> any_pb2.Any:
 def rich_status(refusal: StreamRefused) -> grpc.Status:
     """Renders a refusal as a gRPC status with ErrorInfo and, if retryable, RetryInfo."""
     _, numeric = _CODES[refusal.status]
-    details = [_pack(error_details_pb2.ErrorInfo(reason=refusal.code.upper(), domain=DOMAIN,
-                                                 metadata={"code": refusal.code}))]
+    details = [
+        _pack(
+            error_details_pb2.ErrorInfo(
+                reason=refusal.code.upper(), domain=DOMAIN, metadata={"code": refusal.code}
+            )
+        )
+    ]
     if refusal.retryable:
         delay = duration_pb2.Duration()
         delay.FromMilliseconds(int(refusal.retry_after_s * 1000))
         details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
     message = f"{refusal.code}: {refusal.message}"
-    return rpc_status.to_status(status_pb2.Status(code=numeric, message=message,
-                                                  details=details))
+    return rpc_status.to_status(status_pb2.Status(code=numeric, message=message, details=details))
 
 
 def unauthenticated() -> grpc.Status:
     """The status of a call without a valid API key; says nothing about the keys."""
-    return rpc_status.to_status(status_pb2.Status(
-        code=code_pb2.UNAUTHENTICATED, message="unauthenticated: a valid API key is required",
-        details=[_pack(error_details_pb2.ErrorInfo(reason="UNAUTHENTICATED", domain=DOMAIN))]))
+    return rpc_status.to_status(
+        status_pb2.Status(
+            code=code_pb2.UNAUTHENTICATED,
+            message="unauthenticated: a valid API key is required",
+            details=[_pack(error_details_pb2.ErrorInfo(reason="UNAUTHENTICATED", domain=DOMAIN))],
+        )
+    )

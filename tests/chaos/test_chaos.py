@@ -24,9 +24,8 @@ import random
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
-import pytest
-
 import grpc
+import pytest
 
 from omni_grpc.client import (
     ClientOptions,
@@ -49,8 +48,9 @@ TAKEOVERS = 4
 TURNS = 3
 CHUNKS_PER_TURN = 8
 CHUNK_MS = 20
-PATIENT = ReconnectPolicy(initial_backoff_s=0.01, max_backoff_s=0.2, max_attempts=200,
-                          max_elapsed_s=40.0)
+PATIENT = ReconnectPolicy(
+    initial_backoff_s=0.01, max_backoff_s=0.2, max_attempts=200, max_elapsed_s=40.0
+)
 OPTIONS = ClientOptions(reconnect=PATIENT, open_retry=PATIENT, ack_every_events=16)
 
 
@@ -75,8 +75,9 @@ class Truth:
             return session, effects
 
         async def submitting(session: LoopbackSession, request: pb.ConverseRequest) -> None:
-            self.engine_input[session.id].append((request.client_seq,
-                                                  str(request.WhichOneof("command"))))
+            self.engine_input[session.id].append(
+                (request.client_seq, str(request.WhichOneof("command")))
+            )
             await submit(session, request)
 
         monkeypatch.setattr(Journal, "record", recording)
@@ -88,8 +89,9 @@ class Truth:
 
 
 @pytest.fixture
-async def chaos(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Truth, RunningServer,
-                                                                       ChaosProxy]]:
+async def chaos(
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[tuple[Truth, RunningServer, ChaosProxy]]:
     truth = Truth(monkeypatch)
     running = await start_server(settings(limits=Limits(disconnect_grace_s=30.0)))
     async with ChaosProxy("127.0.0.1", running.grpc_port, seed=7) as proxy:
@@ -138,8 +140,8 @@ class Talker:
             handle = old.resume_handle()
             try:
                 self.client = await DuplexClient.resume(
-                    target, handle.session_id, handle.resume_token, handle.last_seq,
-                    options=OPTIONS)
+                    target, handle.session_id, handle.resume_token, handle.last_seq, options=OPTIONS
+                )
                 break
             except ResumeRefused as refused:
                 assert refused.status == grpc.StatusCode.PERMISSION_DENIED, refused
@@ -150,7 +152,9 @@ class Talker:
         # The old client learns it lost the session: told so (session_replaced), or, if a cut
         # swallowed that, refused when it tries to resume with its superseded token.
         with pytest.raises((SessionReplaced, ResumeRefused)) as lost:
-            async with asyncio.timeout(20, ) as limit:
+            async with asyncio.timeout(
+                20,
+            ) as limit:
                 self.old = old
                 del limit
                 async for event in old.events():
@@ -185,8 +189,12 @@ async def test_random_cuts_lose_nothing_and_double_nothing(chaos) -> None:  # ty
     proxy.cut_randomly(mean_bytes=60_000)  # also cut mid-message
     proxy.start_random_cuts(0.05, 0.25)
     try:
-        await asyncio.gather(*(t.talk(proxy.target, running.target if t.index < TAKEOVERS
-                                      else None) for t in talkers))
+        await asyncio.gather(
+            *(
+                t.talk(proxy.target, running.target if t.index < TAKEOVERS else None)
+                for t in talkers
+            )
+        )
     finally:
         await proxy.stop_random_cuts()
         proxy.cut_randomly(None)
@@ -202,14 +210,19 @@ async def test_random_cuts_lose_nothing_and_double_nothing(chaos) -> None:  # ty
             numbered = [e for e in received if e.seq]
             seqs = [e.seq for e in numbered]
             assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), (session_id, seqs)
-            assert [e.SerializeToString() for e in numbered] == journal[
-                seqs[0] - 1:seqs[-1]]
+            assert [e.SerializeToString() for e in numbered] == journal[seqs[0] - 1 : seqs[-1]]
             seqs_seen.update(seqs)
         # Together the clients saw every journaled event, the terminal one included.
         missing = sorted(set(range(1, len(journal) + 1)) - seqs_seen)
-        assert not missing, (talker.index, len(journal), [
-            (seq, pb.ConverseResponse.FromString(journal[seq - 1]).WhichOneof("event"))
-            for seq in missing], [[e.seq for e in r] for r in talker.received])
+        assert not missing, (
+            talker.index,
+            len(journal),
+            [
+                (seq, pb.ConverseResponse.FromString(journal[seq - 1]).WhichOneof("event"))
+                for seq in missing
+            ],
+            [[e.seq for e in r] for r in talker.received],
+        )
         assert talker.received[-1][-1].WhichOneof("event") == "session_closed"
         commands = [seq for seq, _ in truth.engine_input[session_id]]
         assert commands == list(range(1, len(commands) + 1)), (session_id, commands)

@@ -140,10 +140,15 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
 
     @precondition(not_activating)
     @rule(cursor_at=st.sampled_from(["last", "last", "earlier", "before_window"]),
-          back=st.integers(0, 4), racing=st.booleans())
-    def resume(self, cursor_at: str, back: int, racing: bool) -> None:
+          back=st.integers(0, 4), racing=st.booleans(), older_token=st.booleans())
+    def resume(self, cursor_at: str, back: int, racing: bool, older_token: bool) -> None:
         c = self.client
         assert c.token in self.valid_tokens()
+        valid_older = self.valid_tokens() - {c.token}
+        if older_token and valid_older:
+            # The one-shot recovery token, used by a client that never read the rotated one
+            # (here: the same client, from a copy of its state saved before that resume).
+            [c.token] = valid_older
         start, head = self.window_start(), len(self.expected)
         if cursor_at == "earlier" and c.last_seq >= start:  # it lost what it had after this
             cursor = max(c.last_seq - back, start)

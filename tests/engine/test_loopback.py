@@ -360,13 +360,14 @@ async def test_mirror_mode_answers_every_append_with_the_same_audio() -> None:
     tone = audio.encode(sine(440, 1.0, IN_RATE), pb.AUDIO_ENCODING_PCM16, IN_RATE)
     chunk = IN_RATE * 2 // 50  # 20 ms of pcm16
     for start in range(0, len(tone), chunk):
-        await probe.send(append_input_audio=pb.AppendInputAudio(audio=tone[start:start + chunk]))
+        await probe.send(append_input_audio=pb.AppendInputAudio(audio=tone[start : start + chunk]))
     created = await probe.next()
     assert created.HasField("response_created")
     deltas = [await probe.next() for _ in range(len(tone) // chunk)]
     assert all(d.HasField("output_audio_delta") for d in deltas)
     assert {d.output_audio_delta.response_id for d in deltas} == {
-        created.response_created.response.id}
+        created.response_created.response.id
+    }
     starts = [d.output_audio_delta.start_ms for d in deltas]
     assert starts == sorted(starts) and starts[0] == 0
     out = b"".join(d.output_audio_delta.audio for d in deltas)

@@ -18,8 +18,13 @@ FAST = {"pace": "fast"}
 
 def settings(**overrides: object) -> ServerSettings:
     """Test settings: port 0, no bridge, fast loopback, short grace."""
-    base = ServerSettings(grpc_port=0, http_port=None, engine="loopback", engine_options=FAST,
-                          limits=Limits(disconnect_grace_s=2.0))
+    base = ServerSettings(
+        grpc_port=0,
+        http_port=None,
+        engine="loopback",
+        engine_options=FAST,
+        limits=Limits(disconnect_grace_s=2.0),
+    )
     return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
 
 

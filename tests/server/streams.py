@@ -28,9 +28,11 @@ async def read_until(call: grpc.aio.StreamStreamCall, kind: str) -> list[pb.Conv
             return events
 
 
-async def open_stream(stub: object, config: pb.SessionConfig | None = None,
-                      metadata: tuple[tuple[str, str], ...] | None = None,
-                      ) -> tuple[grpc.aio.StreamStreamCall, pb.SessionCreated]:
+async def open_stream(
+    stub: object,
+    config: pb.SessionConfig | None = None,
+    metadata: tuple[tuple[str, str], ...] | None = None,
+) -> tuple[grpc.aio.StreamStreamCall, pb.SessionCreated]:
     """Opens a session; returns the call and its session_created."""
     call = stub.Converse(metadata=metadata)  # type: ignore[attr-defined]
     await call.write(pb.ConverseRequest(open_session=pb.OpenSession(config=config)))
@@ -42,8 +44,7 @@ async def open_stream(stub: object, config: pb.SessionConfig | None = None,
 def pcm16(ms: int, rate_hz: int = 24000) -> bytes:
     """A quiet ramp of ``ms`` milliseconds of pcm16 (not silence, so it is recognisable)."""
     samples = rate_hz * ms // 1000
-    return b"".join(((i % 200) - 100).to_bytes(2, "little", signed=True)
-                    for i in range(samples))
+    return b"".join(((i % 200) - 100).to_bytes(2, "little", signed=True) for i in range(samples))
 
 
 def kinds(events: list[pb.ConverseResponse]) -> list[str]:

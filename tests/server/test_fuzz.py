@@ -30,9 +30,13 @@ from tests.server.conftest import settings as server_settings
 
 CODE = re.compile(r"^[a-z][a-z0-9_]*$")
 # What a stream may end with when its first message is garbage or its bytes do not parse.
-STREAM_STATUSES = {grpc.StatusCode.INVALID_ARGUMENT,
-                   grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED,
-                   grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED}
+STREAM_STATUSES = {
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
 QUIET_S = 0.08
 FD = _descriptor.FieldDescriptor
 
@@ -65,8 +69,7 @@ def messages(desc: _descriptor.Descriptor, depth: int = 0) -> st.SearchStrategy[
     @st.composite
     def build(draw: st.DrawFn) -> Message:
         message = cls()
-        chosen = draw(st.lists(st.sampled_from(fields), max_size=4, unique=True)) if fields \
-            else []
+        chosen = draw(st.lists(st.sampled_from(fields), max_size=4, unique=True)) if fields else []
         for field in chosen:
             if field.message_type is not None:
                 if field.message_type.full_name.startswith("google.protobuf."):
@@ -122,8 +125,9 @@ class Live:
 
     async def check_bystander(self) -> None:
         self.bystander_seq += 1
-        await self.bystander.write(pb.ConverseRequest(client_seq=self.bystander_seq,
-                                                      heartbeat=pb.Heartbeat()))
+        await self.bystander.write(
+            pb.ConverseRequest(client_seq=self.bystander_seq, heartbeat=pb.Heartbeat())
+        )
         answer = await asyncio.wait_for(self.bystander.read(), 5)
         assert answer.WhichOneof("event") == "heartbeat_ack"
         assert answer.applied_client_seq == self.bystander_seq
@@ -140,9 +144,9 @@ class Live:
 def live() -> Iterator[Live]:
     live = Live()
     yield live
+
     async def check() -> health_pb2.HealthCheckResponse:
-        return await health_pb2_grpc.HealthStub(live.channel).Check(
-            health_pb2.HealthCheckRequest())
+        return await health_pb2_grpc.HealthStub(live.channel).Check(health_pb2.HealthCheckRequest())
 
     health = live.run(check())
     assert health.status == health_pb2.HealthCheckResponse.SERVING
@@ -216,9 +220,11 @@ class _stream_may_end:
         return isinstance(error, grpc.aio.AioRpcError | asyncio.InvalidStateError)
 
 
-FUZZ = settings(max_examples=70, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=70,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @FUZZ
@@ -229,13 +235,15 @@ def test_random_commands_get_typed_answers(live: Live, requests: list[pb.Convers
 
 @FUZZ
 @given(request=REQUESTS)
-def test_random_first_messages_are_refused_or_served(live: Live,
-                                                     request: pb.ConverseRequest) -> None:
+def test_random_first_messages_are_refused_or_served(
+    live: Live, request: pb.ConverseRequest
+) -> None:
     live.run(_fuzz_first_message(live, request))
 
 
-VALID = pb.ConverseRequest(client_seq=1, append_input_audio=pb.AppendInputAudio(
-    audio=bytes(960), sample_rate_hz=24000)).SerializeToString()
+VALID = pb.ConverseRequest(
+    client_seq=1, append_input_audio=pb.AppendInputAudio(audio=bytes(960), sample_rate_hz=24000)
+).SerializeToString()
 OPEN = pb.ConverseRequest(open_session=pb.OpenSession()).SerializeToString()
 
 
@@ -248,10 +256,13 @@ def mutated(draw: st.DrawFn) -> bytes:
 
 
 @FUZZ
-@given(payloads=st.lists(st.one_of(st.binary(max_size=200), mutated()), min_size=1,
-                         max_size=4), open_first=st.booleans())
-def test_raw_and_mutated_bytes_never_hurt_the_server(live: Live, payloads: list[bytes],
-                                                     open_first: bool) -> None:
+@given(
+    payloads=st.lists(st.one_of(st.binary(max_size=200), mutated()), min_size=1, max_size=4),
+    open_first=st.booleans(),
+)
+def test_raw_and_mutated_bytes_never_hurt_the_server(
+    live: Live, payloads: list[bytes], open_first: bool
+) -> None:
     # Without a session, the first message decides the stream's fate: send just that one, so
     # the status read back is the server's and not a client-side failure of later writes.
     live.run(_fuzz_raw(live, [OPEN, *payloads] if open_first else payloads[:1]))

@@ -20,8 +20,9 @@ from tests.server.streams import kinds, open_stream, pcm16, read, read_until
 
 
 def append(seq: int, ms: int = 200) -> pb.ConverseRequest:
-    return pb.ConverseRequest(client_seq=seq, append_input_audio=pb.AppendInputAudio(
-        audio=pcm16(ms)))
+    return pb.ConverseRequest(
+        client_seq=seq, append_input_audio=pb.AppendInputAudio(audio=pcm16(ms))
+    )
 
 
 def commit(seq: int) -> pb.ConverseRequest:
@@ -52,8 +53,9 @@ async def test_a_turn_round_trips_with_contiguous_numbers(stub) -> None:
     assert events[-1].applied_client_seq == 2
     names = kinds(events)
     assert names.index("input_committed") < names.index("response_created")
-    audio = b"".join(e.output_audio_delta.audio for e in events
-                     if e.WhichOneof("event") == "output_audio_delta")
+    audio = b"".join(
+        e.output_audio_delta.audio for e in events if e.WhichOneof("event") == "output_audio_delta"
+    )
     # The loopback answers with the committed audio; 200 ms at 24 kHz pcm16 is 9600 bytes.
     assert abs(len(audio) - 9600) <= 96
     assert events[-1].response_done.response.status == pb.RESPONSE_STATUS_COMPLETED
@@ -68,9 +70,15 @@ async def test_resume_replays_exactly_the_missed_events(stub) -> None:
     call.cancel()
     cursor = events[2].seq
     again = stub.Converse()
-    await again.write(pb.ConverseRequest(resume_session=pb.ResumeSession(
-        session_id=created.session.id, resume_token=created.resume_token,
-        last_received_seq=cursor)))
+    await again.write(
+        pb.ConverseRequest(
+            resume_session=pb.ResumeSession(
+                session_id=created.session.id,
+                resume_token=created.resume_token,
+                last_received_seq=cursor,
+            )
+        )
+    )
     resumed = await read(again)
     assert resumed.WhichOneof("event") == "session_resumed"
     assert resumed.applied_client_seq == 2
@@ -78,11 +86,17 @@ async def test_resume_replays_exactly_the_missed_events(stub) -> None:
     assert resumed.session_resumed.replayed_events == len(events) - cursor
     replay = [await read(again) for _ in range(len(events) - cursor)]
     assert [e.SerializeToString() for e in replay] == [
-        e.SerializeToString() for e in events[cursor:]]
+        e.SerializeToString() for e in events[cursor:]
+    ]
     # The old token was rotated away.
     third = stub.Converse()
-    await third.write(pb.ConverseRequest(resume_session=pb.ResumeSession(
-        session_id=created.session.id, resume_token=created.resume_token)))
+    await third.write(
+        pb.ConverseRequest(
+            resume_session=pb.ResumeSession(
+                session_id=created.session.id, resume_token=created.resume_token
+            )
+        )
+    )
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await read(third)
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -92,8 +106,13 @@ async def test_resume_replays_exactly_the_missed_events(stub) -> None:
 async def test_takeover_tells_the_old_stream_and_ignores_it(stub) -> None:
     first, created = await open_stream(stub)
     second = stub.Converse()
-    await second.write(pb.ConverseRequest(resume_session=pb.ResumeSession(
-        session_id=created.session.id, resume_token=created.resume_token)))
+    await second.write(
+        pb.ConverseRequest(
+            resume_session=pb.ResumeSession(
+                session_id=created.session.id, resume_token=created.resume_token
+            )
+        )
+    )
     assert (await read(second)).WhichOneof("event") == "session_resumed"
     replaced = await read(first)
     assert replaced.session_replaced.attachment_generation == 1
@@ -115,8 +134,11 @@ async def test_a_detached_session_expires_after_its_grace() -> None:
             assert len(running.registry) == 1  # detached, waiting for a resume
             await asyncio.sleep(0.5)
             assert len(running.registry) == 0  # expired: the slot is free
-            resume = pb.ConverseRequest(resume_session=pb.ResumeSession(
-                session_id=created.session.id, resume_token=created.resume_token))
+            resume = pb.ConverseRequest(
+                resume_session=pb.ResumeSession(
+                    session_id=created.session.id, resume_token=created.resume_token
+                )
+            )
             # Within one more grace, a late client still learns how its session ended.
             late = stub.Converse()
             await late.write(resume)
@@ -182,8 +204,7 @@ async def test_bad_commands_get_typed_errors_and_the_stream_goes_on(stub) -> Non
     call, _ = await open_stream(stub)
     await call.write(pb.ConverseRequest(client_seq=5, heartbeat=pb.Heartbeat(), event_id="e5"))
     gap = await read(call)
-    assert (gap.error.code, gap.error.client_seq, gap.error.event_id) == ("client_seq_gap", 5,
-                                                                          "e5")
+    assert (gap.error.code, gap.error.client_seq, gap.error.event_id) == ("client_seq_gap", 5, "e5")
     torn = pb.ConverseRequest(client_seq=1, append_input_audio=pb.AppendInputAudio(audio=b"\0"))
     await call.write(torn)
     assert (await read(call)).error.code == "bad_audio"
@@ -203,8 +224,11 @@ async def test_an_oversize_command_is_refused_in_band() -> None:
     try:
         async with grpc.aio.insecure_channel(running.target) as channel:
             call, _ = await open_stream(duplex_pb2_grpc.DuplexServiceStub(channel))
-            await call.write(pb.ConverseRequest(client_seq=1, append_input_audio=(
-                pb.AppendInputAudio(audio=bytes(100 * 1024)))))
+            await call.write(
+                pb.ConverseRequest(
+                    client_seq=1, append_input_audio=(pb.AppendInputAudio(audio=bytes(100 * 1024)))
+                )
+            )
             assert (await read(call)).error.code == "event_too_large"
             await call.write(pb.ConverseRequest(client_seq=2, heartbeat=pb.Heartbeat()))
             assert (await read(call)).WhichOneof("event") == "heartbeat_ack"
@@ -238,15 +262,19 @@ async def test_api_keys_guard_every_call() -> None:
 async def test_health_and_reflection_answer(server) -> None:
     async with grpc.aio.insecure_channel(server.target) as channel:
         checked = await health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service="omni.duplex.v1.DuplexService"))
+            health_pb2.HealthCheckRequest(service="omni.duplex.v1.DuplexService")
+        )
         assert checked.status == health_pb2.HealthCheckResponse.SERVING
         reflect = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo()
         await reflect.write(reflection_pb2.ServerReflectionRequest(list_services=""))
         listed = await reflect.read()
         names = {s.name for s in listed.list_services_response.service}
         assert "omni.duplex.v1.DuplexService" in names
-        await reflect.write(reflection_pb2.ServerReflectionRequest(
-            file_containing_symbol="omni.duplex.v1.DuplexService"))
+        await reflect.write(
+            reflection_pb2.ServerReflectionRequest(
+                file_containing_symbol="omni.duplex.v1.DuplexService"
+            )
+        )
         described = await reflect.read()
         assert described.file_descriptor_response.file_descriptor_proto
         await reflect.done_writing()
@@ -258,13 +286,15 @@ async def test_unary_lookups(stub) -> None:
     call, created = await open_stream(stub)
     await call.write(pb.ConverseRequest(client_seq=1, heartbeat=pb.Heartbeat()))
     await read(call)
-    found = await stub.GetSession(pb.GetSessionRequest(
-        session_id=created.session.id, resume_token=created.resume_token))
+    found = await stub.GetSession(
+        pb.GetSessionRequest(session_id=created.session.id, resume_token=created.resume_token)
+    )
     assert (found.last_seq, found.applied_client_seq) == (1, 1)
     assert found.session.state == pb.SESSION_STATE_ATTACHED
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await stub.GetSession(pb.GetSessionRequest(session_id=created.session.id,
-                                                   resume_token="x" * 43))
+        await stub.GetSession(
+            pb.GetSessionRequest(session_id=created.session.id, resume_token="x" * 43)
+        )
     assert refused.value.code() == grpc.StatusCode.NOT_FOUND
     call.cancel()
 
@@ -289,10 +319,25 @@ async def test_drain_warns_attached_streams_and_refuses_new_ones() -> None:
 async def test_tls_serves_trusting_clients_only(tmp_path) -> None:
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     made = await asyncio.create_subprocess_exec(
-        "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-        "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
-        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(cert),
+        "-days",
+        "1",
+        "-subj",
+        "/CN=localhost",
+        "-addext",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     assert await made.wait() == 0
     running = await start_server(settings(tls_cert_file=str(cert), tls_key_file=str(key)))
     try:
@@ -304,7 +349,8 @@ async def test_tls_serves_trusting_clients_only(tmp_path) -> None:
         async with grpc.aio.insecure_channel(running.target) as plain:
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await duplex_pb2_grpc.DuplexServiceStub(plain).GetCapabilities(
-                    pb.GetCapabilitiesRequest(), timeout=5)
+                    pb.GetCapabilitiesRequest(), timeout=5
+                )
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         await running.stop()

@@ -159,15 +159,29 @@ class LoopbackSession(EngineSession):
             response_id = _new_id("resp")
             # One resampler for the whole stream keeps chunk seams clean.
             self._mirror = response_id, audio.StreamResampler(IN_RATE_HZ, OUT_RATE_HZ)
-            await self._outbox.put(pb.ConverseResponse(response_created=pb.ResponseCreated(
-                response=pb.Response(id=response_id, status=pb.RESPONSE_STATUS_IN_PROGRESS))))
+            await self._outbox.put(
+                pb.ConverseResponse(
+                    response_created=pb.ResponseCreated(
+                        response=pb.Response(id=response_id, status=pb.RESPONSE_STATUS_IN_PROGRESS)
+                    )
+                )
+            )
         response_id, resampler = self._mirror
         samples = resampler.process(audio.decode(pcm16_16k, pb.AUDIO_ENCODING_PCM16, IN_RATE_HZ))
         out = audio.encode(samples, pb.AUDIO_ENCODING_PCM16, OUT_RATE_HZ)
         duration_ms = len(out) / 2 * 1000 / OUT_RATE_HZ
-        await self._outbox.put(pb.ConverseResponse(output_audio_delta=pb.OutputAudioDelta(
-            audio=out, response_id=response_id, encoding=pb.AUDIO_ENCODING_PCM16,
-            sample_rate_hz=OUT_RATE_HZ, start_ms=self._mirror_ms, duration_ms=duration_ms)))
+        await self._outbox.put(
+            pb.ConverseResponse(
+                output_audio_delta=pb.OutputAudioDelta(
+                    audio=out,
+                    response_id=response_id,
+                    encoding=pb.AUDIO_ENCODING_PCM16,
+                    sample_rate_hz=OUT_RATE_HZ,
+                    start_ms=self._mirror_ms,
+                    duration_ms=duration_ms,
+                )
+            )
+        )
         self._mirror_ms += duration_ms
 
     async def _on_commit_input_audio(self, request: pb.ConverseRequest) -> None:

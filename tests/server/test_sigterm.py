@@ -12,7 +12,6 @@ import grpc
 import pytest
 
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
-from omni_grpc.pb import pb
 from tests.server.streams import open_stream, read
 
 CLI = str(Path(sys.executable).parent / "omni-grpc")

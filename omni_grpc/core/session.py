@@ -188,7 +188,8 @@ class Session:
                 "the resume token is not valid for this session",
             )
         if self.state.terminal:
-            return self.generation, self._replay_ending(last_seq, now)
+            ending = self._replay_ending(last_seq, now)
+            return self.generation, ending
         try:
             replay = self.journal.replay_after(last_seq, now)
         except JournalGap as gap:

@@ -251,3 +251,16 @@ def test_a_replaced_stream_speaking_does_not_confirm_the_new_one() -> None:
     s.receive(1, heartbeat(), now=2.0)  # the old stream, ignored
     s.detach(generation, now=3.0)  # the new one dies before its client spoke
     assert resume(s, opened.token, 0, now=4.0)[0] == 3
+
+
+def test_a_refused_resume_does_not_replace_the_token_to_recover() -> None:
+    # A resume the journal refuses (cursor ahead, or a gap) never activated anything, so it
+    # must not change which token the pending activation rolls back to.
+    opened = open_session()
+    s = opened.session
+    s.detach(1, now=1.0)
+    generation, effects = s.resume(opened.token, 0, now=2.0)  # presents T1, not confirmed
+    with pytest.raises(StreamRefused, match="session_resume_conflict"):
+        s.resume(token_of(effects), 99, now=3.0)  # T2, with an impossible cursor
+    s.detach(generation, now=4.0)  # the activation of T1's resume rolls back
+    assert resume(s, opened.token, 0, now=5.0)[0] == 3  # so T1 works once more

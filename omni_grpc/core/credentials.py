@@ -50,7 +50,7 @@ class ResumeCredential:
         return hmac.compare_digest(_digest(token), self._current)
 
     def check(self, token: str, *, attached: bool) -> bool:
-        """Says whether ``token`` may resume now; remembers it for a possible rollback.
+        """Says whether ``token`` may resume now; changes nothing (see :meth:`accept`).
 
         Two tokens can be good: the current one, and the recovery one while nothing is
         attached. A token is never good twice at once, so of two resumes racing with the same
@@ -60,10 +60,11 @@ class ResumeCredential:
         # Compare against both digests every time so timing does not tell which matched.
         current_ok = hmac.compare_digest(presented, self._current)
         recovery_ok = hmac.compare_digest(presented, self._recovery or _NONE)
-        if current_ok or (recovery_ok and self._recovery is not None and not attached):
-            self._presented = presented
-            return True
-        return False
+        return current_ok or (recovery_ok and self._recovery is not None and not attached)
+
+    def accept(self, token: str) -> None:
+        """The resume with ``token`` goes ahead: it is what a rollback would restore."""
+        self._presented = _digest(token)
 
     def confirm(self) -> None:
         """The rotated token reached the client: the recovery digest is spent."""

@@ -202,6 +202,7 @@ class Session:
             raise StreamRefused(
                 Status.FAILED_PRECONDITION, "session_resume_conflict", str(ahead)
             ) from None
+        self._credential.accept(token)
         effects = Effects()
         if self.state is State.ATTACHED:
             replaced = pb.ConverseResponse(

@@ -14,9 +14,7 @@ from omni_grpc.core import Effects, EngineFeatures, Limits, Registry, Session
 from omni_grpc.pb import pb
 
 ENGINE = EngineFeatures(name="test-engine", default_model="test-model")
-VAD_ENGINE = EngineFeatures(
-    name="vad-engine", default_model="test-model", supports_server_vad=True
-)
+VAD_ENGINE = EngineFeatures(name="vad-engine", default_model="test-model", supports_server_vad=True)
 LIMITS = Limits()
 TERMINAL_KINDS = frozenset({"session_closed", "session_expired"})
 
@@ -64,26 +62,32 @@ def close(client_seq: int, reason: str = "") -> pb.ConverseRequest:
 
 
 def created(response_id: str) -> pb.ConverseResponse:
-    return pb.ConverseResponse(response_created=pb.ResponseCreated(
-        response=pb.Response(id=response_id, status=pb.RESPONSE_STATUS_IN_PROGRESS)))
+    return pb.ConverseResponse(
+        response_created=pb.ResponseCreated(
+            response=pb.Response(id=response_id, status=pb.RESPONSE_STATUS_IN_PROGRESS)
+        )
+    )
 
 
 def delta(response_id: str, value: str = "x") -> pb.ConverseResponse:
-    return pb.ConverseResponse(output_text_delta=pb.OutputTextDelta(
-        delta=value, response_id=response_id))
+    return pb.ConverseResponse(
+        output_text_delta=pb.OutputTextDelta(delta=value, response_id=response_id)
+    )
 
 
 def done(
     response_id: str, status: pb.ResponseStatus.ValueType = pb.RESPONSE_STATUS_COMPLETED
 ) -> pb.ConverseResponse:
-    return pb.ConverseResponse(response_done=pb.ResponseDone(
-        response=pb.Response(id=response_id, status=status)))
+    return pb.ConverseResponse(
+        response_done=pb.ResponseDone(response=pb.Response(id=response_id, status=status))
+    )
 
 
 def transcript(marker: str) -> pb.ConverseResponse:
     """An event that belongs to no response, labelled so a test can recognise it."""
-    return pb.ConverseResponse(input_transcription=pb.InputTranscription(
-        item_id=marker, transcript=marker))
+    return pb.ConverseResponse(
+        input_transcription=pb.InputTranscription(item_id=marker, transcript=marker)
+    )
 
 
 # -- sessions ---------------------------------------------------------------------------
@@ -121,9 +125,7 @@ def token_of(effects: Effects) -> str:
     raise AssertionError("no session_created or session_resumed event in the effects")
 
 
-def resume(
-    session: Session, token: str, last_seq: int, now: float
-) -> tuple[int, Effects, str]:
+def resume(session: Session, token: str, last_seq: int, now: float) -> tuple[int, Effects, str]:
     """Resumes and confirms the activation; returns the generation, effects and new token."""
     generation, effects = session.resume(token, last_seq, now)
     session.activation_delivered(generation)

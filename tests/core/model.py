@@ -232,8 +232,9 @@ class SessionModel:
         request = {
             "text": lambda: cmd(seq, eid, append_input_text=pb.AppendInputText(text=eid)),
             "heartbeat": lambda: cmd(seq, eid, heartbeat=pb.Heartbeat()),
-            "invalid": lambda: cmd(seq, eid, retrieve_conversation_item=(
-                pb.RetrieveConversationItem())),
+            "invalid": lambda: cmd(
+                seq, eid, retrieve_conversation_item=(pb.RetrieveConversationItem())
+            ),
             "close": lambda: cmd(seq, eid, close_session=pb.CloseSession()),
         }[kind]()
         c.sent[seq] = request

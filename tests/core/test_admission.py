@@ -21,9 +21,17 @@ def test_open_beyond_max_sessions_is_refused_retryably() -> None:
         registry.open(pb.OpenSession(), now=0.0)
     error = refused.value
     assert (error.status, error.code, error.retryable, error.retry_after_s) == (
-        Status.RESOURCE_EXHAUSTED, "resource_exhausted", True, 1.5)
-    expected = pb.Error(code="resource_exhausted", type=pb.ERROR_TYPE_RATE_LIMIT,
-                        message="session capacity exhausted: limit=2", retryable=True)
+        Status.RESOURCE_EXHAUSTED,
+        "resource_exhausted",
+        True,
+        1.5,
+    )
+    expected = pb.Error(
+        code="resource_exhausted",
+        type=pb.ERROR_TYPE_RATE_LIMIT,
+        message="session capacity exhausted: limit=2",
+        retryable=True,
+    )
     expected.retry_after.FromMilliseconds(1500)
     assert error.to_error() == expected
     assert len(registry) == 2
@@ -53,9 +61,12 @@ def test_a_draining_server_refuses_opens() -> None:
     registry.accepting = False
     with pytest.raises(StreamRefused) as refused:
         registry.open(pb.OpenSession(), now=0.0)
-    assert (refused.value.status, refused.value.code, refused.value.retryable,
-            refused.value.retry_after_s) == (Status.UNAVAILABLE, "server_shutting_down", True,
-                                             2.0)
+    assert (
+        refused.value.status,
+        refused.value.code,
+        refused.value.retryable,
+        refused.value.retry_after_s,
+    ) == (Status.UNAVAILABLE, "server_shutting_down", True, 2.0)
 
 
 def test_a_bad_config_refuses_the_stream_with_its_code() -> None:
@@ -63,7 +74,10 @@ def test_a_bad_config_refuses_the_stream_with_its_code() -> None:
     with pytest.raises(StreamRefused) as refused:
         registry.open(pb.OpenSession(config=pb.SessionConfig(temperature=3.0)), now=0.0)
     assert (refused.value.status, refused.value.code, refused.value.message) == (
-        Status.INVALID_ARGUMENT, "invalid_session_config", "temperature must be in [0, 2]")
+        Status.INVALID_ARGUMENT,
+        "invalid_session_config",
+        "temperature must be in [0, 2]",
+    )
     assert len(registry) == 0
 
 
@@ -79,8 +93,10 @@ def test_registry_iterates_a_snapshot_and_reports_the_earliest_deadline() -> Non
     assert registry.next_deadline() is None
     a, _ = registry.open(pb.OpenSession(), now=10.0)
     b, _ = registry.open(pb.OpenSession(), now=0.0)
-    b.publish(pb.ConverseResponse(response_created=pb.ResponseCreated(
-        response=pb.Response(id="r"))), now=0.0)  # no deadline while responding
+    b.publish(
+        pb.ConverseResponse(response_created=pb.ResponseCreated(response=pb.Response(id="r"))),
+        now=0.0,
+    )  # no deadline while responding
     assert registry.next_deadline() == 10.0 + Limits().idle_timeout_s
     for session in registry:
         registry.discard(session)  # safe while iterating
@@ -91,9 +107,13 @@ def test_registry_iterates_a_snapshot_and_reports_the_earliest_deadline() -> Non
 
 
 def backpressure(client_seq: int) -> pb.Error:
-    return pb.Error(code="input_backpressure", type=pb.ERROR_TYPE_RATE_LIMIT,
-                    message="too much uncommitted input; commit or clear first",
-                    client_seq=client_seq, retryable=True)
+    return pb.Error(
+        code="input_backpressure",
+        type=pb.ERROR_TYPE_RATE_LIMIT,
+        message="too much uncommitted input; commit or clear first",
+        client_seq=client_seq,
+        retryable=True,
+    )
 
 
 def test_pending_input_beyond_the_cap_is_refused_retryably() -> None:
@@ -102,8 +122,9 @@ def test_pending_input_beyond_the_cap_is_refused_retryably() -> None:
     assert s.receive(1, append(2, b"\0" * 4), now=0.0).engine == [append(2, b"\0" * 4)]
     refused = s.receive(1, append(3, b"\0" * 2), now=0.0)
     assert refused.engine == []
-    assert decode(refused) == [pb.ConverseResponse(seq=1, applied_client_seq=3,
-                                                   error=backpressure(3))]
+    assert decode(refused) == [
+        pb.ConverseResponse(seq=1, applied_client_seq=3, error=backpressure(3))
+    ]
     assert s.pending_input_bytes == 8
 
 
@@ -111,15 +132,20 @@ def test_pending_input_beyond_the_cap_is_refused_retryably() -> None:
 def test_commit_clear_and_cancel_free_the_budget(drain: str) -> None:
     s = open_session(limits=Limits(max_pending_input_bytes=4)).session
     s.receive(1, append(1, b"\0" * 4), now=0.0)
-    body = {"commit_input_audio": pb.CommitInputAudio(), "clear_input_audio":
-            pb.ClearInputAudio(), "cancel_input": pb.CancelInput()}[drain]
+    body = {
+        "commit_input_audio": pb.CommitInputAudio(),
+        "clear_input_audio": pb.ClearInputAudio(),
+        "cancel_input": pb.CancelInput(),
+    }[drain]
     assert s.receive(1, cmd(2, **{drain: body}), now=0.0).engine == [cmd(2, **{drain: body})]
     assert s.pending_input_bytes == 0
     assert s.receive(1, append(3, b"\0" * 4), now=0.0).engine == [append(3, b"\0" * 4)]
 
 
-@pytest.mark.parametrize(("kind", "frees"), [
-    ("input_committed", True), ("input_cleared", True), ("speech_stopped", False)])
+@pytest.mark.parametrize(
+    ("kind", "frees"),
+    [("input_committed", True), ("input_cleared", True), ("speech_stopped", False)],
+)
 def test_engine_events_that_free_the_budget(kind: str, frees: bool) -> None:
     s = open_session().session
     s.receive(1, append(1, b"\0" * 6), now=0.0)
@@ -143,8 +169,11 @@ def test_commit_of_an_empty_buffer_is_refused() -> None:
     s = open_session().session
     refused = decode(s.receive(1, cmd(1, commit_input_audio=pb.CommitInputAudio()), now=0.0))
     assert refused[0].error == pb.Error(
-        code="input_audio_buffer_empty", type=pb.ERROR_TYPE_INVALID_REQUEST,
-        message="there is no input audio to commit", client_seq=1)
+        code="input_audio_buffer_empty",
+        type=pb.ERROR_TYPE_INVALID_REQUEST,
+        message="there is no input audio to commit",
+        client_seq=1,
+    )
 
 
 def test_with_server_vad_the_engine_owns_the_buffer() -> None:
@@ -165,25 +194,38 @@ def test_an_oversize_command_is_refused_and_the_session_goes_on() -> None:
     assert big.ByteSize() > 64
     refused = s.receive(1, big, now=0.0)
     assert refused.engine == []
-    assert decode(refused) == [pb.ConverseResponse(seq=1, applied_client_seq=1, error=pb.Error(
-        code="event_too_large", type=pb.ERROR_TYPE_INVALID_REQUEST,
-        message="a command may have at most 64 bytes", client_seq=1, event_id="ev-big"))]
+    assert decode(refused) == [
+        pb.ConverseResponse(
+            seq=1,
+            applied_client_seq=1,
+            error=pb.Error(
+                code="event_too_large",
+                type=pb.ERROR_TYPE_INVALID_REQUEST,
+                message="a command may have at most 64 bytes",
+                client_seq=1,
+                event_id="ev-big",
+            ),
+        )
+    ]
     assert s.receive(1, text(2, "small"), now=0.0).engine == [text(2, "small")]
 
 
 # -- error classification ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("code", "expected"), [
-    ("resource_exhausted", pb.ERROR_TYPE_RATE_LIMIT),
-    ("input_backpressure", pb.ERROR_TYPE_RATE_LIMIT),
-    ("output_backpressure", pb.ERROR_TYPE_RATE_LIMIT),
-    ("internal_error", pb.ERROR_TYPE_SERVER),
-    ("engine_error", pb.ERROR_TYPE_SERVER),
-    ("engine_failed", pb.ERROR_TYPE_SERVER),
-    ("bad_event", pb.ERROR_TYPE_INVALID_REQUEST),
-    ("client_seq_gap", pb.ERROR_TYPE_INVALID_REQUEST),
-])
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("resource_exhausted", pb.ERROR_TYPE_RATE_LIMIT),
+        ("input_backpressure", pb.ERROR_TYPE_RATE_LIMIT),
+        ("output_backpressure", pb.ERROR_TYPE_RATE_LIMIT),
+        ("internal_error", pb.ERROR_TYPE_SERVER),
+        ("engine_error", pb.ERROR_TYPE_SERVER),
+        ("engine_failed", pb.ERROR_TYPE_SERVER),
+        ("bad_event", pb.ERROR_TYPE_INVALID_REQUEST),
+        ("client_seq_gap", pb.ERROR_TYPE_INVALID_REQUEST),
+    ],
+)
 def test_error_type(code: str, expected: int) -> None:
     assert error_type(code) == expected
 

@@ -11,9 +11,14 @@ from .helpers import ack, append, cmd, decode, heartbeat, open_session, text
 
 
 def gap_error(expected: int, got: int, event_id: str = "") -> pb.Error:
-    return pb.Error(code="client_seq_gap", type=pb.ERROR_TYPE_INVALID_REQUEST,
-                    message=f"expected client_seq {expected}, got {got}", param="client_seq",
-                    client_seq=got, event_id=event_id)
+    return pb.Error(
+        code="client_seq_gap",
+        type=pb.ERROR_TYPE_INVALID_REQUEST,
+        message=f"expected client_seq {expected}, got {got}",
+        param="client_seq",
+        client_seq=got,
+        event_id=event_id,
+    )
 
 
 def test_the_next_number_is_applied_and_forwarded() -> None:
@@ -37,11 +42,13 @@ def test_a_repeat_is_skipped_with_no_effect_at_all(repeat: int) -> None:
 @pytest.mark.parametrize("jump", [2, 3, 10**6])
 def test_a_jump_ahead_is_refused_and_echoes_the_offender(jump: int) -> None:
     s = open_session().session
-    effects = s.receive(1, cmd(jump, "ev-7", append_input_text=pb.AppendInputText(text="x")),
-                        now=0.0)
+    effects = s.receive(
+        1, cmd(jump, "ev-7", append_input_text=pb.AppendInputText(text="x")), now=0.0
+    )
     assert effects.engine == []
-    assert decode(effects) == [pb.ConverseResponse(seq=1, applied_client_seq=0,
-                                                   error=gap_error(1, jump, "ev-7"))]
+    assert decode(effects) == [
+        pb.ConverseResponse(seq=1, applied_client_seq=0, error=gap_error(1, jump, "ev-7"))
+    ]
     assert s.applied_client_seq == 0
     # The refused number was not consumed: the client can send the right one next.
     assert s.receive(1, text(1), now=0.0).engine == [text(1)]
@@ -59,25 +66,40 @@ def test_heartbeat_and_ack_may_come_unnumbered(request_: pb.ConverseRequest) -> 
 def test_an_unnumbered_heartbeat_is_answered_with_the_applied_seq() -> None:
     s = open_session().session
     s.receive(1, text(1), now=0.0)
-    assert decode(s.receive(1, heartbeat(), now=0.0)) == [pb.ConverseResponse(
-        seq=1, applied_client_seq=1, heartbeat_ack=pb.HeartbeatAck(session_id=s.id))]
+    assert decode(s.receive(1, heartbeat(), now=0.0)) == [
+        pb.ConverseResponse(
+            seq=1, applied_client_seq=1, heartbeat_ack=pb.HeartbeatAck(session_id=s.id)
+        )
+    ]
 
 
-@pytest.mark.parametrize(("request_", "kind"), [
-    (append(0), "append_input_audio"),
-    (text(0), "append_input_text"),
-    (cmd(0, close_session=pb.CloseSession()), "close_session"),
-    (cmd(0, update_session=pb.UpdateSession()), "update_session"),
-    (cmd(0, commit_input_audio=pb.CommitInputAudio()), "commit_input_audio"),
-])
+@pytest.mark.parametrize(
+    ("request_", "kind"),
+    [
+        (append(0), "append_input_audio"),
+        (text(0), "append_input_text"),
+        (cmd(0, close_session=pb.CloseSession()), "close_session"),
+        (cmd(0, update_session=pb.UpdateSession()), "update_session"),
+        (cmd(0, commit_input_audio=pb.CommitInputAudio()), "commit_input_audio"),
+    ],
+)
 def test_other_commands_need_a_number(request_: pb.ConverseRequest, kind: str) -> None:
     s = open_session().session
     request_.event_id = "ev-0"
     effects = s.receive(1, request_, now=0.0)
     assert effects.engine == [] and not effects.ended
-    assert decode(effects) == [pb.ConverseResponse(seq=1, error=pb.Error(
-        code="bad_event", type=pb.ERROR_TYPE_INVALID_REQUEST,
-        message=f"{kind} needs a client_seq", param="client_seq", event_id="ev-0"))]
+    assert decode(effects) == [
+        pb.ConverseResponse(
+            seq=1,
+            error=pb.Error(
+                code="bad_event",
+                type=pb.ERROR_TYPE_INVALID_REQUEST,
+                message=f"{kind} needs a client_seq",
+                param="client_seq",
+                event_id="ev-0",
+            ),
+        )
+    ]
     assert s.state.name == "ATTACHED"
 
 
@@ -105,8 +127,12 @@ def test_every_event_reports_the_last_applied_client_seq() -> None:
     s = open_session().session
     s.receive(1, text(1), now=0.0)
     s.receive(1, text(2), now=0.0)
-    assert decode(s.publish(pb.ConverseResponse(input_cleared=pb.InputCleared()), now=0.0))[
-        0].applied_client_seq == 2
+    assert (
+        decode(s.publish(pb.ConverseResponse(input_cleared=pb.InputCleared()), now=0.0))[
+            0
+        ].applied_client_seq
+        == 2
+    )
     assert decode(s.going_away(1.0, "drain"))[0].applied_client_seq == 2
 
 

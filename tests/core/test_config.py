@@ -31,21 +31,37 @@ def defaults(turn_type: int, overlap: int) -> pb.SessionConfig:
         output_modalities=[pb.MODALITY_AUDIO],
         input_audio_format=pb.AudioFormat(encoding=PCM16, sample_rate_hz=24000),
         output_audio_format=pb.AudioFormat(encoding=PCM16, sample_rate_hz=24000),
-        turn_detection=pb.TurnDetection(type=turn_type, threshold=0.5, prefix_padding_ms=300,
-                                        silence_duration_ms=500, create_response=True,
-                                        interrupt_response=True),
+        turn_detection=pb.TurnDetection(
+            type=turn_type,
+            threshold=0.5,
+            prefix_padding_ms=300,
+            silence_duration_ms=500,
+            create_response=True,
+            interrupt_response=True,
+        ),
         overlap_policy=overlap,
         playback_commit_policy=pb.PLAYBACK_COMMIT_POLICY_COMMIT_ALL_ON_DONE,
         idle_timeout=seconds(LIMITS.idle_timeout_s),
     )
 
 
-@pytest.mark.parametrize(("engine", "expected"), [
-    (ENGINE, defaults(NONE, pb.OVERLAP_POLICY_LISTEN_ONLY)),
-    (VAD_ENGINE, defaults(VAD, pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH)),
-    (EngineFeatures(name="vad-no-barge", default_model="test-model", supports_server_vad=True,
-                    supports_barge_in=False), defaults(VAD, pb.OVERLAP_POLICY_LISTEN_ONLY)),
-], ids=["plain", "vad", "vad-without-barge-in"])
+@pytest.mark.parametrize(
+    ("engine", "expected"),
+    [
+        (ENGINE, defaults(NONE, pb.OVERLAP_POLICY_LISTEN_ONLY)),
+        (VAD_ENGINE, defaults(VAD, pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH)),
+        (
+            EngineFeatures(
+                name="vad-no-barge",
+                default_model="test-model",
+                supports_server_vad=True,
+                supports_barge_in=False,
+            ),
+            defaults(VAD, pb.OVERLAP_POLICY_LISTEN_ONLY),
+        ),
+    ],
+    ids=["plain", "vad", "vad-without-barge-in"],
+)
 def test_an_empty_config_gets_complete_defaults(
     engine: EngineFeatures, expected: pb.SessionConfig
 ) -> None:
@@ -55,8 +71,9 @@ def test_an_empty_config_gets_complete_defaults(
 @pytest.mark.parametrize("encoding", [ULAW, ALAW])
 def test_g711_defaults_to_8_khz(encoding: int) -> None:
     fmt = pb.AudioFormat(encoding=encoding)
-    config = resolve_config(pb.SessionConfig(input_audio_format=fmt, output_audio_format=fmt),
-                            LIMITS, ENGINE)
+    config = resolve_config(
+        pb.SessionConfig(input_audio_format=fmt, output_audio_format=fmt), LIMITS, ENGINE
+    )
     assert config.input_audio_format == pb.AudioFormat(encoding=encoding, sample_rate_hz=8000)
     assert config.output_audio_format == pb.AudioFormat(encoding=encoding, sample_rate_hz=8000)
 
@@ -71,30 +88,74 @@ PCM16_ONLY = EngineFeatures(name="pcm16-only", input_encodings=(PCM16,))
 NO_BARGE_IN = EngineFeatures(name="no-barge-in", supports_barge_in=False)
 
 INVALID: list[tuple[pb.SessionConfig, EngineFeatures, str, str]] = [
-    (pb.SessionConfig(output_modalities=[pb.MODALITY_UNSPECIFIED]), ENGINE,
-     "invalid_session_config", "output_modalities"),
-    (pb.SessionConfig(instructions="x" * (LIMITS.max_text_chars + 1)), ENGINE,
-     "invalid_session_config", "instructions"),
-    (pb.SessionConfig(input_audio_format=pb.AudioFormat(encoding=ULAW)), PCM16_ONLY,
-     "unsupported_audio_format", "input_audio_format.encoding"),
-    (pb.SessionConfig(input_audio_format=pb.AudioFormat(sample_rate_hz=11025)), ENGINE,
-     "unsupported_audio_format", "input_audio_format.sample_rate_hz"),
-    (pb.SessionConfig(output_audio_format=pb.AudioFormat(encoding=99)), ENGINE,  # type: ignore[arg-type]
-     "unsupported_audio_format", "output_audio_format.encoding"),
-    (pb.SessionConfig(output_audio_format=pb.AudioFormat(sample_rate_hz=11025)), ENGINE,
-     "unsupported_audio_format", "output_audio_format.sample_rate_hz"),
-    (pb.SessionConfig(turn_detection=pb.TurnDetection(type=VAD)), ENGINE,
-     "unsupported_turn_detection", "turn_detection"),
-    *[(pb.SessionConfig(turn_detection=pb.TurnDetection(threshold=t)), ENGINE,
-       "unsupported_turn_detection", "turn_detection.threshold") for t in (0.15, -0.5, 1.01)],
-    (pb.SessionConfig(overlap_policy=pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH), NO_BARGE_IN,
-     "barge_in_unsupported", "overlap_policy"),
-    (pb.SessionConfig(idle_timeout=seconds(LIMITS.max_idle_timeout_s + 1)), ENGINE,
-     "invalid_session_config", "idle_timeout"),
-    (pb.SessionConfig(idle_timeout=seconds(-1)), ENGINE, "invalid_session_config",
-     "idle_timeout"),
-    *[(pb.SessionConfig(temperature=t), ENGINE, "invalid_session_config", "temperature")
-      for t in (-0.01, 2.01)],
+    (
+        pb.SessionConfig(output_modalities=[pb.MODALITY_UNSPECIFIED]),
+        ENGINE,
+        "invalid_session_config",
+        "output_modalities",
+    ),
+    (
+        pb.SessionConfig(instructions="x" * (LIMITS.max_text_chars + 1)),
+        ENGINE,
+        "invalid_session_config",
+        "instructions",
+    ),
+    (
+        pb.SessionConfig(input_audio_format=pb.AudioFormat(encoding=ULAW)),
+        PCM16_ONLY,
+        "unsupported_audio_format",
+        "input_audio_format.encoding",
+    ),
+    (
+        pb.SessionConfig(input_audio_format=pb.AudioFormat(sample_rate_hz=11025)),
+        ENGINE,
+        "unsupported_audio_format",
+        "input_audio_format.sample_rate_hz",
+    ),
+    (
+        pb.SessionConfig(output_audio_format=pb.AudioFormat(encoding=99)),
+        ENGINE,  # type: ignore[arg-type]
+        "unsupported_audio_format",
+        "output_audio_format.encoding",
+    ),
+    (
+        pb.SessionConfig(output_audio_format=pb.AudioFormat(sample_rate_hz=11025)),
+        ENGINE,
+        "unsupported_audio_format",
+        "output_audio_format.sample_rate_hz",
+    ),
+    (
+        pb.SessionConfig(turn_detection=pb.TurnDetection(type=VAD)),
+        ENGINE,
+        "unsupported_turn_detection",
+        "turn_detection",
+    ),
+    *[
+        (
+            pb.SessionConfig(turn_detection=pb.TurnDetection(threshold=t)),
+            ENGINE,
+            "unsupported_turn_detection",
+            "turn_detection.threshold",
+        )
+        for t in (0.15, -0.5, 1.01)
+    ],
+    (
+        pb.SessionConfig(overlap_policy=pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH),
+        NO_BARGE_IN,
+        "barge_in_unsupported",
+        "overlap_policy",
+    ),
+    (
+        pb.SessionConfig(idle_timeout=seconds(LIMITS.max_idle_timeout_s + 1)),
+        ENGINE,
+        "invalid_session_config",
+        "idle_timeout",
+    ),
+    (pb.SessionConfig(idle_timeout=seconds(-1)), ENGINE, "invalid_session_config", "idle_timeout"),
+    *[
+        (pb.SessionConfig(temperature=t), ENGINE, "invalid_session_config", "temperature")
+        for t in (-0.01, 2.01)
+    ],
 ]
 
 
@@ -107,21 +168,42 @@ def test_invalid_configs_are_refused_with_a_code_and_param(
     assert (refused.value.code, refused.value.param) == (code, param)
 
 
-@pytest.mark.parametrize(("config", "check"), [
-    (pb.SessionConfig(turn_detection=pb.TurnDetection(threshold=1.0)),
-     lambda c: c.turn_detection.threshold == 1.0),
-    (pb.SessionConfig(turn_detection=pb.TurnDetection(threshold=0.151)),
-     lambda c: c.turn_detection.threshold == 0.151),
-    (pb.SessionConfig(idle_timeout=seconds(LIMITS.max_idle_timeout_s)),
-     lambda c: c.idle_timeout.ToSeconds() == LIMITS.max_idle_timeout_s),
-    (pb.SessionConfig(temperature=0.0), lambda c: c.HasField("temperature")),
-    (pb.SessionConfig(temperature=2.0), lambda c: c.temperature == 2.0),
-    (pb.SessionConfig(output_modalities=[pb.MODALITY_TEXT, pb.MODALITY_AUDIO]),
-     lambda c: list(c.output_modalities) == [pb.MODALITY_TEXT, pb.MODALITY_AUDIO]),
-    (pb.SessionConfig(instructions="x" * LIMITS.max_text_chars),
-     lambda c: len(c.instructions) == LIMITS.max_text_chars),
-], ids=["threshold-1", "threshold-above-0.15", "max-idle", "temp-0", "temp-2", "modalities",
-        "max-instructions"])
+@pytest.mark.parametrize(
+    ("config", "check"),
+    [
+        (
+            pb.SessionConfig(turn_detection=pb.TurnDetection(threshold=1.0)),
+            lambda c: c.turn_detection.threshold == 1.0,
+        ),
+        (
+            pb.SessionConfig(turn_detection=pb.TurnDetection(threshold=0.151)),
+            lambda c: c.turn_detection.threshold == 0.151,
+        ),
+        (
+            pb.SessionConfig(idle_timeout=seconds(LIMITS.max_idle_timeout_s)),
+            lambda c: c.idle_timeout.ToSeconds() == LIMITS.max_idle_timeout_s,
+        ),
+        (pb.SessionConfig(temperature=0.0), lambda c: c.HasField("temperature")),
+        (pb.SessionConfig(temperature=2.0), lambda c: c.temperature == 2.0),
+        (
+            pb.SessionConfig(output_modalities=[pb.MODALITY_TEXT, pb.MODALITY_AUDIO]),
+            lambda c: list(c.output_modalities) == [pb.MODALITY_TEXT, pb.MODALITY_AUDIO],
+        ),
+        (
+            pb.SessionConfig(instructions="x" * LIMITS.max_text_chars),
+            lambda c: len(c.instructions) == LIMITS.max_text_chars,
+        ),
+    ],
+    ids=[
+        "threshold-1",
+        "threshold-above-0.15",
+        "max-idle",
+        "temp-0",
+        "temp-2",
+        "modalities",
+        "max-instructions",
+    ],
+)
 def test_boundary_values_are_accepted(
     config: pb.SessionConfig, check: Callable[[pb.SessionConfig], bool]
 ) -> None:
@@ -132,12 +214,19 @@ def test_boundary_values_are_accepted(
 
 
 def current() -> pb.SessionConfig:
-    return resolve_config(pb.SessionConfig(
-        instructions="be brief", voice="alloy", temperature=0.7,
-        turn_detection=pb.TurnDetection(type=NONE, threshold=0.7, silence_duration_ms=900,
-                                        create_response=False),
-        input_audio_format=pb.AudioFormat(encoding=F32, sample_rate_hz=48000),
-    ), LIMITS, VAD_ENGINE)
+    return resolve_config(
+        pb.SessionConfig(
+            instructions="be brief",
+            voice="alloy",
+            temperature=0.7,
+            turn_detection=pb.TurnDetection(
+                type=NONE, threshold=0.7, silence_duration_ms=900, create_response=False
+            ),
+            input_audio_format=pb.AudioFormat(encoding=F32, sample_rate_hz=48000),
+        ),
+        LIMITS,
+        VAD_ENGINE,
+    )
 
 
 def test_update_keeps_every_field_it_does_not_set() -> None:
@@ -151,8 +240,13 @@ def test_update_merges_nested_messages_field_by_field() -> None:
     patch = pb.SessionConfig(turn_detection=pb.TurnDetection(prefix_padding_ms=100))
     merged = merge_config(current(), patch, LIMITS, VAD_ENGINE)
     assert merged.turn_detection == pb.TurnDetection(
-        type=NONE, threshold=0.7, prefix_padding_ms=100, silence_duration_ms=900,
-        create_response=False, interrupt_response=True)
+        type=NONE,
+        threshold=0.7,
+        prefix_padding_ms=100,
+        silence_duration_ms=900,
+        create_response=False,
+        interrupt_response=True,
+    )
     assert (merged.instructions, merged.temperature) == ("be brief", 0.7)
 
 
@@ -169,12 +263,22 @@ def test_update_replaces_lists_durations_and_structs_whole() -> None:
     assert dict(merged.engine_options) == {"c": 3}
 
 
-@pytest.mark.parametrize(("patch", "field", "kept"), [
-    (pb.SessionConfig(turn_detection=pb.TurnDetection(threshold=0.8)),
-     "turn_detection.type", NONE),
-    (pb.SessionConfig(input_audio_format=pb.AudioFormat(sample_rate_hz=16000)),
-     "input_audio_format.encoding", F32),
-], ids=["turn-detection-type", "input-encoding"])
+@pytest.mark.parametrize(
+    ("patch", "field", "kept"),
+    [
+        (
+            pb.SessionConfig(turn_detection=pb.TurnDetection(threshold=0.8)),
+            "turn_detection.type",
+            NONE,
+        ),
+        (
+            pb.SessionConfig(input_audio_format=pb.AudioFormat(sample_rate_hz=16000)),
+            "input_audio_format.encoding",
+            F32,
+        ),
+    ],
+    ids=["turn-detection-type", "input-encoding"],
+)
 def test_update_keeps_an_unspecified_enum(patch: pb.SessionConfig, field: str, kept: int) -> None:
     # The contract (duplex.proto, SessionConfig and TurnDetectionType): "_UNSPECIFIED enums
     # leave the current value as it is" / "unchanged on update".
@@ -198,13 +302,18 @@ def test_the_merged_result_is_validated_again() -> None:
 
 def test_session_update_announces_and_forwards_the_complete_config() -> None:
     s = open_session().session
-    update = cmd(1, "ev-u", update_session=pb.UpdateSession(
-        config=pb.SessionConfig(instructions="speak slowly")))
+    update = cmd(
+        1,
+        "ev-u",
+        update_session=pb.UpdateSession(config=pb.SessionConfig(instructions="speak slowly")),
+    )
     effects = s.receive(1, update, now=0.0)
     assert s.config.instructions == "speak slowly"
-    assert decode(effects) == [pb.ConverseResponse(seq=1, applied_client_seq=1,
-                                                   session_updated=pb.SessionUpdated(
-                                                       session=s.view()))]
+    assert decode(effects) == [
+        pb.ConverseResponse(
+            seq=1, applied_client_seq=1, session_updated=pb.SessionUpdated(session=s.view())
+        )
+    ]
     assert effects.engine == [cmd(1, "ev-u", update_session=pb.UpdateSession(config=s.config))]
 
 
@@ -212,8 +321,9 @@ def test_a_refused_update_changes_nothing() -> None:
     s = open_session().session
     before = pb.SessionConfig()
     before.CopyFrom(s.config)
-    effects = s.receive(1, cmd(1, update_session=pb.UpdateSession(
-        config=pb.SessionConfig(model="other"))), now=0.0)
+    effects = s.receive(
+        1, cmd(1, update_session=pb.UpdateSession(config=pb.SessionConfig(model="other"))), now=0.0
+    )
     assert effects.engine == []
     assert [event.error.code for event in decode(effects)] == ["model_update_unsupported"]
     assert s.config == before

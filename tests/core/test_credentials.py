@@ -93,6 +93,7 @@ def test_recovery_digest_works_once_and_only_while_detached() -> None:
     credential = ResumeCredential()
     old = credential.issue()
     assert credential.check(old, attached=False)
+    credential.accept(old)  # the resume goes ahead with it
     rotated = credential.issue()
     credential.roll_back()  # the rotated token may not have arrived
     assert not credential.check(old, attached=True)  # never to take over a live stream
@@ -118,7 +119,9 @@ def test_resume_rotates_the_token_and_the_old_one_is_refused() -> None:
     with pytest.raises(StreamRefused) as refused:
         s.resume(opened.token, 0, now=4.0)
     assert (refused.value.status, refused.value.code) == (
-        Status.PERMISSION_DENIED, "invalid_resume_token")
+        Status.PERMISSION_DENIED,
+        "invalid_resume_token",
+    )
     assert s.state.name == "DETACHED"  # a refused resume changes nothing
 
 
@@ -212,8 +215,9 @@ def test_registry_lookup_needs_the_current_token_and_hides_which_part_was_wrong(
         with pytest.raises(StreamRefused) as refused:
             registry.lookup(session_id, token)
         answers.append((refused.value.status, refused.value.code, refused.value.message))
-    assert answers == [(Status.NOT_FOUND, "session_not_found",
-                        "unknown session or wrong token")] * 3
+    assert (
+        answers == [(Status.NOT_FOUND, "session_not_found", "unknown session or wrong token")] * 3
+    )
 
 
 def test_tokens_of_different_sessions_are_isolated() -> None:
@@ -222,8 +226,9 @@ def test_tokens_of_different_sessions_are_isolated() -> None:
     assert opened.session.check_token(token_of(effects)) is False
     assert other.check_token(opened.token) is False
     with pytest.raises(StreamRefused, match="invalid_resume_token"):
-        opened.registry.resume(pb.ResumeSession(
-            session_id=other.id, resume_token=opened.token), now=1.0)
+        opened.registry.resume(
+            pb.ResumeSession(session_id=other.id, resume_token=opened.token), now=1.0
+        )
 
 
 @pytest.mark.parametrize("speaks", [True, False], ids=["spoke", "silent"])

@@ -162,9 +162,14 @@ def test_ack_through_the_session_trims_and_an_ack_ahead_is_an_error_event() -> N
     assert len(s.journal) == 1
     assert s.receive(1, ack(1), now=0.0).sends == []  # idempotent
     refused = s.receive(1, ack(9, client_seq=1, event_id="ev-ack"), now=0.0)
-    error = pb.Error(code="invalid_event_ack", type=pb.ERROR_TYPE_INVALID_REQUEST,
-                     message="seq 9 is ahead of the newest event 2", param="seq",
-                     client_seq=1, event_id="ev-ack")
+    error = pb.Error(
+        code="invalid_event_ack",
+        type=pb.ERROR_TYPE_INVALID_REQUEST,
+        message="seq 9 is ahead of the newest event 2",
+        param="seq",
+        client_seq=1,
+        event_id="ev-ack",
+    )
     assert decode(refused) == [pb.ConverseResponse(seq=3, applied_client_seq=1, error=error)]
     assert len(s.journal) == 2  # the error itself is history, and nothing was trimmed
 
@@ -178,15 +183,17 @@ def test_session_overflow_says_so_once_then_goes_on_unnumbered() -> None:
         effects = s.publish(transcript(f"event-{seq:02d}"), now=0.0)
         sizes.append(len(effects.sends))
         seq += 1
-    resync = pb.ConverseResponse(resync_required=pb.ResyncRequired(
-        session_id=s.id, reason=pb.RESYNC_REASON_JOURNAL_OVERFLOW))
+    resync = pb.ConverseResponse(
+        resync_required=pb.ResyncRequired(session_id=s.id, reason=pb.RESYNC_REASON_JOURNAL_OVERFLOW)
+    )
     # The event that did not fit goes out after one resync_required, both unnumbered.
     assert decode(effects) == [resync, transcript(f"event-{seq - 1:02d}")]
     assert sizes == [1] * (seq - 1) + [2]
     later = s.publish(transcript("later"), now=0.0)
     assert decode(later) == [transcript("later")]  # no second resync, still seq 0
     assert decode(s.receive(1, heartbeat(), now=0.0)) == [
-        pb.ConverseResponse(heartbeat_ack=pb.HeartbeatAck(session_id=s.id))]
+        pb.ConverseResponse(heartbeat_ack=pb.HeartbeatAck(session_id=s.id))
+    ]
     s.detach(1, now=1.0)
     with pytest.raises(ResumeGap, match="the journal overflowed") as gap:
         s.resume(opened.token, s.journal.head, now=2.0)
@@ -204,5 +211,8 @@ def test_overflow_while_detached_is_reported_at_the_resume() -> None:
     with pytest.raises(ResumeGap) as gap:
         s.resume(opened.token, 1, now=1.0)
     assert pb.ConverseResponse.FromString(gap.value.payload) == pb.ConverseResponse(
-        applied_client_seq=1, resync_required=pb.ResyncRequired(
-            session_id=s.id, reason=pb.RESYNC_REASON_JOURNAL_OVERFLOW))
+        applied_client_seq=1,
+        resync_required=pb.ResyncRequired(
+            session_id=s.id, reason=pb.RESYNC_REASON_JOURNAL_OVERFLOW
+        ),
+    )

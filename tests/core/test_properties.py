@@ -76,13 +76,20 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
             event, expected = created(self.active), ("response_created", self.active)
         elif action in ("delta", "respond"):
             piece = self.fresh("d")
-            event, expected = delta(self.active, piece), ("output_text_delta",
-                                                          f"{self.active}:{piece}")
+            event, expected = (
+                delta(self.active, piece),
+                ("output_text_delta", f"{self.active}:{piece}"),
+            )
         else:
-            status = pb.RESPONSE_STATUS_CANCELLED if action == "cancel" else (
-                pb.RESPONSE_STATUS_COMPLETED)
-            event, expected = done(self.active, status), ("response_done",
-                                                          f"{self.active}:{status}")
+            status = (
+                pb.RESPONSE_STATUS_CANCELLED
+                if action == "cancel"
+                else (pb.RESPONSE_STATUS_COMPLETED)
+            )
+            event, expected = (
+                done(self.active, status),
+                ("response_done", f"{self.active}:{status}"),
+            )
             self.finished.append(self.active)
             self.epoch += action == "cancel"
             self.active, self.last_activity = "", self.now
@@ -93,9 +100,12 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
     # -- client commands ---------------------------------------------------------------------
 
     @precondition(ready)
-    @rule(action=st.sampled_from(["text", "text", "heartbeat", "invalid", "heartbeat0", "ack",
-                                  "ack0", "bad_ack", "jump"]),
-          arg=st.integers(0, 3))
+    @rule(
+        action=st.sampled_from(
+            ["text", "text", "heartbeat", "invalid", "heartbeat0", "ack", "ack0", "bad_ack", "jump"]
+        ),
+        arg=st.integers(0, 3),
+    )
     def client_sends(self, action: str, arg: int) -> None:
         c = self.client
         assert c.generation is not None
@@ -107,8 +117,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
             seq = c.next_client_seq + 1 + arg
             request = cmd(seq, f"j{seq}", append_input_text=pb.AppendInputText(text="j"))
         else:  # acks of what the client has (numbered or not), or of what was never sent
-            seq = len(self.expected) + 1 + arg if action == "bad_ack" else max(
-                c.last_seq - arg, 0)
+            seq = len(self.expected) + 1 + arg if action == "bad_ack" else max(c.last_seq - arg, 0)
             client_seq = 0 if action == "ack0" else c.next_client_seq
             request = cmd(client_seq, f"a{client_seq}", ack_events=pb.AckEvents(seq=seq))
             if client_seq:
@@ -139,8 +148,12 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
     # -- resume ------------------------------------------------------------------------------
 
     @precondition(not_activating)
-    @rule(cursor_at=st.sampled_from(["last", "last", "earlier", "before_window"]),
-          back=st.integers(0, 4), racing=st.booleans(), older_token=st.booleans())
+    @rule(
+        cursor_at=st.sampled_from(["last", "last", "earlier", "before_window"]),
+        back=st.integers(0, 4),
+        racing=st.booleans(),
+        older_token=st.booleans(),
+    )
     def resume(self, cursor_at: str, back: int, racing: bool, older_token: bool) -> None:
         c = self.client
         assert c.token in self.valid_tokens()
@@ -156,15 +169,19 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
             cursor = max(start - 1 - back, 0)
         else:
             cursor = c.last_seq  # may itself be outside the window, if events aged out
-        request = pb.ResumeSession(session_id=self.session.id, resume_token=c.token,
-                                   last_received_seq=cursor)
+        request = pb.ResumeSession(
+            session_id=self.session.id, resume_token=c.token, last_received_seq=cursor
+        )
         try:
             _, generation, effects = self.registry.resume(request, self.now)
         except ResumeGap as gap:
             assert cursor < start
             assert pb.ConverseResponse.FromString(gap.payload) == pb.ConverseResponse(
-                applied_client_seq=self.applied, resync_required=pb.ResyncRequired(
-                    session_id=self.session.id, reason=pb.RESYNC_REASON_JOURNAL_GAP))
+                applied_client_seq=self.applied,
+                resync_required=pb.ResyncRequired(
+                    session_id=self.session.id, reason=pb.RESYNC_REASON_JOURNAL_GAP
+                ),
+            )
             event(f"resume: journal gap ({cursor_at})")
             if c.last_seq < start:
                 # The client gives up on what it missed and goes on from the newest event.
@@ -199,8 +216,11 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         self.issued.append(self.current_token)
 
     @precondition(activating)
-    @rule(outcome=st.sampled_from(["read", "read", "confirmed", "failed", "detached"]),
-          received=st.integers(0, 4), lazy=st.booleans())
+    @rule(
+        outcome=st.sampled_from(["read", "read", "confirmed", "failed", "detached"]),
+        received=st.integers(0, 4),
+        lazy=st.booleans(),
+    )
     def settle(self, outcome: str, received: int, lazy: bool) -> None:
         """The resumed stream's first events reach the client, or the stream dies first."""
         pending, c = self.pending, self.client
@@ -243,8 +263,10 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         before = (self.session.state, self.session.generation)
         with pytest.raises(StreamRefused) as refused:
             self.session.resume(token, 0, self.now)
-        assert (refused.value.status, refused.value.code) == (Status.PERMISSION_DENIED,
-                                                              "invalid_resume_token")
+        assert (refused.value.status, refused.value.code) == (
+            Status.PERMISSION_DENIED,
+            "invalid_resume_token",
+        )
         assert (self.session.state, self.session.generation) == before
 
     # -- time and endings --------------------------------------------------------------------
@@ -268,11 +290,13 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
             self.now = self.last_tick = deadline
             [(session, effects)] = self.registry.tick(self.now)
             assert session is self.session and effects.ended
-            reason = "EXPIRY_REASON_IDLE_TIMEOUT" if attached else (
-                "EXPIRY_REASON_DISCONNECT_GRACE")
+            reason = (
+                "EXPIRY_REASON_IDLE_TIMEOUT" if attached else ("EXPIRY_REASON_DISCONNECT_GRACE")
+            )
             self.expect("session_expired", reason)
             assert effects.end_streams == (
-                [(self.generation, "session_expired")] if attached else [])
+                [(self.generation, "session_expired")] if attached else []
+            )
             self.end("EXPIRED", discard=False)  # the registry already freed the slot
             self.deliver(effects)
         elif how == "client_close" and self.ready:
@@ -282,7 +306,8 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
             effects = self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self.now)
             self.expect("session_expired", "EXPIRY_REASON_ENGINE_FAILURE")
             assert effects.end_streams == (
-                [(self.generation, "session_expired")] if attached else [])
+                [(self.generation, "session_expired")] if attached else []
+            )
             self.end("EXPIRED")
             self.deliver(effects)
         else:
@@ -307,9 +332,17 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
                 self.receive_event(event)
             self.client.generation = None
         self.consistent()
-        self.graveyard.append(Ended(self.session, self.client.token, self.client.last_seq,
-                                    self.expected, self.produced_at, self.acked_through,
-                                    self.now))
+        self.graveyard.append(
+            Ended(
+                self.session,
+                self.client.token,
+                self.client.last_seq,
+                self.expected,
+                self.produced_at,
+                self.acked_through,
+                self.now,
+            )
+        )
         self.open_new()
 
     @precondition(has_ended_sessions)
@@ -329,16 +362,19 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         kept = ended.ended_at > self.last_tick - LIMITS.disconnect_grace_s
         cursor = ended.last_seq
         start = window_start(ended.produced_at, ended.acked_through, self.now)
-        request = pb.ResumeSession(session_id=s.id, resume_token=ended.token,
-                                   last_received_seq=cursor)
+        request = pb.ResumeSession(
+            session_id=s.id, resume_token=ended.token, last_received_seq=cursor
+        )
         for token in ("not-the-token", ended.token):
             request.resume_token = token
             if token == ended.token and kept and start <= cursor < head:
                 break
             with pytest.raises(StreamRefused) as refused:
                 self.registry.resume(request, self.now)
-            assert (refused.value.status, refused.value.code) == (Status.NOT_FOUND,
-                                                                  "session_resume_expired")
+            assert (refused.value.status, refused.value.code) == (
+                Status.NOT_FOUND,
+                "session_resume_expired",
+            )
         else:
             return
         event("resume after the end: missed events replayed")
@@ -347,7 +383,10 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         events = [pb.ConverseResponse.FromString(payload) for _, payload in effects.sends]
         resumed = events[0].session_resumed
         assert (events[0].seq, resumed.resume_token, resumed.replayed_events) == (
-            0, "", head - cursor)
+            0,
+            "",
+            head - cursor,
+        )
         assert resumed.session.state == s.state.value
         assert [e.seq for e in events[1:]] == list(range(cursor + 1, head + 1))
         assert [key(e) for e in events[1:]] == ended.expected[cursor:]

@@ -22,10 +22,21 @@ import pytest
 
 import omni_grpc.core
 
-FORBIDDEN = frozenset({
-    "asyncio", "grpc", "aiohttp", "numpy", "torch", "socket", "threading", "time",
-    "selectors", "vllm", "onnxruntime",
-})
+FORBIDDEN = frozenset(
+    {
+        "asyncio",
+        "grpc",
+        "aiohttp",
+        "numpy",
+        "torch",
+        "socket",
+        "threading",
+        "time",
+        "selectors",
+        "vllm",
+        "onnxruntime",
+    }
+)
 CORE_DIR = Path(omni_grpc.core.__file__).resolve().parent
 REPO_ROOT = CORE_DIR.parents[1]
 
@@ -92,7 +103,11 @@ _PROBE = textwrap.dedent("""
 def dynamic_violations(package: str, path_entry: Path) -> dict[str, list[str]]:
     result = subprocess.run(
         [sys.executable, "-c", _PROBE, package, str(path_entry), json.dumps(sorted(FORBIDDEN))],
-        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     report: dict[str, list[str]] = json.loads(result.stdout)

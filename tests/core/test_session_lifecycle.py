@@ -35,11 +35,22 @@ IDLE = Limits().idle_timeout_s
 def test_session_created_is_unnumbered_and_carries_everything() -> None:
     opened = open_session(now=5.0)
     s = opened.session
-    assert decode(opened.effects) == [pb.ConverseResponse(session_created=pb.SessionCreated(
-        session=pb.Session(id=s.id, config=s.config, state=pb.SESSION_STATE_ATTACHED,
-                           turn_state=pb.TURN_STATE_IDLE, epoch=0),
-        capabilities=capabilities(Limits(), ENGINE),
-        resume_token=opened.token, attachment_generation=1))]
+    assert decode(opened.effects) == [
+        pb.ConverseResponse(
+            session_created=pb.SessionCreated(
+                session=pb.Session(
+                    id=s.id,
+                    config=s.config,
+                    state=pb.SESSION_STATE_ATTACHED,
+                    turn_state=pb.TURN_STATE_IDLE,
+                    epoch=0,
+                ),
+                capabilities=capabilities(Limits(), ENGINE),
+                resume_token=opened.token,
+                attachment_generation=1,
+            )
+        )
+    ]
     assert opened.effects.sends[0][0] == 1
     assert s.journal.head == 0  # created is a handshake event, never replayed
     assert s.next_deadline() == 5.0 + IDLE
@@ -63,9 +74,12 @@ def test_takeover_replaces_the_old_stream_and_ignores_it_afterwards() -> None:
     s.receive(1, heartbeat(1), now=1.0)
     generation, effects = s.resume(opened.token, s.journal.head, now=2.0)
     assert generation == 2
-    assert decode(effects, 1) == [pb.ConverseResponse(
-        applied_client_seq=1,
-        session_replaced=pb.SessionReplaced(session_id=s.id, attachment_generation=1))]
+    assert decode(effects, 1) == [
+        pb.ConverseResponse(
+            applied_client_seq=1,
+            session_replaced=pb.SessionReplaced(session_id=s.id, attachment_generation=1),
+        )
+    ]
     assert effects.end_streams == [(1, "session_replaced")]
     assert kinds(decode(effects, 2)) == ["session_resumed"]
     assert effects.sends[0][0] == 1  # the old stream hears first, then the new one
@@ -104,9 +118,16 @@ def test_grace_expiry_happens_at_the_deadline_not_before(offset: float, expires:
     assert (effects.sends, effects.end_streams, effects.ended) == ([], [], True)
     assert s.state.name == "EXPIRED"
     assert len(registry) == 0
-    assert s.journal.replay_after(0, now=0.0) == [stamped(pb.ConverseResponse(
-        session_expired=pb.SessionExpired(
-            session_id=s.id, reason=pb.EXPIRY_REASON_DISCONNECT_GRACE)), 1).SerializeToString()]
+    assert s.journal.replay_after(0, now=0.0) == [
+        stamped(
+            pb.ConverseResponse(
+                session_expired=pb.SessionExpired(
+                    session_id=s.id, reason=pb.EXPIRY_REASON_DISCONNECT_GRACE
+                )
+            ),
+            1,
+        ).SerializeToString()
+    ]
 
 
 def test_grace_runs_even_while_a_response_is_active() -> None:
@@ -124,8 +145,14 @@ def test_idle_expiry_of_an_attached_session() -> None:
     s.receive(1, heartbeat(), now=20.0)  # a command is activity, and pushes the deadline
     assert s.tick(20.0 + IDLE - 0.5) == Effects()
     effects = s.tick(20.0 + IDLE)
-    assert decode(effects) == [pb.ConverseResponse(seq=2, session_expired=pb.SessionExpired(
-        session_id=s.id, reason=pb.EXPIRY_REASON_IDLE_TIMEOUT))]
+    assert decode(effects) == [
+        pb.ConverseResponse(
+            seq=2,
+            session_expired=pb.SessionExpired(
+                session_id=s.id, reason=pb.EXPIRY_REASON_IDLE_TIMEOUT
+            ),
+        )
+    ]
     assert effects.end_streams == [(1, "session_expired")]
     assert effects.ended and s.state.name == "EXPIRED"
 
@@ -165,8 +192,7 @@ def test_resume_is_activity() -> None:
 Ending = Callable[[Session, float], Effects]
 ENDINGS: dict[str, Ending] = {
     "close": lambda s, now: s.close("shutdown", now),
-    "client_close": lambda s, now: s.receive(s.generation, close(s.applied_client_seq + 1),
-                                             now),
+    "client_close": lambda s, now: s.receive(s.generation, close(s.applied_client_seq + 1), now),
     "expire": lambda s, now: s.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, now),
     "tick": lambda s, now: s.tick(now + 10 * IDLE),
 }
@@ -174,21 +200,35 @@ ENDINGS: dict[str, Ending] = {
 
 def terminal_event(first: str, session_id: str, attached: bool) -> pb.ConverseResponse:
     if first == "close":
-        return pb.ConverseResponse(seq=1, session_closed=pb.SessionClosed(
-            session_id=session_id, reason="shutdown"))
+        return pb.ConverseResponse(
+            seq=1, session_closed=pb.SessionClosed(session_id=session_id, reason="shutdown")
+        )
     if first == "client_close":
-        return pb.ConverseResponse(seq=1, applied_client_seq=1, session_closed=pb.SessionClosed(
-            session_id=session_id, reason="client_close"))
-    reason = (pb.EXPIRY_REASON_ENGINE_FAILURE if first == "expire"
-              else pb.EXPIRY_REASON_IDLE_TIMEOUT if attached
-              else pb.EXPIRY_REASON_DISCONNECT_GRACE)
-    return pb.ConverseResponse(seq=1, session_expired=pb.SessionExpired(
-        session_id=session_id, reason=reason))
+        return pb.ConverseResponse(
+            seq=1,
+            applied_client_seq=1,
+            session_closed=pb.SessionClosed(session_id=session_id, reason="client_close"),
+        )
+    reason = (
+        pb.EXPIRY_REASON_ENGINE_FAILURE
+        if first == "expire"
+        else pb.EXPIRY_REASON_IDLE_TIMEOUT
+        if attached
+        else pb.EXPIRY_REASON_DISCONNECT_GRACE
+    )
+    return pb.ConverseResponse(
+        seq=1, session_expired=pb.SessionExpired(session_id=session_id, reason=reason)
+    )
 
 
 # A detached session has no stream to send a close on, so that pair is not a race.
-RACES = [(first, second, attached) for first in ENDINGS for second in ENDINGS
-         for attached in (True, False) if attached or first != "client_close"]
+RACES = [
+    (first, second, attached)
+    for first in ENDINGS
+    for second in ENDINGS
+    for attached in (True, False)
+    if attached or first != "client_close"
+]
 
 
 @pytest.mark.parametrize(("first", "second", "attached"), RACES)
@@ -213,9 +253,13 @@ def test_exactly_one_terminal_event_whatever_the_order(
 def test_a_client_close_ends_the_stream_after_session_closed() -> None:
     s = open_session().session
     effects = s.receive(1, cmd(1, close_session=pb.CloseSession()), now=1.0)
-    assert decode(effects) == [pb.ConverseResponse(seq=1, applied_client_seq=1,
-                                                   session_closed=pb.SessionClosed(
-                                                       session_id=s.id, reason="client_close"))]
+    assert decode(effects) == [
+        pb.ConverseResponse(
+            seq=1,
+            applied_client_seq=1,
+            session_closed=pb.SessionClosed(session_id=s.id, reason="client_close"),
+        )
+    ]
     assert effects.end_streams == [(1, "client_close")]
     assert effects.ended and effects.engine == []
 
@@ -243,28 +287,39 @@ def test_going_away_is_unnumbered_and_only_for_an_attached_stream() -> None:
     assert s.going_away(2.5, "drain") == Effects()
 
 
-@pytest.mark.parametrize(("request_", "code"), [
-    (pb.ConverseRequest(client_seq=1), "bad_event"),
-    (cmd(0, open_session=pb.OpenSession()), "session_already_open"),
-    (cmd(0, resume_session=pb.ResumeSession()), "unsupported_session_resume"),
-])
+@pytest.mark.parametrize(
+    ("request_", "code"),
+    [
+        (pb.ConverseRequest(client_seq=1), "bad_event"),
+        (cmd(0, open_session=pb.OpenSession()), "session_already_open"),
+        (cmd(0, resume_session=pb.ResumeSession()), "unsupported_session_resume"),
+    ],
+)
 def test_errors_keep_the_session_usable(request_: pb.ConverseRequest, code: str) -> None:
     s = open_session().session
     refused = decode(s.receive(1, request_, now=0.0))
     assert [event.error.code for event in refused] == [code]
     assert s.state.name == "ATTACHED"
     assert s.receive(1, append(s.applied_client_seq + 1), now=0.0).engine == [
-        append(s.applied_client_seq)]
+        append(s.applied_client_seq)
+    ]
 
 
 def test_unparsable_input_is_refused_in_band_on_the_current_stream_only() -> None:
     s = open_session().session
     s.receive(1, text(1), now=0.0)
     refusal = CommandError("bad_event", "not a ConverseRequest")
-    assert decode(s.refuse(1, refusal, now=1.0)) == [pb.ConverseResponse(
-        seq=1, applied_client_seq=1, error=pb.Error(
-            code="bad_event", type=pb.ERROR_TYPE_INVALID_REQUEST,
-            message="not a ConverseRequest"))]
+    assert decode(s.refuse(1, refusal, now=1.0)) == [
+        pb.ConverseResponse(
+            seq=1,
+            applied_client_seq=1,
+            error=pb.Error(
+                code="bad_event",
+                type=pb.ERROR_TYPE_INVALID_REQUEST,
+                message="not a ConverseRequest",
+            ),
+        )
+    ]
     assert s.refuse(2, refusal, now=1.0) == Effects()  # no such stream
     s.detach(1, now=2.0)
     assert s.refuse(1, refusal, now=2.0) == Effects()
@@ -275,8 +330,12 @@ def test_effects_merge_concatenates_in_order() -> None:
     left = Effects(sends=[(1, b"a")], engine=[heartbeat(1)], end_streams=[(1, "x")])
     right = Effects(sends=[(2, b"b")], engine=[heartbeat(2)], ended=True)
     assert left.merge(right) is left
-    assert left == Effects(sends=[(1, b"a"), (2, b"b")], engine=[heartbeat(1), heartbeat(2)],
-                           end_streams=[(1, "x")], ended=True)
+    assert left == Effects(
+        sends=[(1, b"a"), (2, b"b")],
+        engine=[heartbeat(1), heartbeat(2)],
+        end_streams=[(1, "x")],
+        ended=True,
+    )
     assert Effects().merge(Effects()).ended is False
 
 

@@ -11,8 +11,9 @@ from .helpers import created, decode, delta, done, kinds, open_session, resume, 
 
 LATE_OUTPUT = [
     pb.ConverseResponse(output_audio_delta=pb.OutputAudioDelta(audio=b"\0\0", response_id="r1")),
-    pb.ConverseResponse(output_audio_transcript_delta=pb.OutputAudioTranscriptDelta(
-        delta="x", response_id="r1")),
+    pb.ConverseResponse(
+        output_audio_transcript_delta=pb.OutputAudioTranscriptDelta(delta="x", response_id="r1")
+    ),
     delta("r1"),
     pb.ConverseResponse(response_speak=pb.ResponseSpeak(response_id="r1")),
     done("r1"),  # a second ending of the same response
@@ -29,11 +30,17 @@ def test_output_after_the_end_is_dropped_and_counted(
     s.publish(created("r1"), now=0.0)
     s.publish(delta("r1", "live"), now=0.0)
     if ending == "listen":
-        s.publish(pb.ConverseResponse(response_listen=pb.ResponseListen(response_id="r1")),
-                  now=0.0)
+        s.publish(pb.ConverseResponse(response_listen=pb.ResponseListen(response_id="r1")), now=0.0)
     else:
-        s.publish(done("r1", pb.RESPONSE_STATUS_CANCELLED if ending == "cancelled"
-                       else pb.RESPONSE_STATUS_COMPLETED), now=0.0)
+        s.publish(
+            done(
+                "r1",
+                pb.RESPONSE_STATUS_CANCELLED
+                if ending == "cancelled"
+                else pb.RESPONSE_STATUS_COMPLETED,
+            ),
+            now=0.0,
+        )
     head = s.journal.head
     assert s.publish(late, now=1.0) == Effects()
     assert s.publish(late, now=1.0) == Effects()
@@ -69,12 +76,15 @@ def test_a_listen_without_a_response_id_ends_nothing() -> None:
     assert s.publish(delta("r1"), now=0.0).sends
 
 
-@pytest.mark.parametrize(("status", "epoch"), [
-    (pb.RESPONSE_STATUS_CANCELLED, 1),
-    (pb.RESPONSE_STATUS_COMPLETED, 0),
-    (pb.RESPONSE_STATUS_FAILED, 0),
-    (pb.RESPONSE_STATUS_INCOMPLETE, 0),
-])
+@pytest.mark.parametrize(
+    ("status", "epoch"),
+    [
+        (pb.RESPONSE_STATUS_CANCELLED, 1),
+        (pb.RESPONSE_STATUS_COMPLETED, 0),
+        (pb.RESPONSE_STATUS_FAILED, 0),
+        (pb.RESPONSE_STATUS_INCOMPLETE, 0),
+    ],
+)
 def test_a_cancelled_response_bumps_the_epoch(status: int, epoch: int) -> None:
     opened = open_session()
     s = opened.session
@@ -96,15 +106,29 @@ def test_epochs_count_every_cancellation() -> None:
 
 TURNS: list[tuple[list[pb.ConverseResponse], int]] = [
     ([pb.ConverseResponse(speech_started=pb.SpeechStarted())], pb.TURN_STATE_USER_SPEAKING),
-    ([pb.ConverseResponse(speech_started=pb.SpeechStarted()),
-      pb.ConverseResponse(speech_stopped=pb.SpeechStopped())], pb.TURN_STATE_IDLE),
+    (
+        [
+            pb.ConverseResponse(speech_started=pb.SpeechStarted()),
+            pb.ConverseResponse(speech_stopped=pb.SpeechStopped()),
+        ],
+        pb.TURN_STATE_IDLE,
+    ),
     ([created("r1")], pb.TURN_STATE_ASSISTANT_RESPONDING),
-    ([created("r1"), pb.ConverseResponse(speech_stopped=pb.SpeechStopped())],
-     pb.TURN_STATE_ASSISTANT_RESPONDING),
-    ([created("r1"), pb.ConverseResponse(input_committed=pb.InputCommitted())],
-     pb.TURN_STATE_ASSISTANT_RESPONDING),
-    ([pb.ConverseResponse(speech_started=pb.SpeechStarted()),
-      pb.ConverseResponse(input_cleared=pb.InputCleared())], pb.TURN_STATE_IDLE),
+    (
+        [created("r1"), pb.ConverseResponse(speech_stopped=pb.SpeechStopped())],
+        pb.TURN_STATE_ASSISTANT_RESPONDING,
+    ),
+    (
+        [created("r1"), pb.ConverseResponse(input_committed=pb.InputCommitted())],
+        pb.TURN_STATE_ASSISTANT_RESPONDING,
+    ),
+    (
+        [
+            pb.ConverseResponse(speech_started=pb.SpeechStarted()),
+            pb.ConverseResponse(input_cleared=pb.InputCleared()),
+        ],
+        pb.TURN_STATE_IDLE,
+    ),
     ([created("r1"), done("r1")], pb.TURN_STATE_IDLE),
     ([created("r1"), done("r0")], pb.TURN_STATE_ASSISTANT_RESPONDING),  # another one ended
 ]

@@ -34,20 +34,24 @@ def test_the_expected_table_covers_every_pair() -> None:
 def test_transition(state: State, trigger: Trigger) -> None:
     expected = EXPECTED[(state, trigger)]
     if expected is None:
-        with pytest.raises(IllegalTransition,
-                           match=f"^{trigger.value} is not allowed in {state.name}$"):
+        with pytest.raises(
+            IllegalTransition, match=f"^{trigger.value} is not allowed in {state.name}$"
+        ):
             next_state(state, trigger)
         assert (state, trigger) not in TRANSITIONS
     else:
         assert next_state(state, trigger) is expected
 
 
-@pytest.mark.parametrize(("state", "terminal", "wire"), [
-    (A, False, pb.SESSION_STATE_ATTACHED),
-    (D, False, pb.SESSION_STATE_DETACHED),
-    (C, True, pb.SESSION_STATE_CLOSED),
-    (E, True, pb.SESSION_STATE_EXPIRED),
-])
+@pytest.mark.parametrize(
+    ("state", "terminal", "wire"),
+    [
+        (A, False, pb.SESSION_STATE_ATTACHED),
+        (D, False, pb.SESSION_STATE_DETACHED),
+        (C, True, pb.SESSION_STATE_CLOSED),
+        (E, True, pb.SESSION_STATE_EXPIRED),
+    ],
+)
 def test_states_map_onto_the_wire(state: State, terminal: bool, wire: int) -> None:
     assert state.terminal is terminal
     assert state.value == wire

@@ -27,18 +27,33 @@ def audio(data: bytes = b"", **fields: Any) -> pb.AppendInputAudio:
 
 BAD_APPENDS: list[tuple[pb.AppendInputAudio, EngineFeatures, str, str]] = [
     (audio(), ENGINE, "bad_event", "audio"),
-    (audio(b"\0", encoding=pb.AUDIO_ENCODING_G711_ULAW), PCM16_ONLY,
-     "unsupported_audio_format", "encoding"),
-    (audio(b"\0\0", sample_rate_hz=11025), ENGINE, "unsupported_audio_format",
-     "sample_rate_hz"),
+    (
+        audio(b"\0", encoding=pb.AUDIO_ENCODING_G711_ULAW),
+        PCM16_ONLY,
+        "unsupported_audio_format",
+        "encoding",
+    ),
+    (audio(b"\0\0", sample_rate_hz=11025), ENGINE, "unsupported_audio_format", "sample_rate_hz"),
     (audio(b"\0\0\0"), ENGINE, "bad_audio", "audio"),  # PCM16: 2 bytes a sample
     (audio(b"\0" * 6, encoding=pb.AUDIO_ENCODING_PCM_F32), ENGINE, "bad_audio", "audio"),
-    (audio(b"\0\0", video_frames=[JPEG, PNG, JPEG]), ENGINE, "invalid_video_frames",
-     "video_frames"),
-    (audio(video_frames=[pb.VideoFrame(data=b"GIF8", mime_type="image/gif")]), ENGINE,
-     "invalid_video_frames", "video_frames"),
-    (audio(video_frames=[pb.VideoFrame(mime_type="image/png")]), ENGINE,
-     "invalid_video_frames", "video_frames"),
+    (
+        audio(b"\0\0", video_frames=[JPEG, PNG, JPEG]),
+        ENGINE,
+        "invalid_video_frames",
+        "video_frames",
+    ),
+    (
+        audio(video_frames=[pb.VideoFrame(data=b"GIF8", mime_type="image/gif")]),
+        ENGINE,
+        "invalid_video_frames",
+        "video_frames",
+    ),
+    (
+        audio(video_frames=[pb.VideoFrame(mime_type="image/png")]),
+        ENGINE,
+        "invalid_video_frames",
+        "video_frames",
+    ),
 ]
 
 
@@ -51,34 +66,63 @@ def test_bad_appends(
     assert (refused.value.code, refused.value.param) == (code, param)
 
 
-@pytest.mark.parametrize("append_", [
-    audio(b"\0\0"),
-    audio(b"\0", encoding=pb.AUDIO_ENCODING_G711_ULAW, sample_rate_hz=8000),
-    audio(b"\0" * 8, encoding=pb.AUDIO_ENCODING_PCM_F32),
-    audio(video_frames=[JPEG]),  # a frame alone is input too
-    audio(b"\0\0", video_frames=[JPEG, PNG]),
-], ids=["pcm16", "ulaw", "f32", "frame-only", "two-frames"])
+@pytest.mark.parametrize(
+    "append_",
+    [
+        audio(b"\0\0"),
+        audio(b"\0", encoding=pb.AUDIO_ENCODING_G711_ULAW, sample_rate_hz=8000),
+        audio(b"\0" * 8, encoding=pb.AUDIO_ENCODING_PCM_F32),
+        audio(video_frames=[JPEG]),  # a frame alone is input too
+        audio(b"\0\0", video_frames=[JPEG, PNG]),
+    ],
+    ids=["pcm16", "ulaw", "f32", "frame-only", "two-frames"],
+)
 def test_good_appends(append_: pb.AppendInputAudio) -> None:
     check_append(append_, CONFIG, LIMITS, ENGINE)
 
 
 BAD_COMMANDS: list[tuple[pb.ConverseRequest, EngineFeatures, str, str]] = [
-    (cmd(1, append_input_text=pb.AppendInputText(text="x" * (LIMITS.max_text_chars + 1))),
-     ENGINE, "bad_event", "text"),
+    (
+        cmd(1, append_input_text=pb.AppendInputText(text="x" * (LIMITS.max_text_chars + 1))),
+        ENGINE,
+        "bad_event",
+        "text",
+    ),
     (cmd(1, barge_in=pb.BargeIn()), NO_BARGE_IN, "barge_in_unsupported", ""),
-    (cmd(1, retrieve_conversation_item=pb.RetrieveConversationItem()), ENGINE,
-     "missing_item_id", "item_id"),
-    (cmd(1, delete_conversation_item=pb.DeleteConversationItem()), ENGINE,
-     "missing_item_id", "item_id"),
-    (cmd(1, truncate_conversation_item=pb.TruncateConversationItem(audio_end_ms=5)), ENGINE,
-     "missing_item_id", "item_id"),
-    (cmd(1, truncate_conversation_item=pb.TruncateConversationItem(
-        item_id="i", audio_end_ms=-1)), ENGINE, "bad_event", "audio_end_ms"),
+    (
+        cmd(1, retrieve_conversation_item=pb.RetrieveConversationItem()),
+        ENGINE,
+        "missing_item_id",
+        "item_id",
+    ),
+    (
+        cmd(1, delete_conversation_item=pb.DeleteConversationItem()),
+        ENGINE,
+        "missing_item_id",
+        "item_id",
+    ),
+    (
+        cmd(1, truncate_conversation_item=pb.TruncateConversationItem(audio_end_ms=5)),
+        ENGINE,
+        "missing_item_id",
+        "item_id",
+    ),
+    (
+        cmd(
+            1, truncate_conversation_item=pb.TruncateConversationItem(item_id="i", audio_end_ms=-1)
+        ),
+        ENGINE,
+        "bad_event",
+        "audio_end_ms",
+    ),
     (cmd(1, ack_playback=pb.AckPlayback(played_ms=-1)), ENGINE, "bad_event", "played_ms"),
-    (cmd(1, ack_playback=pb.AckPlayback(played_ms=5, committed_ms=-1)), ENGINE, "bad_event",
-     "played_ms"),
-    (cmd(1, create_conversation_item=pb.CreateConversationItem()), ENGINE, "bad_event",
-     "item"),
+    (
+        cmd(1, ack_playback=pb.AckPlayback(played_ms=5, committed_ms=-1)),
+        ENGINE,
+        "bad_event",
+        "played_ms",
+    ),
+    (cmd(1, create_conversation_item=pb.CreateConversationItem()), ENGINE, "bad_event", "item"),
 ]
 
 
@@ -93,16 +137,20 @@ def test_bad_commands(
     assert (refused.value.code, refused.value.param) == (code, param)
 
 
-@pytest.mark.parametrize("request_", [
-    cmd(1, append_input_text=pb.AppendInputText(text="x" * LIMITS.max_text_chars)),
-    cmd(1, barge_in=pb.BargeIn()),
-    cmd(1, retrieve_conversation_item=pb.RetrieveConversationItem(item_id="i")),
-    cmd(1, delete_conversation_item=pb.DeleteConversationItem(item_id="i")),
-    cmd(1, truncate_conversation_item=pb.TruncateConversationItem(item_id="i")),
-    cmd(1, ack_playback=pb.AckPlayback(played_ms=0, committed_ms=0)),
-    cmd(1, create_conversation_item=pb.CreateConversationItem(item=pb.ConversationItem())),
-    cmd(1, create_response=pb.CreateResponse()),
-], ids=lambda request_: request_.WhichOneof("command"))
+@pytest.mark.parametrize(
+    "request_",
+    [
+        cmd(1, append_input_text=pb.AppendInputText(text="x" * LIMITS.max_text_chars)),
+        cmd(1, barge_in=pb.BargeIn()),
+        cmd(1, retrieve_conversation_item=pb.RetrieveConversationItem(item_id="i")),
+        cmd(1, delete_conversation_item=pb.DeleteConversationItem(item_id="i")),
+        cmd(1, truncate_conversation_item=pb.TruncateConversationItem(item_id="i")),
+        cmd(1, ack_playback=pb.AckPlayback(played_ms=0, committed_ms=0)),
+        cmd(1, create_conversation_item=pb.CreateConversationItem(item=pb.ConversationItem())),
+        cmd(1, create_response=pb.CreateResponse()),
+    ],
+    ids=lambda request_: request_.WhichOneof("command"),
+)
 def test_good_commands(request_: pb.ConverseRequest) -> None:
     kind = request_.WhichOneof("command")
     assert kind is not None
@@ -111,13 +159,30 @@ def test_good_commands(request_: pb.ConverseRequest) -> None:
 
 def test_the_session_refuses_through_an_error_event_and_forwards_nothing() -> None:
     s = open_session().session
-    effects = s.receive(1, cmd(1, "ev-t", truncate_conversation_item=pb.TruncateConversationItem(
-        item_id="i", audio_end_ms=-5)), now=0.0)
+    effects = s.receive(
+        1,
+        cmd(
+            1,
+            "ev-t",
+            truncate_conversation_item=pb.TruncateConversationItem(item_id="i", audio_end_ms=-5),
+        ),
+        now=0.0,
+    )
     assert effects.engine == []
-    assert decode(effects) == [pb.ConverseResponse(seq=1, applied_client_seq=1, error=pb.Error(
-        code="bad_event", type=pb.ERROR_TYPE_INVALID_REQUEST,
-        message="audio_end_ms must not be negative", param="audio_end_ms", client_seq=1,
-        event_id="ev-t"))]
+    assert decode(effects) == [
+        pb.ConverseResponse(
+            seq=1,
+            applied_client_seq=1,
+            error=pb.Error(
+                code="bad_event",
+                type=pb.ERROR_TYPE_INVALID_REQUEST,
+                message="audio_end_ms must not be negative",
+                param="audio_end_ms",
+                client_seq=1,
+                event_id="ev-t",
+            ),
+        )
+    ]
     refused = decode(s.receive(1, append(2, b"\0"), now=0.0))
     assert refused[0].error.code == "bad_audio"
     assert s.pending_input_bytes == 0  # a refused append reserves nothing

@@ -79,7 +79,8 @@ class EchoResponder(Responder):
         if len(pieces) > budget:
             pieces, reply.finish = pieces[:budget], "max_output_tokens"
         reply.tokens = len(pieces)
-        reply.pieces = _aiter(pieces)
+        # All at once: the text is ready, and one piece lets the speaker cut it at sentences.
+        reply.pieces = _aiter(["".join(pieces)])
         return reply
 
 

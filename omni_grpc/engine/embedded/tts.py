@@ -31,6 +31,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+|\n+")
 # A "sentence" longer than this is cut at its last comma or space, so one long run-on
 # sentence cannot hold back the first audio.
 MAX_SENTENCE_CHARS = 160
+FIRST_WORDS = 6
 
 
 class TtsUnavailable(RuntimeError):
@@ -122,10 +123,17 @@ def _parse_wav(wav: bytes) -> tuple[int, bytes]:
 
 
 class SentenceSplitter:
-    """Cuts streamed text into sentences: ``push`` pieces, then ``flush`` the rest."""
+    """Cuts streamed text into sentences: ``push`` pieces, then ``flush`` the rest.
 
-    def __init__(self) -> None:
+    The first piece of an answer is cut early, at its first comma or after
+    ``first_words`` words: a small language model writes a few words a second on a busy
+    CPU, and the user should hear the answer begin rather than wait for its first full stop.
+    """
+
+    def __init__(self, first_words: int = FIRST_WORDS) -> None:
         self._pending = ""
+        self._first_words = first_words
+        self._started = False
 
     def push(self, piece: str) -> list[str]:
         """Adds a piece of text; returns the sentences it completed, in order."""
@@ -145,7 +153,20 @@ class SentenceSplitter:
             cut = cut + 1 if cut > 0 else MAX_SENTENCE_CHARS
             sentences.append(self._pending[:cut])
             self._pending = self._pending[cut:]
-        return [s for s in sentences if s.strip()]
+        if not self._started and not sentences:
+            sentences += self._first_phrase()
+        sentences = [s for s in sentences if s.strip()]
+        self._started = self._started or bool(sentences)
+        return sentences
+
+    def _first_phrase(self) -> list[str]:
+        words = re.findall(r"\S+\s+", self._pending)  # complete words only
+        for count, word in enumerate(words, start=1):
+            if (count >= 2 and word.rstrip().endswith(",")) or count >= self._first_words:
+                cut = sum(len(w) for w in words[:count])
+                phrase, self._pending = self._pending[:cut], self._pending[cut:]
+                return [phrase]
+        return []
 
     def flush(self) -> list[str]:
         """The text left over at the end of the stream, as a last sentence."""

@@ -32,9 +32,10 @@ session.transport.on('*', (event) => {
     session.transport.sendEvent({ type: 'response.create' });
   }
   if (event.type === 'response.done') {
+    // No process.exit(): stdout to a pipe is written asynchronously and would lose lines.
+    // With the timer cleared and the socket closed, Node exits once everything is out.
     clearTimeout(timer);
     session.close();
-    process.exit(0);
   }
 });
 session.on('error', (error) => console.error('session error', JSON.stringify(error)));

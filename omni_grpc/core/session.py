@@ -461,8 +461,6 @@ class Session:
             self._finish(event.response_done.response.id, now)
             if event.response_done.response.status == pb.RESPONSE_STATUS_CANCELLED:
                 self.epoch += 1
-        elif kind == "response_listen" and event.response_listen.response_id:
-            self._finish(event.response_listen.response_id, now)
 
     def _finish(self, response_id: str, now: float) -> None:
         self._finished[response_id] = None

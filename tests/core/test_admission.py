@@ -128,16 +128,19 @@ def test_pending_input_beyond_the_cap_is_refused_retryably() -> None:
     assert s.pending_input_bytes == 8
 
 
-@pytest.mark.parametrize("drain", ["commit_input_audio", "clear_input_audio", "cancel_input"])
-def test_commit_clear_and_cancel_free_the_budget(drain: str) -> None:
+@pytest.mark.parametrize(
+    "drain",
+    [
+        cmd(2, commit_input_audio=pb.CommitInputAudio()),
+        cmd(2, clear_input_audio=pb.ClearInputAudio()),
+        cmd(2, cancel_input=pb.CancelInput()),
+    ],
+    ids=lambda request: request.WhichOneof("command"),
+)
+def test_commit_clear_and_cancel_free_the_budget(drain: pb.ConverseRequest) -> None:
     s = open_session(limits=Limits(max_pending_input_bytes=4)).session
     s.receive(1, append(1, b"\0" * 4), now=0.0)
-    body = {
-        "commit_input_audio": pb.CommitInputAudio(),
-        "clear_input_audio": pb.ClearInputAudio(),
-        "cancel_input": pb.CancelInput(),
-    }[drain]
-    assert s.receive(1, cmd(2, **{drain: body}), now=0.0).engine == [cmd(2, **{drain: body})]
+    assert s.receive(1, drain, now=0.0).engine == [drain]
     assert s.pending_input_bytes == 0
     assert s.receive(1, append(3, b"\0" * 4), now=0.0).engine == [append(3, b"\0" * 4)]
 

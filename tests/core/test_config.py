@@ -25,7 +25,9 @@ def seconds(value: float) -> Any:
     return config.idle_timeout
 
 
-def defaults(turn_type: int, overlap: int) -> pb.SessionConfig:
+def defaults(
+    turn_type: pb.TurnDetectionType.ValueType, overlap: pb.OverlapPolicy.ValueType
+) -> pb.SessionConfig:
     return pb.SessionConfig(
         model="test-model",
         output_modalities=[pb.MODALITY_AUDIO],
@@ -69,7 +71,7 @@ def test_an_empty_config_gets_complete_defaults(
 
 
 @pytest.mark.parametrize("encoding", [ULAW, ALAW])
-def test_g711_defaults_to_8_khz(encoding: int) -> None:
+def test_g711_defaults_to_8_khz(encoding: pb.AudioEncoding.ValueType) -> None:
     fmt = pb.AudioFormat(encoding=encoding)
     config = resolve_config(
         pb.SessionConfig(input_audio_format=fmt, output_audio_format=fmt), LIMITS, ENGINE
@@ -113,8 +115,10 @@ INVALID: list[tuple[pb.SessionConfig, EngineFeatures, str, str]] = [
         "input_audio_format.sample_rate_hz",
     ),
     (
-        pb.SessionConfig(output_audio_format=pb.AudioFormat(encoding=99)),
-        ENGINE,  # type: ignore[arg-type]
+        pb.SessionConfig(
+            output_audio_format=pb.AudioFormat(encoding=pb.AudioEncoding.ValueType(99))
+        ),
+        ENGINE,
         "unsupported_audio_format",
         "output_audio_format.encoding",
     ),

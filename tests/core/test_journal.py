@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from omni_grpc.core import Limits, ResumeGap
+from omni_grpc.core import Effects, Limits, ResumeGap
 from omni_grpc.core.journal import CursorAhead, Journal, JournalGap
 from omni_grpc.pb import pb
 
@@ -179,6 +179,7 @@ def test_session_overflow_says_so_once_then_goes_on_unnumbered() -> None:
     s = opened.session
     sizes = []
     seq = 0
+    effects = Effects()
     while not s.journal.overflowed:
         effects = s.publish(transcript(f"event-{seq:02d}"), now=0.0)
         sizes.append(len(effects.sends))
@@ -201,11 +202,12 @@ def test_session_overflow_says_so_once_then_goes_on_unnumbered() -> None:
 
 
 def test_overflow_while_detached_is_reported_at_the_resume() -> None:
-    opened = open_session(limits=Limits(journal_max_bytes=30))
+    opened = open_session(limits=Limits(journal_max_bytes=200))
     s = opened.session
     s.receive(1, heartbeat(1), now=0.0)
     s.detach(1, now=0.0)
-    for n in range(5):
+    assert not s.journal.overflowed  # it overflows below, with nobody to tell
+    for n in range(10):
         assert s.publish(transcript(f"lost-{n}"), now=0.0).sends == []
     assert s.journal.overflowed
     with pytest.raises(ResumeGap) as gap:

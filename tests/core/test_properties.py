@@ -282,7 +282,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
 
     @precondition(mature)
     @rule(how=st.sampled_from(["deadline", "client_close", "shutdown", "engine_failure"]))
-    def ending(self, how: str) -> None:
+    def end_session(self, how: str) -> None:
         """One rule for every ending, so that sessions live long enough to get interesting."""
         deadline, attached = self.deadline(), self.detached_at is None
         event(f"ending: {how}")
@@ -328,8 +328,8 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
             self.session.activation_delivered(generation)
             assert self.session.detach(generation, self.now) is False
             self.client.generation = generation
-            for event in pending.buffer:
-                self.receive_event(event)
+            for missed in pending.buffer:
+                self.receive_event(missed)
             self.client.generation = None
         self.consistent()
         self.graveyard.append(

@@ -58,7 +58,7 @@ def static_violations(package_dir: Path) -> list[str]:
             for name in names:
                 top = name.split(".")[0]
                 if top in FORBIDDEN or name.startswith("<dynamic"):
-                    found.append(f"{path.name}:{node.lineno}: {name}")
+                    found.append(f"{path.name}:{getattr(node, 'lineno', 0)}: {name}")
     return found
 
 

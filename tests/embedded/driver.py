@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 
 import numpy as np
@@ -76,10 +75,6 @@ class Driver:
                     if event.WhichOneof("event") == kind and where(event):
                         return event
                 await self._arrived.wait()
-
-    async def quiet(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._reader), seconds)
 
     def of(self, kind: str) -> list[pb.ConverseResponse]:
         return [event for event in self.seen if event.WhichOneof("event") == kind]

@@ -4,12 +4,14 @@ sentence splitter, the responders and the options."""
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine, EmbeddedOptions
 from omni_grpc.engine.embedded.asr import MODEL_SHA256, model_dir
+from omni_grpc.engine.embedded.gguf_file import GgufError, GgufFile
 from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
 from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder
 from omni_grpc.engine.embedded.tts import SentenceSplitter, voice_name
@@ -143,6 +145,19 @@ async def test_echo_repeats_the_users_last_turn() -> None:
     )
     assert await collect(short) == "You said:"
     assert short.finish == "max_output_tokens"
+
+
+def test_the_gguf_reader_reads_smollm2_and_refuses_other_files(tmp_path: Path) -> None:
+    model = GgufFile(find_smollm2())
+    assert model.metadata["general.architecture"] == "llama"
+    tokens = model.metadata["tokenizer.ggml.tokens"]
+    assert isinstance(tokens, list) and len(tokens) == 49152 and tokens[1] == "<|im_start|>"
+    assert model.weight("blk.0.attn_q.weight").shape == (576, 576)  # (out, in)
+    assert model.weight("token_embd.weight").shape == (49152, 576)
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_bytes(b"GGML" + bytes(60))
+    with pytest.raises(GgufError):
+        GgufFile(bogus)
 
 
 @pytest.fixture(scope="module")

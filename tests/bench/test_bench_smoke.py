@@ -34,16 +34,19 @@ def test_quick_run_measures_every_path_and_prints_the_table() -> None:
     }
     assert all(got == sent for _, _, got, sent in steps), out
     assert "errors" not in out
-    # The table: capacity rows for both chunk sizes and the per-hop latency rows.
+    # The table: capacity rows for both chunk sizes (a quick run's one step at four sessions
+    # may miss the p99 bound on a busy machine, so no capacity is asserted), CPU, latency.
     table = [line for line in out.splitlines() if line.startswith("|")]
     assert table[0].startswith("| measure | raw ws echo | ours, gRPC | ours, bridge |")
     for chunk in (20, 100):
         assert any(
             re.match(
-                rf"\| paced sessions, p99 < 50 ms, {chunk} ms chunks \| 4 .*\| {NUMBER}x \|", row
+                rf"\| paced sessions, p99 < 50 ms, {chunk} ms chunks \| \d+ .*\| {NUMBER}x \|", row
             )
             for row in table
         ), table
+        cpu = next(r for r in table if r.startswith(f"| server CPU per chunk, {chunk} ms"))
+        assert len(re.findall(r"\d+ us \(\d+\)", cpu)) == 3, cpu
     for name in ("p50", "p99"):
         row = next(r for r in table if r.startswith(f"| chunk round trip {name}, 1 session"))
         assert len(re.findall(rf"{NUMBER} ms", row)) == 4, row

@@ -1,12 +1,14 @@
-"""A model client drives one session through every interleaving hypothesis can find.
+"""A model client drives sessions through every interleaving hypothesis can find.
 
 The client owns the session's credentials and cursor. Each stream it opens (the first, and
 each resume, including a takeover from a second device while the old stream still lingers)
 reads events in order; a ghost of a replaced stream may still send. Rules cover engine
 output, numbered commands, acks, disconnects that lose commands in flight, resumes with any
-cursor inside the journal window, activations that fail part-way, stale tokens, time, expiry
-and closes. The machine predicts every numbered event (kind, label, applied_client_seq) and
-checks, after every step:
+cursor (inside the journal window or not, with the current or the recovery token), resumed
+streams that die before or after the client read them or spoke on them, stale tokens, time,
+expiry and closes. An ended session is checked one last time and buried; the next one opens,
+and the client may later read a missed ending from the tombstone. The machine predicts every
+numbered event (kind, label, applied_client_seq) and checks, after every step:
 
 * the client gets each seq once per attachment sequence, contiguously, and what it got is
   exactly what was produced, in order; attached, it is fully caught up;

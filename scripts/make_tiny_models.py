@@ -31,11 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "build" / "tiny-models"
 STAMP = ".omni-tiny-model.sha256"
 
-# Text the tokenizer learns its merges from: enough to give sub-word pieces.
+# Text the tokenizer learns its merges from: enough to give sub-word pieces. Its alphabet is
+# printable ASCII and nothing else, so that any token a random model picks decodes to
+# readable text (which espeak-ng can say) and any ASCII prompt can be encoded.
 _CORPUS = (
     "the quick brown fox jumps over the lazy dog. hello world, this is a tiny speech model. "
     "audio streams in and words stream out. can you hear me now? yes, i can hear you. "
-) * 40
+) * 40 + "".join(chr(c) for c in range(32, 127)) + "\n"
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -62,7 +64,6 @@ def _tokenizer(extra_special: dict[str, str]):  # type: ignore[no-untyped-def]
     trainer = trainers.BpeTrainer(
         vocab_size=400,
         special_tokens=SPECIAL_TOKENS + list(extra_special.values()),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     bpe.train_from_iterator([_CORPUS], trainer)

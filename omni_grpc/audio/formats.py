@@ -68,8 +68,9 @@ def pcm16_to_float(pcm: npt.NDArray[np.int16]) -> Samples:
 
 def float_to_pcm16(samples: Samples) -> npt.NDArray[np.int16]:
     """float32 samples to 16-bit, clipped and rounded to the nearest step."""
-    scaled = np.rint(np.clip(samples, -1.0, 1.0) * np.float32(32768.0))
-    return np.clip(scaled, -32768, 32767).astype(np.int16)
+    # One clip after scaling (not one before and one after): this runs on every chunk.
+    scaled = np.clip(samples * np.float32(32768.0), np.float32(-32768.0), np.float32(32767.0))
+    return np.rint(scaled).astype(np.int16)
 
 
 def decode(audio: bytes, encoding: int, rate_hz: int) -> Samples:

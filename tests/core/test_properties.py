@@ -32,6 +32,10 @@ from omni_grpc.pb import pb
 from .helpers import TERMINAL_KINDS, cmd, created, delta, done, transcript
 from .model import LIMITS, Ended, Pending, SessionModel, key, window_start
 
+# CI's 3,000 examples take a minute and a half, three times that under coverage tracing:
+# more than the suite's default per-test timeout.
+pytestmark = pytest.mark.timeout(900)
+
 
 # Named, not lambdas: hypothesis describes preconditions on every step, and a lambda's
 # description means parsing its source each time.

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "build" / "tiny-models"
@@ -35,9 +37,14 @@ STAMP = ".omni-tiny-model.sha256"
 # printable ASCII and nothing else, so that any token a random model picks decodes to
 # readable text (which espeak-ng can say) and any ASCII prompt can be encoded.
 _CORPUS = (
-    "the quick brown fox jumps over the lazy dog. hello world, this is a tiny speech model. "
-    "audio streams in and words stream out. can you hear me now? yes, i can hear you. "
-) * 40 + "".join(chr(c) for c in range(32, 127)) + "\n"
+    (
+        "the quick brown fox jumps over the lazy dog. hello world, this is a tiny speech model. "
+        "audio streams in and words stream out. can you hear me now? yes, i can hear you. "
+    )
+    * 40
+    + "".join(chr(c) for c in range(32, 127))
+    + "\n"
+)
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -54,9 +61,10 @@ def _stamp() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
 
-def _tokenizer(extra_special: dict[str, str]):  # type: ignore[no-untyped-def]
+def _tokenizer(extra_special: dict[str, str]) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+
+    transformers = importlib.import_module("transformers")
 
     bpe = Tokenizer(models.BPE(unk_token=None))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -67,7 +75,7 @@ def _tokenizer(extra_special: dict[str, str]):  # type: ignore[no-untyped-def]
         show_progress=False,
     )
     bpe.train_from_iterator([_CORPUS], trainer)
-    tokenizer = PreTrainedTokenizerFast(
+    tokenizer = transformers.PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token="<|endoftext|>",
         pad_token="<|endoftext|>",
@@ -79,25 +87,20 @@ def _tokenizer(extra_special: dict[str, str]):  # type: ignore[no-untyped-def]
 
 def build_qwen2_audio(out: Path) -> None:
     """A 0.4 M-parameter Qwen2-Audio: 2 encoder and 2 decoder layers of width 64."""
-    import safetensors.torch
-    import torch
-    from transformers import (
-        GenerationConfig,
-        Qwen2AudioConfig,
-        Qwen2AudioForConditionalGeneration,
-        Qwen2AudioProcessor,
-        WhisperFeatureExtractor,
-    )
+    # Imported by name: the models' libraries live in .venv-vllm only.
+    safetensors_torch = importlib.import_module("safetensors.torch")
+    torch = importlib.import_module("torch")
+    transformers = importlib.import_module("transformers")
 
     tokenizer = _tokenizer(AUDIO_TOKENS)
-    processor = Qwen2AudioProcessor(
-        feature_extractor=WhisperFeatureExtractor(feature_size=128),
+    processor = transformers.Qwen2AudioProcessor(
+        feature_extractor=transformers.WhisperFeatureExtractor(feature_size=128),
         tokenizer=tokenizer,
         chat_template=CHAT_TEMPLATE,
     )
     processor.save_pretrained(out)
     eos = [tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_end|>")]
-    config = Qwen2AudioConfig(
+    config = transformers.Qwen2AudioConfig(
         audio_config={
             "model_type": "qwen2_audio_encoder",
             "d_model": 64,
@@ -126,17 +129,19 @@ def build_qwen2_audio(out: Path) -> None:
         audio_token_index=tokenizer.convert_tokens_to_ids(AUDIO_TOKENS["audio_token"]),
     )
     torch.manual_seed(0)
-    Qwen2AudioForConditionalGeneration(config).save_pretrained(out)
-    GenerationConfig(eos_token_id=eos, pad_token_id=tokenizer.pad_token_id).save_pretrained(out)
+    transformers.Qwen2AudioForConditionalGeneration(config).save_pretrained(out)
+    transformers.GenerationConfig(
+        eos_token_id=eos, pad_token_id=tokenizer.pad_token_id
+    ).save_pretrained(out)
     # transformers 5 nests the decoder one level deeper than the original checkpoints, and
     # vLLM loads the original layout: language_model.model.* rather than .model.model.*.
     weights = out / "model.safetensors"
-    tensors = safetensors.torch.load_file(weights)
+    tensors = safetensors_torch.load_file(weights)
     renamed = {
         key.replace("language_model.model.model.", "language_model.model."): value
         for key, value in tensors.items()
     }
-    safetensors.torch.save_file(renamed, weights, metadata={"format": "pt"})
+    safetensors_torch.save_file(renamed, weights, metadata={"format": "pt"})
 
 
 BUILDERS: dict[str, Callable[[Path], None]] = {"qwen2-audio": build_qwen2_audio}

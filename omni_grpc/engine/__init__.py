@@ -23,7 +23,8 @@ from omni_grpc.engine.base import (
 _ENGINES: dict[str, tuple[str, str]] = {
     "loopback": ("omni_grpc.engine.loopback", "LoopbackEngine"),
     "embedded": ("omni_grpc.engine.embedded", "EmbeddedEngine"),
-    # "vllm": ("omni_grpc.engine.vllm", "VllmEngine"),
+    "vllm": ("omni_grpc.engine.vllm", "VllmEngine"),
+    "vllm-omni": ("omni_grpc.engine.vllm_omni", "VllmOmniEngine"),
 }
 
 

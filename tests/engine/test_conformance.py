@@ -14,6 +14,7 @@ import pytest
 from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import Engine
 from omni_grpc.pb import pb
+from tests.vllm.support import conformance_spec as vllm_conformance_spec
 
 from .conformance import (
     EngineSpec,
@@ -35,6 +36,7 @@ ENGINES = [
         lambda: create_engine("embedded", {"responder": "echo", "server_vad": "off"}),
         30.0,
     ),
+    vllm_conformance_spec(),  # runs in .venv-vllm only (marked vllm): see tests/vllm
 ]
 
 

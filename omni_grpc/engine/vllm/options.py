@@ -1,0 +1,212 @@
+"""The vllm engine's options: strings in, checked values out.
+
+Every option is a string on the command line (``--engine-option KEY=VALUE``) or in the
+settings file's ``engine_options`` table. Three groups:
+
+vLLM (passed to ``AsyncEngineArgs``; 0 or empty leaves vLLM's own default):
+
+* ``model``: a Hugging Face model name or a local checkpoint directory of an audio-in,
+  text-out model (Qwen2-Audio, Ultravox, ...). Required.
+* ``dtype``: ``auto`` (default), ``float32``, ``bfloat16``, ``float16``.
+* ``max_model_len``: the context length the engine plans for.
+* ``kv_cache_bytes``: the KV cache size in bytes. Set it on a CPU (or vLLM sizes the cache
+  from the host's memory); on a GPU ``gpu_memory_utilization`` usually does.
+* ``gpu_memory_utilization``: the share of GPU memory vLLM may take, in (0, 1].
+* ``tensor_parallel_size``: GPUs one model is split over; default 1.
+* ``max_num_seqs``: requests one engine step may batch.
+* ``executor``: ``uni`` (the model in the engine process), ``mp`` or ``ray``; default vLLM's.
+* ``enforce_eager``: ``true`` skips CUDA graphs and torch.compile (faster start).
+* ``trust_remote_code``: ``true`` lets the model's own Python code run.
+* ``seed``: the engine's random seed; default 0.
+
+Answers (per response; a session's ``temperature`` and ``max_output_tokens`` win):
+
+* ``temperature``: default 0.7. ``max_tokens``: default 160. ``min_tokens``: default 0.
+* ``logit_bias``: ``TOKEN_ID:BIAS`` pairs separated by ``;`` added to the logits.
+* ``audio_turns``: how many of the latest user audio items the model hears; default 2
+  (older ones leave the prompt). ``max_audio_s``: the most audio kept of one item, the
+  latest part; default 30 (Whisper-style encoders see 30 s windows).
+* ``history_items``: conversation items the prompt holds at most; default 12.
+* ``instructions``: the system prompt when a session gives none.
+* ``audio_placeholder``: the prompt text that marks where an audio goes, with ``{n}`` for its
+  1-based number; default: what vLLM's model class declares.
+
+Speech (how answers are spoken and paced):
+
+* ``voice``: the espeak-ng voice when a session names none it knows; default ``en-us``.
+* ``words_per_minute``: speaking rate, 80 to 450; default 175.
+* ``pace``: ``realtime`` (default) releases audio no faster than it plays; ``fast`` releases
+  it as it is made. ``speed`` divides the real-time schedule; default 1.
+* ``chunk_ms``: output audio chunk length, 20 to 200; default 100.
+* ``max_input_s``: the most uncommitted input audio; default 120.
+* ``queue_size``: each session's command and event queue bound; default 256.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def parse_bool(text: str) -> bool:
+    """Reads true/false, 1/0, yes/no or on/off."""
+    lowered = text.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError(text)
+
+
+def _bias(text: str) -> dict[int, float]:
+    bias: dict[int, float] = {}
+    for pair in filter(None, (part.strip() for part in text.split(";"))):
+        token, sep, value = pair.partition(":")
+        if not sep:
+            raise ValueError(pair)
+        bias[int(token)] = float(value)
+    return bias
+
+
+DEFAULT_INSTRUCTIONS = (
+    "You are a friendly voice assistant. Your answers are spoken aloud, so answer in one or "
+    "two short, plain sentences."
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VllmOptions:
+    """How the vllm engine runs; the module docstring describes each option."""
+
+    model: str
+    dtype: str = "auto"
+    max_model_len: int = 0
+    kv_cache_bytes: int = 0
+    gpu_memory_utilization: float = 0.0
+    tensor_parallel_size: int = 1
+    max_num_seqs: int = 0
+    executor: str = ""
+    enforce_eager: bool = False
+    trust_remote_code: bool = False
+    seed: int = 0
+    temperature: float = 0.7
+    max_tokens: int = 160
+    min_tokens: int = 0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    audio_turns: int = 2
+    max_audio_s: float = 30.0
+    history_items: int = 12
+    instructions: str = DEFAULT_INSTRUCTIONS
+    audio_placeholder: str = ""
+    voice: str = "en-us"
+    words_per_minute: int = 175
+    pace: str = "realtime"
+    speed: float = 1.0
+    chunk_ms: int = 100
+    max_input_s: float = 120.0
+    queue_size: int = 256
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[bool, str]] = [
+            (bool(self.model.strip()), "model is required (a model name or a checkpoint path)"),
+            (self.dtype in _DTYPES, f"dtype must be one of {', '.join(_DTYPES)}"),
+            (self.max_model_len >= 0, "max_model_len must not be negative"),
+            (self.kv_cache_bytes >= 0, "kv_cache_bytes must not be negative"),
+            (0 <= self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in [0, 1]"),
+            (1 <= self.tensor_parallel_size <= 64, "tensor_parallel_size must be in [1, 64]"),
+            (self.max_num_seqs >= 0, "max_num_seqs must not be negative"),
+            (self.executor in ("", "uni", "mp", "ray"), "executor must be uni, mp or ray"),
+            (0 <= self.temperature <= 2, "temperature must be in [0, 2]"),
+            (1 <= self.max_tokens <= 65536, "max_tokens must be in [1, 65536]"),
+            (0 <= self.min_tokens <= self.max_tokens, "min_tokens must be in [0, max_tokens]"),
+            (1 <= self.audio_turns <= 16, "audio_turns must be in [1, 16]"),
+            (0 < self.max_audio_s <= 600, "max_audio_s must be in (0, 600]"),
+            (1 <= self.history_items <= 256, "history_items must be in [1, 256]"),
+            (80 <= self.words_per_minute <= 450, "words_per_minute must be in [80, 450]"),
+            (self.pace in ("realtime", "fast"), "pace must be 'realtime' or 'fast'"),
+            (math.isfinite(self.speed) and 0 < self.speed <= 100, "speed must be in (0, 100]"),
+            (20 <= self.chunk_ms <= 200, "chunk_ms must be in [20, 200]"),
+            (1 <= self.max_input_s <= 3600, "max_input_s must be in [1, 3600]"),
+            (self.queue_size >= 16, "queue_size must be at least 16"),
+        ]
+        for ok, problem in checks:
+            if not ok:
+                raise ValueError(f"vllm option: {problem}")
+
+    def engine_args(self) -> dict[str, object]:
+        """The ``AsyncEngineArgs`` these options ask for; vLLM's defaults fill the rest."""
+        args: dict[str, object] = {
+            "model": self.model,
+            "dtype": self.dtype,
+            "seed": self.seed,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "enforce_eager": self.enforce_eager,
+            "trust_remote_code": self.trust_remote_code,
+            "limit_mm_per_prompt": {"audio": self.audio_turns},
+            "disable_log_stats": True,
+        }
+        optional = {
+            "max_model_len": self.max_model_len,
+            "kv_cache_memory_bytes": self.kv_cache_bytes,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_num_seqs": self.max_num_seqs,
+            "distributed_executor_backend": self.executor,
+        }
+        args.update({key: value for key, value in optional.items() if value})
+        return args
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> VllmOptions:
+        """Reads string options; raises ValueError naming any unknown key or bad value."""
+        unknown = sorted(set(options) - set(_CONVERTERS))
+        if unknown:
+            raise ValueError(
+                f"unknown vllm option(s) {', '.join(unknown)}; known: {', '.join(_CONVERTERS)}"
+            )
+        if not options.get("model", "").strip():
+            raise ValueError(
+                "the vllm engine needs model=<Hugging Face name or checkpoint directory>"
+            )
+        values: dict[str, object] = {}
+        for key, text in options.items():
+            try:
+                values[key] = _CONVERTERS[key](text)
+            except ValueError:
+                raise ValueError(f"vllm option {key}={text!r} is not a valid value") from None
+        return cls(**values)  # type: ignore[arg-type]
+
+
+_CONVERTERS: dict[str, Callable[[str], object]] = {
+    "model": str,
+    "dtype": str,
+    "max_model_len": int,
+    "kv_cache_bytes": int,
+    "gpu_memory_utilization": float,
+    "tensor_parallel_size": int,
+    "max_num_seqs": int,
+    "executor": str,
+    "enforce_eager": parse_bool,
+    "trust_remote_code": parse_bool,
+    "seed": int,
+    "temperature": float,
+    "max_tokens": int,
+    "min_tokens": int,
+    "logit_bias": _bias,
+    "audio_turns": int,
+    "max_audio_s": float,
+    "history_items": int,
+    "instructions": str,
+    "audio_placeholder": str,
+    "voice": str,
+    "words_per_minute": int,
+    "pace": str,
+    "speed": float,
+    "chunk_ms": int,
+    "max_input_s": float,
+    "queue_size": int,
+}

@@ -1,0 +1,216 @@
+"""Our commands and session configuration, as vLLM-Omni's duplex commands and session object.
+
+vLLM-Omni's classes are passed in (the ``commands`` module of ``vllm_omni.engine.duplex``),
+so this module imports no vLLM-Omni and its mapping can be read on its own. Every command
+gets an ``event_id`` of our making, which vLLM-Omni echoes on the error it may answer with;
+:class:`Correlation` turns that id back into the command's ``client_seq`` and ``event_id``.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from omni_grpc.core.errors import CommandError
+from omni_grpc.pb import pb
+
+IN_RATE_HZ = 16000
+_CORRELATIONS_KEPT = 1024  # commands whose late error can still name them
+
+_ROLES = {pb.ITEM_ROLE_USER: "user", pb.ITEM_ROLE_ASSISTANT: "assistant"}
+_ROLES_BY_NAME = {name: role for role, name in _ROLES.items()}
+_PART_TYPES = {
+    pb.CONTENT_TYPE_INPUT_TEXT: "input_text",
+    pb.CONTENT_TYPE_INPUT_AUDIO: "input_audio",
+    pb.CONTENT_TYPE_OUTPUT_TEXT: "output_text",
+    pb.CONTENT_TYPE_OUTPUT_AUDIO: "output_audio",
+}
+_PART_TYPES_BY_NAME = {name: kind for kind, name in _PART_TYPES.items()} | {
+    "text": pb.CONTENT_TYPE_OUTPUT_TEXT,
+    "audio": pb.CONTENT_TYPE_OUTPUT_AUDIO,
+}
+_VAD = pb.TURN_DETECTION_TYPE_SERVER_VAD
+
+
+class Correlation:
+    """Our event ids for vLLM-Omni commands, and the commands they stand for (bounded)."""
+
+    def __init__(self, session_id: str) -> None:
+        self._prefix = f"{session_id}:"
+        self._commands: collections.OrderedDict[str, tuple[int, str]] = collections.OrderedDict()
+
+    def event_id(self, request: pb.ConverseRequest) -> str:
+        event_id = f"{self._prefix}{request.client_seq}"
+        self._commands[event_id] = (request.client_seq, request.event_id)
+        while len(self._commands) > _CORRELATIONS_KEPT:
+            self._commands.popitem(last=False)
+        return event_id
+
+    def command(self, event_id: object) -> tuple[int, str]:
+        """The (client_seq, client event_id) of the command ``event_id`` names, or (0, "")."""
+        return self._commands.get(event_id, (0, "")) if isinstance(event_id, str) else (0, "")
+
+
+def realtime_session(config: pb.SessionConfig, defaults: dict[str, object]) -> dict[str, object]:
+    """The Realtime ``session`` object vLLM-Omni opens or updates a session with."""
+    speaks = pb.MODALITY_AUDIO in config.output_modalities or not config.output_modalities
+    session: dict[str, object] = {
+        "modalities": ["audio", "text"] if speaks else ["text"],
+        # Engines take and give canonical audio: pcm16, 16 kHz in (every append says so) and
+        # 24 kHz out; the transport converts for the client.
+        "input_audio_format": "pcm16",
+        "output_audio_format": "pcm16",
+    }
+    if config.instructions:
+        session["instructions"] = config.instructions
+    if config.voice:
+        session["voice"] = config.voice
+    if config.HasField("temperature"):
+        session["temperature"] = config.temperature
+    td = config.turn_detection
+    if td.type == _VAD:
+        session["turn_detection"] = {
+            "type": "server_vad",
+            "threshold": td.threshold,
+            "prefix_padding_ms": td.prefix_padding_ms,
+            "silence_duration_ms": td.silence_duration_ms,
+            "create_response": td.create_response,
+            "interrupt_response": td.interrupt_response,
+        }
+    else:
+        session["turn_detection"] = None
+    extra = dict(defaults)
+    ref_audio = config.engine_options.fields.get("ref_audio")
+    if ref_audio is not None and ref_audio.string_value:
+        extra["ref_audio"] = ref_audio.string_value
+    session["extra_body"] = extra
+    return session
+
+
+def realtime_item(item: pb.ConversationItem) -> dict[str, object]:
+    """A conversation item as a Realtime item object."""
+    content = []
+    for part in item.content:
+        entry: dict[str, object] = {"type": _PART_TYPES.get(part.type, "input_text")}
+        if part.text:
+            entry["text"] = part.text
+        if part.transcript:
+            entry["transcript"] = part.transcript
+        content.append(entry)
+    body: dict[str, object] = {
+        "type": "message",
+        "role": _ROLES.get(item.role, "user"),
+        "content": content,
+    }
+    if item.id:
+        body["id"] = item.id
+    return body
+
+
+def conversation_item(body: object) -> pb.ConversationItem:
+    """A Realtime item object as a conversation item."""
+    if not isinstance(body, dict):
+        return pb.ConversationItem()
+    status = body.get("status")
+    item = pb.ConversationItem(
+        id=str(body.get("id") or ""),
+        role=_ROLES_BY_NAME.get(str(body.get("role")), pb.ITEM_ROLE_USER),
+        status=pb.ITEM_STATUS_COMPLETED if status == "completed" else pb.ITEM_STATUS_INCOMPLETE,
+    )
+    for part in body.get("content") or ():
+        if isinstance(part, dict):
+            duration = part.get("audio_duration_ms")
+            item.content.append(
+                pb.ContentPart(
+                    type=_PART_TYPES_BY_NAME.get(str(part.get("type")), pb.CONTENT_TYPE_INPUT_TEXT),
+                    text=str(part.get("text") or ""),
+                    transcript=str(part.get("transcript") or ""),
+                    audio_duration_ms=float(duration) if isinstance(duration, int | float) else 0.0,
+                )
+            )
+    return item
+
+
+def command_for(
+    request: pb.ConverseRequest, commands: Any, event_id: str, commit_answers: bool | None
+) -> Any:
+    """The vLLM-Omni command for one of ours; CommandError for one it has no equal of.
+
+    ``commit_answers`` is what a commit that does not say whether to answer means: the
+    session's turn detection, or None where the model owns the turns.
+    """
+    kind = request.WhichOneof("command")
+    if kind == "append_input_audio":
+        append = request.append_input_audio
+        if (append.encoding or pb.AUDIO_ENCODING_PCM16) != pb.AUDIO_ENCODING_PCM16 or (
+            append.sample_rate_hz or IN_RATE_HZ
+        ) != IN_RATE_HZ:
+            raise CommandError(
+                "unsupported_audio_format", "engines take canonical input", param="encoding"
+            )
+        return commands.AppendAudio(
+            audio=append.audio, format="pcm16", sample_rate_hz=IN_RATE_HZ, event_id=event_id
+        )
+    if kind == "commit_input_audio":
+        commit = request.commit_input_audio
+        answer = commit.create_response if commit.HasField("create_response") else commit_answers
+        return commands.Commit(create_response=answer, event_id=event_id)
+    if kind == "create_response":
+        create = request.create_response
+        options: dict[str, object] = {}
+        if create.output_modalities:
+            speaks = pb.MODALITY_AUDIO in create.output_modalities
+            options["modalities"] = ["audio", "text"] if speaks else ["text"]
+        if create.HasField("instructions"):
+            options["instructions"] = create.instructions
+        return commands.CreateResponse(options=options, event_id=event_id)
+    if kind == "cancel_response":
+        named = request.cancel_response.response_id or None
+        return commands.CancelResponse(response_id=named, event_id=event_id)
+    if kind == "clear_output_audio":
+        named = request.clear_output_audio.response_id or None
+        return commands.ClearOutputAudio(response_id=named, event_id=event_id)
+    if kind == "create_conversation_item":
+        create_item = request.create_conversation_item
+        return commands.CreateItem(
+            item=realtime_item(create_item.item),
+            previous_item_id=create_item.previous_item_id or None,
+            event_id=event_id,
+        )
+    if kind == "retrieve_conversation_item":
+        item_id = request.retrieve_conversation_item.item_id
+        return commands.SignalTurn(
+            event="conversation.item.retrieve",
+            signal_payload={"item_id": item_id},
+            event_id=event_id,
+        )
+    if kind == "delete_conversation_item":
+        item_id = request.delete_conversation_item.item_id
+        return commands.DeleteItem(item_id=item_id, event_id=event_id)
+    if kind == "truncate_conversation_item":
+        truncate = request.truncate_conversation_item
+        return commands.TruncateItem(
+            item_id=truncate.item_id,
+            audio_end_ms=int(truncate.audio_end_ms),
+            content_index=truncate.content_index,
+            event_id=event_id,
+        )
+    if kind == "ack_playback":
+        ack = request.ack_playback
+        return commands.AckPlayback(
+            played_ms=int(ack.played_ms),
+            committed_ms=int(ack.committed_ms) if ack.HasField("committed_ms") else None,
+            response_id=ack.response_id or None,
+            item_id=ack.item_id or None,
+            event_id=event_id,
+        )
+    simple = {
+        "clear_input_audio": "ClearInput",
+        "cancel_input": "CancelInput",
+        "barge_in": "BargeIn",
+    }
+    if kind in simple:
+        return getattr(commands, simple[kind])(event_id=event_id)
+    if kind == "append_input_text":
+        return commands.AppendText(text=request.append_input_text.text, event_id=event_id)
+    raise CommandError("bad_event", f"the vllm-omni engine does not take {kind}")

@@ -169,7 +169,7 @@ line = f"vllm {vllm.__version__}, torch {torch.__version__}"
 if sys.argv[1] == "vllm-omni":
     importlib.import_module("vllm_omni.entrypoints.duplex_omni")
     line += f", vllm-omni {importlib.import_module('vllm_omni').__version__}"
-print(f"[vllm-env {sys.argv[1]}] {line}", flush=True)
+print(f"[vllm-env {sys.argv[1]}] {line}", file=sys.stderr, flush=True)
 PYTHON
 echo "$want" >"$STAMP"
 log "ready in $((SECONDS - started)) s"

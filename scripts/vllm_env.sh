@@ -22,6 +22,9 @@
 # there torchvision stays with its CUDA-only native library removed (nothing we run calls it).
 # A stamp over this script and pyproject.toml makes a warm call a no-op.
 set -euo pipefail
+# Callers read the environment's path from stdout, and nothing else may reach it: pip and
+# vLLM's own logging write to stdout. Everything goes to stderr; the path goes to fd 3.
+exec 3>&1 1>&2
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
@@ -77,7 +80,7 @@ if [[ $force == 1 ]]; then
     rm -rf "$VENV"
 fi
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" && -x "$VENV/bin/python" ]]; then
-    echo "$VENV"
+    echo "$VENV" >&3
     exit 0
 fi
 
@@ -173,4 +176,4 @@ print(f"[vllm-env {sys.argv[1]}] {line}", file=sys.stderr, flush=True)
 PYTHON
 echo "$want" >"$STAMP"
 log "ready in $((SECONDS - started)) s"
-echo "$VENV"
+echo "$VENV" >&3

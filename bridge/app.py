@@ -29,7 +29,7 @@ from bridge.connection import Connection
 from bridge.dialect import MAX_EVENT_BYTES, error_json
 from bridge.outbound import MAX_AUDIO_DELTA_BYTES
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
-from omni_grpc.server.auth import key_matches
+from omni_grpc.wire.keys import key_matches
 
 if TYPE_CHECKING:
     from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub

@@ -39,7 +39,7 @@ from bridge.dialect import (
     resume_request,
     to_request,
 )
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 if TYPE_CHECKING:
     from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub

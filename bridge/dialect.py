@@ -26,8 +26,8 @@ from bridge.errors import DialectError
 from bridge.outbound import ServerDialect
 from bridge.render import error_json
 from bridge.session_json import MODALITIES, audio_format, config_from_patch
-from omni_grpc.core.session import UNNUMBERED_COMMANDS
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
+from omni_grpc.wire.kinds import UNNUMBERED_COMMANDS
 
 __all__ = [
     "DialectError",

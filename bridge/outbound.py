@@ -34,7 +34,7 @@ from typing import Any
 
 from bridge.render import STATELESS, Event, item_json, random_event_id, response_json
 from bridge.session_json import capabilities_json, session_json
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 # Raw audio bytes per outbound delta: 2 s of 24 kHz pcm16, 128 KB of base64, well under the
 # 1 MiB frame cap of older SDKs.

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bridge.session_json import MODALITY_NAMES, session_json
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 Event = dict[str, Any]
 

@@ -25,7 +25,7 @@ from bridge.client_events import (
     VoiceId,
 )
 from bridge.errors import DialectError
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 _PCM16 = pb.AUDIO_ENCODING_PCM16
 _F32 = pb.AUDIO_ENCODING_PCM_F32

@@ -71,9 +71,10 @@ _env_node() {
 
 # System programs the service and its tests use: espeak-ng (speech for the embedded engine and
 # test audio), sox (test audio), openssl (test certificates), chromium (the browser page's
-# test, driven by Playwright; never a downloaded browser). One line to add more.
-APT_PACKAGES=(espeak-ng sox openssl chromium)
-APT_COMMANDS=(espeak-ng sox openssl chromium)
+# test, driven by Playwright; never a downloaded browser), stress-ng (the CPU hog the suite is
+# proven stable under). One line to add more.
+APT_PACKAGES=(espeak-ng sox openssl chromium stress-ng)
+APT_COMMANDS=(espeak-ng sox openssl chromium stress-ng)
 
 _env_apt() {
     local missing=0 cmd

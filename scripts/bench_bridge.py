@@ -53,7 +53,7 @@ from aiohttp import WSMsgType, web
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 if TYPE_CHECKING:
     from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub

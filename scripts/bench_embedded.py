@@ -26,7 +26,7 @@ from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine.embedded import EmbeddedEngine
 from omni_grpc.engine.embedded.responder import Request
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 QUESTION = "what is the capital of france"
 

@@ -37,7 +37,7 @@ import grpc
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 P99_LIMIT_MS = 50.0
 ECHO_METHOD = "/bench.Echo/Stream"

@@ -47,7 +47,7 @@ def _tree_rss_mb() -> float:
 async def _turn(engine: object, number: int, text: bool) -> dict[str, float]:
     from omni_grpc.core.config import resolve_config
     from omni_grpc.core.limits import Limits
-    from omni_grpc.pb import pb
+    from omni_grpc.wire import pb
     from tests.engine.conformance import Probe, voice_like
 
     modalities = [pb.MODALITY_TEXT] if text else [pb.MODALITY_AUDIO]

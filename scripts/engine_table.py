@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
 
 from omni_grpc.core.limits import EngineFeatures  # noqa: E402
 from omni_grpc.engine import known_engines  # noqa: E402
-from omni_grpc.pb import pb  # noqa: E402
+from omni_grpc.wire import pb  # noqa: E402
 
 _ENCODINGS = {
     pb.AUDIO_ENCODING_PCM16: "pcm16",

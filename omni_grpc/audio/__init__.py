@@ -10,8 +10,6 @@ libsoxr's; nothing here loops over samples in Python.
 from __future__ import annotations
 
 from omni_grpc.audio.convert import (
-    CANONICAL_INPUT_RATE_HZ,
-    CANONICAL_OUTPUT_RATE_HZ,
     InputConverter,
     OutputConverter,
     chunk_pcm16,
@@ -19,8 +17,6 @@ from omni_grpc.audio.convert import (
     to_canonical_input,
 )
 from omni_grpc.audio.formats import (
-    SAMPLE_WIDTH,
-    SUPPORTED_RATES_HZ,
     AudioFormatError,
     check_format,
     decode,
@@ -28,6 +24,12 @@ from omni_grpc.audio.formats import (
     encode,
 )
 from omni_grpc.audio.resample import StreamResampler, resample
+from omni_grpc.wire.audio import (
+    CANONICAL_INPUT_RATE_HZ,
+    CANONICAL_OUTPUT_RATE_HZ,
+    SAMPLE_WIDTH,
+    SUPPORTED_RATES_HZ,
+)
 
 __all__ = [
     "CANONICAL_INPUT_RATE_HZ",

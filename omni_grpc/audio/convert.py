@@ -1,21 +1,18 @@
 """Conversions at the edge: client formats to the engines' canonical forms and back.
 
-Engines take pcm16 at 16 kHz and produce pcm16 at 24 kHz (``CANONICAL_INPUT`` and
-``CANONICAL_OUTPUT`` of ``omni_grpc.engine.base``, restated here as rates so that this package
-does not depend on the engine layer). The one-shot functions convert a complete buffer; a
-session's audio is a stream, so the transport keeps one :class:`InputConverter` and one
-:class:`OutputConverter` per session, which carry resampler state from chunk to chunk.
+Engines take pcm16 at 16 kHz and produce pcm16 at 24 kHz (the canonical forms of
+:mod:`omni_grpc.wire.audio`). The one-shot functions convert a complete buffer; streams use
+:class:`InputConverter` and :class:`OutputConverter`, which carry resampler state from chunk to
+chunk so that chunk seams stay clean.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from omni_grpc.audio.formats import PCM16, SAMPLE_WIDTH, AudioFormatError, decode, encode
+from omni_grpc.audio.formats import PCM16, AudioFormatError, decode, encode
 from omni_grpc.audio.resample import StreamResampler, resample
-
-CANONICAL_INPUT_RATE_HZ = 16000
-CANONICAL_OUTPUT_RATE_HZ = 24000
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ, PCM16_WIDTH
 
 
 def to_canonical_input(audio: bytes, encoding: int, rate_hz: int) -> bytes:
@@ -32,9 +29,9 @@ def from_canonical_output(pcm16_24k: bytes, encoding: int, rate_hz: int) -> byte
 
 def chunk_pcm16(audio: bytes, max_bytes: int) -> list[bytes]:
     """Splits pcm16 audio into chunks of at most ``max_bytes``, never splitting a sample."""
-    if len(audio) % SAMPLE_WIDTH[PCM16]:
+    if len(audio) % PCM16_WIDTH:
         raise AudioFormatError("bad_audio", "pcm16 audio must have an even number of bytes")
-    size = max_bytes - max_bytes % SAMPLE_WIDTH[PCM16]
+    size = max_bytes - max_bytes % PCM16_WIDTH
     if size <= 0:
         raise ValueError(f"max_bytes must be at least 2, got {max_bytes}")
     return [audio[start : start + size] for start in range(0, len(audio), size)]

@@ -12,16 +12,14 @@ import numpy as np
 import numpy.typing as npt
 
 from omni_grpc.audio import g711
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
+from omni_grpc.wire.audio import SAMPLE_WIDTH, SUPPORTED_RATES_HZ
 
 PCM16 = pb.AUDIO_ENCODING_PCM16
 PCM_F32 = pb.AUDIO_ENCODING_PCM_F32
 G711_ULAW = pb.AUDIO_ENCODING_G711_ULAW
 G711_ALAW = pb.AUDIO_ENCODING_G711_ALAW
 
-# Bytes per sample of each encoding we can decode and encode.
-SAMPLE_WIDTH: dict[int, int] = {PCM16: 2, PCM_F32: 4, G711_ULAW: 1, G711_ALAW: 1}
-SUPPORTED_RATES_HZ: tuple[int, ...] = (8000, 16000, 22050, 24000, 44100, 48000)
 
 Samples = npt.NDArray[np.float32]
 

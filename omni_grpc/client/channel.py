@@ -16,7 +16,7 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceStub
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"

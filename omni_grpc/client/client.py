@@ -23,7 +23,7 @@ from omni_grpc.client.errors import CommandTooLarge, DuplexClientError, SessionC
 from omni_grpc.client.link import End, SessionLink
 from omni_grpc.client.options import ClientOptions, ResumeHandle
 from omni_grpc.client.outbox import Outbox
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
 

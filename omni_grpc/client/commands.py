@@ -11,7 +11,7 @@ import abc
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 _HANDSHAKES = frozenset({"open_session", "resume_session"})
 

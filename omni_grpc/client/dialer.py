@@ -32,7 +32,7 @@ from omni_grpc.client.errors import (
     ResyncRequired,
     SessionClosed,
 )
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
 

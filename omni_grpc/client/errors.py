@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import grpc
 
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 
 class DuplexClientError(Exception):

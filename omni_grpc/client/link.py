@@ -31,7 +31,7 @@ from omni_grpc.client.errors import (
 )
 from omni_grpc.client.options import ClientOptions, ClientStats
 from omni_grpc.client.outbox import EventCursor, EventGap, Outbox
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
 

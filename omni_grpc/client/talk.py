@@ -20,7 +20,7 @@ from typing import TextIO
 from omni_grpc.client.client import DuplexClient
 from omni_grpc.client.errors import ConnectionLost, DuplexClientError
 from omni_grpc.client.wavio import PcmAudio, write_wav
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 _QUIET_KINDS = frozenset(
     {"output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "heartbeat_ack"}

@@ -13,7 +13,7 @@ from google.protobuf.message import Message
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 DEFAULT_INPUT_RATE_HZ = 24000  # OpenAI Realtime's pcm16 rate, which stock clients assume
 G711_RATE_HZ = 8000

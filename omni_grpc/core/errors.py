@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 
 class Status(enum.Enum):

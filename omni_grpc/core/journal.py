@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 
 class JournalGap(Exception):

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_OUTPUT, SUPPORTED_ENCODINGS, SUPPORTED_RATES_HZ
 
 PROTOCOL_VERSION = "omni.duplex.v1"
-
-# Bytes per sample of each input encoding; an append must hold whole samples.
-SAMPLE_WIDTH: dict[pb.AudioEncoding.ValueType, int] = {
-    pb.AUDIO_ENCODING_PCM16: 2,
-    pb.AUDIO_ENCODING_PCM_F32: 4,
-    pb.AUDIO_ENCODING_G711_ULAW: 1,
-    pb.AUDIO_ENCODING_G711_ALAW: 1,
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,10 +33,10 @@ class EngineFeatures:
     """What the engine behind the sessions can do; engines declare this."""
 
     name: str
-    input_encodings: tuple[pb.AudioEncoding.ValueType, ...] = tuple(SAMPLE_WIDTH)
-    input_sample_rates_hz: tuple[int, ...] = (8000, 16000, 22050, 24000, 44100, 48000)
-    output_encoding: pb.AudioEncoding.ValueType = pb.AUDIO_ENCODING_PCM16
-    output_sample_rate_hz: int = 24000
+    input_encodings: tuple[pb.AudioEncoding.ValueType, ...] = SUPPORTED_ENCODINGS
+    input_sample_rates_hz: tuple[int, ...] = SUPPORTED_RATES_HZ
+    output_encoding: pb.AudioEncoding.ValueType = CANONICAL_OUTPUT.encoding
+    output_sample_rate_hz: int = CANONICAL_OUTPUT.sample_rate_hz
     supports_barge_in: bool = True
     supports_playback_ack: bool = True
     supports_server_vad: bool = False

@@ -21,7 +21,7 @@ from omni_grpc.core.config import resolve_config
 from omni_grpc.core.errors import CommandError, Status, StreamRefused
 from omni_grpc.core.limits import EngineFeatures, Limits, capabilities
 from omni_grpc.core.session import Effects, Session
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 
 class Registry:

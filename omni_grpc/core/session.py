@@ -35,21 +35,9 @@ from omni_grpc.core.errors import CommandError, Status, StreamRefused
 from omni_grpc.core.journal import CursorAhead, Journal, JournalGap
 from omni_grpc.core.limits import EngineFeatures, Limits
 from omni_grpc.core.state import State, Trigger, next_state
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
+from omni_grpc.wire.kinds import HANDSHAKE_COMMANDS, RESPONSE_OUTPUT_EVENTS, UNNUMBERED_COMMANDS
 
-# Commands that may come unnumbered (client_seq 0): they are idempotent and about the stream.
-UNNUMBERED_COMMANDS = frozenset({"heartbeat", "ack_events"})
-# Commands whose only home is the first message of a stream.
-HANDSHAKE_COMMANDS = frozenset({"open_session", "resume_session"})
-# Commands the core answers itself; the rest go on to the engine.
-CORE_COMMANDS = frozenset({"heartbeat", "ack_events", "close_session"})
-# Engine output that belongs to one response, with where its response id is.
-_RESPONSE_OUTPUT = {
-    "output_audio_delta": "response_id",
-    "output_audio_transcript_delta": "response_id",
-    "output_text_delta": "response_id",
-    "response_speak": "response_id",
-}
 _FINISHED_RESPONSES_KEPT = 256
 
 
@@ -439,8 +427,8 @@ class Session:
         return self._emit(event, now)
 
     def _is_stale(self, kind: str | None, event: pb.ConverseResponse) -> bool:
-        if kind in _RESPONSE_OUTPUT:
-            return getattr(getattr(event, kind), _RESPONSE_OUTPUT[kind]) in self._finished
+        if kind in RESPONSE_OUTPUT_EVENTS:
+            return getattr(event, kind).response_id in self._finished
         if kind == "response_done":
             return event.response_done.response.id in self._finished
         if kind == "response_created":

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 
 class State(enum.Enum):

@@ -7,8 +7,9 @@ is refused the same way whatever engine sits behind the session.
 from __future__ import annotations
 
 from omni_grpc.core.errors import CommandError
-from omni_grpc.core.limits import SAMPLE_WIDTH, EngineFeatures, Limits
-from omni_grpc.pb import pb
+from omni_grpc.core.limits import EngineFeatures, Limits
+from omni_grpc.wire import pb
+from omni_grpc.wire.audio import SAMPLE_WIDTH
 
 _IMAGE_TYPES = ("image/jpeg", "image/png")
 

@@ -11,13 +11,7 @@ from __future__ import annotations
 
 import importlib
 
-from omni_grpc.engine.base import (
-    CANONICAL_INPUT,
-    CANONICAL_OUTPUT,
-    Engine,
-    EngineError,
-    EngineSession,
-)
+from omni_grpc.engine.base import Engine, EngineError, EngineSession
 
 # name -> (module, class). Add an engine here with one line; the module is imported on use.
 _ENGINES: dict[str, tuple[str, str]] = {
@@ -52,8 +46,6 @@ def create_engine(name: str, options: dict[str, str]) -> Engine:
 
 
 __all__ = [
-    "CANONICAL_INPUT",
-    "CANONICAL_OUTPUT",
     "Engine",
     "EngineError",
     "EngineSession",

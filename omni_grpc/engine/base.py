@@ -23,12 +23,7 @@ import abc
 from collections.abc import AsyncIterator
 
 from omni_grpc.core.limits import EngineFeatures
-from omni_grpc.pb import pb
-
-# Input audio handed to engines: mono signed 16-bit little-endian PCM at 16 kHz.
-CANONICAL_INPUT = pb.AudioFormat(encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=16000)
-# Output audio engines produce: mono signed 16-bit little-endian PCM at 24 kHz.
-CANONICAL_OUTPUT = pb.AudioFormat(encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=24000)
+from omni_grpc.wire import pb
 
 
 class EngineError(Exception):

@@ -25,10 +25,10 @@ from grpc_reflection.v1alpha import reflection
 from omni_grpc.core import Registry, State
 from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import Engine
-from omni_grpc.pb import pb
 from omni_grpc.server.auth import ApiKeyInterceptor
 from omni_grpc.server.servicer import SERVICE, DuplexServicer
 from omni_grpc.server.settings import ServerSettings
+from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
 

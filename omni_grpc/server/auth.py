@@ -1,34 +1,17 @@
 """Optional API keys: every call must present ``authorization: Bearer <key>``.
 
-Keys are compared with ``hmac.compare_digest`` against every configured key (no early exit),
-so response timing does not reveal how much of a guess was right. Keys are never logged.
+The comparison itself is :mod:`omni_grpc.wire.keys`, shared with the bridge. Keys are never
+logged.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 
 from omni_grpc.server.status import unauthenticated
-
-
-def key_matches(presented: str, keys: Sequence[str]) -> bool:
-    """Says in constant time (per key) whether ``presented`` is one of ``keys``."""
-    ok = False
-    candidate = presented.encode()
-    for key in keys:
-        ok |= hmac.compare_digest(candidate, key.encode())
-    return ok
-
-
-def bearer_key(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:
-    """Extracts the bearer key from call metadata; empty when there is none."""
-    for name, value in metadata or ():
-        if name == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-            return value[len("Bearer ") :]
-    return ""
+from omni_grpc.wire.keys import bearer_key, key_matches
 
 
 class ApiKeyInterceptor(grpc.aio.ServerInterceptor):

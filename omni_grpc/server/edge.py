@@ -9,8 +9,8 @@ journaled. Sessions that already speak the canonical forms pass through untouche
 from __future__ import annotations
 
 from omni_grpc import audio
-from omni_grpc.engine.base import CANONICAL_INPUT, CANONICAL_OUTPUT
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_INPUT, CANONICAL_OUTPUT
 
 
 def _same(encoding: int, rate_hz: int, fmt: pb.AudioFormat) -> bool:

@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable
 
 from omni_grpc.core import Effects, Session
-from omni_grpc.engine.base import CANONICAL_INPUT, CANONICAL_OUTPUT, EngineSession
-from omni_grpc.pb import pb
+from omni_grpc.engine.base import EngineSession
 from omni_grpc.server.edge import AudioEdge
+from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_INPUT, CANONICAL_OUTPUT
 
 logger = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from google.protobuf.message import DecodeError
 from omni_grpc.core import Effects, Registry, ResumeGap, Session, StreamRefused
 from omni_grpc.core.errors import CommandError, Status
 from omni_grpc.engine.base import Engine
-from omni_grpc.pb import pb
 from omni_grpc.server.host import Outbox, SessionHost
 from omni_grpc.server.status import rich_status
+from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
 

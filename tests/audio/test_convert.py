@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from omni_grpc import audio
-from omni_grpc.engine.base import CANONICAL_INPUT, CANONICAL_OUTPUT
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_INPUT, CANONICAL_OUTPUT
 
 PCM16 = pb.AUDIO_ENCODING_PCM16
 ENCODINGS = [

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from omni_grpc import audio
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 PCM16 = pb.AUDIO_ENCODING_PCM16
 F32 = pb.AUDIO_ENCODING_PCM_F32

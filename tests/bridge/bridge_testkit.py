@@ -20,8 +20,8 @@ from bridge.app import start_bridge
 from bridge.server_events import EXTENSION_EVENT, EXTENSION_EVENT_TYPES, STANDARD_EVENT_EXTRAS
 from omni_grpc import audio
 from omni_grpc.core import Limits
-from omni_grpc.pb import pb
 from omni_grpc.server.settings import ServerSettings
+from omni_grpc.wire import pb
 
 OPENAI_SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 

@@ -19,7 +19,7 @@ from bridge.dialect import (
     resume_request,
     to_request,
 )
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 
 def translate(event: dict[str, Any]) -> pb.ConverseRequest:

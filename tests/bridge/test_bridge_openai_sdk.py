@@ -18,8 +18,8 @@ from openai import AsyncOpenAI
 from openai.types.realtime import ResponseAudioDeltaEvent, ResponseDoneEvent, SessionCreatedEvent
 
 from omni_grpc import audio
-from omni_grpc.pb import pb
 from omni_grpc.server.app import start_server
+from omni_grpc.wire import pb
 
 
 async def test_sdk_session_update_append_commit_response(bridge_port: int, speech: bytes) -> None:

@@ -13,7 +13,7 @@ from bridge.outbound import ServerDialect
 from bridge.render import error_json
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import EngineFeatures, Limits, capabilities
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 Check = Callable[[dict[str, Any]], None]
 ENGINE = EngineFeatures(name="loopback")

@@ -22,8 +22,8 @@ from bridge_testkit import (
 
 from bridge.app import start_bridge
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
-from omni_grpc.pb import pb
 from omni_grpc.server.app import RunningServer, start_server
+from omni_grpc.wire import pb
 
 
 @pytest.fixture

@@ -38,8 +38,8 @@ from omni_grpc.core import Limits
 from omni_grpc.core.journal import Journal
 from omni_grpc.core.registry import Registry
 from omni_grpc.engine.loopback.session import LoopbackSession
-from omni_grpc.pb import pb
 from omni_grpc.server.app import RunningServer, start_server
+from omni_grpc.wire import pb
 from tests.client.conftest import CONFIG, settings, tone
 from tests.client.proxy import ChaosProxy
 

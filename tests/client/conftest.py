@@ -12,9 +12,9 @@ import pytest
 
 from omni_grpc.client import ClientOptions, DuplexClient, ReconnectPolicy
 from omni_grpc.core import Limits
-from omni_grpc.pb import pb
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.server.settings import ServerSettings
+from omni_grpc.wire import pb
 from tests.client.proxy import ChaosProxy
 
 RATE_HZ = 16000

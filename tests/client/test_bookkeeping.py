@@ -8,7 +8,7 @@ import pytest
 
 from omni_grpc.client import ClientOptions, ReconnectPolicy, ResumeHandle
 from omni_grpc.client.outbox import EventCursor, EventGap, Outbox, OutboxFull
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 
 def heartbeat() -> pb.ConverseRequest:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from omni_grpc.client import DuplexClient
-from omni_grpc.pb import pb
 from omni_grpc.server.app import RunningServer
+from omni_grpc.wire import pb
 from tests.client.conftest import CONFIG, OPTIONS, collect_until, kinds, tone
 
 

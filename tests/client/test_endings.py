@@ -18,8 +18,8 @@ from omni_grpc.client import (
     SessionReplaced,
 )
 from omni_grpc.core import Limits
-from omni_grpc.pb import pb
 from omni_grpc.server.app import RunningServer, start_server
+from omni_grpc.wire import pb
 from tests.client.conftest import (
     CONFIG,
     OPTIONS,

@@ -9,8 +9,8 @@ import logging
 import pytest
 
 from omni_grpc.client import DuplexClient
-from omni_grpc.pb import pb
 from omni_grpc.server.app import RunningServer
+from omni_grpc.wire import pb
 from tests.client.conftest import (
     CONFIG,
     OPTIONS,

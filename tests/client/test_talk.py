@@ -8,8 +8,8 @@ from pathlib import Path
 
 from omni_grpc.client.talk import Conversation, TalkSettings, talk
 from omni_grpc.client.wavio import PcmAudio, read_audio
-from omni_grpc.pb import pb
 from omni_grpc.server.app import RunningServer
+from omni_grpc.wire import pb
 from tests.client.conftest import RATE_HZ, tone
 from tests.client.proxy import ChaosProxy
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from omni_grpc.core import Effects, EngineFeatures, Limits, Registry, Session
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 ENGINE = EngineFeatures(name="test-engine", default_model="test-model")
 VAD_ENGINE = EngineFeatures(name="vad-engine", default_model="test-model", supports_server_vad=True)

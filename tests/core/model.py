@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from omni_grpc.core import Effects, Limits, Registry, Session
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 from .helpers import ENGINE, cmd
 

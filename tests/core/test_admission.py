@@ -8,7 +8,7 @@ import pytest
 
 from omni_grpc.core import Limits, Registry, Status, StreamRefused
 from omni_grpc.core.errors import CommandError, error_type
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 from .helpers import ENGINE, VAD_ENGINE, append, cmd, decode, open_session, text
 

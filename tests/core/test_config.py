@@ -9,7 +9,7 @@ import pytest
 
 from omni_grpc.core import CommandError, EngineFeatures, Limits
 from omni_grpc.core.config import merge_config, resolve_config
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 from .helpers import ENGINE, VAD_ENGINE, cmd, decode, open_session
 

@@ -11,7 +11,7 @@ import pytest
 
 from omni_grpc.core import Status, StreamRefused
 from omni_grpc.core.credentials import ResumeCredential
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 from .helpers import decode, heartbeat, open_session, resume, token_of
 

@@ -11,7 +11,7 @@ import pytest
 
 from omni_grpc.core import CommandError, Limits, StreamRefused
 from omni_grpc.core.errors import Status
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 from .helpers import ENGINE, close, decode, heartbeat, kinds, open_session, resume, transcript
 

@@ -6,7 +6,7 @@ import pytest
 
 from omni_grpc.core import Effects, Limits, ResumeGap
 from omni_grpc.core.journal import CursorAhead, Journal, JournalGap
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 from .helpers import ack, decode, heartbeat, open_session, stamped, transcript
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from omni_grpc.core import Effects, ResumeGap, Status, StreamRefused
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 from .helpers import TERMINAL_KINDS, cmd, created, delta, done, transcript
 from .model import LIMITS, Ended, Pending, SessionModel, key, window_start

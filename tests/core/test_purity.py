@@ -74,7 +74,7 @@ _PROBE = textwrap.dedent("""
     package, path_entry = sys.argv[1], sys.argv[2]
     sys.path.insert(0, path_entry)
     forbidden = set(json.loads(sys.argv[3]))
-    import omni_grpc.pb  # the generated messages, the one dependency the core may have
+    import omni_grpc.wire  # the shared vocabulary and generated messages, which the core may use
     baseline = set(sys.modules)
     executed = []
     real_import = builtins.__import__

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from omni_grpc.core import Limits, Registry, ResumeGap, Status, StreamRefused
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 from .helpers import (
     ENGINE,

@@ -8,7 +8,7 @@ import pytest
 
 from omni_grpc.core import CommandError, Effects, Limits, Session
 from omni_grpc.core.limits import capabilities
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 from .helpers import (
     ENGINE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from omni_grpc.core import Effects
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 from .helpers import created, decode, delta, done, kinds, open_session, resume, stamped
 

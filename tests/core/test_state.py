@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from omni_grpc.core.state import TRANSITIONS, IllegalTransition, State, Trigger, next_state
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 A, D, C, E = State.ATTACHED, State.DETACHED, State.CLOSED, State.EXPIRED
 EXPECTED: dict[tuple[State, Trigger], State | None] = {

@@ -9,7 +9,7 @@ import pytest
 from omni_grpc.core import CommandError, EngineFeatures, Limits
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.validation import check_append, check_command
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 from .helpers import ENGINE, append, cmd, decode, open_session
 

@@ -12,7 +12,7 @@ from google.protobuf import struct_pb2
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine.embedded import EmbeddedEngine, EmbeddedSession
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 TIMEOUT_S = 30.0
 IN_BYTES_PER_MS = 32

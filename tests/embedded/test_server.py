@@ -11,9 +11,9 @@ import soxr
 
 from omni_grpc.engine.embedded import EmbeddedEngine
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
-from omni_grpc.pb import pb
 from omni_grpc.server.app import start_server
 from omni_grpc.server.settings import ServerSettings
+from omni_grpc.wire import pb
 from tests.server.streams import open_stream, read_until
 
 from .conftest import speech

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 from .conftest import speech
 from .driver import Driver, open_driver, response_events, retranscribe, said, spoken

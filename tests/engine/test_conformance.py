@@ -13,7 +13,7 @@ import pytest
 
 from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import Engine
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 from tests.vllm.support import conformance_spec as vllm_conformance_spec
 
 from .conformance import (

@@ -14,7 +14,7 @@ from omni_grpc import audio
 from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.loopback import LoopbackEngine, LoopbackOptions
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 from .conformance import (
     IN_RATE,

@@ -6,7 +6,7 @@ import asyncio
 
 import grpc
 
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 READ_TIMEOUT_S = 10.0
 

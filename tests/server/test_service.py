@@ -13,8 +13,8 @@ from grpc_status import rpc_status
 
 from omni_grpc.core import Limits
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
-from omni_grpc.pb import pb
 from omni_grpc.server.app import start_server
+from omni_grpc.wire import pb
 from tests.server.conftest import settings
 from tests.server.streams import kinds, open_stream, pcm16, read, read_until
 

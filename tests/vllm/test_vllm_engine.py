@@ -16,7 +16,7 @@ from omni_grpc import audio
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine.vllm import VllmEngine
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 from tests.engine.conformance import Probe, check_lifecycles, kinds, transcript, voice_like
 
 from .support import ANSWER_TOKENS, VLLM_MARKS, make_engine

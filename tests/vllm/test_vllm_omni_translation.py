@@ -17,7 +17,7 @@ from omni_grpc import audio
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.vllm_omni.commands import Correlation, command_for, realtime_session
 from omni_grpc.engine.vllm_omni.events import EventTranslator
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 from tests.engine.conformance import check_lifecycles, kinds
 
 

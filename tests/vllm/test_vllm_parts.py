@@ -20,7 +20,7 @@ from omni_grpc.engine.vllm import VllmOptions, VllmUnavailable
 from omni_grpc.engine.vllm import runtime as vllm_runtime
 from omni_grpc.engine.vllm.prompt import Entry, build_prompt
 from omni_grpc.engine.vllm_omni import VllmOmniOptions
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 ROOT = Path(__file__).resolve().parents[2]
 

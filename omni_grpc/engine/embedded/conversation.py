@@ -26,7 +26,7 @@ from omni_grpc.engine.embedded.speaking import (
 from omni_grpc.engine.loopback.history import History
 from omni_grpc.engine.loopback.outbox import Outbox
 from omni_grpc.engine.loopback.turns import acknowledge, done_event, find_answer, output_item
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 _ANSWERS_KEPT = 16  # responses that ack_playback and clear_output_audio can name
 _MAX_PENDING_TURNS = 32  # committed turns waiting for an answer

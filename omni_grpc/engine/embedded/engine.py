@@ -13,7 +13,7 @@ from omni_grpc.engine.base import Engine, EngineError
 from omni_grpc.engine.embedded.models import Runtime
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.session import EmbeddedSession
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
 

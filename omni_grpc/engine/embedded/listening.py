@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from omni_grpc.engine.embedded.turns import SpeechPause, SpeechStart, SpeechStop, TurnDetector
 from omni_grpc.engine.embedded.vad import WINDOW_MS, SileroVad, VadStream
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 RATE_HZ = 16000
 BYTES_PER_MS = RATE_HZ * 2 // 1000  # pcm16 mono: 32 bytes per millisecond

@@ -28,7 +28,7 @@ from omni_grpc.engine.embedded.models import Runtime
 from omni_grpc.engine.embedded.speaking import Speech, UserTurn
 from omni_grpc.engine.loopback.history import History
 from omni_grpc.engine.loopback.outbox import Outbox
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
 

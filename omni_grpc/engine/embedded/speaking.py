@@ -22,7 +22,7 @@ from omni_grpc.engine.embedded.responder import Reply, Request, Responder, next_
 from omni_grpc.engine.embedded.tts import OUTPUT_RATE_HZ, SentenceSplitter
 from omni_grpc.engine.loopback.outbox import Outbox
 from omni_grpc.engine.loopback.turns import Answer, split_words
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 # How far ahead of real time audio is released: enough to hide network jitter from the
 # client's player, little enough that a barge-in finds most of the answer still unsent.

@@ -34,7 +34,7 @@ from omni_grpc.core.limits import EngineFeatures
 from omni_grpc.engine.base import Engine
 from omni_grpc.engine.loopback.options import LoopbackOptions
 from omni_grpc.engine.loopback.session import LoopbackSession
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 FEATURES = EngineFeatures(
     name="loopback",

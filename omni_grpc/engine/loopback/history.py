@@ -6,7 +6,7 @@ import collections
 from collections.abc import Callable
 
 from omni_grpc.core.errors import CommandError
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 
 class History:

@@ -5,12 +5,8 @@ from __future__ import annotations
 import asyncio
 import collections
 
-from omni_grpc.pb import pb
-
-# Events that carry output of one response, by the field that names the response.
-OUTPUT_KINDS = frozenset(
-    {"output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "response_speak"}
-)
+from omni_grpc.wire import pb
+from omni_grpc.wire.kinds import RESPONSE_OUTPUT_EVENTS
 
 
 class Outbox:
@@ -65,7 +61,7 @@ class Outbox:
         taken = []
         for event in self._items:
             kind = event.WhichOneof("event")
-            if kind in OUTPUT_KINDS and getattr(event, kind).response_id == response_id:
+            if kind in RESPONSE_OUTPUT_EVENTS and getattr(event, kind).response_id == response_id:
                 taken.append(event)
             else:
                 kept.append(event)

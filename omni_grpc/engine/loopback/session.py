@@ -35,7 +35,7 @@ from omni_grpc.engine.loopback.turns import (
     output_item,
     split_words,
 )
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
 

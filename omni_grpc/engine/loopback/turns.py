@@ -11,7 +11,7 @@ import numpy as np
 
 from omni_grpc import audio
 from omni_grpc.core.errors import CommandError
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 IN_RATE_HZ = audio.CANONICAL_INPUT_RATE_HZ
 OUT_RATE_HZ = audio.CANONICAL_OUTPUT_RATE_HZ

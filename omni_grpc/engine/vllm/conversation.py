@@ -15,7 +15,7 @@ from omni_grpc.engine.loopback.turns import acknowledge, find_answer
 from omni_grpc.engine.vllm.options import VllmOptions
 from omni_grpc.engine.vllm.prompt import Entry
 from omni_grpc.engine.vllm.speaking import Reply
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 _MAX_PENDING = 32  # committed items waiting for an answer
 

@@ -12,7 +12,7 @@ from omni_grpc.engine.embedded.tts import Espeak, TtsUnavailable
 from omni_grpc.engine.vllm.options import VllmOptions
 from omni_grpc.engine.vllm.runtime import VllmRuntime, VllmUnavailable
 from omni_grpc.engine.vllm.session import VllmSession
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 FEATURES = EngineFeatures(
     name="vllm",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from omni_grpc import audio
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 IN_RATE_HZ = 16000
 

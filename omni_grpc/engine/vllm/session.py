@@ -30,7 +30,7 @@ from omni_grpc.engine.vllm.options import VllmOptions
 from omni_grpc.engine.vllm.prompt import Prompt, build_prompt
 from omni_grpc.engine.vllm.runtime import Generation, Sampling, VllmRuntime
 from omni_grpc.engine.vllm.speaking import FINISHES, Reply, Speaker
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
 

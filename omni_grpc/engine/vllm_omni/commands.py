@@ -12,7 +12,7 @@ import collections
 from typing import Any
 
 from omni_grpc.core.errors import CommandError
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 IN_RATE_HZ = 16000
 _CORRELATIONS_KEPT = 1024  # commands whose late error can still name them

@@ -14,7 +14,7 @@ from omni_grpc.engine.base import Engine, EngineError
 from omni_grpc.engine.vllm_omni.commands import realtime_session
 from omni_grpc.engine.vllm_omni.options import VllmOmniOptions
 from omni_grpc.engine.vllm_omni.session import VllmOmniSession
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 FEATURES = EngineFeatures(
     name="vllm-omni",

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from omni_grpc import audio
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.vllm_omni.commands import conversation_item
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 OUT_RATE_HZ = 24000
 TERMINAL = frozenset({"session.closed", "session.expired"})

@@ -21,7 +21,7 @@ from omni_grpc.engine.base import EngineError, EngineSession
 from omni_grpc.engine.loopback.outbox import Outbox
 from omni_grpc.engine.vllm_omni.commands import Correlation, command_for, realtime_session
 from omni_grpc.engine.vllm_omni.events import TERMINAL, EventTranslator
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.vllm_omni import VllmOmniEngine
-from omni_grpc.pb import pb
+from omni_grpc.wire import pb
 from tests.engine.conformance import Probe, audio_ms, check_lifecycles, kinds, voice_like
 
 from ..support import WARNING_FILTERS

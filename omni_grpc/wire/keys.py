@@ -1,0 +1,34 @@
+"""API keys as every transport checks them: a bearer key compared in constant time.
+
+Keys are compared with ``hmac.compare_digest`` against every configured key (no early exit), so
+response timing does not reveal how much of a guess was right. Keys are never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Sequence
+
+BEARER = "Bearer "
+
+
+def key_matches(presented: str, keys: Sequence[str]) -> bool:
+    """Says in constant time (per key) whether ``presented`` is one of ``keys``."""
+    ok = False
+    candidate = presented.encode()
+    for key in keys:
+        ok |= hmac.compare_digest(candidate, key.encode())
+    return ok
+
+
+def bearer_key(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:
+    """Extracts the bearer key from call metadata; empty when there is none."""
+    for name, value in metadata or ():
+        if name == "authorization" and isinstance(value, str) and value.startswith(BEARER):
+            return value[len(BEARER) :]
+    return ""
+
+
+def bearer_metadata(key: str) -> tuple[tuple[str, str], ...]:
+    """Call metadata that presents ``key`` (none for an empty key)."""
+    return (("authorization", f"{BEARER}{key}"),) if key else ()

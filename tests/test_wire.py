@@ -1,0 +1,48 @@
+"""The shared vocabulary agrees with the contract it describes."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from omni_grpc.audio import formats
+from omni_grpc.wire import audio, kinds, pb
+from omni_grpc.wire.keys import bearer_key, bearer_metadata, key_matches
+
+
+def _oneof_fields(message: type) -> set[str]:
+    descriptor = message.DESCRIPTOR  # type: ignore[attr-defined]
+    (oneof,) = [o for o in descriptor.oneofs if o.name in ("command", "event")]
+    return {field.name for field in oneof.fields}
+
+
+@pytest.mark.parametrize(
+    ("message", "sets"),
+    [(pb.ConverseRequest, kinds.COMMAND_SETS), (pb.ConverseResponse, kinds.EVENT_SETS)],
+    ids=["commands", "events"],
+)
+def test_every_kind_of_the_contract_is_in_exactly_one_set(message, sets) -> None:
+    fields = _oneof_fields(message)
+    union = set().union(*sets)
+    assert union == fields, f"missing {fields - union}, unknown {union - fields}"
+    for first, second in itertools.combinations(sets, 2):
+        assert not first & second, f"{sorted(first & second)} in two sets"
+
+
+def test_the_audio_layer_decodes_every_encoding_and_rate_the_vocabulary_names() -> None:
+    for encoding, width in audio.SAMPLE_WIDTH.items():
+        for rate in audio.SUPPORTED_RATES_HZ:
+            assert formats.decode(b"\0" * width * 3, encoding, rate).shape == (3,)
+    assert audio.CANONICAL_INPUT.sample_rate_hz in audio.SUPPORTED_RATES_HZ
+    assert audio.CANONICAL_OUTPUT.sample_rate_hz in audio.SUPPORTED_RATES_HZ
+    assert audio.pcm16_ms(audio.pcm16_bytes(20, 16000), 16000) == 20
+
+
+def test_keys_match_only_a_configured_key() -> None:
+    assert key_matches("k2", ["k1", "k2"])
+    assert not key_matches("k", ["k1", "k2"])
+    assert not key_matches("", ["k1"])
+    assert bearer_key(bearer_metadata("secret")) == "secret"
+    assert bearer_key([("authorization", "Basic x")]) == ""
+    assert bearer_metadata("") == ()

@@ -1,9 +1,11 @@
 """Conversions at the edge: client formats to the engines' canonical forms and back.
 
 Engines take pcm16 at 16 kHz and produce pcm16 at 24 kHz (the canonical forms of
-:mod:`omni_grpc.wire.audio`). The one-shot functions convert a complete buffer; streams use
-:class:`InputConverter` and :class:`OutputConverter`, which carry resampler state from chunk to
-chunk so that chunk seams stay clean.
+:mod:`omni_grpc.wire.audio`). The one-shot functions convert a complete buffer. A stream of
+appends goes through one :class:`InputConverter` per session, which carries resampler state
+from chunk to chunk so that chunk seams stay clean. :class:`OutputConverter` is the same for a
+response's output; the server's edge does not use it yet (it converts output chunk by chunk with
+:func:`from_canonical_output`, so that no audio waits in a filter when a response is cancelled).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Stock clients connect as they would to OpenAI: the Python SDK with ``Authorizati
 ``openai-insecure-api-key.<key>`` (``realtime`` is echoed, or Chrome drops the socket). With
 keys configured anything else is refused with close code 1008; without keys local use is open.
 The key a client presented travels on to the service as ``authorization`` metadata, so a
-bridge in front of a keyed service needs no keys of its own.
+bridge in front of a keyed service needs no keys of its own; a bridge given a ``service_key``
+presents that one instead.
 
 All websockets share one gRPC channel (one HTTP/2 connection, multiplexed), created when the
 application starts and closed when it stops; stopping also closes every websocket with 1001,
@@ -29,7 +30,7 @@ from bridge.connection import Connection
 from bridge.dialect import MAX_EVENT_BYTES, error_json
 from bridge.outbound import MAX_AUDIO_DELTA_BYTES
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
-from omni_grpc.wire.keys import key_matches
+from omni_grpc.wire.keys import bearer_metadata, key_matches
 
 if TYPE_CHECKING:
     from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub
@@ -50,6 +51,7 @@ class Bridge:
         grpc_target: str,
         *,
         api_keys: tuple[str, ...],
+        service_key: str = "",
         grpc_credentials: grpc.ChannelCredentials | None,
         config_timeout_s: float,
         heartbeat_s: float,
@@ -57,6 +59,7 @@ class Bridge:
     ) -> None:
         self.grpc_target = grpc_target
         self.api_keys = api_keys
+        self.service_key = service_key  # presented to the service instead of the client's key
         self.grpc_credentials = grpc_credentials
         self.config_timeout_s = config_timeout_s
         self.heartbeat_s = heartbeat_s
@@ -137,7 +140,7 @@ async def realtime(request: web.Request) -> web.WebSocketResponse:
     conn = Connection(
         ws,
         bridge.stub,
-        metadata=(("authorization", f"Bearer {key}"),) if key else (),
+        metadata=bearer_metadata(bridge.service_key or key),
         model=model,
         autostart=bool(model) and not resume_only,
         config_timeout_s=bridge.config_timeout_s,
@@ -165,6 +168,7 @@ def create_app(
     grpc_target: str,
     *,
     api_keys: tuple[str, ...] = (),
+    service_key: str = "",
     grpc_credentials: grpc.ChannelCredentials | None = None,
     config_timeout_s: float = 10.0,
     heartbeat_s: float = 30.0,
@@ -174,6 +178,7 @@ def create_app(
     bridge = Bridge(
         grpc_target,
         api_keys=tuple(api_keys),
+        service_key=service_key,
         grpc_credentials=grpc_credentials,
         config_timeout_s=config_timeout_s,
         heartbeat_s=heartbeat_s,
@@ -212,6 +217,7 @@ async def start_bridge(
     host: str = "127.0.0.1",
     port: int = 8080,
     api_keys: tuple[str, ...] = (),
+    service_key: str = "",
     tls_cert_file: str | None = None,
     tls_key_file: str | None = None,
     grpc_root_cert_file: str | None = None,
@@ -231,6 +237,7 @@ async def start_bridge(
     app = create_app(
         grpc_target,
         api_keys=api_keys,
+        service_key=service_key,
         grpc_credentials=credentials,
         config_timeout_s=config_timeout_s,
         heartbeat_s=heartbeat_s,

@@ -5,10 +5,11 @@ Transports feed it commands, engine output and the current time; it answers with
 and torch out of this package.
 """
 
+from omni_grpc.core.delivery import Effects
 from omni_grpc.core.errors import CommandError, Status, StreamRefused
 from omni_grpc.core.limits import EngineFeatures, Limits
 from omni_grpc.core.registry import Registry
-from omni_grpc.core.session import Effects, ResumeGap, Session
+from omni_grpc.core.session import ResumeGap, Session
 from omni_grpc.core.state import State
 
 __all__ = [

@@ -18,9 +18,10 @@ import collections
 import secrets
 
 from omni_grpc.core.config import resolve_config
+from omni_grpc.core.delivery import Effects
 from omni_grpc.core.errors import CommandError, Status, StreamRefused
 from omni_grpc.core.limits import EngineFeatures, Limits, capabilities
-from omni_grpc.core.session import Effects, Session
+from omni_grpc.core.session import Session
 from omni_grpc.wire import pb
 
 
@@ -73,7 +74,7 @@ class Registry:
             now=now,
         )
         self._sessions[session_id] = session
-        return session, session.created(now)
+        return session, session.created()
 
     def resume(self, request: pb.ResumeSession, now: float) -> tuple[Session, int, Effects]:
         """Reattaches to a session; raises StreamRefused or ResumeGap when it cannot."""

@@ -3,64 +3,43 @@
 The transport calls :meth:`Session.receive` with each command of the stream attached as
 ``generation``, :meth:`Session.publish` with each event the engine produces, and
 :meth:`Session.tick` when :meth:`Session.next_deadline` comes. Every call returns
-:class:`Effects`: payloads to write to a given attachment, commands to hand to the engine,
-streams to end, and whether the session is over. Nothing here sleeps, reads a clock or touches
-a socket, so every rule below is tested by calling methods.
+:class:`~omni_grpc.core.delivery.Effects`: payloads to write to a given attachment, commands to
+hand to the engine, streams to end, and whether the session is over. Nothing here sleeps, reads
+a clock or touches a socket, so every rule is tested by calling methods.
 
-The rules, in one place:
+This file holds the session's lifecycle: its attachments, their generations, resume tokens,
+replay and the ending. Each other rule lives with the part that keeps it:
+``admission.py`` (commands applied once, bounded pending input, idle expiry),
+``responses.py`` (no stale output, and the turn state) and ``delivery.py`` (numbered events).
+The rules held here:
 
-* **Numbered events.** Every event of the session's history gets ``seq`` from the journal and
-  the last applied ``client_seq``; handshake-only events (created, resumed, replaced, resync,
-  going away) get ``seq`` 0 and are never replayed.
-* **Commands applied once.** A numbered command is applied only if its ``client_seq`` is the
-  next one; a repeat is skipped, a jump ahead is refused with ``client_seq_gap``.
 * **Attachments.** Each stream that opens or resumes the session gets a new generation. Input
   from any other generation is ignored, and a detach from a stale one is a no-op, so a replaced
   stream can neither act for the session nor strand it.
-* **No stale output.** Once a response is done, later output for it is dropped here, whatever
-  the engine still had in flight.
+* **Exact resume.** A resume with the current token (or, after a failed activation, the one
+  presented before) replays every journaled event after the client's cursor, or fails whole:
+  ``resync_required`` when some of them are gone, a refusal for a cursor ahead of the journal.
+  A resume while a stream is attached takes the session over and ends the old stream.
 * **One ending.** Close and expiry go through the state table, which has no way out of an
-  ending state, so exactly one terminal event is ever produced.
+  ending state, so exactly one terminal event is ever produced. A client that missed it can
+  still resume the ended session once, read it, and is then told the session ended.
 """
 
 from __future__ import annotations
 
-import collections
-from dataclasses import dataclass, field
-
-from omni_grpc.core import validation
+from omni_grpc.core.admission import Admission
 from omni_grpc.core.config import merge_config
 from omni_grpc.core.credentials import ResumeCredential
+from omni_grpc.core.delivery import Delivery, Effects
 from omni_grpc.core.errors import CommandError, Status, StreamRefused
 from omni_grpc.core.journal import CursorAhead, Journal, JournalGap
 from omni_grpc.core.limits import EngineFeatures, Limits
+from omni_grpc.core.responses import Responses
 from omni_grpc.core.state import State, Trigger, next_state
 from omni_grpc.wire import pb
-from omni_grpc.wire.kinds import HANDSHAKE_COMMANDS, RESPONSE_OUTPUT_EVENTS, UNNUMBERED_COMMANDS
 
-_FINISHED_RESPONSES_KEPT = 256
-
-
-@dataclass(slots=True)
-class Effects:
-    """What the transport must do after a call into the core."""
-
-    # (attachment generation, serialized ConverseResponse), in the order to write them.
-    sends: list[tuple[int, bytes]] = field(default_factory=list)
-    # Commands for the engine, in order.
-    engine: list[pb.ConverseRequest] = field(default_factory=list)
-    # (generation, reason): end that stream once its sends are written.
-    end_streams: list[tuple[int, str]] = field(default_factory=list)
-    # The session is over: close its engine session and free its slot.
-    ended: bool = False
-
-    def merge(self, other: Effects) -> Effects:
-        """Appends ``other`` to these effects and returns them."""
-        self.sends.extend(other.sends)
-        self.engine.extend(other.engine)
-        self.end_streams.extend(other.end_streams)
-        self.ended = self.ended or other.ended
-        return self
+# Events from the engine that say the input buffer became an item or was dropped.
+_INPUT_TAKEN_EVENTS = frozenset({"input_committed", "input_cleared"})
 
 
 class ResumeGap(Exception):
@@ -72,7 +51,7 @@ class ResumeGap(Exception):
 
 
 class Session:
-    """The state of one session and every rule about it."""
+    """One session: its lifecycle here, its other rules in the parts it holds."""
 
     def __init__(
         self,
@@ -88,27 +67,34 @@ class Session:
         self.config = config
         self.state = State.ATTACHED
         self.generation = 1
-        self.applied_client_seq = 0
-        self.journal = Journal(ttl_s=limits.journal_ttl_s, max_bytes=limits.journal_max_bytes)
-        self.turn_state: pb.TurnState.ValueType = pb.TURN_STATE_IDLE
-        self.epoch = 0
-        self.active_response_id = ""
-        self.pending_input_bytes = 0
-        self.dropped_stale_events = 0
-        self.last_activity = now
         self.detached_at: float | None = None
         self.ended_at: float | None = None
+        self.admission = Admission(limits, engine, now)
+        self.responses = Responses()
+        self.delivery = Delivery(
+            session_id, Journal(ttl_s=limits.journal_ttl_s, max_bytes=limits.journal_max_bytes)
+        )
         self._limits = limits
         self._engine = engine
         self._capabilities = capabilities
         self._credential = ResumeCredential()
+        # The generation whose activation (session_resumed) the client may not have yet.
         self._activating: int | None = None
-        self._finished: collections.OrderedDict[str, None] = collections.OrderedDict()
 
     def __repr__(self) -> str:
         return f"Session({self.id}, {self.state.name}, generation={self.generation})"
 
     # -- views ---------------------------------------------------------------------------
+
+    @property
+    def journal(self) -> Journal:
+        """The journal of the session's numbered events."""
+        return self.delivery.journal
+
+    @property
+    def applied_client_seq(self) -> int:
+        """The client_seq of the last command applied."""
+        return self.admission.applied_client_seq
 
     def view(self) -> pb.Session:
         """Describes the session as the client sees it."""
@@ -116,8 +102,8 @@ class Session:
             id=self.id,
             config=self.config,
             state=self.state.value,
-            turn_state=self.turn_state,
-            epoch=self.epoch,
+            turn_state=self.responses.turn.wire,
+            epoch=self.responses.epoch,
         )
 
     def check_token(self, token: str) -> bool:
@@ -130,13 +116,13 @@ class Session:
             return None
         if self.state is State.DETACHED and self.detached_at is not None:
             return self.detached_at + self._limits.disconnect_grace_s
-        if self.active_response_id:
+        if self.responses.active_response_id:
             return None  # a running response is activity; its end touches the session
-        return self.last_activity + self._idle_timeout_s()
+        return self.admission.idle_deadline(self.config)
 
-    # -- life cycle ----------------------------------------------------------------------
+    # -- attachments ---------------------------------------------------------------------
 
-    def created(self, now: float) -> Effects:
+    def created(self) -> Effects:
         """Announces the new session and its first resume token to attachment 1."""
         event = pb.ConverseResponse(
             session_created=pb.SessionCreated(
@@ -146,11 +132,11 @@ class Session:
                 attachment_generation=self.generation,
             )
         )
-        return self._send_unjournaled(event, self.generation)
+        return self._send(event, self.generation)
 
     def detach(self, generation: int, now: float) -> bool:
         """The stream of ``generation`` went away; False if it no longer owned the session."""
-        if self.state is not State.ATTACHED or generation != self.generation:
+        if not self._speaks_for_session(generation):
             return False
         if self._activating == generation:
             self._credential.roll_back()
@@ -176,15 +162,15 @@ class Session:
                 "the resume token is not valid for this session",
             )
         if self.state.terminal:
-            ending = self._replay_ending(last_seq, now)
+            ending = self._replay_ending(last_seq, now)  # a new generation, to be returned
             return self.generation, ending
         try:
             replay = self.journal.replay_after(last_seq, now)
         except JournalGap as gap:
             event = pb.ConverseResponse(
-                resync_required=pb.ResyncRequired(session_id=self.id, reason=gap.reason)
+                resync_required=pb.ResyncRequired(session_id=self.id, reason=gap.reason),
+                applied_client_seq=self.applied_client_seq,
             )
-            event.applied_client_seq = self.applied_client_seq
             raise ResumeGap(event.SerializeToString(), str(gap)) from None
         except CursorAhead as ahead:
             raise StreamRefused(
@@ -198,13 +184,13 @@ class Session:
                     session_id=self.id, attachment_generation=self.generation
                 )
             )
-            effects.merge(self._send_unjournaled(replaced, self.generation))
+            effects.merge(self._send(replaced, self.generation))
             effects.end_streams.append((self.generation, "session_replaced"))
         self.state = next_state(self.state, Trigger.RESUME)
         self.generation += 1
         self._activating = self.generation
         self.detached_at = None
-        self.last_activity = now
+        self.admission.touch(now)
         resumed = pb.ConverseResponse(
             session_resumed=pb.SessionResumed(
                 session=self.view(),
@@ -213,7 +199,7 @@ class Session:
                 replayed_events=len(replay),
             )
         )
-        effects.merge(self._send_unjournaled(resumed, self.generation))
+        effects.merge(self._send(resumed, self.generation))
         effects.sends.extend((self.generation, payload) for payload in replay)
         return self.generation, effects
 
@@ -236,7 +222,7 @@ class Session:
                 replayed_events=len(replay),
             )
         )
-        effects = self._send_unjournaled(resumed, self.generation)
+        effects = self._send(resumed, self.generation)
         effects.sends.extend((self.generation, payload) for payload in replay)
         effects.end_streams.append((self.generation, "session_ended"))
         return effects
@@ -259,6 +245,16 @@ class Session:
             self.state = next_state(self.state, Trigger.ROLL_BACK)
             self.detached_at = now
 
+    def going_away(self, time_left_s: float, reason: str) -> Effects:
+        """Warns the attached stream that the server stops in ``time_left_s``."""
+        if self.state is not State.ATTACHED:
+            return Effects()
+        body = pb.GoingAway(reason=reason)
+        body.time_left.FromMilliseconds(int(time_left_s * 1000))
+        return self._send(pb.ConverseResponse(going_away=body), self.generation)
+
+    # -- the ending ----------------------------------------------------------------------
+
     def tick(self, now: float) -> Effects:
         """Expires the session if its grace or idle time ran out."""
         deadline = self.next_deadline()
@@ -276,232 +272,116 @@ class Session:
         event = pb.ConverseResponse(
             session_expired=pb.SessionExpired(session_id=self.id, reason=reason)
         )
-        return self._terminate(Trigger.EXPIRE, event, "session_expired", now)
+        return self._end(Trigger.EXPIRE, event, "session_expired", now)
 
     def close(self, reason: str, now: float) -> Effects:
         """Ends the session as closed, by the client or the server."""
         event = pb.ConverseResponse(
             session_closed=pb.SessionClosed(session_id=self.id, reason=reason)
         )
-        return self._terminate(Trigger.CLOSE, event, reason, now)
+        return self._end(Trigger.CLOSE, event, reason, now)
 
-    def going_away(self, time_left_s: float, reason: str) -> Effects:
-        """Warns the attached stream that the server stops in ``time_left_s``."""
-        if self.state is not State.ATTACHED:
-            return Effects()
-        body = pb.GoingAway(reason=reason)
-        body.time_left.FromMilliseconds(int(time_left_s * 1000))
-        return self._send_unjournaled(pb.ConverseResponse(going_away=body), self.generation)
+    def _end(
+        self, trigger: Trigger, event: pb.ConverseResponse, reason: str, now: float
+    ) -> Effects:
+        if self.state.terminal:
+            return Effects()  # ended before: the table has no second ending
+        attached = self._attached_generation()
+        self.state = next_state(self.state, trigger)
+        self.ended_at = now
+        self._activating = None
+        return self.delivery.terminate(
+            event,
+            to=attached,
+            reason=reason,
+            applied_client_seq=self.applied_client_seq,
+            now=now,
+        )
 
-    # -- commands ------------------------------------------------------------------------
+    # -- commands and engine output ------------------------------------------------------
 
     def receive(self, generation: int, request: pb.ConverseRequest, now: float) -> Effects:
         """Applies one command from the stream of ``generation``."""
-        if self.state is not State.ATTACHED or generation != self.generation:
+        if not self._speaks_for_session(generation):
             return Effects()  # a replaced or detached stream no longer speaks for the session
-        if self._activating == generation:
-            # A client speaks on a resumed stream only after reading session_resumed, so it
-            # holds the rotated token now and the one it presented can retire.
-            self.activation_delivered(generation)
-        self.last_activity = now
-        kind = request.WhichOneof("command")
-        seq = request.client_seq
+        # A client speaks on a resumed stream only after reading session_resumed, so it holds
+        # the rotated token now and the one it presented can retire.
+        self.activation_delivered(generation)
+        self.admission.touch(now)
         try:
+            kind = self.admission.number(request)
             if kind is None:
-                raise CommandError("bad_event", "the request carries no command")
-            if kind in HANDSHAKE_COMMANDS:
-                raise CommandError(
-                    "unsupported_session_resume"
-                    if kind == "resume_session"
-                    else "session_already_open",
-                    f"{kind} must be the first message of a new stream",
-                )
-            if seq == 0 and kind not in UNNUMBERED_COMMANDS:
-                raise CommandError("bad_event", f"{kind} needs a client_seq", param="client_seq")
-            if seq:
-                if seq <= self.applied_client_seq:
-                    return Effects()  # applied before: a resend after a resume
-                if seq != self.applied_client_seq + 1:
-                    raise CommandError(
-                        "client_seq_gap",
-                        f"expected client_seq {self.applied_client_seq + 1}, got {seq}",
-                        param="client_seq",
-                    )
-                self.applied_client_seq = seq
+                return Effects()
             return self._apply(kind, request, now)
         except CommandError as error:
-            return self._emit(
-                pb.ConverseResponse(
-                    error=error.to_error(client_seq=seq, event_id=request.event_id)
-                ),
-                now,
-            )
+            body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)
+            return self._emit(pb.ConverseResponse(error=body), now)
 
     def refuse(self, generation: int, error: CommandError, now: float) -> Effects:
         """Answers input the transport could not even parse with an error event."""
-        if self.state is not State.ATTACHED or generation != self.generation:
+        if not self._speaks_for_session(generation):
             return Effects()
         return self._emit(pb.ConverseResponse(error=error.to_error()), now)
 
     def _apply(self, kind: str, request: pb.ConverseRequest, now: float) -> Effects:
-        if request.ByteSize() > self._limits.max_message_bytes:
-            raise CommandError(
-                "event_too_large",
-                f"a command may have at most {self._limits.max_message_bytes} bytes",
-            )
+        self.admission.check_size(request)
         if kind == "heartbeat":
-            return self._emit(
-                pb.ConverseResponse(heartbeat_ack=pb.HeartbeatAck(session_id=self.id)), now
-            )
+            ack = pb.ConverseResponse(heartbeat_ack=pb.HeartbeatAck(session_id=self.id))
+            return self._emit(ack, now)
         if kind == "ack_events":
-            try:
-                self.journal.ack(request.ack_events.seq)
-            except ValueError as error:
-                raise CommandError("invalid_event_ack", str(error), param="seq") from None
+            self.delivery.ack(request.ack_events.seq)
             return Effects()
         if kind == "close_session":
             return self.close(request.close_session.reason or "client_close", now)
-        validation.check_command(request, kind, self._limits, self._engine)
+        self.admission.admit(kind, request, self.config)
         if kind == "update_session":
             return self._update(request, now)
-        if kind == "append_input_audio":
-            self._admit_audio(request.append_input_audio)
-        elif kind in ("commit_input_audio", "clear_input_audio", "cancel_input"):
-            self._check_commit(kind)
-            self.pending_input_bytes = 0
         return Effects(engine=[request])
 
     def _update(self, request: pb.ConverseRequest, now: float) -> Effects:
         self.config = merge_config(
             self.config, request.update_session.config, self._limits, self._engine
         )
-        forwarded = pb.ConverseRequest(
-            client_seq=request.client_seq,
-            event_id=request.event_id,
-            update_session=pb.UpdateSession(config=self.config),
+        updated = pb.ConverseResponse(session_updated=pb.SessionUpdated(session=self.view()))
+        effects = self._emit(updated, now)
+        # The engine gets the whole configuration in force, not the patch.
+        effects.engine.append(
+            pb.ConverseRequest(
+                client_seq=request.client_seq,
+                event_id=request.event_id,
+                update_session=pb.UpdateSession(config=self.config),
+            )
         )
-        effects = self._emit(
-            pb.ConverseResponse(session_updated=pb.SessionUpdated(session=self.view())), now
-        )
-        effects.engine.append(forwarded)
         return effects
-
-    def _admit_audio(self, append: pb.AppendInputAudio) -> None:
-        validation.check_append(append, self.config, self._limits, self._engine)
-        size = len(append.audio) + sum(len(frame.data) for frame in append.video_frames)
-        if self._client_commits():
-            if self.pending_input_bytes + size > self._limits.max_pending_input_bytes:
-                raise CommandError(
-                    "input_backpressure",
-                    "too much uncommitted input; commit or clear first",
-                    retryable=True,
-                )
-            self.pending_input_bytes += size
-
-    def _check_commit(self, kind: str) -> None:
-        if (
-            kind == "commit_input_audio"
-            and self._client_commits()
-            and not (self.pending_input_bytes)
-        ):
-            raise CommandError("input_audio_buffer_empty", "there is no input audio to commit")
-
-    def _client_commits(self) -> bool:
-        # With server VAD the engine owns the buffer and commits on its own; it bounds it.
-        return self.config.turn_detection.type != pb.TURN_DETECTION_TYPE_SERVER_VAD
-
-    def _idle_timeout_s(self) -> float:
-        return self.config.idle_timeout.ToMilliseconds() / 1000
-
-    # -- engine output -------------------------------------------------------------------
 
     def publish(self, event: pb.ConverseResponse, now: float) -> Effects:
         """Numbers, journals and routes one event from the engine."""
         if self.state.terminal:
             return Effects()
         kind = event.WhichOneof("event")
-        if self._is_stale(kind, event):
-            self.dropped_stale_events += 1
-            return Effects()
-        self._observe(kind, event, now)
-        return self._emit(event, now)
-
-    def _is_stale(self, kind: str | None, event: pb.ConverseResponse) -> bool:
-        if kind in RESPONSE_OUTPUT_EVENTS:
-            return getattr(event, kind).response_id in self._finished
-        if kind == "response_done":
-            return event.response_done.response.id in self._finished
-        if kind == "response_created":
-            return event.response_created.response.id in self._finished
-        return False
-
-    def _observe(self, kind: str | None, event: pb.ConverseResponse, now: float) -> None:
-        if kind == "speech_started":
-            self.turn_state = pb.TURN_STATE_USER_SPEAKING
-        elif kind in ("speech_stopped", "input_committed", "input_cleared"):
-            self.pending_input_bytes = 0 if kind != "speech_stopped" else self.pending_input_bytes
-            if not self.active_response_id:
-                self.turn_state = pb.TURN_STATE_IDLE
-        elif kind == "response_created":
-            self.active_response_id = event.response_created.response.id
-            self.turn_state = pb.TURN_STATE_ASSISTANT_RESPONDING
+        if not self.responses.accept(kind, event):
+            return Effects()  # stale output of a finished response
+        if kind in _INPUT_TAKEN_EVENTS:
+            self.admission.input_taken()
         elif kind == "response_done":
-            self._finish(event.response_done.response.id, now)
-            if event.response_done.response.status == pb.RESPONSE_STATUS_CANCELLED:
-                self.epoch += 1
-
-    def _finish(self, response_id: str, now: float) -> None:
-        self._finished[response_id] = None
-        if len(self._finished) > _FINISHED_RESPONSES_KEPT:
-            self._finished.popitem(last=False)
-        if self.active_response_id == response_id:
-            self.active_response_id = ""
-            self.turn_state = pb.TURN_STATE_IDLE
-        self.last_activity = now  # the end of a response counts as activity for idle expiry
+            self.admission.touch(now)  # the end of a response counts as activity
+        return self._emit(event, now)
 
     # -- delivery ------------------------------------------------------------------------
 
+    def _speaks_for_session(self, generation: int) -> bool:
+        return self.state is State.ATTACHED and generation == self.generation
+
+    def _attached_generation(self) -> int | None:
+        return self.generation if self.state is State.ATTACHED else None
+
     def _emit(self, event: pb.ConverseResponse, now: float) -> Effects:
-        """Journals ``event`` (unless the journal overflowed) and sends it if attached."""
-        event.applied_client_seq = self.applied_client_seq
-        target = self.generation if self.state is State.ATTACHED else None
-        effects = Effects()
-        if not self.journal.overflowed:
-            event.seq = self.journal.next_seq
-            payload = event.SerializeToString()
-            if self.journal.record(payload, now):
-                if target is not None:
-                    effects.sends.append((target, payload))
-                return effects
-            # This event overflowed the journal: say so once, then go on unnumbered.
-            event.seq = 0
-            resync = pb.ConverseResponse(
-                resync_required=pb.ResyncRequired(
-                    session_id=self.id, reason=pb.RESYNC_REASON_JOURNAL_OVERFLOW
-                ),
-                applied_client_seq=self.applied_client_seq,
-            )
-            if target is not None:
-                effects.sends.append((target, resync.SerializeToString()))
-        if target is not None:
-            effects.sends.append((target, event.SerializeToString()))
-        return effects
+        return self.delivery.emit(
+            event,
+            to=self._attached_generation(),
+            applied_client_seq=self.applied_client_seq,
+            now=now,
+        )
 
-    def _send_unjournaled(self, event: pb.ConverseResponse, generation: int) -> Effects:
-        event.applied_client_seq = self.applied_client_seq
-        return Effects(sends=[(generation, event.SerializeToString())])
-
-    def _terminate(
-        self, trigger: Trigger, event: pb.ConverseResponse, reason: str, now: float
-    ) -> Effects:
-        if self.state.terminal:
-            return Effects()
-        attached = self.generation if self.state is State.ATTACHED else None
-        effects = self._emit(event, now)
-        self.state = next_state(self.state, trigger)
-        self.ended_at = now
-        self._activating = None
-        if attached is not None:
-            effects.end_streams.append((attached, reason))
-        effects.ended = True
-        return effects
+    def _send(self, event: pb.ConverseResponse, generation: int) -> Effects:
+        return Delivery.send(event, to=generation, applied_client_seq=self.applied_client_seq)

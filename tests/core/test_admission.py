@@ -125,7 +125,7 @@ def test_pending_input_beyond_the_cap_is_refused_retryably() -> None:
     assert decode(refused) == [
         pb.ConverseResponse(seq=1, applied_client_seq=3, error=backpressure(3))
     ]
-    assert s.pending_input_bytes == 8
+    assert s.admission.pending_input_bytes == 8
 
 
 @pytest.mark.parametrize(
@@ -141,7 +141,7 @@ def test_commit_clear_and_cancel_free_the_budget(drain: pb.ConverseRequest) -> N
     s = open_session(limits=Limits(max_pending_input_bytes=4)).session
     s.receive(1, append(1, b"\0" * 4), now=0.0)
     assert s.receive(1, drain, now=0.0).engine == [drain]
-    assert s.pending_input_bytes == 0
+    assert s.admission.pending_input_bytes == 0
     assert s.receive(1, append(3, b"\0" * 4), now=0.0).engine == [append(3, b"\0" * 4)]
 
 
@@ -153,7 +153,7 @@ def test_engine_events_that_free_the_budget(kind: str, frees: bool) -> None:
     s = open_session().session
     s.receive(1, append(1, b"\0" * 6), now=0.0)
     s.publish(pb.ConverseResponse(**{kind: getattr(pb, _message_of(kind))()}), now=0.0)
-    assert s.pending_input_bytes == (0 if frees else 6)
+    assert s.admission.pending_input_bytes == (0 if frees else 6)
 
 
 def _message_of(kind: str) -> str:
@@ -164,7 +164,7 @@ def test_video_frames_count_toward_the_cap() -> None:
     s = open_session(limits=Limits(max_pending_input_bytes=10)).session
     frame = pb.VideoFrame(data=b"\xff" * 8, mime_type="image/jpeg")
     assert s.receive(1, append(1, b"\0\0", video_frames=[frame]), now=0.0).engine
-    assert s.pending_input_bytes == 10
+    assert s.admission.pending_input_bytes == 10
     assert decode(s.receive(1, append(2), now=0.0))[0].error == backpressure(2)
 
 
@@ -183,7 +183,7 @@ def test_with_server_vad_the_engine_owns_the_buffer() -> None:
     s = open_session(engine=VAD_ENGINE, limits=Limits(max_pending_input_bytes=2)).session
     assert s.config.turn_detection.type == pb.TURN_DETECTION_TYPE_SERVER_VAD
     assert s.receive(1, append(1, b"\0" * 8), now=0.0).engine  # the engine bounds it
-    assert s.pending_input_bytes == 0
+    assert s.admission.pending_input_bytes == 0
     commit = cmd(2, commit_input_audio=pb.CommitInputAudio())
     assert s.receive(1, commit, now=0.0).engine == [commit]
 

@@ -440,7 +440,10 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         if self.alive:
             assert s.detached_at == self.detached_at
         assert s.next_deadline() == self.deadline()
-        assert (s.epoch, s.dropped_stale_events) == (self.epoch, self.stale_drops)
+        assert (s.responses.epoch, s.responses.dropped_stale_events) == (
+            self.epoch,
+            self.stale_drops,
+        )
 
 
 TestSessionMachine = SessionMachine.TestCase

@@ -273,7 +273,7 @@ def test_an_ended_session_ignores_everything() -> None:
     assert s.going_away(5.0, "drain") == Effects()
     assert s.detach(1, now=2.0) is False
     assert s.next_deadline() is None and s.tick(1e9) == Effects()
-    assert (s.journal.head, s.dropped_stale_events) == (head, 0)
+    assert (s.journal.head, s.responses.dropped_stale_events) == (head, 0)
 
 
 def test_going_away_is_unnumbered_and_only_for_an_attached_stream() -> None:

@@ -45,7 +45,7 @@ def test_output_after_the_end_is_dropped_and_counted(
     head = s.journal.head
     assert s.publish(late, now=1.0) == Effects()
     assert s.publish(late, now=1.0) == Effects()
-    assert (s.dropped_stale_events, s.journal.head) == (2, head)
+    assert (s.responses.dropped_stale_events, s.journal.head) == (2, head)
 
 
 def test_other_responses_are_not_affected() -> None:
@@ -54,7 +54,7 @@ def test_other_responses_are_not_affected() -> None:
     s.publish(done("r1"), now=0.0)
     s.publish(created("r2"), now=0.0)
     assert decode(s.publish(delta("r2", "fresh"), now=0.0)) == [stamped(delta("r2", "fresh"), 4)]
-    assert s.dropped_stale_events == 0
+    assert s.responses.dropped_stale_events == 0
 
 
 def test_stale_output_while_detached_is_dropped_before_the_journal() -> None:
@@ -66,14 +66,14 @@ def test_stale_output_while_detached_is_dropped_before_the_journal() -> None:
     s.publish(delta("r1"), now=0.0)
     _, effects, _ = resume(s, opened.token, 0, now=1.0)
     assert kinds(decode(effects)) == ["session_resumed", "response_created", "response_done"]
-    assert s.dropped_stale_events == 1
+    assert s.responses.dropped_stale_events == 1
 
 
 def test_a_listen_without_a_response_id_ends_nothing() -> None:
     s = open_session().session
     s.publish(created("r1"), now=0.0)
     s.publish(pb.ConverseResponse(response_listen=pb.ResponseListen(reason="overlap")), now=0.0)
-    assert s.active_response_id == "r1"
+    assert s.responses.active_response_id == "r1"
     assert s.publish(delta("r1"), now=0.0).sends
 
 
@@ -91,7 +91,7 @@ def test_a_cancelled_response_bumps_the_epoch(status: int, epoch: int) -> None:
     s = opened.session
     s.publish(created("r1"), now=0.0)
     s.publish(done("r1", status), now=0.0)  # type: ignore[arg-type]
-    assert s.epoch == epoch
+    assert s.responses.epoch == epoch
     generation, effects = s.resume(opened.token, s.journal.head, now=0.0)
     assert decode(effects, generation)[0].session_resumed.session.epoch == epoch
 
@@ -101,47 +101,8 @@ def test_epochs_count_every_cancellation() -> None:
     for n in range(3):
         s.publish(created(f"r{n}"), now=0.0)
         s.publish(done(f"r{n}", pb.RESPONSE_STATUS_CANCELLED), now=0.0)
-    assert s.epoch == 3
+    assert s.responses.epoch == 3
     assert s.view().epoch == 3
-
-
-TURNS: list[tuple[list[pb.ConverseResponse], int]] = [
-    ([pb.ConverseResponse(speech_started=pb.SpeechStarted())], pb.TURN_STATE_USER_SPEAKING),
-    (
-        [
-            pb.ConverseResponse(speech_started=pb.SpeechStarted()),
-            pb.ConverseResponse(speech_stopped=pb.SpeechStopped()),
-        ],
-        pb.TURN_STATE_IDLE,
-    ),
-    ([created("r1")], pb.TURN_STATE_ASSISTANT_RESPONDING),
-    (
-        [created("r1"), pb.ConverseResponse(speech_stopped=pb.SpeechStopped())],
-        pb.TURN_STATE_ASSISTANT_RESPONDING,
-    ),
-    (
-        [created("r1"), pb.ConverseResponse(input_committed=pb.InputCommitted())],
-        pb.TURN_STATE_ASSISTANT_RESPONDING,
-    ),
-    (
-        [
-            pb.ConverseResponse(speech_started=pb.SpeechStarted()),
-            pb.ConverseResponse(input_cleared=pb.InputCleared()),
-        ],
-        pb.TURN_STATE_IDLE,
-    ),
-    ([created("r1"), done("r1")], pb.TURN_STATE_IDLE),
-    ([created("r1"), done("r0")], pb.TURN_STATE_ASSISTANT_RESPONDING),  # another one ended
-]
-
-
-@pytest.mark.parametrize(("events", "turn"), TURNS)
-def test_turn_state_follows_the_engine(events: list[pb.ConverseResponse], turn: int) -> None:
-    s = open_session().session
-    for event in events:
-        s.publish(event, now=0.0)
-    assert s.turn_state == turn
-    assert s.view().turn_state == turn
 
 
 def test_finished_responses_are_remembered_within_a_bound() -> None:
@@ -151,7 +112,7 @@ def test_finished_responses_are_remembered_within_a_bound() -> None:
     # The newest 256 are still recognised as finished; memory does not grow past that.
     for n in range(300 - 256, 300):
         assert s.publish(delta(f"r{n}"), now=0.0) == Effects()
-    assert s.dropped_stale_events == 256
+    assert s.responses.dropped_stale_events == 256
     assert s.publish(delta(f"r{300 - 257}"), now=0.0).sends  # forgotten: no longer filtered
 
 
@@ -162,7 +123,7 @@ def test_a_listen_that_ends_a_response_is_followed_by_its_one_done() -> None:
     s.publish(created("r1"), now=0.0)
     listen = pb.ConverseResponse(response_listen=pb.ResponseListen(response_id="r1"))
     assert s.publish(listen, now=0.0).sends
-    assert s.active_response_id == "r1"
+    assert s.responses.active_response_id == "r1"
     assert kinds(decode(s.publish(done("r1"), now=0.0))) == ["response_done"]
-    assert s.active_response_id == ""
+    assert s.responses.active_response_id == ""
     assert s.publish(done("r1"), now=0.0) == Effects()  # a second done is stale

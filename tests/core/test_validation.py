@@ -185,11 +185,11 @@ def test_the_session_refuses_through_an_error_event_and_forwards_nothing() -> No
     ]
     refused = decode(s.receive(1, append(2, b"\0"), now=0.0))
     assert refused[0].error.code == "bad_audio"
-    assert s.pending_input_bytes == 0  # a refused append reserves nothing
+    assert s.admission.pending_input_bytes == 0  # a refused append reserves nothing
 
 
 def test_append_uses_its_own_format_over_the_session_one() -> None:
     s = open_session().session
     ulaw = append(1, b"\0", encoding=pb.AUDIO_ENCODING_G711_ULAW, sample_rate_hz=8000)
     assert s.receive(1, ulaw, now=0.0).engine == [ulaw]
-    assert s.pending_input_bytes == 1
+    assert s.admission.pending_input_bytes == 1

@@ -1,11 +1,11 @@
 """Client-side bookkeeping that makes a resume exact, with no I/O.
 
-Two cursors meet in a resume. Outbound, the :class:`Outbox` keeps every numbered command until
-the server reports (``applied_client_seq`` on any event) that it applied it; after a resume
-exactly the commands above the server's number are sent again, so each command is applied once
-whatever the connection lost. Inbound, the :class:`EventCursor` remembers the last journaled
-event received, which is where the resume asks the replay to start, and drops the duplicates a
-replay may bring.
+Two cursors meet in a resume. Outbound, the :class:`CommandJournal` (the mirror of the server's
+event journal) keeps every numbered command until the server reports (``applied_client_seq`` on
+any event) that it applied it; after a resume exactly the commands above the server's number
+are sent again, so each command is applied once whatever the connection lost. Inbound, the
+:class:`EventCursor` remembers the last journaled event received, which is where the resume
+asks the replay to start, and drops the duplicates a replay may bring.
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ class EventGap(Exception):
     """An event skipped ahead of the cursor: the server lost events it had numbered."""
 
 
-class OutboxFull(Exception):
-    """A command does not fit the outbox until the server confirms older ones."""
+class CommandJournalFull(Exception):
+    """A command does not fit the journal until the server confirms older ones."""
 
 
-class Outbox:
+class CommandJournal:
     """Numbered commands the server has not confirmed, bounded by count and by bytes."""
 
     __slots__ = ("_entries", "_bytes", "_next_seq", "max_commands", "max_bytes")
 
     def __init__(self, *, max_commands: int, max_bytes: int, next_seq: int = 1) -> None:
         if max_commands < 1 or max_bytes < 1:
-            raise ValueError("the outbox needs room for at least one command")
+            raise ValueError("the journal needs room for at least one command")
         if next_seq < 1:
             raise ValueError("client_seq counts from 1")
         self.max_commands = max_commands
@@ -61,7 +61,7 @@ class Outbox:
     def has_room(self, size: int) -> bool:
         """Says whether a command of ``size`` bytes fits now.
 
-        An empty outbox takes any command, so one command larger than the byte bound is
+        An empty journal takes any command, so one command larger than the byte bound is
         still sendable (the server's message limit, not this bound, decides about it).
         """
         if not self._entries:
@@ -69,10 +69,12 @@ class Outbox:
         return len(self._entries) < self.max_commands and self._bytes + size <= self.max_bytes
 
     def number(self, request: pb.ConverseRequest) -> int:
-        """Gives ``request`` the next client_seq and keeps it; raises OutboxFull if no room."""
+        """Gives ``request`` the next client_seq and keeps it; raises CommandJournalFull if full."""
         size = request.ByteSize()
         if not self.has_room(size):
-            raise OutboxFull(f"{len(self._entries)} commands ({self._bytes} bytes) unconfirmed")
+            raise CommandJournalFull(
+                f"{len(self._entries)} commands ({self._bytes} bytes) unconfirmed"
+            )
         seq = self._next_seq
         request.client_seq = seq
         self._entries.append((seq, request, request.ByteSize()))

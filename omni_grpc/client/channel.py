@@ -1,25 +1,34 @@
-"""The gRPC plumbing under the duplex client: channels, calls, and reading refusals.
+"""The gRPC plumbing under the duplex client and the websocket bridge: channels, calls, and
+reading why a call failed.
 
-Everything here is about one stream at a time; :mod:`omni_grpc.client.client` decides when to
-open streams and what to do when one fails. Calls are wrapped so that a stream that broke (or
-that another task cancelled) always surfaces as :class:`StreamBroken`, never as a
-``CancelledError`` that would look like the caller's own task being cancelled.
+Everything here is about one stream at a time; :mod:`omni_grpc.client.client` (and the bridge's
+relay) decide when to open streams and what to do when one fails. Calls are wrapped so that a
+stream that broke (or that another task cancelled) always surfaces as :class:`StreamBroken`,
+never as a ``CancelledError`` that would look like the caller's own task being cancelled.
+
+:meth:`StreamBroken.from_error` is the project's one reader of rich status: the service ends a
+refused stream with a ``google.rpc.Status`` in the ``grpc-status-details-bin`` trailer (see
+``omni_grpc.server.status``), carrying ``ErrorInfo`` with our error code and, when the caller
+should come back later, ``RetryInfo``. grpcio-status parses the trailer; the details are read
+here, for the Python client and the bridge alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
 from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceStub
 from omni_grpc.wire import pb
+from omni_grpc.wire.keys import bearer_metadata
 
 DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
-_STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 # Statuses that say the stream (not the session or the request) failed: trying again, to open
 # or to resume, may well work. A retried open may leave an orphan session on the server; it
@@ -78,7 +87,7 @@ class ChannelSettings:
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         """The call metadata: the API key as a bearer token, when there is one."""
-        return (("authorization", f"Bearer {self.api_key}"),) if self.api_key else ()
+        return bearer_metadata(self.api_key or "")
 
     def open(self) -> grpc.aio.Channel:
         """Opens a channel (connecting lazily, on the first call)."""
@@ -89,7 +98,11 @@ class ChannelSettings:
 
 
 class StreamBroken(Exception):
-    """A stream ended without the session ending; ``status`` says how, when known."""
+    """A stream ended without the session ending; ``status`` says how, when known.
+
+    ``code`` is the service's snake_case error code (from ``ErrorInfo``), empty when it sent
+    none; ``retry_after_s`` its retry hint (from ``RetryInfo``), 0 when it gave none.
+    """
 
     def __init__(
         self,
@@ -104,29 +117,40 @@ class StreamBroken(Exception):
         self.code = code
         self.retry_after_s = retry_after_s
 
-
-def refusal(error: grpc.RpcError) -> StreamBroken:
-    """Reads a failed call: status, our error code (ErrorInfo) and retry hint (RetryInfo)."""
-    status = error.code() if isinstance(error, grpc.aio.AioRpcError) else None
-    details = error.details() if isinstance(error, grpc.aio.AioRpcError) else str(error)
-    code, retry_after_s = "", 0.0
-    # grpc-stubs types trailing metadata loosely; at run time it is (key, value) pairs.
-    trailing: Any = error.trailing_metadata() if isinstance(error, grpc.aio.AioRpcError) else ()
-    for key, value in trailing or ():
-        if key != _STATUS_DETAILS_KEY or not isinstance(value, bytes):
-            continue
-        rich = status_pb2.Status.FromString(value)
-        for detail in rich.details:
+    @classmethod
+    def from_error(cls, error: grpc.RpcError) -> StreamBroken:
+        """Reads a failed call: its status, the service's error code and its retry hint."""
+        if not isinstance(error, grpc.aio.AioRpcError):
+            return cls(f"transport error: {str(error) or 'no details'}")
+        status, details = error.code(), error.details()
+        code, retry_after_s = "", 0.0
+        for detail in _rich_status(error).details:
             info = error_details_pb2.ErrorInfo()
             retry = error_details_pb2.RetryInfo()
             if detail.Unpack(info):
+                # Refusals carry our snake_case code in metadata; a status without it (the
+                # key check's) names only its UPPER_SNAKE reason.
                 code = info.metadata.get("code", info.reason.lower())
             elif detail.Unpack(retry):
                 retry_after_s = retry.retry_delay.ToMilliseconds() / 1000
-    name = status.name if status is not None else "transport error"
-    return StreamBroken(
-        f"{name}: {details or 'no details'}", status=status, code=code, retry_after_s=retry_after_s
-    )
+        return cls(
+            f"{status.name}: {details or 'no details'}",
+            status=status,
+            code=code,
+            retry_after_s=retry_after_s,
+        )
+
+
+def _rich_status(error: grpc.aio.AioRpcError) -> status_pb2.Status:
+    """The call's google.rpc.Status; empty when it has none or one that contradicts the call."""
+    try:
+        # grpc-stubs does not know that an AioRpcError is the call grpcio-status reads.
+        rich: status_pb2.Status | None = rpc_status.from_call(error)  # type: ignore[arg-type]
+    except ValueError:
+        # The trailer names another code or message than the call ended with (a proxy
+        # rewrote the status): the status the call ended with is what is true.
+        return status_pb2.Status()
+    return rich or status_pb2.Status()
 
 
 def _interrupted() -> bool:
@@ -149,7 +173,7 @@ class Stream:
         try:
             await self._call.write(request)
         except grpc.RpcError as error:
-            raise refusal(error) from None
+            raise StreamBroken.from_error(error) from None
         except asyncio.InvalidStateError:
             raise StreamBroken("the stream already ended") from None
         except asyncio.CancelledError:
@@ -162,7 +186,7 @@ class Stream:
         try:
             reply = await self._call.read()
         except grpc.RpcError as error:
-            raise refusal(error) from None
+            raise StreamBroken.from_error(error) from None
         except asyncio.CancelledError:
             if _interrupted():
                 raise
@@ -176,7 +200,7 @@ class Stream:
 
 
 class Connection:
-    """A channel to one target and the calls the duplex client makes on it."""
+    """A channel to one target and the calls the duplex client (or the bridge) makes on it."""
 
     def __init__(self, settings: ChannelSettings) -> None:
         self.settings = settings
@@ -184,9 +208,14 @@ class Connection:
         self._stub = DuplexServiceStub(self._channel)
         self._metadata = settings.metadata()
 
-    def converse(self) -> Stream:
-        """Starts a Converse call (it connects on the first write)."""
-        return Stream(self._stub.Converse(None, metadata=self._metadata))
+    def converse(self, metadata: Sequence[tuple[str, str]] | None = None) -> Stream:
+        """Starts a Converse call (it connects on the first write).
+
+        ``metadata`` replaces the settings' own, for a bridge whose calls each present the key
+        of the websocket client they carry.
+        """
+        chosen = self._metadata if metadata is None else tuple(metadata)
+        return Stream(self._stub.Converse(None, metadata=chosen))
 
     async def get_capabilities(self, timeout_s: float = 10.0) -> pb.Capabilities:
         """Asks the server what it accepts, before any session."""
@@ -195,7 +224,7 @@ class Connection:
                 pb.GetCapabilitiesRequest(), timeout=timeout_s, metadata=self._metadata
             )
         except grpc.RpcError as error:
-            raise refusal(error) from None
+            raise StreamBroken.from_error(error) from None
         return reply.capabilities
 
     async def get_session(
@@ -206,7 +235,7 @@ class Connection:
         try:
             return await self._stub.GetSession(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as error:
-            raise refusal(error) from None
+            raise StreamBroken.from_error(error) from None
 
     async def close(self) -> None:
         """Closes the channel and every call on it."""

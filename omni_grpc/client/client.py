@@ -17,12 +17,12 @@ from collections.abc import AsyncGenerator
 from dataclasses import replace
 from types import TracebackType
 
+from omni_grpc.client.bookkeeping import CommandJournal
 from omni_grpc.client.channel import ChannelSettings, Connection, StreamBroken
 from omni_grpc.client.commands import Commands
 from omni_grpc.client.errors import CommandTooLarge, DuplexClientError, SessionClosed
 from omni_grpc.client.link import End, SessionLink
 from omni_grpc.client.options import ClientOptions, ResumeHandle
-from omni_grpc.client.outbox import Outbox
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -35,9 +35,9 @@ class DuplexClient(SessionLink, Commands):
     task consuming :meth:`events` (unread events hold back the stream, bounded by
     ``event_buffer``), and send with the command methods, each of which returns its
     ``client_seq``. A command sent while the connection is down is kept and goes out after the
-    resume; only a full outbox makes sending wait. While commands wait for the server's
-    confirmation the client asks for it with a heartbeat now and then, so ``heartbeat_ack``
-    events may appear unasked.
+    resume; only a full journal of unconfirmed commands makes sending wait. While commands wait
+    for the server's confirmation the client asks for it with a heartbeat now and then, so
+    ``heartbeat_ack`` events may appear unasked.
     """
 
     def __repr__(self) -> str:
@@ -152,9 +152,9 @@ class DuplexClient(SessionLink, Commands):
         with contextlib.suppress(StreamBroken):
             self.capabilities = await self._conn.get_capabilities()
         # A new owner has nothing unconfirmed: it numbers on from what the server applied.
-        self._outbox = Outbox(
-            max_commands=self._options.max_outbox_commands,
-            max_bytes=self._options.max_outbox_bytes,
+        self._journal = CommandJournal(
+            max_commands=self._options.max_unconfirmed_commands,
+            max_bytes=self._options.max_unconfirmed_bytes,
             next_seq=self.applied_client_seq + 1,
         )
         self._start(stream)
@@ -227,11 +227,11 @@ class DuplexClient(SessionLink, Commands):
     async def detach(self) -> ResumeHandle:
         """Lets go of the session without closing it, for another client to :meth:`resume`."""
         handle = self.resume_handle()
-        if len(self._outbox):
+        if len(self._journal):
             logger.warning(
                 "session %s: detaching with %d unconfirmed commands",
                 self.session_id,
-                len(self._outbox),
+                len(self._journal),
             )
         await self._release(
             SessionClosed(
@@ -264,10 +264,10 @@ class DuplexClient(SessionLink, Commands):
         while True:
             async with self._write_lock:
                 self._check_usable()
-                if self._outbox.has_room(size):
+                if self._journal.has_room(size):
                     # Set under the lock: no command is numbered after the close.
                     self._closing = self._closing or closing
-                    seq = self._outbox.number(request)
+                    seq = self._journal.number(request)
                     await self._write_live(request)
                     return seq
                 self._room.clear()

@@ -1,6 +1,6 @@
 """The machinery under :class:`~omni_grpc.client.DuplexClient`: keeping one session attached.
 
-A :class:`SessionLink` owns the state that makes reconnects invisible: the outbox of numbered
+A :class:`SessionLink` owns the state that makes reconnects invisible: the journal of numbered
 commands the server has not confirmed, the cursor of the last event received, the current
 stream and the resume token. Three tasks share the work. The supervisor reads the current
 stream and, when it breaks, resumes with the last event seq it received; the resend then writes
@@ -18,6 +18,7 @@ import logging
 import random
 from dataclasses import dataclass
 
+from omni_grpc.client.bookkeeping import CommandJournal, EventCursor, EventGap
 from omni_grpc.client.channel import Connection, Stream, StreamBroken
 from omni_grpc.client.dialer import Dialer, ResumeRequest
 from omni_grpc.client.errors import (
@@ -30,7 +31,6 @@ from omni_grpc.client.errors import (
     SessionReplaced,
 )
 from omni_grpc.client.options import ClientOptions, ClientStats
-from omni_grpc.client.outbox import EventCursor, EventGap, Outbox
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -65,8 +65,9 @@ class SessionLink:
         self.capabilities = pb.Capabilities()
         self.applied_client_seq = 0
         self.stats = ClientStats()
-        self._outbox = Outbox(
-            max_commands=options.max_outbox_commands, max_bytes=options.max_outbox_bytes
+        self._journal = CommandJournal(
+            max_commands=options.max_unconfirmed_commands,
+            max_bytes=options.max_unconfirmed_bytes,
         )
         self._cursor = EventCursor(last_seq)
         self._delivered_seq = self._acked_seq = last_seq
@@ -97,7 +98,7 @@ class SessionLink:
             return await self._write_live(request)
 
     async def _write_live(self, request: pb.ConverseRequest) -> bool:
-        """Writes on the live stream; a failure only drops the stream (the outbox keeps the
+        """Writes on the live stream; a failure only drops the stream (the journal keeps the
         command, and the supervisor resumes)."""
         stream = self._stream
         if stream is None:
@@ -191,7 +192,7 @@ class SessionLink:
     def _note_applied(self, applied: int) -> None:
         if applied > self.applied_client_seq:
             self.applied_client_seq = applied
-            if self._outbox.trim(applied):
+            if self._journal.trim(applied):
                 self._room.set()
 
     async def _reconnect(self) -> Stream:
@@ -217,11 +218,11 @@ class SessionLink:
         )
         policy = self._options.open_retry if opening else self._options.reconnect
         stream, first = await self._dialer.resume(resume, policy)
-        if not opening and first.applied_client_seq > self._outbox.last_seq:
+        if not opening and first.applied_client_seq > self._journal.last_seq:
             stream.cancel()
             raise ProtocolViolation(
                 f"the server applied client_seq {first.applied_client_seq}"
-                f" but only {self._outbox.last_seq} were sent"
+                f" but only {self._journal.last_seq} were sent"
             )
         resumed = first.session_resumed
         self.stats.resumed_applied = first.applied_client_seq
@@ -244,7 +245,7 @@ class SessionLink:
         async with self._write_lock:
             # Computed under the lock, so a command numbered while the stream was down is
             # either in this list or written after it, never both or neither.
-            pending = self._outbox.pending_after(self.applied_client_seq)
+            pending = self._journal.pending_after(self.applied_client_seq)
             for request in [*pending, self._receipt()]:
                 try:
                     await stream.write(request)
@@ -291,8 +292,8 @@ class SessionLink:
             ):
                 self._acked_seq = seq
             # Appends produce no events, so nothing would tell how far the server got; a
-            # heartbeat does (its ack carries applied_client_seq) and lets the outbox shrink.
-            stalled = len(self._outbox) > 0 and self.applied_client_seq == applied_before
+            # heartbeat does (its ack carries applied_client_seq) and lets the journal shrink.
+            stalled = len(self._journal) > 0 and self.applied_client_seq == applied_before
             if (self._probe or stalled) and await self._send_unnumbered(
                 pb.ConverseRequest(heartbeat=pb.Heartbeat())
             ):

@@ -18,8 +18,10 @@ class ClientOptions:
     )
     ack_interval_s: float | None = None  # None: what the server advises, else 1 s
     ack_every_events: int = 64
-    max_outbox_commands: int = 1024
-    max_outbox_bytes: int = 32 * 1024 * 1024
+    # Commands kept until the server confirms them (to resend after a resume); a full journal
+    # makes sending wait.
+    max_unconfirmed_commands: int = 1024
+    max_unconfirmed_bytes: int = 32 * 1024 * 1024
     event_buffer: int = 256  # events received but not yet taken from events()
     handshake_timeout_s: float = 10.0
     seed: int | None = None  # for the backoff jitter; tests make it repeatable

@@ -1,4 +1,4 @@
-"""The pure parts of the client: outbox, event cursor, backoff policy and options."""
+"""The pure parts of the client: command journal, event cursor, backoff policy and options."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import pytest
 
 from omni_grpc.client import ClientOptions, ReconnectPolicy, ResumeHandle
-from omni_grpc.client.outbox import EventCursor, EventGap, Outbox, OutboxFull
+from omni_grpc.client.bookkeeping import CommandJournal, CommandJournalFull, EventCursor, EventGap
 from omni_grpc.wire import pb
 
 
@@ -19,56 +19,56 @@ def audio(n_bytes: int) -> pb.ConverseRequest:
     return pb.ConverseRequest(append_input_audio=pb.AppendInputAudio(audio=b"\0" * n_bytes))
 
 
-def test_outbox_numbers_from_one_and_keeps_until_applied() -> None:
-    outbox = Outbox(max_commands=8, max_bytes=1 << 20)
-    seqs = [outbox.number(heartbeat()) for _ in range(5)]
+def test_command_journal_numbers_from_one_and_keeps_until_applied() -> None:
+    journal = CommandJournal(max_commands=8, max_bytes=1 << 20)
+    seqs = [journal.number(heartbeat()) for _ in range(5)]
     assert seqs == [1, 2, 3, 4, 5]
-    assert (len(outbox), outbox.last_seq, outbox.next_seq) == (5, 5, 6)
-    assert outbox.trim(3) == 3
-    assert [r.client_seq for r in outbox.pending_after(3)] == [4, 5]
-    assert outbox.trim(3) == 0  # trimming is idempotent
-    assert outbox.trim(5) == 2
-    assert len(outbox) == 0 and outbox.retained_bytes == 0
+    assert (len(journal), journal.last_seq, journal.next_seq) == (5, 5, 6)
+    assert journal.trim(3) == 3
+    assert [r.client_seq for r in journal.pending_after(3)] == [4, 5]
+    assert journal.trim(3) == 0  # trimming is idempotent
+    assert journal.trim(5) == 2
+    assert len(journal) == 0 and journal.retained_bytes == 0
 
 
 def test_pending_after_resends_exactly_what_the_server_lacks() -> None:
-    outbox = Outbox(max_commands=16, max_bytes=1 << 20)
+    journal = CommandJournal(max_commands=16, max_bytes=1 << 20)
     for _ in range(10):
-        outbox.number(audio(320))
-    outbox.trim(2)  # an event said 2 was applied
+        journal.number(audio(320))
+    journal.trim(2)  # an event said 2 was applied
     # The resume reports 6: only 7..10 go again, and 3..6 are forgotten.
-    assert [r.client_seq for r in outbox.pending_after(6)] == [7, 8, 9, 10]
-    assert len(outbox) == 4
+    assert [r.client_seq for r in journal.pending_after(6)] == [7, 8, 9, 10]
+    assert len(journal) == 4
     with pytest.raises(ValueError, match="beyond the newest"):
-        outbox.pending_after(11)
+        journal.pending_after(11)
 
 
-def test_outbox_bounds_count_and_bytes() -> None:
-    by_count = Outbox(max_commands=2, max_bytes=1 << 20)
+def test_command_journal_bounds_count_and_bytes() -> None:
+    by_count = CommandJournal(max_commands=2, max_bytes=1 << 20)
     by_count.number(heartbeat())
     by_count.number(heartbeat())
     assert not by_count.has_room(2)
-    with pytest.raises(OutboxFull):
+    with pytest.raises(CommandJournalFull):
         by_count.number(heartbeat())
     assert by_count.next_seq == 3  # a refused command takes no number
     by_count.trim(1)
     assert by_count.number(heartbeat()) == 3
 
-    by_bytes = Outbox(max_commands=100, max_bytes=1000)
+    by_bytes = CommandJournal(max_commands=100, max_bytes=1000)
     by_bytes.number(audio(600))
     assert not by_bytes.has_room(audio(600).ByteSize())
     assert by_bytes.has_room(audio(300).ByteSize())
-    # An empty outbox takes even an oversize command; the server's limit decides about it.
-    big = Outbox(max_commands=1, max_bytes=10)
+    # An empty journal takes even an oversize command; the server's limit decides about it.
+    big = CommandJournal(max_commands=1, max_bytes=10)
     assert big.number(audio(5000)) == 1
 
 
-def test_outbox_rejects_nonsense_bounds() -> None:
+def test_command_journal_rejects_nonsense_bounds() -> None:
     with pytest.raises(ValueError):
-        Outbox(max_commands=0, max_bytes=10)
+        CommandJournal(max_commands=0, max_bytes=10)
     with pytest.raises(ValueError):
-        Outbox(max_commands=1, max_bytes=10, next_seq=0)
-    assert Outbox(max_commands=1, max_bytes=10, next_seq=42).number(heartbeat()) == 42
+        CommandJournal(max_commands=1, max_bytes=10, next_seq=0)
+    assert CommandJournal(max_commands=1, max_bytes=10, next_seq=42).number(heartbeat()) == 42
 
 
 def test_cursor_delivers_each_seq_once_and_in_order() -> None:

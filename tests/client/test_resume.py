@@ -142,10 +142,10 @@ async def test_random_cuts_keep_the_stream_exact(server: RunningServer, proxy: C
     await client.close()
 
 
-async def test_a_full_outbox_waits_for_confirmation_then_flows(
+async def test_a_full_command_journal_waits_for_confirmation_then_flows(
     server: RunningServer, proxy: ChaosProxy
 ) -> None:
-    options = dataclasses.replace(OPTIONS, max_outbox_commands=4, ack_interval_s=0.05)
+    options = dataclasses.replace(OPTIONS, max_unconfirmed_commands=4, ack_interval_s=0.05)
     client = await DuplexClient.connect(proxy.target, config=CONFIG, options=options)
     # Appends produce no events, so only the client's own heartbeats can confirm them.
     for _ in range(12):

@@ -314,7 +314,7 @@ async def test_a_failing_worker_ends_the_stream_with_engine_error(
     async def broken(request: pb.ConverseRequest) -> None:
         raise RuntimeError("planted bug")
 
-    monkeypatch.setattr(probe.session, "_on_barge_in", broken)
+    monkeypatch.setitem(probe.session._handlers, "barge_in", broken)  # type: ignore[attr-defined]
     await probe.send(barge_in=pb.BargeIn())
     await probe.stream_end()
     assert isinstance(probe.failure, EngineError)

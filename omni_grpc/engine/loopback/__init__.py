@@ -1,16 +1,19 @@
 """The loopback engine: a deterministic stand-in that answers every turn with the user's audio.
 
 It needs no model and behaves the same way every time, so the server, the bridge and clients
-can be tested end to end on any machine. A committed turn is answered (unless the commit says
-``create_response: false``) by a response that plays the turn's audio back in the canonical
-output form (pcm16, 24 kHz), in chunks of ``chunk_ms``, each followed by a piece of the
-transcript "you said 1.23 seconds of audio". A text-only turn is answered with a quiet tone.
-Output conversion to the session's format is the transport's job, not the engine's.
+can be tested end to end on any machine. A committed turn is answered (unless the commit, or
+else the session's turn detection, says ``create_response: false``) by a response that plays
+the turn's audio back in the canonical output form (pcm16, 24 kHz), in chunks of ``chunk_ms``,
+each followed by a piece of the transcript "you said 1.23 seconds of audio". A text-only turn
+is answered with a quiet tone. Output conversion to the session's format is the transport's
+job, not the engine's. Everything but what it says is the engine kit's
+(:mod:`omni_grpc.engine.kit`).
 
 Options (strings, from the command line or the server settings):
 
 * ``pace``: ``realtime`` (the default) releases each chunk when its audio would have been
-  generated in real time; ``fast`` releases chunks as fast as the reader takes them.
+  generated in real time (a reader that falls behind restarts the schedule from the late
+  chunk); ``fast`` releases chunks as fast as the reader takes them.
 * ``speed``: divides the real-time schedule (``2`` is twice as fast); default ``1``.
 * ``chunk_ms``: the length of one output audio chunk, 10 to 5000; default ``100``.
 * ``queue_size``: the bound of each session's command and event queues; default ``256``.

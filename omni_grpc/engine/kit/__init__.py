@@ -1,0 +1,43 @@
+"""The engine kit: what every engine session is made of, so that an engine holds only its own.
+
+* :mod:`.worker`: :class:`WorkerSession`, the mailbox, the worker that applies commands in
+  order through a dispatch table, and ``submit`` / ``events`` / ``close``.
+* :mod:`.conversation`: :class:`ConversationSession`, a handler for every engine command:
+  the plain input buffer, the response lifecycle (start, cancel, take back, finish, barge-in,
+  clear output, the done event) and conversation items (create, retrieve, delete, truncate,
+  playback ack). An engine subclasses it and writes ``_play``.
+* :mod:`.answers`: :class:`Answer`, one response in flight and the ledger of its output; the
+  user input it answers; its output item and done event.
+* :mod:`.history`: the bounded, ordered conversation items.
+* :mod:`.event_queue`: :class:`EventQueue`, the bounded queue of a session's output events.
+* :mod:`.speech`: :class:`SpeechPlayer`, sentences to paced chunks on the media clock.
+* :mod:`.tts`: espeak-ng speech synthesis and the sentence splitter.
+"""
+
+from __future__ import annotations
+
+from omni_grpc.engine.kit.answers import Answer, Modalities, Outcome, UserInput, new_id
+from omni_grpc.engine.kit.conversation import ConversationSession, check_canonical_input
+from omni_grpc.engine.kit.event_queue import EventQueue
+from omni_grpc.engine.kit.history import History, item_text, user_item
+from omni_grpc.engine.kit.speech import LEAD_MS, Pacing, SpeechPlayer
+from omni_grpc.engine.kit.worker import Handler, WorkerSession
+
+__all__ = [
+    "LEAD_MS",
+    "Answer",
+    "ConversationSession",
+    "EventQueue",
+    "Handler",
+    "History",
+    "Modalities",
+    "Outcome",
+    "Pacing",
+    "SpeechPlayer",
+    "UserInput",
+    "WorkerSession",
+    "check_canonical_input",
+    "item_text",
+    "new_id",
+    "user_item",
+]

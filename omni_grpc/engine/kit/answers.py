@@ -1,0 +1,203 @@
+"""A response in flight (:class:`Answer`), the user input it answers, and what its end reports.
+
+An answer keeps a ledger of what went out: the audio sent on the response's media clock, the
+text sent, and marks that tie the two together, so a truncate or a playback ack can cut the
+transcript where the audio was cut. The ledger counts only what was queued for the reader; a
+cancel takes unread output back out of it (:meth:`Answer.take_back`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+from omni_grpc.core.errors import CommandError
+from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_ms
+
+Modalities: TypeAlias = "tuple[pb.Modality.ValueType, ...]"
+# How a response ended: its status and status_reason.
+Outcome: TypeAlias = "tuple[pb.ResponseStatus.ValueType, str]"
+
+
+def new_id(prefix: str) -> str:
+    """A fresh id for an item (``item``) or a response (``resp``)."""
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def _final() -> asyncio.Event:
+    final = asyncio.Event()
+    final.set()
+    return final
+
+
+@dataclass(slots=True)
+class UserInput:
+    """A committed user item that no response has answered yet."""
+
+    item_id: str
+    previous_item_id: str = ""
+    audio: bytes = b""  # canonical input
+    text: str = ""  # typed text, or the transcript once known
+    # Set once ``text`` is final; an engine that transcribes makes it unset and sets it later.
+    text_final: asyncio.Event = field(default_factory=_final)
+
+    @property
+    def audio_ms(self) -> float:
+        return pcm16_ms(len(self.audio), CANONICAL_INPUT_RATE_HZ)
+
+
+@dataclass(slots=True)
+class Answer:
+    """One response in flight: what it answers, and the ledger of what has gone out."""
+
+    id: str
+    item_id: str
+    turn_started: float  # the commit or create_response, on the engine's monotonic clock
+    modalities: Modalities
+    inputs: list[UserInput] = field(default_factory=list)
+    instructions: str = ""
+    voice: str = ""
+    by_server_vad: bool = False  # its turn was detected, not committed: noise may end it quietly
+    announced: bool = False  # response_created went out
+    input_tokens: int = 0
+    output_tokens: int | None = None  # what the model wrote; None: the words that went out
+    sent_ms: float = 0.0
+    sent_text: str = ""
+    marks: list[tuple[float, int]] = field(default_factory=list)  # (audio end ms, text chars)
+    first_token: float | None = None  # the model's first piece, for benchmarks
+    first_text: float | None = None
+    first_audio: float | None = None
+    played_ms: float = 0.0
+    done: bool = False
+
+    @property
+    def speaks(self) -> bool:
+        return pb.MODALITY_AUDIO in self.modalities
+
+    @property
+    def input_audio_ms(self) -> float:
+        return sum(user.audio_ms for user in self.inputs)
+
+    def text_at(self, audio_ms: float) -> str:
+        """The transcript that goes with the first ``audio_ms`` of the output."""
+        chars = max((c for end, c in self.marks if end <= audio_ms + 1e-6), default=0)
+        return self.sent_text[:chars]
+
+    def take_back(self, unread: list[pb.ConverseResponse]) -> None:
+        """Counts output the reader never took as unsent.
+
+        It is the newest output, so its text is the end of ``sent_text``.
+        """
+        unsent_chars = 0
+        for event in unread:
+            kind = event.WhichOneof("event")
+            if kind == "output_audio_delta":
+                self.sent_ms = min(self.sent_ms, event.output_audio_delta.start_ms)
+            elif kind in ("output_audio_transcript_delta", "output_text_delta"):
+                unsent_chars += len(getattr(event, kind).delta)
+        self.sent_text = self.sent_text[: len(self.sent_text) - unsent_chars]
+
+
+def split_words(text: str, parts: int) -> list[str]:
+    """Splits ``text`` into ``parts`` pieces at word boundaries; they join back to ``text``."""
+    words = re.findall(r"\S+\s*", text)
+    n = len(words)
+    return ["".join(words[i * n // parts : (i + 1) * n // parts]) for i in range(parts)]
+
+
+def output_item(answer: Answer, status: pb.ResponseStatus.ValueType) -> pb.ConversationItem:
+    """The assistant item of ``answer``, holding what went out."""
+    if answer.speaks:
+        part = pb.ContentPart(
+            type=pb.CONTENT_TYPE_OUTPUT_AUDIO,
+            transcript=answer.sent_text,
+            audio_duration_ms=answer.sent_ms,
+        )
+    else:
+        part = pb.ContentPart(type=pb.CONTENT_TYPE_OUTPUT_TEXT, text=answer.sent_text)
+    completed = status == pb.RESPONSE_STATUS_COMPLETED
+    return pb.ConversationItem(
+        id=answer.item_id,
+        role=pb.ITEM_ROLE_ASSISTANT,
+        status=pb.ITEM_STATUS_COMPLETED if completed else pb.ITEM_STATUS_INCOMPLETE,
+        content=[part],
+    )
+
+
+def done_event(
+    answer: Answer,
+    item: pb.ConversationItem,
+    outcome: Outcome,
+    now: float,
+) -> pb.ConverseResponse:
+    """The ``response_done`` of ``answer``, with usage and latency on the engine's clock."""
+
+    def since_turn(moment: float | None) -> float:
+        return (moment - answer.turn_started) * 1000 if moment is not None else 0.0
+
+    status, reason = outcome
+    total_ms = since_turn(now)
+    output_tokens = answer.output_tokens
+    response = pb.Response(
+        id=answer.id,
+        status=status,
+        status_reason=reason,
+        output=[item],
+        output_modalities=answer.modalities,
+        usage=pb.Usage(
+            input_tokens=answer.input_tokens,
+            output_tokens=len(answer.sent_text.split()) if output_tokens is None else output_tokens,
+            input_audio_ms=answer.input_audio_ms,
+            output_audio_ms=answer.sent_ms,
+        ),
+        latency=pb.TurnLatency(
+            first_text_ms=since_turn(answer.first_text),
+            first_audio_ms=since_turn(answer.first_audio),
+            total_ms=total_ms,
+            real_time_factor=total_ms / answer.sent_ms if answer.sent_ms else 0.0,
+        ),
+    )
+    return pb.ConverseResponse(response_done=pb.ResponseDone(response=response))
+
+
+def find_answer(answers: list[Answer], ack: pb.AckPlayback) -> Answer:
+    """The response an ack is about: the one named, else the newest (with the named item)."""
+    if ack.response_id:
+        named = [a for a in answers if a.id == ack.response_id]
+    else:
+        named = [a for a in answers if ack.item_id in ("", a.item_id)]
+    if not named:
+        raise CommandError(
+            "playback_item_not_found", "no such response to acknowledge", param="response_id"
+        )
+    answer = named[-1]
+    if ack.item_id and ack.item_id != answer.item_id:
+        raise CommandError(
+            "playback_item_mismatch",
+            f"item {ack.item_id} is not the item of response {answer.id}",
+            param="item_id",
+        )
+    return answer
+
+
+def acknowledge(answer: Answer, ack: pb.AckPlayback, *, ack_only: bool) -> pb.PlaybackAcknowledged:
+    """Records played audio of ``answer`` and says what entered history.
+
+    Nobody can have played more than was sent, and played time never goes back. Under
+    ``ack_only`` a finished item is in history once all of it was heard; otherwise once done.
+    """
+    answer.played_ms = min(max(answer.played_ms, ack.played_ms), answer.sent_ms)
+    wanted = ack.committed_ms if ack.HasField("committed_ms") else ack.played_ms
+    committed = min(wanted, answer.sent_ms)
+    return pb.PlaybackAcknowledged(
+        response_id=answer.id,
+        item_id=answer.item_id,
+        played_ms=answer.played_ms,
+        committed_ms=committed,
+        truncate=ack.truncate,
+        history_committed=answer.done and (committed >= answer.sent_ms or not ack_only),
+    )

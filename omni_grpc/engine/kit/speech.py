@@ -1,0 +1,160 @@
+"""The speech player: one response's sentences in, paced chunks of audio with their words out.
+
+A spoken response goes out in chunks of ``chunk_ms``, each an ``output_audio_delta`` stamped
+with its start on the response's media clock and followed by the ``output_audio_transcript_delta``
+of its share of the sentence's words (cut at word boundaries), so that a truncate can cut the
+transcript where the audio was cut. Streamed text is cut into sentences as it comes and each
+is synthesized while the next is still being written (:meth:`SpeechPlayer.speak`).
+
+Pacing (:class:`Pacing`): in ``realtime`` a chunk is released ``lead_ms`` before the client
+would start to play it, so a response stays active while it is heard and a barge-in finds
+most of it unsent; a negative lead releases a chunk only after its audio would have been
+generated in real time. If output falls behind (synthesis is slow, or the reader is), the
+client's player restarts from the late chunk, so the schedule does too. Otherwise (``fast``)
+chunks go out as fast as the reader takes them, still letting commands in between.
+
+The player updates the answer's ledger right after each put, with no await in between, so
+the ledger always matches what was queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from omni_grpc import audio
+from omni_grpc.engine.kit.answers import Answer, split_words
+from omni_grpc.engine.kit.event_queue import EventQueue
+from omni_grpc.engine.kit.tts import Espeak, SentenceSplitter
+from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes, pcm16_ms
+
+# How far ahead of real time audio is released: enough to hide network jitter from the
+# client's player, little enough that a barge-in finds most of the answer still unsent.
+LEAD_MS = 300.0
+_SENTENCES_AHEAD = 2  # synthesized sentences waiting for their turn to play
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """When chunks are released; see the module docstring."""
+
+    realtime: bool
+    speed: float = 1.0  # divides the real-time schedule
+    lead_ms: float = LEAD_MS
+
+
+class SpeechPlayer:
+    """Plays the output of one answer into the session's event queue."""
+
+    def __init__(
+        self, events: EventQueue, answer: Answer, *, chunk_ms: int, pacing: Pacing
+    ) -> None:
+        self._events = events
+        self._answer = answer
+        self._chunk_bytes = pcm16_bytes(chunk_ms, CANONICAL_OUTPUT_RATE_HZ)
+        self._pacing = pacing
+        self._origin: float | None = None  # the monotonic time at which media-clock 0 plays
+        self._clock_ms = 0.0  # the media clock at the end of what was released
+
+    async def write(self, pieces: AsyncIterator[str]) -> None:
+        """A text response: one ``output_text_delta`` per piece, as the pieces come."""
+        answer = self._answer
+        ids = {"response_id": answer.id, "item_id": answer.item_id}
+        async for piece in pieces:
+            answer.first_token = answer.first_token or time.monotonic()
+            await self._events.put(
+                pb.ConverseResponse(output_text_delta=pb.OutputTextDelta(delta=piece, **ids))
+            )
+            answer.first_text = answer.first_text or time.monotonic()
+            answer.sent_text += piece
+
+    async def speak(self, pieces: AsyncIterator[str], tts: Espeak, voice: str) -> None:
+        """A spoken response: the pieces cut into sentences, each synthesized while the one
+        before plays."""
+        ready: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue(_SENTENCES_AHEAD)
+        producer = asyncio.create_task(self._synthesize(pieces, tts, voice, ready))
+        try:
+            while (sentence := await ready.get()) is not None:
+                await self.say(*sentence)
+            await producer  # re-raises a failure of the model or of the synthesizer
+        finally:
+            producer.cancel()
+            await asyncio.gather(producer, return_exceptions=True)
+
+    async def _synthesize(
+        self,
+        pieces: AsyncIterator[str],
+        tts: Espeak,
+        voice: str,
+        ready: asyncio.Queue[tuple[str, bytes] | None],
+    ) -> None:
+        splitter = SentenceSplitter()
+        async for piece in pieces:
+            self._answer.first_token = self._answer.first_token or time.monotonic()
+            for sentence in splitter.push(piece):
+                await ready.put((sentence, await tts.synthesize(sentence, voice)))
+        for sentence in splitter.flush():
+            await ready.put((sentence, await tts.synthesize(sentence, voice)))
+        await ready.put(None)
+
+    async def say(self, text: str, pcm: bytes) -> None:
+        """Plays one sentence: its audio in chunks, each with its share of ``text``.
+
+        A response that does not speak gets the words alone, as ``output_text_delta``, on
+        the same schedule.
+        """
+        answer = self._answer
+        ids = {"response_id": answer.id, "item_id": answer.item_id}
+        chunks = audio.chunk_pcm16(pcm, self._chunk_bytes) if pcm else []
+        if not chunks:  # nothing to hear (punctuation alone): the text still counts
+            await self._events.put(self._words(text, ids))
+            answer.sent_text += text
+            answer.marks.append((answer.sent_ms, len(answer.sent_text)))
+            return
+        for chunk, piece in zip(chunks, split_words(text, len(chunks)), strict=True):
+            start_ms = self._clock_ms
+            end_ms = start_ms + pcm16_ms(len(chunk), CANONICAL_OUTPUT_RATE_HZ)
+            await self._wait_until_due(start_ms)
+            if answer.speaks:
+                await self._events.put(
+                    pb.ConverseResponse(
+                        output_audio_delta=pb.OutputAudioDelta(
+                            audio=chunk,
+                            encoding=pb.AUDIO_ENCODING_PCM16,
+                            sample_rate_hz=CANONICAL_OUTPUT_RATE_HZ,
+                            start_ms=start_ms,
+                            duration_ms=end_ms - start_ms,
+                            **ids,
+                        )
+                    )
+                )
+                answer.first_audio = answer.first_audio or time.monotonic()
+                answer.sent_ms = end_ms
+            self._clock_ms = end_ms
+            await self._events.put(self._words(piece, ids))
+            answer.first_text = answer.first_text or time.monotonic()
+            answer.sent_text += piece
+            answer.marks.append((end_ms, len(answer.sent_text)))
+
+    def _words(self, text: str, ids: dict[str, str]) -> pb.ConverseResponse:
+        if self._answer.speaks:
+            delta = pb.OutputAudioTranscriptDelta(delta=text, **ids)
+            return pb.ConverseResponse(output_audio_transcript_delta=delta)
+        return pb.ConverseResponse(output_text_delta=pb.OutputTextDelta(delta=text, **ids))
+
+    async def _wait_until_due(self, start_ms: float) -> None:
+        pacing = self._pacing
+        if not pacing.realtime:
+            await asyncio.sleep(0)  # still let commands (a cancel) in between chunks
+            return
+        now = time.monotonic()
+        # Late: past the time the client would play the chunk, or past its release time.
+        late_ms = max(start_ms, start_ms - pacing.lead_ms)
+        if self._origin is None or now > self._origin + late_ms / 1000 / pacing.speed:
+            # First audio, or output fell behind: the schedule restarts from this chunk.
+            self._origin = now - start_ms / 1000 / pacing.speed
+        due = self._origin + (start_ms - pacing.lead_ms) / 1000 / pacing.speed
+        await asyncio.sleep(max(0.0, due - now))

@@ -1,0 +1,174 @@
+"""Speech synthesis with the espeak-ng program, sentence by sentence.
+
+espeak-ng is small, fast (a sentence in a few tens of milliseconds) and deterministic, which
+suits both a laptop and the tests. It runs as a subprocess, so the event loop waits on a pipe
+rather than a thread, and the GPL program stays a separate work from ours. Its output (a WAV
+at the voice's rate, 22.05 kHz for the standard voices) is resampled with libsoxr to
+canonical output (pcm16 at 24 kHz).
+
+:class:`SentenceSplitter` cuts a stream of text pieces into sentences, so the first sentence
+of an answer is spoken while the language model still writes the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import struct
+
+import numpy as np
+
+from omni_grpc import audio
+from omni_grpc.audio.formats import float_to_pcm16, pcm16_to_float
+from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ
+
+DEFAULT_VOICE = "en-us"
+DEFAULT_WPM = 175
+# espeak-ng voice names: a language tag with optional variants ("en-gb-x-rp", "en-us+f3").
+_VOICE_NAME = re.compile(r"^[a-z]{2,3}(-[a-z0-9]+)*(\+[a-z0-9]+)?$")
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+|\n+")
+# A "sentence" longer than this is cut at its last comma or space, so one long run-on
+# sentence cannot hold back the first audio.
+MAX_SENTENCE_CHARS = 160
+FIRST_WORDS = 6
+
+
+class TtsUnavailable(RuntimeError):
+    """espeak-ng is not installed."""
+
+
+def espeak_path() -> str:
+    """The espeak-ng executable, or TtsUnavailable with what to install."""
+    path = shutil.which("espeak-ng")
+    if path is None:
+        raise TtsUnavailable(
+            "espeak-ng is not installed (Debian/Ubuntu: apt-get install "
+            "espeak-ng); the engine speaks through it"
+        )
+    return path
+
+
+def voice_name(requested: str) -> str:
+    """The espeak-ng voice for a session's ``voice``; OpenAI names ("alloy") get the default."""
+    return requested if _VOICE_NAME.match(requested or "") else DEFAULT_VOICE
+
+
+class Espeak:
+    """Synthesizes one sentence at a time; safe to call from many sessions at once."""
+
+    def __init__(self, *, words_per_minute: int = DEFAULT_WPM) -> None:
+        self._program = espeak_path()
+        self.words_per_minute = words_per_minute
+
+    async def synthesize(self, text: str, voice: str = DEFAULT_VOICE) -> bytes:
+        """Canonical output audio of ``text``; empty for text with nothing to say."""
+        if not text.strip():
+            return b""
+        try:
+            wav = await self._run(text, voice_name(voice))
+        except TtsUnavailable:
+            if voice_name(voice) == DEFAULT_VOICE:
+                raise
+            wav = await self._run(text, DEFAULT_VOICE)  # an unknown voice name: say it anyway
+        rate, pcm = _parse_wav(wav)
+        if not pcm:
+            return b""
+        samples = pcm16_to_float(np.frombuffer(pcm, dtype="<i2"))
+        resampled = audio.resample(samples, rate, CANONICAL_OUTPUT_RATE_HZ)
+        return float_to_pcm16(resampled).astype("<i2").tobytes()
+
+    async def _run(self, text: str, voice: str) -> bytes:
+        # The text goes through stdin, never argv, so no text can be taken for an option.
+        process = await asyncio.create_subprocess_exec(
+            self._program,
+            "-v",
+            voice,
+            "-s",
+            str(self.words_per_minute),
+            "--stdout",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            out, err = await process.communicate(text.encode("utf-8"))
+        except asyncio.CancelledError:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            raise
+        if process.returncode != 0 or len(out) <= 44:
+            raise TtsUnavailable(
+                f"espeak-ng failed ({process.returncode}): "
+                f"{err.decode(errors='replace').strip()[:200]}"
+            )
+        return out
+
+
+def _parse_wav(wav: bytes) -> tuple[int, bytes]:
+    """(rate, pcm16 samples) of espeak-ng's WAV; its streamed header has no true sizes."""
+    if wav[:4] != b"RIFF" or wav[8:12] != b"WAVE":
+        raise TtsUnavailable("espeak-ng did not write a WAV file")
+    offset, rate = 12, 0
+    while offset + 8 <= len(wav):
+        chunk, size = wav[offset : offset + 4], struct.unpack("<I", wav[offset + 4 : offset + 8])[0]
+        if chunk == b"fmt ":
+            rate = struct.unpack("<I", wav[offset + 12 : offset + 16])[0]
+        elif chunk == b"data":
+            data = wav[offset + 8 :]
+            return rate, data[: len(data) - len(data) % 2]
+        offset += 8 + size
+    raise TtsUnavailable("espeak-ng wrote a WAV file without samples")
+
+
+class SentenceSplitter:
+    """Cuts streamed text into sentences: ``push`` pieces, then ``flush`` the rest.
+
+    The first piece of an answer is cut early, at its first comma or after
+    ``first_words`` words: a small language model writes a few words a second on a busy
+    CPU, and the user should hear the answer begin rather than wait for its first full stop.
+    """
+
+    def __init__(self, first_words: int = FIRST_WORDS) -> None:
+        self._pending = ""
+        self._first_words = first_words
+        self._started = False
+
+    def push(self, piece: str) -> list[str]:
+        """Adds a piece of text; returns the sentences it completed, in order."""
+        self._pending += piece
+        sentences: list[str] = []
+        while True:
+            match = _SENTENCE_END.search(self._pending)
+            if match is None:
+                break
+            sentences.append(self._pending[: match.end()])
+            self._pending = self._pending[match.end() :]
+        while len(self._pending) > MAX_SENTENCE_CHARS:
+            cut = max(
+                self._pending.rfind(", ", 0, MAX_SENTENCE_CHARS),
+                self._pending.rfind(" ", 0, MAX_SENTENCE_CHARS),
+            )
+            cut = cut + 1 if cut > 0 else MAX_SENTENCE_CHARS
+            sentences.append(self._pending[:cut])
+            self._pending = self._pending[cut:]
+        if not self._started and not sentences:
+            sentences += self._first_phrase()
+        sentences = [s for s in sentences if s.strip()]
+        self._started = self._started or bool(sentences)
+        return sentences
+
+    def _first_phrase(self) -> list[str]:
+        words = re.findall(r"\S+\s+", self._pending)  # complete words only
+        for count, word in enumerate(words, start=1):
+            if (count >= 2 and word.rstrip().endswith(",")) or count >= self._first_words:
+                cut = sum(len(w) for w in words[:count])
+                phrase, self._pending = self._pending[:cut], self._pending[cut:]
+                return [phrase]
+        return []
+
+    def flush(self) -> list[str]:
+        """The text left over at the end of the stream, as a last sentence."""
+        rest, self._pending = self._pending, ""
+        return [rest] if rest.strip() else []

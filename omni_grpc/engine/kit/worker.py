@@ -1,0 +1,149 @@
+"""The worker session: one task applies a session's commands in order, from a bounded mailbox.
+
+``submit`` puts a command in the mailbox and returns; the worker takes commands one at a time
+and calls the handler that the dispatch table (:meth:`WorkerSession._command_handlers`) holds
+for the command's kind. A handler that raises :class:`CommandError` refuses its command with
+an ``error`` event carrying the command's ``client_seq``; any other exception is a bug, which
+ends the session: ``events`` raises :class:`EngineError` once the reader has taken what was
+queued before it.
+
+A handler is either a coroutine function or a plain function. Plain handlers need no await:
+they change state and queue nothing, or raise a refusal. They are the seam for a synchronous
+path: a command whose handler is plain could be applied at ``submit`` without the mailbox hop,
+once every command before it has been.
+
+The worker is the only writer of a session's state, except for the tasks it starts (the
+player of the running response, and background jobs such as transcriptions), which write
+only the progress of their own job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any, ClassVar, Self, TypeAlias
+
+from omni_grpc.core.errors import CommandError
+from omni_grpc.engine.base import EngineError, EngineSession
+from omni_grpc.engine.kit.event_queue import EventQueue
+from omni_grpc.wire import pb
+
+logger = logging.getLogger(__name__)
+
+# A command handler: plain, or a coroutine function (see the module docstring).
+Handler: TypeAlias = Callable[[pb.ConverseRequest], Awaitable[None] | None]
+
+
+class WorkerSession(EngineSession):
+    """A session whose commands one worker task applies in order; see the module docstring."""
+
+    # The engine's name, in log lines and in the error that ends a failed session.
+    engine_name: ClassVar[str] = "engine"
+
+    def __init__(
+        self,
+        session_id: str,
+        config: pb.SessionConfig,
+        *,
+        queue_size: int,
+        on_close: Callable[[Self], None],
+    ) -> None:
+        self.id = session_id
+        self.config = config
+        self._on_close: Callable[[Self], None] = on_close
+        self._mailbox: asyncio.Queue[pb.ConverseRequest] = asyncio.Queue(queue_size)
+        self._events = EventQueue(queue_size)
+        self._handlers: dict[str, Handler] = {}
+        self._player: asyncio.Task[None] | None = None  # plays the running response
+        self._tasks: set[asyncio.Task[None]] = set()  # background jobs, cancelled at the end
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._busy = False
+        self._worker = asyncio.create_task(self._run(), name=f"{self.engine_name}-{session_id}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.id})"
+
+    def _command_handlers(self) -> dict[str, Handler]:
+        """The dispatch table: a handler per command kind; other kinds are refused."""
+        return {}
+
+    async def _on_open(self) -> None:
+        """Runs on the worker before the first command (e.g. to report bad session options)."""
+
+    # -- the seam ------------------------------------------------------------------------
+
+    async def submit(self, request: pb.ConverseRequest) -> None:
+        if self._closed or self._failure is not None:
+            logger.debug("session %s: command after the end ignored", self.id)
+            return
+        await self._mailbox.put(request)
+
+    async def events(self) -> AsyncIterator[pb.ConverseResponse]:
+        while (event := await self._events.get()) is not None:
+            yield event
+        if self._failure is not None:
+            raise EngineError(f"{self.engine_name} session {self.id} failed") from self._failure
+
+    async def close(self: Self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        tasks = [self._worker, *self._tasks, *([self._player] if self._player else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+        self._events.end(drop=True)
+        while not self._mailbox.empty():  # frees a submit that still waits for room
+            self._mailbox.get_nowait()
+        self._on_close(self)
+
+    async def idle(self) -> None:
+        """Waits until every command submitted so far has been applied and the reader has
+        taken the events they caused (tests and benchmarks step the input clock with it)."""
+        # Polled: the three conditions belong to three objects, and this is not a hot path.
+        while not self._mailbox.empty() or self._busy or len(self._events):  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+
+    # -- the worker ----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        self._handlers = self._command_handlers()
+        try:
+            await self._on_open()
+            while True:
+                request = await self._mailbox.get()
+                self._busy = True
+                await self._apply(request)
+                self._busy = not self._mailbox.empty()
+        except Exception as error:  # a bug must end the session, not leave it hanging
+            logger.exception("session %s: %s worker failed", self.id, self.engine_name)
+            self._fail(error)
+
+    def _fail(self, error: BaseException) -> None:
+        self._failure = error
+        for task in (self._player, *self._tasks):
+            if task is not None:
+                task.cancel()
+        self._events.end(drop=False)
+
+    async def _apply(self, request: pb.ConverseRequest) -> None:
+        kind = request.WhichOneof("command")
+        handler = self._handlers.get(kind) if kind else None
+        try:
+            if handler is None:
+                refusal = f"the {self.engine_name} engine does not take {kind}"
+                raise CommandError("bad_event", refusal)
+            pending = handler(request)
+            if pending is not None:
+                await pending
+        except CommandError as error:
+            body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)
+            await self._events.put(pb.ConverseResponse(error=body))
+
+    def _spawn(self, job: Coroutine[Any, Any, None]) -> None:
+        """Runs ``job`` in the background until it ends or the session does."""
+        task = asyncio.create_task(job)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,51 @@
+"""What the loopback says to a turn: the turn's own audio, or a tone for typed text, and plain
+words about what it heard."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from omni_grpc import audio
+from omni_grpc.engine.kit import UserInput
+from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ
+
+_TONE_MS_PER_CHAR = 60.0
+_TONE_MAX_MS = 5000.0
+
+
+def echo_audio(inputs: list[UserInput]) -> bytes:
+    """The turn's audio in canonical output form, or a quiet tone as long as its text."""
+    heard = b"".join(user.audio for user in inputs)
+    if heard:
+        samples = audio.decode(heard, pb.AUDIO_ENCODING_PCM16, CANONICAL_INPUT_RATE_HZ)
+        resampled = audio.resample(samples, CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ)
+        return audio.encode(resampled, pb.AUDIO_ENCODING_PCM16, CANONICAL_OUTPUT_RATE_HZ)
+    chars = max(len(" ".join(_texts(inputs))), 1)
+    return tone(min(chars * _TONE_MS_PER_CHAR, _TONE_MAX_MS))
+
+
+def echo_words(inputs: list[UserInput]) -> str:
+    """The loopback's words for a turn: what it heard, said plainly."""
+    audio_ms = sum(user.audio_ms for user in inputs)
+    texts = _texts(inputs)
+    said = [f"you said {audio_ms / 1000:.2f} seconds of audio"] if audio_ms else []
+    wrote = [f'you wrote "{" ".join(texts)[:200]}"'] if texts else []
+    return " and ".join(said + wrote) or "you sent an empty item"
+
+
+def input_tokens(inputs: list[UserInput]) -> int:
+    """A fixed rule, so that usage can be checked: a token per 100 ms of audio and per word."""
+    audio_ms = sum(user.audio_ms for user in inputs)
+    return int(audio_ms // 100) + sum(len(text.split()) for text in _texts(inputs))
+
+
+def tone(duration_ms: float) -> bytes:
+    """A quiet 440 Hz tone in canonical output form."""
+    rate_hz = CANONICAL_OUTPUT_RATE_HZ
+    t = np.arange(int(rate_hz * duration_ms / 1000), dtype=np.float32) / rate_hz
+    return audio.encode(0.1 * np.sin(2 * np.pi * 440.0 * t), pb.AUDIO_ENCODING_PCM16, rate_hz)
+
+
+def _texts(inputs: list[UserInput]) -> list[str]:
+    return [user.text for user in inputs if user.text]

@@ -16,19 +16,15 @@ response). ``response_done`` in the table means that the running response ended;
 other response moves nothing. A running response exists exactly in ASSISTANT_RESPONDING and
 OVERLAP, so the table has no ``response_done`` row for IDLE or USER_SPEAKING.
 
-::
+The moves, every other pair of the table leaving the turn where it is::
 
-                   speech_started                    response_created
-    IDLE ─────────────────────────► USER_SPEAKING ────────────────────┐
-     ▲ ◄── speech_stopped / input_committed / input_cleared ──┘        │
-     │                                                                 ▼
-     └──────────────── response_done ───────────────── ASSISTANT_RESPONDING
-                                                         │        ▲
-                                          speech_started │        │ speech_stopped /
-                                                         ▼        │ input_committed / cleared
-         USER_SPEAKING ◄──── response_done ──────────── OVERLAP ──┘
+    IDLE ── speech_started ──► USER_SPEAKING ── speech_stopped / input_* ──► IDLE
+    IDLE, USER_SPEAKING, OVERLAP ── response_created ──► ASSISTANT_RESPONDING
+    ASSISTANT_RESPONDING ── speech_started ──► OVERLAP ── speech_stopped / input_* ──► back
+    ASSISTANT_RESPONDING ── response_done ──► IDLE
+    OVERLAP ── response_done ──► USER_SPEAKING          (a barge-in ended the response)
 
-(and ``response_created`` from IDLE or OVERLAP also leads to ASSISTANT_RESPONDING).
+(``input_*``: ``input_committed`` or ``input_cleared``; ``back``: to ASSISTANT_RESPONDING.)
 """
 
 from __future__ import annotations

@@ -237,14 +237,6 @@ class Session:
             self._activating = None
             self._credential.confirm()
 
-    def activation_failed(self, generation: int, now: float) -> None:
-        """The activation could not be written: detach, and let the presented token retry."""
-        if self._activating == generation and self.generation == generation:
-            self._activating = None
-            self._credential.roll_back()
-            self.state = next_state(self.state, Trigger.ROLL_BACK)
-            self.detached_at = now
-
     def going_away(self, time_left_s: float, reason: str) -> Effects:
         """Warns the attached stream that the server stops in ``time_left_s``."""
         if self.state is not State.ATTACHED:

@@ -13,7 +13,7 @@ row in the table and are refused before they can emit anything.
                  resume (takeover)
                  ┌──────┐
                  ▼      │
-    open ──► ATTACHED ──┘ ──detach / activation failed──► DETACHED
+    open ──► ATTACHED ──┘ ─────────── detach ───────────► DETACHED
                 │  ▲                                        │
                 │  └──────────────── resume ────────────────┘
                 │ close / expire                             │ close / expire
@@ -47,7 +47,6 @@ class Trigger(enum.Enum):
 
     DETACH = "detach"
     RESUME = "resume"
-    ROLL_BACK = "roll_back"  # a resume whose activation could not be delivered
     CLOSE = "close"
     EXPIRE = "expire"
 
@@ -55,7 +54,6 @@ class Trigger(enum.Enum):
 TRANSITIONS: dict[tuple[State, Trigger], State] = {
     (State.ATTACHED, Trigger.DETACH): State.DETACHED,
     (State.ATTACHED, Trigger.RESUME): State.ATTACHED,
-    (State.ATTACHED, Trigger.ROLL_BACK): State.DETACHED,
     (State.ATTACHED, Trigger.CLOSE): State.CLOSED,
     (State.ATTACHED, Trigger.EXPIRE): State.EXPIRED,
     (State.DETACHED, Trigger.RESUME): State.ATTACHED,

@@ -126,18 +126,14 @@ def test_resume_rotates_the_token_and_the_old_one_is_refused() -> None:
     assert s.state.name == "DETACHED"  # a refused resume changes nothing
 
 
-@pytest.mark.parametrize("failure", ["activation_failed", "detach"])
-def test_failed_activation_leaves_the_old_token_usable_exactly_once(failure: str) -> None:
+def test_failed_activation_leaves_the_old_token_usable_exactly_once() -> None:
     opened = open_session()
     s = opened.session
     s.detach(1, now=1.0)
     generation, effects = s.resume(opened.token, 0, now=2.0)
     undelivered = token_of(effects)
     assert generation == 2
-    if failure == "detach":
-        assert s.detach(generation, now=3.0)  # the stream died while activating
-    else:
-        s.activation_failed(generation, now=3.0)
+    assert s.detach(generation, now=3.0)  # the stream died while activating
     assert s.state.name == "DETACHED"
     assert s.detached_at == 3.0
     generation, _, newest = resume(s, opened.token, 0, now=4.0)
@@ -154,7 +150,7 @@ def test_the_rotated_token_of_a_failed_activation_also_works() -> None:
     s = opened.session
     s.detach(1, now=1.0)
     generation, effects = s.resume(opened.token, 0, now=2.0)
-    s.activation_failed(generation, now=3.0)
+    assert s.detach(generation, now=3.0)  # before the client read session_resumed
     generation, _, _ = resume(s, token_of(effects), 0, now=4.0)
     s.detach(generation, now=5.0)
     # The resume that did get through spent the recovery digest.
@@ -182,7 +178,7 @@ def test_recovery_token_cannot_take_over_a_live_stream() -> None:
     s = opened.session
     s.detach(1, now=1.0)
     generation, effects = s.resume(opened.token, 0, now=2.0)
-    s.activation_failed(generation, now=3.0)
+    assert s.detach(generation, now=3.0)  # before the client read session_resumed
     generation, _, _ = resume(s, token_of(effects), 0, now=4.0)  # the rotated one arrived
     assert s.state.name == "ATTACHED"
     with pytest.raises(StreamRefused, match="invalid_resume_token"):
@@ -190,17 +186,17 @@ def test_recovery_token_cannot_take_over_a_live_stream() -> None:
     assert s.generation == generation
 
 
-def test_stale_activation_reports_are_ignored() -> None:
+def test_reports_about_a_stale_generation_are_ignored() -> None:
     opened = open_session()
     s = opened.session
     first, effects = s.resume(opened.token, 0, now=1.0)  # takeover of generation 1
     second, _ = s.resume(token_of(effects), 0, now=2.0)  # and again, before the first settled
-    s.activation_failed(first, now=3.0)  # about a generation that lost: no effect
+    assert not s.detach(first, now=3.0)  # about a generation that lost: no effect
     s.activation_delivered(first)
     assert (s.generation, s.state.name) == (second, "ATTACHED")
-    s.activation_failed(second, now=4.0)
+    assert s.detach(second, now=4.0)
     assert s.state.name == "DETACHED"
-    s.activation_failed(second, now=5.0)  # a second report changes nothing
+    assert not s.detach(second, now=5.0)  # a second report changes nothing
     assert s.detached_at == 4.0
 
 

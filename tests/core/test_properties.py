@@ -223,7 +223,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
 
     @precondition(activating)
     @rule(
-        outcome=st.sampled_from(["read", "read", "confirmed", "failed", "detached"]),
+        outcome=st.sampled_from(["read", "read", "confirmed", "detached", "detached"]),
         received=st.integers(0, 4),
         lazy=st.booleans(),
     )
@@ -252,10 +252,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         for received_event in pending.buffer[:received]:
             self.receive_event(received_event)
         c.generation = None
-        if outcome == "failed":
-            self.session.activation_failed(pending.generation, self.now)
-        else:
-            assert self.session.detach(pending.generation, self.now) is True
+        assert self.session.detach(pending.generation, self.now) is True
         self.roll_back(pending.generation)
         self.detached_at = self.now
 
@@ -330,7 +327,6 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         if self.pending is not None:  # the session ended under an activation in flight
             pending, self.pending = self.pending, None
             generation = pending.generation
-            self.session.activation_failed(generation, self.now)
             self.session.activation_delivered(generation)
             assert self.session.detach(generation, self.now) is False
             self.client.generation = generation

@@ -291,7 +291,7 @@ def test_failed_activation_detaches_and_starts_the_grace() -> None:
     s = opened.session
     s.receive(1, heartbeat(), now=0.0)
     generation, _ = s.resume(opened.token, 0, now=1.0)  # a takeover that never arrives
-    s.activation_failed(generation, now=2.0)
+    assert s.detach(generation, now=2.0)  # the stream died before the client read it
     assert (s.state.name, s.detached_at) == ("DETACHED", 2.0)
     assert s.next_deadline() == 2.0 + Limits().disconnect_grace_s
     # The events survive for the retry, which still gets everything after its cursor.

@@ -13,12 +13,10 @@ A, D, C, E = State.ATTACHED, State.DETACHED, State.CLOSED, State.EXPIRED
 EXPECTED: dict[tuple[State, Trigger], State | None] = {
     (A, Trigger.DETACH): D,
     (A, Trigger.RESUME): A,  # a takeover
-    (A, Trigger.ROLL_BACK): D,
     (A, Trigger.CLOSE): C,
     (A, Trigger.EXPIRE): E,
     (D, Trigger.DETACH): None,  # a second disconnect must not restart the grace window
     (D, Trigger.RESUME): A,
-    (D, Trigger.ROLL_BACK): None,
     (D, Trigger.CLOSE): C,
     (D, Trigger.EXPIRE): E,
     # An ending state has no way out: this is what makes the terminal event unique.

@@ -14,18 +14,17 @@ from google.protobuf.message import Message
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
 from omni_grpc.wire import pb
-
-DEFAULT_INPUT_RATE_HZ = 24000  # OpenAI Realtime's pcm16 rate, which stock clients assume
-G711_RATE_HZ = 8000
-OUTPUT_ENCODINGS = (
-    pb.AUDIO_ENCODING_PCM16,
-    pb.AUDIO_ENCODING_PCM_F32,
-    pb.AUDIO_ENCODING_G711_ULAW,
-    pb.AUDIO_ENCODING_G711_ALAW,
+from omni_grpc.wire.audio import (
+    CANONICAL_OUTPUT_RATE_HZ,
+    G711_RATE_HZ,
+    SUPPORTED_ENCODINGS,
+    SUPPORTED_RATES_HZ,
 )
+
+# The input rate when none is asked for: OpenAI Realtime's pcm16 rate, which stock clients
+# assume (the same rate the engines' canonical output has).
+DEFAULT_INPUT_RATE_HZ = CANONICAL_OUTPUT_RATE_HZ
 _G711 = (pb.AUDIO_ENCODING_G711_ULAW, pb.AUDIO_ENCODING_G711_ALAW)
-# Output is converted from the engine's form at the edge, so any common rate can be asked for.
-OUTPUT_RATES_HZ = (8000, 16000, 22050, 24000, 44100, 48000)
 
 
 def _refuse(code: str, message: str, param: str) -> CommandError:
@@ -52,17 +51,17 @@ def _resolve_input_format(fmt: pb.AudioFormat, engine: EngineFeatures) -> None:
 def _resolve_output_format(fmt: pb.AudioFormat, engine: EngineFeatures) -> None:
     if fmt.encoding == pb.AUDIO_ENCODING_UNSPECIFIED:
         fmt.encoding = engine.output_encoding
-    if fmt.encoding not in OUTPUT_ENCODINGS:
+    # Output is converted from the engine's form at the edge, so any supported format can be
+    # asked for.
+    if fmt.encoding not in SUPPORTED_ENCODINGS:
         raise _refuse(
             "unsupported_audio_format",
             "output encoding not supported",
             "output_audio_format.encoding",
         )
     if fmt.sample_rate_hz == 0:
-        fmt.sample_rate_hz = (
-            G711_RATE_HZ if fmt.encoding in _G711 else (engine.output_sample_rate_hz)
-        )
-    if fmt.sample_rate_hz not in OUTPUT_RATES_HZ:
+        fmt.sample_rate_hz = G711_RATE_HZ if fmt.encoding in _G711 else engine.output_sample_rate_hz
+    if fmt.sample_rate_hz not in SUPPORTED_RATES_HZ:
         raise _refuse(
             "unsupported_audio_format",
             f"output rate {fmt.sample_rate_hz} Hz not supported",

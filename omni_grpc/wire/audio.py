@@ -33,6 +33,8 @@ SAMPLE_WIDTH: dict[int, int] = dict(zip(SUPPORTED_ENCODINGS, (2, 4, 1, 1), stric
 PCM16_WIDTH = SAMPLE_WIDTH[pb.AUDIO_ENCODING_PCM16]
 # Sample rates a client may send or ask for, in any encoding.
 SUPPORTED_RATES_HZ: tuple[int, ...] = (8000, 16000, 22050, 24000, 44100, 48000)
+# G.711 is defined at 8 kHz: the rate a G.711 format gets when it names none.
+G711_RATE_HZ = 8000
 
 
 def pcm16_ms(n_bytes: int, rate_hz: int) -> float:

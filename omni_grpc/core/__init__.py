@@ -2,7 +2,17 @@
 
 Transports feed it commands, engine output and the current time; it answers with
 :class:`Effects`. A test (``tests/core/test_purity.py``) keeps asyncio, grpc, aiohttp, numpy
-and torch out of this package.
+and torch out of this package. The parts, each with the rules it keeps:
+
+* ``registry.py``: every session of a server: opening (capacity, drain), finding, tombstones.
+* ``session.py``: one session's lifecycle: attachments, resume and replay, the one ending
+  (``state.py``: its table; ``credentials.py``: its resume tokens).
+* ``admission.py``: commands applied once, bounded pending input, idle expiry
+  (``validation.py``: the stateless checks of a command; ``config.py``: the configuration).
+* ``responses.py``: no stale output, and the turn state as a table.
+* ``delivery.py``: numbered events and the :class:`Effects` they travel in (``journal.py``:
+  the log that makes resume exact).
+* ``limits.py`` and ``errors.py``: the server's limits and the core's errors.
 """
 
 from omni_grpc.core.delivery import Effects

@@ -1,4 +1,4 @@
-"""All sessions of one server: admission, lookup, resume and expiry.
+"""All sessions of one server: opening (capacity and drain), lookup, resume and expiry.
 
 The registry allocates session ids (never reused: 128 random bits), refuses an open beyond
 ``max_sessions`` with a retryable ``resource_exhausted`` so clients back off instead of
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import secrets
+from collections.abc import Iterator
 
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.delivery import Effects
@@ -39,8 +40,8 @@ class Registry:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(list(self._sessions.values()))
+    def __iter__(self) -> Iterator[Session]:
+        return iter(list(self._sessions.values()))  # a copy: ending a session frees its slot
 
     def open(self, request: pb.OpenSession, now: float) -> tuple[Session, Effects]:
         """Admits and creates a session; raises StreamRefused when it cannot."""

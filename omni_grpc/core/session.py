@@ -21,8 +21,9 @@ The rules held here:
   ``resync_required`` when some of them are gone, a refusal for a cursor ahead of the journal.
   A resume while a stream is attached takes the session over and ends the old stream.
 * **One ending.** Close and expiry go through the state table, which has no way out of an
-  ending state, so exactly one terminal event is ever produced. A client that missed it can
-  still resume the ended session once, read it, and is then told the session ended.
+  ending state, so exactly one terminal event is ever produced. A client whose stream broke
+  just then can still resume the ended session (kept as a tombstone, see ``registry.py``),
+  read what it missed, the terminal event included, and its stream ends.
 """
 
 from __future__ import annotations

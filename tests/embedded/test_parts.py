@@ -14,8 +14,13 @@ from omni_grpc.engine.embedded.asr import MODEL_SHA256, model_dir
 from omni_grpc.engine.embedded.gguf_file import GgufError, GgufFile
 from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
 from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder
-from omni_grpc.engine.embedded.tts import SentenceSplitter, voice_name
-from omni_grpc.engine.embedded.turns import SpeechPause, SpeechStart, SpeechStop, TurnDetector
+from omni_grpc.engine.embedded.turn_detection import (
+    SpeechPause,
+    SpeechStart,
+    SpeechStop,
+    TurnDetector,
+)
+from omni_grpc.engine.kit.tts import SentenceSplitter, voice_name
 
 from .conftest import speech
 

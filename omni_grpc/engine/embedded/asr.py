@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_ms
+
 MODEL_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
-SAMPLE_RATE_HZ = 16000
 # Whisper hallucinates on very short clips; a turn shorter than this is not worth decoding.
 MIN_AUDIO_MS = 150.0
 # Mel frames are 10 ms; Whisper's window is 3000 of them, and shorter inputs are padded to
@@ -64,10 +65,11 @@ class Transcriber:
         self._prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
 
     def transcribe(self, pcm16: bytes) -> str:
-        """The text of one turn of 16 kHz pcm16 speech; empty for silence or noise."""
+        """The text of one turn of canonical input (Whisper's own 16 kHz); empty for silence
+        or noise."""
         import ctranslate2  # type: ignore[import-untyped]
 
-        duration_ms = len(pcm16) / 2 / SAMPLE_RATE_HZ * 1000
+        duration_ms = pcm16_ms(len(pcm16), CANONICAL_INPUT_RATE_HZ)
         if duration_ms < MIN_AUDIO_MS:
             return ""
         audio = np.frombuffer(pcm16, dtype="<i2").astype(np.float32) / 32768.0

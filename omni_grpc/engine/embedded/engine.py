@@ -14,6 +14,7 @@ from omni_grpc.engine.embedded.models import Runtime
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.session import EmbeddedSession
 from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +64,8 @@ class EmbeddedEngine(Engine):
         from omni_grpc.engine.embedded.asr import Transcriber
         from omni_grpc.engine.embedded.lm import ModelMissing, SmolLM, find_smollm2
         from omni_grpc.engine.embedded.responder import EchoResponder, SmolResponder
-        from omni_grpc.engine.embedded.tts import Espeak
         from omni_grpc.engine.embedded.vad import SileroVad
+        from omni_grpc.engine.kit.tts import Espeak
 
         tts = Espeak(words_per_minute=self.options.words_per_minute)
         smol: SmolResponder | None = None
@@ -81,7 +82,7 @@ class EmbeddedEngine(Engine):
                 )
         asr = Transcriber(cpu_threads=self.options.asr_threads)
         # The first decode of a process pays CTranslate2's warm-up; pay it here, not in a turn.
-        asr.transcribe(bytes(32000))
+        asr.transcribe(bytes(pcm16_bytes(1000, CANONICAL_INPUT_RATE_HZ)))  # a second of silence
         return Runtime(
             options=self.options,
             vad=SileroVad(),

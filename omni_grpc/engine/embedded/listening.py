@@ -12,12 +12,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omni_grpc.engine.embedded.turns import SpeechPause, SpeechStart, SpeechStop, TurnDetector
+from omni_grpc.engine.embedded.turn_detection import (
+    RELEASE_GAP,
+    SpeechPause,
+    SpeechStart,
+    SpeechStop,
+    TurnDetector,
+)
 from omni_grpc.engine.embedded.vad import WINDOW_MS, SileroVad, VadStream
 from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_bytes, pcm16_ms
 
-RATE_HZ = 16000
-BYTES_PER_MS = RATE_HZ * 2 // 1000  # pcm16 mono: 32 bytes per millisecond
+BYTES_PER_MS = pcm16_bytes(1, CANONICAL_INPUT_RATE_HZ)  # 32 bytes of canonical input
 # While silent, a little more than the prefix padding is kept: an onset is only confirmed
 # min_speech_ms after it starts, and its padding reaches back from the onset.
 _SLACK_MS = 250.0
@@ -25,7 +31,7 @@ _SLACK_MS = 250.0
 
 def duration_ms(pcm16: bytes | bytearray) -> float:
     """The length of canonical input audio in milliseconds."""
-    return len(pcm16) / BYTES_PER_MS
+    return pcm16_ms(len(pcm16), CANONICAL_INPUT_RATE_HZ)
 
 
 class InputBuffer:
@@ -107,7 +113,7 @@ class Listener:
         """Takes new thresholds from an update; a turn in progress goes on."""
         self.prefix_ms = float(detection.prefix_padding_ms)
         self.detector.threshold = detection.threshold
-        self.detector.release = max(detection.threshold - 0.15, 0.01)
+        self.detector.release = max(detection.threshold - RELEASE_GAP, 0.01)
         self.detector.silence_ms = float(detection.silence_duration_ms)
 
     @property

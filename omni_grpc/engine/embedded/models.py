@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from omni_grpc.engine.embedded.asr import Transcriber
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.responder import EchoResponder, Responder, SmolResponder
-from omni_grpc.engine.embedded.tts import Espeak
 from omni_grpc.engine.embedded.vad import SileroVad
+from omni_grpc.engine.kit.tts import Espeak
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,6 +24,9 @@ DEFAULT_INSTRUCTIONS = (
 )
 # Conversation items given to the model; older ones fall out of its small context.
 HISTORY_TURNS = 12
+# Sampling when the session sets neither max_output_tokens nor temperature.
+DEFAULT_MAX_TOKENS = 160
+DEFAULT_TEMPERATURE = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +42,8 @@ class Request:
 
 
 @dataclass(slots=True)
-class Reply:
-    """A running reply: iterate ``pieces``; afterwards ``finish`` says why it stopped."""
+class TextStream:
+    """An answer being written: iterate ``pieces``; afterwards ``finish`` says why it stopped."""
 
     pieces: AsyncIterator[str]
     finish: str = "stop"  # or "max_output_tokens"
@@ -58,7 +61,7 @@ class Responder:
 
     name = "responder"
 
-    def reply(self, request: Request) -> Reply:
+    def reply(self, request: Request) -> TextStream:
         raise NotImplementedError
 
 
@@ -67,11 +70,11 @@ class EchoResponder(Responder):
 
     name = "echo"
 
-    def reply(self, request: Request) -> Reply:
+    def reply(self, request: Request) -> TextStream:
         said = next((text.strip() for role, text in reversed(request.turns) if role == "user"), "")
         text = f"You said: {said.rstrip('.!?')}." if said else "I did not catch that."
         words = text.split(" ")
-        reply = Reply(
+        reply = TextStream(
             pieces=_aiter([]), prompt_tokens=sum(len(t.split()) for _, t in request.turns)
         )
         pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
@@ -102,16 +105,16 @@ class SmolResponder(Responder):
         ):
             pass
 
-    def reply(self, request: Request) -> Reply:
+    def reply(self, request: Request) -> TextStream:
         prompt = self._model.chat_prompt(
             request.instructions or DEFAULT_INSTRUCTIONS, request.turns[-HISTORY_TURNS:]
         )
-        reply = Reply(pieces=_aiter([]), prompt_tokens=len(prompt))
+        reply = TextStream(pieces=_aiter([]), prompt_tokens=len(prompt))
         reply.pieces = self._stream(reply, prompt, request)
         return reply
 
     async def _stream(
-        self, reply: Reply, prompt: list[int], request: Request
+        self, reply: TextStream, prompt: list[int], request: Request
     ) -> AsyncIterator[str]:
         loop = asyncio.get_running_loop()
         # Bounded by max_tokens: the thread never produces more pieces than that.

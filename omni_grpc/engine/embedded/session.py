@@ -1,16 +1,18 @@
-"""One embedded conversation: a worker that applies commands in order, and a response player.
+"""One embedded conversation: the kit's conversation session, hearing through server VAD and
+answering through a responder and espeak-ng.
 
-The worker owns the session's state. It hears input (server VAD scores each 32 ms window on
-the VAD thread), commits turns, starts their transcription on the model threads, and starts
-responses, each played by its own task (:mod:`.speaking`). The command refusals, the event
-shapes and the cancel rules are the loopback engine's, so both pass the same conformance
-suite: a cancel stops the player, takes back its output the reader has not taken, and only
-then queues ``response_done``, so nothing of a response follows its end.
+What is the embedded engine's own: the input side and the player. Server VAD scores each
+32 ms window on the VAD thread (:mod:`.listening`), commits the turns it detects, and starts
+their transcription on the model threads. Without it the client commits, from the same
+buffer. Speech that starts while a response plays is an overlap: under
+``barge_in_on_speech`` (with ``interrupt_response``) the response is cancelled with reason
+``turn_detected`` in the same window that confirmed the speech; under ``listen_only`` it plays
+on, and the new turn's response waits for it to finish (the kit's lifecycle).
 
-Speech that starts while a response plays is an overlap. Under ``barge_in_on_speech`` (with
-``interrupt_response``) the response is cancelled with reason ``turn_detected`` in the same
-window that confirmed the speech; under ``listen_only`` it plays on, and the new turn's
-response waits for it to finish.
+A response waits for the transcripts of the turns it answers, then asks the responder for text
+and speaks it sentence by sentence while the rest is being written (the kit's
+:class:`~omni_grpc.engine.kit.SpeechPlayer`). A detected turn in which nobody said a word
+(noise) becomes a ``response_listen`` instead of a response.
 """
 
 from __future__ import annotations
@@ -18,26 +20,41 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 from omni_grpc.core.errors import CommandError
-from omni_grpc.engine.base import EngineError, EngineSession
-from omni_grpc.engine.embedded.conversation import Conversation, new_id
-from omni_grpc.engine.embedded.listening import Listener, Pause, SpeechStart, Turn, duration_ms
+from omni_grpc.engine.embedded.listening import Listener, Pause, SpeechStart, Turn
 from omni_grpc.engine.embedded.models import Runtime
-from omni_grpc.engine.embedded.speaking import Speech, UserTurn
-from omni_grpc.engine.loopback.history import History
-from omni_grpc.engine.loopback.outbox import Outbox
+from omni_grpc.engine.embedded.options import PACES, RESPONDERS
+from omni_grpc.engine.embedded.responder import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_TEMPERATURE,
+    Request,
+    next_seed,
+)
+from omni_grpc.engine.kit import (
+    Answer,
+    ConversationSession,
+    Handler,
+    Outcome,
+    Pacing,
+    SpeechPlayer,
+    UserInput,
+    check_canonical_input,
+    new_id,
+)
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
 
-_ITEMS_KEPT = 64  # conversation items that retrieve, delete, truncate and the LM can reach
 _SESSION_OPTIONS = ("responder", "pace")
 
 
-class EmbeddedSession(Conversation, EngineSession):
-    """One conversation with the embedded engine."""
+class EmbeddedSession(ConversationSession):
+    """One conversation with the embedded engine; see the module docstring."""
+
+    engine_name = "embedded"
+    announce_at_start = False  # a response is announced once the words it answers are known
 
     def __init__(
         self,
@@ -46,128 +63,56 @@ class EmbeddedSession(Conversation, EngineSession):
         runtime: Runtime,
         on_close: Callable[[EmbeddedSession], None],
     ) -> None:
-        self.id = session_id
-        self.config = config
-        self._runtime = runtime
-        self._on_close = on_close
         options = runtime.options
-        self._mailbox: asyncio.Queue[pb.ConverseRequest] = asyncio.Queue(options.queue_size)
-        self._outbox = Outbox(options.queue_size)
+        super().__init__(
+            session_id,
+            config,
+            queue_size=options.queue_size,
+            max_input_ms=options.max_input_s * 1000,
+            on_close=on_close,
+        )
+        self._runtime = runtime
         self._listener = Listener(
             runtime.vad, config.turn_detection, options.min_speech_ms, options.max_input_s * 1000
         )
         self._speech_item = ""  # the user item that detected speech will become
-        self._pending: list[UserTurn] = []  # committed, not answered yet
-        self._last_turn: UserTurn | None = None
+        self._last_turn: UserInput | None = None
         # A transcription started at a pause: (where the speech paused, the job).
         self._guess: tuple[float, asyncio.Future[str]] | None = None
-        self._history = History(_ITEMS_KEPT)
-        self._answers: dict[str, Speech] = {}  # insertion-ordered, newest last
-        self._active: Speech | None = None
-        self._player: asyncio.Task[None] | None = None
-        self._deferred = False  # a turn's response waits for the active one (listen_only)
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._failure: BaseException | None = None
-        self._closed = False
-        self._busy = False
-        self._responder, self._realtime, problem = self._session_options(config)
-        self._worker = asyncio.create_task(self._run(problem), name=f"embedded-{session_id}")
-
-    def __repr__(self) -> str:
-        return f"EmbeddedSession({self.id})"
+        self._responder, self._realtime, self._problem = self._session_options(config)
 
     @property
     def input_clock_ms(self) -> float:
         """Input audio heard so far, in milliseconds (the clock VAD times are on)."""
         return self._listener.buffer.clock_ms
 
-    # -- the seam ------------------------------------------------------------------------
+    def _command_handlers(self) -> dict[str, Handler]:
+        return {
+            **super()._command_handlers(),
+            "update_session": self._update,
+            "append_input_audio": self._hear,
+            "commit_input_audio": self._commit,
+        }
 
-    async def submit(self, request: pb.ConverseRequest) -> None:
-        if self._closed or self._failure is not None:
-            logger.debug("session %s: command after the end ignored", self.id)
-            return
-        await self._mailbox.put(request)
-
-    async def events(self) -> AsyncIterator[pb.ConverseResponse]:
-        while (event := await self._outbox.get()) is not None:
-            yield event
-        if self._failure is not None:
-            raise EngineError(f"embedded session {self.id} failed") from self._failure
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        tasks = [self._worker, *self._tasks, *([self._player] if self._player else [])]
-        for task in tasks:
-            task.cancel()
-        await asyncio.wait(tasks)
-        if self._active is not None:
-            self._active.done = True
-        self._outbox.end(drop=True)
-        while not self._mailbox.empty():  # frees a submit that still waits for room
-            self._mailbox.get_nowait()
-        self._on_close(self)
-
-    async def idle(self) -> None:
-        """Waits until every command submitted so far has been applied and the reader has
-        taken the events that caused (tests and benchmarks step the input clock with it)."""
-        # Polled: the three conditions belong to three objects, and this is not a hot path.
-        while not self._mailbox.empty() or self._busy or len(self._outbox):  # noqa: ASYNC110
-            await asyncio.sleep(0.001)
-
-    # -- the worker ----------------------------------------------------------------------
-
-    async def _run(self, problem: CommandError | None) -> None:
-        if problem is not None:
-            await self._outbox.put(pb.ConverseResponse(error=problem.to_error()))
-        try:
-            while True:
-                request = await self._mailbox.get()
-                self._busy = True
-                await self._apply(request)
-                self._busy = self._mailbox.qsize() > 0
-        except Exception as error:  # a bug must end the session, not leave it hanging
-            logger.exception("session %s: embedded worker failed", self.id)
-            self._fail(error)
-
-    def _fail(self, error: BaseException) -> None:
-        self._failure = error
-        for task in (self._player, *self._tasks):
-            if task is not None:
-                task.cancel()
-        self._outbox.end(drop=False)
-
-    async def _apply(self, request: pb.ConverseRequest) -> None:
-        kind = request.WhichOneof("command")
-        handler = getattr(self, f"_on_{kind}", None) if kind else None
-        try:
-            if handler is None:
-                raise CommandError("bad_event", f"the embedded engine does not take {kind}")
-            await handler(request)
-        except CommandError as error:
-            body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)
-            await self._outbox.put(pb.ConverseResponse(error=body))
+    async def _on_open(self) -> None:
+        if self._problem is not None:
+            await self._events.put(pb.ConverseResponse(error=self._problem.to_error()))
 
     def _session_options(self, config: pb.SessionConfig) -> tuple[str, bool, CommandError | None]:
         options = {key: str(value) for key, value in config.engine_options.items()}
-        responder = options.get("responder", self._runtime.options.responder)
-        pace = options.get("pace", self._runtime.options.pace)
+        defaults = self._runtime.options
+        responder = options.get("responder", defaults.responder)
+        pace = options.get("pace", defaults.pace)
         problem = None
         unknown = sorted(set(options) - set(_SESSION_OPTIONS))
-        if (
-            unknown
-            or responder not in ("auto", "echo", "smollm2")
-            or pace not in ("realtime", "fast")
-        ):
+        if unknown or responder not in RESPONDERS or pace not in PACES:
             problem = CommandError(
                 "invalid_session_config",
                 "engine_options takes responder (auto, echo, "
                 "smollm2) and pace (realtime, fast); the engine's defaults apply",
                 param="engine_options",
             )
-            responder, pace = self._runtime.options.responder, self._runtime.options.pace
+            responder, pace = defaults.responder, defaults.pace
         if responder == "smollm2" and self._runtime.smol is None:
             problem = CommandError(
                 "invalid_session_config",
@@ -181,7 +126,7 @@ class EmbeddedSession(Conversation, EngineSession):
     def _vad(self) -> bool:
         return self.config.turn_detection.type == pb.TURN_DETECTION_TYPE_SERVER_VAD
 
-    async def _on_update_session(self, request: pb.ConverseRequest) -> None:
+    def _update(self, request: pb.ConverseRequest) -> None:
         was_vad = self._vad()
         self.config = request.update_session.config
         self._listener.configure(self.config.turn_detection)
@@ -192,22 +137,12 @@ class EmbeddedSession(Conversation, EngineSession):
         if problem is not None:
             raise problem
 
-    async def _on_append_input_audio(self, request: pb.ConverseRequest) -> None:
+    async def _hear(self, request: pb.ConverseRequest) -> None:
         append = request.append_input_audio
-        if (append.encoding or pb.AUDIO_ENCODING_PCM16) != pb.AUDIO_ENCODING_PCM16 or (
-            append.sample_rate_hz or 16000
-        ) != 16000:
-            raise CommandError(
-                "unsupported_audio_format",
-                "engines take canonical input: pcm16 at 16 kHz",
-                param="encoding",
-            )
-        if len(append.audio) % 2:
-            raise CommandError("bad_audio", "pcm16 needs an even number of bytes", param="audio")
+        check_canonical_input(append)
         pcm = append.audio
         if not self._vad():
-            held = len(self._listener.buffer.audio) + len(pcm)
-            if held > self._runtime.options.max_input_s * 32000:
+            if len(self._listener.buffer.audio) + len(pcm) > self._max_input_bytes:
                 raise CommandError(
                     "input_backpressure", "too much uncommitted input", retryable=True
                 )
@@ -240,7 +175,7 @@ class EmbeddedSession(Conversation, EngineSession):
 
     async def _speech_started(self, start: SpeechStart) -> None:
         self._speech_item = new_id("item")
-        await self._outbox.put(
+        await self._events.put(
             pb.ConverseResponse(
                 speech_started=pb.SpeechStarted(
                     audio_start_ms=start.start_ms, item_id=self._speech_item
@@ -250,43 +185,33 @@ class EmbeddedSession(Conversation, EngineSession):
         if self._active is None:
             return
         policy = self.config.overlap_policy
-        if (
+        barge_in = (
             policy == pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH
             and self.config.turn_detection.interrupt_response
-        ):
-            await self._outbox.put(
-                pb.ConverseResponse(
-                    overlap_decision=pb.OverlapDecision(
-                        policy=policy,
-                        action=pb.OVERLAP_ACTION_BARGE_IN,
-                        reason="barge_in_on_speech",
-                    )
-                )
-            )
+        )
+        action = pb.OVERLAP_ACTION_BARGE_IN if barge_in else pb.OVERLAP_ACTION_LISTEN
+        decision = pb.OverlapDecision(
+            policy=policy, action=action, reason="barge_in_on_speech" if barge_in else "listen_only"
+        )
+        await self._events.put(pb.ConverseResponse(overlap_decision=decision))
+        if barge_in:
             await self._cancel(self._active, "turn_detected")
-        else:
-            await self._outbox.put(
-                pb.ConverseResponse(
-                    overlap_decision=pb.OverlapDecision(
-                        policy=policy, action=pb.OVERLAP_ACTION_LISTEN, reason="listen_only"
-                    )
-                )
-            )
 
     async def _speech_stopped(self, turn: Turn) -> None:
         item_id = self._speech_item or new_id("item")
         self._speech_item = ""
-        await self._outbox.put(
+        await self._events.put(
             pb.ConverseResponse(
                 speech_stopped=pb.SpeechStopped(audio_end_ms=turn.speech_end_ms, item_id=item_id)
             )
         )
         guess, self._guess = self._guess, None
         job = guess[1] if guess is not None and guess[0] == turn.speech_end_ms else None
-        create = self.config.turn_detection.create_response
-        await self._commit(item_id, turn.audio, create=create, auto=True, job=job)
+        await self._answer_turn(
+            item_id, turn.audio, time.monotonic(), self._creates_response(), True, job
+        )
 
-    async def _on_commit_input_audio(self, request: pb.ConverseRequest) -> None:
+    async def _commit(self, request: pb.ConverseRequest) -> None:
         turn_started = time.monotonic()
         if not self._listener.buffer.audio:
             raise CommandError("input_audio_buffer_empty", "there is no input audio to commit")
@@ -295,57 +220,34 @@ class EmbeddedSession(Conversation, EngineSession):
         item_id = self._speech_item or new_id("item")
         self._speech_item = ""
         if speaking:
-            await self._outbox.put(
+            await self._events.put(
                 pb.ConverseResponse(
                     speech_stopped=pb.SpeechStopped(
                         audio_end_ms=turn.speech_end_ms, item_id=item_id
                     )
                 )
             )
-        commit = request.commit_input_audio
-        create = (
-            commit.create_response
-            if commit.HasField("create_response")
-            else self.config.turn_detection.create_response
-        )
-        await self._commit(
-            item_id, turn.audio, create=create, auto=False, turn_started=turn_started
-        )
+        create = self._creates_response(request.commit_input_audio)
+        await self._answer_turn(item_id, turn.audio, turn_started, create, False)
 
-    async def _commit(
+    async def _answer_turn(
         self,
         item_id: str,
-        pcm: bytes,
-        *,
+        audio: bytes,
+        turn_started: float,
         create: bool,
-        auto: bool,
-        turn_started: float | None = None,
+        by_server_vad: bool,
         job: asyncio.Future[str] | None = None,
     ) -> None:
-        turn_started = turn_started or time.monotonic()
-        length_ms = duration_ms(pcm)
-        part = pb.ContentPart(type=pb.CONTENT_TYPE_INPUT_AUDIO, audio_duration_ms=length_ms)
-        item = self._user_item(part, item_id)
-        previous = self._history.add(item)
-        turn = UserTurn(item_id, previous, audio=pcm)
-        self._add_pending(turn)
-        await self._outbox.put(
-            pb.ConverseResponse(
-                input_committed=pb.InputCommitted(
-                    item_id=item_id, previous_item_id=previous, audio_duration_ms=length_ms
-                )
-            )
-        )
-        await self._outbox.put(
-            pb.ConverseResponse(item_added=pb.ItemAdded(item=item, previous_item_id=previous))
-        )
-        self._spawn(self._transcribe(turn, self._last_turn, job))
-        self._last_turn = turn
+        """Commits a turn, has it written down, and answers it if ``create``."""
+        user, _item = await self._commit_turn(audio, item_id, text_final=False)
+        self._spawn(self._transcribe(user, self._last_turn, job))
+        self._last_turn = user
         if create:
-            await self._respond(auto=auto, turn_started=turn_started)
+            await self._take_turn(turn_started, by_server_vad=by_server_vad)
 
     async def _transcribe(
-        self, turn: UserTurn, before: UserTurn | None, job: asyncio.Future[str] | None
+        self, user: UserInput, before: UserInput | None, job: asyncio.Future[str] | None
     ) -> None:
         """Writes down a turn (or takes the transcript started at its pause)."""
         loop = asyncio.get_running_loop()
@@ -353,49 +255,85 @@ class EmbeddedSession(Conversation, EngineSession):
             text = await (
                 job
                 or loop.run_in_executor(
-                    self._runtime.executor, self._runtime.asr.transcribe, turn.audio
+                    self._runtime.executor, self._runtime.asr.transcribe, user.audio
                 )
             )
         except Exception:
             logger.exception("session %s: transcription failed", self.id)
             text = ""
         if before is not None:  # transcripts come out in the order the turns were committed
-            await before.transcribed.wait()
-        turn.text = text
-        if turn.item_id in self._history:
-            item = self._history.get(turn.item_id)
+            await before.text_final.wait()
+        user.text = text
+        if user.item_id in self._history:
+            item = self._history.get(user.item_id)
             item.content[0].transcript = text
-            await self._outbox.put(
+            await self._events.put(
                 pb.ConverseResponse(
                     input_transcription=pb.InputTranscription(
-                        item_id=turn.item_id, content_index=0, transcript=text
+                        item_id=user.item_id, content_index=0, transcript=text
                     )
                 )
             )
-            await self._outbox.put(
+            await self._events.put(
                 pb.ConverseResponse(
-                    item_done=pb.ItemDone(item=item, previous_item_id=turn.previous_item_id)
+                    item_done=pb.ItemDone(item=item, previous_item_id=user.previous_item_id)
                 )
             )
-        turn.transcribed.set()
+        user.text_final.set()
 
-    async def _on_clear_input_audio(self, request: pb.ConverseRequest) -> None:
+    def _clear_input(self) -> None:
         self._listener.reset()
         self._speech_item, self._guess = "", None
-        await self._outbox.put(pb.ConverseResponse(input_cleared=pb.InputCleared()))
 
-    async def _on_cancel_input(self, request: pb.ConverseRequest) -> None:
-        self._listener.reset()
-        self._speech_item, self._guess = "", None
-        if self._active is not None:
-            await self._cancel(self._active, "barge_in")
-        await self._outbox.put(pb.ConverseResponse(input_cleared=pb.InputCleared()))
+    async def _on_barge_in(self, request: pb.ConverseRequest) -> None:
+        answer = self._require_active("")
+        self._listener.reset()  # what the user said over the assistant is dropped too
+        await self._cancel(answer, "barge_in")
 
-    async def _on_append_input_text(self, request: pb.ConverseRequest) -> None:
-        text = request.append_input_text.text
-        item = self._user_item(pb.ContentPart(type=pb.CONTENT_TYPE_INPUT_TEXT, text=text))
-        previous = self._history.add(item)
-        turn = UserTurn(item.id, previous, text=text)
-        turn.transcribed.set()
-        self._add_pending(turn)
-        await self._announce(item, previous)
+    # -- responses -----------------------------------------------------------------------
+
+    async def _play(self, answer: Answer) -> Outcome | None:
+        for user in answer.inputs:
+            await user.text_final.wait()
+        if answer.by_server_vad and not any(user.text.strip() for user in answer.inputs):
+            listen = pb.ResponseListen(reason="silence_or_noise")
+            await self._events.put(pb.ConverseResponse(response_listen=listen))
+            return None
+        await self._announce_response(answer)
+        config, options = self.config, self._runtime.options
+        max_tokens = DEFAULT_MAX_TOKENS
+        if config.HasField("max_output_tokens"):
+            max_tokens = config.max_output_tokens
+        temperature = config.temperature if config.HasField("temperature") else DEFAULT_TEMPERATURE
+        request = Request(
+            instructions=answer.instructions,
+            turns=self._conversation(),
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=next_seed(),
+        )
+        stream = self._runtime.responder(self._responder).reply(request)
+        player = SpeechPlayer(
+            self._events, answer, chunk_ms=options.chunk_ms, pacing=Pacing(self._realtime)
+        )
+        try:
+            if answer.speaks:
+                await player.speak(stream.pieces, self._runtime.tts, answer.voice or options.voice)
+            else:
+                await player.write(stream.pieces)
+        finally:
+            stream.stop()
+            answer.output_tokens = stream.tokens
+            answer.input_tokens = stream.prompt_tokens
+        incomplete = stream.finish == "max_output_tokens"
+        status = pb.RESPONSE_STATUS_INCOMPLETE if incomplete else pb.RESPONSE_STATUS_COMPLETED
+        return status, stream.finish
+
+    def _conversation(self) -> list[tuple[str, str]]:
+        """The history as the responder reads it: (role, text), oldest first, wordless items
+        left out."""
+        return [
+            ("assistant" if item.role == pb.ITEM_ROLE_ASSISTANT else "user", text)
+            for item, text in self._heard()
+            if text
+        ]

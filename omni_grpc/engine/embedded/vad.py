@@ -15,9 +15,11 @@ import os
 import numpy as np
 import numpy.typing as npt
 
-SAMPLE_RATE_HZ = 16000
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
+
+# Silero's 16 kHz model reads canonical input as it is.
 WINDOW_SAMPLES = 512
-WINDOW_MS = WINDOW_SAMPLES * 1000 / SAMPLE_RATE_HZ  # 32 ms
+WINDOW_MS = WINDOW_SAMPLES * 1000 / CANONICAL_INPUT_RATE_HZ  # 32 ms
 CONTEXT_SAMPLES = 64
 _STATE_SHAPE = (1, 1, 128)
 

@@ -165,9 +165,10 @@ class ConversationSession(WorkerSession):
         )
         return user, item
 
-    def _creates_response(self, commit: pb.CommitInputAudio) -> bool:
-        """A commit answers at once if it says so; unset, turn detection decides (unset: yes)."""
-        if commit.HasField("create_response"):
+    def _creates_response(self, commit: pb.CommitInputAudio | None = None) -> bool:
+        """Whether a commit (or a turn server VAD ended) is answered at once: as the commit
+        says; unset, as turn detection says; unset there too, yes."""
+        if commit is not None and commit.HasField("create_response"):
             return commit.create_response
         detection = self.config.turn_detection
         return detection.create_response if detection.HasField("create_response") else True

@@ -8,37 +8,34 @@ The key a client presented travels on to the service as ``authorization`` metada
 bridge in front of a keyed service needs no keys of its own; a bridge given a ``service_key``
 presents that one instead.
 
-All websockets share one gRPC channel (one HTTP/2 connection, multiplexed), created when the
-application starts and closed when it stops; stopping also closes every websocket with 1001,
-so clients resume their sessions through another bridge.
+All websockets share one gRPC channel (one HTTP/2 connection, multiplexed), with the client
+package's channel options, created when the application starts and closed when it stops;
+stopping also closes every websocket with 1001, so clients resume their sessions through
+another bridge. :func:`start_bridge` is the entry point (``omni-grpc serve`` and
+``omni-grpc bridge`` call it); each websocket is carried by a :class:`bridge.relay.Relay`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import grpc
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from bridge.connection import Connection
-from bridge.dialect import MAX_EVENT_BYTES, error_json
+from bridge.inbound import MAX_EVENT_BYTES
 from bridge.outbound import MAX_AUDIO_DELTA_BYTES
-from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
-from omni_grpc.wire.keys import bearer_metadata, key_matches
-
-if TYPE_CHECKING:
-    from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub
-
-logger = logging.getLogger(__name__)
+from bridge.outbound_events import error_json
+from bridge.relay import Relay
+from omni_grpc.client.channel import ChannelSettings, Connection
+from omni_grpc.wire.keys import BEARER, bearer_metadata, key_matches
 
 KEY_PROTOCOL_PREFIX = "openai-insecure-api-key."
 STATIC_DIR = Path(__file__).parent / "static"
+# The largest inbound event and room for its envelope, on the websocket and on the channel.
+MAX_MESSAGE_BYTES = MAX_EVENT_BYTES + 1024 * 1024
 _FALSE = frozenset({"0", "false", "no", "off"})
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
@@ -48,51 +45,37 @@ class Bridge:
 
     def __init__(
         self,
-        grpc_target: str,
+        channel: ChannelSettings,
         *,
         api_keys: tuple[str, ...],
-        service_key: str = "",
-        grpc_credentials: grpc.ChannelCredentials | None,
+        service_key: str,
         config_timeout_s: float,
         heartbeat_s: float,
         max_audio_delta_bytes: int,
     ) -> None:
-        self.grpc_target = grpc_target
+        self.channel = channel
         self.api_keys = api_keys
         self.service_key = service_key  # presented to the service instead of the client's key
-        self.grpc_credentials = grpc_credentials
         self.config_timeout_s = config_timeout_s
         self.heartbeat_s = heartbeat_s
         self.max_audio_delta_bytes = max_audio_delta_bytes
-        self.connections: set[Connection] = set()
-        self.stub: DuplexServiceAsyncStub | None = None
+        self.relays: set[Relay] = set()
+        self.service: Connection | None = None
 
-    async def channel(self, app: web.Application) -> AsyncIterator[None]:
+    async def connect(self, app: web.Application) -> AsyncIterator[None]:
         """The application's cleanup context: one gRPC channel for its whole life."""
-        options = [
-            # Inbound events may be 15 MiB; leave room for the envelope.
-            ("grpc.max_send_message_length", MAX_EVENT_BYTES + 1024 * 1024),
-            ("grpc.max_receive_message_length", 16 * 1024 * 1024),
-            ("grpc.keepalive_time_ms", 20_000),
-            ("grpc.keepalive_timeout_ms", 10_000),
-        ]
-        channel = (
-            grpc.aio.secure_channel(self.grpc_target, self.grpc_credentials, options)
-            if self.grpc_credentials
-            else grpc.aio.insecure_channel(self.grpc_target, options)
-        )
-        self.stub = duplex_pb2_grpc.DuplexServiceStub(channel)
+        self.service = Connection(self.channel)
         try:
             yield
         finally:
-            await channel.close(None)
+            await self.service.close()
 
     async def shutdown(self, app: web.Application) -> None:
         """Closes every websocket with 1001 so its client resumes elsewhere."""
         await asyncio.gather(
             *(
-                conn.close(WSCloseCode.GOING_AWAY, "bridge_shutdown")
-                for conn in list(self.connections)
+                relay.close(WSCloseCode.GOING_AWAY, "bridge_shutdown")
+                for relay in list(self.relays)
             ),
             return_exceptions=True,
         )
@@ -104,8 +87,8 @@ BRIDGE = web.AppKey("bridge", Bridge)
 def presented_key(request: web.Request) -> str:
     """The API key of a connection: a bearer header, or the browser subprotocol."""
     header = request.headers.get("Authorization", "")
-    if header.startswith("Bearer "):
-        return header[len("Bearer ") :].strip()
+    if header.startswith(BEARER):
+        return header[len(BEARER) :].strip()
     for protocol in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
         protocol = protocol.strip()
         if protocol.startswith(KEY_PROTOCOL_PREFIX):
@@ -114,12 +97,12 @@ def presented_key(request: web.Request) -> str:
 
 
 async def realtime(request: web.Request) -> web.WebSocketResponse:
-    """The websocket endpoint: authenticate, then carry one session."""
+    """The websocket endpoint: authenticate, then relay one session."""
     bridge = request.app[BRIDGE]
     ws = web.WebSocketResponse(
         protocols=("realtime",),
         heartbeat=bridge.heartbeat_s,
-        max_msg_size=MAX_EVENT_BYTES + 1024 * 1024,
+        max_msg_size=MAX_MESSAGE_BYTES,
         compress=False,
     )
     await ws.prepare(request)
@@ -136,21 +119,21 @@ async def realtime(request: web.Request) -> web.WebSocketResponse:
         query.get("autostart", "").lower() in _FALSE or query.get("resume", "").lower() in _TRUE
     )
     model = query.get("model", "")
-    assert bridge.stub is not None, "the channel opens before the first request"
-    conn = Connection(
+    assert bridge.service is not None, "the channel opens before the first request"
+    relay = Relay(
         ws,
-        bridge.stub,
+        bridge.service,
         metadata=bearer_metadata(bridge.service_key or key),
         model=model,
         autostart=bool(model) and not resume_only,
         config_timeout_s=bridge.config_timeout_s,
         max_audio_delta_bytes=bridge.max_audio_delta_bytes,
     )
-    bridge.connections.add(conn)
+    bridge.relays.add(relay)
     try:
-        await conn.run()
+        await relay.run()
     finally:
-        bridge.connections.discard(conn)
+        bridge.relays.discard(relay)
     return ws
 
 
@@ -165,28 +148,26 @@ async def index(request: web.Request) -> web.FileResponse:
 
 
 def create_app(
-    grpc_target: str,
+    channel: ChannelSettings,
     *,
     api_keys: tuple[str, ...] = (),
     service_key: str = "",
-    grpc_credentials: grpc.ChannelCredentials | None = None,
     config_timeout_s: float = 10.0,
     heartbeat_s: float = 30.0,
     max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES,
 ) -> web.Application:
-    """Builds the bridge application for the service at ``grpc_target``."""
+    """Builds the bridge application for the service that ``channel`` reaches."""
     bridge = Bridge(
-        grpc_target,
+        channel,
         api_keys=tuple(api_keys),
         service_key=service_key,
-        grpc_credentials=grpc_credentials,
         config_timeout_s=config_timeout_s,
         heartbeat_s=heartbeat_s,
         max_audio_delta_bytes=max_audio_delta_bytes,
     )
     app = web.Application()
     app[BRIDGE] = bridge
-    app.cleanup_ctx.append(bridge.channel)
+    app.cleanup_ctx.append(bridge.connect)
     app.on_shutdown.append(bridge.shutdown)
     app.router.add_get("/v1/realtime", realtime)
     app.router.add_get("/v1/duplex", realtime)
@@ -197,8 +178,14 @@ def create_app(
     return app
 
 
-def _channel_credentials(root_cert_file: str) -> grpc.ChannelCredentials:
-    return grpc.ssl_channel_credentials(Path(root_cert_file).read_bytes())
+def _channel_settings(grpc_target: str, root_cert_file: str | None) -> ChannelSettings:
+    """The client package's channel, over TLS when a root certificate is given."""
+    return ChannelSettings(
+        target=grpc_target,
+        tls=root_cert_file is not None,
+        root_certificates=Path(root_cert_file).read_bytes() if root_cert_file else None,
+        max_message_bytes=MAX_MESSAGE_BYTES,
+    )
 
 
 def _server_ssl(cert_file: str | None, key_file: str | None) -> ssl.SSLContext | None:
@@ -231,14 +218,13 @@ async def start_bridge(
     With a TLS certificate the bridge serves ``wss://`` and, unless ``grpc_plaintext``, also
     reaches the service over TLS, trusting ``grpc_root_cert_file`` or else the same
     certificate (the case of a bridge started next to the service, sharing its files).
+    ``service_key``, when given, is presented to the service instead of each client's key.
     """
     root = grpc_root_cert_file or (tls_cert_file if not grpc_plaintext else None)
-    credentials = _channel_credentials(root) if root else None
     app = create_app(
-        grpc_target,
+        _channel_settings(grpc_target, root),
         api_keys=api_keys,
         service_key=service_key,
-        grpc_credentials=credentials,
         config_timeout_s=config_timeout_s,
         heartbeat_s=heartbeat_s,
         max_audio_delta_bytes=max_audio_delta_bytes,
@@ -249,33 +235,3 @@ async def start_bridge(
     await site.start()
     bound = runner.addresses[0][1]
     return runner, int(bound)
-
-
-async def run_bridge(
-    grpc_target: str,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8080,
-    api_keys: tuple[str, ...] = (),
-    tls_cert_file: str | None = None,
-    tls_key_file: str | None = None,
-    grpc_root_cert_file: str | None = None,
-    grpc_plaintext: bool = False,
-) -> None:
-    """Runs a standalone bridge until cancelled (``omni-grpc bridge --grpc-target``)."""
-    runner, bound = await start_bridge(
-        grpc_target,
-        host=host,
-        port=port,
-        api_keys=api_keys,
-        tls_cert_file=tls_cert_file,
-        tls_key_file=tls_key_file,
-        grpc_root_cert_file=grpc_root_cert_file,
-        grpc_plaintext=grpc_plaintext,
-    )
-    scheme = "https" if tls_cert_file else "http"
-    logger.info("websocket bridge on %s://%s:%d/ for %s", scheme, host, bound, grpc_target)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()

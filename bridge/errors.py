@@ -1,4 +1,4 @@
-"""The one error type of the bridge's translation layer."""
+"""The one error of the inbound translation: a client event refused before the service sees it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Contract events → Realtime server events, for one websocket.
+"""Outbound: contract events → Realtime server events, for one websocket.
 
 The contract is compact: a response is ``response_created``, deltas, ``response_done``. Stock
 clients expect OpenAI's full sequence, so :class:`ServerDialect` expands::
@@ -32,13 +32,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.render import STATELESS, Event, item_json, random_event_id, response_json
-from bridge.session_json import capabilities_json, session_json
+from bridge.outbound_events import STATELESS, Event, item_json, random_event_id, response_json
+from bridge.outbound_session import capabilities_json, session_json
 from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes
 
-# Raw audio bytes per outbound delta: 2 s of 24 kHz pcm16, 128 KB of base64, well under the
-# 1 MiB frame cap of older SDKs.
-MAX_AUDIO_DELTA_BYTES = 96_000
+# Raw audio bytes per outbound delta: 2 s of canonical output pcm16 (128 KB of base64 at 24 kHz),
+# well under the 1 MiB frame cap of older SDKs.
+MAX_AUDIO_DELTA_BYTES = pcm16_bytes(2000, CANONICAL_OUTPUT_RATE_HZ)
 _OPEN_RESPONSES_KEPT = 16
 _INPUT_ITEMS_KEPT = 64
 

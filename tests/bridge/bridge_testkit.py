@@ -13,11 +13,11 @@ from typing import Any
 
 import aiohttp
 import orjson
+from extension_events import EXTENSION_EVENT, EXTENSION_EVENT_TYPES, STANDARD_EVENT_EXTRAS
 from openai.types.realtime import RealtimeServerEvent
 from pydantic import TypeAdapter
 
 from bridge.app import start_bridge
-from bridge.server_events import EXTENSION_EVENT, EXTENSION_EVENT_TYPES, STANDARD_EVENT_EXTRAS
 from omni_grpc import audio
 from omni_grpc.core import Limits
 from omni_grpc.server.settings import ServerSettings

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import aiohttp
 import pytest
 from bridge_testkit import realtime_socket, running_bridge, service_settings
 
+from bridge.app import BRIDGE, start_bridge
+from bridge.relay import RelayState
 from omni_grpc.server.app import RunningServer, start_server
 
 APPEND_100MS = {
@@ -89,6 +92,29 @@ async def test_another_first_event_opens_a_default_session_then_applies(bridge_p
         await ws.send({"type": "input_audio_buffer.commit"})
         committed = await ws.recv()
         assert committed["type"] == "input_audio_buffer.committed"
+
+
+async def test_a_relay_goes_from_handshake_to_relaying_and_ends_closed(
+    service: RunningServer,
+) -> None:
+    runner, port = await start_bridge(service.target, port=0)
+    try:
+        async with realtime_socket(port, "") as ws:
+            # Answered from the handshake: the relay exists and waits for a first event.
+            await ws.ws.send_bytes(b"\x00")
+            assert (await ws.recv())["error"]["code"] == "bad_event"
+            (relay,) = runner.app[BRIDGE].relays
+            assert relay.state is RelayState.HANDSHAKE
+            await ws.send({"type": "session.update", "session": {"model": "m"}})
+            assert (await ws.recv())["type"] == "session.created"
+            assert relay.state is RelayState.RELAYING
+            # Stopping closes the socket, which answers the close while the bridge stops.
+            stopping = asyncio.create_task(runner.cleanup())
+            assert (await ws.closed())[0] == 1001
+            await stopping
+            assert relay.state is RelayState.CLOSED and not runner.app[BRIDGE].relays
+    finally:
+        await runner.cleanup()
 
 
 async def test_no_first_event_in_time_closes_with_1008(service: RunningServer) -> None:

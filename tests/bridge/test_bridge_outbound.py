@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from bridge.outbound import ServerDialect
-from bridge.render import error_json
+from bridge.outbound_events import error_json
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import EngineFeatures, Limits, capabilities
 from omni_grpc.wire import pb

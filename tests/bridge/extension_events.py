@@ -1,11 +1,12 @@
-"""The schema of the server events the bridge adds to OpenAI's Realtime dialect.
+"""The schema of the server events the bridge adds to OpenAI's Realtime dialect, for the tests.
 
 OpenAI's SDKs hand unknown event types to the caller untouched, so these travel safely to
 stock clients. Every other event the bridge sends validates against OpenAI's own
-``RealtimeServerEvent`` union; the only extra fields on those are ``server_event_seq`` (the
-resume cursor) and, on ``session.created``, ``resume_token``, ``attachment_generation`` and
-``capabilities``. The models are strict and forbid unknown fields, so the tests notice when
-the bridge and this description drift apart.
+``RealtimeServerEvent`` union; the extra fields it puts on those are listed in
+:data:`STANDARD_EVENT_EXTRAS` (``server_event_seq``, the resume cursor, on every one). The
+models are strict and forbid unknown fields, and every event the bridge tests receive is
+checked against them (``bridge_testkit.check_server_event``), so the tests notice when the
+bridge and this description drift apart.
 """
 
 from __future__ import annotations

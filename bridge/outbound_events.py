@@ -1,8 +1,9 @@
-"""Realtime server events that one contract event renders on its own, with no state.
+"""Outbound: the Realtime server events that one contract event renders on its own, with no state.
 
 :class:`bridge.outbound.ServerDialect` uses :data:`STATELESS` for every event whose Realtime
 form follows from the event alone, and the helpers here (:func:`item_json`,
-:func:`response_json`, :func:`error_json`) for the ones it expands itself.
+:func:`response_json`) for the ones it expands itself. :func:`error_json` renders the refusals
+the bridge makes itself, in the same shape as the service's errors.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bridge.session_json import MODALITY_NAMES, session_json
+from bridge.outbound_session import MODALITY_NAMES, session_json
 from omni_grpc.wire import pb
 
 Event = dict[str, Any]

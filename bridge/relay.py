@@ -1,9 +1,11 @@
 """One websocket ⇄ one ``Converse`` stream: the bridge's only per-connection state.
 
-A connection first works out its handshake: the session opens at once when the URL names a
-``model`` (what stock OpenAI clients do), otherwise the first frame decides: ``session.resume``
-resumes, ``session.update`` opens with that configuration, anything else opens a default
-session and is then applied. After that two tasks run until either ends:
+A relay moves through the states of :class:`RelayState`. In ``HANDSHAKE`` it has no stream
+yet: the session opens at once when the URL names a ``model`` (what stock OpenAI clients do),
+otherwise the first frame decides (``session.resume`` resumes, ``session.update`` opens with
+that configuration, anything else opens a default session and is then applied). In
+``ATTACHING`` the first request is on the stream and commands wait for its answer, which says
+how many commands the service already applied. In ``RELAYING`` two tasks run until either ends:
 
 * the **reader** takes frames, translates them, numbers the commands (``client_seq`` is the
   bridge's business, never the JSON client's) and writes them to the gRPC stream;
@@ -13,39 +15,55 @@ Bridge refusals (bad JSON, bad base64 …) are answered in-band and the socket s
 the service ends the stream the websocket closes with a code a client can act on: 1000 after a
 terminal event, 1008 for a refused handshake, 1012/1013 to come back later. When the client
 goes, the gRPC call is cancelled, so the service detaches the session and keeps it resumable.
+Either way the relay ends ``CLOSED``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
-from google.rpc import error_details_pb2, status_pb2
 
-from bridge import client_events as ce
-from bridge.dialect import (
-    DialectError,
-    ServerDialect,
+from bridge import inbound_events as ce
+from bridge.errors import DialectError
+from bridge.inbound import (
     decode_client_event,
-    error_json,
     is_numbered,
     open_request,
     resume_request,
     to_request,
 )
+from bridge.outbound import ServerDialect
+from bridge.outbound_events import error_json
+from omni_grpc.client.channel import Connection, Stream, StreamBroken
 from omni_grpc.wire import pb
-
-if TYPE_CHECKING:
-    from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub
 
 logger = logging.getLogger(__name__)
 
+
+class RelayState(enum.Enum):
+    """Where a relay is in its life."""
+
+    HANDSHAKE = "handshake"  # no stream yet: the URL or the first frame decides what opens
+    ATTACHING = "attaching"  # the first request is sent; commands wait for its answer
+    RELAYING = "relaying"  # both directions flow, commands numbered from the service's count
+    CLOSED = "closed"  # the socket is closed or closing; the session stays with the service
+
+
+# The moves a relay makes; any state may close.
+_MOVES = {
+    RelayState.HANDSHAKE: frozenset({RelayState.ATTACHING, RelayState.CLOSED}),
+    RelayState.ATTACHING: frozenset({RelayState.RELAYING, RelayState.CLOSED}),
+    RelayState.RELAYING: frozenset({RelayState.CLOSED}),
+    RelayState.CLOSED: frozenset({RelayState.CLOSED}),
+}
 # Events after which the service ends the stream, and the close reason they give.
 _TERMINAL = {
     "session_closed": "session_closed",
@@ -53,50 +71,45 @@ _TERMINAL = {
     "session_replaced": "session_replaced",
     "resync_required": "resync_required",
 }
+_POLICY = WSCloseCode.POLICY_VIOLATION
 # How a gRPC status that ends the stream closes the websocket.
 _CLOSE_CODES = {
     grpc.StatusCode.UNAVAILABLE: WSCloseCode.SERVICE_RESTART,
     grpc.StatusCode.RESOURCE_EXHAUSTED: WSCloseCode.TRY_AGAIN_LATER,
-    grpc.StatusCode.INVALID_ARGUMENT: WSCloseCode.POLICY_VIOLATION,
-    grpc.StatusCode.NOT_FOUND: WSCloseCode.POLICY_VIOLATION,
-    grpc.StatusCode.PERMISSION_DENIED: WSCloseCode.POLICY_VIOLATION,
-    grpc.StatusCode.FAILED_PRECONDITION: WSCloseCode.POLICY_VIOLATION,
-    grpc.StatusCode.UNAUTHENTICATED: WSCloseCode.POLICY_VIOLATION,
+    grpc.StatusCode.INVALID_ARGUMENT: _POLICY,
+    grpc.StatusCode.NOT_FOUND: _POLICY,
+    grpc.StatusCode.PERMISSION_DENIED: _POLICY,
+    grpc.StatusCode.FAILED_PRECONDITION: _POLICY,
+    grpc.StatusCode.UNAUTHENTICATED: _POLICY,
 }
-_STATUS_CODES = {
+# Statuses the dialect has a name for: a key the service refused is what OpenAI clients know
+# as invalid_api_key (the bridge's own key check says the same).
+_DIALECT_CODES = {grpc.StatusCode.UNAUTHENTICATED: "invalid_api_key"}
+# Codes for statuses that came without one of the service's own (the transport's).
+_FALLBACK_CODES = {
     grpc.StatusCode.UNAVAILABLE: "service_unavailable",
-    grpc.StatusCode.UNAUTHENTICATED: "invalid_api_key",
     grpc.StatusCode.DEADLINE_EXCEEDED: "timeout",
 }
-_GRPC_DETAILS_KEY = "grpc-status-details-bin"
 
 
-def status_error(error: grpc.aio.AioRpcError) -> dict[str, Any]:
-    """Renders a status that ended the stream as an error event, with the service's code."""
-    code = _STATUS_CODES.get(error.code(), "stream_failed")
-    # grpc-stubs types trailing metadata loosely; at run time it is (key, value) pairs.
-    trailing: Any = error.trailing_metadata()
-    for key, value in trailing or ():
-        if key == _GRPC_DETAILS_KEY and isinstance(value, bytes):
-            for detail in status_pb2.Status.FromString(value).details:
-                info = error_details_pb2.ErrorInfo()
-                if detail.Unpack(info) and info.metadata.get("code"):
-                    code = info.metadata["code"]
-    error_type = (
-        "invalid_request_error"
-        if _CLOSE_CODES.get(error.code()) is WSCloseCode.POLICY_VIOLATION
-        else "server_error"
+def status_error(status: grpc.StatusCode, broken: StreamBroken) -> dict[str, Any]:
+    """Renders the status that ended the stream as an error event, with the service's code."""
+    code = (
+        _DIALECT_CODES.get(status) or broken.code or _FALLBACK_CODES.get(status) or "stream_failed"
     )
-    return error_json(code, error.details() or code, error_type=error_type)
+    policy = _CLOSE_CODES.get(status) is _POLICY
+    return error_json(
+        code, str(broken), error_type="invalid_request_error" if policy else "server_error"
+    )
 
 
-class Connection:
+class Relay:
     """Carries one websocket over one Converse stream."""
 
     def __init__(
         self,
         ws: web.WebSocketResponse,
-        stub: DuplexServiceAsyncStub,
+        service: Connection,
         *,
         metadata: Sequence[tuple[str, str]],
         model: str,
@@ -105,55 +118,72 @@ class Connection:
         max_audio_delta_bytes: int,
     ) -> None:
         self.ws = ws
-        self._stub = stub
+        self.state = RelayState.HANDSHAKE
+        self._service = service
         self._metadata = tuple(metadata)
         self._model = model
         self._autostart = autostart
         self._config_timeout_s = config_timeout_s
         self._dialect = ServerDialect(max_audio_delta_bytes=max_audio_delta_bytes)
-        self._call: grpc.aio.StreamStreamCall[pb.ConverseRequest, pb.ConverseResponse] | None = None
+        self._stream: Stream | None = None
         self._next_seq = 1
-        self._ready = asyncio.Event()
+        self._attached = asyncio.Event()  # set when the state leaves ATTACHING
 
     @property
     def session_id(self) -> str:
-        """The session this connection carries, once the service has named it."""
+        """The session this relay carries, once the service has named it."""
         return self._dialect.session_id
+
+    def _move(self, state: RelayState) -> None:
+        assert state in _MOVES[self.state], f"a relay does not go from {self.state} to {state}"
+        logger.debug("session %s: relay %s -> %s", self.session_id, self.state.value, state.value)
+        self.state = state
+        if state is not RelayState.ATTACHING:
+            self._attached.set()
 
     async def run(self) -> None:
         """Serves the websocket until either side ends."""
-        handshake = await self._handshake()
-        if handshake is None:
-            return
-        first, pending = handshake
-        # None: requests are written with call.write(), not taken from an iterator.
-        self._call = call = self._stub.Converse(None, metadata=self._metadata)
-        pump = asyncio.create_task(self._pump(call), name="bridge-pump")
-        reader = asyncio.create_task(self._read(call, first, pending), name="bridge-reader")
+        try:
+            handshake = await self._handshake()
+            if handshake is None or self.state is RelayState.CLOSED:
+                return
+            first, pending = handshake
+            self._stream = stream = self._service.converse(self._metadata)
+            self._move(RelayState.ATTACHING)
+            await self._relay(stream, first, pending)
+        finally:
+            self._move(RelayState.CLOSED)
+            if self._stream is not None:
+                self._stream.cancel()
+            if not self.ws.closed:
+                await self.ws.close()
+
+    async def close(self, code: int, reason: str) -> None:
+        """Ends the relay from the bridge's side; the session stays resumable."""
+        self._move(RelayState.CLOSED)
+        if self._stream is not None:
+            self._stream.cancel()
+        await self.ws.close(code=code, message=reason.encode())
+
+    async def _relay(
+        self, stream: Stream, first: pb.ConverseRequest, pending: pb.ConverseRequest | None
+    ) -> None:
+        pump = asyncio.create_task(self._pump(stream), name="bridge-pump")
+        reader = asyncio.create_task(self._read(stream, first, pending), name="bridge-reader")
         try:
             await asyncio.wait({pump, reader}, return_when=asyncio.FIRST_COMPLETED)
             if not pump.done():
-                if not call.done():
-                    # The client went away: cancelling detaches the session, which stays
-                    # resumable. (A call that failed instead is left to the pump to report.)
-                    call.cancel()
+                # The client went away (or the stream failed, which the pump reports): cancelling
+                # detaches the session, which stays resumable.
+                stream.cancel()
                 await asyncio.wait({pump}, timeout=5.0)
             # Otherwise the stream ended and the pump closed the socket: the reader is done.
         finally:
-            call.cancel()
             for task in (pump, reader):
                 task.cancel()
             for task in (pump, reader):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            if not self.ws.closed:
-                await self.ws.close()
-
-    async def close(self, code: int, reason: str) -> None:
-        """Ends the connection from the bridge's side; the session stays resumable."""
-        if self._call is not None:
-            self._call.cancel()
-        await self.ws.close(code=code, message=reason.encode())
 
     # -- handshake -----------------------------------------------------------------------
 
@@ -168,7 +198,7 @@ class Connection:
                 message = await self.ws.receive(timeout=max(deadline - loop.time(), 0.001))
             except TimeoutError:
                 await self._send(error_json("config_timeout", "no first event in time"))
-                await self.ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"config_timeout")
+                await self.ws.close(code=_POLICY, message=b"config_timeout")
                 return None
             if message.type is not WSMsgType.TEXT:
                 if message.type in (
@@ -195,17 +225,16 @@ class Connection:
     # -- client → service ----------------------------------------------------------------
 
     async def _read(
-        self,
-        call: grpc.aio.StreamStreamCall[pb.ConverseRequest, Any],
-        first: pb.ConverseRequest,
-        pending: pb.ConverseRequest | None,
+        self, stream: Stream, first: pb.ConverseRequest, pending: pb.ConverseRequest | None
     ) -> None:
         try:
-            await call.write(first)
+            await stream.write(first)
             # Numbering starts after the applied commands the service reports on its answer.
-            await self._ready.wait()
+            await self._attached.wait()
+            if self.state is not RelayState.RELAYING:
+                return
             if pending is not None:
-                await self._write(call, pending)
+                await self._write(stream, pending)
             async for message in self.ws:
                 if message.type is WSMsgType.TEXT:
                     try:
@@ -213,41 +242,40 @@ class Connection:
                     except DialectError as error:
                         await self._refuse(error)
                         continue
-                    await self._write(call, request)
+                    await self._write(stream, request)
                 elif message.type is WSMsgType.BINARY:
                     await self._send(error_json("bad_event", "send events as text frames"))
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, ConnectionError):
+        except (StreamBroken, ConnectionError):
             return  # the stream or the socket ended under us; the pump tells the client why
 
-    async def _write(
-        self, call: grpc.aio.StreamStreamCall[pb.ConverseRequest, Any], request: pb.ConverseRequest
-    ) -> None:
+    async def _write(self, stream: Stream, request: pb.ConverseRequest) -> None:
         if is_numbered(request):
             request.client_seq = self._next_seq
             self._next_seq += 1
-        await call.write(request)
+        await stream.write(request)
 
     # -- service → client ----------------------------------------------------------------
 
-    async def _pump(self, call: grpc.aio.StreamStreamCall[Any, pb.ConverseResponse]) -> None:
+    async def _pump(self, stream: Stream) -> None:
         reason = "stream_ended"
         try:
-            # read() returns the EOF sentinel, the only non-message, when the stream ended.
-            while isinstance(response := await call.read(), pb.ConverseResponse):
+            while (response := await stream.read()) is not None:
                 kind = response.WhichOneof("event")
                 if kind in ("session_created", "session_resumed"):
                     self._next_seq = response.applied_client_seq + 1
-                    self._ready.set()
+                    if self.state is RelayState.ATTACHING:
+                        self._move(RelayState.RELAYING)
                 reason = _TERMINAL.get(kind or "", reason)
                 for event in self._dialect.expand(response):
                     await self._send(event)
-        except grpc.aio.AioRpcError as error:
-            if error.code() is grpc.StatusCode.CANCELLED:
+        except StreamBroken as broken:
+            status = broken.status
+            if status is None or status is grpc.StatusCode.CANCELLED:
                 return  # we cancelled it: the websocket is gone or closing
-            logger.info("session %s: stream ended with %s", self.session_id, error.code().name)
-            event = status_error(error)
+            logger.info("session %s: stream ended with %s", self.session_id, status.name)
+            event = status_error(status, broken)
             await self._send(event)
-            code = _CLOSE_CODES.get(error.code(), WSCloseCode.INTERNAL_ERROR)
+            code = _CLOSE_CODES.get(status, WSCloseCode.INTERNAL_ERROR)
             await self.ws.close(code=code, message=event["error"]["code"].encode()[:120])
             return
         except ConnectionError:

@@ -1,14 +1,14 @@
-"""The Realtime dialect ⇄ the Protobuf contract, as pure functions: no sockets, no clock.
+"""Inbound: Realtime client frames → Protobuf commands, as pure functions (no sockets, no clock).
 
-Inbound, :func:`decode_client_event` parses one text frame into a typed client event and
-:func:`to_request` turns it into one ``ConverseRequest``, unnumbered: the websocket handler
-numbers commands (``client_seq``) for its gRPC stream, so a JSON client never sees numbering.
-``session.resume`` is not a command but the handshake of a new connection, and
-:func:`resume_request` builds that. Outbound, :class:`bridge.outbound.ServerDialect` expands
-each contract event into the Realtime events a stock client expects.
+:func:`decode_client_event` parses one text frame into a typed client event
+(:mod:`bridge.inbound_events`) and :func:`to_request` turns it into one ``ConverseRequest``,
+unnumbered: the relay numbers commands (``client_seq``) for its gRPC stream, so a JSON client
+never sees numbering. ``session.resume`` is not a command but the handshake of a new
+connection, and :func:`resume_request` builds that. The other direction is
+:mod:`bridge.outbound`.
 
 Refusals raise :class:`DialectError` with the reference protocol's codes (``invalid_json``,
-``bad_event``, ``unknown_event``, ``bad_audio``, ``unsupported_audio_format`` …); the handler
+``bad_event``, ``unknown_event``, ``bad_audio``, ``unsupported_audio_format`` …); the relay
 answers them with an ``error`` event and keeps the websocket open.
 """
 
@@ -21,24 +21,11 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from bridge import client_events as ce
+from bridge import inbound_events as ce
 from bridge.errors import DialectError
-from bridge.outbound import ServerDialect
-from bridge.render import error_json
-from bridge.session_json import MODALITIES, audio_format, config_from_patch
+from bridge.inbound_session import MODALITIES, audio_format, config_from_patch
 from omni_grpc.wire import pb
 from omni_grpc.wire.kinds import UNNUMBERED_COMMANDS
-
-__all__ = [
-    "DialectError",
-    "ServerDialect",
-    "decode_client_event",
-    "error_json",
-    "is_numbered",
-    "open_request",
-    "resume_request",
-    "to_request",
-]
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024  # OpenAI's cap on one client event, the reference's too
 

@@ -1,7 +1,7 @@
-"""The client events of the Realtime dialect, as strict pydantic models discriminated on ``type``.
+"""Inbound: the client events of the Realtime dialect, as strict pydantic models on ``type``.
 
 These are the only pydantic models on the inbound path: a frame is parsed once into one of
-them and then translated into a Protobuf command by :mod:`bridge.dialect`. They accept what
+them and then translated into a Protobuf command by :mod:`bridge.inbound`. They accept what
 stock clients send: the GA event and field names, the beta spellings of the session fields
 (``modalities``, ``input_audio_format``, ``turn_detection`` …), and the duplex extensions of
 the reference protocol (``session.resume``, ``playback.ack``, ``barge_in`` …) with their
@@ -21,7 +21,7 @@ class _Model(BaseModel):
 
 
 class FormatObject(_Model):
-    """A GA audio format object, ``{"type": "audio/pcm", "rate": 24000}``."""
+    """A GA audio format object: a MIME ``type`` (``"audio/pcm"``) and, for PCM, a ``rate``."""
 
     type: str
     rate: int | None = Field(default=None, gt=0)

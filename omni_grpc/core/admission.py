@@ -11,9 +11,10 @@ The rules held here:
   has not yet committed or cleared counts against ``max_pending_input_bytes``; past it an
   append is refused as retryable ``input_backpressure``, and committing nothing is refused.
   With server VAD the engine owns the buffer, commits on its own and bounds it itself.
-* **Idle expiry.** A session idles out ``idle_timeout`` after its last activity: a command
-  from the attached stream, a resume, or the end of a response. While a response runs there
-  is no idle deadline (see :meth:`omni_grpc.core.session.Session.next_deadline`).
+* **Idle expiry.** An attached session idles out ``idle_timeout`` after its last activity:
+  its creation, a command from the attached stream (even one refused), a resume, or the end of
+  a response. While a response runs there is no idle deadline (see
+  :meth:`omni_grpc.core.session.Session.next_deadline`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from omni_grpc.wire import pb
 from omni_grpc.wire.kinds import HANDSHAKE_COMMANDS, UNNUMBERED_COMMANDS
 
 # The code that refuses each handshake command sent on a stream that is already open.
-_HANDSHAKE_REFUSALS = {
+HANDSHAKE_REFUSALS = {
     "open_session": "session_already_open",
     "resume_session": "unsupported_session_resume",
 }
 # Commands that end the pending input, one way or another.
-_INPUT_ENDING_COMMANDS = frozenset({"commit_input_audio", "clear_input_audio", "cancel_input"})
+INPUT_ENDING_COMMANDS = frozenset({"commit_input_audio", "clear_input_audio", "cancel_input"})
+# Events from the engine that say the input buffer became an item or was dropped.
+INPUT_TAKEN_EVENTS = frozenset({"input_committed", "input_cleared"})
 
 
 class Admission:
@@ -57,7 +60,7 @@ class Admission:
             raise CommandError("bad_event", "the request carries no command")
         if kind in HANDSHAKE_COMMANDS:
             raise CommandError(
-                _HANDSHAKE_REFUSALS[kind], f"{kind} must be the first message of a new stream"
+                HANDSHAKE_REFUSALS[kind], f"{kind} must be the first message of a new stream"
             )
         if seq == 0 and kind not in UNNUMBERED_COMMANDS:
             raise CommandError("bad_event", f"{kind} needs a client_seq", param="client_seq")
@@ -86,7 +89,7 @@ class Admission:
         validation.check_command(request, kind, self._limits, self._engine)
         if kind == "append_input_audio":
             self._admit_audio(request.append_input_audio, config)
-        elif kind in _INPUT_ENDING_COMMANDS:
+        elif kind in INPUT_ENDING_COMMANDS:
             committing = kind == "commit_input_audio" and _client_commits(config)
             if committing and not self.pending_input_bytes:
                 raise CommandError("input_audio_buffer_empty", "there is no input audio to commit")

@@ -28,7 +28,7 @@ The rules held here:
 
 from __future__ import annotations
 
-from omni_grpc.core.admission import Admission
+from omni_grpc.core.admission import INPUT_TAKEN_EVENTS, Admission
 from omni_grpc.core.config import merge_config
 from omni_grpc.core.credentials import ResumeCredential
 from omni_grpc.core.delivery import Delivery, Effects
@@ -38,9 +38,6 @@ from omni_grpc.core.limits import EngineFeatures, Limits
 from omni_grpc.core.responses import Responses
 from omni_grpc.core.state import State, Trigger, next_state
 from omni_grpc.wire import pb
-
-# Events from the engine that say the input buffer became an item or was dropped.
-_INPUT_TAKEN_EVENTS = frozenset({"input_committed", "input_cleared"})
 
 
 class ResumeGap(Exception):
@@ -354,7 +351,7 @@ class Session:
         kind = event.WhichOneof("event")
         if not self.responses.accept(kind, event):
             return Effects()  # stale output of a finished response
-        if kind in _INPUT_TAKEN_EVENTS:
+        if kind in INPUT_TAKEN_EVENTS:
             self.admission.input_taken()
         elif kind == "response_done":
             self.admission.touch(now)  # the end of a response counts as activity

@@ -110,7 +110,7 @@ class Responses:
     def __init__(self) -> None:
         self.turn = TurnState.IDLE
         self.active_response_id = ""
-        # Counts cancelled responses: output of an older epoch is never delivered.
+        # Counts cancelled responses (interruptions); the client reads it in the session view.
         self.epoch = 0
         self.dropped_stale_events = 0
         self._finished: collections.OrderedDict[str, None] = collections.OrderedDict()

@@ -64,13 +64,7 @@ class EmbeddedSession(ConversationSession):
         on_close: Callable[[EmbeddedSession], None],
     ) -> None:
         options = runtime.options
-        super().__init__(
-            session_id,
-            config,
-            queue_size=options.queue_size,
-            max_input_ms=options.max_input_s * 1000,
-            on_close=on_close,
-        )
+        super().__init__(session_id, config, options, on_close)
         self._runtime = runtime
         self._listener = Listener(
             runtime.vad, config.turn_detection, options.min_speech_ms, options.max_input_s * 1000

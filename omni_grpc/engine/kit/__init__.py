@@ -17,7 +17,11 @@
 from __future__ import annotations
 
 from omni_grpc.engine.kit.answers import Answer, Modalities, Outcome, UserInput, new_id
-from omni_grpc.engine.kit.conversation import ConversationSession, check_canonical_input
+from omni_grpc.engine.kit.conversation import (
+    ConversationSession,
+    SessionOptions,
+    check_canonical_input,
+)
 from omni_grpc.engine.kit.event_queue import EventQueue
 from omni_grpc.engine.kit.history import History, item_text, user_item
 from omni_grpc.engine.kit.speech import LEAD_MS, Pacing, SpeechPlayer
@@ -33,6 +37,7 @@ __all__ = [
     "Modalities",
     "Outcome",
     "Pacing",
+    "SessionOptions",
     "SpeechPlayer",
     "UserInput",
     "WorkerSession",

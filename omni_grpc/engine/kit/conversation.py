@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import ClassVar, Self
+from typing import ClassVar, Protocol, Self
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.kit.answers import (
@@ -64,6 +64,18 @@ def check_canonical_input(append: pb.AppendInputAudio) -> None:
         raise CommandError("bad_audio", "pcm16 needs an even number of bytes", param="audio")
 
 
+class SessionOptions(Protocol):
+    """What the kit reads of an engine's options (the engines' option classes have these)."""
+
+    @property
+    def queue_size(self) -> int:
+        """The bound of each session's command and event queues."""
+
+    @property
+    def max_input_s(self) -> float:
+        """The most input audio kept, uncommitted or unanswered."""
+
+
 class ConversationSession(WorkerSession):
     """Input, responses and items for one conversation; see the module docstring."""
 
@@ -75,13 +87,11 @@ class ConversationSession(WorkerSession):
         self,
         session_id: str,
         config: pb.SessionConfig,
-        *,
-        queue_size: int,
-        max_input_ms: float,
+        options: SessionOptions,
         on_close: Callable[[Self], None],
     ) -> None:
-        super().__init__(session_id, config, queue_size=queue_size, on_close=on_close)
-        self._max_input_bytes = pcm16_bytes(max_input_ms, CANONICAL_INPUT_RATE_HZ)
+        super().__init__(session_id, config, queue_size=options.queue_size, on_close=on_close)
+        self._max_input_bytes = pcm16_bytes(options.max_input_s * 1000, CANONICAL_INPUT_RATE_HZ)
         self._input = bytearray()  # uncommitted canonical input
         self._pending: list[UserInput] = []  # committed, not answered yet
         self._history = History(ITEMS_KEPT)
@@ -240,8 +250,17 @@ class ConversationSession(WorkerSession):
         if player is not None and player is not asyncio.current_task():
             await asyncio.wait([player])  # the last answer may still be queueing its done event
         inputs, self._pending = self._pending, []
-        answer = self._answer_for(inputs, turn_started, modalities, instructions)
-        answer.by_server_vad = by_server_vad
+        answer = Answer(
+            id=new_id("resp"),
+            item_id=new_id("item"),
+            turn_started=turn_started,
+            modalities=modalities,
+            inputs=inputs,
+            instructions=self._default_instructions() if instructions is None else instructions,
+            voice=self.config.voice,
+            by_server_vad=by_server_vad,
+        )
+        self._prepare(answer)
         self._active = answer
         self._answers[answer.id] = answer
         while len(self._answers) > ANSWERS_KEPT:
@@ -252,23 +271,12 @@ class ConversationSession(WorkerSession):
             self._perform(answer), name=f"{self.engine_name}-{answer.id}"
         )
 
-    def _answer_for(
-        self,
-        inputs: list[UserInput],
-        turn_started: float,
-        modalities: Modalities,
-        instructions: str | None,
-    ) -> Answer:
-        """The answer to ``inputs``; an engine may add what it knows (tokens, defaults)."""
-        return Answer(
-            id=new_id("resp"),
-            item_id=new_id("item"),
-            turn_started=turn_started,
-            modalities=modalities,
-            inputs=inputs,
-            instructions=self.config.instructions if instructions is None else instructions,
-            voice=self.config.voice,
-        )
+    def _default_instructions(self) -> str:
+        """The instructions of a response that names none."""
+        return self.config.instructions
+
+    def _prepare(self, answer: Answer) -> None:
+        """Adds what the engine knows to a new answer, before it is announced."""
 
     async def _announce_response(self, answer: Answer) -> None:
         created = pb.Response(

@@ -16,11 +16,9 @@ from omni_grpc.engine.kit import (
     Answer,
     ConversationSession,
     Handler,
-    Modalities,
     Outcome,
     Pacing,
     SpeechPlayer,
-    UserInput,
     check_canonical_input,
     new_id,
 )
@@ -42,13 +40,7 @@ class LoopbackSession(ConversationSession):
         options: LoopbackOptions,
         on_close: Callable[[LoopbackSession], None],
     ) -> None:
-        super().__init__(
-            session_id,
-            config,
-            queue_size=options.queue_size,
-            max_input_ms=options.max_input_s * 1000,
-            on_close=on_close,
-        )
+        super().__init__(session_id, config, options, on_close)
         self._options = options
         # A chunk is due once its audio would have been generated: a negative lead.
         self._pacing = Pacing(
@@ -63,16 +55,8 @@ class LoopbackSession(ConversationSession):
             handlers["append_input_audio"] = self._reflect
         return handlers
 
-    def _answer_for(
-        self,
-        inputs: list[UserInput],
-        turn_started: float,
-        modalities: Modalities,
-        instructions: str | None,
-    ) -> Answer:
-        answer = super()._answer_for(inputs, turn_started, modalities, instructions)
-        answer.input_tokens = input_tokens(inputs)
-        return answer
+    def _prepare(self, answer: Answer) -> None:
+        answer.input_tokens = input_tokens(answer.inputs)
 
     async def _play(self, answer: Answer) -> Outcome:
         player = SpeechPlayer(

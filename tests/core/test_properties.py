@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from omni_grpc.core import Effects, ResumeGap, Status, StreamRefused
+from omni_grpc.core.responses import TurnState
 from omni_grpc.wire import pb
 
 from .helpers import TERMINAL_KINDS, cmd, created, delta, done, transcript
@@ -439,6 +440,12 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         assert (s.responses.epoch, s.responses.dropped_stale_events) == (
             self.epoch,
             self.stale_drops,
+        )
+        # The engine here never reports speech, so the floor is the assistant's exactly while
+        # a response runs.
+        assert s.responses.active_response_id == self.active
+        assert s.responses.turn is (
+            TurnState.ASSISTANT_RESPONDING if self.active else TurnState.IDLE
         )
 
 

@@ -21,6 +21,7 @@ from omni_grpc.client.client import DuplexClient
 from omni_grpc.client.errors import ConnectionLost, DuplexClientError
 from omni_grpc.client.wavio import PcmAudio, write_wav
 from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_ms
 
 _QUIET_KINDS = frozenset(
     {"output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "heartbeat_ack"}
@@ -72,7 +73,7 @@ class Turn:
         )
 
 
-class Conversation:
+class TalkRun:
     """Follows the events of one talk run: prints them, times turns, keeps the reply."""
 
     def __init__(self, out: TextIO, *, verbose: bool, vad: bool) -> None:
@@ -80,7 +81,7 @@ class Conversation:
         self.verbose = verbose
         self.vad = vad
         self.reply = bytearray()
-        self.reply_rate_hz = 24000
+        self.reply_rate_hz = CANONICAL_OUTPUT_RATE_HZ  # until a delta names its rate
         self.turns: list[Turn] = []
         self.pending: Turn | None = None  # the turn whose answer is awaited
         self.active: Turn | None = None
@@ -129,8 +130,8 @@ class Conversation:
         if self.active is not None:
             self.active.first_audio = self.active.first_audio or now
             self.active.last_audio = now
-            self.active.audio_ms += delta.duration_ms or (
-                len(delta.audio) / 2 * 1000 / self.reply_rate_hz
+            self.active.audio_ms += delta.duration_ms or pcm16_ms(
+                len(delta.audio), self.reply_rate_hz
             )
 
     def _turn_over(self, kind: str) -> None:
@@ -233,7 +234,7 @@ async def talk(settings: TalkSettings, *, out: TextIO, err: TextIO) -> int:
     err.write(
         f"session {client.session_id} on {settings.target} ({client.capabilities.engine} engine)\n"
     )
-    talk_state = Conversation(out, verbose=settings.verbose, vad=settings.vad)
+    talk_state = TalkRun(out, verbose=settings.verbose, vad=settings.vad)
     consumer = asyncio.create_task(_consume(client, talk_state))
     status = 0
     try:
@@ -271,7 +272,7 @@ async def talk(settings: TalkSettings, *, out: TextIO, err: TextIO) -> int:
     return status
 
 
-async def _consume(client: DuplexClient, talk_state: Conversation) -> None:
+async def _consume(client: DuplexClient, talk_state: TalkRun) -> None:
     try:
         async for event in client.events():
             talk_state.on_event(event)

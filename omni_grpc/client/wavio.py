@@ -1,7 +1,8 @@
 """Reading the talk command's input (WAV or raw pcm16) and writing its reply as WAV.
 
 Input becomes mono pcm16 at a rate the protocol accepts: channels are averaged, 8/24/32-bit
-samples are scaled to 16 bits, and a rate the server would refuse is resampled to 16 kHz.
+samples are scaled to 16 bits, and a rate the server would refuse is resampled to the canonical
+input rate (what engines take anyway).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import numpy as np
 import numpy.typing as npt
 import soxr
 
-from omni_grpc.audio import SUPPORTED_RATES_HZ
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, SUPPORTED_RATES_HZ, pcm16_ms
 
-FALLBACK_RATE_HZ = 16000
+FALLBACK_RATE_HZ = CANONICAL_INPUT_RATE_HZ
 
 
 class AudioInputError(ValueError):
@@ -32,7 +33,7 @@ class PcmAudio:
 
     @property
     def duration_ms(self) -> float:
-        return len(self.pcm16) / 2 * 1000.0 / self.rate_hz
+        return pcm16_ms(len(self.pcm16), self.rate_hz)
 
     def chunks(self, chunk_ms: int) -> list[bytes]:
         """The audio cut into pieces of ``chunk_ms`` (the last one may be shorter)."""

@@ -6,7 +6,7 @@ import io
 import time
 from pathlib import Path
 
-from omni_grpc.client.talk import Conversation, TalkSettings, talk
+from omni_grpc.client.talk import TalkRun, TalkSettings, talk
 from omni_grpc.client.wavio import PcmAudio, read_audio
 from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
@@ -57,7 +57,7 @@ def _event(**fields: object) -> pb.ConverseResponse:
 
 def test_vad_turns_are_timed_from_speech_stopped() -> None:
     out = io.StringIO()
-    talk_state = Conversation(out, verbose=False, vad=True)
+    talk_state = TalkRun(out, verbose=False, vad=True)
     talk_state.end_input(time.monotonic())
     assert not talk_state.finished.is_set()  # with VAD the server ends the turn
     talk_state.on_event(_event(seq=1, speech_stopped=pb.SpeechStopped(audio_end_ms=900)))
@@ -84,7 +84,7 @@ def test_vad_turns_are_timed_from_speech_stopped() -> None:
 
 
 def test_an_error_after_the_input_fails_the_run() -> None:
-    talk_state = Conversation(io.StringIO(), verbose=True, vad=False)
+    talk_state = TalkRun(io.StringIO(), verbose=True, vad=False)
     talk_state.end_input(time.monotonic())
     talk_state.on_event(_event(error=pb.Error(code="input_audio_buffer_empty", message="empty")))
     assert talk_state.finished.is_set()
@@ -92,7 +92,7 @@ def test_an_error_after_the_input_fails_the_run() -> None:
 
 
 def test_audio_that_is_not_pcm16_fails_the_run() -> None:
-    talk_state = Conversation(io.StringIO(), verbose=False, vad=False)
+    talk_state = TalkRun(io.StringIO(), verbose=False, vad=False)
     talk_state.end_input(time.monotonic())
     talk_state.on_event(_event(response_created=pb.ResponseCreated()))
     talk_state.on_event(

@@ -127,7 +127,7 @@ class Relay:
         self._dialect = ServerDialect(max_audio_delta_bytes=max_audio_delta_bytes)
         self._stream: Stream | None = None
         self._next_seq = 1
-        self._attached = asyncio.Event()  # set when the state leaves ATTACHING
+        self._attached = asyncio.Event()  # set when the state moves past ATTACHING
 
     @property
     def session_id(self) -> str:

@@ -16,10 +16,11 @@ The rules held here:
 * **Attachments.** Each stream that opens or resumes the session gets a new generation. Input
   from any other generation is ignored, and a detach from a stale one is a no-op, so a replaced
   stream can neither act for the session nor strand it.
-* **Exact resume.** A resume with the current token (or, after a failed activation, the one
-  presented before) replays every journaled event after the client's cursor, or fails whole:
-  ``resync_required`` when some of them are gone, a refusal for a cursor ahead of the journal.
-  A resume while a stream is attached takes the session over and ends the old stream.
+* **Exact resume.** A resume with the current token replays every journaled event after the
+  client's cursor, or fails whole: ``resync_required`` when some of them are gone, a refusal
+  for a cursor ahead of the journal. A resume while a stream is attached takes the session
+  over and ends the old stream. The token rotates; if the new stream goes away before the
+  client spoke on it, the token presented works once more (see ``credentials.py``).
 * **One ending.** Close and expiry go through the state table, which has no way out of an
   ending state, so exactly one terminal event is ever produced. A client whose stream broke
   just then can still resume the ended session (kept as a tombstone, see ``registry.py``),

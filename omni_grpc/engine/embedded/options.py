@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from omni_grpc.engine.kit.options import Converters, check_choice, check_range, parse_options
 
 RESPONDERS = ("auto", "echo", "smollm2")
 PACES = ("realtime", "fast")
 
-_CONVERTERS: dict[str, Callable[[str], object]] = {
+_CONVERTERS: Converters = {
     "responder": str,
     "pace": str,
     "voice": str,
@@ -54,39 +55,17 @@ class EmbeddedOptions:
     server_vad: str = "on"
 
     def __post_init__(self) -> None:
-        if self.responder not in RESPONDERS:
-            raise ValueError(
-                f"responder must be one of {', '.join(RESPONDERS)}, got {self.responder!r}"
-            )
-        if self.pace not in PACES:
-            raise ValueError(f"pace must be 'realtime' or 'fast', got {self.pace!r}")
-        if not 80 <= self.words_per_minute <= 450:
-            raise ValueError(f"words_per_minute must be in [80, 450], got {self.words_per_minute}")
-        if not 1 <= self.asr_threads <= 16:
-            raise ValueError(f"asr_threads must be in [1, 16], got {self.asr_threads}")
-        if not (math.isfinite(self.min_speech_ms) and 0 <= self.min_speech_ms <= 1000):
-            raise ValueError(f"min_speech_ms must be in [0, 1000], got {self.min_speech_ms}")
-        if not 20 <= self.chunk_ms <= 200:
-            raise ValueError(f"chunk_ms must be in [20, 200], got {self.chunk_ms}")
-        if not (math.isfinite(self.max_input_s) and 1 <= self.max_input_s <= 3600):
-            raise ValueError(f"max_input_s must be in [1, 3600], got {self.max_input_s}")
-        if self.server_vad not in ("on", "off"):
-            raise ValueError(f"server_vad must be 'on' or 'off', got {self.server_vad!r}")
-        if self.queue_size < 16:
-            raise ValueError(f"queue_size must be at least 16, got {self.queue_size}")
+        check_choice("responder", self.responder, RESPONDERS)
+        check_choice("pace", self.pace, PACES)
+        check_range("words_per_minute", self.words_per_minute, 80, 450)
+        check_range("asr_threads", self.asr_threads, 1, 16)
+        check_range("min_speech_ms", self.min_speech_ms, 0, 1000)
+        check_range("chunk_ms", self.chunk_ms, 20, 200)
+        check_range("max_input_s", self.max_input_s, 1, 3600)
+        check_choice("server_vad", self.server_vad, ("on", "off"))
+        check_range("queue_size", self.queue_size, 16)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> EmbeddedOptions:
         """Reads string options; raises ValueError naming any unknown key or bad value."""
-        unknown = sorted(set(options) - set(_CONVERTERS))
-        if unknown:
-            raise ValueError(
-                f"unknown embedded option(s) {', '.join(unknown)}; known: {', '.join(_CONVERTERS)}"
-            )
-        values: dict[str, object] = {}
-        for key, text in options.items():
-            try:
-                values[key] = _CONVERTERS[key](text)
-            except ValueError:
-                raise ValueError(f"embedded option {key}={text!r} is not a valid value") from None
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**parse_options("embedded", options, _CONVERTERS))  # type: ignore[arg-type]

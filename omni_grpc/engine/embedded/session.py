@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from omni_grpc.core.errors import CommandError
+from omni_grpc.engine import kit
 from omni_grpc.engine.embedded.listening import Listener, Pause, SpeechStart, Turn
 from omni_grpc.engine.embedded.models import Runtime
 from omni_grpc.engine.embedded.options import PACES, RESPONDERS
@@ -32,17 +33,6 @@ from omni_grpc.engine.embedded.responder import (
     Request,
     next_seed,
 )
-from omni_grpc.engine.kit import (
-    Answer,
-    ConversationSession,
-    Handler,
-    Outcome,
-    Pacing,
-    SpeechPlayer,
-    UserInput,
-    check_canonical_input,
-    new_id,
-)
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -50,7 +40,7 @@ logger = logging.getLogger(__name__)
 _SESSION_OPTIONS = ("responder", "pace")
 
 
-class EmbeddedSession(ConversationSession):
+class EmbeddedSession(kit.ConversationSession):
     """One conversation with the embedded engine; see the module docstring."""
 
     engine_name = "embedded"
@@ -70,7 +60,7 @@ class EmbeddedSession(ConversationSession):
             runtime.vad, config.turn_detection, options.min_speech_ms, options.max_input_s * 1000
         )
         self._speech_item = ""  # the user item that detected speech will become
-        self._last_turn: UserInput | None = None
+        self._last_turn: kit.UserInput | None = None
         # A transcription started at a pause: (where the speech paused, the job).
         self._guess: tuple[float, asyncio.Future[str]] | None = None
         self._responder, self._realtime, self._problem = self._session_options(config)
@@ -80,7 +70,7 @@ class EmbeddedSession(ConversationSession):
         """Input audio heard so far, in milliseconds (the clock VAD times are on)."""
         return self._listener.buffer.clock_ms
 
-    def _command_handlers(self) -> dict[str, Handler]:
+    def _command_handlers(self) -> dict[str, kit.Handler]:
         return {
             **super()._command_handlers(),
             "update_session": self._update,
@@ -133,7 +123,7 @@ class EmbeddedSession(ConversationSession):
 
     async def _hear(self, request: pb.ConverseRequest) -> None:
         append = request.append_input_audio
-        check_canonical_input(append)
+        kit.check_canonical_input(append)
         pcm = append.audio
         if not self._vad():
             if len(self._listener.buffer.audio) + len(pcm) > self._max_input_bytes:
@@ -168,7 +158,7 @@ class EmbeddedSession(ConversationSession):
         self._guess = (pause.speech_end_ms, job)
 
     async def _speech_started(self, start: SpeechStart) -> None:
-        self._speech_item = new_id("item")
+        self._speech_item = kit.new_id("item")
         await self._events.put(
             pb.ConverseResponse(
                 speech_started=pb.SpeechStarted(
@@ -192,7 +182,7 @@ class EmbeddedSession(ConversationSession):
             await self._cancel(self._active, "turn_detected")
 
     async def _speech_stopped(self, turn: Turn) -> None:
-        item_id = self._speech_item or new_id("item")
+        item_id = self._speech_item or kit.new_id("item")
         self._speech_item = ""
         await self._events.put(
             pb.ConverseResponse(
@@ -211,7 +201,7 @@ class EmbeddedSession(ConversationSession):
             raise CommandError("input_audio_buffer_empty", "there is no input audio to commit")
         speaking = self._listener.speaking
         turn = self._listener.stop_now()
-        item_id = self._speech_item or new_id("item")
+        item_id = self._speech_item or kit.new_id("item")
         self._speech_item = ""
         if speaking:
             await self._events.put(
@@ -241,7 +231,7 @@ class EmbeddedSession(ConversationSession):
             await self._take_turn(turn_started, by_server_vad=by_server_vad)
 
     async def _transcribe(
-        self, user: UserInput, before: UserInput | None, job: asyncio.Future[str] | None
+        self, user: kit.UserInput, before: kit.UserInput | None, job: asyncio.Future[str] | None
     ) -> None:
         """Writes down a turn (or takes the transcript started at its pause)."""
         loop = asyncio.get_running_loop()
@@ -286,7 +276,7 @@ class EmbeddedSession(ConversationSession):
 
     # -- responses -----------------------------------------------------------------------
 
-    async def _play(self, answer: Answer) -> Outcome | None:
+    async def _play(self, answer: kit.Answer) -> kit.Outcome | None:
         for user in answer.inputs:
             await user.text_final.wait()
         if answer.by_server_vad and not any(user.text.strip() for user in answer.inputs):
@@ -307,8 +297,8 @@ class EmbeddedSession(ConversationSession):
             seed=next_seed(),
         )
         stream = self._runtime.responder(self._responder).reply(request)
-        player = SpeechPlayer(
-            self._events, answer, chunk_ms=options.chunk_ms, pacing=Pacing(self._realtime)
+        player = kit.SpeechPlayer(
+            self._events, answer, chunk_ms=options.chunk_ms, pacing=kit.Pacing(self._realtime)
         )
         try:
             if answer.speaks:

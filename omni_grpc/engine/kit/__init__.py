@@ -12,6 +12,7 @@
 * :mod:`.event_queue`: :class:`EventQueue`, the bounded queue of a session's output events.
 * :mod:`.speech`: :class:`SpeechPlayer`, sentences to paced chunks on the media clock.
 * :mod:`.tts`: espeak-ng speech synthesis and the sentence splitter.
+* :mod:`.options`: reading an engine's string options.
 """
 
 from __future__ import annotations

@@ -31,40 +31,8 @@ Refusals that depend on state are ``error`` events with the command's ``client_s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from omni_grpc.core.limits import EngineFeatures
-from omni_grpc.engine.base import Engine
+from omni_grpc.engine.loopback.engine import FEATURES, LoopbackEngine
 from omni_grpc.engine.loopback.options import LoopbackOptions
 from omni_grpc.engine.loopback.session import LoopbackSession
-from omni_grpc.wire import pb
-
-FEATURES = EngineFeatures(
-    name="loopback",
-    default_model="loopback",
-    supports_server_vad=False,
-    supports_barge_in=True,
-    supports_playback_ack=True,
-)
-
-
-class LoopbackEngine(Engine):
-    """Hosts loopback sessions; ``options`` as in the package docstring."""
-
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
-        self.options = LoopbackOptions.parse(options or {})
-        self.features = FEATURES
-        self._sessions: set[LoopbackSession] = set()
-
-    async def open_session(self, session_id: str, config: pb.SessionConfig) -> LoopbackSession:
-        session = LoopbackSession(session_id, config, self.options, self._sessions.discard)
-        self._sessions.add(session)
-        return session
-
-    async def stop(self) -> None:
-        """Closes every session still open."""
-        for session in list(self._sessions):
-            await session.close()
-
 
 __all__ = ["FEATURES", "LoopbackEngine", "LoopbackOptions", "LoopbackSession"]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-_CONVERTERS: dict[str, Callable[[str], object]] = {
+from omni_grpc.engine.kit.options import Converters, check_choice, check_range, parse_options
+
+_CONVERTERS: Converters = {
     "pace": str,
     "speed": float,
     "chunk_ms": int,
@@ -28,31 +29,14 @@ class LoopbackOptions:
     mode: str = "turns"
 
     def __post_init__(self) -> None:
-        if self.mode not in ("turns", "mirror"):
-            raise ValueError(f"mode must be 'turns' or 'mirror', got {self.mode!r}")
-        if self.pace not in ("realtime", "fast"):
-            raise ValueError(f"pace must be 'realtime' or 'fast', got {self.pace!r}")
-        if not (math.isfinite(self.speed) and 0 < self.speed <= 1000):
-            raise ValueError(f"speed must be in (0, 1000], got {self.speed}")
-        if not 10 <= self.chunk_ms <= 5000:
-            raise ValueError(f"chunk_ms must be in [10, 5000], got {self.chunk_ms}")
-        if self.queue_size < 8:
-            raise ValueError(f"queue_size must be at least 8, got {self.queue_size}")
-        if not (math.isfinite(self.max_input_s) and self.max_input_s > 0):
-            raise ValueError(f"max_input_s must be positive, got {self.max_input_s}")
+        check_choice("mode", self.mode, ("turns", "mirror"))
+        check_choice("pace", self.pace, ("realtime", "fast"))
+        check_range("speed", self.speed, 0, 1000, above=True)
+        check_range("chunk_ms", self.chunk_ms, 10, 5000)
+        check_range("queue_size", self.queue_size, 8)
+        check_range("max_input_s", self.max_input_s, 0, above=True)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> LoopbackOptions:
         """Reads string options; raises ValueError naming any unknown key or bad value."""
-        unknown = sorted(set(options) - set(_CONVERTERS))
-        if unknown:
-            raise ValueError(
-                f"unknown loopback option(s) {', '.join(unknown)}; known: {', '.join(_CONVERTERS)}"
-            )
-        values = {}
-        for key, text in options.items():
-            try:
-                values[key] = _CONVERTERS[key](text)
-            except ValueError:
-                raise ValueError(f"loopback option {key}={text!r} is not a valid value") from None
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**parse_options("loopback", options, _CONVERTERS))  # type: ignore[arg-type]

@@ -12,23 +12,14 @@ from collections.abc import Callable
 
 from omni_grpc import audio
 from omni_grpc.core.errors import CommandError
-from omni_grpc.engine.kit import (
-    Answer,
-    ConversationSession,
-    Handler,
-    Outcome,
-    Pacing,
-    SpeechPlayer,
-    check_canonical_input,
-    new_id,
-)
+from omni_grpc.engine import kit
 from omni_grpc.engine.loopback.echo import echo_audio, echo_words, input_tokens
 from omni_grpc.engine.loopback.options import LoopbackOptions
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ, pcm16_ms
 
 
-class LoopbackSession(ConversationSession):
+class LoopbackSession(kit.ConversationSession):
     """One loopback conversation; see the package docstring for what it answers."""
 
     engine_name = "loopback"
@@ -43,23 +34,23 @@ class LoopbackSession(ConversationSession):
         super().__init__(session_id, config, options, on_close)
         self._options = options
         # A chunk is due once its audio would have been generated: a negative lead.
-        self._pacing = Pacing(
+        self._pacing = kit.Pacing(
             realtime=options.pace == "realtime", speed=options.speed, lead_ms=-options.chunk_ms
         )
         self._mirror: tuple[str, audio.StreamResampler] | None = None  # mode=mirror only
         self._mirror_ms = 0.0
 
-    def _command_handlers(self) -> dict[str, Handler]:
+    def _command_handlers(self) -> dict[str, kit.Handler]:
         handlers = super()._command_handlers()
         if self._options.mode == "mirror":
             handlers["append_input_audio"] = self._reflect
         return handlers
 
-    def _prepare(self, answer: Answer) -> None:
+    def _prepare(self, answer: kit.Answer) -> None:
         answer.input_tokens = input_tokens(answer.inputs)
 
-    async def _play(self, answer: Answer) -> Outcome:
-        player = SpeechPlayer(
+    async def _play(self, answer: kit.Answer) -> kit.Outcome:
+        player = kit.SpeechPlayer(
             self._events, answer, chunk_ms=self._options.chunk_ms, pacing=self._pacing
         )
         await player.say(echo_words(answer.inputs), echo_audio(answer.inputs))
@@ -68,11 +59,11 @@ class LoopbackSession(ConversationSession):
     async def _reflect(self, request: pb.ConverseRequest) -> None:
         """Mirror mode: the appended audio comes straight back as one output chunk."""
         append = request.append_input_audio
-        check_canonical_input(append)
+        kit.check_canonical_input(append)
         if len(append.audio) > self._max_input_bytes:
             raise CommandError("input_backpressure", "too much uncommitted input", retryable=True)
         if self._mirror is None:
-            response_id = new_id("resp")
+            response_id = kit.new_id("resp")
             # One resampler for the whole stream keeps chunk seams clean.
             resampler = audio.StreamResampler(CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ)
             self._mirror = response_id, resampler

@@ -45,7 +45,7 @@ class Bridge:
 
     def __init__(
         self,
-        channel: ChannelSettings,
+        service_settings: ChannelSettings,
         *,
         api_keys: tuple[str, ...],
         service_key: str,
@@ -53,18 +53,18 @@ class Bridge:
         heartbeat_s: float,
         max_audio_delta_bytes: int,
     ) -> None:
-        self.channel = channel
+        self.service_settings = service_settings
         self.api_keys = api_keys
         self.service_key = service_key  # presented to the service instead of the client's key
         self.config_timeout_s = config_timeout_s
         self.heartbeat_s = heartbeat_s
         self.max_audio_delta_bytes = max_audio_delta_bytes
         self.relays: set[Relay] = set()
-        self.service: Connection | None = None
+        self.service: Connection | None = None  # the channel, while the application runs
 
     async def connect(self, app: web.Application) -> AsyncIterator[None]:
         """The application's cleanup context: one gRPC channel for its whole life."""
-        self.service = Connection(self.channel)
+        self.service = Connection(self.service_settings)
         try:
             yield
         finally:
@@ -148,7 +148,7 @@ async def index(request: web.Request) -> web.FileResponse:
 
 
 def create_app(
-    channel: ChannelSettings,
+    service_settings: ChannelSettings,
     *,
     api_keys: tuple[str, ...] = (),
     service_key: str = "",
@@ -156,9 +156,9 @@ def create_app(
     heartbeat_s: float = 30.0,
     max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES,
 ) -> web.Application:
-    """Builds the bridge application for the service that ``channel`` reaches."""
+    """Builds the bridge application for the service that ``service_settings`` reach."""
     bridge = Bridge(
-        channel,
+        service_settings,
         api_keys=tuple(api_keys),
         service_key=service_key,
         config_timeout_s=config_timeout_s,

@@ -310,30 +310,12 @@ CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(ClientEvent)
 
 
 def _event_types() -> frozenset[str]:
-    names: set[str] = set()
-    for model in (
-        SessionUpdate,
-        InputAudioAppend,
-        InputAudioCommit,
-        InputAudioClear,
-        OutputAudioClear,
-        ResponseCreate,
-        ResponseCancel,
-        ItemCreate,
-        ItemRetrieve,
-        ItemDelete,
-        ItemTruncate,
-        SessionResume,
-        SessionEventAck,
-        SessionHeartbeat,
-        SessionClose,
-        PlaybackAck,
-        InputCancel,
-        BargeIn,
-        InputTextAppend,
-    ):
-        names.update(get_args(model.model_fields["type"].annotation))
-    return frozenset(names)
+    union = get_args(ClientEvent)[0]  # Annotated[union, discriminator]: the union
+    return frozenset(
+        name
+        for model in get_args(union)
+        for name in get_args(model.model_fields["type"].annotation)
+    )
 
 
 # Every accepted `type` value, aliases included; anything else is an unknown event.

@@ -119,19 +119,6 @@ class OverlapDecision(_Extension):
     reason: str
 
 
-_MODELS = (
-    SessionResumed,
-    SessionReplaced,
-    SessionResyncRequired,
-    SessionExpired,
-    SessionClosed,
-    SessionHeartbeatAck,
-    SessionGoingAway,
-    ResponseListen,
-    ResponseSpeak,
-    PlaybackAcknowledged,
-    OverlapDecision,
-)
 ExtensionEvent = Annotated[
     SessionResumed
     | SessionReplaced
@@ -148,7 +135,9 @@ ExtensionEvent = Annotated[
 ]
 EXTENSION_EVENT: TypeAdapter[ExtensionEvent] = TypeAdapter(ExtensionEvent)
 EXTENSION_EVENT_TYPES = frozenset(
-    name for model in _MODELS for name in get_args(model.model_fields["type"].annotation)
+    name
+    for model in get_args(get_args(ExtensionEvent)[0])  # the union inside the Annotated
+    for name in get_args(model.model_fields["type"].annotation)
 )
 
 # Fields the bridge adds to events of OpenAI's own union, by event type ("*": every type).

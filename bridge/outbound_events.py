@@ -17,7 +17,7 @@ from omni_grpc.wire import pb
 
 Event = dict[str, Any]
 
-ERROR_TYPES = {
+_ERROR_TYPES = {
     pb.ERROR_TYPE_INVALID_REQUEST: "invalid_request_error",
     pb.ERROR_TYPE_RATE_LIMIT: "rate_limit_error",
     pb.ERROR_TYPE_SERVER: "server_error",
@@ -166,7 +166,7 @@ def response_json(response: pb.Response, output: list[Event]) -> Event:
 
 def _error(e: pb.Error) -> list[Event]:
     body: Event = {
-        "type": ERROR_TYPES.get(e.type, "invalid_request_error"),
+        "type": _ERROR_TYPES.get(e.type, "invalid_request_error"),
         "code": e.code,
         "message": e.message,
         "param": e.param or None,

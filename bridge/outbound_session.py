@@ -17,7 +17,7 @@ from bridge.inbound_session import COMMIT_POLICIES, ENCODINGS, MODALITIES, OVERL
 from omni_grpc.wire import pb
 
 # The GA MIME type of each encoding: its one "audio/" spelling among those clients may send.
-FORMAT_TYPES = {value: name for name, value in ENCODINGS.items() if name.startswith("audio/")}
+_FORMAT_TYPES = {value: name for name, value in ENCODINGS.items() if name.startswith("audio/")}
 # G.711 has a fixed rate, so its format object names none.
 _FIXED_RATE = frozenset({pb.AUDIO_ENCODING_G711_ULAW, pb.AUDIO_ENCODING_G711_ALAW})
 MODALITY_NAMES = {value: name for name, value in MODALITIES.items()}
@@ -39,8 +39,8 @@ _TURN_NAMES = {
 def format_json(fmt: pb.AudioFormat) -> dict[str, Any]:
     """Renders a format as a GA format object."""
     if fmt.encoding in _FIXED_RATE:
-        return {"type": FORMAT_TYPES[fmt.encoding]}
-    return {"type": FORMAT_TYPES.get(fmt.encoding, "audio/pcm"), "rate": fmt.sample_rate_hz}
+        return {"type": _FORMAT_TYPES[fmt.encoding]}
+    return {"type": _FORMAT_TYPES.get(fmt.encoding, "audio/pcm"), "rate": fmt.sample_rate_hz}
 
 
 def _turn_detection_json(td: pb.TurnDetection) -> dict[str, Any] | None:
@@ -110,7 +110,7 @@ def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
     return {
         "protocol_version": caps.protocol_version,
         "engine": caps.engine,
-        "input_formats": [FORMAT_TYPES.get(e, "unknown") for e in caps.input_encodings],
+        "input_formats": [_FORMAT_TYPES.get(e, "unknown") for e in caps.input_encodings],
         "input_sample_rates_hz": list(caps.input_sample_rates_hz),
         "output_audio_format": format_json(caps.output_audio_format),
         "max_message_bytes": caps.max_message_bytes,

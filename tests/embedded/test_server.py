@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import re
-
 import grpc
 import numpy as np
 import soxr
@@ -18,10 +16,7 @@ from tests.server.streams import open_stream, read_until
 
 from .conftest import speech
 from .driver import retranscribe
-
-
-def words(text: str) -> str:
-    return " ".join(re.findall(r"[a-z']+", text.lower()))
+from .hearing import heard_as, words
 
 
 async def test_a_question_over_grpc_gets_a_spoken_answer(engine: EmbeddedEngine) -> None:
@@ -58,11 +53,17 @@ async def test_a_question_over_grpc_gets_a_spoken_answer(engine: EmbeddedEngine)
     heard = next(
         e.input_transcription.transcript for e in events if e.HasField("input_transcription")
     )
-    assert words(heard) == "what is the capital of france"
+    assert heard_as("what is the capital of france", heard), heard
     deltas = [e.output_audio_delta for e in events if e.HasField("output_audio_delta")]
     assert all((d.encoding, d.sample_rate_hz) == (pb.AUDIO_ENCODING_PCM16, 24000) for d in deltas)
     assert [e.seq for e in events] == sorted(e.seq for e in events)
     done = events[-1].response_done.response
     assert done.status == pb.RESPONSE_STATUS_COMPLETED
-    answer = words(retranscribe(engine, b"".join(d.audio for d in deltas)))
-    assert "you said" in answer and "capital of france" in answer, answer
+    answer = "".join(
+        e.output_audio_transcript_delta.delta
+        for e in events
+        if e.HasField("output_audio_transcript_delta")
+    )
+    assert words(answer) == words(f"you said {heard}")  # the echo of what was heard
+    heard_back = retranscribe(engine, b"".join(d.audio for d in deltas))
+    assert heard_as(answer, heard_back), heard_back

@@ -1,5 +1,9 @@
 """Engines behind the one seam of :mod:`omni_grpc.engine.base`, chosen by name.
 
+Each engine is a package of its own (``loopback``, ``embedded``, ``vllm``, ``vllm_omni``) that
+holds only what is its own; what their sessions share is in :mod:`omni_grpc.engine.kit`, and
+no engine imports another.
+
 :func:`create_engine` imports an engine's module only when that engine is asked for, so a
 server running ``loopback`` never imports a model runtime (torch, vLLM), and a missing runtime
 only matters to the engine that needs it. Every engine class takes its options as one

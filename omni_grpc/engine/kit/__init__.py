@@ -2,10 +2,11 @@
 
 * :mod:`.worker`: :class:`WorkerSession`, the mailbox, the worker that applies commands in
   order through a dispatch table, and ``submit`` / ``events`` / ``close``.
+* :mod:`.responses`: :class:`ResponseSession`, the response lifecycle (start, cancel, take
+  back, finish, barge-in, clear output, the done event) and the history it writes.
 * :mod:`.conversation`: :class:`ConversationSession`, a handler for every engine command:
-  the plain input buffer, the response lifecycle (start, cancel, take back, finish, barge-in,
-  clear output, the done event) and conversation items (create, retrieve, delete, truncate,
-  playback ack). An engine subclasses it and writes ``_play``.
+  the plain input buffer and conversation items (create, retrieve, delete, truncate,
+  playback ack), on top of the lifecycle. An engine subclasses it and writes ``_play``.
 * :mod:`.answers`: :class:`Answer`, one response in flight and the ledger of its output; the
   user input it answers; its output item and done event.
 * :mod:`.history`: the bounded, ordered conversation items.
@@ -25,6 +26,7 @@ from omni_grpc.engine.kit.conversation import (
 )
 from omni_grpc.engine.kit.event_queue import EventQueue
 from omni_grpc.engine.kit.history import History, item_text, user_item
+from omni_grpc.engine.kit.responses import ResponseSession
 from omni_grpc.engine.kit.speech import LEAD_MS, Pacing, SpeechPlayer
 from omni_grpc.engine.kit.worker import Handler, WorkerSession
 
@@ -38,6 +40,7 @@ __all__ = [
     "Modalities",
     "Outcome",
     "Pacing",
+    "ResponseSession",
     "SessionOptions",
     "SpeechPlayer",
     "UserInput",

@@ -1,0 +1,243 @@
+"""The response session: the lifecycle of responses, one at a time, and the commands about them.
+
+A committed turn or ``create_response`` makes an :class:`~.answers.Answer` of the pending user
+input and starts a player task for it (the engine's :meth:`ResponseSession._play`). Only one
+response runs at a time. A cancel (``cancel_response``, ``barge_in``, ``clear_output_audio``,
+``cancel_input``, or a new turn, which cancels with reason ``turn_detected``) stops the player
+and waits for it, takes back the output the reader has not taken, and only then queues
+``response_done``: nothing of a response follows its end. The answer is marked done,
+synchronously, right before its done event is queued, so a cancel that comes later finds
+nothing to cancel instead of ending a response twice. A response that was never announced (it
+was waiting for the words it answers) ends silently, and its input waits again. A turn that
+server VAD detects while a response runs under ``listen_only`` (or without
+``interrupt_response``) waits instead, and is answered when that response ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import ClassVar, Self
+
+from omni_grpc.core.errors import CommandError
+from omni_grpc.engine.kit.answers import (
+    Answer,
+    Modalities,
+    Outcome,
+    UserInput,
+    done_event,
+    new_id,
+    output_item,
+)
+from omni_grpc.engine.kit.history import History, item_text
+from omni_grpc.engine.kit.worker import WorkerSession
+from omni_grpc.wire import pb
+
+ITEMS_KEPT = 64  # conversation items that retrieve, delete, truncate and a model can reach
+ANSWERS_KEPT = 16  # responses that ack_playback and clear_output_audio can name
+
+
+class ResponseSession(WorkerSession):
+    """Responses and the history they write; see the module docstring."""
+
+    # Whether response_created goes out when a response starts; an engine that first waits
+    # for something (transcripts) announces from its player with _announce_response.
+    announce_at_start: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        session_id: str,
+        config: pb.SessionConfig,
+        *,
+        queue_size: int,
+        on_close: Callable[[Self], None],
+    ) -> None:
+        super().__init__(session_id, config, queue_size=queue_size, on_close=on_close)
+        self._pending: list[UserInput] = []  # committed, not answered yet
+        self._history = History(ITEMS_KEPT)
+        self._answers: dict[str, Answer] = {}  # insertion-ordered, newest last
+        self._active: Answer | None = None
+        self._deferred = False  # a detected turn waits for the active response (listen_only)
+
+    async def _play(self, answer: Answer) -> Outcome | None:
+        """Produces the output of ``answer``; returns how it ended, or None if it became a
+        listen (nothing was announced, and nothing ends). Runs as the player task."""
+        raise NotImplementedError
+
+    async def _on_create_response(self, request: pb.ConverseRequest) -> None:
+        if self._active is not None:
+            raise CommandError(
+                "response_already_active", f"response {self._active.id} is still running"
+            )
+        if not self._pending:
+            raise CommandError(
+                "response_create_without_input", "nothing was committed since the last response"
+            )
+        create = request.create_response
+        await self._start_response(
+            time.monotonic(),
+            tuple(create.output_modalities) or self._modalities(),
+            create.instructions if create.HasField("instructions") else None,
+        )
+
+    async def _take_turn(self, turn_started: float, *, by_server_vad: bool = False) -> None:
+        """Answers a turn that asks for it: a running response gives way (the user took the
+        turn), except that a detected turn waits for it under listen_only."""
+        if self._active is not None:
+            config = self.config
+            if by_server_vad and (
+                config.overlap_policy == pb.OVERLAP_POLICY_LISTEN_ONLY
+                or not config.turn_detection.interrupt_response
+            ):
+                self._deferred = True
+                return
+            await self._cancel(self._active, "turn_detected")
+        await self._start_response(turn_started, self._modalities(), by_server_vad=by_server_vad)
+
+    async def _start_response(
+        self,
+        turn_started: float,
+        modalities: Modalities,
+        instructions: str | None = None,
+        *,
+        by_server_vad: bool = False,
+    ) -> None:
+        """Makes the pending input an answer and starts its player."""
+        player = self._player
+        if player is not None and player is not asyncio.current_task():
+            await asyncio.wait([player])  # the last answer may still be queueing its done event
+        inputs, self._pending = self._pending, []
+        answer = Answer(
+            id=new_id("resp"),
+            item_id=new_id("item"),
+            turn_started=turn_started,
+            modalities=modalities,
+            inputs=inputs,
+            instructions=self._default_instructions() if instructions is None else instructions,
+            voice=self.config.voice,
+            by_server_vad=by_server_vad,
+        )
+        self._prepare(answer)
+        self._active = answer
+        self._answers[answer.id] = answer
+        while len(self._answers) > ANSWERS_KEPT:
+            del self._answers[next(iter(self._answers))]
+        if self.announce_at_start:
+            await self._announce_response(answer)
+        self._player = asyncio.create_task(
+            self._perform(answer), name=f"{self.engine_name}-{answer.id}"
+        )
+
+    def _default_instructions(self) -> str:
+        """The instructions of a response that names none."""
+        return self.config.instructions
+
+    def _prepare(self, answer: Answer) -> None:
+        """Adds what the engine knows to a new answer, before it is announced."""
+
+    async def _announce_response(self, answer: Answer) -> None:
+        created = pb.Response(
+            id=answer.id, status=pb.RESPONSE_STATUS_IN_PROGRESS, output_modalities=answer.modalities
+        )
+        await self._events.put(
+            pb.ConverseResponse(
+                response_created=pb.ResponseCreated(response=created, item_id=answer.item_id)
+            )
+        )
+        answer.announced = True
+
+    async def _perform(self, answer: Answer) -> None:
+        outcome = await self._play(answer)
+        if outcome is None:
+            self._drop(answer)
+        else:
+            await self._events.put(self._finish(answer, outcome))
+        await self._start_deferred()
+
+    async def _start_deferred(self) -> None:
+        if self._deferred and self._active is None and self._pending:
+            self._deferred = False
+            await self._start_response(time.monotonic(), self._modalities(), by_server_vad=True)
+
+    async def _cancel(
+        self, answer: Answer, reason: str, first: pb.ConverseResponse | None = None
+    ) -> None:
+        """Ends ``answer`` as cancelled, after ``first`` if given; see the module docstring."""
+        if self._player is not None and not self._player.done():
+            self._player.cancel()
+            await asyncio.wait([self._player])
+        # Output the reader has not taken never reaches the client.
+        answer.take_back(self._events.take_back(answer.id))
+        if first is not None:
+            await self._events.put(first)
+        if not answer.announced:  # it never started: nothing to end, its turns wait again
+            self._pending = answer.inputs + self._pending
+            self._drop(answer)
+            return
+        await self._events.put(self._finish(answer, (pb.RESPONSE_STATUS_CANCELLED, reason)))
+
+    def _drop(self, answer: Answer) -> None:
+        """Ends an answer that was never announced, silently."""
+        if self._active is answer:
+            self._active = None
+        answer.done = True
+
+    def _finish(self, answer: Answer, outcome: Outcome) -> pb.ConverseResponse:
+        """Ends ``answer``: its item enters history; returns its done event, to be queued
+        right away."""
+        self._drop(answer)
+        item = output_item(answer, outcome[0])
+        self._history.add(item)
+        return done_event(answer, item, outcome, time.monotonic())
+
+    def _require_active(self, response_id: str) -> Answer:
+        if self._active is None:
+            raise CommandError("response_not_active", "no response is running")
+        if response_id and response_id != self._active.id:
+            raise CommandError(
+                "response_not_active", f"response {response_id} is not running", param="response_id"
+            )
+        return self._active
+
+    async def _on_cancel_response(self, request: pb.ConverseRequest) -> None:
+        answer = self._require_active(request.cancel_response.response_id)
+        await self._cancel(answer, "client_cancelled")
+        await self._start_deferred()
+
+    async def _on_barge_in(self, request: pb.ConverseRequest) -> None:
+        await self._cancel(self._require_active(""), "barge_in")
+
+    async def _on_clear_output_audio(self, request: pb.ConverseRequest) -> None:
+        named = request.clear_output_audio.response_id
+        finished = self._answers.get(named)
+        cleared = pb.ConverseResponse(output_audio_cleared=pb.OutputAudioCleared(response_id=named))
+        if finished is not None and finished.done:  # nothing runs here; the client's copy stops
+            await self._events.put(cleared)
+            return
+        answer = self._require_active(named)
+        cleared.output_audio_cleared.response_id = answer.id
+        await self._cancel(answer, "output_audio_cleared", first=cleared)
+        await self._start_deferred()
+
+    def _modalities(self) -> Modalities:
+        return tuple(self.config.output_modalities) or (pb.MODALITY_AUDIO,)
+
+    def _ack_only(self) -> bool:
+        return self.config.playback_commit_policy == pb.PLAYBACK_COMMIT_POLICY_ACK_ONLY
+
+    def _heard(self) -> list[tuple[pb.ConversationItem, str]]:
+        """Each item of history with its words as a model should read them, oldest first.
+
+        Under ``ack_only`` an assistant answer counts only as far as the client played it.
+        """
+        by_item = {answer.item_id: answer for answer in self._answers.values()}
+        heard = []
+        for item_id in self._history.ids():
+            item = self._history.get(item_id)
+            text = item_text(item)
+            answer = by_item.get(item_id) if item.role == pb.ITEM_ROLE_ASSISTANT else None
+            if self._ack_only() and answer is not None and answer.speaks:
+                text = answer.text_at(answer.played_ms).strip()
+            heard.append((item, text))
+        return heard

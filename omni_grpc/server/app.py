@@ -1,19 +1,19 @@
-"""Building, running and draining the service.
+"""Building, starting and stopping the gRPC service of one process.
 
-:func:`start_server` wires everything for one process: the engine, the session registry, the
-Converse servicer, health and reflection, optional API keys and TLS, the expiry timer and (when
-asked and available) the websocket bridge. :func:`serve` runs it until SIGTERM or SIGINT and
-then drains: every attached session is told ``going_away`` with the time left, new sessions are
-refused, and the server stops once sessions have moved or the grace period is over.
+:func:`start_server` wires the engine, the sessions (registry, hosts, expiry timer, all on one
+injected clock), the Converse servicer, health and reflection, optional API keys and TLS.
+:meth:`RunningServer.drain` is the graceful part of a stop: health says NOT_SERVING, new
+sessions are refused, every attached session is told ``going_away`` with the time left, and the
+drain ends once they have moved or the grace is over. Signals and the websocket bridge next to
+the service are the launcher's business (``omni-grpc serve`` in :mod:`omni_grpc.cli`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,17 +22,15 @@ from grpc_health.v1 import _async as health_aio  # the aio servicer; health.aio 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from omni_grpc.core import Registry, State
+from omni_grpc.core import Registry
 from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import Engine
 from omni_grpc.server.auth import ApiKeyInterceptor
 from omni_grpc.server.servicer import SERVICE, DuplexServicer
+from omni_grpc.server.sessions import Sessions
 from omni_grpc.server.settings import ServerSettings
-from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
-
-MAX_TIMER_SLEEP_S = 0.5  # the expiry timer also wakes this often, so new deadlines are seen
 
 
 def grpc_options(settings: ServerSettings) -> list[tuple[str, Any]]:
@@ -54,41 +52,28 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, Any]]:
 
 @dataclass
 class RunningServer:
-    """A started service; ``stop`` drains and ends it."""
+    """A started service; ``drain`` moves its sessions away, ``stop`` ends it."""
 
     settings: ServerSettings
     server: grpc.aio.Server
-    servicer: DuplexServicer
+    sessions: Sessions
     engine: Engine
     health: health_aio.HealthServicer
     grpc_port: int
-    http_port: int | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    _bridge: Any = None
 
     @property
     def registry(self) -> Registry:
-        return self.servicer.registry
+        return self.sessions.registry
 
     @property
     def target(self) -> str:
         return f"{self.settings.host}:{self.grpc_port}"
 
     async def drain(self, grace_s: float) -> None:
-        """Tells every attached session to go, and waits (≤ grace) for them to detach."""
-        self.registry.accepting = False
+        """Says NOT_SERVING and gives attached sessions up to ``grace_s`` to move away."""
         await self.health.enter_graceful_shutdown()
-        for host in list(self.servicer.hosts.values()):
-            host.deliver(host.session.going_away(grace_s, "shutdown"))
-        deadline = time.monotonic() + grace_s
-        released = self.servicer.stream_released
-        while any(host.session.state is State.ATTACHED for host in self.servicer.hosts.values()):
-            released.clear()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(released.wait(), remaining)
+        await self.sessions.drain(grace_s)
 
     async def stop(self, grace_s: float = 0.0) -> None:
         """Drains for up to ``grace_s``, then stops everything."""
@@ -96,26 +81,9 @@ class RunningServer:
             await self.drain(grace_s)
         for task in self._tasks:
             task.cancel()
-        if self._bridge is not None:
-            await self._bridge.cleanup()
         await self.server.stop(0)
-        for host in list(self.servicer.hosts.values()):
-            await host.abandon()
+        await self.sessions.abandon()
         await self.engine.stop()
-
-
-async def _expiry_timer(servicer: DuplexServicer) -> None:
-    registry = servicer.registry
-    while True:
-        now = time.monotonic()
-        for session, effects in registry.tick(now):
-            host = servicer.hosts.get(session.id)
-            if host is not None:
-                host.deliver(effects)
-            logger.info("session %s expired", session.id)
-        deadline = registry.next_deadline()
-        delay = MAX_TIMER_SLEEP_S if deadline is None else deadline - time.monotonic()
-        await asyncio.sleep(min(max(delay, 0.005), MAX_TIMER_SLEEP_S))
 
 
 def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
@@ -127,19 +95,24 @@ def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
         return grpc.ssl_server_credentials([(key.read(), cert.read())])
 
 
-async def start_server(settings: ServerSettings) -> RunningServer:
-    """Starts the gRPC service (and the bridge when ``http_port`` is set); returns at once."""
+async def start_server(
+    settings: ServerSettings, *, clock: Callable[[], float] = time.monotonic
+) -> RunningServer:
+    """Starts the gRPC service and its expiry timer; returns at once.
+
+    ``clock`` is the one clock every session deadline is measured on (tests pass a fake one
+    and move it instead of sleeping).
+    """
     engine = create_engine(settings.engine, dict(settings.engine_options))
     await engine.start()
-    registry = Registry(settings.limits, engine.features)
-    servicer = DuplexServicer(registry, engine)
+    sessions = Sessions(Registry(settings.limits, engine.features), engine, clock)
     interceptors = [ApiKeyInterceptor(settings.api_keys)] if settings.api_keys else []
     server = grpc.aio.server(
         interceptors=interceptors,
         options=grpc_options(settings),
         maximum_concurrent_rpcs=settings.max_concurrent_streams,
     )
-    server.add_generic_rpc_handlers((servicer.handler(),))
+    server.add_generic_rpc_handlers((DuplexServicer(sessions).handler(),))
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -158,55 +131,14 @@ async def start_server(settings: ServerSettings) -> RunningServer:
     running = RunningServer(
         settings=settings,
         server=server,
-        servicer=servicer,
+        sessions=sessions,
         engine=engine,
         health=health_servicer,
         grpc_port=port,
     )
-    running._tasks.append(asyncio.create_task(_expiry_timer(servicer)))
-    if settings.http_port is not None:
-        await _start_bridge(running)
+    running._tasks.append(asyncio.create_task(sessions.keep_expiring()))
     logger.info("gRPC listening on %s:%d (engine %s)", settings.host, port, settings.engine)
     return running
 
 
-async def _start_bridge(running: RunningServer) -> None:
-    try:
-        from bridge.app import start_bridge
-    except ImportError:
-        logger.warning("the websocket bridge is not available in this build; gRPC only")
-        return
-    settings = running.settings
-    running._bridge, running.http_port = await start_bridge(
-        grpc_target=f"127.0.0.1:{running.grpc_port}",
-        host=settings.host,
-        port=settings.http_port or 0,
-        api_keys=settings.api_keys,
-        tls_cert_file=settings.tls_cert_file,
-        tls_key_file=settings.tls_key_file,
-    )
-    logger.info("websocket bridge on %s:%s", settings.host, running.http_port)
-
-
-async def serve(settings: ServerSettings) -> None:
-    """Runs the service until SIGTERM/SIGINT, then drains for ``shutdown_grace_s``."""
-    running = await start_server(settings)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    print(
-        f"omni-grpc serving gRPC on {running.target}"
-        + (
-            f", websocket bridge on http://{settings.host}:{running.http_port}/"
-            if running.http_port
-            else ""
-        ),
-        flush=True,
-    )
-    await stop.wait()
-    logger.info("shutting down: draining for up to %.1f s", settings.shutdown_grace_s)
-    await running.stop(settings.shutdown_grace_s)
-
-
-__all__ = ["RunningServer", "pb", "serve", "start_server"]
+__all__ = ["RunningServer", "grpc_options", "start_server"]

@@ -2,8 +2,9 @@
 
 A :class:`SessionHost` is the only thing that calls into a core :class:`Session`, always from
 the event loop thread, so the core needs no locks. It carries out the core's effects: payloads
-go to the bounded outbox of the stream they are for, engine commands go to the engine in order
-from the stream's reader, and an engine pump feeds engine output back into the core. Input audio
+go to the bounded send queue of the stream they are for, engine commands go to the engine in
+order from the stream's reader, and an engine pump feeds engine output back into the core. It
+reads the server's one clock (see :mod:`omni_grpc.server.sessions`). Input audio
 is turned into the engine's canonical form on the way in, and output audio into the session's
 format on the way out, so neither the core nor the engines ever see another format.
 """
@@ -13,48 +14,51 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 
 from omni_grpc.core import Effects, Session
+from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.base import EngineSession
 from omni_grpc.server.edge import AudioEdge
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT, CANONICAL_OUTPUT
 
 logger = logging.getLogger(__name__)
 
-OUTBOX_DEPTH = 2048  # events waiting for one stream's writer; beyond it the stream is dropped
+SEND_QUEUE_DEPTH = 2048  # events waiting for one stream's writer; beyond it the stream is cut
 
 
-class Outbox:
-    """The bounded queue of payloads for one attached stream, drained by its writer task.
+class SendQueue:
+    """The bounded queue of serialized events for one attached stream, drained by its writer.
 
-    Items are serialized ConverseResponse bytes, or ``("end", reason)`` when the stream must
-    finish after what is queued.
+    It never blocks the session: when the stream's reader falls :data:`SEND_QUEUE_DEPTH` events
+    behind, ``put`` refuses and the host cuts that stream (the journal keeps the events for a
+    resume). ``end`` finishes the stream after what is already queued.
     """
 
     def __init__(self, generation: int) -> None:
         self.generation = generation
-        self.queue: asyncio.Queue[object] = asyncio.Queue(OUTBOX_DEPTH + 2)
+        # Two places past the depth: room for the end marker after a refused put.
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_DEPTH + 2)
         self.end_reason: str | None = None
-        self.overflowed = False
 
-    def put(self, item: object) -> bool:
-        """Queues an item; False when the stream's reader has fallen too far behind."""
+    def put(self, payload: bytes) -> bool:
+        """Queues one event; False when the stream's reader has fallen too far behind."""
         if self.end_reason is not None:
             return True  # the stream is finishing; nothing more goes on it
-        if self.queue.qsize() >= OUTBOX_DEPTH:
-            self.overflowed = True
+        if self._queue.qsize() >= SEND_QUEUE_DEPTH:
             return False
-        self.queue.put_nowait(item)
+        self._queue.put_nowait(payload)
         return True
 
     def end(self, reason: str) -> None:
         """Finishes the stream after what is queued (the terminal event included)."""
         if self.end_reason is None:
             self.end_reason = reason
-            self.queue.put_nowait(("end", reason))
+            self._queue.put_nowait(None)
+
+    async def next(self) -> bytes | None:
+        """The next event to write, or None once the stream must finish."""
+        return await self._queue.get()
 
 
 class SessionHost:
@@ -65,45 +69,45 @@ class SessionHost:
         session: Session,
         engine: EngineSession,
         on_ended: Callable[[Session], None],
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float],
     ) -> None:
         self.session = session
         self.engine = engine
         self._on_ended = on_ended
         self._clock = clock
-        self._outboxes: dict[int, Outbox] = {}
+        self._queues: dict[int, SendQueue] = {}
         self._edge = AudioEdge(session.config)
         self._tasks = [asyncio.create_task(self._pump_loop())]
         self.ended = False
 
     # -- streams ---------------------------------------------------------------------------
 
-    def attach(self, generation: int) -> Outbox:
-        """Registers the outbox of a stream that now owns (or resumes) the session."""
-        outbox = Outbox(generation)
-        self._outboxes[generation] = outbox
-        return outbox
+    def attach(self, generation: int) -> SendQueue:
+        """Registers the send queue of a stream that now owns (or resumes) the session."""
+        queue = SendQueue(generation)
+        self._queues[generation] = queue
+        return queue
 
-    def release(self, outbox: Outbox) -> None:
-        """The stream of ``outbox`` is gone: detach it if it still owned the session.
+    def release(self, queue: SendQueue) -> None:
+        """The stream of ``queue`` is gone: detach it if it still owned the session.
 
         A resumed stream that goes before its client said anything rolls the token rotation
         back in the core (the client may never have seen the new token).
         """
-        if self._outboxes.get(outbox.generation) is outbox:
-            del self._outboxes[outbox.generation]
-        if self.session.detach(outbox.generation, self._clock()):
-            logger.info("session %s detached (generation %d)", self.session.id, outbox.generation)
-
-    def now(self) -> float:
-        """The clock the host feeds the core."""
-        return self._clock()
+        if self._queues.get(queue.generation) is queue:
+            del self._queues[queue.generation]
+        if self.session.detach(queue.generation, self._clock()):
+            logger.info("session %s detached (generation %d)", self.session.id, queue.generation)
 
     # -- core calls ------------------------------------------------------------------------
 
     async def receive(self, generation: int, request: pb.ConverseRequest) -> None:
         """Feeds one command into the core and carries out what it says."""
         await self.apply(self.session.receive(generation, request, self._clock()))
+
+    def refuse(self, generation: int, error: CommandError) -> None:
+        """Answers a message that is not a command at all with a typed error."""
+        self.deliver(self.session.refuse(generation, error, self._clock()))
 
     async def apply(self, effects: Effects) -> None:
         """Carries out effects: sends first, then engine commands (awaiting queue room)."""
@@ -116,18 +120,18 @@ class SessionHost:
     def deliver(self, effects: Effects) -> None:
         """Carries out the synchronous part of effects: sends, stream ends, the ending."""
         for generation, payload in effects.sends:
-            outbox = self._outboxes.get(generation)
-            if outbox is not None and not outbox.put(payload):
+            queue = self._queues.get(generation)
+            if queue is not None and not queue.put(payload):
                 # A stream that does not read is cut; the journal keeps its events for a resume.
                 logger.warning(
                     "session %s: stream %d too slow, dropping it", self.session.id, generation
                 )
-                outbox.end("slow_consumer")
+                queue.end("slow_consumer")
                 self.session.detach(generation, self._clock())
         for generation, reason in effects.end_streams:
-            outbox = self._outboxes.get(generation)
-            if outbox is not None:
-                outbox.end(reason)
+            queue = self._queues.get(generation)
+            if queue is not None:
+                queue.end(reason)
         if self.session.config is not self._edge.config:
             self._edge.config = self.session.config  # an update_session changed the formats
         if effects.ended and not self.ended:
@@ -203,4 +207,4 @@ class SessionHost:
         logger.info("session %s ended (%s)", self.session.id, self.session.state.name)
 
 
-__all__ = ["CANONICAL_INPUT", "CANONICAL_OUTPUT", "Outbox", "SessionHost"]
+__all__ = ["SendQueue", "SessionHost"]

@@ -1,4 +1,4 @@
-"""Everything a server is started with, in one frozen object the CLI fills in."""
+"""Everything a gRPC server is started with, in one frozen object the CLI fills in."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from omni_grpc.core.limits import Limits
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerSettings:
-    """How to run the service: addresses, engine, security and limits."""
+    """How to run the service: address, engine, security and limits."""
 
     host: str = "127.0.0.1"
     grpc_port: int = 50051  # 0 picks a free port (tests)
-    http_port: int | None = 8080  # the websocket bridge; None runs gRPC alone
-    engine: str = "loopback"
+    # The embedded CPU speech loop, as the README promises; tests name their engine.
+    engine: str = "embedded"
     # Engine-specific options, e.g. {"pace": "realtime"} for loopback.
     engine_options: dict[str, str] = field(default_factory=dict)
     # Bearer keys; empty means no authentication (local use).

@@ -1,4 +1,9 @@
-"""The bridge benchmark runs end to end in its quick mode and prints its table."""
+"""Both transport benchmarks run end to end in their quick mode and print their tables.
+
+``omni-grpc bench`` (the gRPC service against a raw grpc.aio echo, from the package) and
+``scripts/bench_bridge.py`` (the websocket bridge against a raw websocket echo) share the
+benchmark kit, so their progress lines and tables have the same shape.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +14,19 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_bridge.py"
+REPO = Path(__file__).resolve().parents[2]
 NUMBER = r"\d+\.\d+"
 
 
-@pytest.mark.slow
-def test_quick_run_measures_every_path_and_prints_the_table() -> None:
+def _quick_run(command: list[str], kinds: tuple[str, ...]) -> list[str]:
+    """Runs a quick benchmark; checks what every run must show; returns its table rows."""
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick"], capture_output=True, text=True, timeout=60
+        [*command, "--quick"], cwd=REPO, capture_output=True, text=True, timeout=90
     )
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
     # One session on each path got every chunk back, answered in order.
-    for kind in ("raw", "grpc", "bridge"):
+    for kind in kinds:
         match = re.search(
             rf"^  {kind} *: p50 +{NUMBER} ms +p99 +{NUMBER} ms +got (\d+)/(\d+)$", out, re.M
         )
@@ -30,14 +35,14 @@ def test_quick_run_measures_every_path_and_prints_the_table() -> None:
     # Every capacity step was measured, without refused or lost chunks at four sessions.
     steps = re.findall(r"^  (\w+) +(\d+) ms x +4: .* got (\d+)/(\d+) .*$", out, re.M)
     assert {(kind, chunk) for kind, chunk, _, _ in steps} == {
-        (kind, chunk) for kind in ("raw", "grpc", "bridge") for chunk in ("20", "100")
+        (kind, chunk) for kind in kinds for chunk in ("20", "100")
     }
     assert all(got == sent for _, _, got, sent in steps), out
     assert "errors" not in out
-    # The table: capacity rows for both chunk sizes (a quick run's one step at four sessions
-    # may miss the p99 bound on a busy machine, so no capacity is asserted), CPU, latency.
+    assert re.search(rf"^load average .*: {NUMBER} ", out, re.M)
     table = [line for line in out.splitlines() if line.startswith("|")]
-    assert table[0].startswith("| measure | raw ws echo | ours, gRPC | ours, bridge |")
+    # The capacity rows for both chunk sizes (a quick run's one step at four sessions may
+    # miss the p99 bound on a busy machine, so no capacity is asserted) and the CPU rows.
     for chunk in (20, 100):
         assert any(
             re.match(
@@ -46,11 +51,31 @@ def test_quick_run_measures_every_path_and_prints_the_table() -> None:
             for row in table
         ), table
         cpu = next(r for r in table if r.startswith(f"| server CPU per chunk, {chunk} ms"))
-        assert len(re.findall(r"\d+ us \(\d+\)", cpu)) == 3, cpu
+        assert len(re.findall(r"\d+ us \(\d+\)", cpu)) == len(kinds), cpu
+    return table
+
+
+@pytest.mark.slow
+def test_grpc_benchmark_runs_from_the_package() -> None:
+    table = _quick_run([sys.executable, "-m", "omni_grpc.cli", "bench"], ("echo", "ours"))
+    assert table[0].startswith("| measure | raw echo | ours |")
+    for name in ("p50", "p99"):
+        row = next(r for r in table if r.startswith(f"| chunk round trip {name}, 1 session"))
+        assert len(re.findall(rf"{NUMBER} ms", row)) == 3, row
+    resume = next(r for r in table if r.startswith("| resume: new stream to first replayed"))
+    assert re.search(rf"\| {NUMBER} ms \|", resume), resume
+    memory = next(r for r in table if r.startswith("| server memory per idle session"))
+    assert re.search(rf"\| -?{NUMBER} KiB \|", memory), memory
+
+
+@pytest.mark.slow
+def test_bridge_benchmark_measures_every_path() -> None:
+    script = str(REPO / "scripts" / "bench_bridge.py")
+    table = _quick_run([sys.executable, script], ("raw", "grpc", "bridge"))
+    assert table[0].startswith("| measure | raw ws echo | ours, gRPC | ours, bridge |")
     for name in ("p50", "p99"):
         row = next(r for r in table if r.startswith(f"| chunk round trip {name}, 1 session"))
         assert len(re.findall(rf"{NUMBER} ms", row)) == 4, row
         assert any(
             r.startswith(f"| added by the bridge hop (bridge - gRPC), {name}") for r in table
         )
-    assert re.search(rf"^load average .*: {NUMBER} ", out, re.M)

@@ -48,7 +48,6 @@ def service_settings(**overrides: Any) -> ServerSettings:
     """A loopback service on a free port, without its own bridge (the tests start theirs)."""
     base = ServerSettings(
         grpc_port=0,
-        http_port=None,
         engine="loopback",
         engine_options=FAST,
         limits=Limits(disconnect_grace_s=5.0),

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from bridge_testkit import check_server_event, running_bridge, service_settings, speech_pcm24
 
-from omni_grpc.server.app import RunningServer, start_server
+from omni_grpc.server.app import RunningServer
+from tests.serving import serving
 
 
 @pytest.fixture
@@ -20,9 +21,8 @@ def check_event() -> Callable[[dict[str, Any]], None]:
 @pytest.fixture
 async def service() -> AsyncIterator[RunningServer]:
     """A loopback service at fast pace on a free port."""
-    running = await start_server(service_settings())
-    yield running
-    await running.stop()
+    async with serving(service_settings()) as running:
+        yield running
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ from openai import AsyncOpenAI
 from openai.types.realtime import ResponseAudioDeltaEvent, ResponseDoneEvent, SessionCreatedEvent
 
 from omni_grpc import audio
-from omni_grpc.server.app import start_server
+from omni_grpc.cli.config import ServeSettings
+from omni_grpc.cli.launch import start_service
 from omni_grpc.wire import pb
 
 
@@ -107,8 +108,8 @@ async def test_sdk_session_update_append_commit_response(bridge_port: int, speec
 
 
 async def test_sdk_through_the_bridge_the_service_starts_itself() -> None:
-    """``start_server`` with an HTTP port runs this bridge next to gRPC; the SDK reaches it."""
-    running = await start_server(service_settings(http_port=0))
+    """``omni-grpc serve`` runs this bridge next to gRPC (``start_service``); the SDK reaches it."""
+    running = await start_service(ServeSettings(server=service_settings(), http_port=0))
     try:
         assert running.http_port
         client = AsyncOpenAI(api_key="k", base_url=f"http://127.0.0.1:{running.http_port}/v1")

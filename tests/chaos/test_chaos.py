@@ -38,10 +38,11 @@ from omni_grpc.core import Limits
 from omni_grpc.core.journal import Journal
 from omni_grpc.core.registry import Registry
 from omni_grpc.engine.loopback.session import LoopbackSession
-from omni_grpc.server.app import RunningServer, start_server
+from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
-from tests.client.conftest import CONFIG, settings, tone
+from tests.client.conftest import CONFIG, tone
 from tests.client.proxy import ChaosProxy
+from tests.serving import serving, settings
 
 SESSIONS = 24
 TAKEOVERS = 4
@@ -93,10 +94,11 @@ async def chaos(
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[tuple[Truth, RunningServer, ChaosProxy]]:
     truth = Truth(monkeypatch)
-    running = await start_server(settings(limits=Limits(disconnect_grace_s=30.0)))
-    async with ChaosProxy("127.0.0.1", running.grpc_port, seed=7) as proxy:
+    async with (
+        serving(settings(limits=Limits(disconnect_grace_s=30.0))) as running,
+        ChaosProxy("127.0.0.1", running.grpc_port, seed=7) as proxy,
+    ):
         yield truth, running, proxy
-    await running.stop()
 
 
 class Talker:

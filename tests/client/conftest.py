@@ -1,9 +1,8 @@
-"""A real server (loopback engine, port 0) and a chaos proxy in front of it, for client tests."""
+"""A real server (tests/serving.py) and a chaos proxy in front of it, for client tests."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 from collections.abc import AsyncIterator, Callable
 
@@ -11,11 +10,11 @@ import numpy as np
 import pytest
 
 from omni_grpc.client import ClientOptions, DuplexClient, ReconnectPolicy
-from omni_grpc.core import Limits
-from omni_grpc.server.app import RunningServer, start_server
-from omni_grpc.server.settings import ServerSettings
+from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
 from tests.client.proxy import ChaosProxy
+from tests.serving import serving
+from tests.serving import settings as settings  # the client tests start servers with it
 
 RATE_HZ = 16000
 EVENT_TIMEOUT_S = 10.0
@@ -31,18 +30,6 @@ OPTIONS = ClientOptions(
     ),
     seed=1234,
 )
-
-
-def settings(**overrides: object) -> ServerSettings:
-    """Test settings: port 0, no bridge, fast loopback."""
-    base = ServerSettings(
-        grpc_port=0,
-        http_port=None,
-        engine="loopback",
-        engine_options={"pace": "fast"},
-        limits=Limits(disconnect_grace_s=5.0),
-    )
-    return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
 
 
 def tone(ms: int, *, rate_hz: int = RATE_HZ, freq_hz: float = 440.0) -> bytes:
@@ -93,9 +80,8 @@ def journal_length(server: RunningServer, session_id: str) -> int:
 
 @pytest.fixture
 async def server() -> AsyncIterator[RunningServer]:
-    running = await start_server(settings())
-    yield running
-    await running.stop()
+    async with serving() as running:
+        yield running
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
-"""The omni-grpc command line: settings precedence for serve, and serve + talk end to end."""
+"""The omni-grpc command line: settings of serve and bridge, and real serve, talk, bridge and
+bench processes end to end."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import shutil
@@ -12,11 +14,19 @@ import sys
 import wave
 from pathlib import Path
 
+import aiohttp
 import numpy as np
 import pytest
 
-from omni_grpc.cli import ConfigError, build_parser, main, resolve_serve_settings
+from omni_grpc.cli import (
+    ConfigError,
+    build_parser,
+    main,
+    resolve_bridge_settings,
+    resolve_serve_settings,
+)
 from omni_grpc.client.wavio import read_audio
+from tests.serving import serving, settings
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "omni_grpc.cli"]
@@ -24,6 +34,10 @@ CLI = [sys.executable, "-m", "omni_grpc.cli"]
 
 def serve_args(*flags: str) -> argparse.Namespace:
     return build_parser().parse_args(["serve", *flags])
+
+
+def bridge_args(*flags: str) -> argparse.Namespace:
+    return build_parser().parse_args(["bridge", "--grpc-target", "10.0.0.1:50051", *flags])
 
 
 def test_serve_settings_layer_file_then_env_then_flags(tmp_path: Path) -> None:
@@ -40,27 +54,64 @@ def test_serve_settings_layer_file_then_env_then_flags(tmp_path: Path) -> None:
         "OMNI_GRPC_API_KEYS": "env-a, env-b",
         "OMNI_GRPC_ENGINE_OPTIONS": "speed=2",
     }
-    settings, level = resolve_serve_settings(
+    resolved = resolve_serve_settings(
         serve_args("--grpc-port", "6002", "--engine-option", "chunk_ms=20", "--log-level", "debug"),
         env,
     )
-    assert settings.host == "0.0.0.0"  # the file
-    assert settings.grpc_port == 6002  # the flag beats the environment and the file
-    assert settings.http_port is None  # 0 turns the bridge off
-    assert settings.api_keys == ("env-a", "env-b")  # the environment beats the file
-    assert settings.engine_options == {"pace": "fast", "chunk_ms": "20", "speed": "2"}
-    assert settings.limits.disconnect_grace_s == 3.0 and settings.limits.max_sessions == 9
-    assert level == "debug"
-    flagged, _ = resolve_serve_settings(
+    server = resolved.server
+    assert server.host == "0.0.0.0"  # the file
+    assert server.grpc_port == 6002  # the flag beats the environment and the file
+    assert resolved.http_port is None  # 0 turns the bridge off
+    assert server.api_keys == ("env-a", "env-b")  # the environment beats the file
+    assert server.engine_options == {"pace": "fast", "chunk_ms": "20", "speed": "2"}
+    assert server.limits.disconnect_grace_s == 3.0 and server.limits.max_sessions == 9
+    assert resolved.log_level == "debug"
+    flagged = resolve_serve_settings(
         serve_args("--max-sessions", "5", "--api-key", "k1", "--api-key", "k2"), env
-    )
+    ).server
     assert flagged.limits.max_sessions == 5 and flagged.api_keys == ("k1", "k2")
 
 
 def test_serve_defaults_without_any_source() -> None:
-    settings, level = resolve_serve_settings(serve_args(), {})
-    assert (settings.host, settings.grpc_port, settings.http_port) == ("127.0.0.1", 50051, 8080)
-    assert settings.api_keys == () and level == "info"
+    resolved = resolve_serve_settings(serve_args(), {})
+    server = resolved.server
+    assert (server.host, server.grpc_port, resolved.http_port) == ("127.0.0.1", 50051, 8080)
+    assert server.api_keys == () and resolved.log_level == "info"
+    assert server.engine == "embedded"  # as the README says: the CPU speech loop
+
+
+def test_bridge_settings_take_keys_from_flags_or_the_environment() -> None:
+    env = {"OMNI_GRPC_API_KEYS": "a, b", "OMNI_GRPC_SERVICE_KEY": "svc"}
+    from_env = resolve_bridge_settings(bridge_args(), env)
+    assert from_env.grpc_target == "10.0.0.1:50051"
+    assert (from_env.host, from_env.port) == ("127.0.0.1", 8080)
+    assert from_env.api_keys == ("a", "b") and from_env.service_key == "svc"
+    flagged = resolve_bridge_settings(
+        bridge_args("--api-key", "c", "--service-key", "s2", "--port", "0"), env
+    )
+    assert flagged.api_keys == ("c",) and flagged.service_key == "s2" and flagged.port == 0
+    bare = resolve_bridge_settings(bridge_args(), {})
+    assert bare.api_keys == () and bare.service_key == "" and not bare.grpc_plaintext
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--port", "70000"], "port must be in 0..65535"),
+        (["--tls-cert", "cert.pem"], "both a certificate and its key"),
+        (["--grpc-plaintext", "--grpc-root-cert", "ca.pem"], "contradict"),
+    ],
+)
+def test_bridge_settings_refuse_bad_values(flags: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        resolve_bridge_settings(bridge_args(*flags), {})
+
+
+def test_bridge_needs_a_target(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["bridge"])
+    assert exited.value.code == 2
+    assert "--grpc-target" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -132,12 +183,55 @@ def test_wav_input_is_mixed_down_and_resampled_when_needed(tmp_path: Path) -> No
     assert resampled.rate_hz == 16000 and abs(resampled.duration_ms - 1000) < 1
 
 
-def test_bench_runs_the_benchmark_script() -> None:
+def test_bench_runs_the_packaged_benchmark() -> None:
     result = subprocess.run(
         [*CLI, "bench", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert "--quick" in result.stdout
+    assert "--quick" in result.stdout and "raw grpc.aio echo" in result.stdout
+
+
+async def test_bridge_command_relays_to_a_running_service() -> None:
+    """``omni-grpc bridge`` as a real process, in front of a service that wants its own key."""
+    async with serving(settings(api_keys=("service-key",))) as service:
+        bridge = await asyncio.create_subprocess_exec(
+            *CLI,
+            "bridge",
+            "--grpc-target",
+            service.target,
+            "--port",
+            "0",
+            "--api-key",
+            "client-key",
+            "--log-level",
+            "warning",
+            env={**os.environ, "OMNI_GRPC_SERVICE_KEY": "service-key"},
+            cwd=REPO,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            assert bridge.stdout is not None
+            banner = (await asyncio.wait_for(bridge.stdout.readline(), 30)).decode()
+            found = re.search(r"bridge on (http://127\.0\.0\.1:\d+)/ for (\S+)", banner)
+            assert found, banner
+            assert found[2] == service.target
+            url = f"{found[1]}/v1/realtime?model=loopback"
+            async with aiohttp.ClientSession() as http:
+                # The client's key opens the bridge; the bridge's own key opens the service.
+                headers = {"Authorization": "Bearer client-key"}
+                async with http.ws_connect(url, headers=headers) as ws:
+                    created = await asyncio.wait_for(ws.receive_json(), 10)
+                    assert created["type"] == "session.created", created
+                async with http.ws_connect(url) as refused:
+                    error = await asyncio.wait_for(refused.receive_json(), 10)
+                    assert error["error"]["code"] == "invalid_api_key"
+            bridge.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(bridge.wait(), 20) == 0
+        finally:
+            if bridge.returncode is None:
+                bridge.kill()
+                await bridge.wait()
 
 
 @pytest.mark.slow

@@ -22,7 +22,6 @@ from .hearing import heard_as, words
 async def test_a_question_over_grpc_gets_a_spoken_answer(engine: EmbeddedEngine) -> None:
     settings = ServerSettings(
         grpc_port=0,
-        http_port=None,
         engine="embedded",
         engine_options={"responder": "echo", "pace": "fast"},
     )

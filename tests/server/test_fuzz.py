@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.wire import pb
-from tests.server.conftest import settings as server_settings
+from tests.serving import settings as server_settings
 
 CODE = re.compile(r"^[a-z][a-z0-9_]*$")
 # What a stream may end with when its first message is garbage or its bytes do not parse.

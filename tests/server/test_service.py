@@ -1,4 +1,8 @@
-"""The gRPC service over a real socket: round trips, resume, takeover, expiry, refusals."""
+"""The gRPC service over a real socket: round trips, resume, takeover, expiry, refusals.
+
+Time-dependent rules (grace, expiry) run on a :class:`~tests.serving.FakeClock` that the test
+moves; one test proves the expiry timer also fires on the real clock.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
-from omni_grpc.core import Limits
+from omni_grpc.core import Limits, State
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import start_server
 from omni_grpc.wire import pb
-from tests.server.conftest import settings
 from tests.server.streams import kinds, open_stream, pcm16, read, read_until
+from tests.serving import FakeClock, eventually, serving, settings
 
 
 def append(seq: int, ms: int = 200) -> pb.ConverseRequest:
@@ -124,46 +128,63 @@ async def test_takeover_tells_the_old_stream_and_ignores_it(stub) -> None:
 
 
 async def test_a_detached_session_expires_after_its_grace() -> None:
-    running = await start_server(settings(limits=Limits(disconnect_grace_s=0.3)))
-    try:
-        async with grpc.aio.insecure_channel(running.target) as channel:
-            stub = duplex_pb2_grpc.DuplexServiceStub(channel)
-            call, created = await open_stream(stub)
-            call.cancel()
-            await asyncio.sleep(0.1)
-            assert len(running.registry) == 1  # detached, waiting for a resume
-            await asyncio.sleep(0.5)
-            assert len(running.registry) == 0  # expired: the slot is free
-            resume = pb.ConverseRequest(
-                resume_session=pb.ResumeSession(
-                    session_id=created.session.id, resume_token=created.resume_token
-                )
+    clock = FakeClock()
+    async with (
+        serving(settings(limits=Limits(disconnect_grace_s=0.3)), clock=clock) as running,
+        grpc.aio.insecure_channel(running.target) as channel,
+    ):
+        stub = duplex_pb2_grpc.DuplexServiceStub(channel)
+        call, created = await open_stream(stub)
+        call.cancel()
+        [session] = running.registry
+        await eventually(lambda: session.state is State.DETACHED)
+        clock.advance(0.29)
+        running.sessions.expire_due()
+        assert len(running.registry) == 1  # detached, waiting for a resume
+        clock.advance(0.02)
+        running.sessions.expire_due()
+        assert len(running.registry) == 0  # expired: the slot is free
+        resume = pb.ConverseRequest(
+            resume_session=pb.ResumeSession(
+                session_id=created.session.id, resume_token=created.resume_token
             )
-            # Within one more grace, a late client still learns how its session ended.
-            late = stub.Converse()
-            await late.write(resume)
-            assert (await read(late)).WhichOneof("event") == "session_resumed"
-            ending = await read(late)
-            assert ending.session_expired.reason == pb.EXPIRY_REASON_DISCONNECT_GRACE
-            assert ending.seq == 1
-            assert await asyncio.wait_for(late.read(), 5) is grpc.aio.EOF
-            # One who has seen the ending gets a plain refusal.
-            seen = stub.Converse()
-            resume.resume_session.last_received_seq = 1
-            await seen.write(resume)
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await read(seen)
-            assert refused.value.code() == grpc.StatusCode.NOT_FOUND
-            # After that, the session is forgotten.
-            await asyncio.sleep(0.8)
-            gone = stub.Converse()
-            resume.resume_session.last_received_seq = 0
-            await gone.write(resume)
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await read(gone)
-            assert refused.value.code() == grpc.StatusCode.NOT_FOUND
-    finally:
-        await running.stop()
+        )
+        # Within one more grace, a late client still learns how its session ended.
+        clock.advance(0.29)
+        late = stub.Converse()
+        await late.write(resume)
+        assert (await read(late)).WhichOneof("event") == "session_resumed"
+        ending = await read(late)
+        assert ending.session_expired.reason == pb.EXPIRY_REASON_DISCONNECT_GRACE
+        assert ending.seq == 1
+        assert await asyncio.wait_for(late.read(), 5) is grpc.aio.EOF
+        # One who has seen the ending gets a plain refusal.
+        seen = stub.Converse()
+        resume.resume_session.last_received_seq = 1
+        await seen.write(resume)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await read(seen)
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+        # After that, the session is forgotten.
+        clock.advance(0.02)
+        running.sessions.expire_due()
+        gone = stub.Converse()
+        resume.resume_session.last_received_seq = 0
+        await gone.write(resume)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await read(gone)
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_the_expiry_timer_runs_on_the_real_clock() -> None:
+    """The one test that waits in real time: the timer task is wired to the server's clock."""
+    async with (
+        serving(settings(limits=Limits(disconnect_grace_s=0.2))) as running,
+        grpc.aio.insecure_channel(running.target) as channel,
+    ):
+        call, _ = await open_stream(duplex_pb2_grpc.DuplexServiceStub(channel))
+        call.cancel()
+        await eventually(lambda: len(running.registry) == 0)
 
 
 async def test_admission_refuses_with_a_retry_hint() -> None:

@@ -1,0 +1,8 @@
+"""Benchmarks of the transports: each runs the real thing next to a raw baseline, in one run.
+
+:mod:`omni_grpc.bench.kit` is what every transport benchmark shares (server child processes,
+CPU pinning, paced load, the capacity search, the table); :mod:`omni_grpc.bench.service` is the
+gRPC service against a raw grpc.aio echo (``omni-grpc bench``, ``scripts/bench_grpc.py``). The
+websocket bridge's benchmark is ``scripts/bench_bridge.py``: it needs the bridge, which nothing
+under ``omni_grpc`` but the CLI imports.
+"""

@@ -1,0 +1,398 @@
+"""Benchmark: our gRPC service against a raw grpc.aio echo, side by side, in one run.
+
+Both servers run as child processes and are driven by the same load generator with the same
+message sizes and pacing (:mod:`omni_grpc.bench.kit`):
+
+* **echo**: a bare grpc.aio bidi stream that writes back every message it reads;
+* **ours**: the real service with the loopback engine in ``mirror`` mode, which answers every
+  appended chunk at once with an ``output_audio_delta`` of the same audio. Each chunk therefore
+  crosses the whole path: gRPC, the session core (validation, numbering, journal), the audio
+  edge (24 kHz client audio to the canonical input rate and back), the engine seam and the
+  writer. The edge resamples in blocks, so a delta may carry more or less audio than its chunk:
+  deltas are matched to appends by count, in order.
+
+Reported: sessions sustained with p99 chunk round trip under 50 ms (20 ms and 100 ms chunks) and
+the ratio to raw echo, server CPU per chunk, the latency our service adds per hop (p50/p99 at
+one session), resume latency (new stream to first replayed event), and server memory per idle
+session.
+
+    omni-grpc bench            # full run, about 2 to 4 minutes (or scripts/bench_grpc.py)
+    omni-grpc bench --quick    # a smoke run of a few seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import statistics
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from omni_grpc.bench import kit
+from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
+from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes
+
+if TYPE_CHECKING:
+    from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub
+
+SERVE_CHILD = [sys.executable, "-m", "omni_grpc.bench.service"]
+ECHO_METHOD = "/bench.Echo/Stream"
+# Clients send OpenAI's default format, pcm16 at 24 kHz, which the edge converts both ways.
+CLIENT_RATE_HZ = CANONICAL_OUTPUT_RATE_HZ
+KINDS = ("echo", "ours")
+TARGET_RATIO = 0.8
+
+
+# -- the two servers (child processes) ------------------------------------------------------
+
+
+async def _serve_echo() -> None:
+    async def echo(request_iterator: object, context: grpc.aio.ServicerContext) -> None:
+        while (message := await context.read()) is not grpc.aio.EOF:  # type: ignore[attr-defined]
+            await context.write(message)
+
+    server = grpc.aio.server()
+    handler = grpc.stream_stream_rpc_method_handler(
+        echo, request_deserializer=None, response_serializer=None
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("bench.Echo", {"Stream": handler}),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    kit.announce_ready(port)
+    await kit.serve_until_parent_gone()
+    await server.stop(0)
+
+
+async def _serve_ours() -> None:
+    from omni_grpc.core import Limits
+    from omni_grpc.server.app import start_server
+    from omni_grpc.server.settings import ServerSettings
+
+    settings = ServerSettings(
+        grpc_port=0,
+        engine="loopback",
+        engine_options={"pace": "fast", "mode": "mirror"},
+        # Sessions a step leaves detached (an overloaded step cannot close them all) expire
+        # soon, so they do not pile up across the search.
+        limits=Limits(max_sessions=10_000, disconnect_grace_s=2.0),
+        max_concurrent_streams=8192,
+    )
+    running = await start_server(settings)
+    kit.announce_ready(running.grpc_port)
+    await kit.serve_until_parent_gone()
+    await running.stop()
+
+
+# -- load ---------------------------------------------------------------------------------
+
+
+def append(seq: int, audio: bytes) -> pb.ConverseRequest:
+    """One chunk of client audio, as the service gets it."""
+    return pb.ConverseRequest(
+        client_seq=seq,
+        append_input_audio=pb.AppendInputAudio(
+            audio=audio, encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=CLIENT_RATE_HZ
+        ),
+    )
+
+
+class EchoSession:
+    """A stream of the raw echo: every message written comes back as it was."""
+
+    def __init__(self, channel: grpc.aio.Channel, message: bytes) -> None:
+        self.channel, self.message = channel, message
+        self.sent: deque[float] = deque()
+
+    async def open(self) -> None:
+        self.call = self.channel.stream_stream(ECHO_METHOD, None, None)(None)
+
+    async def send(self) -> None:
+        await self.call.write(self.message)
+
+    async def read(self, tally: kit.Tally) -> None:
+        while (await self.call.read()) is not grpc.aio.EOF:  # type: ignore[attr-defined]
+            tally.answer(self.sent)
+
+    async def close(self) -> None:
+        self.call.cancel()
+
+
+class ServiceSession:
+    """A session of our service: appends chunks, acknowledges like a real client, then closes."""
+
+    call: grpc.aio.StreamStreamCall[pb.ConverseRequest, pb.ConverseResponse]
+
+    def __init__(self, stub: DuplexServiceAsyncStub, audio: bytes) -> None:
+        self.stub, self.audio = stub, audio
+        self.sent: deque[float] = deque()
+        self.seq = 0
+        self.ack = 0  # the event seq to acknowledge with the next chunk
+
+    async def open(self) -> None:
+        self.call = self.stub.Converse(None)  # None: requests go by call.write()
+        await self.call.write(pb.ConverseRequest(open_session=pb.OpenSession()))
+        first = await self.call.read()
+        if not isinstance(first, pb.ConverseResponse) or not first.HasField("session_created"):
+            raise SystemExit(f"the service answered the open with {first}")
+
+    async def send(self) -> None:
+        if self.ack:  # from here: grpc.aio allows one write at a time, and the pacer writes
+            await self.call.write(pb.ConverseRequest(ack_events=pb.AckEvents(seq=self.ack)))
+            self.ack = 0
+        self.seq += 1
+        await self.call.write(append(self.seq, self.audio))
+
+    async def read(self, tally: kit.Tally) -> None:
+        while isinstance(event := await self.call.read(), pb.ConverseResponse):
+            kind = event.WhichOneof("event")
+            if kind == "output_audio_delta":
+                tally.answer(self.sent)
+                if event.seq % kit.ACK_EVERY == 0:
+                    self.ack = event.seq
+            elif kind == "error":
+                tally.errors.append(f"{event.error.code}: {event.error.message}")
+
+    async def close(self) -> None:
+        self.seq += 1
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            close = pb.ConverseRequest(client_seq=self.seq, close_session=pb.CloseSession())
+            await self.call.write(close)
+        self.call.cancel()
+
+
+class Load:
+    """Runs paced steps against one server; ``kind`` is one of KINDS."""
+
+    def __init__(self, kind: str, port: int, server_pid: int) -> None:
+        self.kind, self.port, self.server_pid = kind, port, server_pid
+        self.rng = random.Random(0)
+
+    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> kit.Tally:
+        audio = self.rng.randbytes(pcm16_bytes(chunk_ms, CLIENT_RATE_HZ))
+        # All streams on one channel, as the bridge does.
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{self.port}") as channel:
+            group: list[kit.LoadSession]
+            if self.kind == "echo":
+                message = append(1, audio).SerializeToString()
+                group = [EchoSession(channel, message) for _ in range(sessions)]
+            else:
+                stub: DuplexServiceAsyncStub = duplex_pb2_grpc.DuplexServiceStub(channel)
+                group = [ServiceSession(stub, audio) for _ in range(sessions)]
+            return await kit.drive(group, chunk_ms / 1000, duration_s, self.server_pid, self.rng)
+
+
+# -- resume and memory ---------------------------------------------------------------------
+
+
+async def _next(call: grpc.aio.StreamStreamCall[Any, Any]) -> pb.ConverseResponse:
+    event = await call.read()
+    if not isinstance(event, pb.ConverseResponse):
+        raise SystemExit("the service ended a stream early")
+    return event
+
+
+async def resume_latency(port: int, rounds: int) -> list[float]:
+    """Milliseconds from a new stream's resume to the first replayed event, per round."""
+    times = []
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub: DuplexServiceAsyncStub = duplex_pb2_grpc.DuplexServiceStub(channel)
+        for _ in range(rounds):
+            call = stub.Converse(None)
+            await call.write(pb.ConverseRequest(open_session=pb.OpenSession()))
+            created = (await _next(call)).session_created
+            await call.write(append(1, bytes(pcm16_bytes(20, CLIENT_RATE_HZ))))
+            await _next(call)  # the mirrored chunk, seq 1
+            call.cancel()
+            start = time.perf_counter()
+            again = stub.Converse(None)
+            await again.write(
+                pb.ConverseRequest(
+                    resume_session=pb.ResumeSession(
+                        session_id=created.session.id, resume_token=created.resume_token
+                    )
+                )
+            )
+            await _next(again)  # session_resumed
+            replayed = await _next(again)
+            assert replayed.seq == 1
+            times.append((time.perf_counter() - start) * 1000)
+            await again.write(pb.ConverseRequest(client_seq=2, close_session=pb.CloseSession()))
+            again.cancel()
+    return times
+
+
+async def idle_memory_kib(port: int, pid: int, count: int) -> float:
+    """Server memory per open session that does nothing, in KiB."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub: DuplexServiceAsyncStub = duplex_pb2_grpc.DuplexServiceStub(channel)
+        calls = []
+
+        async def open_some(n: int) -> None:
+            for _ in range(n):
+                call = stub.Converse(None)
+                await call.write(pb.ConverseRequest(open_session=pb.OpenSession()))
+                await _next(call)
+                calls.append(call)
+
+        await open_some(10)  # warm the allocator and code paths first
+        await asyncio.sleep(0.5)
+        before = kit.rss_kib(pid)
+        await open_some(count)
+        await asyncio.sleep(0.5)
+        after = kit.rss_kib(pid)
+        for call in calls:
+            call.cancel()
+    return (after - before) / count
+
+
+# -- main ---------------------------------------------------------------------------------
+
+
+async def bench(quick: bool) -> int:
+    kit.pin(kit.LOAD_CPU)
+    kit.raise_open_file_limit()
+    load_before = os.getloadavg()
+    echo, ours = kit.Child(SERVE_CHILD, "echo"), kit.Child(SERVE_CHILD, "ours")
+    loads = [Load("echo", echo.ports[0], echo.pid), Load("ours", ours.ports[0], ours.pid)]
+    # Each search starts near the capacity measured before, to save steps; (start, top) by kind.
+    searches = {
+        20: {"echo": (80, 640), "ours": (16, 640)},
+        100: {"echo": (320, 1280), "ours": (80, 1280)},
+    }
+    if quick:  # one step per kind and chunk size
+        searches = {chunk: dict.fromkeys(KINDS, (4, 4)) for chunk in searches}
+    single: dict[str, kit.Tally] = {}
+    caps: dict[tuple[str, int], kit.Capacity] = {}
+    try:
+        print("one session, 20 ms chunks:")
+        for load in loads:
+            single[load.kind] = one = await load.step(1, 20, 1.0 if quick else 5.0)
+            print(kit.single_line(load.kind, one), flush=True)
+        for chunk_ms, search in searches.items():
+            print(f"capacity, {chunk_ms} ms chunks:", flush=True)
+            for load in loads:
+                start, top = search[load.kind]
+                caps[(load.kind, chunk_ms)] = await kit.capacity(
+                    lambda sessions, load=load, chunk_ms=chunk_ms: load.step(  # type: ignore[misc]
+                        sessions, chunk_ms, 1.0 if quick else 3.0
+                    ),
+                    kind=load.kind,
+                    chunk_ms=chunk_ms,
+                    server_pid=load.server_pid,
+                    start=start,
+                    top=top,
+                    refine=0 if quick else 3,
+                )
+        resumes = await resume_latency(ours.ports[0], 10 if quick else 50)
+        idle_kib = await idle_memory_kib(ours.ports[0], ours.pid, 50 if quick else 500)
+    finally:
+        echo.stop()
+        ours.stop()
+    rows = []
+    for chunk_ms in searches:
+        e, o = caps[("echo", chunk_ms)], caps[("ours", chunk_ms)]
+        ratio = o.sessions / e.sessions if e.sessions else 0.0
+        # A quick run's one step per kind measures nothing about capacity.
+        met = "n/a (quick)" if quick else "yes" if ratio >= TARGET_RATIO else "no"
+        rows.append(
+            [
+                f"paced sessions, p99 < {kit.P99_LIMIT_MS:.0f} ms, {chunk_ms} ms chunks",
+                e.cell(),
+                o.cell(),
+                f"{ratio:.2f}x",
+                f">= {TARGET_RATIO}x",
+                met,
+            ]
+        )
+    for chunk_ms in searches:
+        e, o = caps[("echo", chunk_ms)], caps[("ours", chunk_ms)]
+        ratio = o.us_per_chunk / e.us_per_chunk if e.us_per_chunk else 0.0
+        rows.append(
+            [
+                f"server CPU per chunk, {chunk_ms} ms chunks (sessions per core at 70% CPU)",
+                *(f"{c.us_per_chunk:.0f} us ({c.per_core(chunk_ms):.0f})" for c in (e, o)),
+                f"{ratio:.1f}x",
+                "-",
+                "-",
+            ]
+        )
+    base, mine = single["echo"], single["ours"]
+    added50, added99 = mine.p50 - base.p50, mine.p99 - base.p99
+    rows.append(
+        [
+            "chunk round trip p50, 1 session, 20 ms",
+            f"{base.p50:.2f} ms",
+            f"{mine.p50:.2f} ms",
+            f"{added50:+.2f} ms",
+            "<= 1 ms added",
+            "yes" if added50 <= 1 else "no",
+        ]
+    )
+    rows.append(
+        [
+            "chunk round trip p99, 1 session, 20 ms",
+            f"{base.p99:.2f} ms",
+            f"{mine.p99:.2f} ms",
+            f"{added99:+.2f} ms",
+            "-",
+            "-",
+        ]
+    )
+    r50 = statistics.median(resumes)
+    rows.append(
+        [
+            "resume: new stream to first replayed event, p50",
+            "-",
+            f"{r50:.2f} ms",
+            "-",
+            "<= 5 ms",
+            "yes" if r50 <= 5 else "no",
+        ]
+    )
+    rows.append(
+        [
+            "server memory per idle session",
+            "-",
+            f"{idle_kib:.1f} KiB",
+            "-",
+            "<= 64 KiB",
+            "yes" if idle_kib <= 64 else "no",
+        ]
+    )
+    kit.print_table(["measure", "raw echo", "ours", "ratio / added", "target", "met"], rows)
+    kit.print_load_average(load_before)
+    # A single session must get every chunk back: anything else is a broken path, not load.
+    broken = [kind for kind, one in single.items() if one.errors or one.received != one.sent]
+    if broken:
+        print(f"error: lost or refused chunks at one session: {', '.join(broken)}")
+    return 1 if broken else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the benchmark (or, with a hidden flag, one of its servers); returns the status."""
+    parser = argparse.ArgumentParser(
+        prog="omni-grpc bench", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-ours", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_echo or args.serve_ours:
+        kit.pin(kit.SERVER_CPU)
+        return kit.run(_serve_echo() if args.serve_echo else _serve_ours())
+    return kit.run(bench(args.quick))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

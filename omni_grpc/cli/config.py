@@ -1,0 +1,226 @@
+"""The settings of ``omni-grpc serve`` and ``omni-grpc bridge``, merged from their sources.
+
+``serve`` reads its settings from, in rising precedence: the built-in defaults, a TOML file
+(``--config`` or ``OMNI_GRPC_CONFIG``), ``OMNI_GRPC_*`` environment variables, and flags. The
+TOML keys are the flag names with underscores (``grpc_port = 50051``); ``engine_options`` is a
+table and ``api_keys`` a list, and a ``[limits]`` table sets any field of the server limits.
+``bridge`` reads flags, and its keys also from the environment (``OMNI_GRPC_API_KEYS``,
+``OMNI_GRPC_SERVICE_KEY``), since keys on a command line are visible to other users.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from omni_grpc.client.talk_cli import LOG_LEVELS
+from omni_grpc.core.limits import Limits
+from omni_grpc.engine import known_engines
+from omni_grpc.server.settings import ServerSettings
+
+ENV_PREFIX = "OMNI_GRPC_"
+DEFAULT_HTTP_PORT = 8080
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeSettings:
+    """What ``serve`` runs: the gRPC service, and the websocket bridge next to it."""
+
+    server: ServerSettings
+    http_port: int | None  # the bridge's port (0 picks one); None runs gRPC alone
+    log_level: str = "info"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BridgeSettings:
+    """What ``bridge`` runs: the websocket bridge alone, in front of a running service."""
+
+    grpc_target: str
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_HTTP_PORT
+    api_keys: tuple[str, ...] = ()  # keys clients must present; empty: no check
+    service_key: str = ""  # the key presented to the service; empty: the client's own key
+    tls_cert_file: str | None = None  # wss:// (and, by default, TLS to the service)
+    tls_key_file: str | None = None
+    grpc_root_cert_file: str | None = None  # trust this CA for a TLS service
+    grpc_plaintext: bool = False  # plaintext to the service even when serving wss://
+    log_level: str = "info"
+
+
+def default_engine() -> str:
+    """The engine ``serve`` runs when none is named: the embedded one where it exists."""
+    embedded = ServerSettings().engine
+    return embedded if embedded in known_engines() else "loopback"
+
+
+def _key_values(items: Sequence[str], what: str) -> dict[str, str]:
+    result = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{what}: expected KEY=VALUE, got {item!r}")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def _port(value: Any, name: str) -> int:
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a port number, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{name} must be in 0..65535, got {port}")
+    return port
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _log_level(value: Any) -> str:
+    level = str(value).lower()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    return level
+
+
+# serve setting -> how to read it from an environment variable's text.
+_ENV_READERS: dict[str, Callable[[str], Any]] = {
+    "host": str,
+    "grpc_port": str,
+    "http_port": str,
+    "engine": str,
+    "engine_options": lambda text: _key_values(_split(text), "OMNI_GRPC_ENGINE_OPTIONS"),
+    "api_keys": _split,
+    "tls_cert": str,
+    "tls_key": str,
+    "max_sessions": str,
+    "shutdown_grace_s": str,
+    "log_level": str,
+}
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """Reads a TOML settings file; raises ConfigError for a bad file or an unknown key."""
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror or error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path} is not valid TOML: {error}") from None
+    unknown = sorted(set(data) - set(_ENV_READERS) - {"limits"})
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown setting(s) {', '.join(unknown)}; known: "
+            f"{', '.join(sorted([*_ENV_READERS, 'limits']))}"
+        )
+    return data
+
+
+def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        key: read(environ[ENV_PREFIX + key.upper()])
+        for key, read in _ENV_READERS.items()
+        if environ.get(ENV_PREFIX + key.upper(), "") != ""
+    }
+
+
+def _flag_layer(args: argparse.Namespace) -> dict[str, Any]:
+    layer = {
+        key: getattr(args, key)
+        for key in _ENV_READERS
+        if key not in ("engine_options", "api_keys") and getattr(args, key) is not None
+    }
+    if args.engine_option:
+        layer["engine_options"] = _key_values(args.engine_option, "--engine-option")
+    if args.api_key:
+        layer["api_keys"] = list(args.api_key)
+    return layer
+
+
+def _limits(values: Mapping[str, Any], max_sessions: Any) -> Limits:
+    known = {f.name: f.type for f in fields(Limits)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"unknown limit(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    chosen = dict(values)
+    if max_sessions is not None:
+        chosen["max_sessions"] = max_sessions
+    try:
+        converted: dict[str, Any] = {
+            name: (int if known[name] == "int" else float)(value) for name, value in chosen.items()
+        }
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"bad limit value: {error}") from None
+    if any(value <= 0 for value in converted.values()):
+        raise ConfigError("every limit must be positive")
+    return Limits(**converted)
+
+
+def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeSettings:
+    """Merges defaults, file, environment and flags into the settings of ``serve``."""
+    merged: dict[str, Any] = {}
+    options: dict[str, str] = {}
+    limits: dict[str, Any] = {}
+    path = args.config or environ.get(ENV_PREFIX + "CONFIG")
+    layers = [load_config_file(path)] if path else []
+    layers += [_env_layer(environ), _flag_layer(args)]
+    for layer in layers:
+        # Engine options merge key by key; every other setting is replaced by a later layer.
+        options.update({str(k): str(v) for k, v in dict(layer.get("engine_options", {})).items()})
+        limits.update(layer.get("limits", {}))
+        merged.update({k: v for k, v in layer.items() if k not in ("engine_options", "limits")})
+    http_port = _port(merged.get("http_port", DEFAULT_HTTP_PORT), "http_port")
+    try:
+        grace_s = float(merged.get("shutdown_grace_s", 10.0))
+    except ValueError:
+        raise ConfigError("shutdown_grace_s must be a number of seconds") from None
+    if (merged.get("tls_cert") is None) != (merged.get("tls_key") is None):
+        raise ConfigError("TLS needs both a certificate and its key (--tls-cert, --tls-key)")
+    server = ServerSettings(
+        host=str(merged.get("host", "127.0.0.1")),
+        grpc_port=_port(merged.get("grpc_port", 50051), "grpc_port"),
+        engine=str(merged.get("engine", default_engine())),
+        engine_options=options,
+        api_keys=tuple(str(key) for key in merged.get("api_keys", ())),
+        tls_cert_file=merged.get("tls_cert"),
+        tls_key_file=merged.get("tls_key"),
+        limits=_limits(limits, merged.get("max_sessions")),
+        shutdown_grace_s=grace_s,
+    )
+    return ServeSettings(
+        server=server,
+        http_port=http_port or None,  # 0 turns the websocket bridge off
+        log_level=_log_level(merged.get("log_level", "info")),
+    )
+
+
+def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> BridgeSettings:
+    """The settings of ``bridge`` from its flags, with keys also from the environment."""
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigError("TLS needs both a certificate and its key (--tls-cert, --tls-key)")
+    if args.grpc_plaintext and args.grpc_root_cert:
+        raise ConfigError("--grpc-plaintext and --grpc-root-cert contradict each other")
+    api_keys = args.api_key or _split(environ.get(ENV_PREFIX + "API_KEYS", ""))
+    return BridgeSettings(
+        grpc_target=args.grpc_target,
+        host=args.host,
+        port=_port(args.port, "port"),
+        api_keys=tuple(api_keys),
+        service_key=args.service_key or environ.get(ENV_PREFIX + "SERVICE_KEY", ""),
+        tls_cert_file=args.tls_cert,
+        tls_key_file=args.tls_key,
+        grpc_root_cert_file=args.grpc_root_cert,
+        grpc_plaintext=args.grpc_plaintext,
+        log_level=_log_level(args.log_level),
+    )

@@ -1,0 +1,118 @@
+"""What ``omni-grpc serve`` and ``omni-grpc bridge`` run: the processes' composition and life.
+
+``serve`` is the gRPC service with the websocket bridge next to it (a gRPC client of that
+service, on the HTTP port); ``bridge`` is the bridge alone, in front of a service that runs
+elsewhere. Both run until SIGTERM or SIGINT. On that signal the service drains first (sessions
+are told ``going_away``, so clients of the bridge hear it too), then the bridge closes its
+websockets, then the service stops. This is the one module that imports both the server and the
+bridge: the server knows nothing of the bridge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from bridge.app import start_bridge
+from omni_grpc.cli.config import BridgeSettings, ServeSettings
+from omni_grpc.server.app import RunningServer, start_server
+
+logger = logging.getLogger(__name__)
+
+WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+
+
+@dataclass
+class Service:
+    """A started service and, when asked for, its bridge."""
+
+    server: RunningServer
+    bridge: web.AppRunner | None = None
+    http_port: int | None = None
+
+    async def stop(self, grace_s: float = 0.0) -> None:
+        """Drains the service for up to ``grace_s``, closes the bridge, stops the service."""
+        if grace_s > 0:
+            await self.server.drain(grace_s)
+        if self.bridge is not None:
+            await self.bridge.cleanup()
+        await self.server.stop()
+
+
+async def start_service(settings: ServeSettings) -> Service:
+    """Starts the service, and the bridge on ``settings.http_port`` unless that is None."""
+    running = await start_server(settings.server)
+    service = Service(running)
+    if settings.http_port is None:
+        return service
+    host = settings.server.host
+    # The bridge reaches the service on loopback when it listens on every address.
+    target_host = "127.0.0.1" if host in WILDCARD_HOSTS else host
+    try:
+        service.bridge, service.http_port = await start_bridge(
+            f"{target_host}:{running.grpc_port}",
+            host=host,
+            port=settings.http_port,
+            api_keys=settings.server.api_keys,
+            # Served with the service's certificate, the bridge trusts it for the gRPC hop.
+            tls_cert_file=settings.server.tls_cert_file,
+            tls_key_file=settings.server.tls_key_file,
+        )
+    except BaseException:
+        await running.stop()
+        raise
+    logger.info("websocket bridge on %s:%s", host, service.http_port)
+    return service
+
+
+async def stop_signalled() -> None:
+    """Returns on the first SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+
+
+async def serve(settings: ServeSettings) -> None:
+    """Runs the service (and its bridge) until a signal, then drains and stops."""
+    service = await start_service(settings)
+    scheme = "https" if settings.server.tls_cert_file else "http"
+    bridge = (
+        f", websocket bridge on {scheme}://{settings.server.host}:{service.http_port}/"
+        if service.http_port
+        else ""
+    )
+    print(f"omni-grpc serving gRPC on {service.server.target}{bridge}", flush=True)
+    await stop_signalled()
+    grace_s = settings.server.shutdown_grace_s
+    logger.info("shutting down: draining for up to %.1f s", grace_s)
+    await service.stop(grace_s)
+
+
+async def run_bridge(settings: BridgeSettings) -> None:
+    """Runs the bridge alone, in front of ``settings.grpc_target``, until a signal."""
+    runner, port = await start_bridge(
+        settings.grpc_target,
+        host=settings.host,
+        port=settings.port,
+        api_keys=settings.api_keys,
+        service_key=settings.service_key,
+        tls_cert_file=settings.tls_cert_file,
+        tls_key_file=settings.tls_key_file,
+        grpc_root_cert_file=settings.grpc_root_cert_file,
+        grpc_plaintext=settings.grpc_plaintext,
+    )
+    scheme = "https" if settings.tls_cert_file else "http"
+    print(
+        f"omni-grpc bridge on {scheme}://{settings.host}:{port}/ for {settings.grpc_target}",
+        flush=True,
+    )
+    try:
+        await stop_signalled()
+    finally:
+        await runner.cleanup()

@@ -104,6 +104,44 @@ async def test_realtime_pace_takes_as_long_as_the_audio() -> None:
     assert latency.total_ms >= 900 and latency.real_time_factor >= 0.9
 
 
+async def test_a_reader_that_falls_behind_gets_the_rest_on_schedule_not_in_a_burst() -> None:
+    # 1 s of audio is 10 chunks of two events each; the event queue holds 8, so the player
+    # waits for room while the reader is away.
+    engine = LoopbackEngine({"pace": "realtime", "queue_size": "8"})
+    session = await engine.open_session("s", default_config(engine))
+    try:
+        for chunk in audio.chunk_pcm16(voice_like(1.0), IN_RATE // 10 * 2):
+            await session.submit(
+                pb.ConverseRequest(append_input_audio=pb.AppendInputAudio(audio=chunk))
+            )
+        await session.submit(pb.ConverseRequest(commit_input_audio=pb.CommitInputAudio()))
+        await asyncio.sleep(0.6)  # the reader is away for six chunks' time
+        back = time.monotonic()
+        async for event in session.events():
+            if event.HasField("response_done"):
+                break
+        after = time.monotonic() - back
+    finally:
+        await engine.stop()
+    # The schedule restarts from the late chunk: the seven chunks not yet due when the reader
+    # left come 100 ms apart (a burst of the backlog would end about 0.4 s after it came back).
+    assert after >= 0.6
+
+
+async def test_a_commit_that_does_not_say_follows_turn_detection(probe: Probe) -> None:
+    config = default_config(LoopbackEngine())
+    config.turn_detection.create_response = False
+    await probe.send(update_session=pb.UpdateSession(config=config))
+    await probe.append(voice_like(0.3))
+    await probe.send(commit_input_audio=pb.CommitInputAudio())
+    assert kinds(await probe.until("item_done")) == ["input_committed", "item_added", "item_done"]
+    assert await probe.quiet(0.2) == []
+    await probe.send(create_response=pb.CreateResponse())
+    done = (await probe.until("response_done"))[-1].response_done.response
+    assert done.status == pb.RESPONSE_STATUS_COMPLETED
+    assert done.usage.input_audio_ms == pytest.approx(300.0)
+
+
 async def test_speed_and_chunk_ms_shape_the_output() -> None:
     engine, probe = await loopback_probe({"speed": "4", "chunk_ms": "250"})
     try:

@@ -68,7 +68,6 @@ class Answer:
     sent_ms: float = 0.0
     sent_text: str = ""
     marks: list[tuple[float, int]] = field(default_factory=list)  # (audio end ms, text chars)
-    first_token: float | None = None  # the model's first piece, for benchmarks
     first_text: float | None = None
     first_audio: float | None = None
     played_ms: float = 0.0

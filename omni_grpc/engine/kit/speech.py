@@ -64,7 +64,6 @@ class SpeechPlayer:
         answer = self._answer
         ids = {"response_id": answer.id, "item_id": answer.item_id}
         async for piece in pieces:
-            answer.first_token = answer.first_token or time.monotonic()
             await self._events.put(
                 pb.ConverseResponse(output_text_delta=pb.OutputTextDelta(delta=piece, **ids))
             )
@@ -93,7 +92,6 @@ class SpeechPlayer:
     ) -> None:
         splitter = SentenceSplitter()
         async for piece in pieces:
-            self._answer.first_token = self._answer.first_token or time.monotonic()
             for sentence in splitter.push(piece):
                 await ready.put((sentence, await tts.synthesize(sentence, voice)))
         for sentence in splitter.flush():

@@ -45,7 +45,7 @@ from aiohttp import WSMsgType, web
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from omni_grpc.bench import kit
-from omni_grpc.bench.service import CLIENT_RATE_HZ, ServiceSession
+from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, ServiceSession
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.wire.audio import pcm16_bytes, pcm16_ms
 

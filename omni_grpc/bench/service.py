@@ -1,15 +1,8 @@
 """Benchmark: our gRPC service against a raw grpc.aio echo, side by side, in one run.
 
 Both servers run as child processes and are driven by the same load generator with the same
-message sizes and pacing (:mod:`omni_grpc.bench.kit`):
-
-* **echo**: a bare grpc.aio bidi stream that writes back every message it reads;
-* **ours**: the real service with the loopback engine in ``mirror`` mode, which answers every
-  appended chunk at once with an ``output_audio_delta`` of the same audio. Each chunk therefore
-  crosses the whole path: gRPC, the session core (validation, numbering, journal), the audio
-  edge (24 kHz client audio to the canonical input rate and back), the engine seam and the
-  writer. The edge resamples in blocks, so a delta may carry more or less audio than its chunk:
-  deltas are matched to appends by count, in order.
+message sizes and pacing (:mod:`omni_grpc.bench.kit`; the servers and the sessions that load
+them are :mod:`omni_grpc.bench.grpc_load`).
 
 Reported: sessions sustained with p99 chunk round trip under 50 ms (20 ms and 100 ms chunks) and
 the ratio to raw echo, server CPU per chunk, the latency our service adds per hop (p50/p99 at
@@ -24,172 +17,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
-import random
 import statistics
 import sys
 import time
-from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from omni_grpc.bench import kit
+from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, KINDS, Load, append, serve_echo, serve_ours
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes
+from omni_grpc.wire.audio import pcm16_bytes
 
 if TYPE_CHECKING:
     from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub
 
 SERVE_CHILD = [sys.executable, "-m", "omni_grpc.bench.service"]
-ECHO_METHOD = "/bench.Echo/Stream"
-# Clients send OpenAI's default format, pcm16 at 24 kHz, which the edge converts both ways.
-CLIENT_RATE_HZ = CANONICAL_OUTPUT_RATE_HZ
-KINDS = ("echo", "ours")
 TARGET_RATIO = 0.8
-
-
-# -- the two servers (child processes) ------------------------------------------------------
-
-
-async def _serve_echo() -> None:
-    async def echo(request_iterator: object, context: grpc.aio.ServicerContext) -> None:
-        while (message := await context.read()) is not grpc.aio.EOF:  # type: ignore[attr-defined]
-            await context.write(message)
-
-    server = grpc.aio.server()
-    handler = grpc.stream_stream_rpc_method_handler(
-        echo, request_deserializer=None, response_serializer=None
-    )
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("bench.Echo", {"Stream": handler}),)
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    kit.announce_ready(port)
-    await kit.serve_until_parent_gone()
-    await server.stop(0)
-
-
-async def _serve_ours() -> None:
-    from omni_grpc.core import Limits
-    from omni_grpc.server.app import start_server
-    from omni_grpc.server.settings import ServerSettings
-
-    settings = ServerSettings(
-        grpc_port=0,
-        engine="loopback",
-        engine_options={"pace": "fast", "mode": "mirror"},
-        # Sessions a step leaves detached (an overloaded step cannot close them all) expire
-        # soon, so they do not pile up across the search.
-        limits=Limits(max_sessions=10_000, disconnect_grace_s=2.0),
-        max_concurrent_streams=8192,
-    )
-    running = await start_server(settings)
-    kit.announce_ready(running.grpc_port)
-    await kit.serve_until_parent_gone()
-    await running.stop()
-
-
-# -- load ---------------------------------------------------------------------------------
-
-
-def append(seq: int, audio: bytes) -> pb.ConverseRequest:
-    """One chunk of client audio, as the service gets it."""
-    return pb.ConverseRequest(
-        client_seq=seq,
-        append_input_audio=pb.AppendInputAudio(
-            audio=audio, encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=CLIENT_RATE_HZ
-        ),
-    )
-
-
-class EchoSession:
-    """A stream of the raw echo: every message written comes back as it was."""
-
-    def __init__(self, channel: grpc.aio.Channel, message: bytes) -> None:
-        self.channel, self.message = channel, message
-        self.sent: deque[float] = deque()
-
-    async def open(self) -> None:
-        self.call = self.channel.stream_stream(ECHO_METHOD, None, None)(None)
-
-    async def send(self) -> None:
-        await self.call.write(self.message)
-
-    async def read(self, tally: kit.Tally) -> None:
-        while (await self.call.read()) is not grpc.aio.EOF:  # type: ignore[attr-defined]
-            tally.answer(self.sent)
-
-    async def close(self) -> None:
-        self.call.cancel()
-
-
-class ServiceSession:
-    """A session of our service: appends chunks, acknowledges like a real client, then closes."""
-
-    call: grpc.aio.StreamStreamCall[pb.ConverseRequest, pb.ConverseResponse]
-
-    def __init__(self, stub: DuplexServiceAsyncStub, audio: bytes) -> None:
-        self.stub, self.audio = stub, audio
-        self.sent: deque[float] = deque()
-        self.seq = 0
-        self.ack = 0  # the event seq to acknowledge with the next chunk
-
-    async def open(self) -> None:
-        self.call = self.stub.Converse(None)  # None: requests go by call.write()
-        await self.call.write(pb.ConverseRequest(open_session=pb.OpenSession()))
-        first = await self.call.read()
-        if not isinstance(first, pb.ConverseResponse) or not first.HasField("session_created"):
-            raise SystemExit(f"the service answered the open with {first}")
-
-    async def send(self) -> None:
-        if self.ack:  # from here: grpc.aio allows one write at a time, and the pacer writes
-            await self.call.write(pb.ConverseRequest(ack_events=pb.AckEvents(seq=self.ack)))
-            self.ack = 0
-        self.seq += 1
-        await self.call.write(append(self.seq, self.audio))
-
-    async def read(self, tally: kit.Tally) -> None:
-        while isinstance(event := await self.call.read(), pb.ConverseResponse):
-            kind = event.WhichOneof("event")
-            if kind == "output_audio_delta":
-                tally.answer(self.sent)
-                if event.seq % kit.ACK_EVERY == 0:
-                    self.ack = event.seq
-            elif kind == "error":
-                tally.errors.append(f"{event.error.code}: {event.error.message}")
-
-    async def close(self) -> None:
-        self.seq += 1
-        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            close = pb.ConverseRequest(client_seq=self.seq, close_session=pb.CloseSession())
-            await self.call.write(close)
-        self.call.cancel()
-
-
-class Load:
-    """Runs paced steps against one server; ``kind`` is one of KINDS."""
-
-    def __init__(self, kind: str, port: int, server_pid: int) -> None:
-        self.kind, self.port, self.server_pid = kind, port, server_pid
-        self.rng = random.Random(0)
-
-    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> kit.Tally:
-        audio = self.rng.randbytes(pcm16_bytes(chunk_ms, CLIENT_RATE_HZ))
-        # All streams on one channel, as the bridge does.
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{self.port}") as channel:
-            group: list[kit.LoadSession]
-            if self.kind == "echo":
-                message = append(1, audio).SerializeToString()
-                group = [EchoSession(channel, message) for _ in range(sessions)]
-            else:
-                stub: DuplexServiceAsyncStub = duplex_pb2_grpc.DuplexServiceStub(channel)
-                group = [ServiceSession(stub, audio) for _ in range(sessions)]
-            return await kit.drive(group, chunk_ms / 1000, duration_s, self.server_pid, self.rng)
 
 
 # -- resume and memory ---------------------------------------------------------------------
@@ -390,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.serve_echo or args.serve_ours:
         kit.pin(kit.SERVER_CPU)
-        return kit.run(_serve_echo() if args.serve_echo else _serve_ours())
+        return kit.run(serve_echo() if args.serve_echo else serve_ours())
     return kit.run(bench(args.quick))
 
 

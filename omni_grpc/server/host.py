@@ -105,6 +105,10 @@ class SessionHost:
         """Feeds one command into the core and carries out what it says."""
         await self.apply(self.session.receive(generation, request, self._clock()))
 
+    def go_away(self, time_left_s: float, reason: str) -> None:
+        """Tells the attached stream that the server stops in ``time_left_s`` (a drain)."""
+        self.deliver(self.session.going_away(time_left_s, reason))
+
     def refuse(self, generation: int, error: CommandError) -> None:
         """Answers a message that is not a command at all with a typed error."""
         self.deliver(self.session.refuse(generation, error, self._clock()))

@@ -126,7 +126,7 @@ class Sessions:
         """
         self.registry.accepting = False
         for host in self:
-            host.deliver(host.session.going_away(grace_s, "shutdown"))
+            host.go_away(grace_s, "shutdown")
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace_s):
                 while any(host.session.state is State.ATTACHED for host in self):

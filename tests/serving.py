@@ -4,6 +4,7 @@ The server, client, chaos, bridge and embedded tests all start theirs here, with
 engine at fast pace unless they say otherwise. :class:`FakeClock` is the clock a test moves by
 hand: a server started with one measures every session deadline on it, so a test of grace or
 expiry advances it and runs the expiry timer's step instead of sleeping.
+:func:`self_signed_certificate` makes what a TLS test serves with.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 from omni_grpc.core import Limits
 from omni_grpc.server.app import RunningServer, start_server
@@ -66,3 +69,17 @@ async def eventually(condition: Callable[[], bool], *, timeout_s: float = 5.0) -
             if condition():
                 return
             await asyncio.sleep(0.01)
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A throwaway certificate (and its key) for 127.0.0.1 and localhost, made by openssl."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    request = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    names = ["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"]
+    subprocess.run(
+        ["openssl", *request, *names, "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key

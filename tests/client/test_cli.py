@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -12,7 +13,9 @@ import signal
 import subprocess
 import sys
 import wave
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -26,7 +29,7 @@ from omni_grpc.cli import (
     resolve_serve_settings,
 )
 from omni_grpc.client.wavio import read_audio
-from tests.serving import serving, settings
+from tests.serving import self_signed_certificate, serving, settings
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "omni_grpc.cli"]
@@ -191,47 +194,75 @@ def test_bench_runs_the_packaged_benchmark() -> None:
     assert "--quick" in result.stdout and "raw grpc.aio echo" in result.stdout
 
 
+@contextlib.asynccontextmanager
+async def bridge_process(target: str, *flags: str, env: dict[str, str]) -> AsyncIterator[str]:
+    """``omni-grpc bridge`` as a real process in front of ``target``; yields its realtime URL.
+
+    On leaving, SIGTERM must end it cleanly.
+    """
+    bridge = await asyncio.create_subprocess_exec(
+        *CLI,
+        "bridge",
+        "--grpc-target",
+        target,
+        "--port",
+        "0",
+        "--log-level",
+        "warning",
+        *flags,
+        env={**os.environ, **env},
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert bridge.stdout is not None
+        banner = (await asyncio.wait_for(bridge.stdout.readline(), 30)).decode()
+        found = re.search(r"bridge on (http://127\.0\.0\.1:\d+)/ for (\S+)", banner)
+        assert found, banner
+        assert found[2] == target
+        yield f"{found[1]}/v1/realtime?model=loopback"
+        bridge.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(bridge.wait(), 20) == 0
+    finally:
+        if bridge.returncode is None:
+            bridge.kill()
+            await bridge.wait()
+
+
+async def first_event(url: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """What a websocket client of the bridge hears first."""
+    async with aiohttp.ClientSession() as http, http.ws_connect(url, headers=headers) as ws:
+        event: dict[str, Any] = await asyncio.wait_for(ws.receive_json(), 10)
+        return event
+
+
 async def test_bridge_command_relays_to_a_running_service() -> None:
-    """``omni-grpc bridge`` as a real process, in front of a service that wants its own key."""
-    async with serving(settings(api_keys=("service-key",))) as service:
-        bridge = await asyncio.create_subprocess_exec(
-            *CLI,
-            "bridge",
-            "--grpc-target",
+    """The client's key opens the bridge; the bridge's own key opens the service."""
+    async with (
+        serving(settings(api_keys=("service-key",))) as service,
+        bridge_process(
             service.target,
-            "--port",
-            "0",
             "--api-key",
             "client-key",
-            "--log-level",
-            "warning",
-            env={**os.environ, "OMNI_GRPC_SERVICE_KEY": "service-key"},
-            cwd=REPO,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        try:
-            assert bridge.stdout is not None
-            banner = (await asyncio.wait_for(bridge.stdout.readline(), 30)).decode()
-            found = re.search(r"bridge on (http://127\.0\.0\.1:\d+)/ for (\S+)", banner)
-            assert found, banner
-            assert found[2] == service.target
-            url = f"{found[1]}/v1/realtime?model=loopback"
-            async with aiohttp.ClientSession() as http:
-                # The client's key opens the bridge; the bridge's own key opens the service.
-                headers = {"Authorization": "Bearer client-key"}
-                async with http.ws_connect(url, headers=headers) as ws:
-                    created = await asyncio.wait_for(ws.receive_json(), 10)
-                    assert created["type"] == "session.created", created
-                async with http.ws_connect(url) as refused:
-                    error = await asyncio.wait_for(refused.receive_json(), 10)
-                    assert error["error"]["code"] == "invalid_api_key"
-            bridge.send_signal(signal.SIGTERM)
-            assert await asyncio.wait_for(bridge.wait(), 20) == 0
-        finally:
-            if bridge.returncode is None:
-                bridge.kill()
-                await bridge.wait()
+            env={"OMNI_GRPC_SERVICE_KEY": "service-key"},
+        ) as url,
+    ):
+        created = await first_event(url, {"Authorization": "Bearer client-key"})
+        assert created["type"] == "session.created", created
+        refused = await first_event(url)
+        assert refused["error"]["code"] == "invalid_api_key", refused
+
+
+async def test_bridge_command_reaches_a_tls_service(tmp_path: Path) -> None:
+    cert, key = self_signed_certificate(tmp_path)
+    tls = settings(tls_cert_file=str(cert), tls_key_file=str(key))
+    async with (
+        serving(tls) as service,
+        bridge_process(service.target, "--grpc-root-cert", str(cert), env={}) as url,
+    ):
+        created = await first_event(url)
+        assert created["type"] == "session.created", created
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import start_server
 from omni_grpc.wire import pb
 from tests.server.streams import kinds, open_stream, pcm16, read, read_until
-from tests.serving import FakeClock, eventually, serving, settings
+from tests.serving import FakeClock, eventually, self_signed_certificate, serving, settings
 
 
 def append(seq: int, ms: int = 200) -> pb.ConverseRequest:
@@ -338,28 +338,7 @@ async def test_drain_warns_attached_streams_and_refuses_new_ones() -> None:
 
 
 async def test_tls_serves_trusting_clients_only(tmp_path) -> None:
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    made = await asyncio.create_subprocess_exec(
-        "openssl",
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        str(key),
-        "-out",
-        str(cert),
-        "-days",
-        "1",
-        "-subj",
-        "/CN=localhost",
-        "-addext",
-        "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert await made.wait() == 0
+    cert, key = self_signed_certificate(tmp_path)
     running = await start_server(settings(tls_cert_file=str(cert), tls_key_file=str(key)))
     try:
         trusted = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())

@@ -2,8 +2,8 @@
 
 The flags of each subcommand are here; how ``serve`` and ``bridge`` merge their settings is
 :mod:`omni_grpc.cli.config`, what they run is :mod:`omni_grpc.cli.launch`, and the benchmark is
-:mod:`omni_grpc.bench.service`. Heavy imports (grpc servers, aiohttp, the engines) wait until a
-subcommand needs them, so ``--help`` stays quick.
+:mod:`omni_grpc.bench.service`. The gRPC server, the bridge and the benchmark are imported only
+when their subcommand runs.
 """
 
 from __future__ import annotations

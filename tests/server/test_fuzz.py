@@ -138,6 +138,9 @@ class Live:
         self.run(self.running.stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        # An unclosed loop warns when the garbage collector finds it, inside whatever test runs
+        # then, and the suite turns that warning into that test's failure.
+        self.loop.close()
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ rather than vLLM-Omni's classes. Most events have an equal here. The differences
   output (pcm16, 24 kHz) if vLLM-Omni sent another rate.
 * ``response_done`` gets the usage and latency vLLM-Omni does not report, measured here:
   audio sent, input audio committed, time from the turn's start to the first text and audio.
+* ``response.listen`` is passed on without the response it names: vLLM-Omni's listen does
+  not end that response (its ``response.done`` does), while ours would.
 * Session-level events (``session.*``, heartbeats, rate limits, ``turn.event``,
   ``duplex.raw``) belong to vLLM-Omni's own transport, which our core replaces.
 """
@@ -200,11 +202,14 @@ class EventTranslator:
         ]
 
     def _listen(self, wire: Wire) -> list[pb.ConverseResponse]:
+        # vLLM-Omni's listen names the response the model listened in without ending it:
+        # the response goes on (vLLM-Omni feeds the model more units for it) or ends with
+        # its own response.done, which follows. Ours names only a response the listen ends,
+        # and a renderer closes that one; naming it here ended the response twice.
         metadata = _dict(_dict(wire, "response"), "metadata")
-        body = pb.ResponseListen(
-            response_id=_text(wire, "response_id"), reason=_text(metadata, "reason")
-        )
-        return [pb.ConverseResponse(response_listen=body)]
+        return [
+            pb.ConverseResponse(response_listen=pb.ResponseListen(reason=_text(metadata, "reason")))
+        ]
 
     def _audio(self, wire: Wire) -> list[pb.ConverseResponse]:
         response_id, item_id = _text(wire, "response_id"), _text(wire, "item_id")

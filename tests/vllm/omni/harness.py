@@ -83,6 +83,7 @@ class StageModel(DuplexStagePort):
     submissions: list[DuplexStageSubmission] = field(default_factory=list)
     cleanups: list[tuple[list[str], bool]] = field(default_factory=list)
     aborts: list[list[str]] = field(default_factory=list)
+    new_submission: asyncio.Event = field(default_factory=asyncio.Event)  # set on each
 
     @property
     def stage_count(self) -> int:
@@ -96,6 +97,7 @@ class StageModel(DuplexStagePort):
 
     async def submit(self, submission: DuplexStageSubmission) -> DuplexStageSubmissionResult:
         self.submissions.append(submission)
+        self.new_submission.set()
         context = submission.context
         return DuplexStageSubmissionResult(
             request_id=context.request_id, stage_id=context.stage_id, replica_id=0
@@ -279,6 +281,42 @@ class SessionLayer:
             TALKER_STAGE, output, None, request_id=request_id, context=context
         )
         return consumed
+
+    def listen(self, duplex_session_id: str) -> bool:
+        """The model decides to keep listening: its Talker request finishes with a listen
+        decision and no output. Returns whether the runner consumed the output."""
+        runner = self.runner(duplex_session_id)
+        fence = runner.session.fence
+        request_id = _stage0_request_id(runner.session)
+        output = SimpleNamespace(
+            request_id=request_id,
+            finished=True,
+            outputs=[SimpleNamespace(text="", token_ids=[], multimodal_output={})],
+            multimodal_output={
+                "duplex_native_decision": "listen",
+                "meta.duplex_turn_id": np.array([fence.turn_id], dtype=np.int32),
+                "meta.duplex_epoch": np.array([fence.epoch], dtype=np.int32),
+            },
+        )
+        context = DuplexOutputContext(
+            identity=DuplexRequestIdentity(session_id=duplex_session_id, fence=fence),
+            final_stage_id=self.model.stage_count - 1,
+            segment_finished=True,
+            segment_token_ids=(),
+            segment_output_metadata={},
+        )
+        consumed: bool = runner.on_stage_output(
+            TALKER_STAGE, output, None, request_id=request_id, context=context
+        )
+        return consumed
+
+    async def until_submitted(self, count: int, timeout_s: float = 5.0) -> None:
+        """Waits until the runner has submitted ``count`` model units in all (it submits
+        some, like the silence after a listen, from tasks of its own)."""
+        async with asyncio.timeout(timeout_s):
+            while len(self.model.submissions) < count:
+                self.model.new_submission.clear()
+                await self.model.new_submission.wait()
 
     async def shutdown(self) -> None:
         await self.engine.shutdown()

@@ -8,6 +8,7 @@ plugin; the model behind them is the harness's fake stage, which a test makes sp
 from __future__ import annotations
 
 import base64
+import collections
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -153,6 +154,84 @@ async def test_a_barge_in_cancels_the_answer_and_aborts_the_model_request(layer:
     finally:
         await probe.close()
         await engine.stop()
+
+
+def endings(events: list[pb.ConverseResponse]) -> collections.Counter[str]:
+    """How many times each response was ended: by its ``response_done``, or by a
+    ``response_listen`` that names it (the contract's listen names the response it ends)."""
+    ended: collections.Counter[str] = collections.Counter()
+    for event in events:
+        if event.HasField("response_done"):
+            ended[event.response_done.response.id] += 1
+        elif event.HasField("response_listen") and event.response_listen.response_id:
+            ended[event.response_listen.response_id] += 1
+    return ended
+
+
+@pytest.fixture
+def one_silence_unit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM-Omni feeds a model that listened inside a response silence units, 64 of them in
+    an auto-response session, before it ends the response itself; one is enough here."""
+    from vllm_omni.engine.duplex.session.model_channel import ModelChannel
+
+    monkeypatch.setattr(ModelChannel, "_AUTO_RESPONSE_MAX_CONTINUATION_UNITS", 1)
+
+
+@pytest.mark.usefixtures("one_silence_unit")
+async def test_a_listen_that_ends_a_response_ends_it_once(layer: Any) -> None:
+    """vLLM-Omni ends a response the model listened out of with ``response.listen`` naming
+    it, then that response's ``response.done``: ours ends it once, with the done."""
+    engine = make_engine(layer, auto_response="true")
+    probe = await open_probe(engine)
+    try:
+        await probe.append(voice_like(1.0), chunk_ms=100)
+        layer.speak(duplex_id(probe), "one ", 0.5)
+        await probe.until("output_audio_delta")
+        # The model listens: vLLM-Omni gives it a silence unit, and it speaks again.
+        units = len(layer.model.submissions)
+        assert layer.listen(duplex_id(probe))
+        await layer.until_submitted(units + 1)
+        layer.speak(duplex_id(probe), "two.", 0.5)
+        await probe.until("output_audio_delta")
+        # It listens again; the response's silence is spent, and vLLM-Omni ends it.
+        assert layer.listen(duplex_id(probe))
+        await probe.until("response_done")
+    finally:
+        await probe.close()
+        await engine.stop()
+    (answer,) = check_lifecycles(probe.seen).values()
+    done = answer[-1].response_done.response
+    assert (done.status, done.output[0].content[0].transcript) == (
+        pb.RESPONSE_STATUS_COMPLETED,
+        "one two.",
+    )
+    assert audio_ms(answer) == pytest.approx(1000.0)
+    listens = [e.response_listen for e in probe.seen if e.HasField("response_listen")]
+    assert [listen.reason for listen in listens] == ["model_listen"]
+    assert endings(probe.seen) == {done.id: 1}
+
+
+async def test_a_listen_inside_a_response_does_not_end_it(layer: Any) -> None:
+    """In a session that commits its turns, vLLM-Omni's ``response.listen`` names the
+    response the model listened in, which stays open (vLLM-Omni may feed the model more
+    units for it) until its ``response.done``: here the one a cancel brings."""
+    engine = make_engine(layer)
+    probe = await open_probe(engine)
+    try:
+        await speak_turn(probe)
+        layer.speak(duplex_id(probe), "one ", 0.5)
+        await probe.until("output_audio_delta")
+        assert layer.listen(duplex_id(probe))
+        await probe.until("response_listen")
+        await probe.send(cancel_response=pb.CancelResponse())
+        await probe.until("response_done")
+    finally:
+        await probe.close()
+        await engine.stop()
+    (answer,) = check_lifecycles(probe.seen).values()
+    done = answer[-1].response_done.response
+    assert (done.status, done.status_reason) == (pb.RESPONSE_STATUS_CANCELLED, "client_cancelled")
+    assert endings(probe.seen) == {done.id: 1}
 
 
 async def test_refusals_name_the_command_that_was_refused(layer: Any) -> None:

@@ -45,7 +45,7 @@ from aiohttp import WSMsgType, web
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from omni_grpc.bench import kit
-from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, ServiceSession
+from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, ServiceSession, mirror_settings
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.wire.audio import pcm16_bytes, pcm16_ms
 
@@ -96,19 +96,8 @@ async def _serve_raw() -> None:
 async def _serve_ours() -> None:
     from omni_grpc.cli.config import ServeSettings
     from omni_grpc.cli.launch import start_service
-    from omni_grpc.core import Limits
-    from omni_grpc.server.settings import ServerSettings
 
-    server = ServerSettings(
-        grpc_port=0,
-        engine="loopback",
-        engine_options={"pace": "fast", "mode": "mirror"},
-        # Sessions a step leaves detached (an overloaded step cannot close them all) expire
-        # soon, so they do not pile up across the search.
-        limits=Limits(max_sessions=10_000, disconnect_grace_s=2.0),
-        max_concurrent_streams=8192,
-    )
-    service = await start_service(ServeSettings(server=server, http_port=0))
+    service = await start_service(ServeSettings(server=mirror_settings(), http_port=0))
     kit.announce_ready(service.server.grpc_port, service.http_port or 0)
     await kit.serve_until_parent_gone()
     await service.stop()
@@ -213,30 +202,8 @@ async def bench(quick: bool) -> int:
         20: {"raw": (80, 640), "grpc": (16, 640), "bridge": (8, 640)},
         100: {"raw": (320, 1280), "grpc": (80, 1280), "bridge": (40, 1280)},
     }
-    if quick:  # one step per kind and chunk size
-        searches = {chunk: dict.fromkeys(KINDS, (4, 4)) for chunk in searches}
-    single: dict[str, kit.Tally] = {}
-    caps: dict[tuple[str, int], kit.Capacity] = {}
     try:
-        print("one session, 20 ms chunks:")
-        for load in loads:
-            single[load.kind] = one = await load.step(1, 20, 1.0 if quick else 5.0)
-            print(kit.single_line(load.kind, one), flush=True)
-        for chunk_ms, search in searches.items():
-            print(f"capacity, {chunk_ms} ms chunks:", flush=True)
-            for load in loads:
-                start, top = search[load.kind]
-                caps[(load.kind, chunk_ms)] = await kit.capacity(
-                    lambda sessions, load=load, chunk_ms=chunk_ms: load.step(  # type: ignore[misc]
-                        sessions, chunk_ms, 1.0 if quick else 3.0
-                    ),
-                    kind=load.kind,
-                    chunk_ms=chunk_ms,
-                    server_pid=load.server_pid,
-                    start=start,
-                    top=top,
-                    refine=0 if quick else 3,
-                )
+        single, caps = await kit.measure(loads, searches, quick=quick)
     finally:
         raw.stop()
         ours.stop()
@@ -244,29 +211,12 @@ async def bench(quick: bool) -> int:
     for chunk_ms in searches:
         r, b = caps[("raw", chunk_ms)].sessions, caps[("bridge", chunk_ms)].sessions
         ratio = b / r if r else 0.0
-        # A quick run's one step per kind measures nothing about capacity.
-        met = "n/a (quick)" if quick else "yes" if ratio >= TARGET_RATIO else "no"
-        rows.append(
-            [
-                f"paced sessions, p99 < {kit.P99_LIMIT_MS:.0f} ms, {chunk_ms} ms chunks",
-                *(caps[(kind, chunk_ms)].cell() for kind in KINDS),
-                f"{ratio:.2f}x",
-                f">= {TARGET_RATIO}x",
-                met,
-            ]
-        )
+        cells = [caps[(kind, chunk_ms)].cell() for kind in KINDS]
+        rows.append(kit.capacity_row(chunk_ms, cells, ratio, TARGET_RATIO, quick=quick))
     for chunk_ms in searches:
         costs = [caps[(kind, chunk_ms)] for kind in KINDS]
         ratio = costs[0].us_per_chunk / costs[2].us_per_chunk if costs[2].us_per_chunk else 0.0
-        rows.append(
-            [
-                f"server CPU per chunk, {chunk_ms} ms chunks (sessions per core at 70% CPU)",
-                *(f"{c.us_per_chunk:.0f} us ({c.per_core(chunk_ms):.0f})" for c in costs),
-                f"{ratio:.2f}x",
-                "-",
-                "-",
-            ]
-        )
+        rows.append(kit.cpu_row(chunk_ms, costs, ratio))
     quantiles = {name: [getattr(single[kind], name) for kind in KINDS] for name in ("p50", "p99")}
     for name, (r, g, b) in quantiles.items():
         rows.append(

@@ -27,6 +27,7 @@ from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes
 
 if TYPE_CHECKING:
     from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub
+    from omni_grpc.server.settings import ServerSettings
 
 ECHO_METHOD = "/bench.Echo/Stream"
 # Clients send OpenAI's default format, pcm16 at 24 kHz, which the edge converts both ways.
@@ -58,13 +59,12 @@ async def serve_echo() -> None:
     await server.stop(0)
 
 
-async def serve_ours() -> None:
-    """A child process's service (loopback engine, mirror mode), until the benchmark goes."""
+def mirror_settings() -> ServerSettings:
+    """The benchmarked service: the loopback engine in mirror mode (one chunk in, one out)."""
     from omni_grpc.core import Limits
-    from omni_grpc.server.app import start_server
     from omni_grpc.server.settings import ServerSettings
 
-    settings = ServerSettings(
+    return ServerSettings(
         grpc_port=0,
         engine="loopback",
         engine_options={"pace": "fast", "mode": "mirror"},
@@ -73,6 +73,13 @@ async def serve_ours() -> None:
         limits=Limits(max_sessions=10_000, disconnect_grace_s=2.0),
         max_concurrent_streams=8192,
     )
+
+
+async def serve_ours() -> None:
+    """A child process's service (:func:`mirror_settings`), until the benchmark goes."""
+    from omni_grpc.server.app import start_server
+
+    settings = mirror_settings()
     running = await start_server(settings)
     kit.announce_ready(running.grpc_port)
     await kit.serve_until_parent_gone()

@@ -326,6 +326,79 @@ async def capacity(
     return cap
 
 
+class SteppedLoad(Protocol):
+    """One kind of load against one server: what :func:`measure` drives."""
+
+    kind: str
+    server_pid: int
+
+    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> Tally: ...
+
+
+# Where each capacity search starts and stops, by chunk length and load kind.
+Searches = dict[int, dict[str, tuple[int, int]]]
+
+
+async def measure(
+    loads: Sequence[SteppedLoad], searches: Searches, *, quick: bool
+) -> tuple[dict[str, Tally], dict[tuple[str, int], Capacity]]:
+    """One paced session of 20 ms chunks per load, then a capacity search per load and chunk.
+
+    Returns the single-session tallies by kind and the capacities by (kind, chunk ms). A quick
+    run takes one step of 4 sessions per search: it proves the path works, it measures nothing.
+    """
+    if quick:
+        searches = {chunk: {load.kind: (4, 4) for load in loads} for chunk in searches}
+    single: dict[str, Tally] = {}
+    caps: dict[tuple[str, int], Capacity] = {}
+    print("one session, 20 ms chunks:")
+    for load in loads:
+        single[load.kind] = one = await load.step(1, 20, 1.0 if quick else 5.0)
+        print(single_line(load.kind, one), flush=True)
+    for chunk_ms, search in searches.items():
+        print(f"capacity, {chunk_ms} ms chunks:", flush=True)
+        for load in loads:
+            start, top = search[load.kind]
+            caps[(load.kind, chunk_ms)] = await capacity(
+                lambda sessions, load=load, chunk_ms=chunk_ms: load.step(  # type: ignore[misc]
+                    sessions, chunk_ms, 1.0 if quick else 3.0
+                ),
+                kind=load.kind,
+                chunk_ms=chunk_ms,
+                server_pid=load.server_pid,
+                start=start,
+                top=top,
+                refine=0 if quick else 3,
+            )
+    return single, caps
+
+
+def capacity_row(
+    chunk_ms: int, cells: Sequence[str], ratio: float, target: float, *, quick: bool
+) -> list[str]:
+    """The table row of one capacity comparison against its target ratio."""
+    # A quick run's one step per kind measures nothing about capacity.
+    met = "n/a (quick)" if quick else "yes" if ratio >= target else "no"
+    return [
+        f"paced sessions, p99 < {P99_LIMIT_MS:.0f} ms, {chunk_ms} ms chunks",
+        *cells,
+        f"{ratio:.2f}x",
+        f">= {target}x",
+        met,
+    ]
+
+
+def cpu_row(chunk_ms: int, caps: Sequence[Capacity], ratio: float) -> list[str]:
+    """The table row of server CPU per chunk, with what it projects per core."""
+    return [
+        f"server CPU per chunk, {chunk_ms} ms chunks (sessions per core at 70% CPU)",
+        *(f"{c.us_per_chunk:.0f} us ({c.per_core(chunk_ms):.0f})" for c in caps),
+        f"{ratio:.2f}x",
+        "-",
+        "-",
+    ]
+
+
 # -- report -------------------------------------------------------------------------------
 
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from omni_grpc.bench import kit
-from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, KINDS, Load, append, serve_echo, serve_ours
+from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, Load, append, serve_echo, serve_ours
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import pcm16_bytes
@@ -117,30 +117,8 @@ async def bench(quick: bool) -> int:
         20: {"echo": (80, 640), "ours": (16, 640)},
         100: {"echo": (320, 1280), "ours": (80, 1280)},
     }
-    if quick:  # one step per kind and chunk size
-        searches = {chunk: dict.fromkeys(KINDS, (4, 4)) for chunk in searches}
-    single: dict[str, kit.Tally] = {}
-    caps: dict[tuple[str, int], kit.Capacity] = {}
     try:
-        print("one session, 20 ms chunks:")
-        for load in loads:
-            single[load.kind] = one = await load.step(1, 20, 1.0 if quick else 5.0)
-            print(kit.single_line(load.kind, one), flush=True)
-        for chunk_ms, search in searches.items():
-            print(f"capacity, {chunk_ms} ms chunks:", flush=True)
-            for load in loads:
-                start, top = search[load.kind]
-                caps[(load.kind, chunk_ms)] = await kit.capacity(
-                    lambda sessions, load=load, chunk_ms=chunk_ms: load.step(  # type: ignore[misc]
-                        sessions, chunk_ms, 1.0 if quick else 3.0
-                    ),
-                    kind=load.kind,
-                    chunk_ms=chunk_ms,
-                    server_pid=load.server_pid,
-                    start=start,
-                    top=top,
-                    refine=0 if quick else 3,
-                )
+        single, caps = await kit.measure(loads, searches, quick=quick)
         resumes = await resume_latency(ours.ports[0], 10 if quick else 50)
         idle_kib = await idle_memory_kib(ours.ports[0], ours.pid, 50 if quick else 500)
     finally:
@@ -150,30 +128,13 @@ async def bench(quick: bool) -> int:
     for chunk_ms in searches:
         e, o = caps[("echo", chunk_ms)], caps[("ours", chunk_ms)]
         ratio = o.sessions / e.sessions if e.sessions else 0.0
-        # A quick run's one step per kind measures nothing about capacity.
-        met = "n/a (quick)" if quick else "yes" if ratio >= TARGET_RATIO else "no"
         rows.append(
-            [
-                f"paced sessions, p99 < {kit.P99_LIMIT_MS:.0f} ms, {chunk_ms} ms chunks",
-                e.cell(),
-                o.cell(),
-                f"{ratio:.2f}x",
-                f">= {TARGET_RATIO}x",
-                met,
-            ]
+            kit.capacity_row(chunk_ms, [e.cell(), o.cell()], ratio, TARGET_RATIO, quick=quick)
         )
     for chunk_ms in searches:
         e, o = caps[("echo", chunk_ms)], caps[("ours", chunk_ms)]
         ratio = o.us_per_chunk / e.us_per_chunk if e.us_per_chunk else 0.0
-        rows.append(
-            [
-                f"server CPU per chunk, {chunk_ms} ms chunks (sessions per core at 70% CPU)",
-                *(f"{c.us_per_chunk:.0f} us ({c.per_core(chunk_ms):.0f})" for c in (e, o)),
-                f"{ratio:.1f}x",
-                "-",
-                "-",
-            ]
-        )
+        rows.append(kit.cpu_row(chunk_ms, (e, o), ratio))
     base, mine = single["echo"], single["ours"]
     added50, added99 = mine.p50 - base.p50, mine.p99 - base.p99
     rows.append(

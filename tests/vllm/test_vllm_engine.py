@@ -17,7 +17,8 @@ from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine.vllm import VllmEngine
 from omni_grpc.wire import pb
-from tests.engine.conformance import Probe, check_lifecycles, kinds, transcript, voice_like
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
+from tests.engine.conformance import Probe, check_lifecycles, transcript, voice_like
 
 from .support import ANSWER_TOKENS, VLLM_MARKS, make_engine
 
@@ -31,8 +32,9 @@ async def open_probe(engine: VllmEngine, name: str, *, text: bool = False) -> Pr
 
 
 def noise(seconds: float, seed: int) -> bytes:
-    samples = 0.2 * np.random.default_rng(seed).standard_normal(int(16000 * seconds))
-    return audio.encode(samples.astype(np.float32), pb.AUDIO_ENCODING_PCM16, 16000)
+    rate = CANONICAL_INPUT_RATE_HZ
+    samples = 0.2 * np.random.default_rng(seed).standard_normal(int(rate * seconds))
+    return audio.encode(samples.astype(np.float32), pb.AUDIO_ENCODING_PCM16, rate)
 
 
 async def answer(probe: Probe, pcm16: bytes) -> pb.Response:
@@ -203,7 +205,10 @@ async def test_a_prompt_the_model_cannot_take_fails_the_response_only(engine: Vl
         added = (await probe.until("item_done"))[-1].item_done.item
         await probe.send(create_response=pb.CreateResponse())
         events = await probe.until("response_done")
-        assert "error" in kinds(events)
+        (error,) = [e.error for e in events if e.HasField("error")]
+        # A code that says which part failed, and a sentence: no exception text on the wire.
+        assert (error.code, error.type) == ("model_request_failed", pb.ERROR_TYPE_SERVER)
+        assert error.message == "vLLM could not serve the response's request"
         failed = events[-1].response_done.response
         assert (failed.status, failed.status_reason) == (pb.RESPONSE_STATUS_FAILED, "engine_error")
         # Without the long item the conversation goes on.

@@ -21,13 +21,14 @@ from omni_grpc.engine.vllm import runtime as vllm_runtime
 from omni_grpc.engine.vllm.prompt import Entry, build_prompt
 from omni_grpc.engine.vllm_omni import VllmOmniOptions
 from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def pcm(seconds: float, value: float = 0.25) -> bytes:
-    samples = np.full(int(16000 * seconds), value, dtype=np.float32)
-    return audio.encode(samples, pb.AUDIO_ENCODING_PCM16, 16000)
+    samples = np.full(int(CANONICAL_INPUT_RATE_HZ * seconds), value, dtype=np.float32)
+    return audio.encode(samples, pb.AUDIO_ENCODING_PCM16, CANONICAL_INPUT_RATE_HZ)
 
 
 def test_vllm_options_are_parsed_and_checked() -> None:
@@ -50,7 +51,7 @@ def test_vllm_options_are_parsed_and_checked() -> None:
         VllmOptions.parse({"model": "m", "colour": "red"})
     with pytest.raises(ValueError, match="enforce_eager='maybe' is not a valid value"):
         VllmOptions.parse({"model": "m", "enforce_eager": "maybe"})
-    with pytest.raises(ValueError, match=r"min_tokens must be in \[0, max_tokens\]"):
+    with pytest.raises(ValueError, match=r"min_tokens must be in \[0, 8\], got 9"):
         VllmOptions.parse({"model": "m", "min_tokens": "9", "max_tokens": "8"})
     with pytest.raises(ValueError, match="dtype must be one of"):
         VllmOptions.parse({"model": "m", "dtype": "int3"})
@@ -90,7 +91,8 @@ def test_the_prompt_hears_the_latest_audio_items() -> None:
         {"role": "user", "content": "<audio 1>\nand words\n<audio 2>"},
     ]
     # Each clip keeps its last max_audio_s seconds, as float32 at 16 kHz.
-    assert [len(clip) for clip in prompt.audio] == [16000, 4000]
+    one_second = CANONICAL_INPUT_RATE_HZ
+    assert [len(clip) for clip in prompt.audio] == [one_second, one_second // 4]
     assert prompt.audio[0].dtype == np.float32
     assert np.allclose(prompt.audio[0], 0.1, atol=1e-4)
     assert np.allclose(prompt.audio[1], -0.5, atol=1e-4)

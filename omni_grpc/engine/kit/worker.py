@@ -72,6 +72,10 @@ class WorkerSession(EngineSession):
     async def _on_open(self) -> None:
         """Runs on the worker before the first command (e.g. to report bad session options)."""
 
+    async def _on_close_begin(self) -> None:
+        """Runs once at close, before the session's tasks are cancelled and its events end:
+        an engine whose session lives elsewhere ends it here (new commands are ignored)."""
+
     # -- the seam ------------------------------------------------------------------------
 
     async def submit(self, request: pb.ConverseRequest) -> None:
@@ -90,6 +94,7 @@ class WorkerSession(EngineSession):
         if self._closed:
             return
         self._closed = True
+        await self._on_close_begin()
         tasks = [self._worker, *self._tasks, *([self._player] if self._player else [])]
         for task in tasks:
             task.cancel()

@@ -3,7 +3,7 @@
 An audio-in, text-out model (Qwen2-Audio, Ultravox, ...) hears each committed user turn as
 audio, inside a chat prompt holding the conversation so far; vLLM's ``AsyncLLM`` streams the
 answer, one vLLM request per response; espeak-ng speaks it sentence by sentence while the
-rest is still being generated (the embedded engine's speech stage). A barge-in or cancel
+rest is still being generated (the engine kit's speech player). A barge-in or cancel
 aborts the vLLM request, which frees its KV cache at once. Many sessions share one engine,
 and vLLM batches their requests.
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from omni_grpc.core.limits import EngineFeatures
 from omni_grpc.engine.base import Engine
-from omni_grpc.engine.embedded.tts import Espeak, TtsUnavailable
+from omni_grpc.engine.kit.tts import Espeak, TtsUnavailable
 from omni_grpc.engine.vllm.options import VllmOptions
 from omni_grpc.engine.vllm.runtime import VllmRuntime, VllmUnavailable
 from omni_grpc.engine.vllm.session import VllmSession

@@ -44,23 +44,20 @@ Speech (how answers are spoken and paced):
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from omni_grpc.engine.kit.options import (
+    Converters,
+    check_choice,
+    check_range,
+    parse_bool,
+    parse_options,
+)
+
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
-
-
-def parse_bool(text: str) -> bool:
-    """Reads true/false, 1/0, yes/no or on/off."""
-    lowered = text.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise ValueError(text)
+_EXECUTORS = ("", "uni", "mp", "ray")
+_PACES = ("realtime", "fast")
 
 
 def _bias(text: str) -> dict[int, float]:
@@ -112,31 +109,27 @@ class VllmOptions:
     queue_size: int = 256
 
     def __post_init__(self) -> None:
-        checks: list[tuple[bool, str]] = [
-            (bool(self.model.strip()), "model is required (a model name or a checkpoint path)"),
-            (self.dtype in _DTYPES, f"dtype must be one of {', '.join(_DTYPES)}"),
-            (self.max_model_len >= 0, "max_model_len must not be negative"),
-            (self.kv_cache_bytes >= 0, "kv_cache_bytes must not be negative"),
-            (0 <= self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in [0, 1]"),
-            (1 <= self.tensor_parallel_size <= 64, "tensor_parallel_size must be in [1, 64]"),
-            (self.max_num_seqs >= 0, "max_num_seqs must not be negative"),
-            (self.executor in ("", "uni", "mp", "ray"), "executor must be uni, mp or ray"),
-            (0 <= self.temperature <= 2, "temperature must be in [0, 2]"),
-            (1 <= self.max_tokens <= 65536, "max_tokens must be in [1, 65536]"),
-            (0 <= self.min_tokens <= self.max_tokens, "min_tokens must be in [0, max_tokens]"),
-            (1 <= self.audio_turns <= 16, "audio_turns must be in [1, 16]"),
-            (0 < self.max_audio_s <= 600, "max_audio_s must be in (0, 600]"),
-            (1 <= self.history_items <= 256, "history_items must be in [1, 256]"),
-            (80 <= self.words_per_minute <= 450, "words_per_minute must be in [80, 450]"),
-            (self.pace in ("realtime", "fast"), "pace must be 'realtime' or 'fast'"),
-            (math.isfinite(self.speed) and 0 < self.speed <= 100, "speed must be in (0, 100]"),
-            (20 <= self.chunk_ms <= 200, "chunk_ms must be in [20, 200]"),
-            (1 <= self.max_input_s <= 3600, "max_input_s must be in [1, 3600]"),
-            (self.queue_size >= 16, "queue_size must be at least 16"),
-        ]
-        for ok, problem in checks:
-            if not ok:
-                raise ValueError(f"vllm option: {problem}")
+        if not self.model.strip():
+            raise ValueError("model is required (a model name or a checkpoint path)")
+        check_choice("dtype", self.dtype, _DTYPES)
+        check_range("max_model_len", self.max_model_len, 0)
+        check_range("kv_cache_bytes", self.kv_cache_bytes, 0)
+        check_range("gpu_memory_utilization", self.gpu_memory_utilization, 0, 1)
+        check_range("tensor_parallel_size", self.tensor_parallel_size, 1, 64)
+        check_range("max_num_seqs", self.max_num_seqs, 0)
+        check_choice("executor", self.executor, _EXECUTORS)
+        check_range("temperature", self.temperature, 0, 2)
+        check_range("max_tokens", self.max_tokens, 1, 65536)
+        check_range("min_tokens", self.min_tokens, 0, self.max_tokens)
+        check_range("audio_turns", self.audio_turns, 1, 16)
+        check_range("max_audio_s", self.max_audio_s, 0, 600, above=True)
+        check_range("history_items", self.history_items, 1, 256)
+        check_range("words_per_minute", self.words_per_minute, 80, 450)
+        check_choice("pace", self.pace, _PACES)
+        check_range("speed", self.speed, 0, 100, above=True)
+        check_range("chunk_ms", self.chunk_ms, 20, 200)
+        check_range("max_input_s", self.max_input_s, 1, 3600)
+        check_range("queue_size", self.queue_size, 16)
 
     def engine_args(self) -> dict[str, object]:
         """The ``AsyncEngineArgs`` these options ask for; vLLM's defaults fill the rest."""
@@ -163,25 +156,15 @@ class VllmOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> VllmOptions:
         """Reads string options; raises ValueError naming any unknown key or bad value."""
-        unknown = sorted(set(options) - set(_CONVERTERS))
-        if unknown:
-            raise ValueError(
-                f"unknown vllm option(s) {', '.join(unknown)}; known: {', '.join(_CONVERTERS)}"
-            )
-        if not options.get("model", "").strip():
+        values = parse_options("vllm", options, _CONVERTERS)
+        if not str(values.get("model", "")).strip():
             raise ValueError(
                 "the vllm engine needs model=<Hugging Face name or checkpoint directory>"
             )
-        values: dict[str, object] = {}
-        for key, text in options.items():
-            try:
-                values[key] = _CONVERTERS[key](text)
-            except ValueError:
-                raise ValueError(f"vllm option {key}={text!r} is not a valid value") from None
         return cls(**values)  # type: ignore[arg-type]
 
 
-_CONVERTERS: dict[str, Callable[[str], object]] = {
+_CONVERTERS: Converters = {
     "model": str,
     "dtype": str,
     "max_model_len": int,

@@ -17,8 +17,7 @@ import numpy as np
 
 from omni_grpc import audio
 from omni_grpc.wire import pb
-
-IN_RATE_HZ = 16000
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +34,11 @@ class Prompt:
     """The chat messages (OpenAI-style role/content pairs) and the audio they refer to."""
 
     messages: list[dict[str, str]]
-    audio: list[np.ndarray]  # float32 mono 16 kHz, in placeholder order
+    audio: list[np.ndarray]  # float32 canonical input, in placeholder order
 
     @property
     def audio_ms(self) -> float:
-        return sum(len(clip) for clip in self.audio) * 1000 / IN_RATE_HZ
+        return sum(len(clip) for clip in self.audio) * 1000 / CANONICAL_INPUT_RATE_HZ
 
 
 def build_prompt(
@@ -53,7 +52,7 @@ def build_prompt(
     """The prompt for ``entries`` (oldest first); see the module docstring for the rules."""
     with_audio = [i for i, entry in enumerate(entries) if entry.pcm16]
     heard = set(with_audio[-audio_turns:])
-    max_samples = int(max_audio_s * IN_RATE_HZ)
+    max_samples = int(max_audio_s * CANONICAL_INPUT_RATE_HZ)
     messages: list[dict[str, str]] = []
     clips: list[np.ndarray] = []
     if instructions.strip():
@@ -61,7 +60,7 @@ def build_prompt(
     for index, entry in enumerate(entries):
         parts = []
         if index in heard:
-            samples = audio.decode(entry.pcm16, pb.AUDIO_ENCODING_PCM16, IN_RATE_HZ)
+            samples = audio.decode(entry.pcm16, pb.AUDIO_ENCODING_PCM16, CANONICAL_INPUT_RATE_HZ)
             clips.append(np.ascontiguousarray(samples[-max_samples:], dtype=np.float32))
             parts.append(placeholder(len(clips)))
         if entry.text.strip():

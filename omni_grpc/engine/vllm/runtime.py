@@ -28,6 +28,7 @@ import numpy as np
 
 from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.vllm.options import VllmOptions
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
 
 logger = logging.getLogger(__name__)
 
@@ -246,7 +247,7 @@ class VllmRuntime:
         audio: list[np.ndarray],
         sampling: Sampling,
     ) -> Generation:
-        """Starts one streaming request; audio is float32 mono at 16 kHz, one per placeholder."""
+        """Starts one streaming request; audio is float32 canonical input, one per placeholder."""
         if self._loop is None or self._llm is None:
             raise EngineError("the vLLM runtime is not running")
         generation = Generation(self, request_id)
@@ -268,7 +269,8 @@ class VllmRuntime:
         )
         request: dict[str, Any] = {"prompt": prompt}
         if audio:
-            request["multi_modal_data"] = {"audio": [(clip, 16000) for clip in audio]}
+            clips = [(clip, CANONICAL_INPUT_RATE_HZ) for clip in audio]
+            request["multi_modal_data"] = {"audio": clips}
         try:
             engine_input = await self._engine_input(request)
             prompt_tokens = 0

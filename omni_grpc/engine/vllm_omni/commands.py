@@ -13,8 +13,8 @@ from typing import Any
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
 
-IN_RATE_HZ = 16000
 _CORRELATIONS_KEPT = 1024  # commands whose late error can still name them
 
 _ROLES = {pb.ITEM_ROLE_USER: "user", pb.ITEM_ROLE_ASSISTANT: "assistant"}
@@ -143,13 +143,16 @@ def command_for(
     if kind == "append_input_audio":
         append = request.append_input_audio
         if (append.encoding or pb.AUDIO_ENCODING_PCM16) != pb.AUDIO_ENCODING_PCM16 or (
-            append.sample_rate_hz or IN_RATE_HZ
-        ) != IN_RATE_HZ:
+            append.sample_rate_hz or CANONICAL_INPUT_RATE_HZ
+        ) != CANONICAL_INPUT_RATE_HZ:
             raise CommandError(
                 "unsupported_audio_format", "engines take canonical input", param="encoding"
             )
         return commands.AppendAudio(
-            audio=append.audio, format="pcm16", sample_rate_hz=IN_RATE_HZ, event_id=event_id
+            audio=append.audio,
+            format="pcm16",
+            sample_rate_hz=CANONICAL_INPUT_RATE_HZ,
+            event_id=event_id,
         )
     if kind == "commit_input_audio":
         commit = request.commit_input_audio

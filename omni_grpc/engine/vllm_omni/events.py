@@ -32,8 +32,8 @@ from omni_grpc import audio
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.vllm_omni.commands import conversation_item
 from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_ms
 
-OUT_RATE_HZ = 24000
 TERMINAL = frozenset({"session.closed", "session.expired"})
 _STATUSES = {
     "completed": pb.RESPONSE_STATUS_COMPLETED,
@@ -222,21 +222,21 @@ class EventTranslator:
             pcm = base64.b64decode(_text(wire, "delta"), validate=True)
         except binascii.Error as error:
             raise ValueError("vLLM-Omni sent audio that is not base64") from error
-        rate = int(_number(wire, "sample_rate_hz")) or OUT_RATE_HZ
+        rate = int(_number(wire, "sample_rate_hz")) or CANONICAL_OUTPUT_RATE_HZ
         pcm = pcm[: len(pcm) - len(pcm) % 2]
-        if rate != OUT_RATE_HZ:
+        if rate != CANONICAL_OUTPUT_RATE_HZ:
             samples = audio.decode(pcm, pb.AUDIO_ENCODING_PCM16, rate)
-            resampled = audio.resample(samples, rate, OUT_RATE_HZ)
-            pcm = audio.encode(resampled, pb.AUDIO_ENCODING_PCM16, OUT_RATE_HZ)
+            resampled = audio.resample(samples, rate, CANONICAL_OUTPUT_RATE_HZ)
+            pcm = audio.encode(resampled, pb.AUDIO_ENCODING_PCM16, CANONICAL_OUTPUT_RATE_HZ)
         if not pcm:
             return []
-        duration_ms = len(pcm) / 2 * 1000 / OUT_RATE_HZ
+        duration_ms = pcm16_ms(len(pcm), CANONICAL_OUTPUT_RATE_HZ)
         body = pb.OutputAudioDelta(
             audio=pcm,
             response_id=response_id,
             item_id=item_id,
             encoding=pb.AUDIO_ENCODING_PCM16,
-            sample_rate_hz=OUT_RATE_HZ,
+            sample_rate_hz=CANONICAL_OUTPUT_RATE_HZ,
             start_ms=state.clock_ms,
             duration_ms=duration_ms,
         )

@@ -17,11 +17,10 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from omni_grpc.engine.vllm.options import parse_bool
+from omni_grpc.engine.kit.options import Converters, check_range, parse_bool, parse_options
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,34 +37,22 @@ class VllmOmniOptions:
 
     def __post_init__(self) -> None:
         if not self.model.strip():
-            raise ValueError("vllm-omni option: model is required")
-        if not (math.isfinite(self.control_timeout_s) and 0 < self.control_timeout_s <= 300):
-            raise ValueError("vllm-omni option: control_timeout_s must be in (0, 300]")
-        if not 1 <= self.max_sessions <= 4096:
-            raise ValueError("vllm-omni option: max_sessions must be in [1, 4096]")
+            raise ValueError("model is required (a duplex model, e.g. MiniCPM-o)")
+        check_range("control_timeout_s", self.control_timeout_s, 0, 300, above=True)
+        check_range("max_sessions", self.max_sessions, 1, 4096)
         if self.ref_audio and ":" not in self.ref_audio:
-            raise ValueError("vllm-omni option: ref_audio must be a data:, http(s): or file: URI")
+            raise ValueError("ref_audio must be a data:, http(s): or file: URI")
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> VllmOmniOptions:
         """Reads string options; raises ValueError naming any unknown key or bad value."""
-        unknown = sorted(set(options) - set(_CONVERTERS))
-        if unknown:
-            raise ValueError(
-                f"unknown vllm-omni option(s) {', '.join(unknown)}; known: {', '.join(_CONVERTERS)}"
-            )
-        if not options.get("model", "").strip():
+        values = parse_options("vllm-omni", options, _CONVERTERS)
+        if not str(values.get("model", "")).strip():
             raise ValueError("the vllm-omni engine needs model=<a duplex model, e.g. MiniCPM-o>")
-        values: dict[str, object] = {}
-        for key, text in options.items():
-            try:
-                values[key] = _CONVERTERS[key](text)
-            except ValueError:
-                raise ValueError(f"vllm-omni option {key}={text!r} is not a valid value") from None
         return cls(**values)  # type: ignore[arg-type]
 
 
-_CONVERTERS: dict[str, Callable[[str], object]] = {
+_CONVERTERS: Converters = {
     "model": str,
     "trust_remote_code": parse_bool,
     "deploy_config": str,

@@ -22,6 +22,7 @@ from omni_grpc.core.limits import Limits
 from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.vllm_omni import VllmOmniEngine
 from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
 from tests.engine.conformance import Probe, audio_ms, check_lifecycles, kinds, voice_like
 
 from ..support import WARNING_FILTERS
@@ -44,7 +45,7 @@ def ref_audio_uri() -> str:
     with wave.open(buffer, "wb") as wav:
         wav.setnchannels(1)
         wav.setsampwidth(2)
-        wav.setframerate(16000)
+        wav.setframerate(CANONICAL_INPUT_RATE_HZ)
         wav.writeframes(voice_like(1.0, f0_hz=200))
     return "data:audio/wav;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
@@ -100,7 +101,7 @@ async def test_a_turn_reaches_the_model_and_its_speech_comes_back(layer: Any) ->
         (unit,) = [s for s in layer.model.submissions if s.context.stage_id == 0]
         payload = unit.prompt["model_intermediate_buffer"]["duplex"]["payload"]
         samples = np.frombuffer(base64.b64decode(payload["audio"]), dtype="<f4")
-        expected = audio.decode(heard, pb.AUDIO_ENCODING_PCM16, 16000)
+        expected = audio.decode(heard, pb.AUDIO_ENCODING_PCM16, CANONICAL_INPUT_RATE_HZ)
         np.testing.assert_allclose(samples, expected[: len(samples)], atol=1e-4)
 
         assert layer.speak(duplex_id(probe), "hello ", 1.0)
@@ -185,6 +186,7 @@ async def test_a_listen_that_ends_a_response_ends_it_once(layer: Any) -> None:
     probe = await open_probe(engine)
     try:
         await probe.append(voice_like(1.0), chunk_ms=100)
+        await layer.until_submitted(1)  # the model heard it
         layer.speak(duplex_id(probe), "one ", 0.5)
         await probe.until("output_audio_delta")
         # The model listens: vLLM-Omni gives it a silence unit, and it speaks again.

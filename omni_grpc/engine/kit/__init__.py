@@ -27,7 +27,7 @@ from omni_grpc.engine.kit.conversation import (
 from omni_grpc.engine.kit.event_queue import EventQueue
 from omni_grpc.engine.kit.history import History, item_text, user_item
 from omni_grpc.engine.kit.responses import ResponseSession
-from omni_grpc.engine.kit.speech import LEAD_MS, Pacing, SpeechPlayer
+from omni_grpc.engine.kit.speech import LEAD_MS, Pacing, SpeechPlayer, audio_delta
 from omni_grpc.engine.kit.worker import Handler, WorkerSession
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "SpeechPlayer",
     "UserInput",
     "WorkerSession",
+    "audio_delta",
     "check_canonical_input",
     "item_text",
     "new_id",

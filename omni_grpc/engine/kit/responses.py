@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import ClassVar, Self
+from typing import Any, ClassVar
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.kit.answers import (
@@ -45,15 +44,9 @@ class ResponseSession(WorkerSession):
     # for something (transcripts) announces from its player with _announce_response.
     announce_at_start: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        session_id: str,
-        config: pb.SessionConfig,
-        *,
-        queue_size: int,
-        on_close: Callable[[Self], None],
-    ) -> None:
-        super().__init__(session_id, config, queue_size=queue_size, on_close=on_close)
+    def __init__(self, session_id: str, config: pb.SessionConfig, **worker: Any) -> None:
+        """``worker``: the arguments of :class:`WorkerSession`."""
+        super().__init__(session_id, config, **worker)
         self._pending: list[UserInput] = []  # committed, not answered yet
         self._history = History(ITEMS_KEPT)
         self._answers: dict[str, Answer] = {}  # insertion-ordered, newest last

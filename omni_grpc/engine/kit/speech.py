@@ -37,6 +37,23 @@ LEAD_MS = 300.0
 _SENTENCES_AHEAD = 2  # synthesized sentences waiting for their turn to play
 
 
+def audio_delta(
+    audio_out: bytes, start_ms: float, *, response_id: str, item_id: str = ""
+) -> pb.ConverseResponse:
+    """An ``output_audio_delta`` of canonical output audio starting at ``start_ms`` on the
+    response's media clock."""
+    delta = pb.OutputAudioDelta(
+        audio=audio_out,
+        encoding=pb.AUDIO_ENCODING_PCM16,
+        sample_rate_hz=CANONICAL_OUTPUT_RATE_HZ,
+        start_ms=start_ms,
+        duration_ms=pcm16_ms(len(audio_out), CANONICAL_OUTPUT_RATE_HZ),
+        response_id=response_id,
+        item_id=item_id,
+    )
+    return pb.ConverseResponse(output_audio_delta=delta)
+
+
 @dataclass(frozen=True, slots=True)
 class Pacing:
     """When chunks are released; see the module docstring."""
@@ -117,18 +134,7 @@ class SpeechPlayer:
             end_ms = start_ms + pcm16_ms(len(chunk), CANONICAL_OUTPUT_RATE_HZ)
             await self._wait_until_due(start_ms)
             if answer.speaks:
-                await self._events.put(
-                    pb.ConverseResponse(
-                        output_audio_delta=pb.OutputAudioDelta(
-                            audio=chunk,
-                            encoding=pb.AUDIO_ENCODING_PCM16,
-                            sample_rate_hz=CANONICAL_OUTPUT_RATE_HZ,
-                            start_ms=start_ms,
-                            duration_ms=end_ms - start_ms,
-                            **ids,
-                        )
-                    )
-                )
+                await self._events.put(audio_delta(chunk, start_ms, **ids))
                 answer.first_audio = answer.first_audio or time.monotonic()
                 answer.sent_ms = end_ms
             self._clock_ms = end_ms

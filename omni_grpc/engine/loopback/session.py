@@ -79,17 +79,5 @@ class LoopbackSession(kit.ConversationSession):
         out = audio.encode(
             resampler.process(heard), pb.AUDIO_ENCODING_PCM16, CANONICAL_OUTPUT_RATE_HZ
         )
-        duration_ms = pcm16_ms(len(out), CANONICAL_OUTPUT_RATE_HZ)
-        await self._events.put(
-            pb.ConverseResponse(
-                output_audio_delta=pb.OutputAudioDelta(
-                    audio=out,
-                    response_id=response_id,
-                    encoding=pb.AUDIO_ENCODING_PCM16,
-                    sample_rate_hz=CANONICAL_OUTPUT_RATE_HZ,
-                    start_ms=self._mirror_ms,
-                    duration_ms=duration_ms,
-                )
-            )
-        )
-        self._mirror_ms += duration_ms
+        await self._events.put(kit.audio_delta(out, self._mirror_ms, response_id=response_id))
+        self._mirror_ms += pcm16_ms(len(out), CANONICAL_OUTPUT_RATE_HZ)

@@ -359,6 +359,22 @@ async def test_a_failing_worker_ends_the_stream_with_engine_error(
     assert isinstance(probe.failure.__cause__, RuntimeError)
 
 
+async def test_a_failing_player_fails_its_response_and_the_session_goes_on(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(answer: object) -> None:
+        raise RuntimeError("planted bug")
+
+    monkeypatch.setattr(probe.session, "_play", broken)
+    failed = await run_turn(probe, 0.3)
+    assert [e.error.code for e in failed if e.HasField("error")] == ["internal_error"]
+    done = failed[-1].response_done.response
+    assert (done.status, done.status_reason) == (pb.RESPONSE_STATUS_FAILED, "engine_error")
+    monkeypatch.undo()
+    answered = (await run_turn(probe, 0.3))[-1].response_done.response
+    assert answered.status == pb.RESPONSE_STATUS_COMPLETED
+
+
 async def test_stop_closes_every_session() -> None:
     engine, first = await loopback_probe({"pace": "fast"})
     second = await open_probe(engine, EngineSpec("loopback", lambda: engine), "s2")

@@ -10,12 +10,15 @@ synchronously, right before its done event is queued, so a cancel that comes lat
 nothing to cancel instead of ending a response twice. A response that was never announced (it
 was waiting for the words it answers) ends silently, and its input waits again. A turn that
 server VAD detects while a response runs under ``listen_only`` (or without
-``interrupt_response``) waits instead, and is answered when that response ends.
+``interrupt_response``) waits instead, and is answered when that response ends. A response
+whose player fails (a bug, a model fault the engine did not catch) ends ``failed`` with reason
+``engine_error`` after an ``internal_error`` event; the session goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any, ClassVar
 
@@ -32,6 +35,8 @@ from omni_grpc.engine.kit.answers import (
 from omni_grpc.engine.kit.history import History, item_text
 from omni_grpc.engine.kit.worker import WorkerSession
 from omni_grpc.wire import pb
+
+logger = logging.getLogger(__name__)
 
 ITEMS_KEPT = 64  # conversation items that retrieve, delete, truncate and a model can reach
 ANSWERS_KEPT = 16  # responses that ack_playback and clear_output_audio can name
@@ -141,7 +146,13 @@ class ResponseSession(WorkerSession):
         answer.announced = True
 
     async def _perform(self, answer: Answer) -> None:
-        outcome = await self._play(answer)
+        try:
+            outcome = await self._play(answer)
+        except Exception:  # a bug: the response fails, the session goes on
+            logger.exception("session %s: response %s failed", self.id, answer.id)
+            failure = CommandError("internal_error", "the response failed")
+            await self._events.put(pb.ConverseResponse(error=failure.to_error()))
+            outcome = (pb.RESPONSE_STATUS_FAILED, "engine_error") if answer.announced else None
         if outcome is None:
             self._drop(answer)
         else:
@@ -171,7 +182,7 @@ class ResponseSession(WorkerSession):
         await self._events.put(self._finish(answer, (pb.RESPONSE_STATUS_CANCELLED, reason)))
 
     def _drop(self, answer: Answer) -> None:
-        """Ends an answer that was never announced, silently."""
+        """Marks ``answer`` ended, and queues nothing (one never announced ends so)."""
         if self._active is answer:
             self._active = None
         answer.done = True

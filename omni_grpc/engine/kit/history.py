@@ -31,9 +31,6 @@ class History:
     def __contains__(self, item_id: object) -> bool:
         return item_id in self._items
 
-    def __len__(self) -> int:
-        return len(self._items)
-
     def ids(self) -> list[str]:
         """The item ids, oldest first."""
         return list(self._items)

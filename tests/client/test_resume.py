@@ -80,7 +80,7 @@ async def test_commands_sent_while_disconnected_go_out_after_the_resume(
     client = await DuplexClient.connect(proxy.target, config=CONFIG, options=OPTIONS)
     proxy.refuse = True
     proxy.cut_all()
-    await asyncio.sleep(0.1)  # the client notices and starts retrying against refusals
+    await eventually(lambda: not client.connected)  # it noticed; it retries against refusals
     for _ in range(5):
         await client.append_audio(tone(100))  # numbered and kept, not lost
     await client.commit(create_response=True)

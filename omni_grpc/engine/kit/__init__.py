@@ -18,7 +18,14 @@
 
 from __future__ import annotations
 
-from omni_grpc.engine.kit.answers import Answer, Modalities, Outcome, UserInput, new_id
+from omni_grpc.engine.kit.answers import (
+    Answer,
+    Modalities,
+    Outcome,
+    UserInput,
+    new_id,
+    turn_latency,
+)
 from omni_grpc.engine.kit.conversation import (
     ConversationSession,
     SessionOptions,
@@ -49,5 +56,6 @@ __all__ = [
     "check_canonical_input",
     "item_text",
     "new_id",
+    "turn_latency",
     "user_item",
 ]

@@ -127,6 +127,27 @@ def output_item(answer: Answer, status: pb.ResponseStatus.ValueType) -> pb.Conve
     )
 
 
+def turn_latency(
+    turn_started: float,
+    first_text: float | None,
+    first_audio: float | None,
+    now: float,
+    audio_ms: float,
+) -> pb.TurnLatency:
+    """A response's latency, each moment measured from the start of its turn, on one clock."""
+
+    def since_turn(moment: float | None) -> float:
+        return (moment - turn_started) * 1000 if moment is not None else 0.0
+
+    total_ms = since_turn(now)
+    return pb.TurnLatency(
+        first_text_ms=since_turn(first_text),
+        first_audio_ms=since_turn(first_audio),
+        total_ms=total_ms,
+        real_time_factor=total_ms / audio_ms if audio_ms else 0.0,
+    )
+
+
 def done_event(
     answer: Answer,
     item: pb.ConversationItem,
@@ -135,11 +156,7 @@ def done_event(
 ) -> pb.ConverseResponse:
     """The ``response_done`` of ``answer``, with usage and latency on the engine's clock."""
 
-    def since_turn(moment: float | None) -> float:
-        return (moment - answer.turn_started) * 1000 if moment is not None else 0.0
-
     status, reason = outcome
-    total_ms = since_turn(now)
     output_tokens = answer.output_tokens
     response = pb.Response(
         id=answer.id,
@@ -153,11 +170,8 @@ def done_event(
             input_audio_ms=answer.input_audio_ms,
             output_audio_ms=answer.sent_ms,
         ),
-        latency=pb.TurnLatency(
-            first_text_ms=since_turn(answer.first_text),
-            first_audio_ms=since_turn(answer.first_audio),
-            total_ms=total_ms,
-            real_time_factor=total_ms / answer.sent_ms if answer.sent_ms else 0.0,
+        latency=turn_latency(
+            answer.turn_started, answer.first_text, answer.first_audio, now, answer.sent_ms
         ),
     )
     return pb.ConverseResponse(response_done=pb.ResponseDone(response=response))

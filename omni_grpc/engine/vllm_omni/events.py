@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from omni_grpc import audio
 from omni_grpc.core.errors import CommandError
+from omni_grpc.engine import kit
 from omni_grpc.engine.vllm_omni.commands import conversation_item
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_ms
@@ -269,13 +270,7 @@ class EventTranslator:
         if state is None:  # its creation came before this translator (cannot happen)
             state = _Response(response_id, time.monotonic(), (pb.MODALITY_AUDIO,))
         events = self._announce_now(state, outputs[0].id if outputs else "")
-        now = time.monotonic()
-
-        def since(moment: float | None) -> float:
-            return (moment - state.started) * 1000 if moment is not None else 0.0
-
         details = _dict(response, "status_details")
-        total_ms = since(now)
         body = pb.Response(
             id=response_id,
             status=_STATUSES.get(_text(response, "status"), pb.RESPONSE_STATUS_FAILED),
@@ -286,11 +281,8 @@ class EventTranslator:
                 input_audio_ms=state.input_audio_ms,
                 output_audio_ms=state.clock_ms,
             ),
-            latency=pb.TurnLatency(
-                first_text_ms=since(state.first_text),
-                first_audio_ms=since(state.first_audio),
-                total_ms=total_ms,
-                real_time_factor=total_ms / state.clock_ms if state.clock_ms else 0.0,
+            latency=kit.turn_latency(
+                state.started, state.first_text, state.first_audio, time.monotonic(), state.clock_ms
             ),
         )
         return [*events, pb.ConverseResponse(response_done=pb.ResponseDone(response=body))]

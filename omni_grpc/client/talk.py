@@ -50,7 +50,7 @@ class TalkSettings:
 
 
 @dataclass(slots=True)
-class Turn:
+class TurnTiming:
     """One answered turn, timed on the client's clock."""
 
     end_of_input: float
@@ -82,9 +82,9 @@ class TalkRun:
         self.vad = vad
         self.reply = bytearray()
         self.reply_rate_hz = CANONICAL_OUTPUT_RATE_HZ  # until a delta names its rate
-        self.turns: list[Turn] = []
-        self.pending: Turn | None = None  # the turn whose answer is awaited
-        self.active: Turn | None = None
+        self.turns: list[TurnTiming] = []
+        self.pending: TurnTiming | None = None  # the turn whose answer is awaited
+        self.active: TurnTiming | None = None
         self.input_done = False
         self.finished = asyncio.Event()
         self.failure: str | None = None
@@ -93,7 +93,7 @@ class TalkRun:
         """The client finished sending (and committed, without VAD)."""
         self.input_done = True
         if not self.vad:
-            self.pending = Turn(end_of_input=at)
+            self.pending = TurnTiming(end_of_input=at)
 
     def on_event(self, event: pb.ConverseResponse) -> None:
         now = time.monotonic()
@@ -101,9 +101,9 @@ class TalkRun:
         if self.verbose or kind not in _QUIET_KINDS:
             self._print(event, kind)
         if kind == "speech_stopped" and self.vad:
-            self.pending = Turn(end_of_input=now)
+            self.pending = TurnTiming(end_of_input=now)
         elif kind == "response_created":
-            self.active, self.pending = self.pending or Turn(end_of_input=now), None
+            self.active, self.pending = self.pending or TurnTiming(end_of_input=now), None
         elif kind in ("output_audio_transcript_delta", "output_text_delta"):
             self._text(getattr(event, kind).delta, now)
         elif kind == "output_audio_delta":

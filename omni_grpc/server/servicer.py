@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 from omni_grpc.core import ResumeGap, StreamRefused
 from omni_grpc.core.errors import CommandError, Status
 from omni_grpc.server.host import SendQueue, SessionHost
-from omni_grpc.server.sessions import SessionEnded, Sessions
+from omni_grpc.server.sessions import ResumeFoundEnded, Sessions
 from omni_grpc.server.status import rich_status
 from omni_grpc.wire import pb
 
@@ -96,7 +96,7 @@ class DuplexServicer:
         except ResumeGap as gap:
             await context.write(gap.payload)  # resync_required; the client must start over
             return
-        except SessionEnded as ended:
+        except ResumeFoundEnded as ended:
             for _, payload in ended.effects.sends:  # the missed ending of a closed session
                 await context.write(payload)
             return

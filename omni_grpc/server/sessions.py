@@ -28,7 +28,7 @@ MAX_TIMER_SLEEP_S = 0.5
 MIN_TIMER_SLEEP_S = 0.005
 
 
-class SessionEnded(Exception):
+class ResumeFoundEnded(Exception):
     """A resume found its session ended; ``effects`` replay what the client missed."""
 
     def __init__(self, effects: Effects) -> None:
@@ -77,12 +77,12 @@ class Sessions:
     def resume(self, request: pb.ResumeSession) -> tuple[SessionHost, SendQueue]:
         """Reattaches a session to a new stream.
 
-        Raises StreamRefused or ResumeGap when it cannot, and SessionEnded (with the events the
+        Raises StreamRefused or ResumeGap when it cannot, and ResumeFoundEnded (with the events the
         client missed, the ending included) when the session ended since.
         """
         session, generation, effects = self.registry.resume(request, self.clock())
         if session.state.terminal:
-            raise SessionEnded(effects)
+            raise ResumeFoundEnded(effects)
         host = self._hosts[session.id]
         queue = host.attach(generation)
         host.deliver(effects)

@@ -10,7 +10,7 @@ import pytest
 from omni_grpc.core import Limits, Registry, State, StreamRefused
 from omni_grpc.engine import create_engine
 from omni_grpc.server.host import SendQueue
-from omni_grpc.server.sessions import SessionEnded, Sessions
+from omni_grpc.server.sessions import ResumeFoundEnded, Sessions
 from omni_grpc.wire import pb
 from tests.serving import FakeClock
 
@@ -63,7 +63,7 @@ async def test_a_resume_after_the_ending_replays_it(sessions: Sessions) -> None:
     assert ending.WhichOneof("event") == "session_closed"
     sessions.release(host, queue)
     resume = pb.ResumeSession(session_id=created.session.id, resume_token=created.resume_token)
-    with pytest.raises(SessionEnded) as ended:
+    with pytest.raises(ResumeFoundEnded) as ended:
         sessions.resume(resume)
     replayed = [pb.ConverseResponse.FromString(p) for _, p in ended.value.effects.sends]
     assert [e.WhichOneof("event") for e in replayed][-1] == "session_closed"

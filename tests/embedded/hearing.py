@@ -1,14 +1,16 @@
 """Tolerant comparison of what Whisper heard with what was said, for the speech tests.
 
 Whisper tiny.en runs with int8 weights on the CPU, and CTranslate2 picks its kernels by
-instruction set, so the same synthetic speech is written down with small slips on another
-machine ("a hundred questions" for "another question", "capital and France"). A test that
-needs to know that a phrase was heard compares with :func:`heard_as`, never with ``==``.
+instruction set, so the same synthetic speech can be written down with small slips on another
+machine ("a hundred questions" for "another question", "capital and France"), and a little
+more or less silence around a phrase gives the same kind of slips on any one machine. A test
+that needs to know that a phrase was heard compares with :func:`heard_as`, never with ``==``.
 
 The measure is the character error rate of the normalized words: the edit distance between
 the two texts (lowercase words, one space apart) over the length of what was said. Letters
-rather than words, because the slips are mostly one word heard as two, or as its neighbour
-in sound ("another" / "a hundred": three word errors in five, a quarter of the letters).
+rather than words, because the slips are mostly one word heard as two, or as its neighbour in
+sound: "a hundred questions" for "another question" is three word errors in five, but under a
+third of the letters.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ connection, and :func:`resume_request` builds that. The other direction is
 
 Refusals raise :class:`DialectError` with the reference protocol's codes (``invalid_json``,
 ``bad_event``, ``unknown_event``, ``bad_audio``, ``unsupported_audio_format`` …); the relay
-answers them with an ``error`` event and keeps the websocket open.
+answers them with an ``error`` event and keeps the websocket open. No other exception leaves
+here: a value the contract cannot carry is a ``bad_event`` too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+from google.protobuf.message import Error as ProtobufError
 from pydantic import ValidationError
 
 from bridge import inbound_events as ce
@@ -244,5 +246,11 @@ def to_request(event: ce.ClientEvent) -> pb.ConverseRequest:
     except DialectError as error:
         error.event_id = event.event_id
         raise
+    except (ValueError, OverflowError, RecursionError, ProtobufError) as error:
+        # The models hold every value to the contract's bounds, so this is a bound they miss:
+        # still the client's event that the contract cannot carry, answered in band.
+        raise DialectError(
+            "bad_event", f"the event does not fit the contract: {error}", event_id=event.event_id
+        ) from None
     request.event_id = event.event_id
     return request

@@ -7,13 +7,55 @@ stock clients send: the GA event and field names, the beta spellings of the sess
 the reference protocol (``session.resume``, ``playback.ack``, ``barge_in`` …) with their
 aliases. Unknown fields are ignored, as OpenAI's server ignores them; wrong types are not
 coerced (``"12"`` is not a number here), so a bad event is refused instead of guessed at.
+
+Every number is held to what its contract field can carry (:mod:`omni_grpc.wire.bounds`):
+32-bit counts and rates, finite floats, durations within Duration's span, and free-form objects
+bounded in depth and size. An event outside them is refused here, with an ``error`` event,
+instead of failing later inside Protobuf and taking the websocket down.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
+
+from omni_grpc.wire.bounds import (
+    MAX_DURATION_S,
+    MAX_STRUCT_DEPTH,
+    MAX_STRUCT_VALUES,
+    UINT32_MAX,
+    UINT64_MAX,
+)
+
+# The contract's scalar types, as JSON numbers may fill them.
+UInt32 = Annotated[int, Field(ge=0, le=UINT32_MAX)]
+PositiveUInt32 = Annotated[int, Field(gt=0, le=UINT32_MAX)]
+UInt64 = Annotated[int, Field(ge=0, le=UINT64_MAX)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+# Milliseconds of audio: any finite non-negative double.
+Millis = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+def _bounded_object(value: dict[str, Any]) -> dict[str, Any]:
+    """Refuses a free-form object nested deeper or holding more values than a Struct may."""
+    values, level, frontier = 0, 1, [value]
+    while frontier:
+        if level > MAX_STRUCT_DEPTH:
+            raise ValueError(f"objects and lists may nest at most {MAX_STRUCT_DEPTH} deep")
+        children: list[Any] = []
+        for node in frontier:
+            items = node.values() if isinstance(node, dict) else node
+            values += len(items)
+            children.extend(item for item in items if isinstance(item, dict | list))
+        if values > MAX_STRUCT_VALUES:
+            raise ValueError(f"a free-form object may hold at most {MAX_STRUCT_VALUES} values")
+        level, frontier = level + 1, children
+    return value
+
+
+# engine_options and response metadata: JSON objects that become a google.protobuf.Struct.
+FreeFormObject = Annotated[dict[str, Any], AfterValidator(_bounded_object)]
 
 
 class _Model(BaseModel):
@@ -24,7 +66,7 @@ class FormatObject(_Model):
     """A GA audio format object: a MIME ``type`` (``"audio/pcm"``) and, for PCM, a ``rate``."""
 
     type: str
-    rate: int | None = Field(default=None, gt=0)
+    rate: PositiveUInt32 | None = None
 
 
 # A format is a GA object or a beta string such as "pcm16" or "g711_ulaw".
@@ -35,9 +77,9 @@ class TurnDetectionJson(_Model):
     """``turn_detection`` as OpenAI spells it; ``null`` (handled by the caller) turns it off."""
 
     type: str
-    threshold: float | None = None
-    prefix_padding_ms: int | None = Field(default=None, ge=0)
-    silence_duration_ms: int | None = Field(default=None, ge=0)
+    threshold: Finite | None = None
+    prefix_padding_ms: UInt32 | None = None
+    silence_duration_ms: UInt32 | None = None
     create_response: bool | None = None
     interrupt_response: bool | None = None
 
@@ -90,21 +132,21 @@ class SessionPatch(_Model):
     output_modalities: list[Literal["text", "audio"]] | None = None
     modalities: list[Literal["text", "audio"]] | None = None
     audio: AudioJson | None = None
-    max_output_tokens: int | Literal["inf"] | None = None
-    max_response_output_tokens: int | Literal["inf"] | None = None
+    max_output_tokens: UInt32 | Literal["inf"] | None = None
+    max_response_output_tokens: UInt32 | Literal["inf"] | None = None
     # Beta spellings, superseded by `audio`.
     input_audio_format: FormatSpec | None = None
     output_audio_format: FormatSpec | None = None
     voice: str | None = None
     turn_detection: TurnDetectionJson | None = None
     input_audio_transcription: TranscriptionJson | None = None
-    temperature: float | None = None
+    temperature: Finite | None = None
     # Duplex extensions.
     overlap_policy: Literal["listen_only", "barge_in_on_speech"] | None = None
     playback_commit_policy: Literal["commit_all_on_done", "ack_only"] | None = None
-    idle_timeout_ms: int | None = Field(default=None, gt=0)
-    idle_timeout_s: float | None = Field(default=None, gt=0)
-    engine_options: dict[str, Any] | None = None
+    idle_timeout_ms: int | None = Field(default=None, gt=0, le=MAX_DURATION_S * 1000)
+    idle_timeout_s: float | None = Field(default=None, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
+    engine_options: FreeFormObject | None = None
 
 
 class _Event(_Model):
@@ -124,10 +166,10 @@ class InputAudioAppend(_Event):
     type: Literal["input_audio_buffer.append"]
     audio: str = Field(validation_alias=AliasChoices("audio", "delta"))
     format: FormatSpec | None = None
-    sample_rate_hz: int | None = Field(
-        default=None, gt=0, validation_alias=AliasChoices("sample_rate_hz", "sample_rate")
+    sample_rate_hz: PositiveUInt32 | None = Field(
+        default=None, validation_alias=AliasChoices("sample_rate_hz", "sample_rate")
     )
-    audio_end_ms: float | None = Field(default=None, ge=0)
+    audio_end_ms: Millis | None = None
 
 
 class InputAudioCommit(_Event):
@@ -158,7 +200,7 @@ class ResponseOptions(_Model):
     output_modalities: list[Literal["text", "audio"]] | None = None
     modalities: list[Literal["text", "audio"]] | None = None
     instructions: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: FreeFormObject | None = None
 
 
 class ResponseCreate(_Event):
@@ -221,8 +263,8 @@ class ItemTruncate(_Event):
 
     type: Literal["conversation.item.truncate"]
     item_id: str = ""
-    content_index: int = Field(default=0, ge=0)
-    audio_end_ms: float = Field(ge=0)
+    content_index: UInt32 = 0
+    audio_end_ms: Millis
 
 
 class SessionResume(_Event):
@@ -231,14 +273,14 @@ class SessionResume(_Event):
     type: Literal["session.resume"]
     session_id: str = Field(min_length=1)
     resume_token: str = Field(min_length=1)
-    last_received_server_event_seq: int = Field(default=0, ge=0)
+    last_received_server_event_seq: UInt64 = 0
 
 
 class SessionEventAck(_Event):
     """Acknowledges every event up to ``server_event_seq``."""
 
     type: Literal["session.event_ack"]
-    server_event_seq: int = Field(ge=0)
+    server_event_seq: UInt64
 
 
 class SessionHeartbeat(_Event):
@@ -258,8 +300,8 @@ class PlaybackAck(_Event):
     """Reports how much of a response's audio the client has played."""
 
     type: Literal["playback.ack", "audio.playback_ack"]
-    played_ms: float = Field(ge=0)
-    committed_ms: float | None = Field(default=None, ge=0)
+    played_ms: Millis
+    committed_ms: Millis | None = None
     response_id: str = ""
     item_id: str = ""
     truncate: bool = False

@@ -13,6 +13,7 @@ from google.protobuf.message import Message
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
+from omni_grpc.core.validation import check_config
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import (
     CANONICAL_OUTPUT_RATE_HZ,
@@ -101,6 +102,7 @@ def resolve_config(
     requested: pb.SessionConfig, limits: Limits, engine: EngineFeatures
 ) -> pb.SessionConfig:
     """Returns a complete, valid copy of ``requested``, or raises CommandError."""
+    check_config(requested)
     config = pb.SessionConfig()
     config.CopyFrom(requested)
     config.model = config.model or engine.default_model

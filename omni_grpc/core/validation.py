@@ -1,15 +1,25 @@
 """Stateless checks of one command, before the session applies it.
 
 Each check raises :class:`CommandError` with the reference protocol's code, so a bad command
-is refused the same way whatever engine sits behind the session.
+is refused the same way whatever engine sits behind the session. A gRPC client builds its
+messages itself, so the bounds the bridge holds JSON to (:mod:`omni_grpc.wire.bounds`) are
+checked here again: free-form Structs bounded in depth and size, durations within their span.
 """
 
 from __future__ import annotations
+
+from google.protobuf import duration_pb2, struct_pb2
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import SAMPLE_WIDTH
+from omni_grpc.wire.bounds import (
+    MAX_DURATION_NANOS,
+    MAX_DURATION_S,
+    MAX_STRUCT_DEPTH,
+    MAX_STRUCT_VALUES,
+)
 
 _IMAGE_TYPES = ("image/jpeg", "image/png")
 
@@ -47,6 +57,58 @@ def check_append(
             )
 
 
+def check_struct(struct: struct_pb2.Struct, param: str) -> None:
+    """Refuses a free-form Struct nested deeper, or holding more values, than the bounds."""
+    values, level = 0, 1
+    frontier: list[struct_pb2.Struct | struct_pb2.ListValue] = [struct]
+    while frontier:
+        if level > MAX_STRUCT_DEPTH:
+            raise CommandError(
+                "bad_event",
+                f"objects and lists may nest at most {MAX_STRUCT_DEPTH} deep",
+                param=param,
+            )
+        children: list[struct_pb2.Struct | struct_pb2.ListValue] = []
+        for node in frontier:
+            items: list[struct_pb2.Value] = (
+                list(node.fields.values())
+                if isinstance(node, struct_pb2.Struct)
+                else list(node.values)
+            )
+            values += len(items)
+            for item in items:
+                kind = item.WhichOneof("kind")
+                if kind == "struct_value":
+                    children.append(item.struct_value)
+                elif kind == "list_value":
+                    children.append(item.list_value)
+        if values > MAX_STRUCT_VALUES:
+            raise CommandError(
+                "bad_event",
+                f"a free-form object may hold at most {MAX_STRUCT_VALUES} values",
+                param=param,
+            )
+        level, frontier = level + 1, children
+
+
+def check_duration(duration: duration_pb2.Duration, param: str) -> None:
+    """Refuses a Duration outside its documented span or with nanos of the other sign."""
+    seconds, nanos = duration.seconds, duration.nanos
+    if (
+        abs(seconds) > MAX_DURATION_S
+        or abs(nanos) > MAX_DURATION_NANOS
+        or (seconds > 0 and nanos < 0)
+        or (seconds < 0 and nanos > 0)
+    ):
+        raise CommandError("invalid_session_config", "the duration is out of range", param=param)
+
+
+def check_config(config: pb.SessionConfig) -> None:
+    """Refuses a session configuration whose free-form or duration fields are out of bounds."""
+    check_duration(config.idle_timeout, "idle_timeout")
+    check_struct(config.engine_options, "engine_options")
+
+
 def check_item_id(item_id: str) -> None:
     """Refuses a command about an item without naming it."""
     if not item_id:
@@ -61,6 +123,8 @@ def check_command(
         raise CommandError("bad_event", "text too long", param="text")
     elif kind == "barge_in" and not engine.supports_barge_in:
         raise CommandError("barge_in_unsupported", "this engine cannot barge in")
+    elif kind == "create_response":
+        check_struct(request.create_response.metadata, "metadata")
     elif kind == "retrieve_conversation_item":
         check_item_id(request.retrieve_conversation_item.item_id)
     elif kind == "delete_conversation_item":

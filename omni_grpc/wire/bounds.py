@@ -1,0 +1,22 @@
+"""The contract's numeric bounds: the largest values its scalar fields and free-form objects hold.
+
+A JSON client can write any number and nest objects as deep as it likes; the contract cannot
+carry all of that. ``uint32``/``uint64`` fields overflow, a ``google.protobuf.Duration`` spans
+about ±10,000 years, and a ``google.protobuf.Struct`` nested past about 32 levels no longer
+parses (each level costs three messages against the decoder's limit of 100). The bridge refuses
+such values as it reads a client event, and the core refuses them in a command a gRPC client
+built itself, both with these numbers.
+"""
+
+from __future__ import annotations
+
+UINT32_MAX = 2**32 - 1
+UINT64_MAX = 2**64 - 1
+# google.protobuf.Duration's documented range: ±315,576,000,000 seconds, nanos within a second.
+MAX_DURATION_S = 315_576_000_000
+MAX_DURATION_NANOS = 999_999_999
+# A free-form object (``engine_options``, response ``metadata``): at most this many levels of
+# objects and lists (the top object is level 1), well inside what the decoder takes, and at most
+# this many values in all, so that copying one into a Struct stays cheap.
+MAX_STRUCT_DEPTH = 16
+MAX_STRUCT_VALUES = 4096

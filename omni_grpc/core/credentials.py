@@ -1,4 +1,14 @@
-"""Resume tokens: the secret that lets a new stream take a session over.
+"""Who may reach a session: the API key that opened it, and its resume token.
+
+A session is bound to the API key that opened it (:class:`SessionLock`): a resume, a takeover
+or a lookup must present that key and the session's token. The lock keeps a SHA-256 digest of
+the key, never the key, and checks key and token both, every time, in constant time, so a
+refusal does not tell which of the two was wrong. An id that names no session is refused after
+the same work against a decoy lock (:meth:`SessionLock.decoy`), so timing does not tell which
+ids exist either.
+
+The rest of this module is about resume tokens, the secret that lets a new stream take a
+session over.
 
 A token is 256 random bits. The session keeps only its SHA-256 digest and compares digests in
 constant time, so neither a memory dump nor a timing probe yields a usable token, and no
@@ -22,8 +32,8 @@ TOKEN_BYTES = 32  # 256 bits
 _NONE = b"\0" * 32  # compared against when a digest is absent, so timing stays the same
 
 
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
 
 
 class ResumeCredential:
@@ -75,3 +85,40 @@ class ResumeCredential:
         """The rotated token may not have arrived: the presented one works once more."""
         self._recovery = self._presented
         self._presented = None
+
+
+class SessionLock:
+    """The API key digest and the resume credential of one session, checked together."""
+
+    __slots__ = ("_owner", "resume")
+
+    def __init__(self, key: str) -> None:
+        self._owner = _digest(key)  # of the key that opened the session ("" when keys are off)
+        self.resume = ResumeCredential()
+
+    def __repr__(self) -> str:
+        return "SessionLock(<redacted>)"
+
+    @classmethod
+    def decoy(cls) -> SessionLock:
+        """A lock no caller opens: tried in place of an unknown session's, for equal timing.
+
+        Its owner digest is random bytes, which no key hashes to, and it holds an issued token
+        of its own, so checking it costs what checking a real session's lock costs.
+        """
+        lock = cls("")
+        lock._owner = secrets.token_bytes(len(lock._owner))
+        lock.resume.issue()
+        return lock
+
+    def opens(self, key: str, token: str, *, attached: bool) -> bool:
+        """Says whether ``key`` and ``token`` may resume the session now (see ``check``)."""
+        owner_ok = hmac.compare_digest(_digest(key), self._owner)
+        token_ok = self.resume.check(token, attached=attached)  # checked even for a wrong key
+        return owner_ok and token_ok
+
+    def reads(self, key: str, token: str) -> bool:
+        """Says whether ``key`` and the current ``token`` may read the session (a lookup)."""
+        owner_ok = hmac.compare_digest(_digest(key), self._owner)
+        token_ok = self.resume.matches(token)
+        return owner_ok and token_ok

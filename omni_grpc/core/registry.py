@@ -5,6 +5,11 @@ The registry allocates session ids (never reused: 128 random bits), refuses an o
 hammering, and finds the session a resume names. A session keeps its slot until it ends; the
 transport calls :meth:`Registry.discard` when an effect says it ended.
 
+Each session belongs to the API key that opened it (``key``; empty when the server has no
+keys). A resume or lookup that names an unknown id is refused exactly as one that names
+another key's session or brings a wrong token: the same answer, after the same digests and
+comparisons against a decoy lock (see ``credentials.py``), so no probe learns which ids exist.
+
 An ended session frees its slot at once but stays findable for one disconnect grace, as a
 *tombstone*: a client whose stream broke just as the session ended (a close it asked for, an
 expiry) can still resume and read the events it missed, the terminal one included. Without
@@ -19,10 +24,11 @@ import secrets
 from collections.abc import Iterator
 
 from omni_grpc.core.config import resolve_config
+from omni_grpc.core.credentials import SessionLock
 from omni_grpc.core.delivery import Effects
 from omni_grpc.core.errors import CommandError, Status, StreamRefused
 from omni_grpc.core.limits import EngineFeatures, Limits, capabilities
-from omni_grpc.core.session import Session
+from omni_grpc.core.session import Session, resume_refused
 from omni_grpc.wire import pb
 
 
@@ -36,6 +42,7 @@ class Registry:
         self._sessions: dict[str, Session] = {}
         self._ended: collections.OrderedDict[str, Session] = collections.OrderedDict()
         self.accepting = True
+        self._decoy = SessionLock.decoy()  # checked in place of an unknown session's lock
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -43,8 +50,11 @@ class Registry:
     def __iter__(self) -> Iterator[Session]:
         return iter(list(self._sessions.values()))  # a copy: ending a session frees its slot
 
-    def open(self, request: pb.OpenSession, now: float) -> tuple[Session, Effects]:
-        """Admits and creates a session; raises StreamRefused when it cannot."""
+    def open(
+        self, request: pb.OpenSession, now: float, *, key: str = ""
+    ) -> tuple[Session, Effects]:
+        """Admits and creates a session owned by API ``key``; raises StreamRefused when it
+        cannot."""
         if not self.accepting:
             raise StreamRefused(
                 Status.UNAVAILABLE,
@@ -73,12 +83,16 @@ class Registry:
             engine=self.engine,
             capabilities=self.capabilities,
             now=now,
+            owner_key=key,
         )
         self._sessions[session_id] = session
         return session, session.created()
 
-    def resume(self, request: pb.ResumeSession, now: float) -> tuple[Session, int, Effects]:
-        """Reattaches to a session; raises StreamRefused or ResumeGap when it cannot."""
+    def resume(
+        self, request: pb.ResumeSession, now: float, *, key: str = ""
+    ) -> tuple[Session, int, Effects]:
+        """Reattaches a session of API ``key``; raises StreamRefused or ResumeGap when it
+        cannot."""
         if not request.session_id or not request.resume_token:
             raise StreamRefused(
                 Status.INVALID_ARGUMENT,
@@ -87,17 +101,21 @@ class Registry:
             )
         session = self._sessions.get(request.session_id) or self._ended.get(request.session_id)
         if session is None:
-            raise StreamRefused(
-                Status.NOT_FOUND, "session_resume_expired", "unknown or expired session"
-            )
-        generation, effects = session.resume(request.resume_token, request.last_received_seq, now)
+            self._decoy.opens(key, request.resume_token, attached=False)  # the same work
+            raise resume_refused()
+        generation, effects = session.resume(
+            request.resume_token, request.last_received_seq, now, key=key
+        )
         return session, generation, effects
 
-    def lookup(self, session_id: str, token: str) -> Session:
-        """Finds a session for a read-only query; the token must be its current one."""
+    def lookup(self, session_id: str, token: str, *, key: str = "") -> Session:
+        """Finds a live session of API ``key`` for a read-only query; the token must be its
+        current one."""
         session = self._sessions.get(session_id)
-        if session is None or not session.check_token(token):
-            # One answer for both, so a probe cannot learn which session ids exist.
+        lock = self._decoy if session is None else session.lock
+        readable = lock.reads(key, token)  # checked for unknown ids too: the same work
+        if session is None or not readable:
+            # One answer for all three, so a probe cannot learn which session ids exist.
             raise StreamRefused(
                 Status.NOT_FOUND, "session_not_found", "unknown session or wrong token"
             )

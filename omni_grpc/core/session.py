@@ -16,6 +16,10 @@ The rules held here:
 * **Attachments.** Each stream that opens or resumes the session gets a new generation. Input
   from any other generation is ignored, and a detach from a stale one is a no-op, so a replaced
   stream can neither act for the session nor strand it.
+* **Tenancy.** A session belongs to the API key that opened it. A resume or takeover with
+  another key, with a wrong token, or of a session that ended with nothing left to replay gets
+  the one refusal an unknown id gets (:func:`resume_refused`), after the same work (see
+  ``credentials.py``), so no answer tells which session ids exist.
 * **Exact resume.** A resume with the current token replays every journaled event after the
   client's cursor, or fails whole: ``resync_required`` when some of them are gone, a refusal
   for a cursor ahead of the journal. A resume while a stream is attached takes the session
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 from omni_grpc.core.admission import INPUT_TAKEN_EVENTS, Admission
 from omni_grpc.core.config import merge_config
-from omni_grpc.core.credentials import ResumeCredential
+from omni_grpc.core.credentials import SessionLock
 from omni_grpc.core.delivery import Delivery, Effects
 from omni_grpc.core.errors import CommandError, Status, StreamRefused
 from omni_grpc.core.journal import CursorAhead, Journal, JournalGap
@@ -49,6 +53,15 @@ class ResumeGap(Exception):
         self.payload = payload
 
 
+def resume_refused() -> StreamRefused:
+    """The one answer to a resume that names no session its caller may resume.
+
+    Unknown id, ended, another key's, or a wrong token: the same status, code and message, so
+    a probe learns nothing about which session ids exist.
+    """
+    return StreamRefused(Status.NOT_FOUND, "session_resume_expired", "unknown or expired session")
+
+
 class Session:
     """One session: its lifecycle here, its other rules in the parts it holds."""
 
@@ -61,6 +74,7 @@ class Session:
         engine: EngineFeatures,
         capabilities: pb.Capabilities,
         now: float,
+        owner_key: str = "",
     ) -> None:
         self.id = session_id
         self.config = config
@@ -76,7 +90,8 @@ class Session:
         self._limits = limits
         self._engine = engine
         self._capabilities = capabilities
-        self._credential = ResumeCredential()
+        # The key that opened the session (as a digest) and its resume token.
+        self.lock = SessionLock(owner_key)
         # The generation whose activation (session_resumed) the client may not have yet.
         self._activating: int | None = None
 
@@ -107,7 +122,7 @@ class Session:
 
     def check_token(self, token: str) -> bool:
         """Says, without side effects, whether ``token`` is the session's current token."""
-        return self._credential.matches(token)
+        return self.lock.resume.matches(token)
 
     def next_deadline(self) -> float | None:
         """The earliest time at which :meth:`tick` may have something to do."""
@@ -127,7 +142,7 @@ class Session:
             session_created=pb.SessionCreated(
                 session=self.view(),
                 capabilities=self._capabilities,
-                resume_token=self._credential.issue(),
+                resume_token=self.lock.resume.issue(),
                 attachment_generation=self.generation,
             )
         )
@@ -138,28 +153,24 @@ class Session:
         if not self._speaks_for_session(generation):
             return False
         if self._activating == generation:
-            self._credential.roll_back()
+            self.lock.resume.roll_back()
             self._activating = None
         self.state = next_state(self.state, Trigger.DETACH)
         self.detached_at = now
         return True
 
-    def resume(self, token: str, last_seq: int, now: float) -> tuple[int, Effects]:
-        """Attaches a new stream; returns its generation and the activation to write first.
+    def resume(
+        self, token: str, last_seq: int, now: float, *, key: str = ""
+    ) -> tuple[int, Effects]:
+        """Attaches a new stream for the caller with API ``key``; returns its generation and the
+        activation to write first.
 
-        Raises StreamRefused for a session that ended, a wrong token or an impossible cursor,
-        and ResumeGap when the missed events cannot all be replayed.
+        Raises StreamRefused for another key, a wrong token, a session that ended with nothing
+        to replay (all three as :func:`resume_refused`) or an impossible cursor, and ResumeGap
+        when the missed events cannot all be replayed.
         """
-        if not self._credential.check(token, attached=self.state is State.ATTACHED):
-            if self.state.terminal:  # no hint whether the token was right
-                raise StreamRefused(
-                    Status.NOT_FOUND, "session_resume_expired", f"session {self.id} has ended"
-                )
-            raise StreamRefused(
-                Status.PERMISSION_DENIED,
-                "invalid_resume_token",
-                "the resume token is not valid for this session",
-            )
+        if not self.lock.opens(key, token, attached=self.state is State.ATTACHED):
+            raise resume_refused()
         if self.state.terminal:
             ending = self._replay_ending(last_seq, now)  # a new generation, to be returned
             return self.generation, ending
@@ -175,7 +186,7 @@ class Session:
             raise StreamRefused(
                 Status.FAILED_PRECONDITION, "session_resume_conflict", str(ahead)
             ) from None
-        self._credential.accept(token)
+        self.lock.resume.accept(token)
         effects = Effects()
         if self.state is State.ATTACHED:
             replaced = pb.ConverseResponse(
@@ -193,7 +204,7 @@ class Session:
         resumed = pb.ConverseResponse(
             session_resumed=pb.SessionResumed(
                 session=self.view(),
-                resume_token=self._credential.issue(),
+                resume_token=self.lock.resume.issue(),
                 attachment_generation=self.generation,
                 replayed_events=len(replay),
             )
@@ -210,9 +221,7 @@ class Session:
         except (JournalGap, CursorAhead):
             replay = []
         if not replay:
-            raise StreamRefused(
-                Status.NOT_FOUND, "session_resume_expired", f"session {self.id} has ended"
-            )
+            raise resume_refused()
         self.generation += 1
         resumed = pb.ConverseResponse(
             session_resumed=pb.SessionResumed(
@@ -234,7 +243,7 @@ class Session:
         """
         if self._activating == generation:
             self._activating = None
-            self._credential.confirm()
+            self.lock.resume.confirm()
 
     def going_away(self, time_left_s: float, reason: str) -> Effects:
         """Warns the attached stream that the server stops in ``time_left_s``."""

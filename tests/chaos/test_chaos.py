@@ -146,7 +146,7 @@ class Talker:
                 )
                 break
             except ResumeRefused as refused:
-                assert refused.status == grpc.StatusCode.PERMISSION_DENIED, refused
+                assert refused.status == grpc.StatusCode.NOT_FOUND, refused
                 self.stale_handles += 1
                 await asyncio.sleep(0.02)
         else:
@@ -162,7 +162,7 @@ class Talker:
                 async for event in old.events():
                     self.received[-1].append(event)
         if isinstance(lost.value, ResumeRefused):
-            assert lost.value.status == grpc.StatusCode.PERMISSION_DENIED, lost.value
+            assert lost.value.status == grpc.StatusCode.NOT_FOUND, lost.value
         await old.close()
         self.received.append([])
 

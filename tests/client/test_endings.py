@@ -174,7 +174,11 @@ async def test_wrong_token_is_refused_without_retrying(server: RunningServer) ->
         await DuplexClient.resume(
             server.target, client.session_id, "not-the-token", options=OPTIONS
         )
-    assert refused.value.status == grpc.StatusCode.PERMISSION_DENIED
+    # The answer an unknown session gets: a refusal tells nothing about which ids exist.
+    assert (refused.value.status, refused.value.code) == (
+        grpc.StatusCode.NOT_FOUND,
+        "session_resume_expired",
+    )
     assert "not-the-token" not in str(refused.value)
     await client.heartbeat()  # the real owner is unaffected
     assert kinds(await collect_until(client, "heartbeat_ack")) == ["heartbeat_ack"]

@@ -120,8 +120,8 @@ def test_resume_rotates_the_token_and_the_old_one_is_refused() -> None:
     with pytest.raises(StreamRefused) as refused:
         s.resume(opened.token, 0, now=4.0)
     assert (refused.value.status, refused.value.code) == (
-        Status.PERMISSION_DENIED,
-        "invalid_resume_token",
+        Status.NOT_FOUND,
+        "session_resume_expired",
     )
     assert s.state.name == "DETACHED"  # a refused resume changes nothing
 
@@ -140,7 +140,7 @@ def test_failed_activation_leaves_the_old_token_usable_exactly_once() -> None:
     assert generation == 3  # the failed activation consumed a generation
     s.detach(generation, now=5.0)
     for spent in (opened.token, undelivered):
-        with pytest.raises(StreamRefused, match="invalid_resume_token"):
+        with pytest.raises(StreamRefused, match="session_resume_expired"):
             s.resume(spent, 0, now=6.0)
     assert resume(s, newest, 0, now=7.0)[0] == 4
 
@@ -154,7 +154,7 @@ def test_the_rotated_token_of_a_failed_activation_also_works() -> None:
     generation, _, _ = resume(s, token_of(effects), 0, now=4.0)
     s.detach(generation, now=5.0)
     # The resume that did get through spent the recovery digest.
-    with pytest.raises(StreamRefused, match="invalid_resume_token"):
+    with pytest.raises(StreamRefused, match="session_resume_expired"):
         s.resume(opened.token, 0, now=6.0)
 
 
@@ -167,7 +167,7 @@ def test_concurrent_resumes_with_one_token_have_exactly_one_winner(attached: boo
     winner, effects = s.resume(opened.token, 0, now=2.0)
     with pytest.raises(StreamRefused) as loser:
         s.resume(opened.token, 0, now=2.0)
-    assert loser.value.code == "invalid_resume_token"
+    assert loser.value.code == "session_resume_expired"
     s.activation_delivered(winner)
     assert (winner, s.generation, s.state.name) == (2, 2, "ATTACHED")
     assert [event.WhichOneof("event") for event in decode(effects, winner)] == ["session_resumed"]
@@ -181,7 +181,7 @@ def test_recovery_token_cannot_take_over_a_live_stream() -> None:
     assert s.detach(generation, now=3.0)  # before the client read session_resumed
     generation, _, _ = resume(s, token_of(effects), 0, now=4.0)  # the rotated one arrived
     assert s.state.name == "ATTACHED"
-    with pytest.raises(StreamRefused, match="invalid_resume_token"):
+    with pytest.raises(StreamRefused, match="session_resume_expired"):
         s.resume(opened.token, 0, now=5.0)
     assert s.generation == generation
 
@@ -222,7 +222,7 @@ def test_tokens_of_different_sessions_are_isolated() -> None:
     other, effects = opened.registry.open(pb.OpenSession(), now=0.0)
     assert opened.session.check_token(token_of(effects)) is False
     assert other.check_token(opened.token) is False
-    with pytest.raises(StreamRefused, match="invalid_resume_token"):
+    with pytest.raises(StreamRefused, match="session_resume_expired"):
         opened.registry.resume(
             pb.ResumeSession(session_id=other.id, resume_token=opened.token), now=1.0
         )
@@ -240,7 +240,7 @@ def test_the_old_token_retires_once_the_client_speaks_on_the_resumed_stream(spea
         s.receive(generation, heartbeat(), now=3.0)
     s.detach(generation, now=4.0)
     if speaks:
-        with pytest.raises(StreamRefused, match="invalid_resume_token"):
+        with pytest.raises(StreamRefused, match="session_resume_expired"):
             s.resume(opened.token, 0, now=5.0)
     else:
         assert resume(s, opened.token, 0, now=5.0)[0] == 3

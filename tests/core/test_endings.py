@@ -144,7 +144,7 @@ def test_the_first_request_on_a_resumed_stream_retires_the_old_token() -> None:
     s.detach(generation, now=3.0)
     with pytest.raises(StreamRefused) as refused:
         s.resume(opened.token, 0, now=4.0)
-    assert refused.value.code == "invalid_resume_token"
+    assert refused.value.code == "session_resume_expired"
 
 
 def test_a_resumed_stream_lost_before_the_client_spoke_rolls_back() -> None:

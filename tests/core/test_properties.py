@@ -201,7 +201,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         if c.token == self.recovery:
             event("resume: with the recovery token")
         if racing:  # a second stream with the same token, before the first one settled
-            with pytest.raises(StreamRefused, match="invalid_resume_token"):
+            with pytest.raises(StreamRefused, match="session_resume_expired"):
                 self.registry.resume(request, self.now)
         if self.detached_at is None:  # a takeover
             self.old_generations.add(self.generation)
@@ -268,8 +268,8 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         with pytest.raises(StreamRefused) as refused:
             self.session.resume(token, 0, self.now)
         assert (refused.value.status, refused.value.code) == (
-            Status.PERMISSION_DENIED,
-            "invalid_resume_token",
+            Status.NOT_FOUND,
+            "session_resume_expired",
         )
         assert (self.session.state, self.session.generation) == before
 

@@ -281,8 +281,8 @@ def test_a_wrong_token_is_refused_before_the_journal_is_consulted() -> None:
     with pytest.raises(StreamRefused) as refused:
         s.resume("not-the-token", 99, now=0.0)  # the cursor is bad too; the token wins
     assert (refused.value.status, refused.value.code) == (
-        Status.PERMISSION_DENIED,
-        "invalid_resume_token",
+        Status.NOT_FOUND,
+        "session_resume_expired",
     )
 
 

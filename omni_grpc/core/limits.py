@@ -17,6 +17,9 @@ class Limits:
     max_sessions: int = 64
     max_message_bytes: int = 15 * 1024 * 1024
     max_pending_input_bytes: int = 16 * 1024 * 1024
+    # Input audio and queued output of all sessions together; the default lets every one of
+    # max_sessions hold its whole max_pending_input_bytes.
+    memory_budget_bytes: int = 64 * 16 * 1024 * 1024
     journal_ttl_s: float = 60.0
     journal_max_bytes: int = 8 * 1024 * 1024
     disconnect_grace_s: float = 30.0

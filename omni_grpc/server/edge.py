@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from omni_grpc import audio
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT, CANONICAL_OUTPUT
+from omni_grpc.wire.audio import (
+    CANONICAL_INPUT,
+    CANONICAL_INPUT_RATE_HZ,
+    CANONICAL_OUTPUT,
+    PCM16_WIDTH,
+    SAMPLE_WIDTH,
+)
 
 
 def _same(encoding: int, rate_hz: int, fmt: pb.AudioFormat) -> bool:
@@ -25,6 +31,13 @@ class AudioEdge:
         # Keeps resampler state across appends so chunk seams stay clean.
         self._input = audio.InputConverter()
         self._converting = False
+
+    def canonical_size(self, request: pb.ConverseRequest) -> int:
+        """How many bytes the append's audio takes once in the canonical input form."""
+        append = request.append_input_audio
+        encoding = append.encoding or self.config.input_audio_format.encoding
+        rate = append.sample_rate_hz or self.config.input_audio_format.sample_rate_hz
+        return canonical_input_bytes(len(append.audio), encoding, rate)
 
     def canonical_input(self, request: pb.ConverseRequest) -> pb.ConverseRequest:
         """Returns the append with its audio in the canonical input form.
@@ -79,3 +92,9 @@ class AudioEdge:
             delta.audio, target.encoding, target.sample_rate_hz
         )
         delta.encoding, delta.sample_rate_hz = target.encoding, target.sample_rate_hz
+
+
+def canonical_input_bytes(size: int, encoding: int, rate_hz: int) -> int:
+    """How many bytes ``size`` bytes of client audio take once made canonical input."""
+    samples = size // SAMPLE_WIDTH[encoding]
+    return -(-samples * CANONICAL_INPUT_RATE_HZ // rate_hz) * PCM16_WIDTH

@@ -17,8 +17,10 @@ import logging
 from collections.abc import Callable
 
 from omni_grpc.core import Effects, Session
+from omni_grpc.core.admission import INPUT_ENDING_COMMANDS, INPUT_TAKEN_EVENTS
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.base import EngineSession
+from omni_grpc.server.budget import SessionCharge
 from omni_grpc.server.edge import AudioEdge
 from omni_grpc.wire import pb
 
@@ -32,11 +34,14 @@ class SendQueue:
 
     It never blocks the session: when the stream's reader falls :data:`SEND_QUEUE_DEPTH` events
     behind, ``put`` refuses and the host cuts that stream (the journal keeps the events for a
-    resume). ``end`` finishes the stream after what is already queued.
+    resume). ``end`` finishes the stream after what is already queued. Queued bytes are
+    charged to the session's memory budget until the writer takes them (or ``discard`` drops
+    them when the stream is gone).
     """
 
-    def __init__(self, generation: int) -> None:
+    def __init__(self, generation: int, charge: SessionCharge) -> None:
         self.generation = generation
+        self._charge = charge
         # Two places past the depth: room for the end marker after a refused put.
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_DEPTH + 2)
         self.end_reason: str | None = None
@@ -48,6 +53,7 @@ class SendQueue:
         if self._queue.qsize() >= SEND_QUEUE_DEPTH:
             return False
         self._queue.put_nowait(payload)
+        self._charge.output_queued(len(payload))
         return True
 
     def end(self, reason: str) -> None:
@@ -58,7 +64,16 @@ class SendQueue:
 
     async def next(self) -> bytes | None:
         """The next event to write, or None once the stream must finish."""
-        return await self._queue.get()
+        payload = await self._queue.get()
+        if payload is not None:
+            self._charge.output_sent(len(payload))
+        return payload
+
+    def discard(self) -> None:
+        """The stream is gone: what it never wrote leaves the budget (the journal keeps it)."""
+        while not self._queue.empty():
+            if (payload := self._queue.get_nowait()) is not None:
+                self._charge.output_sent(len(payload))
 
 
 class SessionHost:
@@ -70,9 +85,11 @@ class SessionHost:
         engine: EngineSession,
         on_ended: Callable[[Session], None],
         clock: Callable[[], float],
+        charge: SessionCharge,
     ) -> None:
         self.session = session
         self.engine = engine
+        self.charge = charge
         self._on_ended = on_ended
         self._clock = clock
         self._queues: dict[int, SendQueue] = {}
@@ -84,7 +101,7 @@ class SessionHost:
 
     def attach(self, generation: int) -> SendQueue:
         """Registers the send queue of a stream that now owns (or resumes) the session."""
-        queue = SendQueue(generation)
+        queue = SendQueue(generation, self.charge)
         self._queues[generation] = queue
         return queue
 
@@ -96,6 +113,7 @@ class SessionHost:
         """
         if self._queues.get(queue.generation) is queue:
             del self._queues[queue.generation]
+        queue.discard()
         if self.session.detach(queue.generation, self._clock()):
             logger.info("session %s detached (generation %d)", self.session.id, queue.generation)
 
@@ -140,6 +158,7 @@ class SessionHost:
             self._edge.config = self.session.config  # an update_session changed the formats
         if effects.ended and not self.ended:
             self.ended = True
+            self.charge.input_taken()  # the engine session and its buffer go
             self._on_ended(self.session)
             asyncio.get_running_loop().create_task(self._shut_engine())
 
@@ -158,35 +177,42 @@ class SessionHost:
             self._edge.drop_input()
         elif kind == "append_input_audio":
             try:
+                # Charged before it is converted: audio past the budget costs no copy at all.
+                if self._client_commits():
+                    self.charge.admit_input(self._edge.canonical_size(request))
                 request = self._edge.canonical_input(request)
+            except CommandError as error:
+                self._answer(request, error)
+                return
             except ValueError as error:
                 # Undecodable audio is the client's error; the session goes on.
-                self.deliver(
-                    self.session.publish(
-                        pb.ConverseResponse(
-                            error=pb.Error(
-                                code="bad_audio",
-                                type=pb.ERROR_TYPE_INVALID_REQUEST,
-                                message=str(error),
-                                client_seq=request.client_seq,
-                                event_id=request.event_id,
-                            )
-                        ),
-                        self._clock(),
-                    )
-                )
+                self._answer(request, CommandError("bad_audio", str(error)))
                 return
+        if kind in INPUT_ENDING_COMMANDS:
+            self.charge.input_taken()
         try:
             await self.engine.submit(request)
         except Exception:
             logger.exception("session %s: engine refused a command", self.session.id)
             self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
 
+    def _client_commits(self) -> bool:
+        # With server VAD the engine owns the buffer, drops silence and bounds it itself.
+        return self.session.config.turn_detection.type != pb.TURN_DETECTION_TYPE_SERVER_VAD
+
+    def _answer(self, request: pb.ConverseRequest, error: CommandError) -> None:
+        """Refuses an append the core admitted but the host cannot take, with an error event."""
+        body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)
+        self.deliver(self.session.publish(pb.ConverseResponse(error=body), self._clock()))
+
     async def _pump_loop(self) -> None:
         try:
             async for event in self.engine.events():
-                if event.WhichOneof("event") == "output_audio_delta":
+                kind = event.WhichOneof("event")
+                if kind == "output_audio_delta":
                     self._edge.session_output(event.output_audio_delta)
+                elif kind in INPUT_TAKEN_EVENTS:
+                    self.charge.input_taken()
                 self.deliver(self.session.publish(event, self._clock()))
         except asyncio.CancelledError:
             raise

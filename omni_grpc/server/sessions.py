@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from omni_grpc.core import Effects, Registry, Session, State, StreamRefused
 from omni_grpc.core.errors import Status
 from omni_grpc.engine.base import Engine
+from omni_grpc.server.budget import MemoryBudget, SessionCharge
 from omni_grpc.server.host import SendQueue, SessionHost
 from omni_grpc.wire import pb
 
@@ -43,6 +44,8 @@ class Sessions:
         self.registry = registry
         self.engine = engine
         self.clock = clock
+        # Input audio and queued output of every session together (see server/budget.py).
+        self.budget = MemoryBudget(registry.limits.memory_budget_bytes)
         self._hosts: dict[str, SessionHost] = {}
         # Set whenever a stream lets go of its session, so a drain can wait for the last one.
         self._released = asyncio.Event()
@@ -67,7 +70,8 @@ class Sessions:
                 retryable=True,
                 retry_after_s=1.0,
             ) from None
-        host = SessionHost(session, engine_session, self._forget, self.clock)
+        charge = SessionCharge(self.budget)
+        host = SessionHost(session, engine_session, self._forget, self.clock, charge)
         self._hosts[session.id] = host
         queue = host.attach(1)
         host.deliver(effects)

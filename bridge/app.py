@@ -2,8 +2,9 @@
 
 Stock clients connect as they would to OpenAI: the Python SDK with ``Authorization: Bearer
 <key>`` and ``?model=``, browsers with the subprotocols ``realtime`` and
-``openai-insecure-api-key.<key>`` (``realtime`` is echoed, or Chrome drops the socket). With
-keys configured anything else is refused with close code 1008; without keys local use is open.
+``openai-insecure-api-key.<key>`` (``realtime`` is echoed, or Chrome drops the socket). Before
+the upgrade :mod:`bridge.gate` checks the Host, the Origin and, with keys configured, the key
+(403 or 401), so that web pages the user visits cannot use a local bridge.
 The key a client presented travels on to the service as ``authorization`` metadata, so a
 bridge in front of a keyed service needs no keys of its own; a bridge given a ``service_key``
 presents that one instead.
@@ -22,17 +23,21 @@ import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import orjson
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSCloseCode, web
 
+from bridge.gate import (
+    DEFAULT_ALLOWED_ORIGINS,
+    Gate,
+    add_security_headers,
+    host_middleware,
+    presented_key,
+)
 from bridge.inbound import MAX_EVENT_BYTES
 from bridge.outbound import MAX_AUDIO_DELTA_BYTES
-from bridge.outbound_events import error_json
 from bridge.relay import Relay
 from omni_grpc.client.channel import ChannelSettings, Connection
-from omni_grpc.wire.keys import BEARER, bearer_metadata, key_matches
+from omni_grpc.wire.keys import bearer_metadata
 
-KEY_PROTOCOL_PREFIX = "openai-insecure-api-key."
 STATIC_DIR = Path(__file__).parent / "static"
 # The largest inbound event and room for its envelope, on the websocket and on the channel.
 MAX_MESSAGE_BYTES = MAX_EVENT_BYTES + 1024 * 1024
@@ -47,14 +52,14 @@ class Bridge:
         self,
         service_settings: ChannelSettings,
         *,
-        api_keys: tuple[str, ...],
+        gate: Gate,
         service_key: str,
         config_timeout_s: float,
         heartbeat_s: float,
         max_audio_delta_bytes: int,
     ) -> None:
         self.service_settings = service_settings
-        self.api_keys = api_keys
+        self.gate = gate  # what a request must show before it is served
         self.service_key = service_key  # presented to the service instead of the client's key
         self.config_timeout_s = config_timeout_s
         self.heartbeat_s = heartbeat_s
@@ -84,21 +89,12 @@ class Bridge:
 BRIDGE = web.AppKey("bridge", Bridge)
 
 
-def presented_key(request: web.Request) -> str:
-    """The API key of a connection: a bearer header, or the browser subprotocol."""
-    header = request.headers.get("Authorization", "")
-    if header.startswith(BEARER):
-        return header[len(BEARER) :].strip()
-    for protocol in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
-        protocol = protocol.strip()
-        if protocol.startswith(KEY_PROTOCOL_PREFIX):
-            return protocol[len(KEY_PROTOCOL_PREFIX) :]
-    return ""
-
-
-async def realtime(request: web.Request) -> web.WebSocketResponse:
-    """The websocket endpoint: authenticate, then relay one session."""
+async def realtime(request: web.Request) -> web.StreamResponse:
+    """The websocket endpoint: Host, Origin and key checked, then one session relayed."""
     bridge = request.app[BRIDGE]
+    refusal = bridge.gate.refusal(request)
+    if refusal is not None:
+        return refusal
     ws = web.WebSocketResponse(
         protocols=("realtime",),
         heartbeat=bridge.heartbeat_s,
@@ -107,13 +103,6 @@ async def realtime(request: web.Request) -> web.WebSocketResponse:
     )
     await ws.prepare(request)
     key = presented_key(request)
-    if bridge.api_keys and not key_matches(key, bridge.api_keys):
-        await ws.send_frame(
-            orjson.dumps(error_json("invalid_api_key", "a valid API key is required")),
-            WSMsgType.TEXT,
-        )
-        await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"invalid_api_key")
-        return ws
     query = request.query
     resume_only = (
         query.get("autostart", "").lower() in _FALSE or query.get("resume", "").lower() in _TRUE
@@ -155,18 +144,27 @@ def create_app(
     config_timeout_s: float = 10.0,
     heartbeat_s: float = 30.0,
     max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES,
+    allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS,
+    allowed_hosts: tuple[str, ...] = (),
+    bound_host: str = "127.0.0.1",
 ) -> web.Application:
     """Builds the bridge application for the service that ``service_settings`` reach."""
     bridge = Bridge(
         service_settings,
-        api_keys=tuple(api_keys),
+        gate=Gate(
+            allowed_origins=tuple(allowed_origins),
+            allowed_hosts=tuple(allowed_hosts),
+            bound_host=bound_host,
+            api_keys=tuple(api_keys),
+        ),
         service_key=service_key,
         config_timeout_s=config_timeout_s,
         heartbeat_s=heartbeat_s,
         max_audio_delta_bytes=max_audio_delta_bytes,
     )
-    app = web.Application()
+    app = web.Application(middlewares=[host_middleware(bridge.gate)])
     app[BRIDGE] = bridge
+    app.on_response_prepare.append(add_security_headers)
     app.cleanup_ctx.append(bridge.connect)
     app.on_shutdown.append(bridge.shutdown)
     app.router.add_get("/v1/realtime", realtime)
@@ -212,6 +210,8 @@ async def start_bridge(
     config_timeout_s: float = 10.0,
     heartbeat_s: float = 30.0,
     max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES,
+    allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS,
+    allowed_hosts: tuple[str, ...] = (),
 ) -> tuple[web.AppRunner, int]:
     """Starts the bridge; returns its runner (``cleanup()`` stops it) and its port.
 
@@ -219,6 +219,7 @@ async def start_bridge(
     reaches the service over TLS, trusting ``grpc_root_cert_file`` or else the same
     certificate (the case of a bridge started next to the service, sharing its files).
     ``service_key``, when given, is presented to the service instead of each client's key.
+    ``allowed_origins`` and ``allowed_hosts`` are :class:`bridge.gate.Gate`'s.
     """
     root = grpc_root_cert_file or (tls_cert_file if not grpc_plaintext else None)
     app = create_app(
@@ -228,6 +229,9 @@ async def start_bridge(
         config_timeout_s=config_timeout_s,
         heartbeat_s=heartbeat_s,
         max_audio_delta_bytes=max_audio_delta_bytes,
+        allowed_origins=allowed_origins,
+        allowed_hosts=allowed_hosts,
+        bound_host=host,
     )
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()

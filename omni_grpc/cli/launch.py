@@ -58,6 +58,8 @@ async def start_service(settings: ServeSettings) -> Service:
             host=host,
             port=settings.http_port,
             api_keys=settings.server.api_keys,
+            allowed_origins=settings.allowed_origins,
+            allowed_hosts=settings.allowed_hosts,
             # Served with the service's certificate, the bridge trusts it for the gRPC hop.
             tls_cert_file=settings.server.tls_cert_file,
             tls_key_file=settings.server.tls_key_file,
@@ -106,6 +108,8 @@ async def run_bridge(settings: BridgeSettings) -> None:
         tls_key_file=settings.tls_key_file,
         grpc_root_cert_file=settings.grpc_root_cert_file,
         grpc_plaintext=settings.grpc_plaintext,
+        allowed_origins=settings.allowed_origins,
+        allowed_hosts=settings.allowed_hosts,
     )
     scheme = "https" if settings.tls_cert_file else "http"
     print(

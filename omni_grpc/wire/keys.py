@@ -1,7 +1,8 @@
 """API keys as every transport checks them: a bearer key compared in constant time.
 
 Keys are compared with ``hmac.compare_digest`` against every configured key (no early exit), so
-response timing does not reveal how much of a guess was right. Keys are never logged.
+response timing does not reveal how much of a guess was right. Keys are never logged. The
+scheme is matched without regard to case (RFC 7235: ``bearer x`` is ``Bearer x``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import hmac
 from collections.abc import Sequence
 
 BEARER = "Bearer "
+_SCHEME = "bearer"
 
 
 def key_matches(presented: str, keys: Sequence[str]) -> bool:
@@ -21,11 +23,17 @@ def key_matches(presented: str, keys: Sequence[str]) -> bool:
     return ok
 
 
+def bearer_credentials(authorization: str) -> str:
+    """The key of an ``Authorization`` value in the bearer scheme; empty for any other value."""
+    scheme, _, credentials = authorization.strip().partition(" ")
+    return credentials.strip() if scheme.lower() == _SCHEME else ""
+
+
 def bearer_key(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:
     """Extracts the bearer key from call metadata; empty when there is none."""
     for name, value in metadata or ():
-        if name == "authorization" and isinstance(value, str) and value.startswith(BEARER):
-            return value[len(BEARER) :]
+        if name == "authorization" and isinstance(value, str):
+            return bearer_credentials(value)
     return ""
 
 

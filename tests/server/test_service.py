@@ -260,8 +260,7 @@ async def test_an_oversize_command_is_refused_in_band() -> None:
 
 
 async def test_api_keys_guard_every_call() -> None:
-    # Health closed too (--no-open-health); tests/server/test_tenancy.py has it open.
-    running = await start_server(settings(api_keys=("secret-key",), open_health=False))
+    running = await start_server(settings(api_keys=("secret-key",)))
     try:
         async with grpc.aio.insecure_channel(running.target) as channel:
             stub = duplex_pb2_grpc.DuplexServiceStub(channel)

@@ -16,7 +16,8 @@ here: a value the contract cannot carry is a ``bad_event`` too.
 from __future__ import annotations
 
 import binascii
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -68,9 +69,21 @@ def _b64(text: str, param: str) -> bytes:
         raise DialectError("bad_audio", "audio is not valid base64", param=param) from None
 
 
+@contextlib.contextmanager
+def _within_contract() -> Iterator[None]:
+    """Turns a value Protobuf refuses into ``bad_event``. The models hold every value to the
+    contract's bounds, so this is a bound they miss: still the client's event, answered in band
+    instead of dropping the websocket."""
+    try:
+        yield
+    except (ValueError, OverflowError, RecursionError, ProtobufError) as error:
+        raise DialectError("bad_event", f"the event does not fit the contract: {error}") from None
+
+
 def open_request(patch: ce.SessionPatch | None = None, *, model: str = "") -> pb.ConverseRequest:
     """Builds the ``open_session`` that starts a connection's session."""
-    config = config_from_patch(patch) if patch is not None else pb.SessionConfig()
+    with _within_contract():
+        config = config_from_patch(patch) if patch is not None else pb.SessionConfig()
     if model and not config.model:
         config.model = model
     return pb.ConverseRequest(open_session=pb.OpenSession(config=config))
@@ -242,15 +255,10 @@ _TRANSLATORS: dict[type[Any], Callable[[Any], pb.ConverseRequest]] = {
 def to_request(event: ce.ClientEvent) -> pb.ConverseRequest:
     """Translates one client event into its unnumbered command; raises DialectError."""
     try:
-        request = _TRANSLATORS[type(event)](event)
+        with _within_contract():
+            request = _TRANSLATORS[type(event)](event)
     except DialectError as error:
         error.event_id = event.event_id
         raise
-    except (ValueError, OverflowError, RecursionError, ProtobufError) as error:
-        # The models hold every value to the contract's bounds, so this is a bound they miss:
-        # still the client's event that the contract cannot carry, answered in band.
-        raise DialectError(
-            "bad_event", f"the event does not fit the contract: {error}", event_id=event.event_id
-        ) from None
     request.event_id = event.event_id
     return request

@@ -115,6 +115,18 @@ def _add_serve(commands: Any) -> None:
     )
     serve.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain for TLS")
     serve.add_argument("--tls-key", metavar="FILE", help="PEM private key for TLS")
+    serve.add_argument(
+        "--open-health",
+        action=argparse.BooleanOptionalAction,
+        help="answer gRPC health checks without an API key, for load balancer and Kubernetes "
+        "probes (default on)",
+    )
+    serve.add_argument(
+        "--open-reflection",
+        action=argparse.BooleanOptionalAction,
+        help="answer gRPC reflection without an API key; it describes the whole service "
+        "(default off)",
+    )
     serve.add_argument("--max-sessions", type=int, help="most concurrent sessions (default 64)")
     serve.add_argument(
         "--shutdown-grace-s",
@@ -123,21 +135,6 @@ def _add_serve(commands: Any) -> None:
         help="how long sessions get to move away on shutdown (default 10)",
     )
     serve.add_argument("--log-level", choices=LOG_LEVELS, help="log level (default info)")
-    serve.add_argument(
-        "--allowed-origin",
-        action="append",
-        metavar="ORIGIN",
-        help="a web origin whose pages may use the bridge, e.g. https://app.example or "
-        "http://localhost:* (any port); repeatable; '*' allows every page. Default: "
-        "localhost, 127.0.0.1 and [::1] on any port (the bridge's own origin always)",
-    )
-    serve.add_argument(
-        "--allowed-host",
-        action="append",
-        metavar="NAME",
-        help="a Host name the bridge answers to besides localhost and IP addresses (against "
-        "DNS rebinding); repeatable; '*' turns the check off",
-    )
 
 
 def _add_bridge(commands: Any) -> None:
@@ -182,21 +179,6 @@ def _add_bridge(commands: Any) -> None:
     )
     bridge.add_argument(
         "--log-level", choices=LOG_LEVELS, default="info", help="log level (default info)"
-    )
-    bridge.add_argument(
-        "--allowed-origin",
-        action="append",
-        metavar="ORIGIN",
-        help="a web origin whose pages may use the bridge, e.g. https://app.example or "
-        "http://localhost:* (any port); repeatable; '*' allows every page. Default: "
-        "localhost, 127.0.0.1 and [::1] on any port (the bridge's own origin always)",
-    )
-    bridge.add_argument(
-        "--allowed-host",
-        action="append",
-        metavar="NAME",
-        help="a Host name the bridge answers to besides localhost and IP addresses (against "
-        "DNS rebinding); repeatable; '*' turns the check off",
     )
 
 

@@ -25,7 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from omni_grpc.core import Registry
 from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import Engine
-from omni_grpc.server.auth import ApiKeyInterceptor
+from omni_grpc.server.auth import ApiKeyInterceptor, open_services
 from omni_grpc.server.servicer import SERVICE, DuplexServicer
 from omni_grpc.server.sessions import Sessions
 from omni_grpc.server.settings import ServerSettings
@@ -106,7 +106,8 @@ async def start_server(
     engine = create_engine(settings.engine, dict(settings.engine_options))
     await engine.start()
     sessions = Sessions(Registry(settings.limits, engine.features), engine, clock)
-    interceptors = [ApiKeyInterceptor(settings.api_keys)] if settings.api_keys else []
+    keyless = open_services(health=settings.open_health, reflection=settings.open_reflection)
+    interceptors = [ApiKeyInterceptor(settings.api_keys, keyless)] if settings.api_keys else []
     server = grpc.aio.server(
         interceptors=interceptors,
         options=grpc_options(settings),

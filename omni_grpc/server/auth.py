@@ -1,24 +1,47 @@
-"""Optional API keys: every call must present ``authorization: Bearer <key>``.
+"""Optional API keys: every call must present ``authorization: Bearer <key>``, but probes.
 
 The comparison itself is :mod:`omni_grpc.wire.keys`, shared with the bridge. Keys are never
-logged.
+logged. Health checks can be served without a key (``--open-health``, on by default), so a load
+balancer's or Kubernetes' gRPC probe reaches them; reflection can be too
+(``--open-reflection``, off by default: it describes the whole service to anyone). Which key a
+call presented also decides which sessions it may reach (see ``omni_grpc.core.credentials``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import grpc
+from grpc_health.v1 import health as grpc_health
+from grpc_reflection.v1alpha import reflection as grpc_reflection
 
 from omni_grpc.server.status import unauthenticated
 from omni_grpc.wire.keys import bearer_key, key_matches
 
+HEALTH_SERVICE = grpc_health.SERVICE_NAME  # grpc.health.v1.Health
+REFLECTION_SERVICE = grpc_reflection.SERVICE_NAME  # grpc.reflection.v1alpha.ServerReflection
+
+
+def open_services(*, health: bool, reflection: bool) -> frozenset[str]:
+    """The services served without a key, as chosen by ``--open-health``/``--open-reflection``."""
+    return frozenset(
+        name
+        for name, is_open in ((HEALTH_SERVICE, health), (REFLECTION_SERVICE, reflection))
+        if is_open
+    )
+
+
+def _service_of(method: str) -> str:
+    """``/package.Service/Method`` -> ``package.Service``."""
+    return method.lstrip("/").partition("/")[0]
+
 
 class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses every call, health and reflection included, that lacks a valid key."""
+    """Refuses every call that lacks a valid key, except to the ``keyless`` services."""
 
-    def __init__(self, keys: Sequence[str]) -> None:
+    def __init__(self, keys: Sequence[str], keyless: Iterable[str] = ()) -> None:
         self._keys = tuple(keys)
+        self._keyless = frozenset(keyless)
         status = unauthenticated()
 
         async def refuse(request: object, context: grpc.aio.ServicerContext) -> None:
@@ -36,7 +59,9 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        if key_matches(bearer_key(handler_call_details.invocation_metadata), self._keys):
+        if _service_of(handler_call_details.method) in self._keyless or key_matches(
+            bearer_key(handler_call_details.invocation_metadata), self._keys
+        ):
             return await continuation(handler_call_details)
         handler = await continuation(handler_call_details)
         if handler is None:

@@ -18,6 +18,9 @@ from omni_grpc.wire.audio import (
     SAMPLE_WIDTH,
 )
 
+# Appends above this many bytes are converted slice by slice (a multiple of every sample width).
+CONVERT_SLICE_BYTES = 256 * 1024
+
 
 def _same(encoding: int, rate_hz: int, fmt: pb.AudioFormat) -> bool:
     return encoding == fmt.encoding and rate_hz == fmt.sample_rate_hz
@@ -48,11 +51,23 @@ class AudioEdge:
         encoding = append.encoding or self.config.input_audio_format.encoding
         rate = append.sample_rate_hz or self.config.input_audio_format.sample_rate_hz
         if append.audio and not _same(encoding, rate, CANONICAL_INPUT):
-            append.audio = self._input.convert(append.audio, encoding, rate)
+            append.audio = self._convert(append.audio, encoding, rate)
             self._converting = True
         append.encoding = CANONICAL_INPUT.encoding
         append.sample_rate_hz = CANONICAL_INPUT.sample_rate_hz
         return request
+
+    def _convert(self, data: bytes, encoding: int, rate: int) -> bytes:
+        # A large append goes through in slices: the float copies decoding and resampling make
+        # stay a slice long instead of several times the whole append (the resampler keeps its
+        # state between slices, so the result is the same).
+        if len(data) <= CONVERT_SLICE_BYTES or len(data) % SAMPLE_WIDTH[encoding]:
+            return self._input.convert(data, encoding, rate)
+        whole = memoryview(data)
+        return b"".join(
+            self._input.convert(bytes(whole[start : start + CONVERT_SLICE_BYTES]), encoding, rate)
+            for start in range(0, len(data), CONVERT_SLICE_BYTES)
+        )
 
     def input_tail(self, request: pb.ConverseRequest) -> pb.ConverseRequest | None:
         """Before a commit: the few milliseconds the resampler still holds, as an append."""

@@ -21,9 +21,11 @@ from google.protobuf.message import DecodeError
 from omni_grpc.core import ResumeGap, StreamRefused
 from omni_grpc.core.errors import CommandError, Status
 from omni_grpc.server.host import SendQueue, SessionHost
+from omni_grpc.server.refusals import RefusalLog
 from omni_grpc.server.sessions import ResumeFoundEnded, Sessions
 from omni_grpc.server.status import rich_status
 from omni_grpc.wire import pb
+from omni_grpc.wire.keys import bearer_key
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ class DuplexServicer:
 
     def __init__(self, sessions: Sessions) -> None:
         self.sessions = sessions
+        self.refusals = RefusalLog(sessions.clock)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The method handlers, with requests parsed by protobuf and responses sent as bytes."""
@@ -72,8 +75,13 @@ class DuplexServicer:
         self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetSessionResponse:
         try:
-            session = self.sessions.registry.lookup(request.session_id, request.resume_token)
+            session = self.sessions.registry.lookup(
+                request.session_id,
+                request.resume_token,
+                key=bearer_key(tuple(context.invocation_metadata() or ())),
+            )
         except StreamRefused as refusal:
+            self.refusals.refused("GetSession", request.session_id, context.peer(), refusal.code)
             await _abort(context, refusal)
             raise  # unreachable: abort raises
         return pb.GetSessionResponse(
@@ -83,14 +91,23 @@ class DuplexServicer:
         )
 
     async def converse(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:
+        first: pb.ConverseRequest | None = None
         try:
             first = await _first_request(context)
+            # The key was checked by the interceptor; the session is bound to it.
+            key = bearer_key(tuple(context.invocation_metadata() or ()))
             if first.WhichOneof("command") == "open_session":
-                host, queue = await self.sessions.open(first.open_session)
+                host, queue = await self.sessions.open(first.open_session, key)
             else:
-                host, queue = self.sessions.resume(first.resume_session)
+                host, queue = self.sessions.resume(first.resume_session, key)
         except StreamRefused as refusal:
-            logger.info("stream refused: %s", refusal.code)
+            resume = first.resume_session if first and first.HasField("resume_session") else None
+            self.refusals.refused(
+                "resume" if resume else "stream",
+                resume.session_id if resume else "",
+                context.peer(),
+                refusal.code,
+            )
             await _abort(context, refusal)
             return
         except ResumeGap as gap:

@@ -55,9 +55,12 @@ class Sessions:
 
     # -- streams start and end -------------------------------------------------------------
 
-    async def open(self, request: pb.OpenSession) -> tuple[SessionHost, SendQueue]:
-        """Creates a session and its engine session; raises StreamRefused when it cannot."""
-        session, effects = self.registry.open(request, self.clock())
+    async def open(self, request: pb.OpenSession, key: str = "") -> tuple[SessionHost, SendQueue]:
+        """Creates a session and its engine session; raises StreamRefused when it cannot.
+
+        ``key`` is the API key the stream presented; the session is bound to it.
+        """
+        session, effects = self.registry.open(request, self.clock(), key=key)
         try:
             engine_session = await self.engine.open_session(session.id, session.config)
         except Exception:
@@ -78,13 +81,14 @@ class Sessions:
         logger.info("session %s opened", session.id)
         return host, queue
 
-    def resume(self, request: pb.ResumeSession) -> tuple[SessionHost, SendQueue]:
+    def resume(self, request: pb.ResumeSession, key: str = "") -> tuple[SessionHost, SendQueue]:
         """Reattaches a session to a new stream.
 
         Raises StreamRefused or ResumeGap when it cannot, and ResumeFoundEnded (with the events the
         client missed, the ending included) when the session ended since.
         """
-        session, generation, effects = self.registry.resume(request, self.clock())
+        # The session is bound to the key that opened it: another key is refused as unknown.
+        session, generation, effects = self.registry.resume(request, self.clock(), key=key)
         if session.state.terminal:
             raise ResumeFoundEnded(effects)
         host = self._hosts[session.id]

@@ -19,6 +19,10 @@ class ServerSettings:
     engine_options: dict[str, str] = field(default_factory=dict)
     # Bearer keys; empty means no authentication (local use).
     api_keys: tuple[str, ...] = ()
+    # With keys set, health checks still answer without one (for load balancer and Kubernetes
+    # probes); reflection, which describes the whole service, only when asked for.
+    open_health: bool = True
+    open_reflection: bool = False
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     limits: Limits = field(default_factory=Limits)

@@ -260,7 +260,8 @@ async def test_an_oversize_command_is_refused_in_band() -> None:
 
 
 async def test_api_keys_guard_every_call() -> None:
-    running = await start_server(settings(api_keys=("secret-key",)))
+    # Health closed too (--no-open-health); tests/server/test_tenancy.py has it open.
+    running = await start_server(settings(api_keys=("secret-key",), open_health=False))
     try:
         async with grpc.aio.insecure_channel(running.target) as channel:
             stub = duplex_pb2_grpc.DuplexServiceStub(channel)

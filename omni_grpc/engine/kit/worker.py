@@ -121,6 +121,8 @@ class WorkerSession(EngineSession):
                 request = await self._mailbox.get()
                 self._busy = True
                 await self._apply(request)
+                # A large append's message would otherwise stay until the next command.
+                del request
                 self._busy = not self._mailbox.empty()
         except Exception as error:  # a bug must end the session, not leave it hanging
             logger.exception("session %s: %s worker failed", self.id, self.engine_name)

@@ -1,0 +1,59 @@
+"""The server's log of refused streams and lookups: which session, which peer, which code.
+
+A refused resume names the session id it asked for and the peer it came from, so an operator
+can tell a client with a stale handle from someone probing for sessions. The client learns
+nothing from the refusal (see ``omni_grpc.core.credentials``); the log is where the detail goes.
+A probe makes refusals as fast as it can send, so the log is rate-limited: at most
+``max_lines`` lines per ``interval_s`` on the server's clock, and the first refusal of a later
+interval says how many were left out before it. The session id is the client's text, so it is
+logged shortened and quoted, never as given.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+MAX_LINES = 20  # per interval
+INTERVAL_S = 60.0
+SESSION_ID_CHARS = 64  # ids are 37 characters ("sess_" and 32 hex); longer ones are cut
+
+
+class RefusalLog:
+    """Logs refusals with session id and peer, at most ``max_lines`` per ``interval_s``."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        *,
+        max_lines: int = MAX_LINES,
+        interval_s: float = INTERVAL_S,
+    ) -> None:
+        self._clock = clock
+        self._max_lines = max_lines
+        self._interval_s = interval_s
+        self._interval_start = clock()
+        self._lines = 0
+        self.suppressed = 0  # refusals of the current interval not logged
+
+    def refused(self, what: str, session_id: str, peer: str, code: str) -> None:
+        """Logs one refusal of ``what`` (``resume``, ``open``, ``GetSession``) unless the
+        interval's lines are spent."""
+        now = self._clock()
+        if now - self._interval_start >= self._interval_s:
+            if self.suppressed:
+                logger.warning(
+                    "%d more refusals were not logged (at most %d lines per %.0f s)",
+                    self.suppressed,
+                    self._max_lines,
+                    self._interval_s,
+                )
+            self._interval_start, self._lines, self.suppressed = now, 0, 0
+        if self._lines >= self._max_lines:
+            self.suppressed += 1
+            return
+        self._lines += 1
+        shown = repr(session_id[:SESSION_ID_CHARS]) if session_id else "-"
+        logger.warning("%s refused (%s): session %s, peer %s", what, code, shown, peer)

@@ -135,6 +135,21 @@ def _add_serve(commands: Any) -> None:
         help="how long sessions get to move away on shutdown (default 10)",
     )
     serve.add_argument("--log-level", choices=LOG_LEVELS, help="log level (default info)")
+    serve.add_argument(
+        "--allowed-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="a web origin whose pages may use the bridge, e.g. https://app.example or "
+        "http://localhost:* (any port); repeatable; '*' allows every page. Default: "
+        "localhost, 127.0.0.1 and [::1] on any port (the bridge's own origin always)",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="a Host name the bridge answers to besides localhost and IP addresses (against "
+        "DNS rebinding); repeatable; '*' turns the check off",
+    )
 
 
 def _add_bridge(commands: Any) -> None:
@@ -179,6 +194,21 @@ def _add_bridge(commands: Any) -> None:
     )
     bridge.add_argument(
         "--log-level", choices=LOG_LEVELS, default="info", help="log level (default info)"
+    )
+    bridge.add_argument(
+        "--allowed-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="a web origin whose pages may use the bridge, e.g. https://app.example or "
+        "http://localhost:* (any port); repeatable; '*' allows every page. Default: "
+        "localhost, 127.0.0.1 and [::1] on any port (the bridge's own origin always)",
+    )
+    bridge.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="a Host name the bridge answers to besides localhost and IP addresses (against "
+        "DNS rebinding); repeatable; '*' turns the check off",
     )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from bridge.gate import DEFAULT_ALLOWED_ORIGINS
 from omni_grpc.client.talk_cli import LOG_LEVELS
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
@@ -36,6 +37,8 @@ class ServeSettings:
     server: ServerSettings
     http_port: int | None  # the bridge's port (0 picks one); None runs gRPC alone
     log_level: str = "info"
+    allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS  # pages that may use the bridge
+    allowed_hosts: tuple[str, ...] = ()  # Host names besides localhost and addresses
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +55,8 @@ class BridgeSettings:
     grpc_root_cert_file: str | None = None  # trust this CA for a TLS service
     grpc_plaintext: bool = False  # plaintext to the service even when serving wss://
     log_level: str = "info"
+    allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS  # pages that may use the bridge
+    allowed_hosts: tuple[str, ...] = ()  # Host names besides localhost and addresses
 
 
 def default_engine() -> str:
@@ -111,6 +116,8 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "engine": str,
     "engine_options": lambda text: _key_values(_split(text), "OMNI_GRPC_ENGINE_OPTIONS"),
     "api_keys": _split,
+    "allowed_origins": _split,
+    "allowed_hosts": _split,
     "tls_cert": str,
     "tls_key": str,
     "open_health": str,
@@ -147,16 +154,24 @@ def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+# Settings whose flags repeat (``--api-key a --api-key b``) under a singular name.
+_LIST_SETTINGS = ("engine_options", "api_keys", "allowed_origins", "allowed_hosts")
+
+
 def _flag_layer(args: argparse.Namespace) -> dict[str, Any]:
     layer = {
         key: getattr(args, key)
         for key in _ENV_READERS
-        if key not in ("engine_options", "api_keys") and getattr(args, key) is not None
+        if key not in _LIST_SETTINGS and getattr(args, key) is not None
     }
     if args.engine_option:
         layer["engine_options"] = _key_values(args.engine_option, "--engine-option")
     if args.api_key:
         layer["api_keys"] = list(args.api_key)
+    if args.allowed_origin:
+        layer["allowed_origins"] = list(args.allowed_origin)
+    if args.allowed_host:
+        layer["allowed_hosts"] = list(args.allowed_host)
     return layer
 
 
@@ -218,6 +233,8 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         server=server,
         http_port=http_port or None,  # 0 turns the websocket bridge off
         log_level=_log_level(merged.get("log_level", "info")),
+        allowed_origins=tuple(map(str, merged.get("allowed_origins", DEFAULT_ALLOWED_ORIGINS))),
+        allowed_hosts=tuple(map(str, merged.get("allowed_hosts", ()))),
     )
 
 
@@ -239,4 +256,6 @@ def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]
         grpc_root_cert_file=args.grpc_root_cert,
         grpc_plaintext=args.grpc_plaintext,
         log_level=_log_level(args.log_level),
+        allowed_origins=tuple(args.allowed_origin or DEFAULT_ALLOWED_ORIGINS),
+        allowed_hosts=tuple(args.allowed_host or ()),
     )

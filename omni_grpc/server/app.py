@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from omni_grpc.core import Registry
 from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import Engine
+from omni_grpc.server.allocator import return_large_blocks
 from omni_grpc.server.auth import ApiKeyInterceptor, open_services
 from omni_grpc.server.servicer import SERVICE, DuplexServicer
 from omni_grpc.server.sessions import Sessions
@@ -103,6 +104,7 @@ async def start_server(
     ``clock`` is the one clock every session deadline is measured on (tests pass a fake one
     and move it instead of sleeping).
     """
+    return_large_blocks()  # freed audio leaves the process (see allocator.py)
     engine = create_engine(settings.engine, dict(settings.engine_options))
     await engine.start()
     sessions = Sessions(Registry(settings.limits, engine.features), engine, clock)

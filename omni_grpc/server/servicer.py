@@ -173,6 +173,7 @@ async def _read(host: SessionHost, queue: SendQueue, context: grpc.aio.ServicerC
         if raw is EOF:
             return
         request = _parse(raw)
+        del raw  # a large append would otherwise be held twice while the host takes it
         if request is None:
             host.refuse(
                 queue.generation,
@@ -180,6 +181,7 @@ async def _read(host: SessionHost, queue: SendQueue, context: grpc.aio.ServicerC
             )
         else:
             await host.receive(queue.generation, request)
+        del request  # not held while waiting for the next message
         if queue.end_reason is not None:
             return
 

@@ -3,12 +3,16 @@
 Whatever a client sends, the server answers with typed errors (in-band ``error`` events with a
 code and a type, or a gRPC status on the stream), stays up, and leaves other sessions alone: a
 bystander session keeps a numbered conversation going between examples and must see every one
-of its answers, in order.
+of its answers, in order. The messages are built from the descriptors with extreme values in
+every scalar (the ends of each integer range, huge, infinite and NaN doubles), Structs nested
+and widened past the contract's bounds (and past what the decoder parses at all), and
+Durations beyond their documented span.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import threading
 from collections.abc import Iterator
@@ -18,6 +22,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
@@ -26,6 +31,14 @@ from hypothesis import strategies as st
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.wire import pb
+from omni_grpc.wire.bounds import (
+    MAX_DURATION_NANOS,
+    MAX_DURATION_S,
+    MAX_STRUCT_DEPTH,
+    MAX_STRUCT_VALUES,
+    UINT32_MAX,
+    UINT64_MAX,
+)
 from tests.serving import settings as server_settings
 
 CODE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -41,15 +54,22 @@ QUIET_S = 0.08
 FD = _descriptor.FieldDescriptor
 
 
+def _ends(low: int, high: int) -> st.SearchStrategy[int]:
+    """Small values, the ends of the range, and anything between."""
+    return st.one_of(st.integers(0, 8), st.sampled_from([low, high]), st.integers(low, high))
+
+
 def _scalar(field: _descriptor.FieldDescriptor) -> st.SearchStrategy[Any]:
     kind = field.type
     if kind in (FD.TYPE_UINT64, FD.TYPE_UINT32):
-        top = 2**64 - 1 if kind == FD.TYPE_UINT64 else 2**32 - 1
-        return st.one_of(st.integers(0, 8), st.integers(0, top))
+        return _ends(0, UINT64_MAX if kind == FD.TYPE_UINT64 else UINT32_MAX)
     if kind in (FD.TYPE_INT64, FD.TYPE_INT32):
-        return st.integers(-(2**31), 2**31 - 1)
-    if kind in (FD.TYPE_DOUBLE, FD.TYPE_FLOAT):
-        return st.floats(allow_nan=True, allow_infinity=True, width=32)
+        bits = 63 if kind == FD.TYPE_INT64 else 31
+        return _ends(-(2**bits), 2**bits - 1)
+    if kind == FD.TYPE_DOUBLE:
+        return st.one_of(st.floats(), st.sampled_from([1e308, -1e308, math.inf, -math.inf]))
+    if kind == FD.TYPE_FLOAT:
+        return st.floats(width=32)
     if kind == FD.TYPE_BOOL:
         return st.booleans()
     if kind == FD.TYPE_STRING:
@@ -59,6 +79,38 @@ def _scalar(field: _descriptor.FieldDescriptor) -> st.SearchStrategy[Any]:
     if kind == FD.TYPE_ENUM:
         return st.integers(-3, 12)  # includes values the enum does not define
     raise AssertionError(f"no strategy for field type {kind}")
+
+
+def nested_json(depth: int, through_lists: bool) -> dict[str, Any]:
+    """A JSON object ``depth`` levels deep (the top object is level 1)."""
+    value: Any = 1
+    for level in range(depth - 1):
+        value = [value] if through_lists and level % 2 else {"a": value}
+    return {"a": value}
+
+
+# Free-form objects around and past the bounds: the core refuses past MAX_STRUCT_DEPTH levels or
+# MAX_STRUCT_VALUES values; past 32 levels the decoder refuses the whole message.
+STRUCT_VALUES = st.one_of(
+    st.builds(nested_json, st.integers(1, 200), st.booleans()),
+    st.just({f"k{index}": index for index in range(MAX_STRUCT_VALUES + 1)}),
+    st.dictionaries(st.text(max_size=8), st.one_of(st.none(), st.booleans(), st.floats())),
+)
+DURATIONS = st.tuples(
+    _ends(-(2**63), 2**63 - 1), st.one_of(_ends(-(2**31), 2**31 - 1), st.just(MAX_DURATION_NANOS))
+)
+
+
+def _well_known(message: Message, field: _descriptor.FieldDescriptor, draw: st.DrawFn) -> None:
+    """Fills a Struct or a Duration field in place (a deep Struct cannot be copied: copying
+    parses it, and the decoder's depth limit refuses it)."""
+    name = field.message_type.full_name
+    if name == "google.protobuf.Struct" and not field.is_repeated:
+        getattr(message, field.name).update(draw(STRUCT_VALUES))
+    elif name == "google.protobuf.Duration" and not field.is_repeated:
+        seconds, nanos = draw(DURATIONS)
+        duration = getattr(message, field.name)
+        duration.seconds, duration.nanos = seconds, nanos
 
 
 def messages(desc: _descriptor.Descriptor, depth: int = 0) -> st.SearchStrategy[Message]:
@@ -73,7 +125,8 @@ def messages(desc: _descriptor.Descriptor, depth: int = 0) -> st.SearchStrategy[
         for field in chosen:
             if field.message_type is not None:
                 if field.message_type.full_name.startswith("google.protobuf."):
-                    continue  # well-known types: left unset
+                    _well_known(message, field, draw)
+                    continue
                 values = draw(st.lists(messages(field.message_type, depth + 1), max_size=2))
                 if field.is_repeated:
                     getattr(message, field.name).extend(values)
@@ -269,3 +322,70 @@ def test_raw_and_mutated_bytes_never_hurt_the_server(
     # Without a session, the first message decides the stream's fate: send just that one, so
     # the status read back is the server's and not a client-side failure of later writes.
     live.run(_fuzz_raw(live, [OPEN, *payloads] if open_first else payloads[:1]))
+
+
+def _deep_update(depth: int, through_lists: bool = False) -> pb.ConverseRequest:
+    request = pb.ConverseRequest(client_seq=1)
+    request.update_session.config.engine_options.update(nested_json(depth, through_lists))
+    return request
+
+
+def _deep_metadata(depth: int) -> pb.ConverseRequest:
+    request = pb.ConverseRequest(client_seq=1)
+    request.create_response.metadata.update(nested_json(depth, through_lists=False))
+    return request
+
+
+def _far_idle_timeout(seconds: int, nanos: int = 0) -> pb.ConverseRequest:
+    config = pb.SessionConfig(idle_timeout=duration_pb2.Duration(seconds=seconds, nanos=nanos))
+    return pb.ConverseRequest(client_seq=1, update_session=pb.UpdateSession(config=config))
+
+
+async def _answered_in_band(live: Live, request: pb.ConverseRequest) -> pb.Error:
+    """Sends one command on a new session; returns its error; the stream must go on."""
+    call = live.stub.Converse()
+    await call.write(pb.ConverseRequest(open_session=pb.OpenSession()))
+    assert (await call.read()).WhichOneof("event") == "session_created"
+    await call.write(request)
+    answer = await asyncio.wait_for(call.read(), 5)
+    await call.write(pb.ConverseRequest(heartbeat=pb.Heartbeat()))
+    assert (await asyncio.wait_for(call.read(), 5)).WhichOneof("event") == "heartbeat_ack"
+    call.cancel()
+    await live.check_bystander()
+    assert answer.WhichOneof("event") == "error", answer
+    return answer.error
+
+
+@pytest.mark.parametrize(
+    ("request_", "code", "param"),
+    [
+        (_deep_update(MAX_STRUCT_DEPTH + 1), "bad_event", "engine_options"),
+        (_deep_update(MAX_STRUCT_DEPTH + 1, through_lists=True), "bad_event", "engine_options"),
+        (_deep_update(32), "bad_event", "engine_options"),
+        # Past what the decoder parses: the command cannot be read, but it is answered.
+        (_deep_update(33), "invalid_message", ""),
+        (_deep_update(200), "invalid_message", ""),
+        (_deep_metadata(MAX_STRUCT_DEPTH + 1), "bad_event", "metadata"),
+        (_deep_metadata(250), "invalid_message", ""),
+        (_far_idle_timeout(MAX_DURATION_S + 1), "invalid_session_config", "idle_timeout"),
+        (_far_idle_timeout(2**63 - 1), "invalid_session_config", "idle_timeout"),
+        (_far_idle_timeout(5, -1), "invalid_session_config", "idle_timeout"),
+    ],
+    ids=[
+        "struct-17",
+        "struct-17-lists",
+        "struct-32",
+        "struct-33",
+        "struct-200",
+        "metadata-17",
+        "metadata-250",
+        "duration-past-span",
+        "duration-int64-max",
+        "duration-mixed-signs",
+    ],
+)
+def test_structs_and_durations_past_the_bounds_are_answered_in_band(
+    live: Live, request_: pb.ConverseRequest, code: str, param: str
+) -> None:
+    error = live.run(_answered_in_band(live, request_))
+    assert (error.code, error.param) == (code, param), error

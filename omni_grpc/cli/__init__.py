@@ -129,6 +129,13 @@ def _add_serve(commands: Any) -> None:
     )
     serve.add_argument("--max-sessions", type=int, help="most concurrent sessions (default 64)")
     serve.add_argument(
+        "--memory-budget-mib",
+        type=int,
+        metavar="MIB",
+        help="input audio and queued output all sessions may hold together; each session's "
+        "input cap is at most its share (default 1024: 64 sessions x 16 MiB)",
+    )
+    serve.add_argument(
         "--shutdown-grace-s",
         type=float,
         metavar="SECONDS",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS
@@ -108,6 +108,8 @@ def _log_level(value: Any) -> str:
     return level
 
 
+MIB = 1024 * 1024  # --memory-budget-mib counts these
+
 # serve setting -> how to read it from an environment variable's text.
 _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "host": str,
@@ -123,6 +125,7 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "open_health": str,
     "open_reflection": str,
     "max_sessions": str,
+    "memory_budget_mib": str,
     "shutdown_grace_s": str,
     "log_level": str,
 }
@@ -175,7 +178,7 @@ def _flag_layer(args: argparse.Namespace) -> dict[str, Any]:
     return layer
 
 
-def _limits(values: Mapping[str, Any], max_sessions: Any) -> Limits:
+def _limits(values: Mapping[str, Any], max_sessions: Any, budget_mib: Any = None) -> Limits:
     known = {f.name: f.type for f in fields(Limits)}
     unknown = sorted(set(values) - set(known))
     if unknown:
@@ -186,6 +189,8 @@ def _limits(values: Mapping[str, Any], max_sessions: Any) -> Limits:
     if max_sessions is not None:
         chosen["max_sessions"] = max_sessions
     try:
+        if budget_mib is not None:
+            chosen["memory_budget_bytes"] = int(budget_mib) * MIB
         converted: dict[str, Any] = {
             name: (int if known[name] == "int" else float)(value) for name, value in chosen.items()
         }
@@ -193,7 +198,25 @@ def _limits(values: Mapping[str, Any], max_sessions: Any) -> Limits:
         raise ConfigError(f"bad limit value: {error}") from None
     if any(value <= 0 for value in converted.values()):
         raise ConfigError("every limit must be positive")
-    return Limits(**converted)
+    return _fit_input_cap(Limits(**converted), "max_pending_input_bytes" in converted)
+
+
+def _fit_input_cap(limits: Limits, cap_chosen: bool) -> Limits:
+    """Makes every session's input cap fit its share of the memory budget.
+
+    With each of ``max_sessions`` sessions at its cap the input still fits the budget. An
+    unchosen cap shrinks to the share; a chosen one that does not fit is an error.
+    """
+    share = limits.memory_budget_bytes // limits.max_sessions
+    if limits.max_pending_input_bytes <= share:
+        return limits
+    if cap_chosen or not share:
+        raise ConfigError(
+            f"{limits.max_sessions} sessions x max_pending_input_bytes "
+            f"{limits.max_pending_input_bytes} do not fit the memory budget of "
+            f"{limits.memory_budget_bytes} bytes: raise --memory-budget-mib or lower the others"
+        )
+    return replace(limits, max_pending_input_bytes=share)
 
 
 def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeSettings:
@@ -226,7 +249,7 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         tls_key_file=merged.get("tls_key"),
         open_health=_switch(merged.get("open_health", True), "open_health"),
         open_reflection=_switch(merged.get("open_reflection", False), "open_reflection"),
-        limits=_limits(limits, merged.get("max_sessions")),
+        limits=_limits(limits, merged.get("max_sessions"), merged.get("memory_budget_mib")),
         shutdown_grace_s=grace_s,
     )
     return ServeSettings(

@@ -6,12 +6,16 @@ form the engine keeps), and serialized events waiting in a stream's send queue. 
 charges it through its own :class:`SessionCharge`, so that whatever a session still holds when
 it ends goes back at once.
 
-Input is what the budget refuses: an append that would take the server past its budget is
-answered with a retryable ``input_backpressure`` error and never reaches the engine, so other
-sessions keep working. Output is counted but never refused here (a send queue is bounded by its
-depth, and a reader that falls behind is cut as a slow consumer), so queued output leaves less
-room for new input. Input is counted when the client commits its own turns; with server VAD
-the engine owns the buffer, drops silence on its own, and bounds it itself (``max_input_s``).
+Input is what the budget refuses: an append that would take the server past its budget, or its
+session past its own share of canonical input (``max_pending_input_bytes``, which the core
+checks in wire bytes: 8 kHz G.711 grows fourfold on the way in), is answered with a retryable
+``input_backpressure`` error and never reaches the engine, so other sessions keep working.
+With the share at most ``memory_budget_bytes / max_sessions`` (``omni-grpc serve`` sees to
+it), input alone never fills the budget. Output is counted but never refused here (a send
+queue is bounded by its depth, and a reader that falls behind is cut as a slow consumer), so
+queued output leaves less room for new input. Input is counted when the client commits its
+own turns; with server VAD the engine owns the buffer, drops silence on its own, and bounds it
+itself (``max_input_s``).
 """
 
 from __future__ import annotations
@@ -47,13 +51,20 @@ class MemoryBudget:
 class SessionCharge:
     """What one session holds against the budget: its uncommitted input and queued output."""
 
-    def __init__(self, budget: MemoryBudget) -> None:
+    def __init__(self, budget: MemoryBudget, input_cap_bytes: int) -> None:
         self._budget = budget
+        self._input_cap_bytes = input_cap_bytes
         self.input_bytes = 0
         self.output_bytes = 0
 
     def admit_input(self, size: int) -> None:
         """Charges ``size`` bytes of canonical input; CommandError when they do not fit."""
+        if self.input_bytes + size > self._input_cap_bytes:
+            raise CommandError(
+                "input_backpressure",
+                "too much uncommitted input audio; commit or clear first",
+                retryable=True,
+            )
         if not self._budget.reserve(size):
             raise CommandError(
                 "input_backpressure",

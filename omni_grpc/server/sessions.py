@@ -73,7 +73,7 @@ class Sessions:
                 retryable=True,
                 retry_after_s=1.0,
             ) from None
-        charge = SessionCharge(self.budget)
+        charge = SessionCharge(self.budget, self.registry.limits.max_pending_input_bytes)
         host = SessionHost(session, engine_session, self._forget, self.clock, charge)
         self._hosts[session.id] = host
         queue = host.attach(1)

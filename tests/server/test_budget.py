@@ -1,5 +1,6 @@
 """The server-wide memory budget on a real server: appends past it are refused, typed and
-retryable, other sessions go on, and commits, clears and endings give the bytes back."""
+retryable, other sessions go on, and commits, clears and endings give the bytes back; each
+session's share is counted in the canonical bytes the engine keeps."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from omni_grpc.core import Limits
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT
+from omni_grpc.wire.audio import CANONICAL_INPUT, SUPPORTED_RATES_HZ
 from tests.server.streams import open_stream, read_until
 from tests.serving import eventually, serving, settings
 
@@ -47,8 +48,10 @@ class Stream:
         return error
 
 
-async def _open(stub: duplex_pb2_grpc.DuplexServiceStub) -> Stream:
-    call, created = await open_stream(stub, CLIENT_COMMITS)
+async def _open(
+    stub: duplex_pb2_grpc.DuplexServiceStub, config: pb.SessionConfig = CLIENT_COMMITS
+) -> Stream:
+    call, created = await open_stream(stub, config)
     return Stream(call, created.session.id)
 
 
@@ -97,3 +100,24 @@ async def test_appends_past_the_budget_are_refused_and_the_budget_comes_back() -
         await read_until(first.call, "session_closed")
         await eventually(lambda: server.sessions.budget.held == 0)
         second.call.cancel()
+
+
+async def test_a_session_share_counts_the_canonical_bytes_the_engine_keeps() -> None:
+    # 8 kHz G.711 grows fourfold on its way to 16 kHz pcm16: the core's cap (wire bytes) lets
+    # 16 000 bytes through, the session's share of the budget (canonical bytes) does not.
+    limits = Limits(disconnect_grace_s=5.0, max_pending_input_bytes=40_000)
+    ulaw = pb.AudioFormat(
+        encoding=pb.AUDIO_ENCODING_G711_ULAW, sample_rate_hz=min(SUPPORTED_RATES_HZ)
+    )
+    config = pb.SessionConfig(turn_detection=CLIENT_COMMITS.turn_detection, input_audio_format=ulaw)
+    async with (
+        serving(dataclasses.replace(settings(), limits=limits)) as server,
+        grpc.aio.insecure_channel(server.target) as channel,
+    ):
+        stream = await _open(duplex_pb2_grpc.DuplexServiceStub(channel), config)
+        refused = await stream.append(16_000)
+        assert refused is not None and refused.code == "input_backpressure" and refused.retryable
+        assert _input_held(server, stream) == 0
+        assert await stream.append(8_000) is None
+        assert _input_held(server, stream) == 32_000
+        stream.call.cancel()

@@ -70,8 +70,8 @@ class Truth:
                 self.journaled[id(journal)].append(payload)
             return kept
 
-        def opening(registry: Registry, request: pb.OpenSession, now: float):  # type: ignore[no-untyped-def]
-            session, effects = open_session(registry, request, now)
+        def opening(registry: Registry, request: pb.OpenSession, now: float, *, key: str = ""):  # type: ignore[no-untyped-def]
+            session, effects = open_session(registry, request, now, key=key)
             self.journals[session.id] = session.journal
             return session, effects
 

@@ -54,12 +54,32 @@ def decode_client_event(frame: str | bytes) -> ce.ClientEvent:
     try:
         return ce.CLIENT_EVENT.validate_python(data)
     except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        # The first location element is the union tag; the rest is the field path.
-        param = ".".join(str(part) for part in first["loc"][1:])
+        # The first location element is the union tag; the rest is the field path. Of the
+        # errors (one per member of a union a value failed), the one deepest in the event says
+        # most: for a voice {"id": true}, that the id is not a string.
+        found = [
+            (_field_path(data, each["loc"][1:], missing=each["type"] == "missing"), each["msg"])
+            for each in error.errors(include_url=False)
+        ]
+        param, why = max(found, key=lambda pair: pair[0].count(".") + bool(pair[0]))
         raise DialectError(
-            "bad_event", f"{param or 'event'}: {first['msg']}", param=param, event_id=event_id
+            "bad_event", f"{param or 'event'}: {why}", param=param, event_id=event_id
         ) from None
+
+
+def _field_path(data: Any, loc: tuple[int | str, ...], *, missing: bool) -> str:
+    """Where an error is, in the event's own keys and indices: pydantic's location also names
+    the member of a union it tried (``constrained-int``, ``FormatObject``), which the client
+    never wrote. A missing field is the one name that is not in the event."""
+    parts, node = [], data
+    for index, part in enumerate(loc):
+        listed = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if listed or (isinstance(node, dict) and part in node):
+            node = node[part]
+        elif not (missing and index == len(loc) - 1):
+            continue
+        parts.append(str(part))
+    return ".".join(parts)
 
 
 def _b64(text: str, param: str) -> bytes:

@@ -225,7 +225,7 @@ def hostile_events(draw: st.DrawFn) -> tuple[str, str, str]:
         raw = draw(st.one_of(_any_values(leaves) + _bound_values(path)))
     event_id = f"hostile-{draw(st.integers(0, 10**9))}"
     named = "" if path == ("event_id",) else event_id
-    return _frame(kind, path, event_id, raw), named, f"{kind} {_dotted(path)}"
+    return _frame(kind, path, event_id, raw), named, ".".join(str(part) for part in path)
 
 
 # ---------------------------------------------------------------- a live service and bridge
@@ -316,7 +316,8 @@ async def until(ws: aiohttp.ClientWebSocketResponse, kind: str) -> dict[str, Any
 async def answered_in_band(
     ws: aiohttp.ClientWebSocketResponse, frame: str, event_id: str, where: str
 ) -> dict[str, Any]:
-    """Sends the hostile frame; the next event must be its typed error."""
+    """Sends the hostile frame; the next event must be its typed error, naming the event and,
+    when the bridge refused it, the hostile field (``where``) or a part of it."""
     await ws.send_str(frame)
     answer = await receive(ws)
     assert answer["type"] == "error", (where, answer)
@@ -325,6 +326,8 @@ async def answered_in_band(
     # A frame that is not JSON at all (nested past the parser's limit) has no id to read.
     named = event_id if error["code"] != "invalid_json" else ""
     assert error.get("event_id") == (named or None), (where, error)
+    if error["code"] == "bad_event":  # the field, or a part of it (an item of a hostile list)
+        assert error["param"] == where or error["param"].startswith(f"{where}."), error
     return error
 
 
@@ -345,27 +348,27 @@ ISSUE_TRIES = [
     (
         _frame("session.update", ("session", "engine_options"), "try-1", deep(34, '{"a":', "}")),
         "try-1",
-        "engine_options 34 deep",
+        "session.engine_options",
     ),
     (
         _frame("response.create", ("response", "metadata"), "try-2", deep(1000, '{"a":', "}")),
         "try-2",
-        "metadata 1000 deep",
+        "response.metadata",
     ),
     (
         _frame("session.update", ("session", "max_output_tokens"), "try-3", str(2**40)),
         "try-3",
-        "max_output_tokens 2^40",
+        "session.max_output_tokens",
     ),
     (
         _frame("conversation.item.truncate", ("content_index",), "try-4", str(2**63 - 1)),
         "try-4",
-        "content_index 2^63 - 1",
+        "content_index",
     ),
     (
         _frame("session.update", ("session", "idle_timeout_s"), "try-5", "1e308"),
         "try-5",
-        "idle_timeout_s 1e308",
+        "session.idle_timeout_s",
     ),
 ]
 

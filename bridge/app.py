@@ -4,7 +4,9 @@ Stock clients connect as they would to OpenAI: the Python SDK with ``Authorizati
 <key>`` and ``?model=``, browsers with the subprotocols ``realtime`` and
 ``openai-insecure-api-key.<key>`` (``realtime`` is echoed, or Chrome drops the socket). Before
 the upgrade :mod:`bridge.gate` checks the Host, the Origin and, with keys configured, the key
-(403 or 401), so that web pages the user visits cannot use a local bridge.
+(403 or 401), so that web pages the user visits cannot use a local bridge. With keys, a backend
+mints short-lived client secrets for its pages at ``POST /v1/realtime/client_secrets``
+(:mod:`bridge.client_secrets`).
 The key a client presented travels on to the service as ``authorization`` metadata, so a
 bridge in front of a keyed service needs no keys of its own; a bridge given a ``service_key``
 presents that one instead.
@@ -25,13 +27,8 @@ from pathlib import Path
 
 from aiohttp import WSCloseCode, web
 
-from bridge.gate import (
-    DEFAULT_ALLOWED_ORIGINS,
-    Gate,
-    add_security_headers,
-    host_middleware,
-    presented_key,
-)
+from bridge.client_secrets import ClientSecrets, minting_handler
+from bridge.gate import DEFAULT_ALLOWED_ORIGINS, Gate, add_security_headers, host_middleware
 from bridge.inbound import MAX_EVENT_BYTES
 from bridge.outbound import MAX_AUDIO_DELTA_BYTES
 from bridge.relay import Relay
@@ -92,9 +89,10 @@ BRIDGE = web.AppKey("bridge", Bridge)
 async def realtime(request: web.Request) -> web.StreamResponse:
     """The websocket endpoint: Host, Origin and key checked, then one session relayed."""
     bridge = request.app[BRIDGE]
-    refusal = bridge.gate.refusal(request)
-    if refusal is not None:
-        return refusal
+    admitted = bridge.gate.admit(request)
+    if isinstance(admitted, web.Response):
+        return admitted
+    key = admitted  # the client's key, or the one its client secret stands for
     ws = web.WebSocketResponse(
         protocols=("realtime",),
         heartbeat=bridge.heartbeat_s,
@@ -102,7 +100,6 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         compress=False,
     )
     await ws.prepare(request)
-    key = presented_key(request)
     query = request.query
     resume_only = (
         query.get("autostart", "").lower() in _FALSE or query.get("resume", "").lower() in _TRUE
@@ -156,6 +153,7 @@ def create_app(
             allowed_hosts=tuple(allowed_hosts),
             bound_host=bound_host,
             api_keys=tuple(api_keys),
+            client_secrets=ClientSecrets() if api_keys else None,
         ),
         service_key=service_key,
         config_timeout_s=config_timeout_s,
@@ -170,6 +168,9 @@ def create_app(
     app.router.add_get("/v1/realtime", realtime)
     app.router.add_get("/v1/duplex", realtime)
     app.router.add_get("/health", health)
+    if bridge.gate.client_secrets is not None:
+        minting = minting_handler(bridge.gate, bridge.gate.client_secrets)
+        app.router.add_post("/v1/realtime/client_secrets", minting)
     if (STATIC_DIR / "index.html").exists():
         app.router.add_get("/", index)
         app.router.add_static("/static/", STATIC_DIR)

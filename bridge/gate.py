@@ -11,7 +11,8 @@ DNS-rebinding page reaches it under its own name. So, before any websocket is up
   came to), or match ``allowed_origins``: exact origins, ``*`` as the port for any port, or
   ``*`` alone for every origin, ``null`` included. Clients that send no Origin (SDKs, servers)
   are not browsers acting for a page and pass. Refused with 403.
-* **Key**, when keys are configured: 401 with ``WWW-Authenticate: Bearer``.
+* **Key**, when keys are configured: one of them, or a short-lived client secret one of them
+  minted (:mod:`bridge.client_secrets`); else 401 with ``WWW-Authenticate: Bearer``.
 
 The page and its static files go through the Host check too, and every response carries
 headers that keep the page out of frames and its files from being sniffed as something else.
@@ -21,12 +22,16 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from multidict import CIMultiDict
 
 from omni_grpc.wire.keys import bearer_credentials, key_matches
+
+if TYPE_CHECKING:
+    from bridge.client_secrets import ClientSecrets
 
 KEY_PROTOCOL_PREFIX = "openai-insecure-api-key."
 ANY = "*"
@@ -94,6 +99,7 @@ class Gate:
     allowed_hosts: tuple[str, ...] = ()  # names besides localhost, the bound address, IPs
     bound_host: str = "127.0.0.1"
     api_keys: tuple[str, ...] = ()
+    client_secrets: ClientSecrets | None = None  # the secrets the keys minted, if any
 
     def host_allowed(self, host_header: str | None) -> bool:
         """Whether the Host header names this bridge (no header: not a browser; allowed)."""
@@ -120,22 +126,35 @@ class Gate:
                 return True
         return False
 
-    def key_allowed(self, request: web.Request) -> bool:
-        """Whether the request presents a configured key (always, when none is configured)."""
-        return not self.api_keys or key_matches(presented_key(request), self.api_keys)
-
-    def refusal(self, request: web.Request) -> web.Response | None:
-        """The response that refuses ``request`` before the upgrade; None when it may pass."""
+    def page_refusal(self, request: web.Request) -> web.Response | None:
+        """The 403 for a request whose Host or Origin is not allowed; None when they are."""
         host = request.headers.get("Host")
         if not self.host_allowed(host):
             return _refuse(403, "host_not_allowed")
         if not self.origin_allowed(request.headers.get("Origin"), host):
             return _refuse(403, "origin_not_allowed")
-        if not self.key_allowed(request):
-            response = _refuse(401, "invalid_api_key")
-            response.headers["WWW-Authenticate"] = 'Bearer realm="omni-grpc"'
-            return response
         return None
+
+    def admit(self, request: web.Request) -> str | web.Response:
+        """The key to present to the service for ``request``, or the response that refuses it.
+
+        A client secret is used up here and stands for the key that minted it.
+        """
+        refusal = self.page_refusal(request)
+        if refusal is not None:
+            return refusal
+        key = presented_key(request)
+        if not self.api_keys or key_matches(key, self.api_keys):
+            return key
+        owner = self.client_secrets.redeem(key) if self.client_secrets is not None else None
+        return owner if owner is not None else unauthorized()
+
+
+def unauthorized() -> web.Response:
+    """401 for a missing or bad key."""
+    response = _refuse(401, "invalid_api_key")
+    response.headers["WWW-Authenticate"] = 'Bearer realm="omni-grpc"'
+    return response
 
 
 def _same_authority(scheme: str, name: str, port: str, host_header: str) -> bool:
@@ -145,6 +164,7 @@ def _same_authority(scheme: str, name: str, port: str, host_header: str) -> bool
 
 
 def _refuse(status: int, reason: str) -> web.Response:
+    """A short plain-text refusal, with the security headers (no upgrade, no page, follows)."""
     return web.Response(status=status, text=f"{reason}\n", headers=CIMultiDict(SECURITY_HEADERS))
 
 

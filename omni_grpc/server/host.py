@@ -45,6 +45,8 @@ class SendQueue:
         # Two places past the depth: room for the end marker after a refused put.
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_DEPTH + 2)
         self.end_reason: str | None = None
+        # Set when the reader fell behind: the servicer ends the stream at once with a status.
+        self.fell_behind = asyncio.Event()
 
     def put(self, payload: bytes) -> bool:
         """Queues one event; False when the stream's reader has fallen too far behind."""
@@ -61,6 +63,15 @@ class SendQueue:
         if self.end_reason is None:
             self.end_reason = reason
             self._queue.put_nowait(None)
+
+    def fall_behind(self) -> None:
+        """The reader fell too far behind: the stream ends now, without writing what is queued.
+
+        The servicer sees :attr:`fell_behind` and ends the call with RESOURCE_EXHAUSTED
+        (``slow_consumer``); the queued events stay in the journal for a resume.
+        """
+        self.end("slow_consumer")
+        self.fell_behind.set()
 
     async def next(self) -> bytes | None:
         """The next event to write, or None once the stream must finish."""
@@ -148,7 +159,7 @@ class SessionHost:
                 logger.warning(
                     "session %s: stream %d too slow, dropping it", self.session.id, generation
                 )
-                queue.end("slow_consumer")
+                queue.fall_behind()
                 self.session.detach(generation, self._clock())
         for generation, reason in effects.end_streams:
             queue = self._queues.get(generation)

@@ -32,6 +32,17 @@ logger = logging.getLogger(__name__)
 SERVICE = "omni.duplex.v1.DuplexService"
 EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 FIRST_MESSAGE_TIMEOUT_S = 10.0
+# How a stream ends when its reader falls too far behind (see SendQueue.fall_behind). The
+# session is only detached: the client resumes and gets what it missed from the journal.
+SLOW_CONSUMER = StreamRefused(
+    Status.RESOURCE_EXHAUSTED,
+    "slow_consumer",
+    "the client read too slowly; resume the session to get the missed events",
+    retryable=True,
+)
+# How long a stream cut for a slow reader waits for its write in flight before it gives up on
+# telling the client why (a client that never reads again cannot be told anything).
+SLOW_CONSUMER_GRACE_S = 30.0
 
 
 class DuplexServicer:
@@ -94,7 +105,7 @@ class DuplexServicer:
         first: pb.ConverseRequest | None = None
         try:
             first = await _first_request(context)
-            # The key was checked by the interceptor; the session is bound to it.
+            # The key was checked by the interceptor; the session is bound and charged to it.
             key = bearer_key(tuple(context.invocation_metadata() or ()))
             if first.WhichOneof("command") == "open_session":
                 host, queue = await self.sessions.open(first.open_session, key)
@@ -155,16 +166,27 @@ async def _pump_stream(
 ) -> None:
     reader = asyncio.create_task(_read(host, queue, context))
     writer = asyncio.create_task(_write(queue, context))
+    behind = asyncio.create_task(queue.fell_behind.wait())
     try:
-        done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-        if reader in done and reader.exception() is None:
-            await writer  # the client half-closed: keep writing until the session ends
+        done, _ = await asyncio.wait({reader, writer, behind}, return_when=asyncio.FIRST_COMPLETED)
+        if reader in done and reader.exception() is None and not queue.fell_behind.is_set():
+            # The client half-closed: keep writing until the session ends (or it falls behind).
+            await asyncio.wait({writer, behind}, return_when=asyncio.FIRST_COMPLETED)
+        if queue.fell_behind.is_set():
+            # gRPC takes no status while a write is in flight, and that write waits for the
+            # client to read again: the writer stops after it (or the grace runs out).
+            reader.cancel()
+            await asyncio.wait({writer}, timeout=SLOW_CONSUMER_GRACE_S)
     finally:
-        for task in (reader, writer):
+        for task in (reader, writer, behind):
             task.cancel()
-        for task in (reader, writer):
+        for task in (reader, writer, behind):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+    if queue.fell_behind.is_set() and writer.done() and not writer.cancelled():
+        # The status goes out behind what the transport already holds: a client that reads
+        # again gets those events, then the reason, and resumes for the rest.
+        await _abort(context, SLOW_CONSUMER)
 
 
 async def _read(host: SessionHost, queue: SendQueue, context: grpc.aio.ServicerContext) -> None:
@@ -187,7 +209,7 @@ async def _read(host: SessionHost, queue: SendQueue, context: grpc.aio.ServicerC
 
 
 async def _write(queue: SendQueue, context: grpc.aio.ServicerContext) -> None:
-    while (payload := await queue.next()) is not None:
+    while (payload := await queue.next()) is not None and not queue.fell_behind.is_set():
         await context.write(payload)
 
 

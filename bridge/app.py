@@ -208,6 +208,7 @@ async def start_bridge(
     tls_key_file: str | None = None,
     grpc_root_cert_file: str | None = None,
     grpc_plaintext: bool = False,
+    header_timeout_s: float = 10.0,
     config_timeout_s: float = 10.0,
     heartbeat_s: float = 30.0,
     max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES,
@@ -234,7 +235,13 @@ async def start_bridge(
         allowed_hosts=allowed_hosts,
         bound_host=host,
     )
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    # aiohttp's keep-alive timer runs from the moment a connection is accepted and closes it
+    # while no whole request has arrived: it is the header read timeout (half-sent requests
+    # are closed) as well as the idle timeout between requests. An upgraded websocket is not
+    # idle in its sense, so it is not closed by it.
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, keepalive_timeout=header_timeout_s
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=_server_ssl(tls_cert_file, tls_key_file))
     await site.start()

@@ -141,6 +141,19 @@ def _add_serve(commands: Any) -> None:
         metavar="SECONDS",
         help="how long sessions get to move away on shutdown (default 10)",
     )
+    serve.add_argument(
+        "--handshake-timeout-s",
+        type=float,
+        metavar="SECONDS",
+        help="close connections to either port that have not sent their request headers "
+        "(HTTP) or finished their TLS and HTTP/2 set-up (gRPC) by then (default 10)",
+    )
+    serve.add_argument(
+        "--max-connection-idle-s",
+        type=float,
+        metavar="SECONDS",
+        help="close gRPC connections that carry no call for this long (default 300)",
+    )
     serve.add_argument("--log-level", choices=LOG_LEVELS, help="log level (default info)")
     serve.add_argument(
         "--allowed-origin",

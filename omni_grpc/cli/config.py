@@ -127,6 +127,8 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "max_sessions": str,
     "memory_budget_mib": str,
     "shutdown_grace_s": str,
+    "handshake_timeout_s": str,
+    "max_connection_idle_s": str,
     "log_level": str,
 }
 
@@ -219,6 +221,16 @@ def _fit_input_cap(limits: Limits, cap_chosen: bool) -> Limits:
     return replace(limits, max_pending_input_bytes=share)
 
 
+def _seconds(merged: Mapping[str, Any], name: str, default: float) -> float:
+    try:
+        seconds = float(merged.get(name, default))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number of seconds") from None
+    if not seconds > 0:
+        raise ConfigError(f"{name} must be positive")
+    return seconds
+
+
 def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeSettings:
     """Merges defaults, file, environment and flags into the settings of ``serve``."""
     merged: dict[str, Any] = {}
@@ -251,6 +263,8 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         open_reflection=_switch(merged.get("open_reflection", False), "open_reflection"),
         limits=_limits(limits, merged.get("max_sessions"), merged.get("memory_budget_mib")),
         shutdown_grace_s=grace_s,
+        handshake_timeout_s=_seconds(merged, "handshake_timeout_s", 10.0),
+        max_connection_idle_s=_seconds(merged, "max_connection_idle_s", 300.0),
     )
     return ServeSettings(
         server=server,

@@ -63,6 +63,7 @@ async def start_service(settings: ServeSettings) -> Service:
             # Served with the service's certificate, the bridge trusts it for the gRPC hop.
             tls_cert_file=settings.server.tls_cert_file,
             tls_key_file=settings.server.tls_key_file,
+            header_timeout_s=settings.server.handshake_timeout_s,
         )
     except BaseException:
         await running.stop()

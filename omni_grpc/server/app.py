@@ -48,6 +48,9 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, Any]]:
         ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.so_reuseport", 0),
+        # Close connections that never finish their set-up, and those that carry no call.
+        ("grpc.server_handshake_timeout_ms", int(settings.handshake_timeout_s * 1000)),
+        ("grpc.max_connection_idle_ms", int(settings.max_connection_idle_s * 1000)),
     ]
 
 

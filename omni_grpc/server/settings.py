@@ -28,5 +28,10 @@ class ServerSettings:
     limits: Limits = field(default_factory=Limits)
     # How long sessions get to move elsewhere after SIGTERM before the server stops.
     shutdown_grace_s: float = 10.0
+    # A connection that has not finished its TLS and HTTP/2 set-up by then is closed (a silent
+    # TCP connection holds a socket and memory for nothing).
+    handshake_timeout_s: float = 10.0
+    # A connection with no call for this long is closed with GOAWAY (clients reconnect).
+    max_connection_idle_s: float = 300.0
     # Bound on concurrent Converse streams (gRPC maximum_concurrent_rpcs).
     max_concurrent_streams: int = 1024

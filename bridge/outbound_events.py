@@ -22,6 +22,12 @@ _ERROR_TYPES = {
     pb.ERROR_TYPE_RATE_LIMIT: "rate_limit_error",
     pb.ERROR_TYPE_SERVER: "server_error",
 }
+# The service's rate-limit refusal (omni_grpc.core.rate_limits), and the Realtime name of the
+# limit its ``param`` names. The GA schema knows only "requests" and "tokens": commands are
+# requests, and input audio, which OpenAI meters in tokens and the service in bytes, is "tokens"
+# (``limit`` is left out, so no unit is claimed).
+RATE_LIMIT_CODE = "rate_limit_exceeded"
+_RATE_LIMIT_NAMES = {"commands": "requests", "audio": "tokens"}
 _ROLE_NAMES = {
     pb.ITEM_ROLE_USER: "user",
     pb.ITEM_ROLE_ASSISTANT: "assistant",
@@ -175,7 +181,26 @@ def _error(e: pb.Error) -> list[Event]:
     if e.retryable:
         body["retryable"] = True
         body["retry_after_ms"] = e.retry_after.ToMilliseconds()
-    return [{"type": "error", "error": body}]
+    out: list[Event] = [{"type": "error", "error": body}]
+    if e.code == RATE_LIMIT_CODE:
+        out.append(_rate_limits_updated(e))
+    return out
+
+
+def _rate_limits_updated(e: pb.Error) -> Event:
+    """OpenAI's ``rate_limits.updated`` after a rate-limit refusal: which limit is spent, and
+    when it has room again. The service does not say its limit, so ``limit`` is left out (every
+    field of a rate limit is optional in the GA schema)."""
+    return {
+        "type": "rate_limits.updated",
+        "rate_limits": [
+            {
+                "name": _RATE_LIMIT_NAMES.get(e.param, "requests"),
+                "remaining": 0,
+                "reset_seconds": e.retry_after.ToMilliseconds() / 1000,
+            }
+        ],
+    }
 
 
 def _one(kind: str, **fields: Any) -> list[Event]:

@@ -24,6 +24,7 @@ from omni_grpc.cli.config import (
     resolve_serve_settings,
 )
 from omni_grpc.client.talk_cli import LOG_FORMAT, LOG_LEVELS, add_talk_parser
+from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
 
 KEYS_ON_COMMAND_LINE = (
@@ -170,6 +171,29 @@ def _add_serve(commands: Any) -> None:
         help="a Host name the bridge answers to besides localhost and IP addresses (against "
         "DNS rebinding); repeatable; '*' turns the check off",
     )
+    _add_rate_limits(serve)
+
+
+def _add_rate_limits(serve: Any) -> None:
+    rates = serve.add_argument_group(
+        "rate limits",
+        "token buckets per session and per API key; past them a command is refused with a "
+        "retryable rate_limit_exceeded error and its retry_after (docs/security.md)",
+    )
+    limits = Limits()
+    for name, unit, what in (
+        ("session_commands_per_s", "N", "commands a second per session"),
+        ("session_audio_bytes_per_s", "BYTES", "input audio bytes a second per session"),
+        ("key_commands_per_s", "N", "commands a second per API key"),
+        ("key_audio_bytes_per_s", "BYTES", "input audio bytes a second per API key"),
+        ("rate_burst_s", "SECONDS", "seconds of each rate a bucket holds (the burst)"),
+    ):
+        rates.add_argument(
+            "--" + name.replace("_", "-"),
+            type=float,
+            metavar=unit,
+            help=f"{what} (default {getattr(limits, name):.10g})",
+        )
 
 
 def _add_bridge(commands: Any) -> None:

@@ -130,7 +130,21 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "handshake_timeout_s": str,
     "max_connection_idle_s": str,
     "log_level": str,
+    "session_commands_per_s": str,
+    "session_audio_bytes_per_s": str,
+    "key_commands_per_s": str,
+    "key_audio_bytes_per_s": str,
+    "rate_burst_s": str,
 }
+# The serve settings that are fields of the server limits: flags, variables and top-level
+# keys of the file like the others, merged into the limits (besides the [limits] table).
+LIMIT_SETTINGS = (
+    "session_commands_per_s",
+    "session_audio_bytes_per_s",
+    "key_commands_per_s",
+    "key_audio_bytes_per_s",
+    "rate_burst_s",
+)
 
 
 def load_config_file(path: str) -> dict[str, Any]:
@@ -243,7 +257,14 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         # Engine options merge key by key; every other setting is replaced by a later layer.
         options.update({str(k): str(v) for k, v in dict(layer.get("engine_options", {})).items()})
         limits.update(layer.get("limits", {}))
-        merged.update({k: v for k, v in layer.items() if k not in ("engine_options", "limits")})
+        limits.update({k: v for k, v in layer.items() if k in LIMIT_SETTINGS})
+        merged.update(
+            {
+                k: v
+                for k, v in layer.items()
+                if k not in ("engine_options", "limits", *LIMIT_SETTINGS)
+            }
+        )
     http_port = _port(merged.get("http_port", DEFAULT_HTTP_PORT), "http_port")
     try:
         grace_s = float(merged.get("shutdown_grace_s", 10.0))

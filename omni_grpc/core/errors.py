@@ -25,7 +25,9 @@ class Status(enum.Enum):
     UNAVAILABLE = "UNAVAILABLE"
 
 
-_RATE_LIMIT_CODES = frozenset({"resource_exhausted", "input_backpressure", "output_backpressure"})
+_RATE_LIMIT_CODES = frozenset(
+    {"resource_exhausted", "input_backpressure", "output_backpressure", "rate_limit_exceeded"}
+)
 _SERVER_CODES = frozenset({"internal_error", "engine_error", "engine_failed"})
 
 

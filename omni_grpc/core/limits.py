@@ -29,6 +29,13 @@ class Limits:
     open_retry_after_s: float = 1.0
     max_video_frames: int = 2
     max_text_chars: int = 100_000
+    # Rate limits (see rate_limits.py): token buckets that hold `rate_burst_s` of their rate.
+    # A 10 ms chunk stream of 48 kHz f32 stereo is 100 commands and 375 KiB a second.
+    session_commands_per_s: float = 500.0
+    session_audio_bytes_per_s: float = 4 * 1024 * 1024
+    key_commands_per_s: float = 5000.0
+    key_audio_bytes_per_s: float = 32 * 1024 * 1024
+    rate_burst_s: float = 2.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,7 @@ a clock or touches a socket, so every rule is tested by calling methods.
 This file holds the session's lifecycle: its attachments, their generations, resume tokens,
 replay and the ending. Each other rule lives with the part that keeps it:
 ``admission.py`` (commands applied once, bounded pending input, idle expiry),
+``rate_limits.py`` (commands and input audio per second, per session and per API key),
 ``responses.py`` (no stale output, and the turn state) and ``delivery.py`` (numbered events).
 The rules held here:
 
@@ -40,6 +41,7 @@ from omni_grpc.core.delivery import Delivery, Effects
 from omni_grpc.core.errors import CommandError, Status, StreamRefused
 from omni_grpc.core.journal import CursorAhead, Journal, JournalGap
 from omni_grpc.core.limits import EngineFeatures, Limits
+from omni_grpc.core.rate_limits import Allowance, Throttle
 from omni_grpc.core.responses import Responses
 from omni_grpc.core.state import State, Trigger, next_state
 from omni_grpc.wire import pb
@@ -83,6 +85,7 @@ class Session:
         self.detached_at: float | None = None
         self.ended_at: float | None = None
         self.admission = Admission(limits, engine, now)
+        self.throttle = Throttle(Allowance.for_session(limits, now))
         self.responses = Responses()
         self.delivery = Delivery(
             session_id, Journal(ttl_s=limits.journal_ttl_s, max_bytes=limits.journal_max_bytes)
@@ -312,6 +315,7 @@ class Session:
             kind = self.admission.number(request)
             if kind is None:
                 return Effects()
+            self.throttle.charge(request, now)  # past the limit: refused, its number used up
             return self._apply(kind, request, now)
         except CommandError as error:
             body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)

@@ -110,7 +110,9 @@ async def start_server(
     return_large_blocks()  # freed audio leaves the process (see allocator.py)
     engine = create_engine(settings.engine, dict(settings.engine_options))
     await engine.start()
-    sessions = Sessions(Registry(settings.limits, engine.features), engine, clock)
+    sessions = Sessions(
+        Registry(settings.limits, engine.features), engine, clock, api_keys=settings.api_keys
+    )
     keyless = open_services(health=settings.open_health, reflection=settings.open_reflection)
     interceptors = [ApiKeyInterceptor(settings.api_keys, keyless)] if settings.api_keys else []
     server = grpc.aio.server(

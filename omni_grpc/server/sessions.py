@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from omni_grpc.core import Effects, Registry, Session, State, StreamRefused
 from omni_grpc.core.errors import Status
+from omni_grpc.core.rate_limits import KeyAllowances
 from omni_grpc.engine.base import Engine
 from omni_grpc.server.budget import MemoryBudget, SessionCharge
 from omni_grpc.server.host import SendQueue, SessionHost
@@ -40,10 +41,19 @@ class ResumeFoundEnded(Exception):
 class Sessions:
     """The hosts of every live session, over one registry, one engine and one clock."""
 
-    def __init__(self, registry: Registry, engine: Engine, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        engine: Engine,
+        clock: Callable[[], float],
+        *,
+        api_keys: Sequence[str] = (),
+    ) -> None:
         self.registry = registry
         self.engine = engine
         self.clock = clock
+        # The rate allowance of each API key, shared by every session it opens or resumes.
+        self._key_allowances = KeyAllowances(tuple(api_keys), registry.limits, clock())
         # Input audio and queued output of every session together (see server/budget.py).
         self.budget = MemoryBudget(registry.limits.memory_budget_bytes)
         self._hosts: dict[str, SessionHost] = {}
@@ -58,9 +68,11 @@ class Sessions:
     async def open(self, request: pb.OpenSession, key: str = "") -> tuple[SessionHost, SendQueue]:
         """Creates a session and its engine session; raises StreamRefused when it cannot.
 
-        ``key`` is the API key the stream presented; the session is bound to it.
+        ``key`` is the API key the stream presented: the session is bound to it, and its
+        commands count against it.
         """
         session, effects = self.registry.open(request, self.clock(), key=key)
+        session.throttle.key = self._key_allowances.get(key)
         try:
             engine_session = await self.engine.open_session(session.id, session.config)
         except Exception:
@@ -92,6 +104,7 @@ class Sessions:
         if session.state.terminal:
             raise ResumeFoundEnded(effects)
         host = self._hosts[session.id]
+        session.throttle.key = self._key_allowances.get(key)  # the new stream's key pays now
         queue = host.attach(generation)
         host.deliver(effects)
         logger.info("session %s resumed (generation %d)", session.id, generation)

@@ -1,0 +1,167 @@
+"""Rate limits: token buckets for commands and input audio, per session and per API key.
+
+A client may send commands and audio only so fast. Each holder of a limit (one session; one
+API key, across all its sessions) has an :class:`Allowance`: a bucket of commands and a bucket
+of input audio bytes. A bucket fills at its rate up to ``rate * burst_s`` and each command
+takes what it costs; a command that finds any of its buckets short is refused with the
+retryable ``rate_limit_exceeded`` error and a ``retry_after`` saying when it would pass, and it
+takes nothing, so a refusal never deepens the wait.
+
+A refused command is answered like every other refused command (see ``docs/protocol.md``): its
+``client_seq`` is used up and the error echoes it, so the client knows exactly which command to
+send again, as a new one. It is never applied and never reaches the engine.
+
+Everything is plain arithmetic on the ``now`` the caller passes in; nothing here reads a clock.
+The defaults (in :class:`~omni_grpc.core.limits.Limits`) are far above what a real client
+sends: a 10 ms chunk stream of 48 kHz f32 stereo audio is 100 commands and 384 000 bytes a second.
+"""
+
+from __future__ import annotations
+
+import math
+
+from omni_grpc.core.errors import CommandError
+from omni_grpc.core.limits import Limits
+from omni_grpc.wire import pb
+
+RATE_LIMIT_CODE = "rate_limit_exceeded"
+# The ``param`` of a refusal names the bucket that was short, so a transport can say which limit.
+COMMANDS_PARAM = "commands"
+AUDIO_PARAM = "audio"
+# Float sums of clock readings fall short by a hair: a client that waited exactly the hint
+# must pass, so a bucket this close to the cost counts as holding it.
+ROUNDING_TOKENS = 1e-6
+# Commands never refused for rate: ending the session only lowers the load.
+UNTHROTTLED_COMMANDS = frozenset({"close_session"})
+
+
+class TokenBucket:
+    """Tokens that refill at ``rate_per_s`` up to ``capacity``; it starts full."""
+
+    __slots__ = ("capacity", "rate_per_s", "tokens", "updated_at")
+
+    def __init__(self, rate_per_s: float, burst_s: float, now: float) -> None:
+        self.rate_per_s = rate_per_s
+        self.capacity = rate_per_s * burst_s
+        self.tokens = self.capacity
+        self.updated_at = now
+
+    def wait_s(self, cost: float, now: float) -> float:
+        """Seconds until ``cost`` tokens are there; 0 when they are there now.
+
+        A cost above the capacity is charged as the capacity, so a command as large as the
+        server admits at all can always pass on a full bucket.
+        """
+        self._refill(now)
+        missing = min(cost, self.capacity) - self.tokens
+        if missing <= ROUNDING_TOKENS:
+            return 0.0
+        return missing / self.rate_per_s
+
+    def take(self, cost: float, now: float) -> None:
+        """Takes ``cost`` tokens (call after :meth:`wait_s` said 0)."""
+        self._refill(now)
+        self.tokens -= min(cost, self.capacity)
+
+    def _refill(self, now: float) -> None:
+        elapsed = max(now - self.updated_at, 0.0)  # a clock never runs back; be safe if it does
+        self.tokens = min(self.capacity, self.tokens + elapsed * self.rate_per_s)
+        self.updated_at = now
+
+
+class Allowance:
+    """The commands and input audio bytes one holder (a session, or an API key) may send."""
+
+    __slots__ = ("audio_bytes", "commands")
+
+    def __init__(self, commands_per_s: float, audio_bytes_per_s: float, burst_s: float, now: float):
+        self.commands = TokenBucket(commands_per_s, burst_s, now)
+        self.audio_bytes = TokenBucket(audio_bytes_per_s, burst_s, now)
+
+    @classmethod
+    def for_session(cls, limits: Limits, now: float) -> Allowance:
+        """The allowance of one session."""
+        return cls(
+            limits.session_commands_per_s,
+            limits.session_audio_bytes_per_s,
+            limits.rate_burst_s,
+            now,
+        )
+
+    @classmethod
+    def for_key(cls, limits: Limits, now: float) -> Allowance:
+        """The allowance of one API key, shared by every session opened or resumed with it."""
+        return cls(
+            limits.key_commands_per_s, limits.key_audio_bytes_per_s, limits.rate_burst_s, now
+        )
+
+
+class Throttle:
+    """The allowances one session's commands are charged to: its own, and its key's if any.
+
+    The transport sets :attr:`key` when a stream with an API key opens or resumes the session.
+    """
+
+    __slots__ = ("key", "own")
+
+    def __init__(self, own: Allowance) -> None:
+        self.own = own
+        self.key: Allowance | None = None
+
+    def charge(self, request: pb.ConverseRequest, now: float) -> None:
+        """Takes one command and its audio bytes, or raises CommandError and takes nothing."""
+        if request.WhichOneof("command") in UNTHROTTLED_COMMANDS:
+            return
+        allowances = (self.own,) if self.key is None else (self.own, self.key)
+        audio = _audio_bytes(request)
+        wait, param = 0.0, ""
+        for allowance in allowances:
+            for bucket, cost, name in (
+                (allowance.commands, 1, COMMANDS_PARAM),
+                (allowance.audio_bytes, audio, AUDIO_PARAM),
+            ):
+                bucket_wait = bucket.wait_s(cost, now)
+                if bucket_wait > wait:
+                    wait, param = bucket_wait, name
+        if wait:
+            raise CommandError(
+                RATE_LIMIT_CODE,
+                f"too many {'audio bytes' if param == AUDIO_PARAM else 'commands'}; "
+                f"retry after {wait:.3f} s",
+                param=param,
+                retryable=True,
+                # Whole milliseconds on the wire: round up, so a retry on time passes.
+                retry_after_s=_ceil_ms(wait),
+            )
+        for allowance in allowances:
+            allowance.commands.take(1, now)
+            allowance.audio_bytes.take(audio, now)
+
+
+class KeyAllowances:
+    """The allowance of each configured API key, made up front so no client can add one.
+
+    Without configured keys there are none: every client is then the same anonymous tenant,
+    and a shared allowance would let one of them starve the others.
+    """
+
+    __slots__ = ("_by_key",)
+
+    def __init__(self, keys: tuple[str, ...], limits: Limits, now: float) -> None:
+        self._by_key = {key: Allowance.for_key(limits, now) for key in keys}
+
+    def get(self, key: str) -> Allowance | None:
+        """The allowance of ``key`` (already checked by the transport), or None."""
+        return self._by_key.get(key)
+
+
+def _audio_bytes(request: pb.ConverseRequest) -> int:
+    """The input media bytes a command carries (audio and video frames of an append)."""
+    if request.WhichOneof("command") != "append_input_audio":
+        return 0
+    append = request.append_input_audio
+    return len(append.audio) + sum(len(frame.data) for frame in append.video_frames)
+
+
+def _ceil_ms(seconds: float) -> float:
+    return math.ceil(seconds * 1000) / 1000

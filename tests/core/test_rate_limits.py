@@ -1,0 +1,145 @@
+"""Rate limits: token buckets, the allowances of a session and of a key, and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from omni_grpc.core import Limits
+from omni_grpc.core.errors import CommandError
+from omni_grpc.core.rate_limits import Allowance, KeyAllowances, Throttle, TokenBucket
+from omni_grpc.wire import pb
+
+from .helpers import append, close, decode, heartbeat, kinds, open_session, text
+
+# 10 commands a second and 100 audio bytes a second, a bucket holding 1 s of each.
+SLOW = Limits(
+    session_commands_per_s=10.0,
+    session_audio_bytes_per_s=100.0,
+    key_commands_per_s=15.0,
+    key_audio_bytes_per_s=1000.0,
+    rate_burst_s=1.0,
+)
+
+# -- the bucket -------------------------------------------------------------------------
+
+
+def test_a_bucket_starts_full_and_refills_at_its_rate_up_to_its_capacity() -> None:
+    bucket = TokenBucket(rate_per_s=10.0, burst_s=2.0, now=0.0)
+    assert bucket.capacity == 20.0
+    assert bucket.wait_s(20, now=0.0) == 0.0
+    bucket.take(20, now=0.0)
+    assert bucket.wait_s(1, now=0.0) == pytest.approx(0.1)
+    assert bucket.wait_s(1, now=0.05) == pytest.approx(0.05)
+    assert bucket.wait_s(1, now=0.1) == 0.0
+    assert bucket.wait_s(20, now=100.0) == 0.0
+    assert bucket.tokens == 20.0  # refilled to the capacity, not beyond
+
+
+def test_a_cost_above_the_capacity_is_charged_as_the_capacity() -> None:
+    bucket = TokenBucket(rate_per_s=10.0, burst_s=1.0, now=0.0)
+    assert bucket.wait_s(1000, now=0.0) == 0.0  # a full bucket lets any command pass
+    bucket.take(1000, now=0.0)
+    assert bucket.tokens == 0.0
+    assert bucket.wait_s(1000, now=0.0) == pytest.approx(1.0)
+
+
+def test_a_client_that_waits_exactly_the_hint_passes_despite_float_sums() -> None:
+    bucket = TokenBucket(rate_per_s=20.0, burst_s=1.0, now=1000.0)
+    bucket.take(20, now=1000.0)
+    hint = bucket.wait_s(1, now=1000.0)
+    assert 1000.0 + hint - 1000.0 < hint  # the sum falls short of the hint by a hair
+    assert bucket.wait_s(1, now=1000.0 + hint) == 0.0
+
+
+def test_a_clock_that_runs_back_adds_no_tokens() -> None:
+    bucket = TokenBucket(rate_per_s=10.0, burst_s=1.0, now=5.0)
+    bucket.take(10, now=5.0)
+    assert bucket.wait_s(1, now=4.0) == pytest.approx(0.1)
+
+
+# -- the throttle -----------------------------------------------------------------------
+
+
+def test_commands_past_the_burst_are_refused_with_the_wait_and_take_nothing() -> None:
+    throttle = Throttle(Allowance.for_session(SLOW, now=0.0))
+    for _ in range(10):
+        throttle.charge(heartbeat(), now=0.0)
+    with pytest.raises(CommandError) as refused:
+        throttle.charge(heartbeat(), now=0.0)
+    error = refused.value
+    assert (error.code, error.param, error.retryable) == ("rate_limit_exceeded", "commands", True)
+    assert error.retry_after_s == pytest.approx(0.1)
+    assert throttle.own.commands.tokens == pytest.approx(0.0)  # the refusal took nothing
+    throttle.charge(heartbeat(), now=0.1)
+
+
+def test_audio_bytes_are_limited_apart_from_commands_and_the_longer_wait_is_named() -> None:
+    throttle = Throttle(Allowance.for_session(SLOW, now=0.0))
+    throttle.charge(append(1, b"\0" * 80), now=0.0)
+    with pytest.raises(CommandError) as refused:
+        throttle.charge(append(2, b"\0" * 40), now=0.0)
+    assert refused.value.param == "audio"
+    assert refused.value.retry_after_s == pytest.approx(0.2)
+    assert throttle.own.commands.tokens == pytest.approx(9.0)
+    throttle.charge(text(2), now=0.0)  # a command without audio still passes
+
+
+def test_video_frames_count_as_input_bytes() -> None:
+    throttle = Throttle(Allowance.for_session(SLOW, now=0.0))
+    frame = pb.VideoFrame(data=b"\0" * 100)
+    throttle.charge(append(1, b"", video_frames=[frame]), now=0.0)
+    with pytest.raises(CommandError):
+        throttle.charge(append(2, b"\0\0"), now=0.0)
+
+
+def test_a_key_allowance_is_shared_and_refuses_without_taking_from_either() -> None:
+    keys = KeyAllowances(("k1",), SLOW, now=0.0)
+    assert keys.get("other") is None
+    first, second = (Throttle(Allowance.for_session(SLOW, now=0.0)) for _ in range(2))
+    first.key = second.key = keys.get("k1")
+    for _ in range(10):
+        first.charge(heartbeat(), now=0.0)
+    for _ in range(5):
+        second.charge(heartbeat(), now=0.0)
+    with pytest.raises(CommandError) as refused:
+        second.charge(heartbeat(), now=0.0)  # its own bucket has 5 left; the key's has none
+    assert refused.value.retry_after_s == pytest.approx(1 / 15, abs=0.001)
+    assert second.own.commands.tokens == pytest.approx(5.0)
+
+
+def test_closing_is_never_refused() -> None:
+    throttle = Throttle(Allowance.for_session(SLOW, now=0.0))
+    for _ in range(10):
+        throttle.charge(heartbeat(), now=0.0)
+    throttle.charge(close(11), now=0.0)
+
+
+# -- through the session ----------------------------------------------------------------
+
+
+def test_a_refused_command_is_answered_not_applied_and_its_number_used_up() -> None:
+    s = open_session(limits=SLOW).session
+    for seq in range(1, 11):
+        assert s.receive(1, text(seq), now=0.0).engine == [text(seq)]
+    refused = s.receive(1, text(11, event_id="e11"), now=0.0)
+    assert refused.engine == []
+    [event] = decode(refused)
+    assert event.error.code == "rate_limit_exceeded"
+    assert event.error.type == pb.ERROR_TYPE_RATE_LIMIT
+    assert (event.error.client_seq, event.error.event_id) == (11, "e11")
+    assert event.error.retry_after.ToMilliseconds() == 100
+    assert event.seq and event.applied_client_seq == 11  # journaled: a resume replays it
+    # The retry after the wait is the next command; it is applied.
+    assert s.receive(1, text(12), now=0.1).engine == [text(12)]
+    assert s.receive(1, text(11), now=0.2).engine == []  # the old number stays used
+
+
+def test_a_session_that_waited_goes_on_and_close_passes_even_when_limited() -> None:
+    s = open_session(limits=SLOW).session
+    for _ in range(10):
+        s.receive(1, heartbeat(), now=0.0)
+    assert kinds(decode(s.receive(1, heartbeat(), now=0.0))) == ["error"]
+    assert kinds(decode(s.receive(1, heartbeat(), now=1.0))) == ["heartbeat_ack"]
+    for _ in range(10):
+        s.receive(1, heartbeat(), now=1.0)
+    assert kinds(decode(s.receive(1, close(1), now=1.0))) == ["session_closed"]

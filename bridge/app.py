@@ -53,6 +53,7 @@ class Bridge:
         service_key: str,
         config_timeout_s: float,
         heartbeat_s: float,
+        send_deadline_s: float,
         max_audio_delta_bytes: int,
     ) -> None:
         self.service_settings = service_settings
@@ -60,6 +61,7 @@ class Bridge:
         self.service_key = service_key  # presented to the service instead of the client's key
         self.config_timeout_s = config_timeout_s
         self.heartbeat_s = heartbeat_s
+        self.send_deadline_s = send_deadline_s  # a client that reads nothing for so long goes
         self.max_audio_delta_bytes = max_audio_delta_bytes
         self.relays: set[Relay] = set()
         self.service: Connection | None = None  # the channel, while the application runs
@@ -113,6 +115,8 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         model=model,
         autostart=bool(model) and not resume_only,
         config_timeout_s=bridge.config_timeout_s,
+        send_deadline_s=bridge.send_deadline_s,
+        transport=request.transport,
         max_audio_delta_bytes=bridge.max_audio_delta_bytes,
     )
     bridge.relays.add(relay)
@@ -140,6 +144,7 @@ def create_app(
     service_key: str = "",
     config_timeout_s: float = 10.0,
     heartbeat_s: float = 30.0,
+    send_deadline_s: float = 10.0,
     max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES,
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS,
     allowed_hosts: tuple[str, ...] = (),
@@ -158,6 +163,7 @@ def create_app(
         service_key=service_key,
         config_timeout_s=config_timeout_s,
         heartbeat_s=heartbeat_s,
+        send_deadline_s=send_deadline_s,
         max_audio_delta_bytes=max_audio_delta_bytes,
     )
     app = web.Application(middlewares=[host_middleware(bridge.gate)])
@@ -211,6 +217,7 @@ async def start_bridge(
     header_timeout_s: float = 10.0,
     config_timeout_s: float = 10.0,
     heartbeat_s: float = 30.0,
+    send_deadline_s: float = 10.0,
     max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES,
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS,
     allowed_hosts: tuple[str, ...] = (),
@@ -230,6 +237,7 @@ async def start_bridge(
         service_key=service_key,
         config_timeout_s=config_timeout_s,
         heartbeat_s=heartbeat_s,
+        send_deadline_s=send_deadline_s,
         max_audio_delta_bytes=max_audio_delta_bytes,
         allowed_origins=allowed_origins,
         allowed_hosts=allowed_hosts,

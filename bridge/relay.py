@@ -15,13 +15,15 @@ Bridge refusals (bad JSON, bad base64 …) are answered in-band and the socket s
 the service ends the stream the websocket closes with a code a client can act on: 1000 after a
 terminal event, 1008 for a refused handshake, 1012/1013 to come back later. When the client
 goes, the gRPC call is cancelled, so the service detaches the session and keeps it resumable.
-Either way the relay ends ``CLOSED``.
+A client that stops reading is the same: once one frame has waited ``send_deadline_s`` for room
+in the socket, the gRPC call is cancelled and the websocket closes with 1013 ``slow_consumer``
+(the close frame waits behind what the socket holds; a client that has not read it within
+another ``send_deadline_s`` is dropped). Either way the relay ends ``CLOSED``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 from collections.abc import Sequence
@@ -72,6 +74,7 @@ _TERMINAL = {
     "resync_required": "resync_required",
 }
 _POLICY = WSCloseCode.POLICY_VIOLATION
+SLOW_CONSUMER = "slow_consumer"
 # How a gRPC status that ends the stream closes the websocket.
 _CLOSE_CODES = {
     grpc.StatusCode.UNAVAILABLE: WSCloseCode.SERVICE_RESTART,
@@ -90,6 +93,10 @@ _FALLBACK_CODES = {
     grpc.StatusCode.UNAVAILABLE: "service_unavailable",
     grpc.StatusCode.DEADLINE_EXCEEDED: "timeout",
 }
+
+
+class ClientFellBehind(Exception):
+    """A frame waited longer than the send deadline for room in the client's socket."""
 
 
 def status_error(status: grpc.StatusCode, broken: StreamBroken) -> dict[str, Any]:
@@ -116,8 +123,12 @@ class Relay:
         autostart: bool,
         config_timeout_s: float,
         max_audio_delta_bytes: int,
+        send_deadline_s: float,
+        transport: asyncio.Transport | None = None,
     ) -> None:
         self.ws = ws
+        self._transport = transport  # the client's connection, dropped if it never reads again
+        self._send_deadline_s = send_deadline_s
         self.state = RelayState.HANDSHAKE
         self._service = service
         self._metadata = tuple(metadata)
@@ -151,19 +162,40 @@ class Relay:
             self._stream = stream = self._service.converse(self._metadata)
             self._move(RelayState.ATTACHING)
             await self._relay(stream, first, pending)
+        except ClientFellBehind:
+            await self._close_behind()
         finally:
             self._move(RelayState.CLOSED)
             if self._stream is not None:
                 self._stream.cancel()
             if not self.ws.closed:
-                await self.ws.close()
+                await self._close_ws(WSCloseCode.OK, "")
 
     async def close(self, code: int, reason: str) -> None:
         """Ends the relay from the bridge's side; the session stays resumable."""
         self._move(RelayState.CLOSED)
         if self._stream is not None:
             self._stream.cancel()
-        await self.ws.close(code=code, message=reason.encode())
+        await self._close_ws(code, reason)
+
+    async def _close_behind(self) -> None:
+        """Ends the relay of a client that stopped reading: 1013 ``slow_consumer``."""
+        logger.info("session %s: the client stopped reading; closing", self.session_id)
+        self._move(RelayState.CLOSED)
+        if self._stream is not None:
+            self._stream.cancel()  # the service detaches the session, which stays resumable
+        await self._close_ws(WSCloseCode.TRY_AGAIN_LATER, SLOW_CONSUMER)
+
+    async def _close_ws(self, code: int, reason: str) -> None:
+        """Closes the websocket, dropping the connection if the close frame cannot go out."""
+        try:
+            async with asyncio.timeout(self._send_deadline_s):
+                await self.ws.close(code=code, message=reason.encode()[:120])
+        except TimeoutError:
+            # The close frame still waits behind unread frames: a client that does not read
+            # cannot be told anything, and its connection would otherwise stay forever.
+            if self._transport is not None:
+                self._transport.abort()
 
     async def _relay(
         self, stream: Stream, first: pb.ConverseRequest, pending: pb.ConverseRequest | None
@@ -181,9 +213,11 @@ class Relay:
         finally:
             for task in (pump, reader):
                 task.cancel()
-            for task in (pump, reader):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            outcomes = await asyncio.gather(pump, reader, return_exceptions=True)
+        errors = [outcome for outcome in outcomes if isinstance(outcome, Exception)]
+        behind = [error for error in errors if isinstance(error, ClientFellBehind)]
+        if errors:
+            raise (behind or errors)[0]
 
     # -- handshake -----------------------------------------------------------------------
 
@@ -198,7 +232,7 @@ class Relay:
                 message = await self.ws.receive(timeout=max(deadline - loop.time(), 0.001))
             except TimeoutError:
                 await self._send(error_json("config_timeout", "no first event in time"))
-                await self.ws.close(code=_POLICY, message=b"config_timeout")
+                await self._close_ws(_POLICY, "config_timeout")
                 return None
             if message.type is not WSMsgType.TEXT:
                 if message.type in (
@@ -276,14 +310,19 @@ class Relay:
             event = status_error(status, broken)
             await self._send(event)
             code = _CLOSE_CODES.get(status, WSCloseCode.INTERNAL_ERROR)
-            await self.ws.close(code=code, message=event["error"]["code"].encode()[:120])
+            await self._close_ws(code, event["error"]["code"])
             return
         except ConnectionError:
             return  # the client vanished mid-send
-        await self.ws.close(code=WSCloseCode.OK, message=reason.encode())
+        await self._close_ws(WSCloseCode.OK, reason)
 
     async def _send(self, event: dict[str, Any]) -> None:
-        await self.ws.send_frame(orjson.dumps(event), WSMsgType.TEXT)
+        try:
+            async with asyncio.timeout(self._send_deadline_s):
+                # The frame is in the socket's buffer at once; the wait is for it to drain.
+                await self.ws.send_frame(orjson.dumps(event), WSMsgType.TEXT)
+        except TimeoutError:
+            raise ClientFellBehind from None
 
     async def _refuse(self, error: DialectError) -> None:
         await self._send(

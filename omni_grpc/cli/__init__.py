@@ -155,6 +155,13 @@ def _add_serve(commands: Any) -> None:
         metavar="SECONDS",
         help="close gRPC connections that carry no call for this long (default 300)",
     )
+    serve.add_argument(
+        "--send-deadline-s",
+        type=float,
+        metavar="SECONDS",
+        help="close a websocket with 1013 slow_consumer when one frame has waited this long "
+        "for the client to read (default 10); the session stays resumable",
+    )
     serve.add_argument("--log-level", choices=LOG_LEVELS, help="log level (default info)")
     serve.add_argument(
         "--allowed-origin",
@@ -238,6 +245,21 @@ def _add_bridge(commands: Any) -> None:
     )
     bridge.add_argument(
         "--log-level", choices=LOG_LEVELS, default="info", help="log level (default info)"
+    )
+    bridge.add_argument(
+        "--handshake-timeout-s",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close connections that have not sent their request headers by then (default 10)",
+    )
+    bridge.add_argument(
+        "--send-deadline-s",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a websocket with 1013 slow_consumer when one frame has waited this long "
+        "for the client to read (default 10); the session stays resumable",
     )
     bridge.add_argument(
         "--allowed-origin",

@@ -39,6 +39,7 @@ class ServeSettings:
     log_level: str = "info"
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS  # pages that may use the bridge
     allowed_hosts: tuple[str, ...] = ()  # Host names besides localhost and addresses
+    send_deadline_s: float = 10.0  # a websocket client that takes no frame for so long goes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +58,8 @@ class BridgeSettings:
     log_level: str = "info"
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS  # pages that may use the bridge
     allowed_hosts: tuple[str, ...] = ()  # Host names besides localhost and addresses
+    header_timeout_s: float = 10.0  # a connection that has not sent its request by then goes
+    send_deadline_s: float = 10.0  # a websocket client that takes no frame for so long goes
 
 
 def default_engine() -> str:
@@ -129,6 +132,7 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "shutdown_grace_s": str,
     "handshake_timeout_s": str,
     "max_connection_idle_s": str,
+    "send_deadline_s": str,
     "log_level": str,
     "session_commands_per_s": str,
     "session_audio_bytes_per_s": str,
@@ -293,6 +297,7 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         log_level=_log_level(merged.get("log_level", "info")),
         allowed_origins=tuple(map(str, merged.get("allowed_origins", DEFAULT_ALLOWED_ORIGINS))),
         allowed_hosts=tuple(map(str, merged.get("allowed_hosts", ()))),
+        send_deadline_s=_seconds(merged, "send_deadline_s", 10.0),
     )
 
 
@@ -316,4 +321,6 @@ def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]
         log_level=_log_level(args.log_level),
         allowed_origins=tuple(args.allowed_origin or DEFAULT_ALLOWED_ORIGINS),
         allowed_hosts=tuple(args.allowed_host or ()),
+        header_timeout_s=_seconds(vars(args), "handshake_timeout_s", 10.0),
+        send_deadline_s=_seconds(vars(args), "send_deadline_s", 10.0),
     )

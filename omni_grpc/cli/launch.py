@@ -64,6 +64,7 @@ async def start_service(settings: ServeSettings) -> Service:
             tls_cert_file=settings.server.tls_cert_file,
             tls_key_file=settings.server.tls_key_file,
             header_timeout_s=settings.server.handshake_timeout_s,
+            send_deadline_s=settings.send_deadline_s,
         )
     except BaseException:
         await running.stop()
@@ -111,6 +112,8 @@ async def run_bridge(settings: BridgeSettings) -> None:
         grpc_plaintext=settings.grpc_plaintext,
         allowed_origins=settings.allowed_origins,
         allowed_hosts=settings.allowed_hosts,
+        header_timeout_s=settings.header_timeout_s,
+        send_deadline_s=settings.send_deadline_s,
     )
     scheme = "https" if settings.tls_cert_file else "http"
     print(

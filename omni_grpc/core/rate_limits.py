@@ -99,14 +99,17 @@ class Allowance:
 class Throttle:
     """The allowances one session's commands are charged to: its own, and its key's if any.
 
-    The transport sets :attr:`key` when a stream with an API key opens or resumes the session.
+    The transport sets :attr:`key` when a stream with an API key opens or resumes the session,
+    and reads :attr:`refused_until` to stop reading the stream until the buckets have room.
     """
 
-    __slots__ = ("key", "own")
+    __slots__ = ("key", "own", "refused_until")
 
     def __init__(self, own: Allowance) -> None:
         self.own = own
         self.key: Allowance | None = None
+        # When the command last refused would pass; until then more input only meets refusals.
+        self.refused_until = 0.0
 
     def charge(self, request: pb.ConverseRequest, now: float) -> None:
         """Takes one command and its audio bytes, or raises CommandError and takes nothing."""
@@ -124,6 +127,7 @@ class Throttle:
                 if bucket_wait > wait:
                     wait, param = bucket_wait, name
         if wait:
+            self.refused_until = now + wait
             raise CommandError(
                 RATE_LIMIT_CODE,
                 f"too many {'audio bytes' if param == AUDIO_PARAM else 'commands'}; "

@@ -131,8 +131,16 @@ class SessionHost:
     # -- core calls ------------------------------------------------------------------------
 
     async def receive(self, generation: int, request: pb.ConverseRequest) -> None:
-        """Feeds one command into the core and carries out what it says."""
+        """Feeds one command into the core and carries out what it says.
+
+        After a refusal for rate it returns only once the session's buckets have room: the
+        stream's reader takes nothing more meanwhile, so flow control pushes a flood back to
+        its sender instead of the server spending a refusal on every message.
+        """
         await self.apply(self.session.receive(generation, request, self._clock()))
+        pause_s = self.session.throttle.refused_until - self._clock()
+        if pause_s > 0:
+            await asyncio.sleep(pause_s)
 
     def go_away(self, time_left_s: float, reason: str) -> None:
         """Tells the attached stream that the server stops in ``time_left_s`` (a drain)."""

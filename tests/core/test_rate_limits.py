@@ -69,6 +69,7 @@ def test_commands_past_the_burst_are_refused_with_the_wait_and_take_nothing() ->
     error = refused.value
     assert (error.code, error.param, error.retryable) == ("rate_limit_exceeded", "commands", True)
     assert error.retry_after_s == pytest.approx(0.1)
+    assert throttle.refused_until == pytest.approx(0.1)
     assert throttle.own.commands.tokens == pytest.approx(0.0)  # the refusal took nothing
     throttle.charge(heartbeat(), now=0.1)
 

@@ -4,7 +4,7 @@
 The service (loopback engine) runs in a child process; the parent opens sessions that each
 append one large chunk of pcm16 at 24 kHz (the OpenAI dialect's default format) and keep it
 uncommitted, and prints the server's resident memory before and after, and how many appends the
-memory budget refused.
+memory budget refused, and the RSS once the sessions have ended.
 
 scripts/bench_memory.py                          # 8 sessions x 10 MiB, default budget
 scripts/bench_memory.py --sessions 16 --mib 10 --budget-mib 64
@@ -74,15 +74,27 @@ async def bench(sessions: int, mib: int, budget_mib: int) -> int:
             results = [await append_one(stub, audio) for _ in range(sessions)]
             await asyncio.sleep(SETTLE_S)
             after = kit.rss_kib(child.pid)
-            for call, _ in results:
-                call.cancel()
+            for call, _ in results:  # the sessions end, and what they held goes back
+                await call.write(pb.ConverseRequest(client_seq=3, close_session=pb.CloseSession()))
+                while await call.read() != grpc.aio.EOF:
+                    pass
+            await asyncio.sleep(SETTLE_S)
+            ended = kit.rss_kib(child.pid)
     finally:
         child.stop()
     refused = sum(1 for _, code in results if code)
     codes = sorted({code for _, code in results if code})
     budget = f"{budget_mib} MiB" if budget_mib else "default"
     kit.print_table(
-        ["sessions x append", "budget", "refused", "RSS before", "RSS after", "per session"],
+        [
+            "sessions x append",
+            "budget",
+            "refused",
+            "RSS before",
+            "RSS after",
+            "per session",
+            "ended",
+        ],
         [
             [
                 f"{sessions} x {mib} MiB",
@@ -91,6 +103,7 @@ async def bench(sessions: int, mib: int, budget_mib: int) -> int:
                 f"{before / 1024:.0f} MB",
                 f"{after / 1024:.0f} MB",
                 f"{(after - before) / 1024 / sessions:.1f} MB",
+                f"{ended / 1024:.0f} MB",
             ]
         ],
     )

@@ -43,7 +43,7 @@ from bridge.inbound import (
     to_request,
 )
 from bridge.outbound import ServerDialect
-from bridge.outbound_events import error_json
+from bridge.outbound_events import RATE_LIMIT_CODE, error_json
 from omni_grpc.client.channel import Connection, Stream, StreamBroken
 from omni_grpc.wire import pb
 
@@ -139,6 +139,9 @@ class Relay:
         self._stream: Stream | None = None
         self._next_seq = 1
         self._attached = asyncio.Event()  # set when the state moves past ATTACHING
+        # After a rate-limit refusal, the loop time the service's retry hint runs out: the
+        # reader forwards nothing before, so a flooding client meets TCP's flow control.
+        self._hold_input_until = 0.0
 
     @property
     def session_id(self) -> str:
@@ -283,6 +286,9 @@ class Relay:
             return  # the stream or the socket ended under us; the pump tells the client why
 
     async def _write(self, stream: Stream, request: pb.ConverseRequest) -> None:
+        hold_s = self._hold_input_until - asyncio.get_running_loop().time()
+        if hold_s > 0:
+            await asyncio.sleep(hold_s)
         if is_numbered(request):
             request.client_seq = self._next_seq
             self._next_seq += 1
@@ -300,6 +306,9 @@ class Relay:
                     if self.state is RelayState.ATTACHING:
                         self._move(RelayState.RELAYING)
                 reason = _TERMINAL.get(kind or "", reason)
+                if kind == "error" and response.error.code == RATE_LIMIT_CODE:
+                    hint_s = response.error.retry_after.ToMilliseconds() / 1000
+                    self._hold_input_until = asyncio.get_running_loop().time() + hint_s
                 for event in self._dialect.expand(response):
                     await self._send(event)
         except StreamBroken as broken:

@@ -31,6 +31,10 @@ AUDIO_PARAM = "audio"
 # Float sums of clock readings fall short by a hair: a client that waited exactly the hint
 # must pass, so a bucket this close to the cost counts as holding it.
 ROUNDING_TOKENS = 1e-6
+# The shortest retry hint. A hint of one token's time (2 ms at 500 commands a second) would
+# have a flooder refused after nearly every command it gets through; at 50 ms a session that
+# floods is refused at most 20 times a second, and the transports hold its input that long.
+MIN_RETRY_AFTER_S = 0.05
 # Commands never refused for rate: ending the session only lowers the load.
 UNTHROTTLED_COMMANDS = frozenset({"close_session"})
 
@@ -100,16 +104,16 @@ class Throttle:
     """The allowances one session's commands are charged to: its own, and its key's if any.
 
     The transport sets :attr:`key` when a stream with an API key opens or resumes the session,
-    and reads :attr:`refused_until` to stop reading the stream until the buckets have room.
+    and reads :attr:`retry_at` to read nothing more from the stream before the retry hint.
     """
 
-    __slots__ = ("key", "own", "refused_until")
+    __slots__ = ("key", "own", "retry_at")
 
     def __init__(self, own: Allowance) -> None:
         self.own = own
         self.key: Allowance | None = None
-        # When the command last refused would pass; until then more input only meets refusals.
-        self.refused_until = 0.0
+        # When the retry hint of the last refusal runs out; before it, input only meets refusals.
+        self.retry_at = 0.0
 
     def charge(self, request: pb.ConverseRequest, now: float) -> None:
         """Takes one command and its audio bytes, or raises CommandError and takes nothing."""
@@ -127,15 +131,16 @@ class Throttle:
                 if bucket_wait > wait:
                     wait, param = bucket_wait, name
         if wait:
-            self.refused_until = now + wait
+            # Whole milliseconds on the wire, rounded up so that a retry on time passes.
+            retry_after_s = max(math.ceil(wait * 1000) / 1000, MIN_RETRY_AFTER_S)
+            self.retry_at = now + retry_after_s
             raise CommandError(
                 RATE_LIMIT_CODE,
                 f"too many {'audio bytes' if param == AUDIO_PARAM else 'commands'}; "
-                f"retry after {wait:.3f} s",
+                f"retry after {retry_after_s:.3f} s",
                 param=param,
                 retryable=True,
-                # Whole milliseconds on the wire: round up, so a retry on time passes.
-                retry_after_s=_ceil_ms(wait),
+                retry_after_s=retry_after_s,
             )
         for allowance in allowances:
             allowance.commands.take(1, now)
@@ -165,7 +170,3 @@ def _audio_bytes(request: pb.ConverseRequest) -> int:
         return 0
     append = request.append_input_audio
     return len(append.audio) + sum(len(frame.data) for frame in append.video_frames)
-
-
-def _ceil_ms(seconds: float) -> float:
-    return math.ceil(seconds * 1000) / 1000

@@ -133,12 +133,12 @@ class SessionHost:
     async def receive(self, generation: int, request: pb.ConverseRequest) -> None:
         """Feeds one command into the core and carries out what it says.
 
-        After a refusal for rate it returns only once the session's buckets have room: the
-        stream's reader takes nothing more meanwhile, so flow control pushes a flood back to
-        its sender instead of the server spending a refusal on every message.
+        After a refusal for rate it returns only once the retry hint has run out: the stream's
+        reader takes nothing more meanwhile, so flow control pushes a flood back to its sender
+        instead of the server spending a refusal on every message.
         """
         await self.apply(self.session.receive(generation, request, self._clock()))
-        pause_s = self.session.throttle.refused_until - self._clock()
+        pause_s = self.session.throttle.retry_at - self._clock()
         if pause_s > 0:
             await asyncio.sleep(pause_s)
 

@@ -6,7 +6,13 @@ import pytest
 
 from omni_grpc.core import Limits
 from omni_grpc.core.errors import CommandError
-from omni_grpc.core.rate_limits import Allowance, KeyAllowances, Throttle, TokenBucket
+from omni_grpc.core.rate_limits import (
+    MIN_RETRY_AFTER_S,
+    Allowance,
+    KeyAllowances,
+    Throttle,
+    TokenBucket,
+)
 from omni_grpc.wire import pb
 
 from .helpers import append, close, decode, heartbeat, kinds, open_session, text
@@ -69,7 +75,7 @@ def test_commands_past_the_burst_are_refused_with_the_wait_and_take_nothing() ->
     error = refused.value
     assert (error.code, error.param, error.retryable) == ("rate_limit_exceeded", "commands", True)
     assert error.retry_after_s == pytest.approx(0.1)
-    assert throttle.refused_until == pytest.approx(0.1)
+    assert throttle.retry_at == pytest.approx(0.1)
     assert throttle.own.commands.tokens == pytest.approx(0.0)  # the refusal took nothing
     throttle.charge(heartbeat(), now=0.1)
 
@@ -104,8 +110,19 @@ def test_a_key_allowance_is_shared_and_refuses_without_taking_from_either() -> N
         second.charge(heartbeat(), now=0.0)
     with pytest.raises(CommandError) as refused:
         second.charge(heartbeat(), now=0.0)  # its own bucket has 5 left; the key's has none
-    assert refused.value.retry_after_s == pytest.approx(1 / 15, abs=0.001)
+    assert refused.value.retry_after_s == 0.067  # 1/15 s, rounded up to the millisecond
     assert second.own.commands.tokens == pytest.approx(5.0)
+
+
+def test_a_hint_is_never_shorter_than_the_minimum_and_the_input_is_held_that_long() -> None:
+    fast = Limits(session_commands_per_s=1000.0, rate_burst_s=0.01)
+    throttle = Throttle(Allowance.for_session(fast, now=0.0))
+    for _ in range(10):
+        throttle.charge(heartbeat(), now=0.0)
+    with pytest.raises(CommandError) as refused:
+        throttle.charge(heartbeat(), now=0.0)  # one token is 1 ms away
+    assert refused.value.retry_after_s == MIN_RETRY_AFTER_S == 0.05
+    assert throttle.retry_at == 0.05
 
 
 def test_closing_is_never_refused() -> None:

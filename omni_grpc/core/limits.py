@@ -30,11 +30,12 @@ class Limits:
     max_video_frames: int = 2
     max_text_chars: int = 100_000
     # Rate limits (see rate_limits.py): token buckets that hold `rate_burst_s` of their rate.
-    # A 10 ms chunk stream of 48 kHz f32 stereo is 100 commands and 375 KiB a second.
+    # A 10 ms chunk stream of 48 kHz f32 stereo is 100 commands and 375 KiB a second; a session's
+    # audio burst holds its whole max_pending_input_bytes.
     session_commands_per_s: float = 500.0
-    session_audio_bytes_per_s: float = 4 * 1024 * 1024
+    session_audio_bytes_per_s: float = 8 * 1024 * 1024
     key_commands_per_s: float = 5000.0
-    key_audio_bytes_per_s: float = 32 * 1024 * 1024
+    key_audio_bytes_per_s: float = 64 * 1024 * 1024
     rate_burst_s: float = 2.0
 
 

@@ -53,9 +53,9 @@ def test_timeouts_must_be_positive(flags: list[str]) -> None:
 
 
 async def seconds_until_closed(port: int, first_bytes: bytes) -> float:
+    started = time.monotonic()  # before the connection: the server's timer starts at accept
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(first_bytes)
-    started = time.monotonic()
     try:
         async with asyncio.timeout(5.0):
             await reader.read()  # until the server closes (gRPC says GOAWAY first)

@@ -3,7 +3,9 @@
 Each Converse stream has exactly one reader and one writer. The first message names what the
 stream is for (open or resume); :class:`~omni_grpc.server.sessions.Sessions` does that and hands
 back the stream's send queue. Then the reader takes requests with ``context.read()`` and gives
-them to the session host; the writer drains the send queue with ``context.write()``. Responses
+them to the session host; the writer drains the send queue with ``context.write()``. A client
+that reads so little that its send queue fills is cut: the call ends with RESOURCE_EXHAUSTED
+(``slow_consumer``) and the session waits, detached, for a resume. Responses
 are pre-serialized bytes (the journal keeps exactly what went out, and a replay resends it), so
 the method is registered with an identity serializer rather than through the generated servicer
 base.
@@ -183,7 +185,12 @@ async def _pump_stream(
         for task in (reader, writer, behind):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-    if queue.fell_behind.is_set() and writer.done() and not writer.cancelled():
+    if (
+        queue.fell_behind.is_set()
+        and writer.done()
+        and not writer.cancelled()
+        and writer.exception() is None
+    ):
         # The status goes out behind what the transport already holds: a client that reads
         # again gets those events, then the reason, and resumes for the rest.
         await _abort(context, SLOW_CONSUMER)

@@ -4,7 +4,7 @@ The client's socket has a small receive buffer and the client reads nothing whil
 answer streams, so the bridge's sends wait for room. After the send deadline the bridge ends
 its gRPC stream (the service detaches the session, which stays resumable) and closes the
 websocket with 1013; a client that reads again gets the frames the socket held, then that
-close frame.
+close frame, and resumes the session on a new websocket.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import aiohttp
-from bridge_testkit import RealtimeSocket, running_bridge
+from bridge_testkit import RealtimeSocket, realtime_socket, running_bridge
 
 from omni_grpc.core import State
 from omni_grpc.server.app import RunningServer
@@ -42,7 +42,8 @@ async def test_a_client_that_stops_reading_is_closed_with_1013(service: RunningS
         http.ws_connect(f"http://127.0.0.1:{port}/v1/realtime?model=loopback-test") as raw,
     ):
         ws = RealtimeSocket(raw)
-        assert (await ws.recv())["type"] == "session.created"
+        created = await ws.recv()
+        assert created["type"] == "session.created"
         [session] = service.registry
         await ws.send(
             {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()}
@@ -64,3 +65,15 @@ async def test_a_client_that_stops_reading_is_closed_with_1013(service: RunningS
         assert raw.close_code == aiohttp.WSCloseCode.TRY_AGAIN_LATER
         assert message.extra == "slow_consumer"
         assert session.state is State.DETACHED  # resumable, not ended
+
+        # A new websocket resumes the session, and the answer goes on to its end.
+        async with realtime_socket(port, "") as again:
+            await again.send(
+                {
+                    "type": "session.resume",
+                    "session_id": created["session"]["id"],
+                    "resume_token": created["resume_token"],
+                }
+            )
+            assert (await again.recv())["type"] == "session.resumed"
+            await again.until("response.done", wait_s=30.0)

@@ -9,13 +9,13 @@ when their subcommand runs.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import omni_grpc
+import omni_grpc.cli.grpc_fork  # first: gRPC reads its fork setting when imported
 from omni_grpc.cli.config import (
     DEFAULT_HTTP_PORT,
     ConfigError,
@@ -23,7 +23,8 @@ from omni_grpc.cli.config import (
     resolve_bridge_settings,
     resolve_serve_settings,
 )
-from omni_grpc.client.talk_cli import LOG_FORMAT, LOG_LEVELS, add_talk_parser
+from omni_grpc.cli.logs import LOG_FORMATS, configure_logging
+from omni_grpc.client.talk_cli import LOG_LEVELS, add_talk_parser
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
 
@@ -32,9 +33,11 @@ KEYS_ON_COMMAND_LINE = (
 )
 
 
-def _run(name: str, log_level: str, run: Callable[[], Coroutine[Any, Any, None]]) -> int:
+def _run(
+    name: str, log_level: str, log_format: str, run: Callable[[], Coroutine[Any, Any, None]]
+) -> int:
     """Runs a long-lived subcommand on uvloop; turns start-up failures into exit codes."""
-    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
+    configure_logging(log_level, log_format)
     import uvloop
 
     try:
@@ -56,7 +59,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         return 2
     from omni_grpc.cli.launch import serve
 
-    return _run("serve", settings.log_level, lambda: serve(settings))
+    return _run("serve", settings.log_level, settings.log_format, lambda: serve(settings))
 
 
 def _run_bridge(args: argparse.Namespace) -> int:
@@ -67,7 +70,24 @@ def _run_bridge(args: argparse.Namespace) -> int:
         return 2
     from omni_grpc.cli.launch import run_bridge
 
-    return _run("bridge", settings.log_level, lambda: run_bridge(settings))
+    return _run("bridge", settings.log_level, settings.log_format, lambda: run_bridge(settings))
+
+
+def _run_talk(args: argparse.Namespace) -> int:
+    from omni_grpc.client.talk_cli import run_talk
+
+    configure_logging(args.log_level, args.log_format)
+    return run_talk(args)
+
+
+def _add_log_format(parser: Any, default: str | None) -> None:
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=default,
+        help="text lines, or one JSON object per line with the session id as a field "
+        "(default text)",
+    )
 
 
 def _run_bench(args: argparse.Namespace) -> int:
@@ -163,6 +183,7 @@ def _add_serve(commands: Any) -> None:
         "for the client to read (default 10); the session stays resumable",
     )
     serve.add_argument("--log-level", choices=LOG_LEVELS, help="log level (default info)")
+    _add_log_format(serve, None)  # None: the file or the environment may set it
     serve.add_argument(
         "--allowed-origin",
         action="append",
@@ -246,6 +267,7 @@ def _add_bridge(commands: Any) -> None:
     bridge.add_argument(
         "--log-level", choices=LOG_LEVELS, default="info", help="log level (default info)"
     )
+    _add_log_format(bridge, "text")
     bridge.add_argument(
         "--handshake-timeout-s",
         type=float,
@@ -289,7 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve(commands)
     _add_bridge(commands)
-    add_talk_parser(commands)
+    talk = add_talk_parser(commands)
+    talk.set_defaults(handler=_run_talk)
+    _add_log_format(talk, "text")
     bench = commands.add_parser(
         "bench",
         help="benchmark the gRPC service against a raw grpc.aio echo",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS
+from omni_grpc.cli.logs import LOG_FORMATS
 from omni_grpc.client.talk_cli import LOG_LEVELS
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
@@ -37,6 +38,7 @@ class ServeSettings:
     server: ServerSettings
     http_port: int | None  # the bridge's port (0 picks one); None runs gRPC alone
     log_level: str = "info"
+    log_format: str = "text"  # or "json": one object per line
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS  # pages that may use the bridge
     allowed_hosts: tuple[str, ...] = ()  # Host names besides localhost and addresses
     send_deadline_s: float = 10.0  # a websocket client that takes no frame for so long goes
@@ -56,6 +58,7 @@ class BridgeSettings:
     grpc_root_cert_file: str | None = None  # trust this CA for a TLS service
     grpc_plaintext: bool = False  # plaintext to the service even when serving wss://
     log_level: str = "info"
+    log_format: str = "text"  # or "json": one object per line
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS  # pages that may use the bridge
     allowed_hosts: tuple[str, ...] = ()  # Host names besides localhost and addresses
     header_timeout_s: float = 10.0  # a connection that has not sent its request by then goes
@@ -111,6 +114,13 @@ def _log_level(value: Any) -> str:
     return level
 
 
+def _log_format(value: Any) -> str:
+    log_format = str(value).lower()
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"log_format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
+    return log_format
+
+
 MIB = 1024 * 1024  # --memory-budget-mib counts these
 
 # serve setting -> how to read it from an environment variable's text.
@@ -134,6 +144,7 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "max_connection_idle_s": str,
     "send_deadline_s": str,
     "log_level": str,
+    "log_format": str,
     "session_commands_per_s": str,
     "session_audio_bytes_per_s": str,
     "key_commands_per_s": str,
@@ -295,6 +306,7 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         server=server,
         http_port=http_port or None,  # 0 turns the websocket bridge off
         log_level=_log_level(merged.get("log_level", "info")),
+        log_format=_log_format(merged.get("log_format", "text")),
         allowed_origins=tuple(map(str, merged.get("allowed_origins", DEFAULT_ALLOWED_ORIGINS))),
         allowed_hosts=tuple(map(str, merged.get("allowed_hosts", ()))),
         send_deadline_s=_seconds(merged, "send_deadline_s", 10.0),
@@ -319,6 +331,7 @@ def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]
         grpc_root_cert_file=args.grpc_root_cert,
         grpc_plaintext=args.grpc_plaintext,
         log_level=_log_level(args.log_level),
+        log_format=_log_format(args.log_format),
         allowed_origins=tuple(args.allowed_origin or DEFAULT_ALLOWED_ORIGINS),
         allowed_hosts=tuple(args.allowed_host or ()),
         header_timeout_s=_seconds(vars(args), "handshake_timeout_s", 10.0),

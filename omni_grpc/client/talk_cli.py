@@ -1,10 +1,12 @@
-"""The ``talk`` subcommand of ``omni-grpc``: its flags, and turning them into a talk run."""
+"""The ``talk`` subcommand of ``omni-grpc``: its flags, and turning them into a talk run.
+
+The ``omni-grpc`` command sets up logging (``--log-level``, ``--log-format``) before the run.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from collections.abc import Callable
@@ -15,7 +17,6 @@ from omni_grpc.client.talk import TalkSettings, talk
 from omni_grpc.client.wavio import AudioInputError, read_audio
 
 DEFAULT_TARGET = "127.0.0.1:50051"
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -29,8 +30,8 @@ def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
-def add_talk_parser(commands: Any) -> None:
-    """Adds ``talk`` to the subcommands of the ``omni-grpc`` parser."""
+def add_talk_parser(commands: Any) -> argparse.ArgumentParser:
+    """Adds ``talk`` to the subcommands of the ``omni-grpc`` parser; returns its parser."""
     talk = commands.add_parser(
         "talk",
         help="say a WAV or raw pcm16 file to a server and save the reply",
@@ -90,11 +91,11 @@ def add_talk_parser(commands: Any) -> None:
     talk.add_argument(
         "--log-level", choices=LOG_LEVELS, default="warning", help="log level (default warning)"
     )
+    return talk
 
 
 def run_talk(args: argparse.Namespace) -> int:
     """Runs ``omni-grpc talk``; returns the exit status."""
-    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT)
     try:
         audio = read_audio(args.input, raw_rate_hz=args.raw_rate)
         root = Path(args.root_cert).read_bytes() if args.root_cert else None

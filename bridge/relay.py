@@ -150,7 +150,14 @@ class Relay:
 
     def _move(self, state: RelayState) -> None:
         assert state in _MOVES[self.state], f"a relay does not go from {self.state} to {state}"
-        logger.debug("session %s: relay %s -> %s", self.session_id, self.state.value, state.value)
+        logger.debug(
+            "session %s: relay %s -> %s",
+            self.session_id,
+            self.state.value,
+            state.value,
+            # No field before the service has named the session.
+            extra={"session_id": self.session_id} if self.session_id else None,
+        )
         self.state = state
         if state is not RelayState.ATTACHING:
             self._attached.set()
@@ -183,7 +190,11 @@ class Relay:
 
     async def _close_behind(self) -> None:
         """Ends the relay of a client that stopped reading: 1013 ``slow_consumer``."""
-        logger.info("session %s: the client stopped reading; closing", self.session_id)
+        logger.info(
+            "session %s: the client stopped reading; closing",
+            self.session_id,
+            extra={"session_id": self.session_id},
+        )
         self._move(RelayState.CLOSED)
         if self._stream is not None:
             self._stream.cancel()  # the service detaches the session, which stays resumable
@@ -315,7 +326,12 @@ class Relay:
             status = broken.status
             if status is None or status is grpc.StatusCode.CANCELLED:
                 return  # we cancelled it: the websocket is gone or closing
-            logger.info("session %s: stream ended with %s", self.session_id, status.name)
+            logger.info(
+                "session %s: stream ended with %s",
+                self.session_id,
+                status.name,
+                extra={"session_id": self.session_id},
+            )
             event = status_error(status, broken)
             await self._send(event)
             code = _CLOSE_CODES.get(status, WSCloseCode.INTERNAL_ERROR)

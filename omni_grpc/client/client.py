@@ -143,7 +143,12 @@ class DuplexClient(SessionLink, Commands):
         self.session = created.session
         self.capabilities = created.capabilities
         self._start(stream)
-        logger.info("session %s opened on %s", self.session_id, self._conn.settings.target)
+        logger.info(
+            "session %s opened on %s",
+            self.session_id,
+            self._conn.settings.target,
+            extra={"session_id": self.session_id},
+        )
 
     async def _take_over(self) -> None:
         stream = await self._resume_stream(opening=True)
@@ -159,7 +164,12 @@ class DuplexClient(SessionLink, Commands):
         )
         self._start(stream)
         await self._send_unnumbered(self._receipt())
-        logger.info("session %s taken over (generation %d)", self.session_id, self.generation)
+        logger.info(
+            "session %s taken over (generation %d)",
+            self.session_id,
+            self.generation,
+            extra={"session_id": self.session_id},
+        )
 
     # -- public surface --------------------------------------------------------------------
 
@@ -220,7 +230,10 @@ class DuplexClient(SessionLink, Commands):
                     await self._supervisor_done(timeout_s)
             except (DuplexClientError, TimeoutError) as error:
                 logger.info(
-                    "session %s: close not confirmed (%s)", self.session_id, type(error).__name__
+                    "session %s: close not confirmed (%s)",
+                    self.session_id,
+                    type(error).__name__,
+                    extra={"session_id": self.session_id},
                 )
         await self._release(None)
 
@@ -232,6 +245,7 @@ class DuplexClient(SessionLink, Commands):
                 "session %s: detaching with %d unconfirmed commands",
                 self.session_id,
                 len(self._journal),
+                extra={"session_id": self.session_id},
             )
         await self._release(
             SessionClosed(

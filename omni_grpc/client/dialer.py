@@ -169,6 +169,7 @@ class Dialer:
                     attempt,
                     broken,
                     delay * 1000,
+                    extra={"session_id": label} if label != "-" else None,
                 )
                 await asyncio.sleep(delay)
 

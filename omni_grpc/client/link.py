@@ -106,7 +106,12 @@ class SessionLink:
         try:
             await stream.write(request)
         except StreamBroken as broken:
-            logger.debug("session %s: write failed (%s)", self.session_id, broken)
+            logger.debug(
+                "session %s: write failed (%s)",
+                self.session_id,
+                broken,
+                extra={"session_id": self.session_id},
+            )
             if self._stream is stream:
                 self._stream = None
             stream.cancel()  # the supervisor's read fails at once
@@ -126,6 +131,7 @@ class SessionLink:
                     self.session_id,
                     broken,
                     self._cursor.last_seq,
+                    extra={"session_id": self.session_id},
                 )
                 stream = await self._reconnect()
         except SessionClosed as closed:
@@ -133,7 +139,9 @@ class SessionLink:
         except DuplexClientError as failure:
             error = failure
         except Exception as unexpected:  # a bug here must still end events() visibly
-            logger.exception("session %s: client failure", self.session_id)
+            logger.exception(
+                "session %s: client failure", self.session_id, extra={"session_id": self.session_id}
+            )
             error = DuplexClientError(f"the client failed: {unexpected!r}")
         self._drop(self._current)
         await self._finish(error)
@@ -167,7 +175,11 @@ class SessionLink:
         if kind == "resync_required":
             # The journal overflowed: the stream goes on, but a later resume cannot replay.
             self._resumable = False
-            logger.warning("session %s: events are no longer replayable", self.session_id)
+            logger.warning(
+                "session %s: events are no longer replayable",
+                self.session_id,
+                extra={"session_id": self.session_id},
+            )
         elif kind == "session_updated":
             self.session = event.session_updated.session
         elif kind in ("session_closed", "session_expired"):
@@ -237,6 +249,7 @@ class SessionLink:
             self.generation,
             resumed.replayed_events,
             first.applied_client_seq,
+            extra={"session_id": self.session_id},
         )
         return stream
 
@@ -262,6 +275,7 @@ class SessionLink:
                 len(pending),
                 pending[0].client_seq,
                 pending[-1].client_seq,
+                extra={"session_id": self.session_id},
             )
 
     # -- acknowledgements ------------------------------------------------------------------
@@ -316,7 +330,9 @@ class SessionLink:
         if self._final is None:
             self._final = End(error)
             if error is not None and not isinstance(error, SessionEnded):
-                logger.warning("session %s: %s", self.session_id, error)
+                logger.warning(
+                    "session %s: %s", self.session_id, error, extra={"session_id": self.session_id}
+                )
         self._terminal.set()
         self._room.set()
         await self._events.put(self._final)

@@ -126,7 +126,12 @@ class SessionHost:
             del self._queues[queue.generation]
         queue.discard()
         if self.session.detach(queue.generation, self._clock()):
-            logger.info("session %s detached (generation %d)", self.session.id, queue.generation)
+            logger.info(
+                "session %s detached (generation %d)",
+                self.session.id,
+                queue.generation,
+                extra={"session_id": self.session.id},
+            )
 
     # -- core calls ------------------------------------------------------------------------
 
@@ -165,7 +170,10 @@ class SessionHost:
             if queue is not None and not queue.put(payload):
                 # A stream that does not read is cut; the journal keeps its events for a resume.
                 logger.warning(
-                    "session %s: stream %d too slow, dropping it", self.session.id, generation
+                    "session %s: stream %d too slow, dropping it",
+                    self.session.id,
+                    generation,
+                    extra={"session_id": self.session.id},
                 )
                 queue.fall_behind()
                 self.session.detach(generation, self._clock())
@@ -212,7 +220,11 @@ class SessionHost:
         try:
             await self.engine.submit(request)
         except Exception:
-            logger.exception("session %s: engine refused a command", self.session.id)
+            logger.exception(
+                "session %s: engine refused a command",
+                self.session.id,
+                extra={"session_id": self.session.id},
+            )
             self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
 
     def _client_commits(self) -> bool:
@@ -236,7 +248,11 @@ class SessionHost:
         except asyncio.CancelledError:
             raise
         except Exception:
-            logger.exception("session %s: engine output failed", self.session.id)
+            logger.exception(
+                "session %s: engine output failed",
+                self.session.id,
+                extra={"session_id": self.session.id},
+            )
             self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
 
     async def abandon(self) -> None:
@@ -253,7 +269,12 @@ class SessionHost:
                 task.cancel()
         with contextlib.suppress(Exception):
             await self.engine.close()
-        logger.info("session %s ended (%s)", self.session.id, self.session.state.name)
+        logger.info(
+            "session %s ended (%s)",
+            self.session.id,
+            self.session.state.name,
+            extra={"session_id": self.session.id},
+        )
 
 
 __all__ = ["SendQueue", "SessionHost"]

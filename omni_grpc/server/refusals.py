@@ -56,4 +56,7 @@ class RefusalLog:
             return
         self._lines += 1
         shown = repr(session_id[:SESSION_ID_CHARS]) if session_id else "-"
-        logger.warning("%s refused (%s): session %s, peer %s", what, code, shown, peer)
+        fields = {"session_id": session_id[:SESSION_ID_CHARS]} if session_id else None
+        logger.warning(
+            "%s refused (%s): session %s, peer %s", what, code, shown, peer, extra=fields
+        )

@@ -76,7 +76,11 @@ class Sessions:
         try:
             engine_session = await self.engine.open_session(session.id, session.config)
         except Exception:
-            logger.exception("session %s: the engine could not open it", session.id)
+            logger.exception(
+                "session %s: the engine could not open it",
+                session.id,
+                extra={"session_id": session.id},
+            )
             self.registry.discard(session)
             raise StreamRefused(
                 Status.UNAVAILABLE,
@@ -90,7 +94,7 @@ class Sessions:
         self._hosts[session.id] = host
         queue = host.attach(1)
         host.deliver(effects)
-        logger.info("session %s opened", session.id)
+        logger.info("session %s opened", session.id, extra={"session_id": session.id})
         return host, queue
 
     def resume(self, request: pb.ResumeSession, key: str = "") -> tuple[SessionHost, SendQueue]:
@@ -107,7 +111,12 @@ class Sessions:
         session.throttle.key = self._key_allowances.get(key)  # the new stream's key pays now
         queue = host.attach(generation)
         host.deliver(effects)
-        logger.info("session %s resumed (generation %d)", session.id, generation)
+        logger.info(
+            "session %s resumed (generation %d)",
+            session.id,
+            generation,
+            extra={"session_id": session.id},
+        )
         return host, queue
 
     def release(self, host: SessionHost, queue: SendQueue) -> None:
@@ -127,7 +136,7 @@ class Sessions:
             host = self._hosts.get(session.id)
             if host is not None:
                 host.deliver(effects)
-            logger.info("session %s expired", session.id)
+            logger.info("session %s expired", session.id, extra={"session_id": session.id})
 
     async def keep_expiring(self) -> None:
         """The expiry timer: runs ``expire_due`` at each deadline until cancelled."""

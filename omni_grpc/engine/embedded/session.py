@@ -243,7 +243,9 @@ class EmbeddedSession(kit.ConversationSession):
                 )
             )
         except Exception:
-            logger.exception("session %s: transcription failed", self.id)
+            logger.exception(
+                "session %s: transcription failed", self.id, extra={"session_id": self.id}
+            )
             text = ""
         if before is not None:  # transcripts come out in the order the turns were committed
             await before.text_final.wait()

@@ -149,7 +149,9 @@ class ResponseSession(WorkerSession):
         try:
             outcome = await self._play(answer)
         except Exception:  # a bug: the response fails, the session goes on
-            logger.exception("session %s: response %s failed", self.id, answer.id)
+            logger.exception(
+                "session %s: response %s failed", self.id, answer.id, extra={"session_id": self.id}
+            )
             failure = CommandError("internal_error", "the response failed")
             await self._events.put(pb.ConverseResponse(error=failure.to_error()))
             outcome = (pb.RESPONSE_STATUS_FAILED, "engine_error") if answer.announced else None

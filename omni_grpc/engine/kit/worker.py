@@ -80,7 +80,9 @@ class WorkerSession(EngineSession):
 
     async def submit(self, request: pb.ConverseRequest) -> None:
         if self._closed or self._failure is not None:
-            logger.debug("session %s: command after the end ignored", self.id)
+            logger.debug(
+                "session %s: command after the end ignored", self.id, extra={"session_id": self.id}
+            )
             return
         await self._mailbox.put(request)
 
@@ -125,7 +127,12 @@ class WorkerSession(EngineSession):
                 del request
                 self._busy = not self._mailbox.empty()
         except Exception as error:  # a bug must end the session, not leave it hanging
-            logger.exception("session %s: %s worker failed", self.id, self.engine_name)
+            logger.exception(
+                "session %s: %s worker failed",
+                self.id,
+                self.engine_name,
+                extra={"session_id": self.id},
+            )
             self._fail(error)
 
     def _fail(self, error: BaseException) -> None:

@@ -101,7 +101,12 @@ class VllmSession(kit.ConversationSession):
         try:
             text = self._runtime.render(prompt.messages)
         except Exception:  # a chat template raises what its author chose (jinja, ValueError)
-            logger.exception("session %s: response %s: the template failed", self.id, answer.id)
+            logger.exception(
+                "session %s: response %s: the template failed",
+                self.id,
+                answer.id,
+                extra={"session_id": self.id},
+            )
             return await self._failed(Failure.PROMPT_TEMPLATE)
         generation: Generation | None = None
         try:
@@ -109,13 +114,26 @@ class VllmSession(kit.ConversationSession):
             generation = self._runtime.generate(request_id, text, prompt.audio, sampling)
             finish = await self._stream(answer, generation)
         except EngineError:  # vLLM failed the request, e.g. a prompt longer than the model's
-            logger.warning("session %s: response %s failed", self.id, answer.id, exc_info=True)
+            logger.warning(
+                "session %s: response %s failed",
+                self.id,
+                answer.id,
+                exc_info=True,
+                extra={"session_id": self.id},
+            )
             return await self._failed(Failure.MODEL_REQUEST)
         except TtsUnavailable:
-            logger.exception("session %s: response %s was not spoken", self.id, answer.id)
+            logger.exception(
+                "session %s: response %s was not spoken",
+                self.id,
+                answer.id,
+                extra={"session_id": self.id},
+            )
             return await self._failed(Failure.SPEECH)
         except Exception:  # a bug: the response fails, the session goes on
-            logger.exception("session %s: response %s failed", self.id, answer.id)
+            logger.exception(
+                "session %s: response %s failed", self.id, answer.id, extra={"session_id": self.id}
+            )
             return await self._failed(Failure.INTERNAL)
         finally:
             # Cancelled or failed, the request must not go on generating into nothing.

@@ -99,7 +99,11 @@ class VllmOmniSession(kit.WorkerSession):
                 for translated in self._translator.translate(wire):
                     await self._events.put(translated)
         except Exception as error:  # a fault here must end the session, not hang it
-            logger.exception("session %s: reading vLLM-Omni events failed", self.id)
+            logger.exception(
+                "session %s: reading vLLM-Omni events failed",
+                self.id,
+                extra={"session_id": self.id},
+            )
             self._fail(error)
         self._events.end(drop=self._closed)
 
@@ -108,7 +112,12 @@ class VllmOmniSession(kit.WorkerSession):
         try:
             await self.handle.close(reason="client_close", timeout=self._timeout_s)
         except Exception as error:  # the session is gone on vLLM-Omni's side either way
-            logger.warning("session %s: vLLM-Omni close failed: %s", self.id, error)
+            logger.warning(
+                "session %s: vLLM-Omni close failed: %s",
+                self.id,
+                error,
+                extra={"session_id": self.id},
+            )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._pump), self._timeout_s)
         if not self._pump.done():

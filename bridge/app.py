@@ -30,6 +30,7 @@ from aiohttp import WSCloseCode, web
 from bridge.client_secrets import ClientSecrets, minting_handler
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS, Gate, add_security_headers, host_middleware
 from bridge.inbound import MAX_EVENT_BYTES
+from bridge.metrics import CONNECTIONS, REFUSALS, metrics_handler
 from bridge.outbound import MAX_AUDIO_DELTA_BYTES
 from bridge.relay import Relay
 from omni_grpc.client.channel import ChannelSettings, Connection
@@ -93,6 +94,7 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     bridge = request.app[BRIDGE]
     admitted = bridge.gate.admit(request)
     if isinstance(admitted, web.Response):
+        REFUSALS.labels(str(admitted.status)).inc()
         return admitted
     key = admitted  # the client's key, or the one its client secret stands for
     ws = web.WebSocketResponse(
@@ -120,9 +122,11 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         max_audio_delta_bytes=bridge.max_audio_delta_bytes,
     )
     bridge.relays.add(relay)
+    CONNECTIONS.inc()
     try:
         await relay.run()
     finally:
+        CONNECTIONS.dec()
         bridge.relays.discard(relay)
     return ws
 
@@ -174,6 +178,7 @@ def create_app(
     app.router.add_get("/v1/realtime", realtime)
     app.router.add_get("/v1/duplex", realtime)
     app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics_handler)
     if bridge.gate.client_secrets is not None:
         minting = minting_handler(bridge.gate, bridge.gate.client_secrets)
         app.router.add_post("/v1/realtime/client_secrets", minting)

@@ -182,6 +182,13 @@ def _add_serve(commands: Any) -> None:
         help="close a websocket with 1013 slow_consumer when one frame has waited this long "
         "for the client to read (default 10); the session stays resumable",
     )
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus /metrics on this port of its own (0 picks one); they are also "
+        "on the bridge's HTTP port when it runs (default: no port of its own)",
+    )
     serve.add_argument("--log-level", choices=LOG_LEVELS, help="log level (default info)")
     _add_log_format(serve, None)  # None: the file or the environment may set it
     serve.add_argument(
@@ -274,6 +281,13 @@ def _add_bridge(commands: Any) -> None:
         default=10.0,
         metavar="SECONDS",
         help="close connections that have not sent their request headers by then (default 10)",
+    )
+    bridge.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus /metrics on this port of its own (0 picks one); they are also "
+        "on the bridge's HTTP port (default: no port of its own)",
     )
     bridge.add_argument(
         "--send-deadline-s",

@@ -42,6 +42,7 @@ class ServeSettings:
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS  # pages that may use the bridge
     allowed_hosts: tuple[str, ...] = ()  # Host names besides localhost and addresses
     send_deadline_s: float = 10.0  # a websocket client that takes no frame for so long goes
+    metrics_port: int | None = None  # /metrics on a port of its own (0 picks one); None: off
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +64,7 @@ class BridgeSettings:
     allowed_hosts: tuple[str, ...] = ()  # Host names besides localhost and addresses
     header_timeout_s: float = 10.0  # a connection that has not sent its request by then goes
     send_deadline_s: float = 10.0  # a websocket client that takes no frame for so long goes
+    metrics_port: int | None = None  # /metrics on a port of its own (0 picks one); None: off
 
 
 def default_engine() -> str:
@@ -89,6 +91,10 @@ def _port(value: Any, name: str) -> int:
     if not 0 <= port <= 65535:
         raise ConfigError(f"{name} must be in 0..65535, got {port}")
     return port
+
+
+def _optional_port(value: Any, name: str) -> int | None:
+    return None if value is None else _port(value, name)
 
 
 def _split(value: str) -> list[str]:
@@ -143,6 +149,7 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "handshake_timeout_s": str,
     "max_connection_idle_s": str,
     "send_deadline_s": str,
+    "metrics_port": str,
     "log_level": str,
     "log_format": str,
     "session_commands_per_s": str,
@@ -310,6 +317,7 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         allowed_origins=tuple(map(str, merged.get("allowed_origins", DEFAULT_ALLOWED_ORIGINS))),
         allowed_hosts=tuple(map(str, merged.get("allowed_hosts", ()))),
         send_deadline_s=_seconds(merged, "send_deadline_s", 10.0),
+        metrics_port=_optional_port(merged.get("metrics_port"), "metrics_port"),
     )
 
 
@@ -336,4 +344,5 @@ def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]
         allowed_hosts=tuple(args.allowed_host or ()),
         header_timeout_s=_seconds(vars(args), "handshake_timeout_s", 10.0),
         send_deadline_s=_seconds(vars(args), "send_deadline_s", 10.0),
+        metrics_port=_optional_port(getattr(args, "metrics_port", None), "metrics_port"),
     )

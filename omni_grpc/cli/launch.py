@@ -20,6 +20,7 @@ from aiohttp import web
 from bridge.app import start_bridge
 from omni_grpc.cli.config import BridgeSettings, ServeSettings
 from omni_grpc.server.app import RunningServer, start_server
+from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ class Service:
     server: RunningServer
     bridge: web.AppRunner | None = None
     http_port: int | None = None
+    metrics: web.AppRunner | None = None  # /metrics on a port of its own, when asked for
+    metrics_port: int | None = None
 
     async def stop(self, grace_s: float = 0.0) -> None:
         """Drains the service for up to ``grace_s``, closes the bridge, stops the service."""
@@ -41,12 +44,23 @@ class Service:
         if self.bridge is not None:
             await self.bridge.cleanup()
         await self.server.stop()
+        if self.metrics is not None:
+            await self.metrics.cleanup()  # last, so a scrape sees the drain to its end
 
 
 async def start_service(settings: ServeSettings) -> Service:
     """Starts the service, and the bridge on ``settings.http_port`` unless that is None."""
     running = await start_server(settings.server)
     service = Service(running)
+    if settings.metrics_port is not None:
+        try:
+            service.metrics, service.metrics_port = await start_metrics_endpoint(
+                settings.server.host, settings.metrics_port
+            )
+        except BaseException:
+            await running.stop()
+            raise
+        logger.info("metrics on %s:%s/metrics", settings.server.host, service.metrics_port)
     if settings.http_port is None:
         return service
     host = settings.server.host
@@ -67,7 +81,7 @@ async def start_service(settings: ServeSettings) -> Service:
             send_deadline_s=settings.send_deadline_s,
         )
     except BaseException:
-        await running.stop()
+        await service.stop()
         raise
     logger.info("websocket bridge on %s:%s", host, service.http_port)
     return service
@@ -115,12 +129,20 @@ async def run_bridge(settings: BridgeSettings) -> None:
         header_timeout_s=settings.header_timeout_s,
         send_deadline_s=settings.send_deadline_s,
     )
-    scheme = "https" if settings.tls_cert_file else "http"
-    print(
-        f"omni-grpc bridge on {scheme}://{settings.host}:{port}/ for {settings.grpc_target}",
-        flush=True,
-    )
+    metrics: web.AppRunner | None = None
     try:
+        if settings.metrics_port is not None:
+            metrics, metrics_port = await start_metrics_endpoint(
+                settings.host, settings.metrics_port
+            )
+            logger.info("metrics on %s:%s/metrics", settings.host, metrics_port)
+        scheme = "https" if settings.tls_cert_file else "http"
+        print(
+            f"omni-grpc bridge on {scheme}://{settings.host}:{port}/ for {settings.grpc_target}",
+            flush=True,
+        )
         await stop_signalled()
     finally:
         await runner.cleanup()
+        if metrics is not None:
+            await metrics.cleanup()

@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from omni_grpc.core import Effects, Session
 from omni_grpc.core.admission import INPUT_ENDING_COMMANDS, INPUT_TAKEN_EVENTS
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.base import EngineSession
+from omni_grpc.server import metrics
 from omni_grpc.server.budget import SessionCharge
 from omni_grpc.server.edge import AudioEdge
 from omni_grpc.wire import pb
@@ -107,6 +109,8 @@ class SessionHost:
         self._edge = AudioEdge(session.config)
         self._tasks = [asyncio.create_task(self._pump_loop())]
         self.ended = False
+        # Why the session expires, should it: set by whoever expires it (for the metrics).
+        self.expiry_reason = "idle_timeout"
 
     # -- streams ---------------------------------------------------------------------------
 
@@ -142,7 +146,14 @@ class SessionHost:
         reader takes nothing more meanwhile, so flow control pushes a flood back to its sender
         instead of the server spending a refusal on every message.
         """
-        await self.apply(self.session.receive(generation, request, self._clock()))
+        kind = request.WhichOneof("command")
+        metrics.command(kind)
+        if kind == "append_input_audio":
+            started = time.perf_counter()  # host time, not the session clock
+            await self.apply(self.session.receive(generation, request, self._clock()))
+            metrics.APPEND_HANDLING.observe(time.perf_counter() - started)
+        else:
+            await self.apply(self.session.receive(generation, request, self._clock()))
         pause_s = self.session.throttle.retry_at - self._clock()
         if pause_s > 0:
             await asyncio.sleep(pause_s)
@@ -185,6 +196,7 @@ class SessionHost:
             self._edge.config = self.session.config  # an update_session changed the formats
         if effects.ended and not self.ended:
             self.ended = True
+            metrics.session_ended(self.session, self.expiry_reason)
             self.charge.input_taken()  # the engine session and its buffer go
             self._on_ended(self.session)
             asyncio.get_running_loop().create_task(self._shut_engine())
@@ -225,6 +237,7 @@ class SessionHost:
                 self.session.id,
                 extra={"session_id": self.session.id},
             )
+            self.expiry_reason = "engine_failure"
             self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
 
     def _client_commits(self) -> bool:
@@ -240,6 +253,7 @@ class SessionHost:
         try:
             async for event in self.engine.events():
                 kind = event.WhichOneof("event")
+                metrics.engine_event(kind, event)
                 if kind == "output_audio_delta":
                     self._edge.session_output(event.output_audio_delta)
                 elif kind in INPUT_TAKEN_EVENTS:
@@ -253,6 +267,7 @@ class SessionHost:
                 self.session.id,
                 extra={"session_id": self.session.id},
             )
+            self.expiry_reason = "engine_failure"
             self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
 
     async def abandon(self) -> None:

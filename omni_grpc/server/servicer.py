@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 
 from omni_grpc.core import ResumeGap, StreamRefused
 from omni_grpc.core.errors import CommandError, Status
+from omni_grpc.server import metrics
 from omni_grpc.server.host import SendQueue, SessionHost
 from omni_grpc.server.refusals import RefusalLog
 from omni_grpc.server.sessions import ResumeFoundEnded, Sessions
@@ -113,8 +114,13 @@ class DuplexServicer:
                 host, queue = await self.sessions.open(first.open_session, key)
             else:
                 host, queue = self.sessions.resume(first.resume_session, key)
+                metrics.RESUMES.labels("resumed").inc()
         except StreamRefused as refusal:
             resume = first.resume_session if first and first.HasField("resume_session") else None
+            # The codes are the server's own closed set (docs/protocol.md), never client text.
+            metrics.STREAM_REFUSALS.labels("resume" if resume else "stream", refusal.code).inc()
+            if resume:
+                metrics.RESUMES.labels("refused").inc()
             self.refusals.refused(
                 "resume" if resume else "stream",
                 resume.session_id if resume else "",
@@ -124,9 +130,11 @@ class DuplexServicer:
             await _abort(context, refusal)
             return
         except ResumeGap as gap:
+            metrics.RESUMES.labels("gap").inc()
             await context.write(gap.payload)  # resync_required; the client must start over
             return
         except ResumeFoundEnded as ended:
+            metrics.RESUMES.labels("ended").inc()
             for _, payload in ended.effects.sends:  # the missed ending of a closed session
                 await context.write(payload)
             return

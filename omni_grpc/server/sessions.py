@@ -18,6 +18,7 @@ from omni_grpc.core import Effects, Registry, Session, State, StreamRefused
 from omni_grpc.core.errors import Status
 from omni_grpc.core.rate_limits import KeyAllowances
 from omni_grpc.engine.base import Engine
+from omni_grpc.server import metrics
 from omni_grpc.server.budget import MemoryBudget, SessionCharge
 from omni_grpc.server.host import SendQueue, SessionHost
 from omni_grpc.wire import pb
@@ -59,6 +60,7 @@ class Sessions:
         self._hosts: dict[str, SessionHost] = {}
         # Set whenever a stream lets go of its session, so a drain can wait for the last one.
         self._released = asyncio.Event()
+        metrics.SESSION_GAUGES.watch(self)  # attached and detached, counted at scrape time
 
     def __iter__(self) -> Iterator[SessionHost]:
         return iter(list(self._hosts.values()))
@@ -94,6 +96,7 @@ class Sessions:
         self._hosts[session.id] = host
         queue = host.attach(1)
         host.deliver(effects)
+        metrics.SESSIONS_OPENED.inc()
         logger.info("session %s opened", session.id, extra={"session_id": session.id})
         return host, queue
 
@@ -135,6 +138,9 @@ class Sessions:
         for session, effects in self.registry.tick(self.clock()):
             host = self._hosts.get(session.id)
             if host is not None:
+                # The core's rule (Session.tick): a detached session lapses by its grace.
+                detached = session.detached_at is not None
+                host.expiry_reason = "disconnect_grace" if detached else "idle_timeout"
                 host.deliver(effects)
             logger.info("session %s expired", session.id, extra={"session_id": session.id})
 

@@ -1,0 +1,170 @@
+"""The service's Prometheus metrics: what the host and servicer observe as commands and events pass.
+
+The sans-io core knows nothing of these; the server counts what goes into the core and what the
+engine hands back. Every label value comes from a closed set (a contract ``oneof`` field name,
+an ending reason, a resume outcome, an error code of the server's own), never a session id, so
+the number of series stays bounded. Counters are incremented inline on the hot path (one
+dictionary lookup of a label child made at import); the gauges of attached and detached
+sessions are computed only when ``/metrics`` is scraped, by :class:`SessionGauges` walking the
+live sessions.
+
+The metrics live in prometheus-client's process-wide registry, as is usual: the bridge's
+``/metrics`` (and ``--metrics-port``) expose them with the bridge's own in one scrape.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Protocol
+
+from google.protobuf.message import Message
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from omni_grpc.core import Session, State
+from omni_grpc.wire import pb
+
+if TYPE_CHECKING:
+    from omni_grpc.server.host import SessionHost
+
+# Latency buckets in seconds, from a fast loopback turn to a slow CPU speech loop.
+LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# Host time per append command: tens of microseconds when all is well.
+CHUNK_BUCKETS_S = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25)
+RTF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
+
+SESSIONS_OPENED = Counter("omni_grpc_sessions_opened", "Sessions opened.")
+SESSIONS_ENDED = Counter(
+    "omni_grpc_sessions_ended",
+    "Sessions ended, by reason: closed, or expired for disconnect_grace, idle_timeout or "
+    "engine_failure.",
+    ["reason"],
+)
+RESUMES = Counter(
+    "omni_grpc_resumes",
+    "Resume attempts by outcome: resumed, refused, gap (resync_required), ended.",
+    ["outcome"],
+)
+STREAM_REFUSALS = Counter(
+    "omni_grpc_stream_refusals",
+    "Streams refused at their first message (a resume, or any other stream), by error code.",
+    ["first", "code"],
+)
+COMMANDS = Counter("omni_grpc_commands", "Commands received, by kind.", ["kind"])
+ENGINE_EVENTS = Counter(
+    "omni_grpc_engine_events", "Events the engines produced, by kind.", ["kind"]
+)
+TTFT = Histogram(
+    "omni_grpc_response_first_text_seconds",
+    "Time from the turn's commit to the first text of its response (TTFT).",
+    buckets=LATENCY_BUCKETS_S,
+)
+TTFP = Histogram(
+    "omni_grpc_response_first_audio_seconds",
+    "Time from the turn's commit to the first audio of its response (TTFP).",
+    buckets=LATENCY_BUCKETS_S,
+)
+RESPONSE_TOTAL = Histogram(
+    "omni_grpc_response_total_seconds",
+    "Time from the turn's commit to the end of its response.",
+    buckets=LATENCY_BUCKETS_S,
+)
+RTF = Histogram(
+    "omni_grpc_response_real_time_factor",
+    "Generation time divided by output audio length, per response.",
+    buckets=RTF_BUCKETS,
+)
+APPEND_HANDLING = Histogram(
+    "omni_grpc_append_handling_seconds",
+    "The host's time handling one append_input_audio command (core, conversion, engine hand-off).",
+    buckets=CHUNK_BUCKETS_S,
+)
+
+
+def _children(counter: Counter, message: type[Message], oneof: str) -> dict[str, Counter]:
+    """One child per field of the contract's ``oneof``, made once: no lookup under a lock later."""
+    fields = message.DESCRIPTOR.oneofs_by_name[oneof].fields
+    return {field.name: counter.labels(field.name) for field in fields}
+
+
+_COMMANDS_BY_KIND = _children(COMMANDS, pb.ConverseRequest, "command")
+_EVENTS_BY_KIND = _children(ENGINE_EVENTS, pb.ConverseResponse, "event")
+ENDING_REASONS = ("closed", "disconnect_grace", "idle_timeout", "engine_failure")
+_ENDED = {reason: SESSIONS_ENDED.labels(reason) for reason in ENDING_REASONS}
+
+
+def session_ended(session: Session, expiry_reason: str) -> None:
+    """Counts a session's end: closed, or expired for ``expiry_reason`` (of ENDING_REASONS)."""
+    _ENDED["closed" if session.state is State.CLOSED else expiry_reason].inc()
+
+
+def command(kind: str | None) -> None:
+    """Counts one command by its kind (None: a message with no command, refused by the core)."""
+    if kind is not None:
+        _COMMANDS_BY_KIND[kind].inc()
+
+
+def engine_event(kind: str | None, event: pb.ConverseResponse) -> None:
+    """Counts one engine event; a ``response_done`` also feeds the latency histograms."""
+    if kind is None:
+        return
+    _EVENTS_BY_KIND[kind].inc()
+    if kind != "response_done":
+        return
+    latency = event.response_done.response.latency
+    # Zero means "did not happen" (a cancelled response, a text-only answer): not observed.
+    if latency.first_text_ms > 0:
+        TTFT.observe(latency.first_text_ms / 1000)
+    if latency.first_audio_ms > 0:
+        TTFP.observe(latency.first_audio_ms / 1000)
+    if latency.total_ms > 0:
+        RESPONSE_TOTAL.observe(latency.total_ms / 1000)
+    if latency.real_time_factor > 0:
+        RTF.observe(latency.real_time_factor)
+
+
+class _HasSessions(Protocol):
+    def __iter__(self) -> Iterator[SessionHost]: ...
+
+
+class SessionGauges(Collector):
+    """The attached and detached sessions of every live server in the process, at scrape time."""
+
+    def __init__(self) -> None:
+        self._servers: weakref.WeakSet[_HasSessions] = weakref.WeakSet()
+
+    def watch(self, sessions: _HasSessions) -> None:
+        self._servers.add(sessions)
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        counts = {State.ATTACHED: 0, State.DETACHED: 0}
+        for server in list(self._servers):
+            for host in server:
+                state = host.session.state
+                if state in counts:
+                    counts[state] += 1
+        for state, count in counts.items():
+            name = state.name.lower()
+            yield GaugeMetricFamily(f"omni_grpc_sessions_{name}", f"Sessions {name} now.", count)
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return []  # computed at scrape time only
+
+
+SESSION_GAUGES = SessionGauges()
+REGISTRY.register(SESSION_GAUGES)
+
+__all__ = [
+    "APPEND_HANDLING",
+    "COMMANDS",
+    "ENDING_REASONS",
+    "RESUMES",
+    "SESSIONS_OPENED",
+    "SESSION_GAUGES",
+    "STREAM_REFUSALS",
+    "command",
+    "engine_event",
+    "session_ended",
+]

@@ -50,6 +50,9 @@ class SendQueue:
         # Set when the reader fell behind: the servicer ends the stream at once with a status.
         self.fell_behind = asyncio.Event()
 
+    def __len__(self) -> int:
+        return self._queue.qsize()
+
     def put(self, payload: bytes) -> bool:
         """Queues one event; False when the stream's reader has fallen too far behind."""
         if self.end_reason is not None:
@@ -111,6 +114,12 @@ class SessionHost:
         self.ended = False
         # Why the session expires, should it: set by whoever expires it (for the metrics).
         self.expiry_reason = "idle_timeout"
+        self._overflow_counted = False
+
+    @property
+    def queued_events(self) -> int:
+        """Events waiting for the writers of this session's streams."""
+        return sum(len(queue) for queue in self._queues.values())
 
     # -- streams ---------------------------------------------------------------------------
 
@@ -148,13 +157,17 @@ class SessionHost:
         """
         kind = request.WhichOneof("command")
         metrics.command(kind)
+        throttle = self.session.throttle
+        refusals = throttle.refusals
         if kind == "append_input_audio":
             started = time.perf_counter()  # host time, not the session clock
             await self.apply(self.session.receive(generation, request, self._clock()))
             metrics.APPEND_HANDLING.observe(time.perf_counter() - started)
         else:
             await self.apply(self.session.receive(generation, request, self._clock()))
-        pause_s = self.session.throttle.retry_at - self._clock()
+        if throttle.refusals != refusals:
+            metrics.RATE_LIMIT_REFUSALS.inc(throttle.refusals - refusals)
+        pause_s = throttle.retry_at - self._clock()
         if pause_s > 0:
             await asyncio.sleep(pause_s)
 
@@ -192,6 +205,9 @@ class SessionHost:
             queue = self._queues.get(generation)
             if queue is not None:
                 queue.end(reason)
+        if self.session.journal.overflowed and not self._overflow_counted:
+            self._overflow_counted = True
+            metrics.JOURNAL_OVERFLOWS.inc()
         if self.session.config is not self._edge.config:
             self._edge.config = self.session.config  # an update_session changed the formats
         if effects.ended and not self.ended:

@@ -52,6 +52,14 @@ STREAM_REFUSALS = Counter(
     "Streams refused at their first message (a resume, or any other stream), by error code.",
     ["first", "code"],
 )
+RATE_LIMIT_REFUSALS = Counter(
+    "omni_grpc_rate_limit_refusals",
+    "Commands refused for rate (rate_limit_exceeded), per session or per key bucket.",
+)
+JOURNAL_OVERFLOWS = Counter(
+    "omni_grpc_journal_overflows",
+    "Sessions whose journal overflowed (a resume of them needs a resync).",
+)
 COMMANDS = Counter("omni_grpc_commands", "Commands received, by kind.", ["kind"])
 ENGINE_EVENTS = Counter(
     "omni_grpc_engine_events", "Events the engines produced, by kind.", ["kind"]
@@ -130,7 +138,8 @@ class _HasSessions(Protocol):
 
 
 class SessionGauges(Collector):
-    """The attached and detached sessions of every live server in the process, at scrape time."""
+    """What every live server in the process holds, read at scrape time: sessions attached and
+    detached, journal bytes, events queued for writers."""
 
     def __init__(self) -> None:
         self._servers: weakref.WeakSet[_HasSessions] = weakref.WeakSet()
@@ -140,14 +149,25 @@ class SessionGauges(Collector):
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         counts = {State.ATTACHED: 0, State.DETACHED: 0}
+        journal_bytes = queued_events = 0
         for server in list(self._servers):
             for host in server:
                 state = host.session.state
                 if state in counts:
                     counts[state] += 1
+                journal_bytes += host.session.journal.retained_bytes
+                queued_events += host.queued_events
         for state, count in counts.items():
             name = state.name.lower()
             yield GaugeMetricFamily(f"omni_grpc_sessions_{name}", f"Sessions {name} now.", count)
+        yield GaugeMetricFamily(
+            "omni_grpc_journal_bytes", "Event bytes the sessions' journals hold.", journal_bytes
+        )
+        yield GaugeMetricFamily(
+            "omni_grpc_send_queue_events",
+            "Events queued for the streams' writers, all sessions together.",
+            queued_events,
+        )
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
         return []  # computed at scrape time only
@@ -160,6 +180,8 @@ __all__ = [
     "APPEND_HANDLING",
     "COMMANDS",
     "ENDING_REASONS",
+    "JOURNAL_OVERFLOWS",
+    "RATE_LIMIT_REFUSALS",
     "RESUMES",
     "SESSIONS_OPENED",
     "SESSION_GAUGES",

@@ -114,7 +114,6 @@ class DuplexServicer:
                 host, queue = await self.sessions.open(first.open_session, key)
             else:
                 host, queue = self.sessions.resume(first.resume_session, key)
-                metrics.RESUMES.labels("resumed").inc()
         except StreamRefused as refusal:
             resume = first.resume_session if first and first.HasField("resume_session") else None
             # The codes are the server's own closed set (docs/protocol.md), never client text.

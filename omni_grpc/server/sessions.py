@@ -106,6 +106,9 @@ class Sessions:
         Raises StreamRefused or ResumeGap when it cannot, and ResumeFoundEnded (with the events the
         client missed, the ending included) when the session ended since.
         """
+        # A resume while a stream is attached takes the session over (counted apart).
+        known = self._hosts.get(request.session_id)
+        takeover = known is not None and known.session.state is State.ATTACHED
         # The session is bound to the key that opened it: another key is refused as unknown.
         session, generation, effects = self.registry.resume(request, self.clock(), key=key)
         if session.state.terminal:
@@ -114,6 +117,7 @@ class Sessions:
         session.throttle.key = self._key_allowances.get(key)  # the new stream's key pays now
         queue = host.attach(generation)
         host.deliver(effects)
+        metrics.RESUMES.labels("taken_over" if takeover else "resumed").inc()
         logger.info(
             "session %s resumed (generation %d)",
             session.id,

@@ -2,8 +2,9 @@
 
 A session is opened over gRPC, its stream dropped (detached, counted at scrape time), a resume
 with a wrong token refused (counted by outcome and code), and the disconnect grace run out on the
-server's fake clock: the session's end is counted as expired for ``disconnect_grace``. The
-``--metrics-port`` setting's layers (file, environment, flag) are checked too.
+server's fake clock: the session's end is counted as expired for ``disconnect_grace``. A
+takeover, refusals for rate and the journal's bytes are counted too, and the ``--metrics-port``
+setting's layers (file, environment, flag) are checked.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from omni_grpc.cli import build_parser
 from omni_grpc.cli.config import ConfigError, resolve_bridge_settings, resolve_serve_settings
+from omni_grpc.core import Limits
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import RunningServer
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
 from omni_grpc.wire import pb
-from tests.server.streams import open_stream
+from tests.server.streams import open_stream, pcm16, read, read_until
 from tests.serving import FakeClock, serving, settings
 
 GRACE_S = 5.0  # the test settings' disconnect grace
@@ -138,3 +140,55 @@ def test_the_metrics_port_is_off_by_default_and_set_by_flag_variable_or_file(
     assert resolve_bridge_settings(parse(bridge), {}).metrics_port is None
     with_port = parse([*bridge, "--metrics-port", "9104"])
     assert resolve_bridge_settings(with_port, {}).metrics_port == 9104
+
+
+async def test_a_takeover_is_counted_apart_from_a_resume(
+    server: RunningServer, metrics_port: int
+) -> None:
+    before = await scrape(metrics_port)
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        stub = duplex_pb2_grpc.DuplexServiceStub(channel)
+        first, created = await open_stream(stub)
+        second = stub.Converse()  # type: ignore[call-arg]
+        resume = pb.ResumeSession(session_id=created.session.id, resume_token=created.resume_token)
+        await second.write(pb.ConverseRequest(resume_session=resume))
+        assert (await read(second)).WhichOneof("event") == "session_resumed"
+        assert (await read(first)).WhichOneof("event") == "session_replaced"
+        after = await scrape(metrics_port)
+        second.cancel()
+    resumes = "omni_grpc_resumes_total"
+    assert (
+        value(after, resumes, outcome="taken_over") - value(before, resumes, outcome="taken_over")
+        == 1
+    )
+    assert value(after, resumes, outcome="resumed") == value(before, resumes, outcome="resumed")
+
+
+async def test_refusals_for_rate_and_journal_bytes_are_counted(
+    clock: FakeClock, metrics_port: int
+) -> None:
+    # A bucket of 20 commands: of 22 appends written at once, the last 2 are refused.
+    limits = Limits(disconnect_grace_s=GRACE_S, session_commands_per_s=20.0, rate_burst_s=1.0)
+    before = await scrape(metrics_port)
+    async with (
+        serving(settings(limits=limits), clock=clock) as running,
+        grpc.aio.insecure_channel(running.target) as channel,
+    ):
+        stub = duplex_pb2_grpc.DuplexServiceStub(channel)
+        call, _ = await open_stream(stub)
+        for seq in range(1, 23):
+            audio = pb.AppendInputAudio(audio=pcm16(10))
+            await call.write(pb.ConverseRequest(client_seq=seq, append_input_audio=audio))
+        errors = [await read(call) for _ in range(2)]
+        assert [e.error.code for e in errors] == ["rate_limit_exceeded"] * 2
+        clock.advance(0.05)
+        commit = pb.ConverseRequest(client_seq=23, commit_input_audio=pb.CommitInputAudio())
+        await call.write(commit)
+        await read_until(call, "response_done")
+        during = await scrape(metrics_port)
+        await call.done_writing()
+    refusals = "omni_grpc_rate_limit_refusals_total"
+    assert value(during, refusals) - value(before, refusals) == 2
+    # The two errors and the answer are journaled until the client acknowledges them.
+    assert value(during, "omni_grpc_journal_bytes") > value(before, "omni_grpc_journal_bytes")
+    assert ("omni_grpc_send_queue_events", ()) in during

@@ -75,6 +75,10 @@ _TERMINAL = {
 }
 _POLICY = WSCloseCode.POLICY_VIOLATION
 SLOW_CONSUMER = "slow_consumer"
+# Statuses with which the service refuses the configuration a stream opens with.
+_CONFIG_REFUSALS = frozenset(
+    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
+)
 # How a gRPC status that ends the stream closes the websocket.
 _CLOSE_CODES = {
     grpc.StatusCode.UNAVAILABLE: WSCloseCode.SERVICE_RESTART,
@@ -142,6 +146,11 @@ class Relay:
         # After a rate-limit refusal, the loop time the service's retry hint runs out: the
         # reader forwards nothing before, so a flooding client meets TCP's flow control.
         self._hold_input_until = 0.0
+        # The event id of a session.update that opened the stream with the client's
+        # configuration ("" when it had none), until the service has answered it.
+        self._opening_update: str | None = None
+        # The in-band answer to an opening configuration the service refused (see run()).
+        self._config_refused: dict[str, Any] | None = None
 
     @property
     def session_id(self) -> str:
@@ -172,6 +181,13 @@ class Relay:
             self._stream = stream = self._service.converse(self._metadata)
             self._move(RelayState.ATTACHING)
             await self._relay(stream, first, pending)
+            if self._config_refused is not None and self.state is RelayState.ATTACHING:
+                # The opening session.update asked for a configuration the service refused: like
+                # any refused update, it is answered in band and the session goes on, here with
+                # the defaults it would have had before the update.
+                await self._send(self._config_refused)
+                self._stream = stream = self._service.converse(self._metadata)
+                await self._relay(stream, open_request(model=self._model), None)
         except ClientFellBehind:
             await self._close_behind()
         finally:
@@ -265,6 +281,7 @@ class Relay:
                 if isinstance(event, ce.SessionUpdate):
                     first = open_request(event.session, model=self._model)
                     first.event_id = event.event_id
+                    self._opening_update = event.event_id or ""
                     return first, None
                 return open_request(model=self._model), to_request(event)
             except DialectError as error:
@@ -326,6 +343,17 @@ class Relay:
             status = broken.status
             if status is None or status is grpc.StatusCode.CANCELLED:
                 return  # we cancelled it: the websocket is gone or closing
+            if (
+                self.state is RelayState.ATTACHING
+                and self._opening_update is not None
+                and status in _CONFIG_REFUSALS
+            ):
+                # The service refused the configuration the client opened with; run() answers
+                # it in band and opens with the defaults.
+                refusal = status_error(status, broken)
+                refusal["error"]["event_id"] = self._opening_update or None
+                self._config_refused, self._opening_update = refusal, None
+                return
             logger.info(
                 "session %s: stream ended with %s",
                 self.session_id,

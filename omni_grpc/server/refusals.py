@@ -57,6 +57,9 @@ class RefusalLog:
         self._lines += 1
         shown = repr(session_id[:SESSION_ID_CHARS]) if session_id else "-"
         fields = {"session_id": session_id[:SESSION_ID_CHARS]} if session_id else None
-        logger.warning(
-            "%s refused (%s): session %s, peer %s", what, code, shown, peer, extra=fields
+        # A refused resume or lookup may be someone probing for sessions: a warning. A stream
+        # refused what it asked to open (a configuration, a full server) is routine: info.
+        level = logging.INFO if what == "stream" else logging.WARNING
+        logger.log(
+            level, "%s refused (%s): session %s, peer %s", what, code, shown, peer, extra=fields
         )

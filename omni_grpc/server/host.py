@@ -115,6 +115,8 @@ class SessionHost:
         # Why the session expires, should it: set by whoever expires it (for the metrics).
         self.expiry_reason = "idle_timeout"
         self._overflow_counted = False
+        # When the engine last said the user stopped speaking, until the first audio after it.
+        self._speech_ended_at: float | None = None
 
     @property
     def queued_events(self) -> int:
@@ -271,7 +273,13 @@ class SessionHost:
                 kind = event.WhichOneof("event")
                 metrics.engine_event(kind, event)
                 if kind == "output_audio_delta":
+                    if self._speech_ended_at is not None:
+                        elapsed_s = time.perf_counter() - self._speech_ended_at
+                        metrics.SPEECH_END_TO_AUDIO.observe(elapsed_s)
+                        self._speech_ended_at = None
                     self._edge.session_output(event.output_audio_delta)
+                elif kind == "speech_stopped":
+                    self._speech_ended_at = time.perf_counter()
                 elif kind in INPUT_TAKEN_EVENTS:
                     self.charge.input_taken()
                 self.deliver(self.session.publish(event, self._clock()))

@@ -84,6 +84,12 @@ RTF = Histogram(
     "Generation time divided by output audio length, per response.",
     buckets=RTF_BUCKETS,
 )
+SPEECH_END_TO_AUDIO = Histogram(
+    "omni_grpc_speech_end_to_first_audio_seconds",
+    "From the engine's speech_stopped (server VAD) to the first audio delta after it, on the "
+    "server's clock.",
+    buckets=LATENCY_BUCKETS_S,
+)
 APPEND_HANDLING = Histogram(
     "omni_grpc_append_handling_seconds",
     "The host's time handling one append_input_audio command (core, conversion, engine hand-off).",
@@ -185,6 +191,7 @@ __all__ = [
     "RESUMES",
     "SESSIONS_OPENED",
     "SESSION_GAUGES",
+    "SPEECH_END_TO_AUDIO",
     "STREAM_REFUSALS",
     "command",
     "engine_event",

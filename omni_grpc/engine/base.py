@@ -52,6 +52,11 @@ class EngineSession(abc.ABC):
     async def close(self) -> None:
         """Cancels whatever runs and frees the session's resources; idempotent."""
 
+    def queue_depths(self) -> tuple[int, int]:
+        """Commands waiting for the engine and events waiting for the server, for the metrics
+        (read at scrape time); an engine that queues nothing has (0, 0)."""
+        return 0, 0
+
 
 class Engine(abc.ABC):
     """A speech engine that hosts many sessions."""

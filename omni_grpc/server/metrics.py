@@ -145,7 +145,7 @@ class _HasSessions(Protocol):
 
 class SessionGauges(Collector):
     """What every live server in the process holds, read at scrape time: sessions attached and
-    detached, journal bytes, events queued for writers."""
+    detached, journal bytes, events queued for writers, the engine sessions' queues."""
 
     def __init__(self) -> None:
         self._servers: weakref.WeakSet[_HasSessions] = weakref.WeakSet()
@@ -155,7 +155,7 @@ class SessionGauges(Collector):
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         counts = {State.ATTACHED: 0, State.DETACHED: 0}
-        journal_bytes = queued_events = 0
+        journal_bytes = queued_events = engine_commands = engine_events = 0
         for server in list(self._servers):
             for host in server:
                 state = host.session.state
@@ -163,11 +163,24 @@ class SessionGauges(Collector):
                     counts[state] += 1
                 journal_bytes += host.session.journal.retained_bytes
                 queued_events += host.queued_events
+                commands, events = host.engine.queue_depths()
+                engine_commands += commands
+                engine_events += events
         for state, count in counts.items():
             name = state.name.lower()
             yield GaugeMetricFamily(f"omni_grpc_sessions_{name}", f"Sessions {name} now.", count)
         yield GaugeMetricFamily(
             "omni_grpc_journal_bytes", "Event bytes the sessions' journals hold.", journal_bytes
+        )
+        yield GaugeMetricFamily(
+            "omni_grpc_engine_commands_queued",
+            "Commands waiting in the engine sessions' mailboxes.",
+            engine_commands,
+        )
+        yield GaugeMetricFamily(
+            "omni_grpc_engine_events_queued",
+            "Events the engine sessions produced that the server has not taken yet.",
+            engine_events,
         )
         yield GaugeMetricFamily(
             "omni_grpc_send_queue_events",

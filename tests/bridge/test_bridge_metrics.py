@@ -98,6 +98,15 @@ async def test_a_conversation_moves_the_counters_and_histograms(service: Service
             assert grew(before, answered, f"{name}_count") == 1, name
             assert grew(before, answered, f"{name}_sum") > 0, name
         assert grew(before, answered, "omni_grpc_response_real_time_factor_count") == 1
+        # Read at scrape time from the live sessions: present, and never negative.
+        for gauge in (
+            "omni_grpc_journal_bytes",
+            "omni_grpc_send_queue_events",
+            "omni_grpc_engine_commands_queued",
+            "omni_grpc_engine_events_queued",
+        ):
+            assert (gauge, ()) in answered and value(answered, gauge) >= 0, gauge
+        assert value(answered, "omni_grpc_journal_bytes") > 0  # the turn's events, unacked
         await ws.send({"type": "session.close", "reason": "done here"})
         await ws.until("session.closed")
     # The port of its own shows the same registry, the end counted by its reason.

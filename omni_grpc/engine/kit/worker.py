@@ -86,6 +86,9 @@ class WorkerSession(EngineSession):
             return
         await self._mailbox.put(request)
 
+    def queue_depths(self) -> tuple[int, int]:
+        return self._mailbox.qsize(), len(self._events)
+
     async def events(self) -> AsyncIterator[pb.ConverseResponse]:
         while (event := await self._events.get()) is not None:
             yield event

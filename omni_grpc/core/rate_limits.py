@@ -104,18 +104,16 @@ class Throttle:
     """The allowances one session's commands are charged to: its own, and its key's if any.
 
     The transport sets :attr:`key` when a stream with an API key opens or resumes the session,
-    and reads :attr:`retry_at` to read nothing more from the stream before the retry hint, and
-    :attr:`refusals` (how many commands were refused for rate) to count them in its metrics.
+    and reads :attr:`retry_at` to read nothing more from the stream before the retry hint.
     """
 
-    __slots__ = ("key", "own", "refusals", "retry_at")
+    __slots__ = ("key", "own", "retry_at")
 
     def __init__(self, own: Allowance) -> None:
         self.own = own
         self.key: Allowance | None = None
         # When the retry hint of the last refusal runs out; before it, input only meets refusals.
         self.retry_at = 0.0
-        self.refusals = 0
 
     def charge(self, request: pb.ConverseRequest, now: float) -> None:
         """Takes one command and its audio bytes, or raises CommandError and takes nothing."""
@@ -136,7 +134,6 @@ class Throttle:
             # Whole milliseconds on the wire, rounded up so that a retry on time passes.
             retry_after_s = max(math.ceil(wait * 1000) / 1000, MIN_RETRY_AFTER_S)
             self.retry_at = now + retry_after_s
-            self.refusals += 1
             raise CommandError(
                 RATE_LIMIT_CODE,
                 f"too many {'audio bytes' if param == AUDIO_PARAM else 'commands'}; "

@@ -84,6 +84,9 @@ class Session:
         self.generation = 1
         self.detached_at: float | None = None
         self.ended_at: float | None = None
+        # The error code of the last command's refusal ("" when it was applied): the transport
+        # reads it after each ``receive`` to count refusals by code.
+        self.last_refusal = ""
         self.admission = Admission(limits, engine, now)
         self.throttle = Throttle(Allowance.for_session(limits, now))
         self.responses = Responses()
@@ -305,6 +308,7 @@ class Session:
 
     def receive(self, generation: int, request: pb.ConverseRequest, now: float) -> Effects:
         """Applies one command from the stream of ``generation``."""
+        self.last_refusal = ""
         if not self._speaks_for_session(generation):
             return Effects()  # a replaced or detached stream no longer speaks for the session
         # A client speaks on a resumed stream only after reading session_resumed, so it holds
@@ -318,6 +322,7 @@ class Session:
             self.throttle.charge(request, now)  # past the limit: refused, its number used up
             return self._apply(kind, request, now)
         except CommandError as error:
+            self.last_refusal = error.code
             body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)
             return self._emit(pb.ConverseResponse(error=body), now)
 

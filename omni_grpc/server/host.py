@@ -159,17 +159,16 @@ class SessionHost:
         """
         kind = request.WhichOneof("command")
         metrics.command(kind)
-        throttle = self.session.throttle
-        refusals = throttle.refusals
         if kind == "append_input_audio":
             started = time.perf_counter()  # host time, not the session clock
             await self.apply(self.session.receive(generation, request, self._clock()))
             metrics.APPEND_HANDLING.observe(time.perf_counter() - started)
         else:
             await self.apply(self.session.receive(generation, request, self._clock()))
-        if throttle.refusals != refusals:
-            metrics.RATE_LIMIT_REFUSALS.inc(throttle.refusals - refusals)
-        pause_s = throttle.retry_at - self._clock()
+        if self.session.last_refusal:
+            # The codes are the core's own closed set, never client text.
+            metrics.COMMAND_REFUSALS.labels(self.session.last_refusal).inc()
+        pause_s = self.session.throttle.retry_at - self._clock()
         if pause_s > 0:
             await asyncio.sleep(pause_s)
 
@@ -264,6 +263,7 @@ class SessionHost:
 
     def _answer(self, request: pb.ConverseRequest, error: CommandError) -> None:
         """Refuses an append the core admitted but the host cannot take, with an error event."""
+        metrics.COMMAND_REFUSALS.labels(error.code).inc()
         body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)
         self.deliver(self.session.publish(pb.ConverseResponse(error=body), self._clock()))
 

@@ -52,9 +52,10 @@ STREAM_REFUSALS = Counter(
     "Streams refused at their first message (a resume, or any other stream), by error code.",
     ["first", "code"],
 )
-RATE_LIMIT_REFUSALS = Counter(
-    "omni_grpc_rate_limit_refusals",
-    "Commands refused for rate (rate_limit_exceeded), per session or per key bucket.",
+COMMAND_REFUSALS = Counter(
+    "omni_grpc_command_refusals",
+    "Commands refused in band with an error event, by error code (rate_limit_exceeded, ...).",
+    ["code"],
 )
 JOURNAL_OVERFLOWS = Counter(
     "omni_grpc_journal_overflows",
@@ -198,9 +199,9 @@ REGISTRY.register(SESSION_GAUGES)
 __all__ = [
     "APPEND_HANDLING",
     "COMMANDS",
+    "COMMAND_REFUSALS",
     "ENDING_REASONS",
     "JOURNAL_OVERFLOWS",
-    "RATE_LIMIT_REFUSALS",
     "RESUMES",
     "SESSIONS_OPENED",
     "SESSION_GAUGES",

@@ -3,9 +3,10 @@
 ``omni-grpc serve`` is started as the CLI starts it (the service, its bridge on the HTTP port, and
 ``--metrics-port``); a websocket client holds one conversation while the test scrapes ``/metrics``
 on both ports and checks what changed: a session opened and attached, the commands counted by
-kind, the host's time per append observed, one response's latencies observed, the bridge's
-connection and refusal counted, and the session's end counted by its reason. The Grafana
-dashboard in deploy/ is checked against a scrape: every metric its queries name exists.
+kind, a refused command counted by its code, the host's time per append observed, one
+response's latencies observed, the bridge's connection and refusal counted, and the session's
+end counted by its reason. The Grafana dashboard in deploy/ is checked against a scrape: every
+metric its queries name exists.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ async def test_a_conversation_moves_the_counters_and_histograms(service: Service
         assert grew(before, during, "omni_grpc_sessions_opened_total") == 1
         assert value(during, "omni_grpc_sessions_attached") >= 1
         assert value(during, "omni_grpc_bridge_connections") >= 1
+        await ws.send({"type": "input_audio_buffer.commit"})  # nothing to commit: refused
+        assert (await ws.recv())["error"]["code"] == "input_audio_buffer_empty"
         for _ in range(3):
             await ws.send(APPEND_100MS)
         await ws.send({"type": "input_audio_buffer.commit", "create_response": True})
@@ -87,7 +90,9 @@ async def test_a_conversation_moves_the_counters_and_histograms(service: Service
         answered = await scrape(service.http_port)
         kinds = "omni_grpc_commands_total"
         assert grew(before, answered, kinds, kind="append_input_audio") == 3
-        assert grew(before, answered, kinds, kind="commit_input_audio") == 1
+        assert grew(before, answered, kinds, kind="commit_input_audio") == 2
+        refusals = "omni_grpc_command_refusals_total"
+        assert grew(before, answered, refusals, code="input_audio_buffer_empty") == 1
         assert grew(before, answered, "omni_grpc_append_handling_seconds_count") == 3
         assert grew(before, answered, "omni_grpc_append_handling_seconds_sum") > 0
         events = "omni_grpc_engine_events_total"

@@ -187,8 +187,9 @@ async def test_refusals_for_rate_and_journal_bytes_are_counted(
         await read_until(call, "response_done")
         during = await scrape(metrics_port)
         await call.done_writing()
-    refusals = "omni_grpc_rate_limit_refusals_total"
-    assert value(during, refusals) - value(before, refusals) == 2
+    refusals = "omni_grpc_command_refusals_total"
+    code = "rate_limit_exceeded"
+    assert value(during, refusals, code=code) - value(before, refusals, code=code) == 2
     # The two errors and the answer are journaled until the client acknowledges them.
     assert value(during, "omni_grpc_journal_bytes") > value(before, "omni_grpc_journal_bytes")
     assert ("omni_grpc_send_queue_events", ()) in during

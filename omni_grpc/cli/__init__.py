@@ -11,14 +11,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
 import omni_grpc
 import omni_grpc.cli.grpc_fork  # first: gRPC reads its fork setting when imported
 from omni_grpc.cli.config import (
     DEFAULT_HTTP_PORT,
+    BridgeSettings,
     ConfigError,
+    ServeSettings,
     default_engine,
     resolve_bridge_settings,
     resolve_serve_settings,
@@ -27,6 +29,8 @@ from omni_grpc.cli.logs import LOG_FORMATS, configure_logging
 from omni_grpc.client.talk_cli import LOG_LEVELS, add_talk_parser
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
+
+_Settings = TypeVar("_Settings", ServeSettings, BridgeSettings)
 
 KEYS_ON_COMMAND_LINE = (
     "Keys on a command line are visible to other users: prefer OMNI_GRPC_API_KEYS (comma-separated)"
@@ -52,25 +56,30 @@ def _run(
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    try:
-        settings = resolve_serve_settings(args, os.environ)
-    except ConfigError as error:
-        print(f"omni-grpc serve: {error}", file=sys.stderr)
-        return 2
-    from omni_grpc.cli.launch import serve
+    from omni_grpc.cli import launch
 
-    return _run("serve", settings.log_level, settings.log_format, lambda: serve(settings))
+    return _run_resolved("serve", args, resolve_serve_settings, launch.serve)
 
 
 def _run_bridge(args: argparse.Namespace) -> int:
-    try:
-        settings = resolve_bridge_settings(args, os.environ)
-    except ConfigError as error:
-        print(f"omni-grpc bridge: {error}", file=sys.stderr)
-        return 2
-    from omni_grpc.cli.launch import run_bridge
+    from omni_grpc.cli import launch
 
-    return _run("bridge", settings.log_level, settings.log_format, lambda: run_bridge(settings))
+    return _run_resolved("bridge", args, resolve_bridge_settings, launch.run_bridge)
+
+
+def _run_resolved(
+    name: str,
+    args: argparse.Namespace,
+    resolve: Callable[[argparse.Namespace, Mapping[str, str]], _Settings],
+    run: Callable[[_Settings], Coroutine[Any, Any, None]],
+) -> int:
+    """Resolves a subcommand's settings (exit 2 on a bad one), then runs it."""
+    try:
+        settings = resolve(args, os.environ)
+    except ConfigError as error:
+        print(f"omni-grpc {name}: {error}", file=sys.stderr)
+        return 2
+    return _run(name, settings.log_level, settings.log_format, lambda: run(settings))
 
 
 def _run_talk(args: argparse.Namespace) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import io
 import subprocess
 import wave
@@ -19,9 +18,9 @@ from pydantic import TypeAdapter
 
 from bridge.app import start_bridge
 from omni_grpc import audio
-from omni_grpc.core import Limits
 from omni_grpc.server.settings import ServerSettings
 from omni_grpc.wire import pb
+from tests.serving import settings
 
 OPENAI_SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 
@@ -40,19 +39,13 @@ def check_server_event(event: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------- a real service and bridge
 
-FAST = {"pace": "fast"}
 SPEECH_TEXT = "hello there, this is a test of the websocket bridge"
 
 
 def service_settings(**overrides: Any) -> ServerSettings:
-    """A loopback service on a free port, without its own bridge (the tests start theirs)."""
-    base = ServerSettings(
-        grpc_port=0,
-        engine="loopback",
-        engine_options=FAST,
-        limits=Limits(disconnect_grace_s=5.0),
-    )
-    return dataclasses.replace(base, **overrides)
+    """A loopback service on a free port (tests.serving's settings); the tests start the
+    bridge in front of it themselves."""
+    return settings(**overrides)
 
 
 @contextlib.asynccontextmanager

@@ -19,7 +19,7 @@ import math
 import os
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -373,10 +373,15 @@ ISSUE_TRIES = [
 ]
 
 
-def with_issue_tries(test: Any) -> Any:
-    for hostile in ISSUE_TRIES:
-        test = example(hostile=hostile)(test)
-    return test
+def with_examples(tries: list[tuple[str, str, str]]) -> Callable[[Any], Any]:
+    """Runs a hostile-event property test on each of ``tries`` too, whatever it generates."""
+
+    def decorate(test: Any) -> Any:
+        for hostile in tries:
+            test = example(hostile=hostile)(test)
+        return test
+
+    return decorate
 
 
 # Values the inbound models accept (finite, in the field's wire range) but the service refuses
@@ -396,12 +401,6 @@ OPENING_CONFIG_TRIES = [
         "",
     ),
 ]
-
-
-def with_opening_config_tries(test: Any) -> Any:
-    for hostile in OPENING_CONFIG_TRIES:
-        test = example(hostile=hostile)(test)
-    return test
 
 
 SETTINGS = settings(
@@ -428,7 +427,7 @@ def test_hostile_events_are_answered_in_band_on_one_socket(
     examples = 0
 
     @SETTINGS
-    @with_issue_tries
+    @with_examples(ISSUE_TRIES)
     @given(hostile=hostile_events())
     def one(hostile: tuple[str, str, str]) -> None:
         nonlocal examples
@@ -448,8 +447,7 @@ def test_a_hostile_first_message_is_answered_and_the_session_still_opens(
     connections = 0
 
     @settings(SETTINGS, max_examples=FIRST_MESSAGE_EXAMPLES)
-    @with_issue_tries
-    @with_opening_config_tries
+    @with_examples(ISSUE_TRIES + OPENING_CONFIG_TRIES)
     @given(hostile=hostile_events())
     def one(hostile: tuple[str, str, str]) -> None:
         nonlocal connections

@@ -41,6 +41,17 @@ async def open_stream(
     return call, created.session_created
 
 
+def resume_request(created: pb.SessionCreated, last_received_seq: int = 0) -> pb.ConverseRequest:
+    """The first message of a stream that resumes ``created``'s session from a cursor."""
+    return pb.ConverseRequest(
+        resume_session=pb.ResumeSession(
+            session_id=created.session.id,
+            resume_token=created.resume_token,
+            last_received_seq=last_received_seq,
+        )
+    )
+
+
 def pcm16(ms: int, rate_hz: int = 24000) -> bytes:
     """A quiet ramp of ``ms`` milliseconds of pcm16 (not silence, so it is recognisable)."""
     samples = rate_hz * ms // 1000

@@ -19,7 +19,7 @@ from omni_grpc.core import Limits, State
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import start_server
 from omni_grpc.wire import pb
-from tests.server.streams import kinds, open_stream, pcm16, read, read_until
+from tests.server.streams import kinds, open_stream, pcm16, read, read_until, resume_request
 from tests.serving import FakeClock, eventually, self_signed_certificate, serving, settings
 
 
@@ -74,15 +74,7 @@ async def test_resume_replays_exactly_the_missed_events(stub) -> None:
     call.cancel()
     cursor = events[2].seq
     again = stub.Converse()
-    await again.write(
-        pb.ConverseRequest(
-            resume_session=pb.ResumeSession(
-                session_id=created.session.id,
-                resume_token=created.resume_token,
-                last_received_seq=cursor,
-            )
-        )
-    )
+    await again.write(resume_request(created, cursor))
     resumed = await read(again)
     assert resumed.WhichOneof("event") == "session_resumed"
     assert resumed.applied_client_seq == 2
@@ -94,13 +86,7 @@ async def test_resume_replays_exactly_the_missed_events(stub) -> None:
     ]
     # The old token was rotated away.
     third = stub.Converse()
-    await third.write(
-        pb.ConverseRequest(
-            resume_session=pb.ResumeSession(
-                session_id=created.session.id, resume_token=created.resume_token
-            )
-        )
-    )
+    await third.write(resume_request(created))
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await read(third)
     # The answer an unknown session gets: a refusal tells nothing about which ids exist.
@@ -111,13 +97,7 @@ async def test_resume_replays_exactly_the_missed_events(stub) -> None:
 async def test_takeover_tells_the_old_stream_and_ignores_it(stub) -> None:
     first, created = await open_stream(stub)
     second = stub.Converse()
-    await second.write(
-        pb.ConverseRequest(
-            resume_session=pb.ResumeSession(
-                session_id=created.session.id, resume_token=created.resume_token
-            )
-        )
-    )
+    await second.write(resume_request(created))
     assert (await read(second)).WhichOneof("event") == "session_resumed"
     replaced = await read(first)
     assert replaced.session_replaced.attachment_generation == 1
@@ -145,11 +125,7 @@ async def test_a_detached_session_expires_after_its_grace() -> None:
         clock.advance(0.02)
         running.sessions.expire_due()
         assert len(running.registry) == 0  # expired: the slot is free
-        resume = pb.ConverseRequest(
-            resume_session=pb.ResumeSession(
-                session_id=created.session.id, resume_token=created.resume_token
-            )
-        )
+        resume = resume_request(created)
         # Within one more grace, a late client still learns how its session ended.
         clock.advance(0.29)
         late = stub.Converse()

@@ -16,7 +16,7 @@ from omni_grpc.core import State
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server import host
 from omni_grpc.wire import pb
-from tests.server.streams import open_stream, pcm16, read
+from tests.server.streams import open_stream, pcm16, read, resume_request
 from tests.serving import eventually, serving, settings
 
 DEFAULT_QUEUE = host.SEND_QUEUE_DEPTH
@@ -64,15 +64,7 @@ async def test_a_client_that_stops_reading_gets_slow_consumer_and_resumes(
         # queue: a replay is queued at once, and the answer's hundreds of events fill it).
         monkeypatch.setattr(host, "SEND_QUEUE_DEPTH", DEFAULT_QUEUE)
         again = stub.Converse()
-        await again.write(
-            pb.ConverseRequest(
-                resume_session=pb.ResumeSession(
-                    session_id=created.session.id,
-                    resume_token=created.resume_token,
-                    last_received_seq=last_seq,
-                )
-            )
-        )
+        await again.write(resume_request(created, last_seq))
         resumed = await read(again)
         assert resumed.WhichOneof("event") == "session_resumed"
         assert resumed.applied_client_seq == appends + 1

@@ -461,6 +461,26 @@ class ConverseRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TraceContextEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     CLIENT_SEQ_FIELD_NUMBER: _builtins.int
     EVENT_ID_FIELD_NUMBER: _builtins.int
     OPEN_SESSION_FIELD_NUMBER: _builtins.int
@@ -483,6 +503,7 @@ class ConverseRequest(_message.Message):
     CANCEL_INPUT_FIELD_NUMBER: _builtins.int
     BARGE_IN_FIELD_NUMBER: _builtins.int
     APPEND_INPUT_TEXT_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     client_seq: _builtins.int
     """Numbers the command within its session: 1 for the first command after open, then
     exactly one more each time. 0 marks an unnumbered message, which is required for
@@ -572,6 +593,14 @@ class ConverseRequest(_message.Message):
     def append_input_text(self) -> Global___AppendInputText:
         """Adds text input to the conversation."""
 
+    @_builtins.property
+    def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Carries the W3C trace context of the command (`traceparent` and, optionally,
+        `tracestate`, keyed by those lower-case names). Optional on any command, numbered or
+        not; the server links the work the command causes (engine turns, spans) to that trace.
+        Unknown keys are ignored.
+        """
+
     def __init__(
         self,
         *,
@@ -597,10 +626,11 @@ class ConverseRequest(_message.Message):
         cancel_input: Global___CancelInput | None = ...,
         barge_in: Global___BargeIn | None = ...,
         append_input_text: Global___AppendInputText | None = ...,
+        trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ack_events", b"ack_events", "ack_playback", b"ack_playback", "append_input_audio", b"append_input_audio", "append_input_text", b"append_input_text", "barge_in", b"barge_in", "cancel_input", b"cancel_input", "cancel_response", b"cancel_response", "clear_input_audio", b"clear_input_audio", "clear_output_audio", b"clear_output_audio", "close_session", b"close_session", "command", b"command", "commit_input_audio", b"commit_input_audio", "create_conversation_item", b"create_conversation_item", "create_response", b"create_response", "delete_conversation_item", b"delete_conversation_item", "heartbeat", b"heartbeat", "open_session", b"open_session", "resume_session", b"resume_session", "retrieve_conversation_item", b"retrieve_conversation_item", "truncate_conversation_item", b"truncate_conversation_item", "update_session", b"update_session"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_events", b"ack_events", "ack_playback", b"ack_playback", "append_input_audio", b"append_input_audio", "append_input_text", b"append_input_text", "barge_in", b"barge_in", "cancel_input", b"cancel_input", "cancel_response", b"cancel_response", "clear_input_audio", b"clear_input_audio", "clear_output_audio", b"clear_output_audio", "client_seq", b"client_seq", "close_session", b"close_session", "command", b"command", "commit_input_audio", b"commit_input_audio", "create_conversation_item", b"create_conversation_item", "create_response", b"create_response", "delete_conversation_item", b"delete_conversation_item", "event_id", b"event_id", "heartbeat", b"heartbeat", "open_session", b"open_session", "resume_session", b"resume_session", "retrieve_conversation_item", b"retrieve_conversation_item", "truncate_conversation_item", b"truncate_conversation_item", "update_session", b"update_session"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_events", b"ack_events", "ack_playback", b"ack_playback", "append_input_audio", b"append_input_audio", "append_input_text", b"append_input_text", "barge_in", b"barge_in", "cancel_input", b"cancel_input", "cancel_response", b"cancel_response", "clear_input_audio", b"clear_input_audio", "clear_output_audio", b"clear_output_audio", "client_seq", b"client_seq", "close_session", b"close_session", "command", b"command", "commit_input_audio", b"commit_input_audio", "create_conversation_item", b"create_conversation_item", "create_response", b"create_response", "delete_conversation_item", b"delete_conversation_item", "event_id", b"event_id", "heartbeat", b"heartbeat", "open_session", b"open_session", "resume_session", b"resume_session", "retrieve_conversation_item", b"retrieve_conversation_item", "trace_context", b"trace_context", "truncate_conversation_item", b"truncate_conversation_item", "update_session", b"update_session"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_command: _TypeAlias = _typing.Literal["open_session", "update_session", "resume_session", "close_session", "heartbeat", "ack_events", "append_input_audio", "commit_input_audio", "clear_input_audio", "clear_output_audio", "create_response", "cancel_response", "create_conversation_item", "retrieve_conversation_item", "delete_conversation_item", "truncate_conversation_item", "ack_playback", "cancel_input", "barge_in", "append_input_text"]  # noqa: Y015
     _WhichOneofArgType_command: _TypeAlias = _typing.Literal["command", b"command"]  # noqa: Y015

@@ -1,0 +1,1 @@
+"""Tests of the clients in other languages (clients/), run against the real server."""

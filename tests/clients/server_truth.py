@@ -1,0 +1,71 @@
+"""What the server did, recorded from inside it, to judge clients written in other languages.
+
+A client under test reports what it received and sent; these tests believe the server instead.
+:class:`ServerTruth` wraps the registry (sessions opened, resumes granted), the journal (every
+numbered event, as the bytes sent) and the loopback engine's input (every command that reached
+it), the way the chaos test does.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from omni_grpc.core.journal import Journal
+from omni_grpc.core.registry import Registry
+from omni_grpc.engine.loopback.session import LoopbackSession
+from omni_grpc.wire import pb
+
+
+class ServerTruth:
+    """Sessions opened and resumed, events journaled, and commands the engine received."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.opened: list[str] = []
+        self.resumes: dict[str, int] = defaultdict(int)
+        self._journals: dict[str, Journal] = {}
+        self._journaled: dict[int, list[bytes]] = defaultdict(list)
+        self.engine_input: dict[str, list[pb.ConverseRequest]] = defaultdict(list)
+        record, open_session, resume = Journal.record, Registry.open, Registry.resume
+        submit = LoopbackSession.submit
+
+        def recording(journal: Journal, payload: bytes, now: float) -> bool:
+            kept = record(journal, payload, now)
+            if kept:
+                self._journaled[id(journal)].append(payload)
+            return kept
+
+        def opening(registry: Registry, request: pb.OpenSession, now: float, **kw: Any) -> Any:
+            session, effects = open_session(registry, request, now, **kw)
+            self.opened.append(session.id)
+            self._journals[session.id] = session.journal
+            return session, effects
+
+        def resuming(registry: Registry, request: pb.ResumeSession, now: float, **kw: Any) -> Any:
+            granted = resume(registry, request, now, **kw)  # raises when refused
+            self.resumes[request.session_id] += 1
+            return granted
+
+        async def submitting(session: LoopbackSession, request: pb.ConverseRequest) -> None:
+            self.engine_input[session.id].append(request)
+            await submit(session, request)
+
+        monkeypatch.setattr(Journal, "record", recording)
+        monkeypatch.setattr(Registry, "open", opening)
+        monkeypatch.setattr(Registry, "resume", resuming)
+        monkeypatch.setattr(LoopbackSession, "submit", submitting)
+
+    def events(self, session_id: str) -> list[pb.ConverseResponse]:
+        """Every event the session journaled, in seq order."""
+        payloads = self._journaled[id(self._journals[session_id])]
+        return [pb.ConverseResponse.FromString(payload) for payload in payloads]
+
+    def reply_audio(self, session_id: str) -> bytes:
+        """The output audio the session journaled, in order."""
+        return b"".join(
+            event.output_audio_delta.audio
+            for event in self.events(session_id)
+            if event.WhichOneof("event") == "output_audio_delta"
+        )

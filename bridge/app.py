@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import WSCloseCode, web
+from opentelemetry.trace import Tracer, TracerProvider
 
 from bridge.client_secrets import ClientSecrets, minting_handler
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS, Gate, add_security_headers, host_middleware
@@ -33,6 +34,7 @@ from bridge.inbound import MAX_EVENT_BYTES
 from bridge.metrics import CONNECTIONS, REFUSALS, metrics_handler
 from bridge.outbound import MAX_AUDIO_DELTA_BYTES
 from bridge.relay import Relay
+from bridge.tracing import bridge_tracer
 from omni_grpc.client.channel import ChannelSettings, Connection
 from omni_grpc.wire.keys import bearer_metadata
 
@@ -56,6 +58,7 @@ class Bridge:
         heartbeat_s: float,
         send_deadline_s: float,
         max_audio_delta_bytes: int,
+        tracer: Tracer | None = None,
     ) -> None:
         self.service_settings = service_settings
         self.gate = gate  # what a request must show before it is served
@@ -65,6 +68,7 @@ class Bridge:
         self.send_deadline_s = send_deadline_s  # a client that reads nothing for so long goes
         self.max_audio_delta_bytes = max_audio_delta_bytes
         self.relays: set[Relay] = set()
+        self.tracer = tracer  # each turn's span and its context for the service; None: off
         self.service: Connection | None = None  # the channel, while the application runs
 
     async def connect(self, app: web.Application) -> AsyncIterator[None]:
@@ -120,6 +124,7 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         send_deadline_s=bridge.send_deadline_s,
         transport=request.transport,
         max_audio_delta_bytes=bridge.max_audio_delta_bytes,
+        tracer=bridge.tracer,
     )
     bridge.relays.add(relay)
     CONNECTIONS.inc()
@@ -153,8 +158,10 @@ def create_app(
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS,
     allowed_hosts: tuple[str, ...] = (),
     bound_host: str = "127.0.0.1",
+    tracer_provider: TracerProvider | None = None,
 ) -> web.Application:
-    """Builds the bridge application for the service that ``service_settings`` reach."""
+    """Builds the bridge application for the service that ``service_settings`` reach; with a
+    ``tracer_provider``, each turn is traced and its context goes to the service."""
     bridge = Bridge(
         service_settings,
         gate=Gate(
@@ -169,6 +176,7 @@ def create_app(
         heartbeat_s=heartbeat_s,
         send_deadline_s=send_deadline_s,
         max_audio_delta_bytes=max_audio_delta_bytes,
+        tracer=bridge_tracer(tracer_provider),
     )
     app = web.Application(middlewares=[host_middleware(bridge.gate)])
     app[BRIDGE] = bridge
@@ -226,6 +234,7 @@ async def start_bridge(
     max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES,
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS,
     allowed_hosts: tuple[str, ...] = (),
+    tracer_provider: TracerProvider | None = None,
 ) -> tuple[web.AppRunner, int]:
     """Starts the bridge; returns its runner (``cleanup()`` stops it) and its port.
 
@@ -233,7 +242,8 @@ async def start_bridge(
     reaches the service over TLS, trusting ``grpc_root_cert_file`` or else the same
     certificate (the case of a bridge started next to the service, sharing its files).
     ``service_key``, when given, is presented to the service instead of each client's key.
-    ``allowed_origins`` and ``allowed_hosts`` are :class:`bridge.gate.Gate`'s.
+    ``allowed_origins`` and ``allowed_hosts`` are :class:`bridge.gate.Gate`'s. With a
+    ``tracer_provider`` each turn is traced (:mod:`bridge.tracing`); without one, nothing is.
     """
     root = grpc_root_cert_file or (tls_cert_file if not grpc_plaintext else None)
     app = create_app(
@@ -247,6 +257,7 @@ async def start_bridge(
         allowed_origins=allowed_origins,
         allowed_hosts=allowed_hosts,
         bound_host=host,
+        tracer_provider=tracer_provider,
     )
     # aiohttp's keep-alive timer runs from the moment a connection is accepted and closes it
     # while no whole request has arrived: it is the header read timeout (half-sent requests

@@ -32,6 +32,7 @@ from typing import Any
 import grpc
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
+from opentelemetry.trace import Tracer
 
 from bridge import inbound_events as ce
 from bridge.errors import DialectError
@@ -44,6 +45,7 @@ from bridge.inbound import (
 )
 from bridge.outbound import ServerDialect
 from bridge.outbound_events import RATE_LIMIT_CODE, error_json
+from bridge.tracing import RelayTurns
 from omni_grpc.client.channel import Connection, Stream, StreamBroken
 from omni_grpc.wire import pb
 
@@ -129,6 +131,7 @@ class Relay:
         max_audio_delta_bytes: int,
         send_deadline_s: float,
         transport: asyncio.Transport | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self.ws = ws
         self._transport = transport  # the client's connection, dropped if it never reads again
@@ -151,6 +154,8 @@ class Relay:
         self._opening_update: str | None = None
         # The in-band answer to an opening configuration the service refused (see run()).
         self._config_refused: dict[str, Any] | None = None
+        # The span of each turn and its context for the service; None when tracing is off.
+        self._turns = RelayTurns(tracer) if tracer is not None else None
 
     @property
     def session_id(self) -> str:
@@ -192,6 +197,8 @@ class Relay:
             await self._close_behind()
         finally:
             self._move(RelayState.CLOSED)
+            if self._turns is not None:
+                self._turns.close()
             if self._stream is not None:
                 self._stream.cancel()
             if not self.ws.closed:
@@ -320,6 +327,8 @@ class Relay:
         if is_numbered(request):
             request.client_seq = self._next_seq
             self._next_seq += 1
+        if self._turns is not None:
+            self._turns.sending(request)
         await stream.write(request)
 
     # -- service → client ----------------------------------------------------------------
@@ -329,6 +338,8 @@ class Relay:
         try:
             while (response := await stream.read()) is not None:
                 kind = response.WhichOneof("event")
+                if self._turns is not None:
+                    self._turns.received(kind, response)
                 if kind in ("session_created", "session_resumed"):
                     self._next_seq = response.applied_client_seq + 1
                     if self.state is RelayState.ATTACHING:

@@ -99,6 +99,15 @@ def _add_log_format(parser: Any, default: str | None) -> None:
     )
 
 
+def _add_otlp_endpoint(parser: Any) -> None:
+    parser.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="send one trace per turn to this OTLP/gRPC collector, e.g. http://127.0.0.1:4317 "
+        "(also OTEL_EXPORTER_OTLP_ENDPOINT and the other OTEL_* variables; default: no tracing)",
+    )
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     from omni_grpc.bench.service import main as bench
 
@@ -198,6 +207,7 @@ def _add_serve(commands: Any) -> None:
         help="serve Prometheus /metrics on this port of its own (0 picks one); they are also "
         "on the bridge's HTTP port when it runs (default: no port of its own)",
     )
+    _add_otlp_endpoint(serve)
     serve.add_argument("--log-level", choices=LOG_LEVELS, help="log level (default info)")
     _add_log_format(serve, None)  # None: the file or the environment may set it
     serve.add_argument(
@@ -298,6 +308,7 @@ def _add_bridge(commands: Any) -> None:
         help="serve Prometheus /metrics on this port of its own (0 picks one); they are also "
         "on the bridge's HTTP port (default: no port of its own)",
     )
+    _add_otlp_endpoint(bridge)
     bridge.add_argument(
         "--send-deadline-s",
         type=float,

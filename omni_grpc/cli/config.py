@@ -18,6 +18,7 @@ from typing import Any
 
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS
 from omni_grpc.cli.logs import LOG_FORMATS
+from omni_grpc.cli.tracing import traces_endpoint
 from omni_grpc.client.talk_cli import LOG_LEVELS
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
@@ -43,6 +44,7 @@ class ServeSettings:
     allowed_hosts: tuple[str, ...] = ()  # Host names besides localhost and addresses
     send_deadline_s: float = 10.0  # a websocket client that takes no frame for so long goes
     metrics_port: int | None = None  # /metrics on a port of its own (0 picks one); None: off
+    otlp_endpoint: str | None = None  # OTLP/gRPC collector for traces; None: tracing off
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +67,7 @@ class BridgeSettings:
     header_timeout_s: float = 10.0  # a connection that has not sent its request by then goes
     send_deadline_s: float = 10.0  # a websocket client that takes no frame for so long goes
     metrics_port: int | None = None  # /metrics on a port of its own (0 picks one); None: off
+    otlp_endpoint: str | None = None  # OTLP/gRPC collector for traces; None: tracing off
 
 
 def default_engine() -> str:
@@ -150,6 +153,7 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "max_connection_idle_s": str,
     "send_deadline_s": str,
     "metrics_port": str,
+    "otlp_endpoint": str,
     "log_level": str,
     "log_format": str,
     "session_commands_per_s": str,
@@ -318,6 +322,7 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         allowed_hosts=tuple(map(str, merged.get("allowed_hosts", ()))),
         send_deadline_s=_seconds(merged, "send_deadline_s", 10.0),
         metrics_port=_optional_port(merged.get("metrics_port"), "metrics_port"),
+        otlp_endpoint=traces_endpoint(merged.get("otlp_endpoint"), environ),
     )
 
 
@@ -345,4 +350,5 @@ def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]
         header_timeout_s=_seconds(vars(args), "handshake_timeout_s", 10.0),
         send_deadline_s=_seconds(vars(args), "send_deadline_s", 10.0),
         metrics_port=_optional_port(getattr(args, "metrics_port", None), "metrics_port"),
+        otlp_endpoint=traces_endpoint(getattr(args, "otlp_endpoint", None), environ),
     )

@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from aiohttp import web
+from opentelemetry.trace import TracerProvider
 
 from bridge.app import start_bridge
 from omni_grpc.cli.config import BridgeSettings, ServeSettings
+from omni_grpc.cli.tracing import otlp_tracer_provider
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
 
@@ -48,9 +53,27 @@ class Service:
             await self.metrics.cleanup()  # last, so a scrape sees the drain to its end
 
 
-async def start_service(settings: ServeSettings) -> Service:
-    """Starts the service, and the bridge on ``settings.http_port`` unless that is None."""
-    running = await start_server(settings.server)
+@asynccontextmanager
+async def traces_to(endpoint: str | None) -> AsyncIterator[TracerProvider | None]:
+    """The provider that exports to ``endpoint`` (None: no tracing, no provider); the spans
+    it still holds are sent when the block ends."""
+    if endpoint is None:
+        yield None
+        return
+    provider = otlp_tracer_provider(endpoint, os.environ)
+    logger.info("traces to %s", endpoint)
+    try:
+        yield provider
+    finally:
+        await asyncio.to_thread(provider.shutdown)  # flushes: blocking network I/O
+
+
+async def start_service(
+    settings: ServeSettings, *, tracer_provider: TracerProvider | None = None
+) -> Service:
+    """Starts the service, and the bridge on ``settings.http_port`` unless that is None; with
+    ``tracer_provider`` both trace each turn."""
+    running = await start_server(settings.server, tracer_provider=tracer_provider)
     service = Service(running)
     if settings.metrics_port is not None:
         try:
@@ -79,6 +102,7 @@ async def start_service(settings: ServeSettings) -> Service:
             tls_key_file=settings.server.tls_key_file,
             header_timeout_s=settings.server.handshake_timeout_s,
             send_deadline_s=settings.send_deadline_s,
+            tracer_provider=tracer_provider,
         )
     except BaseException:
         await service.stop()
@@ -98,7 +122,12 @@ async def stop_signalled() -> None:
 
 async def serve(settings: ServeSettings) -> None:
     """Runs the service (and its bridge) until a signal, then drains and stops."""
-    service = await start_service(settings)
+    async with traces_to(settings.otlp_endpoint) as tracer_provider:
+        await _serve(settings, tracer_provider)
+
+
+async def _serve(settings: ServeSettings, tracer_provider: TracerProvider | None) -> None:
+    service = await start_service(settings, tracer_provider=tracer_provider)
     scheme = "https" if settings.server.tls_cert_file else "http"
     bridge = (
         f", websocket bridge on {scheme}://{settings.server.host}:{service.http_port}/"
@@ -114,6 +143,11 @@ async def serve(settings: ServeSettings) -> None:
 
 async def run_bridge(settings: BridgeSettings) -> None:
     """Runs the bridge alone, in front of ``settings.grpc_target``, until a signal."""
+    async with traces_to(settings.otlp_endpoint) as tracer_provider:
+        await _run_bridge(settings, tracer_provider)
+
+
+async def _run_bridge(settings: BridgeSettings, tracer_provider: TracerProvider | None) -> None:
     runner, port = await start_bridge(
         settings.grpc_target,
         host=settings.host,
@@ -128,6 +162,7 @@ async def run_bridge(settings: BridgeSettings) -> None:
         allowed_hosts=settings.allowed_hosts,
         header_timeout_s=settings.header_timeout_s,
         send_deadline_s=settings.send_deadline_s,
+        tracer_provider=tracer_provider,
     )
     metrics: web.AppRunner | None = None
     try:

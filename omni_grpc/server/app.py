@@ -21,6 +21,7 @@ import grpc
 from grpc_health.v1 import _async as health_aio  # the aio servicer; health.aio re-exports it
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from opentelemetry.trace import TracerProvider
 
 from omni_grpc.core import Registry
 from omni_grpc.engine import create_engine
@@ -30,6 +31,7 @@ from omni_grpc.server.auth import ApiKeyInterceptor, open_services
 from omni_grpc.server.servicer import SERVICE, DuplexServicer
 from omni_grpc.server.sessions import Sessions
 from omni_grpc.server.settings import ServerSettings
+from omni_grpc.server.tracing import server_tracer
 
 logger = logging.getLogger(__name__)
 
@@ -100,18 +102,26 @@ def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
 
 
 async def start_server(
-    settings: ServerSettings, *, clock: Callable[[], float] = time.monotonic
+    settings: ServerSettings,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    tracer_provider: TracerProvider | None = None,
 ) -> RunningServer:
     """Starts the gRPC service and its expiry timer; returns at once.
 
     ``clock`` is the one clock every session deadline is measured on (tests pass a fake one
-    and move it instead of sleeping).
+    and move it instead of sleeping). With a ``tracer_provider`` each turn is traced (see
+    :mod:`omni_grpc.server.tracing`); without one, nothing is.
     """
     return_large_blocks()  # freed audio leaves the process (see allocator.py)
     engine = create_engine(settings.engine, dict(settings.engine_options))
     await engine.start()
     sessions = Sessions(
-        Registry(settings.limits, engine.features), engine, clock, api_keys=settings.api_keys
+        Registry(settings.limits, engine.features),
+        engine,
+        clock,
+        api_keys=settings.api_keys,
+        tracer=server_tracer(tracer_provider),
     )
     keyless = open_services(health=settings.open_health, reflection=settings.open_reflection)
     interceptors = [ApiKeyInterceptor(settings.api_keys, keyless)] if settings.api_keys else []

@@ -24,6 +24,7 @@ from omni_grpc.engine.base import EngineSession
 from omni_grpc.server import metrics
 from omni_grpc.server.budget import SessionCharge
 from omni_grpc.server.edge import AudioEdge
+from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class SessionHost:
         on_ended: Callable[[Session], None],
         clock: Callable[[], float],
         charge: SessionCharge,
+        turns: TurnTraces | None = None,
     ) -> None:
         self.session = session
         self.engine = engine
@@ -117,6 +119,8 @@ class SessionHost:
         self._overflow_counted = False
         # When the engine last said the user stopped speaking, until the first audio after it.
         self._speech_ended_at: float | None = None
+        # The session's turns as spans; None when tracing is off (one check per message).
+        self._turns = turns
 
     @property
     def queued_events(self) -> int:
@@ -159,6 +163,8 @@ class SessionHost:
         """
         kind = request.WhichOneof("command")
         metrics.command(kind)
+        if self._turns is not None:
+            self._turns.command(request)
         if kind == "append_input_audio":
             started = time.perf_counter()  # host time, not the session clock
             await self.apply(self.session.receive(generation, request, self._clock()))
@@ -214,6 +220,8 @@ class SessionHost:
         if effects.ended and not self.ended:
             self.ended = True
             metrics.session_ended(self.session, self.expiry_reason)
+            if self._turns is not None:
+                self._turns.close()
             self.charge.input_taken()  # the engine session and its buffer go
             self._on_ended(self.session)
             asyncio.get_running_loop().create_task(self._shut_engine())
@@ -272,6 +280,8 @@ class SessionHost:
             async for event in self.engine.events():
                 kind = event.WhichOneof("event")
                 metrics.engine_event(kind, event)
+                if self._turns is not None:
+                    self._turns.event(kind, event)
                 if kind == "output_audio_delta":
                     if self._speech_ended_at is not None:
                         elapsed_s = time.perf_counter() - self._speech_ended_at
@@ -298,6 +308,8 @@ class SessionHost:
         """Stops the session's tasks and engine without any event (server shutdown)."""
         for task in self._tasks:
             task.cancel()
+        if self._turns is not None:
+            self._turns.close()
         with contextlib.suppress(Exception):
             await self.engine.close()
 

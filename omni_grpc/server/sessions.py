@@ -14,6 +14,8 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 
+from opentelemetry.trace import Tracer
+
 from omni_grpc.core import Effects, Registry, Session, State, StreamRefused
 from omni_grpc.core.errors import Status
 from omni_grpc.core.rate_limits import KeyAllowances
@@ -21,6 +23,7 @@ from omni_grpc.engine.base import Engine
 from omni_grpc.server import metrics
 from omni_grpc.server.budget import MemoryBudget, SessionCharge
 from omni_grpc.server.host import SendQueue, SessionHost
+from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -49,6 +52,7 @@ class Sessions:
         clock: Callable[[], float],
         *,
         api_keys: Sequence[str] = (),
+        tracer: Tracer | None = None,
     ) -> None:
         self.registry = registry
         self.engine = engine
@@ -60,6 +64,7 @@ class Sessions:
         self._hosts: dict[str, SessionHost] = {}
         # Set whenever a stream lets go of its session, so a drain can wait for the last one.
         self._released = asyncio.Event()
+        self._tracer = tracer  # None: tracing is off, and no session pays for it
         metrics.SESSION_GAUGES.watch(self)  # attached and detached, counted at scrape time
 
     def __iter__(self) -> Iterator[SessionHost]:
@@ -92,7 +97,8 @@ class Sessions:
                 retry_after_s=1.0,
             ) from None
         charge = SessionCharge(self.budget, self.registry.limits.max_pending_input_bytes)
-        host = SessionHost(session, engine_session, self._forget, self.clock, charge)
+        turns = TurnTraces(self._tracer, session.id) if self._tracer is not None else None
+        host = SessionHost(session, engine_session, self._forget, self.clock, charge, turns)
         self._hosts[session.id] = host
         queue = host.attach(1)
         host.deliver(effects)

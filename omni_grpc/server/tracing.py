@@ -1,0 +1,183 @@
+"""One OpenTelemetry trace per turn: the server's turn span and its stage spans.
+
+A ``Converse`` stream lives for a whole conversation, so call metadata cannot say which trace a
+turn belongs to. A client that traces puts the W3C context of its turn (``traceparent``,
+``tracestate``) in ``ConverseRequest.trace_context`` on the command that starts the turn (the
+websocket bridge does); a new ``traceparent`` starts the server's ``omni.turn`` span as a child
+of it. Turns that start with no context (a client that does not trace, a turn the engine's
+server VAD opened) get a root ``omni.turn`` of their own.
+
+Engines know nothing of tracing: the stage spans are built here from the contract's events as
+the host takes them from the engine, with explicit start and end times on the server's clock:
+
+* ``omni.vad``: from ``speech_started`` to ``speech_stopped`` (the end of speech the VAD found);
+* ``omni.asr``: from the commit (``input_committed``) to ``input_transcription``;
+* ``omni.lm.first_token``: from ``response_created`` to the response's first text
+  (``output_text_delta`` or ``output_audio_transcript_delta``);
+* ``omni.tts.first_audio``: from that first text (or ``response_created``, when the audio comes
+  first) to the first ``output_audio_delta``.
+
+``response_done`` (or ``response_listen``, the engine choosing not to answer) ends the turn, with
+the engine's own ``TurnLatency`` and usage as attributes. No transcript or audio goes into a span.
+
+When tracing is off the host holds no :class:`TurnTraces` at all: its cost is one attribute
+check per command and per engine event.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer, TracerProvider
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+import omni_grpc
+from omni_grpc.wire import pb
+
+TRACER_NAME = "omni_grpc.server"
+PROPAGATOR = TraceContextTextMapPropagator()
+
+# Events that open a turn when none is open (a turn the client did not announce).
+_TURN_OPENERS = frozenset({"speech_started", "input_committed", "response_created"})
+_TEXT_EVENTS = frozenset({"output_text_delta", "output_audio_transcript_delta"})
+
+
+def server_tracer(provider: TracerProvider | None) -> Tracer | None:
+    """The server's tracer from ``provider``; None (tracing off) without one."""
+    if provider is None:
+        return None
+    return provider.get_tracer(TRACER_NAME, omni_grpc.__version__)
+
+
+@dataclass(slots=True)
+class _Turn:
+    """One open turn: its span and the moments its stages start from (ns, server clock)."""
+
+    span: Span
+    context: Context  # the turn span's context: the parent of its stage spans
+    started_ns: int
+    speech_started_ns: int | None = None
+    committed_ns: int | None = None
+    response_ns: int | None = None
+    first_text_ns: int | None = None
+    first_audio_ns: int | None = None
+
+
+class TurnTraces:
+    """The turns of one session, as spans: fed every command and engine event by its host."""
+
+    __slots__ = ("_tracer", "_session_id", "_parent", "_traceparent", "_turn")
+
+    def __init__(self, tracer: Tracer, session_id: str) -> None:
+        self._tracer = tracer
+        self._session_id = session_id
+        self._parent: Context | None = None  # the last context a client sent
+        self._traceparent = ""
+        self._turn: _Turn | None = None
+
+    def command(self, request: pb.ConverseRequest) -> None:
+        """A command came in: a new trace context starts a new turn under it."""
+        carrier = request.trace_context
+        if not carrier:
+            return
+        traceparent = carrier.get("traceparent", "")
+        if traceparent == self._traceparent:
+            return  # the turn already open (a commit or response.create of the same turn)
+        self._traceparent = traceparent
+        self._parent = PROPAGATOR.extract(carrier=dict(carrier))
+        self._end_turn("superseded")
+        self._open_turn(time.time_ns(), opened_by=request.WhichOneof("command") or "")
+
+    def event(self, kind: str | None, event: pb.ConverseResponse) -> None:
+        """An engine event went by: it may start, end or mark a stage of the turn."""
+        now = time.time_ns()
+        turn = self._turn
+        if turn is None:
+            if kind not in _TURN_OPENERS:
+                return
+            turn = self._open_turn(now, opened_by=kind or "")
+        if kind == "speech_started":
+            turn.speech_started_ns = now
+        elif kind == "speech_stopped":
+            stopped = event.speech_stopped
+            self._stage(
+                turn, "omni.vad", turn.speech_started_ns, now, audio_end_ms=stopped.audio_end_ms
+            )
+        elif kind == "input_committed":
+            turn.committed_ns = now
+        elif kind == "input_transcription":
+            chars = len(event.input_transcription.transcript)
+            self._stage(turn, "omni.asr", turn.committed_ns, now, transcript_chars=chars)
+        elif kind == "response_created":
+            turn.response_ns = now
+        elif kind in _TEXT_EVENTS and turn.first_text_ns is None:
+            turn.first_text_ns = now
+            self._stage(turn, "omni.lm.first_token", turn.response_ns, now)
+        elif kind == "output_audio_delta" and turn.first_audio_ns is None:
+            turn.first_audio_ns = now
+            self._stage(turn, "omni.tts.first_audio", turn.first_text_ns or turn.response_ns, now)
+        elif kind == "response_done":
+            _describe_response(turn.span, event.response_done.response)
+            self._end_turn("response_done", now)
+        elif kind == "response_listen":
+            self._end_turn("response_listen", now)
+
+    def close(self) -> None:
+        """The session ended: a turn still open ends with it."""
+        self._end_turn("session_ended")
+
+    def _open_turn(self, now: int, *, opened_by: str) -> _Turn:
+        span = self._tracer.start_span(
+            "omni.turn",
+            context=self._parent,
+            kind=SpanKind.SERVER,
+            start_time=now,
+            attributes={"omni.session_id": self._session_id, "omni.turn.opened_by": opened_by},
+        )
+        self._turn = _Turn(span, trace.set_span_in_context(span), now)
+        return self._turn
+
+    def _end_turn(self, reason: str, now: int | None = None) -> None:
+        turn, self._turn = self._turn, None
+        if turn is not None:
+            turn.span.set_attribute("omni.turn.ended_by", reason)
+            turn.span.end(end_time=now)
+
+    def _stage(
+        self, turn: _Turn, name: str, start_ns: int | None, end_ns: int, **attributes: float
+    ) -> None:
+        """A finished stage: from ``start_ns`` (the turn's start when unknown) to ``end_ns``."""
+        span = self._tracer.start_span(
+            name,
+            context=turn.context,
+            start_time=turn.started_ns if start_ns is None else start_ns,
+            attributes={f"omni.{key}": value for key, value in attributes.items()},
+        )
+        span.end(end_time=end_ns)
+
+
+def _describe_response(span: Span, response: pb.Response) -> None:
+    """The engine's own measures of the response (ms from the turn's commit, its clock)."""
+    latency, usage = response.latency, response.usage
+    span.set_attributes(
+        {
+            "omni.response.id": response.id,
+            "omni.response.status": pb.ResponseStatus.Name(response.status),
+            "omni.response.status_reason": response.status_reason,
+            "omni.latency.first_text_ms": latency.first_text_ms,
+            "omni.latency.first_audio_ms": latency.first_audio_ms,
+            "omni.latency.total_ms": latency.total_ms,
+            "omni.latency.real_time_factor": latency.real_time_factor,
+            "omni.usage.input_tokens": usage.input_tokens,
+            "omni.usage.output_tokens": usage.output_tokens,
+            "omni.usage.output_audio_ms": usage.output_audio_ms,
+        }
+    )
+    if response.status == pb.RESPONSE_STATUS_FAILED:
+        span.set_status(StatusCode.ERROR, response.status_reason)
+
+
+__all__ = ["PROPAGATOR", "TurnTraces", "server_tracer"]

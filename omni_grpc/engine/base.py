@@ -22,7 +22,7 @@ lifecycle, items, the event queue, the speech player) is in :mod:`omni_grpc.engi
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from omni_grpc.core.limits import EngineFeatures
 from omni_grpc.wire import pb
@@ -34,6 +34,11 @@ class EngineError(Exception):
 
 class EngineSession(abc.ABC):
     """One conversation inside an engine."""
+
+    # Told, from the event loop, when a response reaches a moment no event shows: ("first_token",
+    # response id) when the language model's first piece comes, which a speaking engine sends
+    # only with the audio made from it. The server sets it to trace turns; None: nobody asks.
+    on_stage: Callable[[str, str], None] | None = None
 
     @abc.abstractmethod
     async def submit(self, request: pb.ConverseRequest) -> None:

@@ -121,6 +121,8 @@ class SessionHost:
         self._speech_ended_at: float | None = None
         # The session's turns as spans; None when tracing is off (one check per message).
         self._turns = turns
+        if turns is not None:
+            engine.on_stage = turns.stage
 
     @property
     def queued_events(self) -> int:

@@ -12,10 +12,11 @@ the host takes them from the engine, with explicit start and end times on the se
 
 * ``omni.vad``: from ``speech_started`` to ``speech_stopped`` (the end of speech the VAD found);
 * ``omni.asr``: from the commit (``input_committed``) to ``input_transcription``;
-* ``omni.lm.first_token``: from ``response_created`` to the response's first text
-  (``output_text_delta`` or ``output_audio_transcript_delta``);
-* ``omni.tts.first_audio``: from that first text (or ``response_created``, when the audio comes
-  first) to the first ``output_audio_delta``.
+* ``omni.lm.first_token``: from ``response_created`` to the language model's first token: the
+  moment the engine tells through ``EngineSession.on_stage`` (the embedded engine does: it sends
+  text only with the audio made from it), else the response's first text event;
+* ``omni.tts.first_audio``: from that first token (or ``response_created``, when audio comes
+  before any) to the first ``output_audio_delta``.
 
 ``response_done`` (or ``response_listen``, the engine choosing not to answer) ends the turn, with
 the engine's own ``TurnLatency`` and usage as attributes. No transcript or audio goes into a span.
@@ -61,15 +62,16 @@ class _Turn:
     started_ns: int
     speech_started_ns: int | None = None
     committed_ns: int | None = None
+    response_id: str = ""
     response_ns: int | None = None
-    first_text_ns: int | None = None
+    first_token_ns: int | None = None
     first_audio_ns: int | None = None
 
 
 class TurnTraces:
     """The turns of one session, as spans: fed every command and engine event by its host."""
 
-    __slots__ = ("_tracer", "_session_id", "_parent", "_traceparent", "_turn")
+    __slots__ = ("_tracer", "_session_id", "_parent", "_traceparent", "_turn", "_first_tokens")
 
     def __init__(self, tracer: Tracer, session_id: str) -> None:
         self._tracer = tracer
@@ -77,6 +79,14 @@ class TurnTraces:
         self._parent: Context | None = None  # the last context a client sent
         self._traceparent = ""
         self._turn: _Turn | None = None
+        # When the engine said each response's first token came, until that response is done:
+        # it may tell before the host has taken the response's earlier events.
+        self._first_tokens: dict[str, int] = {}
+
+    def stage(self, name: str, response_id: str) -> None:
+        """The engine says a response reached a stage no event shows (see ``on_stage``)."""
+        if name == "first_token":
+            self._first_tokens.setdefault(response_id, time.time_ns())
 
     def command(self, request: pb.ConverseRequest) -> None:
         """A command came in: a new trace context starts a new turn under it."""
@@ -113,17 +123,27 @@ class TurnTraces:
             self._stage(turn, "omni.asr", turn.committed_ns, now, transcript_chars=chars)
         elif kind == "response_created":
             turn.response_ns = now
-        elif kind in _TEXT_EVENTS and turn.first_text_ns is None:
-            turn.first_text_ns = now
-            self._stage(turn, "omni.lm.first_token", turn.response_ns, now)
+            turn.response_id = event.response_created.response.id
+        elif kind in _TEXT_EVENTS and turn.first_token_ns is None:
+            self._first_token(turn, self._first_tokens.get(turn.response_id, now))
         elif kind == "output_audio_delta" and turn.first_audio_ns is None:
             turn.first_audio_ns = now
-            self._stage(turn, "omni.tts.first_audio", turn.first_text_ns or turn.response_ns, now)
+            if turn.first_token_ns is None and turn.response_id in self._first_tokens:
+                self._first_token(turn, self._first_tokens[turn.response_id])
+            self._stage(turn, "omni.tts.first_audio", turn.first_token_ns or turn.response_ns, now)
         elif kind == "response_done":
-            _describe_response(turn.span, event.response_done.response)
+            response = event.response_done.response
+            self._first_tokens.pop(response.id, None)
+            _describe_response(turn.span, response)
             self._end_turn("response_done", now)
         elif kind == "response_listen":
             self._end_turn("response_listen", now)
+
+    def _first_token(self, turn: _Turn, at_ns: int) -> None:
+        turn.first_token_ns = at_ns
+        # The engine may tell of the token before the host took response_created.
+        start = min(turn.response_ns, at_ns) if turn.response_ns is not None else None
+        self._stage(turn, "omni.lm.first_token", start, at_ns)
 
     def close(self) -> None:
         """The session ended: a turn still open ends with it."""

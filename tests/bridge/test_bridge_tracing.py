@@ -158,3 +158,42 @@ async def test_nothing_is_traced_when_tracing_is_off(
     kinds = [kind for kind, _ in commands]
     assert "append_input_audio" in kinds and "commit_input_audio" in kinds
     assert all(not context for _, context in commands)
+
+
+async def test_a_spoken_turn_has_every_stage_span(
+    provider: TracerProvider, exporter: InMemorySpanExporter, speech: bytes
+) -> None:
+    """Real speech through the embedded engine: server VAD ends the turn, Whisper writes it
+    down, the echo responder answers through espeak-ng."""
+    embedded = ServerSettings(
+        grpc_port=0, engine="embedded", engine_options={"responder": "echo", "pace": "fast"}
+    )
+    async for service in started(embedded, provider):
+        assert service.http_port is not None
+        async with realtime_socket(service.http_port) as ws:
+            assert (await ws.recv())["type"] == "session.created"
+            chunk = 4800  # 100 ms of pcm16 at 24 kHz
+            for start in range(0, len(speech), chunk):
+                audio = base64.b64encode(speech[start : start + chunk]).decode()
+                await ws.send({"type": "input_audio_buffer.append", "audio": audio})
+            await ws.send({"type": "input_audio_buffer.append", "audio": SILENCE_1S})
+            events = await ws.until("response.done", wait_s=60)
+    kinds = [event["type"] for event in events]
+    assert "input_audio_buffer.speech_stopped" in kinds
+    spans = exporter.get_finished_spans()
+    _, server_turn = the_turn(spans)
+    stages = stages_of(spans, server_turn)
+    assert set(stages) == {"omni.vad", "omni.asr", "omni.lm.first_token", "omni.tts.first_audio"}
+    vad, asr = stages["omni.vad"], stages["omni.asr"]
+    assert vad.attributes is not None and asr.attributes is not None
+    assert vad.attributes["omni.audio_end_ms"] > 0
+    assert asr.attributes["omni.transcript_chars"] > 0
+    # The stages in the order a spoken turn passes them, each starting where its input was ready.
+    assert vad.end_time is not None and asr.start_time is not None
+    assert vad.end_time <= asr.start_time
+    lm, tts = stages["omni.lm.first_token"], stages["omni.tts.first_audio"]
+    assert asr.end_time is not None and lm.start_time is not None
+    assert asr.end_time <= lm.start_time
+    # The engine told when the responder's first piece came (its text goes out only with the
+    # audio made from it), so speech synthesis is timed from there to the first audio.
+    assert lm.end_time is not None and tts.start_time == lm.end_time

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine import kit
@@ -302,11 +302,14 @@ class EmbeddedSession(kit.ConversationSession):
         player = kit.SpeechPlayer(
             self._events, answer, chunk_ms=options.chunk_ms, pacing=kit.Pacing(self._realtime)
         )
+        pieces = stream.pieces
+        if self.on_stage is not None:
+            pieces = _first_told(pieces, self.on_stage, answer.id)
         try:
             if answer.speaks:
-                await player.speak(stream.pieces, self._runtime.tts, answer.voice or options.voice)
+                await player.speak(pieces, self._runtime.tts, answer.voice or options.voice)
             else:
-                await player.write(stream.pieces)
+                await player.write(pieces)
         finally:
             stream.stop()
             answer.output_tokens = stream.tokens
@@ -323,3 +326,15 @@ class EmbeddedSession(kit.ConversationSession):
             for item, text in self._heard()
             if text
         ]
+
+
+async def _first_told(
+    pieces: AsyncIterator[str], on_stage: Callable[[str, str], None], response_id: str
+) -> AsyncIterator[str]:
+    """Passes the responder's pieces on, telling ``on_stage`` when the first one comes."""
+    told = False
+    async for piece in pieces:
+        if not told:
+            on_stage("first_token", response_id)
+            told = True
+        yield piece

@@ -38,6 +38,7 @@ CHUNK_MS = 100
 CHUNK_BYTES = RATE_HZ * CHUNK_MS // 1000 * 2
 UPLOAD_CUT_BYTES = 12 * CHUNK_BYTES  # client-to-server bytes: about a third into the upload
 REPLY_CUT_BYTES = 40_000  # server-to-client bytes after the first cut: inside the reply
+RANDOM_CUT_MEAN_BYTES = 8_000
 
 
 @pytest.fixture(scope="session")
@@ -155,6 +156,15 @@ def journal_rate(journal: list[pb.ConverseResponse]) -> int:
     return rates.pop()
 
 
+def test_node_unit_tests_pass(stream_wav: Path) -> None:
+    """The client's own tests (node:test): bookkeeping and WAV reading and writing."""
+    result = subprocess.run(
+        ["node", "--test", "test/"], cwd=NODE_DIR, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "# fail 0" in result.stdout and "# pass 0" not in result.stdout
+
+
 async def test_uncut_run_matches_the_server(stream_wav: Path, served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     truth, running, proxy = served
     sent = speech_like(tmp_path / "in.wav", 1.0)
@@ -193,4 +203,18 @@ async def test_cuts_during_upload_and_reply_lose_and_double_nothing(  # type: ig
     # The upload cut fell inside a chunk's message, so that chunk had to be sent again (and,
     # above, still reached the engine exactly once).
     assert run.summary["resent_commands"] >= 1
+    assert len(running.registry) == 0
+
+
+async def test_random_cuts_anywhere_lose_and_double_nothing(  # type: ignore[no-untyped-def]
+    stream_wav: Path, served, tmp_path: Path
+) -> None:
+    truth, running, proxy = served
+    sent = speech_like(tmp_path / "in.wav", 2.0)
+    proxy.cut_randomly(mean_bytes=RANDOM_CUT_MEAN_BYTES)  # mid-message, mid-handshake, anywhere
+    process = await start(stream_wav, proxy, tmp_path / "in.wav", tmp_path / "reply.wav")
+    run = await finish(process, tmp_path / "reply.wav")
+    proxy.cut_randomly(None)
+    assert_server_agrees(truth, run, sent)
+    assert proxy.stats.cuts >= 5, proxy.stats  # about 10 on this seed
     assert len(running.registry) == 0

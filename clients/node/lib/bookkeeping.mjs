@@ -29,6 +29,7 @@ export class CommandJournal {
 
   /** Forgets every command the server applied (client_seq <= applied); returns how many. */
   trim(applied) {
+    exact(applied, "applied_client_seq");
     let removed = 0;
     while (this.#entries.length > 0 && this.#entries[0].client_seq <= applied) {
       this.#entries.shift();
@@ -58,6 +59,7 @@ export class EventCursor {
    * seq 0 marks events outside the journal (handshakes, warnings), each sent only once.
    */
   admit(seq) {
+    exact(seq, "seq");
     if (seq === 0) {
       return true;
     }
@@ -70,6 +72,13 @@ export class EventCursor {
     }
     this.lastSeq = seq;
     return true;
+  }
+}
+
+/** Refuses a 64-bit number that a JavaScript Number could not hold exactly. */
+function exact(value, name) {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new ProtocolViolation(`${name} ${value} is not a whole number below 2^53`);
   }
 }
 

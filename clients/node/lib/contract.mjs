@@ -16,8 +16,10 @@ const PROTO_FILE = "omni/duplex/v1/duplex.proto";
 const REPOSITORY_PROTO_ROOT = fileURLToPath(new URL("../../../proto", import.meta.url));
 
 // How messages look in JavaScript: the proto's own field names (client_seq, not clientSeq), so
-// the code reads like the contract; 64-bit integers as Number (seqs stay far below 2^53); enums
-// as their names; and the name of the set oneof member in a virtual field (`event`, `command`).
+// the code reads like the contract; 64-bit integers as Number, which is exact below 2^53 (a seq
+// would need 285 years at a million events a second to get there; the bookkeeping refuses any
+// number past it rather than round it); enums as their names; and the name of the set oneof
+// member in a virtual field (`event`, `command`).
 const AS_JAVASCRIPT = { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true };
 
 // Statuses that say the stream failed, not the session or the request: trying again, to open

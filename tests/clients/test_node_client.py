@@ -12,6 +12,7 @@ journaled.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import math
 import shutil
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf import json_format
 
 from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
@@ -138,7 +140,8 @@ def assert_server_agrees(truth: ServerTruth, run: Run, sent: bytes) -> str:
     journal = truth.events(session_id)
     numbered = [e for e in run.events if e["seq"]]
     assert [e["seq"] for e in numbered] == list(range(1, len(journal) + 1))
-    assert [e["type"] for e in numbered] == [e.WhichOneof("event") for e in journal]
+    for printed, journaled in zip(numbered, journal, strict=True):
+        assert_same_event(printed, journaled)
     assert numbered[-1]["type"] == "session_closed"
     # The saved reply is the audio the server journaled: the loopback engine says the input
     # back, so it is as long as the input, at the output rate.
@@ -146,6 +149,33 @@ def assert_server_agrees(truth: ServerTruth, run: Run, sent: bytes) -> str:
     assert run.reply_rate_hz == journal_rate(journal)
     assert len(run.reply) // 2 == len(sent) // 2 * run.reply_rate_hz // RATE_HZ
     return session_id
+
+
+def assert_same_event(printed: dict[str, Any], journaled: pb.ConverseResponse) -> None:
+    """Checks a printed event against the journaled one, field for field: every field the
+    server set has the same value in the print (64-bit numbers as numbers, audio as its size)."""
+    kind = journaled.WhichOneof("event")
+    assert printed["type"] == kind
+    fields = json_format.MessageToDict(journaled, preserving_proto_field_name=True)
+    for path, value in leaves(fields):
+        shown: Any = printed
+        for key in path:
+            shown = shown[key]
+        if isinstance(shown, dict) and "bytes" in shown:  # bytes print as their count
+            assert shown["bytes"] == len(base64.b64decode(value)), path
+        elif isinstance(shown, int) and isinstance(value, str):  # 64-bit: a string in JSON
+            assert shown == int(value), path
+        else:
+            assert shown == value, (path, shown, value)
+
+
+def leaves(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], Any]]:
+    """The scalar values of a JSON-like tree, each with its path of keys and indexes."""
+    if isinstance(value, dict):
+        return [leaf for key, item in value.items() for leaf in leaves(item, (*path, key))]
+    if isinstance(value, list):
+        return [leaf for index, item in enumerate(value) for leaf in leaves(item, (*path, index))]
+    return [(path, value)]
 
 
 def journal_rate(journal: list[pb.ConverseResponse]) -> int:

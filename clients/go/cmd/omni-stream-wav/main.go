@@ -19,6 +19,7 @@ import (
 	pb "github.com/omni-grpc/omni-grpc/clients/go/gen/omni/duplex/v1"
 	"github.com/omni-grpc/omni-grpc/clients/go/wav"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 )
 
@@ -67,7 +68,13 @@ func dial(s settings) (*grpc.ClientConn, error) {
 		}
 		security = grpc.WithTransportCredentials(creds)
 	}
-	return grpc.Dial(s.target, security)
+	// gRPC's own reconnect backoff grows to two minutes; held to the client's five seconds,
+	// a resume after a short outage finds a connection instead of a waiting channel.
+	reconnect := grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+		MinConnectTimeout: 5 * time.Second,
+	})
+	return grpc.Dial(s.target, security, reconnect)
 }
 
 // sessionConfig asks for what this command sends and keeps: pcm16 both ways, audio

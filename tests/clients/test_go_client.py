@@ -3,11 +3,12 @@
 ``omni-stream-wav`` is built once with ``clients/go/build.sh`` and runs as a subprocess: it says
 a WAV file through a ChaosProxy to a real server with the loopback engine, prints every event as
 a protojson line and saves the reply. One run is cut twice (during the audio upload, then during
-the reply) and one is not. The verdict comes from the server (tests/clients/server_truth.py),
-not from the client: one session was opened and then resumed, never reopened; every chunk
-reached the engine exactly once and in order; the client printed every journaled event once, in
-order, and each printed event is the journaled one field for field; the saved reply is the audio
-the server journaled. The Go sources are also held to gofmt, go vet and their own go tests.
+the reply), one is not, and one goes straight to a TLS server with a pinned certificate. The
+verdict comes from the server (tests/clients/server_truth.py), not from the client: one session
+was opened and then resumed, never reopened; every chunk reached the engine exactly once and in
+order; the client printed every journaled event once, in order, and each printed event is the
+journaled one field for field; the saved reply is the audio the server journaled. The Go
+sources are also held to gofmt, go vet and their own go tests.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
 from tests.client.proxy import ChaosProxy
 from tests.clients.server_truth import ServerTruth
-from tests.serving import eventually, serving, settings
+from tests.serving import eventually, self_signed_certificate, serving, settings
 
 GO_DIR = Path(__file__).parents[2] / "clients" / "go"
 GO_PACKAGES = (
@@ -117,11 +118,12 @@ class Run:
 
 
 async def start(
-    build: GoBuild, proxy: ChaosProxy, wav: Path, out: Path
+    build: GoBuild, target: str, wav: Path, out: Path, *extra: str
 ) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         str(build.binary),
-        *("--target", proxy.target, "--api-key", API_KEY, "--wav", str(wav), "--out", str(out)),
+        *("--target", target, "--api-key", API_KEY, "--wav", str(wav), "--out", str(out)),
+        *extra,
         *("--chunk-ms", str(CHUNK_MS), "--timeout", "30s"),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -183,7 +185,7 @@ async def test_uncut_run_matches_the_server(
 ) -> None:
     truth, running, proxy = served
     sent = gliding_tone(tmp_path / "in.wav", 1.0)
-    process = await start(go_build, proxy, tmp_path / "in.wav", tmp_path / "reply.wav")
+    process = await start(go_build, proxy.target, tmp_path / "in.wav", tmp_path / "reply.wav")
     run = await finish(process, tmp_path / "reply.wav")
     session_id = assert_server_agrees(truth, run, sent)
     assert proxy.stats.cuts == 0
@@ -198,7 +200,7 @@ async def test_cuts_during_upload_and_reply_lose_and_double_nothing(
     truth, running, proxy = served
     sent = gliding_tone(tmp_path / "in.wav", 2.0)
     proxy.cut_after_bytes(UPLOAD_CUT_BYTES, direction="up")
-    process = await start(go_build, proxy, tmp_path / "in.wav", tmp_path / "reply.wav")
+    process = await start(go_build, proxy.target, tmp_path / "in.wav", tmp_path / "reply.wav")
     await eventually(lambda: proxy.stats.cuts >= 1, timeout_s=20)
     upload_cut_at = len(truth.engine_input[truth.opened[0]])
     proxy.cut_after_bytes(REPLY_CUT_BYTES, direction="down")
@@ -216,6 +218,21 @@ async def test_cuts_during_upload_and_reply_lose_and_double_nothing(
     resumed = [e for e in run.events if kind(e) == "session_resumed"]
     assert truth.resumes[session_id] == len(resumed) == run.reconnects >= 2
     assert len(running.registry) == 0
+
+
+async def test_tls_run_with_a_pinned_certificate(
+    go_build: GoBuild, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    truth = ServerTruth(monkeypatch)
+    cert, key = self_signed_certificate(tmp_path)
+    tls = settings(api_keys=(API_KEY,), tls_cert_file=str(cert), tls_key_file=str(key))
+    sent = gliding_tone(tmp_path / "in.wav", 0.5)
+    async with serving(tls) as running:
+        process = await start(
+            go_build, running.target, tmp_path / "in.wav", tmp_path / "reply.wav", "--ca", str(cert)
+        )
+        run = await finish(process, tmp_path / "reply.wav")
+    assert_server_agrees(truth, run, sent)
 
 
 def test_go_sources_are_gofmt_clean_vetted_and_pass_their_tests(go_build: GoBuild) -> None:

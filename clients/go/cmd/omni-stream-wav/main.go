@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 )
 
 type settings struct {
@@ -74,7 +75,12 @@ func dial(s settings) (*grpc.ClientConn, error) {
 		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 		MinConnectTimeout: 5 * time.Second,
 	})
-	return grpc.Dial(s.target, security, reconnect)
+	// Pings find a path that hangs without a reset (the server allows one every 5 s); the
+	// stream then breaks and resumes instead of waiting forever.
+	pings := grpc.WithKeepaliveParams(keepalive.ClientParameters{
+		Time: 20 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true,
+	})
+	return grpc.Dial(s.target, security, reconnect, pings)
 }
 
 // sessionConfig asks for what this command sends and keeps: pcm16 both ways, audio

@@ -220,6 +220,23 @@ async def test_cuts_during_upload_and_reply_lose_and_double_nothing(
     assert len(running.registry) == 0
 
 
+async def test_a_wrong_key_fails_with_the_servers_reason(
+    go_build: GoBuild, served: Served, tmp_path: Path
+) -> None:
+    truth, _, proxy = served
+    gliding_tone(tmp_path / "in.wav", 0.2)
+    process = await asyncio.create_subprocess_exec(
+        str(go_build.binary),
+        *("--target", proxy.target, "--api-key", "not-the-key", "--wav", str(tmp_path / "in.wav")),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 1
+    assert "code = Unauthenticated" in stderr.decode() and stdout == b""
+    assert truth.opened == []
+
+
 async def test_tls_run_with_a_pinned_certificate(
     go_build: GoBuild, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

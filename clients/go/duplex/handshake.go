@@ -37,10 +37,13 @@ func (c *Client) handshake(first *pb.ConverseRequest) (*attachment, *pb.Converse
 		return nil, nil, err
 	}
 	att.stream = stream
-	if err := stream.Send(first); err != nil {
-		_, err = stream.Recv() // Send reports only io.EOF; the status comes from Recv
+	if sendErr := stream.Send(first); sendErr != nil {
+		// Send reports only io.EOF; the stream's status comes from Recv.
+		if _, err := stream.Recv(); err != nil {
+			sendErr = err
+		}
 		cancel()
-		return nil, nil, err
+		return nil, nil, sendErr
 	}
 	timer := time.AfterFunc(c.opts.HandshakeTimeout, cancel)
 	reply, err := stream.Recv()

@@ -139,8 +139,11 @@ func talk(s settings, stdout, stderr io.Writer) error {
 	<-answer.done
 	stats := client.Stats()
 	fmt.Fprintf(stderr, "reconnects: %d, commands resent: %d\n", stats.Reconnects, stats.Resent)
-	if answer.failure != "" {
-		return errors.New(answer.failure)
+	if err := answer.outcome(); err != nil {
+		if closeErr != nil {
+			return fmt.Errorf("%w (%v)", err, closeErr)
+		}
+		return err
 	}
 	if s.outPath != "" {
 		if err := wav.Write(s.outPath, answer.audio()); err != nil {

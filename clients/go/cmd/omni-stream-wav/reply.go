@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -21,10 +22,11 @@ type reply struct {
 	done     chan struct{} // closed when the events end
 	once     sync.Once
 
-	mu      sync.Mutex
-	pcm     []byte
-	rateHz  uint32
-	failure string
+	mu       sync.Mutex
+	pcm      []byte
+	rateHz   uint32
+	complete bool // response_done arrived
+	failure  string
 }
 
 func newReply(out io.Writer) *reply {
@@ -45,6 +47,9 @@ func (r *reply) follow(events <-chan *pb.ConverseResponse) {
 		case *pb.ConverseResponse_OutputAudioDelta:
 			r.keep(e.OutputAudioDelta)
 		case *pb.ConverseResponse_ResponseDone:
+			r.mu.Lock()
+			r.complete = true
+			r.mu.Unlock()
 			r.finish("")
 		case *pb.ConverseResponse_Error:
 			// A refused command means the turn the server heard is not the file.
@@ -81,6 +86,19 @@ func (r *reply) setFailure(failure string) {
 	if r.failure == "" {
 		r.failure = failure
 	}
+}
+
+// outcome says why the answer is not usable, or nil when it is; call it once events ended.
+func (r *reply) outcome() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.failure != "":
+		return errors.New(r.failure)
+	case !r.complete:
+		return errors.New("the events ended before the answer was done")
+	}
+	return nil
 }
 
 func (r *reply) audio() wav.Audio {

@@ -78,11 +78,11 @@ type Client struct {
 	token      string
 	journal    Journal
 	cursor     Cursor
-	unacked    int // journaled events received since the last ack
-	unprobed   int // numbered commands sent since the last heartbeat
-	closing    bool
+	unacked    int  // journaled events received since the last ack
+	unprobed   int  // numbered commands sent since the last heartbeat
+	closing    bool // Close was called: the session's end is expected
 	stats      Stats
-	terminated bool
+	terminated bool // the events ended, or Close gave up: no more writes or resumes
 }
 
 // Open opens a new session on conn with config and starts keeping it attached.

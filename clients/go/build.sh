@@ -31,12 +31,16 @@ rm -rf "$package_dir"
 mkdir -p "$package_dir" "$build/bin"
 cp -R "$here/." "$package_dir/"
 
-# The contract's go_package option puts the generated code at $module/gen/omni/duplex/v1.
+# The generated code goes to $module/gen/omni/duplex/v1, as the contract's go_package says;
+# the M mapping says the same, so a proto from before that option builds too.
+proto_file="omni/duplex/v1/duplex.proto"
+go_import="M$proto_file=$module/gen/omni/duplex/v1;duplexv1"
 "$python" -m grpc_tools.protoc -I"$root/proto" \
   --plugin=protoc-gen-go="$(command -v protoc-gen-go)" \
   --plugin=protoc-gen-go-grpc="$(command -v protoc-gen-go-grpc)" \
-  --go_out="$build/src" --go-grpc_out="$build/src" \
-  "$root/proto/omni/duplex/v1/duplex.proto"
+  --go_out="$build/src" --go_opt="$go_import" \
+  --go-grpc_out="$build/src" --go-grpc_opt="$go_import" \
+  "$root/proto/$proto_file"
 
 export GO111MODULE=off GOPATH="$build:/usr/share/gocode"
 export GOCACHE="${GOCACHE:-$build/cache}"

@@ -22,6 +22,9 @@ from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field,
 
 from omni_grpc.wire.bounds import (
     MAX_DURATION_S,
+    MAX_METADATA_KEY_CHARS,
+    MAX_METADATA_PAIRS,
+    MAX_METADATA_VALUE_CHARS,
     MAX_STRUCT_DEPTH,
     MAX_STRUCT_VALUES,
     UINT32_MAX,
@@ -54,8 +57,16 @@ def _bounded_object(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-# engine_options and response metadata: JSON objects that become a google.protobuf.Struct.
+# engine_options: a JSON object that becomes a google.protobuf.Struct.
 FreeFormObject = Annotated[dict[str, Any], AfterValidator(_bounded_object)]
+# A response's metadata: string to string, like OpenAI's, in its bounds.
+Metadata = Annotated[
+    dict[
+        Annotated[str, Field(max_length=MAX_METADATA_KEY_CHARS)],
+        Annotated[str, Field(max_length=MAX_METADATA_VALUE_CHARS)],
+    ],
+    Field(max_length=MAX_METADATA_PAIRS),
+]
 
 
 class _Model(BaseModel):
@@ -200,7 +211,7 @@ class ResponseOptions(_Model):
     output_modalities: list[Literal["text", "audio"]] | None = None
     modalities: list[Literal["text", "audio"]] | None = None
     instructions: str | None = None
-    metadata: FreeFormObject | None = None
+    metadata: Metadata | None = None
 
 
 class ResponseCreate(_Event):

@@ -148,6 +148,8 @@ def response_json(response: pb.Response, output: list[Event]) -> Event:
         "status_details": _status_details(status, response.status_reason),
         "output": output,
         "output_modalities": modalities or ["audio"],
+        # What response.create's metadata said, returned as OpenAI does (null when none).
+        "metadata": dict(response.metadata) or None,
         "usage": None,
     }
     if response.HasField("usage"):
@@ -170,7 +172,7 @@ def response_json(response: pb.Response, output: list[Event]) -> Event:
     return out
 
 
-def _error(e: pb.Error) -> list[Event]:
+def _error(e: pb.ErrorReport) -> list[Event]:
     body: Event = {
         "type": _ERROR_TYPES.get(e.type, "invalid_request_error"),
         "code": e.code,
@@ -187,7 +189,7 @@ def _error(e: pb.Error) -> list[Event]:
     return out
 
 
-def _rate_limits_updated(e: pb.Error) -> Event:
+def _rate_limits_updated(e: pb.ErrorReport) -> Event:
     """OpenAI's ``rate_limits.updated`` after a rate-limit refusal: which limit is spent, and
     when it has room again. The service does not say its limit, so ``limit`` is left out (every
     field of a rate limit is optional in the GA schema)."""

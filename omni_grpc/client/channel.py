@@ -26,7 +26,7 @@ from grpc_status import rpc_status
 
 from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceStub
 from omni_grpc.wire import pb
-from omni_grpc.wire.keys import bearer_metadata
+from omni_grpc.wire.keys import bearer_metadata, resume_token_metadata
 
 DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
@@ -230,10 +230,12 @@ class Connection:
     async def get_session(
         self, session_id: str, token: str, timeout_s: float = 10.0
     ) -> pb.GetSessionResponse:
-        """Looks a session up with its current resume token."""
-        request = pb.GetSessionRequest(session_id=session_id, resume_token=token)
+        """Looks a session up with its current resume token, which travels in call metadata
+        (not in the message, which logging interceptors record)."""
+        request = pb.GetSessionRequest(session_id=session_id)
+        metadata = self._metadata + resume_token_metadata(token)
         try:
-            return await self._stub.GetSession(request, timeout=timeout_s, metadata=self._metadata)
+            return await self._stub.GetSession(request, timeout=timeout_s, metadata=metadata)
         except grpc.RpcError as error:
             raise StreamBroken.from_error(error) from None
 

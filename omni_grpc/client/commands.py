@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from omni_grpc.wire import pb
 
@@ -82,14 +81,15 @@ class Commands(abc.ABC):
         *,
         output_modalities: Sequence[pb.Modality.ValueType] = (),
         instructions: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> int:
-        """Asks the engine to answer, optionally overriding modalities and instructions."""
+        """Asks the engine to answer, optionally overriding modalities and instructions;
+        ``metadata`` comes back in the response's ``metadata``."""
         create = pb.CreateResponse(output_modalities=output_modalities)
         if instructions is not None:
             create.instructions = instructions
         if metadata:
-            create.metadata.update(dict(metadata))
+            create.metadata.update(metadata)
         return await self._submit(pb.ConverseRequest(create_response=create))
 
     async def cancel_response(self, response_id: str = "") -> int:

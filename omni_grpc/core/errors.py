@@ -25,17 +25,24 @@ class Status(enum.Enum):
     UNAVAILABLE = "UNAVAILABLE"
 
 
-_RATE_LIMIT_CODES = frozenset(
-    {"resource_exhausted", "input_backpressure", "output_backpressure", "rate_limit_exceeded"}
+# Both sets are drawn from the closed set of codes (omni_grpc/wire/error_codes.py).
+RATE_LIMIT_CODES = frozenset({"resource_exhausted", "input_backpressure", "rate_limit_exceeded"})
+SERVER_CODES = frozenset(
+    {
+        "internal_error",
+        "engine_error",
+        "model_request_failed",
+        "prompt_template_failed",
+        "speech_synthesis_failed",
+    }
 )
-_SERVER_CODES = frozenset({"internal_error", "engine_error", "engine_failed"})
 
 
 def error_type(code: str) -> pb.ErrorType.ValueType:
     """Classifies a code the way OpenAI's Realtime API classifies its errors."""
-    if code in _RATE_LIMIT_CODES:
+    if code in RATE_LIMIT_CODES:
         return pb.ERROR_TYPE_RATE_LIMIT
-    if code in _SERVER_CODES:
+    if code in SERVER_CODES:
         return pb.ERROR_TYPE_SERVER
     return pb.ERROR_TYPE_INVALID_REQUEST
 
@@ -59,9 +66,9 @@ class CommandError(Exception):
         self.retryable = retryable
         self.retry_after_s = retry_after_s
 
-    def to_error(self, *, client_seq: int = 0, event_id: str = "") -> pb.Error:
+    def to_error(self, *, client_seq: int = 0, event_id: str = "") -> pb.ErrorReport:
         """Renders the error event body, echoing the offending command's numbers."""
-        error = pb.Error(
+        error = pb.ErrorReport(
             code=self.code,
             type=error_type(self.code),
             message=self.message,

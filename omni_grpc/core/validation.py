@@ -3,10 +3,13 @@
 Each check raises :class:`CommandError` with the reference protocol's code, so a bad command
 is refused the same way whatever engine sits behind the session. A gRPC client builds its
 messages itself, so the bounds the bridge holds JSON to (:mod:`omni_grpc.wire.bounds`) are
-checked here again: free-form Structs bounded in depth and size, durations within their span.
+checked here again: free-form Structs bounded in depth and size, a response's metadata in pairs
+and lengths, durations within their span.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from google.protobuf import duration_pb2, struct_pb2
 
@@ -17,6 +20,9 @@ from omni_grpc.wire.audio import SAMPLE_WIDTH
 from omni_grpc.wire.bounds import (
     MAX_DURATION_NANOS,
     MAX_DURATION_S,
+    MAX_METADATA_KEY_CHARS,
+    MAX_METADATA_PAIRS,
+    MAX_METADATA_VALUE_CHARS,
     MAX_STRUCT_DEPTH,
     MAX_STRUCT_VALUES,
 )
@@ -91,6 +97,22 @@ def check_struct(struct: struct_pb2.Struct, param: str) -> None:
         level, frontier = level + 1, children
 
 
+def check_metadata(metadata: Mapping[str, str], param: str) -> None:
+    """Refuses a string map with more pairs, or longer keys or values, than the bounds."""
+    if len(metadata) > MAX_METADATA_PAIRS:
+        raise CommandError(
+            "bad_event", f"metadata may hold at most {MAX_METADATA_PAIRS} pairs", param=param
+        )
+    for key, value in metadata.items():
+        if len(key) > MAX_METADATA_KEY_CHARS or len(value) > MAX_METADATA_VALUE_CHARS:
+            raise CommandError(
+                "bad_event",
+                f"metadata keys may have at most {MAX_METADATA_KEY_CHARS} characters"
+                f" and values at most {MAX_METADATA_VALUE_CHARS}",
+                param=param,
+            )
+
+
 def check_duration(duration: duration_pb2.Duration, param: str) -> None:
     """Refuses a Duration outside its documented span or with nanos of the other sign."""
     seconds, nanos = duration.seconds, duration.nanos
@@ -124,7 +146,7 @@ def check_command(
     elif kind == "barge_in" and not engine.supports_barge_in:
         raise CommandError("barge_in_unsupported", "this engine cannot barge in")
     elif kind == "create_response":
-        check_struct(request.create_response.metadata, "metadata")
+        check_metadata(request.create_response.metadata, "metadata")
     elif kind == "retrieve_conversation_item":
         check_item_id(request.retrieve_conversation_item.item_id)
     elif kind == "delete_conversation_item":

@@ -28,7 +28,7 @@ from omni_grpc.server.refusals import RefusalLog
 from omni_grpc.server.sessions import ResumeFoundEnded, Sessions
 from omni_grpc.server.status import rich_status
 from omni_grpc.wire import pb
-from omni_grpc.wire.keys import bearer_key
+from omni_grpc.wire.keys import bearer_key, resume_token
 
 logger = logging.getLogger(__name__)
 
@@ -88,11 +88,10 @@ class DuplexServicer:
     async def get_session(
         self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetSessionResponse:
+        metadata = tuple(context.invocation_metadata() or ())
         try:
             session = self.sessions.registry.lookup(
-                request.session_id,
-                request.resume_token,
-                key=bearer_key(tuple(context.invocation_metadata() or ())),
+                request.session_id, resume_token(metadata), key=bearer_key(metadata)
             )
         except StreamRefused as refusal:
             self.refusals.refused("GetSession", request.session_id, context.peer(), refusal.code)

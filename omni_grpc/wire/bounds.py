@@ -15,8 +15,13 @@ UINT64_MAX = 2**64 - 1
 # google.protobuf.Duration's documented range: ±315,576,000,000 seconds, nanos within a second.
 MAX_DURATION_S = 315_576_000_000
 MAX_DURATION_NANOS = 999_999_999
-# A free-form object (``engine_options``, response ``metadata``): at most this many levels of
+# A free-form object (``engine_options``): at most this many levels of
 # objects and lists (the top object is level 1), well inside what the decoder takes, and at most
 # this many values in all, so that copying one into a Struct stays cheap.
 MAX_STRUCT_DEPTH = 16
 MAX_STRUCT_VALUES = 4096
+# A response's ``metadata`` (string to string): OpenAI's bounds, at most this many pairs, and
+# keys and values of at most this many characters, so a label map stays a label map.
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512

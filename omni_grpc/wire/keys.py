@@ -3,6 +3,10 @@
 Keys are compared with ``hmac.compare_digest`` against every configured key (no early exit), so
 response timing does not reveal how much of a guess was right. Keys are never logged. The
 scheme is matched without regard to case (RFC 7235: ``bearer x`` is ``Bearer x``).
+
+``GetSession`` takes the session's resume token from call metadata too (``omni-resume-token``):
+logging interceptors record message bodies, and call metadata is where credentials live. The
+token is compared in constant time by the core, like a key, and never logged.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Sequence
 
 BEARER = "Bearer "
 _SCHEME = "bearer"
+RESUME_TOKEN_HEADER = "omni-resume-token"
 
 
 def key_matches(presented: str, keys: Sequence[str]) -> bool:
@@ -40,3 +45,16 @@ def bearer_key(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:
 def bearer_metadata(key: str) -> tuple[tuple[str, str], ...]:
     """Call metadata that presents ``key`` (none for an empty key)."""
     return (("authorization", f"{BEARER}{key}"),) if key else ()
+
+
+def resume_token(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:
+    """The resume token a ``GetSession`` call presents in its metadata; empty when none."""
+    for name, value in metadata or ():
+        if name == RESUME_TOKEN_HEADER and isinstance(value, str):
+            return value
+    return ""
+
+
+def resume_token_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    """Call metadata that presents a session's resume token to ``GetSession``."""
+    return ((RESUME_TOKEN_HEADER, token),)

@@ -34,7 +34,14 @@ from pydantic import AliasChoices, BaseModel
 from bridge import inbound_events as ce
 from bridge.errors import DialectError
 from bridge.inbound import open_request, to_request
-from omni_grpc.wire.bounds import MAX_DURATION_S, MAX_STRUCT_DEPTH, MAX_STRUCT_VALUES
+from omni_grpc.wire.bounds import (
+    MAX_DURATION_S,
+    MAX_METADATA_KEY_CHARS,
+    MAX_METADATA_PAIRS,
+    MAX_METADATA_VALUE_CHARS,
+    MAX_STRUCT_DEPTH,
+    MAX_STRUCT_VALUES,
+)
 from tests.serving import serving
 
 CI = os.environ.get("CI") == "true"
@@ -60,7 +67,9 @@ UINT32_PATHS = frozenset(
         "content_index",
     }
 )
-FREE_FORM_PATHS = frozenset({"session.engine_options", "response.metadata"})
+FREE_FORM_PATHS = frozenset({"session.engine_options"})
+# String-to-string maps, bounded in pairs and lengths.
+METADATA_PATHS = frozenset({"response.metadata"})
 # A required field that a nested object needs before its other fields are looked at.
 REQUIRED: dict[type[BaseModel], dict[str, Any]] = {
     ce.FormatObject: {"type": "audio/pcm"},
@@ -180,6 +189,14 @@ def _bound_values(path: tuple[str | int, ...]) -> list[st.SearchStrategy[str]]:
             st.integers(MAX_STRUCT_DEPTH + 1, 1000).map(lambda d: deep(d, '{"a":', "}")),
             st.integers(MAX_STRUCT_DEPTH, 1000).map(lambda d: '{"a":' + deep(d, "[", "]") + "}"),
             st.just("{" + wide + "}"),
+        ]
+    if dotted in METADATA_PATHS:
+        pairs = ",".join(f'"k{index}":"v"' for index in range(MAX_METADATA_PAIRS + 1))
+        return [
+            st.just("{" + pairs + "}"),
+            st.just('{"' + "k" * (MAX_METADATA_KEY_CHARS + 1) + '":"v"}'),
+            st.just('{"k":"' + "v" * (MAX_METADATA_VALUE_CHARS + 1) + '"}'),
+            st.integers(2, 1000).map(lambda d: deep(d, '{"a":', "}")),
         ]
     if dotted in UINT32_PATHS or name in UINT32_PATHS:
         return [st.integers(2**32, 2**64 - 1).map(str)]
@@ -414,7 +431,7 @@ def test_every_field_of_every_event_has_hostile_values() -> None:
     kinds = {kind for kind, _, _ in FIELDS}
     assert kinds == {get_args(m.model_fields["type"].annotation)[0] for m in _event_models()}
     dotted = {_dotted(path) for _, path, _ in FIELDS}
-    assert dotted >= FREE_FORM_PATHS
+    assert dotted >= FREE_FORM_PATHS | METADATA_PATHS
     assert {"item.content.text", "session.audio.input.turn_detection.threshold"} <= dotted
     assert dotted | {"format.rate"} >= UINT32_PATHS
 

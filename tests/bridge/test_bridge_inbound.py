@@ -20,6 +20,11 @@ from bridge.inbound import (
     to_request,
 )
 from omni_grpc.wire import pb
+from omni_grpc.wire.bounds import (
+    MAX_METADATA_KEY_CHARS,
+    MAX_METADATA_PAIRS,
+    MAX_METADATA_VALUE_CHARS,
+)
 
 
 def translate(event: dict[str, Any]) -> pb.ConverseRequest:
@@ -363,6 +368,22 @@ def test_oversized_frame_is_refused_before_parsing() -> None:
 )
 def test_commands(event: dict[str, Any], expected: dict[str, Any]) -> None:
     assert as_dict(translate(event)) == expected
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"ticket": 7},
+        {f"k{index}": "v" for index in range(MAX_METADATA_PAIRS + 1)},
+        {"k" * (MAX_METADATA_KEY_CHARS + 1): "v"},
+        {"k": "v" * (MAX_METADATA_VALUE_CHARS + 1)},
+    ],
+    ids=["not-a-string", "pairs", "key", "value"],
+)
+def test_response_metadata_is_string_to_string_within_its_bounds(metadata: dict[str, Any]) -> None:
+    refused = refusal(orjson.dumps({"type": "response.create", "response": {"metadata": metadata}}))
+    assert refused.code == "bad_event"
+    assert refused.param.startswith("response.metadata"), refused.param
 
 
 def test_only_heartbeats_and_acks_go_unnumbered() -> None:

@@ -43,13 +43,17 @@ def response_events(
 ) -> list[pb.ConverseResponse]:
     """One whole audio response as the contract carries it, seq 1 to 5."""
     running = pb.Response(
-        id=RID, status=pb.RESPONSE_STATUS_IN_PROGRESS, output_modalities=[pb.MODALITY_AUDIO]
+        id=RID,
+        status=pb.RESPONSE_STATUS_IN_PROGRESS,
+        output_modalities=[pb.MODALITY_AUDIO],
+        metadata={"ticket": "7"},
     )
     final = pb.Response(
         id=RID,
         status=pb.RESPONSE_STATUS_COMPLETED,
         status_reason="stop",
         output_modalities=[pb.MODALITY_AUDIO],
+        metadata={"ticket": "7"},
         usage=pb.Usage(input_tokens=3, output_tokens=4, output_audio_ms=10.0),
         latency=pb.TurnLatency(first_audio_ms=12.5, total_ms=40.0),
     )
@@ -161,6 +165,9 @@ def test_a_response_expands_into_openais_full_sequence(check_event: Check) -> No
     }
     done = by_type["response.done"]["response"]
     assert done["status"] == "completed" and done["status_details"] is None
+    # response.create's metadata comes back on the response, as OpenAI returns it.
+    assert by_type["response.created"]["response"]["metadata"] == {"ticket": "7"}
+    assert done["metadata"] == {"ticket": "7"}
     assert done["usage"]["total_tokens"] == 7
     assert done["latency"]["first_audio_ms"] == 12.5
     assert base64.b64decode(by_type["response.output_audio.delta"]["delta"]) == b"\x01\x02" * 240
@@ -408,7 +415,7 @@ def test_extension_events_match_their_schema(check_event: Check) -> None:
 def test_errors_use_openais_nested_shape(check_event: Check) -> None:
     dialect = ServerDialect()
     dialect.expand(created())
-    retry = pb.Error(
+    retry = pb.ErrorReport(
         code="input_backpressure",
         type=pb.ERROR_TYPE_RATE_LIMIT,
         message="slow",

@@ -24,6 +24,7 @@ from bridge.app import start_bridge
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.wire import pb
+from omni_grpc.wire.keys import resume_token_metadata
 
 
 @pytest.fixture
@@ -46,13 +47,12 @@ def last_seq(events: list[dict[str, Any]]) -> int:
 
 async def wait_for_journal(service: RunningServer, created: dict[str, Any], seq: int) -> None:
     """Polls GetSession, as any client may, until the session has journaled ``seq``."""
-    request = pb.GetSessionRequest(
-        session_id=created["session"]["id"], resume_token=created["resume_token"]
-    )
+    request = pb.GetSessionRequest(session_id=created["session"]["id"])
+    metadata = resume_token_metadata(created["resume_token"])
     async with grpc.aio.insecure_channel(service.target) as channel:
         stub = duplex_pb2_grpc.DuplexServiceStub(channel)
         for _ in range(250):
-            if (await stub.GetSession(request)).last_seq >= seq:
+            if (await stub.GetSession(request, metadata=metadata)).last_seq >= seq:
                 return
             await asyncio.sleep(0.02)
     raise AssertionError(f"the session never journaled event {seq}")

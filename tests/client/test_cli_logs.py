@@ -80,7 +80,7 @@ async def _grpc_conversation(target: str) -> tuple[set[str], set[str]]:
     async for event in first.events():
         if event.WhichOneof("event") == "response_done":
             break
-    await first.get_session()  # the token travels in this request
+    await first.get_session()  # the token travels in this call's metadata
     handle = await first.detach()
     second = await DuplexClient.resume(
         target, handle.session_id, handle.resume_token, handle.last_seq, api_key=API_KEY

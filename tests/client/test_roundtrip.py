@@ -154,7 +154,11 @@ async def test_send_copies_and_numbers_any_command(server: RunningServer) -> Non
         await client.send(pb.ConverseRequest(open_session=pb.OpenSession()))
     with pytest.raises(ValueError):
         await client.send(pb.ConverseRequest())
-    await client.create_response(instructions="short", metadata={"ticket": 7})
+    await client.create_response(instructions="short", metadata={"ticket": "7"})
     events = await collect_until(client, "response_done")
     assert events[-1].response_done.response.status == pb.RESPONSE_STATUS_COMPLETED
+    # The metadata comes back on the response, as it was given, from announcement to end.
+    created = next(e for e in events if e.WhichOneof("event") == "response_created")
+    assert dict(created.response_created.response.metadata) == {"ticket": "7"}
+    assert dict(events[-1].response_done.response.metadata) == {"ticket": "7"}
     await client.close()

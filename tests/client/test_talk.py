@@ -86,7 +86,9 @@ def test_vad_turns_are_timed_from_speech_stopped() -> None:
 def test_an_error_after_the_input_fails_the_run() -> None:
     talk_state = TalkRun(io.StringIO(), verbose=True, vad=False)
     talk_state.end_input(time.monotonic())
-    talk_state.on_event(_event(error=pb.Error(code="input_audio_buffer_empty", message="empty")))
+    talk_state.on_event(
+        _event(error=pb.ErrorReport(code="input_audio_buffer_empty", message="empty"))
+    )
     assert talk_state.finished.is_set()
     assert talk_state.failure == "input_audio_buffer_empty: empty"
 

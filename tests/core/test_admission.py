@@ -15,8 +15,8 @@ from .helpers import VAD_ENGINE, append, cmd, decode, open_session, text
 # -- pending input ----------------------------------------------------------------------
 
 
-def backpressure(client_seq: int) -> pb.Error:
-    return pb.Error(
+def backpressure(client_seq: int) -> pb.ErrorReport:
+    return pb.ErrorReport(
         code="input_backpressure",
         type=pb.ERROR_TYPE_RATE_LIMIT,
         message="too much uncommitted input; commit or clear first",
@@ -80,7 +80,7 @@ def test_video_frames_count_toward_the_cap() -> None:
 def test_commit_of_an_empty_buffer_is_refused() -> None:
     s = open_session().session
     refused = decode(s.receive(1, cmd(1, commit_input_audio=pb.CommitInputAudio()), now=0.0))
-    assert refused[0].error == pb.Error(
+    assert refused[0].error == pb.ErrorReport(
         code="input_audio_buffer_empty",
         type=pb.ERROR_TYPE_INVALID_REQUEST,
         message="there is no input audio to commit",
@@ -110,7 +110,7 @@ def test_an_oversize_command_is_refused_and_the_session_goes_on() -> None:
         pb.ConverseResponse(
             seq=1,
             applied_client_seq=1,
-            error=pb.Error(
+            error=pb.ErrorReport(
                 code="event_too_large",
                 type=pb.ERROR_TYPE_INVALID_REQUEST,
                 message="a command may have at most 64 bytes",

@@ -1,4 +1,4 @@
-"""The contract's bounds on what a gRPC client builds itself: Structs and Durations.
+"""The contract's bounds on what a gRPC client builds itself: Structs, metadata, Durations.
 
 The bridge holds JSON to these bounds before it builds a command; a gRPC client can send any
 message the decoder takes, so the core checks the same bounds again and answers in band.
@@ -13,11 +13,14 @@ from google.protobuf import duration_pb2, struct_pb2
 
 from omni_grpc.core import CommandError
 from omni_grpc.core.config import resolve_config
-from omni_grpc.core.validation import check_command, check_duration, check_struct
+from omni_grpc.core.validation import check_command, check_duration, check_metadata, check_struct
 from omni_grpc.wire import pb
 from omni_grpc.wire.bounds import (
     MAX_DURATION_NANOS,
     MAX_DURATION_S,
+    MAX_METADATA_KEY_CHARS,
+    MAX_METADATA_PAIRS,
+    MAX_METADATA_VALUE_CHARS,
     MAX_STRUCT_DEPTH,
     MAX_STRUCT_VALUES,
 )
@@ -107,10 +110,30 @@ def test_a_configuration_out_of_bounds_is_refused(config: pb.SessionConfig, para
     assert refused.value.param == param
 
 
-def test_response_metadata_out_of_bounds_is_refused() -> None:
-    deep = cmd(1, create_response=pb.CreateResponse(metadata=struct(nested(MAX_STRUCT_DEPTH + 1))))
+def test_metadata_at_its_bounds_passes() -> None:
+    full = {
+        f"{index:0{MAX_METADATA_KEY_CHARS}d}": "v" * MAX_METADATA_VALUE_CHARS
+        for index in range(MAX_METADATA_PAIRS)
+    }
+    check_metadata(full, "metadata")
+    check_command(
+        cmd(1, create_response=pb.CreateResponse(metadata=full)), "create_response", LIMITS, ENGINE
+    )
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {f"k{index}": "v" for index in range(MAX_METADATA_PAIRS + 1)},
+        {"k" * (MAX_METADATA_KEY_CHARS + 1): "v"},
+        {"k": "v" * (MAX_METADATA_VALUE_CHARS + 1)},
+    ],
+    ids=["pairs", "key", "value"],
+)
+def test_response_metadata_out_of_bounds_is_refused(metadata: dict[str, str]) -> None:
+    create = cmd(1, create_response=pb.CreateResponse(metadata=metadata))
     with pytest.raises(CommandError) as refused:
-        check_command(deep, "create_response", LIMITS, ENGINE)
+        check_command(create, "create_response", LIMITS, ENGINE)
     assert (refused.value.code, refused.value.param) == ("bad_event", "metadata")
 
 

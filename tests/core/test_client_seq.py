@@ -10,8 +10,8 @@ from omni_grpc.wire import pb
 from .helpers import ack, append, cmd, decode, heartbeat, open_session, text
 
 
-def gap_error(expected: int, got: int, event_id: str = "") -> pb.Error:
-    return pb.Error(
+def gap_error(expected: int, got: int, event_id: str = "") -> pb.ErrorReport:
+    return pb.ErrorReport(
         code="client_seq_gap",
         type=pb.ERROR_TYPE_INVALID_REQUEST,
         message=f"expected client_seq {expected}, got {got}",
@@ -91,7 +91,7 @@ def test_other_commands_need_a_number(request_: pb.ConverseRequest, kind: str) -
     assert decode(effects) == [
         pb.ConverseResponse(
             seq=1,
-            error=pb.Error(
+            error=pb.ErrorReport(
                 code="bad_event",
                 type=pb.ERROR_TYPE_INVALID_REQUEST,
                 message=f"{kind} needs a client_seq",

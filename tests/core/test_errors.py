@@ -13,10 +13,10 @@ from omni_grpc.wire import pb
     [
         ("resource_exhausted", pb.ERROR_TYPE_RATE_LIMIT),
         ("input_backpressure", pb.ERROR_TYPE_RATE_LIMIT),
-        ("output_backpressure", pb.ERROR_TYPE_RATE_LIMIT),
+        ("rate_limit_exceeded", pb.ERROR_TYPE_RATE_LIMIT),
         ("internal_error", pb.ERROR_TYPE_SERVER),
         ("engine_error", pb.ERROR_TYPE_SERVER),
-        ("engine_failed", pb.ERROR_TYPE_SERVER),
+        ("model_request_failed", pb.ERROR_TYPE_SERVER),
         ("bad_event", pb.ERROR_TYPE_INVALID_REQUEST),
         ("client_seq_gap", pb.ERROR_TYPE_INVALID_REQUEST),
     ],

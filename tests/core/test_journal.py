@@ -162,7 +162,7 @@ def test_ack_through_the_session_trims_and_an_ack_ahead_is_an_error_event() -> N
     assert len(s.journal) == 1
     assert s.receive(1, ack(1), now=0.0).sends == []  # idempotent
     refused = s.receive(1, ack(9, client_seq=1, event_id="ev-ack"), now=0.0)
-    error = pb.Error(
+    error = pb.ErrorReport(
         code="invalid_event_ack",
         type=pb.ERROR_TYPE_INVALID_REQUEST,
         message="seq 9 is ahead of the newest event 2",

@@ -25,7 +25,7 @@ def test_open_beyond_max_sessions_is_refused_retryably() -> None:
         True,
         1.5,
     )
-    expected = pb.Error(
+    expected = pb.ErrorReport(
         code="resource_exhausted",
         type=pb.ERROR_TYPE_RATE_LIMIT,
         message="session capacity exhausted: limit=2",

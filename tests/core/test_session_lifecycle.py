@@ -313,7 +313,7 @@ def test_unparsable_input_is_refused_in_band_on_the_current_stream_only() -> Non
         pb.ConverseResponse(
             seq=1,
             applied_client_seq=1,
-            error=pb.Error(
+            error=pb.ErrorReport(
                 code="bad_event",
                 type=pb.ERROR_TYPE_INVALID_REQUEST,
                 message="not a ConverseRequest",

@@ -173,7 +173,7 @@ def test_the_session_refuses_through_an_error_event_and_forwards_nothing() -> No
         pb.ConverseResponse(
             seq=1,
             applied_client_seq=1,
-            error=pb.Error(
+            error=pb.ErrorReport(
                 code="bad_event",
                 type=pb.ERROR_TYPE_INVALID_REQUEST,
                 message="audio_end_ms must not be negative",

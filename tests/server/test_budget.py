@@ -36,7 +36,7 @@ class Stream:
         await self.call.write(pb.ConverseRequest(client_seq=self.seq, **command))  # type: ignore[arg-type]
         return self.seq
 
-    async def append(self, size: int) -> pb.Error | None:
+    async def append(self, size: int) -> pb.ErrorReport | None:
         """Appends ``size`` bytes of quiet audio; the error it got, or None once a heartbeat
         sent after it came back without one."""
         seq = await self.send(append_input_audio=pb.AppendInputAudio(audio=bytes(size)))

@@ -34,6 +34,8 @@ from omni_grpc.wire import pb
 from omni_grpc.wire.bounds import (
     MAX_DURATION_NANOS,
     MAX_DURATION_S,
+    MAX_METADATA_PAIRS,
+    MAX_METADATA_VALUE_CHARS,
     MAX_STRUCT_DEPTH,
     MAX_STRUCT_VALUES,
     UINT32_MAX,
@@ -124,6 +126,11 @@ def messages(desc: _descriptor.Descriptor, depth: int = 0) -> st.SearchStrategy[
         chosen = draw(st.lists(st.sampled_from(fields), max_size=4, unique=True)) if fields else []
         for field in chosen:
             if field.message_type is not None:
+                if field.message_type.GetOptions().map_entry:
+                    # The contract's maps are all string to string (metadata, trace context).
+                    pairs = draw(st.dictionaries(st.text(max_size=70), st.text(), max_size=18))
+                    getattr(message, field.name).update(pairs)
+                    continue
                 if field.message_type.full_name.startswith("google.protobuf."):
                     _well_known(message, field, draw)
                     continue
@@ -330,10 +337,8 @@ def _deep_update(depth: int, through_lists: bool = False) -> pb.ConverseRequest:
     return request
 
 
-def _deep_metadata(depth: int) -> pb.ConverseRequest:
-    request = pb.ConverseRequest(client_seq=1)
-    request.create_response.metadata.update(nested_json(depth, through_lists=False))
-    return request
+def _metadata(pairs: dict[str, str]) -> pb.ConverseRequest:
+    return pb.ConverseRequest(client_seq=1, create_response=pb.CreateResponse(metadata=pairs))
 
 
 def _far_idle_timeout(seconds: int, nanos: int = 0) -> pb.ConverseRequest:
@@ -341,7 +346,7 @@ def _far_idle_timeout(seconds: int, nanos: int = 0) -> pb.ConverseRequest:
     return pb.ConverseRequest(client_seq=1, update_session=pb.UpdateSession(config=config))
 
 
-async def _answered_in_band(live: Live, request: pb.ConverseRequest) -> pb.Error:
+async def _answered_in_band(live: Live, request: pb.ConverseRequest) -> pb.ErrorReport:
     """Sends one command on a new session; returns its error; the stream must go on."""
     call = live.stub.Converse()
     await call.write(pb.ConverseRequest(open_session=pb.OpenSession()))
@@ -365,8 +370,8 @@ async def _answered_in_band(live: Live, request: pb.ConverseRequest) -> pb.Error
         # Past what the decoder parses: the command cannot be read, but it is answered.
         (_deep_update(33), "invalid_message", ""),
         (_deep_update(200), "invalid_message", ""),
-        (_deep_metadata(MAX_STRUCT_DEPTH + 1), "bad_event", "metadata"),
-        (_deep_metadata(250), "invalid_message", ""),
+        (_metadata({f"k{i}": "v" for i in range(MAX_METADATA_PAIRS + 1)}), "bad_event", "metadata"),
+        (_metadata({"k": "v" * (MAX_METADATA_VALUE_CHARS + 1)}), "bad_event", "metadata"),
         (_far_idle_timeout(MAX_DURATION_S + 1), "invalid_session_config", "idle_timeout"),
         (_far_idle_timeout(2**63 - 1), "invalid_session_config", "idle_timeout"),
         (_far_idle_timeout(5, -1), "invalid_session_config", "idle_timeout"),
@@ -377,8 +382,8 @@ async def _answered_in_band(live: Live, request: pb.ConverseRequest) -> pb.Error
         "struct-32",
         "struct-33",
         "struct-200",
-        "metadata-17",
-        "metadata-250",
+        "metadata-pairs",
+        "metadata-value",
         "duration-past-span",
         "duration-int64-max",
         "duration-mixed-signs",

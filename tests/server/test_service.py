@@ -19,6 +19,7 @@ from omni_grpc.core import Limits, State
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import start_server
 from omni_grpc.wire import pb
+from omni_grpc.wire.keys import resume_token_metadata
 from tests.server.streams import kinds, open_stream, pcm16, read, read_until, resume_request
 from tests.serving import FakeClock, eventually, self_signed_certificate, serving, settings
 
@@ -285,16 +286,16 @@ async def test_unary_lookups(stub) -> None:
     call, created = await open_stream(stub)
     await call.write(pb.ConverseRequest(client_seq=1, heartbeat=pb.Heartbeat()))
     await read(call)
-    found = await stub.GetSession(
-        pb.GetSessionRequest(session_id=created.session.id, resume_token=created.resume_token)
-    )
+    lookup = pb.GetSessionRequest(session_id=created.session.id)
+    # The token travels in call metadata, never in the message.
+    found = await stub.GetSession(lookup, metadata=resume_token_metadata(created.resume_token))
     assert (found.last_seq, found.applied_client_seq) == (1, 1)
     assert found.session.state == pb.SESSION_STATE_ATTACHED
-    with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await stub.GetSession(
-            pb.GetSessionRequest(session_id=created.session.id, resume_token="x" * 43)
-        )
-    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    for metadata in (resume_token_metadata("x" * 43), ()):
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.GetSession(lookup, metadata=metadata)
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+        assert refused.value.details().startswith("session_not_found")
     call.cancel()
 
 

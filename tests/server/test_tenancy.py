@@ -17,7 +17,7 @@ from omni_grpc.core import State
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server import refusals
 from omni_grpc.wire import pb
-from omni_grpc.wire.keys import bearer_metadata
+from omni_grpc.wire.keys import bearer_metadata, resume_token_metadata
 from tests.server.streams import open_stream, read
 from tests.serving import FakeClock, eventually, serving, settings
 
@@ -47,9 +47,10 @@ async def lookup_answer(
     channel: grpc.aio.Channel, session_id: str, token: str, key: str
 ) -> tuple[object, ...]:
     stub = duplex_pb2_grpc.DuplexServiceStub(channel)
-    request = pb.GetSessionRequest(session_id=session_id, resume_token=token)
+    request = pb.GetSessionRequest(session_id=session_id)
+    metadata = bearer_metadata(key) + resume_token_metadata(token)
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await stub.GetSession(request, metadata=bearer_metadata(key))
+        await stub.GetSession(request, metadata=metadata)
     error = refused.value
     status = rpc_status.from_call(error)  # type: ignore[arg-type]
     return error.code(), error.details(), status.SerializeToString() if status else None
@@ -77,8 +78,8 @@ async def test_another_key_cannot_resume_take_over_or_read_a_session() -> None:
             channel, unknown_id(), token, OTHER
         )
         found = await stub.GetSession(
-            pb.GetSessionRequest(session_id=session_id, resume_token=token),
-            metadata=bearer_metadata(OWNER),
+            pb.GetSessionRequest(session_id=session_id),
+            metadata=bearer_metadata(OWNER) + resume_token_metadata(token),
         )
         assert found.session.id == session_id
         session = server.registry.lookup(session_id, token, key=OWNER)

@@ -61,6 +61,7 @@ class Answer:
     inputs: list[UserInput] = field(default_factory=list)
     instructions: str = ""
     voice: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)  # create_response's, returned as is
     by_server_vad: bool = False  # its turn was detected, not committed: noise may end it quietly
     announced: bool = False  # response_created went out
     input_tokens: int = 0
@@ -164,6 +165,7 @@ def done_event(
         status_reason=reason,
         output=[item],
         output_modalities=answer.modalities,
+        metadata=answer.metadata,
         usage=pb.Usage(
             input_tokens=answer.input_tokens,
             output_tokens=len(answer.sent_text.split()) if output_tokens is None else output_tokens,

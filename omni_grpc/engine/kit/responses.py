@@ -77,6 +77,7 @@ class ResponseSession(WorkerSession):
             time.monotonic(),
             tuple(create.output_modalities) or self._modalities(),
             create.instructions if create.HasField("instructions") else None,
+            metadata=dict(create.metadata),
         )
 
     async def _take_turn(self, turn_started: float, *, by_server_vad: bool = False) -> None:
@@ -100,6 +101,7 @@ class ResponseSession(WorkerSession):
         instructions: str | None = None,
         *,
         by_server_vad: bool = False,
+        metadata: dict[str, str] | None = None,
     ) -> None:
         """Makes the pending input an answer and starts its player."""
         player = self._player
@@ -115,6 +117,7 @@ class ResponseSession(WorkerSession):
             instructions=self._default_instructions() if instructions is None else instructions,
             voice=self.config.voice,
             by_server_vad=by_server_vad,
+            metadata=metadata or {},
         )
         self._prepare(answer)
         self._active = answer
@@ -136,7 +139,10 @@ class ResponseSession(WorkerSession):
 
     async def _announce_response(self, answer: Answer) -> None:
         created = pb.Response(
-            id=answer.id, status=pb.RESPONSE_STATUS_IN_PROGRESS, output_modalities=answer.modalities
+            id=answer.id,
+            status=pb.RESPONSE_STATUS_IN_PROGRESS,
+            output_modalities=answer.modalities,
+            metadata=answer.metadata,
         )
         await self._events.put(
             pb.ConverseResponse(

@@ -50,7 +50,7 @@ class Failure(enum.Enum):
         """The ``error`` event that goes out before the failed response's done."""
         code, message = self.value
         return pb.ConverseResponse(
-            error=pb.Error(code=code, type=pb.ERROR_TYPE_SERVER, message=message)
+            error=pb.ErrorReport(code=code, type=pb.ERROR_TYPE_SERVER, message=message)
         )
 
 

@@ -34,6 +34,7 @@ from omni_grpc.engine import kit
 from omni_grpc.engine.vllm_omni.commands import conversation_item
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_ms
+from omni_grpc.wire.error_codes import known_code
 
 TERMINAL = frozenset({"session.closed", "session.expired"})
 _STATUSES = {
@@ -337,9 +338,14 @@ class EventTranslator:
     def _error(self, wire: Wire) -> list[pb.ConverseResponse]:
         error = _dict(wire, "error")
         client_seq, event_id = self._client_command(error.get("event_id"))
+        # The reference's codes are not ours: one outside the closed set becomes engine_error,
+        # and the message keeps the original for whoever reads it.
+        code = _text(error, "code")
+        ours = known_code(code)
+        message = _text(error, "message")
         refused = CommandError(
-            _text(error, "code") or "engine_error",
-            _text(error, "message"),
+            ours,
+            f"{code}: {message}" if code and code != ours else message,
             param=_text(error, "param"),
         )
         body = refused.to_error(client_seq=client_seq, event_id=event_id)

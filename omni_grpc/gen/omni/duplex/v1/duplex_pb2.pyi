@@ -9,7 +9,13 @@ per session with no gaps; a client that reconnects resumes after the last `seq` 
 received and gets exactly the events it missed. Every command that changes a session
 carries `client_seq`, counted from 1 per session; the server applies each number once and
 reports the last one it applied on every event, so a resuming client resends only the rest.
-docs/protocol.md tells the whole story.
+docs/protocol.md tells the whole story; the obligations a client must meet are written
+here too, on the fields they concern (ConverseRequest, ConverseResponse, SessionResumed,
+ResyncRequired, SessionReplaced, GoingAway, ErrorReport).
+
+64-bit fields (`seq`, `client_seq`, `applied_client_seq`, byte caps, generations) are
+strings in proto JSON and bigint (or Long) in JavaScript: compare them as numbers, never as
+strings, and do not round-trip them through a double.
 """
 
 from collections import abc as _abc
@@ -457,7 +463,21 @@ Global___ErrorType: _TypeAlias = ErrorType  # noqa: Y015
 
 @_typing.final
 class ConverseRequest(_message.Message):
-    """ConverseRequest is one client command on a Converse stream."""
+    """ConverseRequest is one client command on a Converse stream.
+
+    What a client must do:
+    * Number every command after the first with `client_seq`: 1 for the first command after
+      `open_session`, then exactly one more each time, per session (the count goes on across
+      resumes, it does not restart per stream).
+    * Keep a copy of each numbered command until an event's `applied_client_seq` reaches its
+      number; after a resume, resend the kept commands above the `applied_client_seq` of
+      `session_resumed`, in order, with their original numbers (the server skips any it had
+      already applied, so a resend is never applied twice).
+    * Write nothing on a resumed stream before `session_resumed` arrives, then write something
+      at once (the resends, or a `heartbeat` or `ack_events` if there is nothing to resend):
+      that first request confirms that the rotated resume token arrived (see SessionResumed).
+    * Acknowledge events with `ack_events` about every `Capabilities.ack_interval`.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -507,9 +527,13 @@ class ConverseRequest(_message.Message):
     client_seq: _builtins.int
     """Numbers the command within its session: 1 for the first command after open, then
     exactly one more each time. 0 marks an unnumbered message, which is required for
-    `open_session` and `resume_session` and allowed for `heartbeat` and `ack_events`.
-    A number not above the last applied one is skipped (already applied); a number that
-    skips ahead is refused with the error code `client_seq_gap`.
+    `open_session` and `resume_session` and allowed for `heartbeat` and `ack_events` (they
+    are about the stream, and idempotent); any other command with 0 is refused with
+    `bad_event`. A number not above the last applied one is skipped silently (it was
+    applied before: a resend after a resume); a number that skips ahead is refused with
+    `client_seq_gap` and nothing is applied. A command refused with an `error` event was
+    applied all the same: its number is used up, and a retry is a new command with the
+    next number. A string in proto JSON.
     """
     event_id: _builtins.str
     """Carries an optional client-chosen id that errors about this command echo back."""
@@ -680,10 +704,15 @@ class ConverseResponse(_message.Message):
     """Numbers the event within its session's journal, from 1 with no gaps. It is 0 on the
     events that are never replayed: session_created, session_resumed, session_replaced,
     resync_required, going_away, errors about the stream itself, and every event after a
-    journal overflow.
+    journal overflow. A client remembers the highest seq it received: it is the cursor of
+    `ResumeSession.last_received_seq` and what `ack_events` acknowledges. A string in proto
+    JSON.
     """
     applied_client_seq: _builtins.int
-    """Carries the last client_seq the session has applied when this event was produced."""
+    """Carries the last client_seq the session has applied when this event was produced; a
+    client drops its kept copies of commands up to it (see ConverseRequest). A string in
+    proto JSON.
+    """
     @_builtins.property
     def session_created(self) -> Global___SessionCreated:
         """Announces a new session, its credentials and the server's limits."""
@@ -801,7 +830,7 @@ class ConverseResponse(_message.Message):
         """Reports how input that overlapped the assistant's speech was treated."""
 
     @_builtins.property
-    def error(self) -> Global___Error:
+    def error(self) -> Global___ErrorReport:
         """Reports a refused command or a failure; the session stays usable unless a terminal
         event follows.
         """
@@ -840,7 +869,7 @@ class ConverseResponse(_message.Message):
         playback_acknowledged: Global___PlaybackAcknowledged | None = ...,
         output_audio_cleared: Global___OutputAudioCleared | None = ...,
         overlap_decision: Global___OverlapDecision | None = ...,
-        error: Global___Error | None = ...,
+        error: Global___ErrorReport | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
@@ -895,25 +924,23 @@ Global___GetCapabilitiesResponse: _TypeAlias = GetCapabilitiesResponse  # noqa: 
 
 @_typing.final
 class GetSessionRequest(_message.Message):
-    """GetSessionRequest names a session to look up."""
+    """GetSessionRequest names a session to look up. The resume token that proves the right to
+    see it travels in the call metadata `omni-resume-token`, not here.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
-    RESUME_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Identifies the session."""
-    resume_token: _builtins.str
-    """Proves the right to see it: the session's current resume token."""
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
-        resume_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["resume_token", b"resume_token", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1120,7 +1147,11 @@ class SessionConfig(_message.Message):
 
     @_builtins.property
     def engine_options(self) -> _struct_pb2.Struct:
-        """Carries engine-specific options, passed to the engine as they are."""
+        """Carries engine-specific options, passed to the engine as they are. A Struct, not a
+        map<string, string>, on purpose: each engine defines its own options as JSON (numbers,
+        booleans, nested objects), which a string map would force into strings that every
+        engine then parses. At most 16 levels deep and 4096 values.
+        """
 
     def __init__(
         self,
@@ -1447,6 +1478,26 @@ class Response(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class MetadataEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ID_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     STATUS_REASON_FIELD_NUMBER: _builtins.int
@@ -1454,13 +1505,19 @@ class Response(_message.Message):
     USAGE_FIELD_NUMBER: _builtins.int
     LATENCY_FIELD_NUMBER: _builtins.int
     OUTPUT_MODALITIES_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Identifies the response."""
     status: Global___ResponseStatus.ValueType
     """Says whether it is running or how it ended."""
     status_reason: _builtins.str
-    """Explains the status: "stop", "barge_in", "turn_detected", "client_cancelled",
-    "output_audio_cleared", "max_output_tokens", or an engine failure code.
+    """Explains the status, one of a fixed set: "stop" (completed), "max_output_tokens"
+    (incomplete), "barge_in", "turn_detected", "client_cancelled", "output_audio_cleared"
+    (cancelled: a barge-in, a new user turn, cancel_response or cancel_input, or
+    clear_output_audio), "model_listen" (the engine chose to listen), "engine_error"
+    (failed; an `error` event with the failure's code came first) or "engine_aborted"
+    (failed: the engine aborted the request). The vllm-omni engine passes on its
+    reference's own reasons as they are.
     """
     @_builtins.property
     def output(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConversationItem]:
@@ -1478,6 +1535,12 @@ class Response(_message.Message):
     def output_modalities(self) -> _containers.RepeatedScalarFieldContainer[Global___Modality.ValueType]:
         """Lists the output modalities."""
 
+    @_builtins.property
+    def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Returns the `metadata` of the create_response that asked for this response, as it was
+        given; empty for a response that a turn started.
+        """
+
     def __init__(
         self,
         *,
@@ -1488,10 +1551,11 @@ class Response(_message.Message):
         usage: Global___Usage | None = ...,
         latency: Global___TurnLatency | None = ...,
         output_modalities: _abc.Iterable[Global___Modality.ValueType] | None = ...,
+        metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["latency", b"latency", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "latency", b"latency", "output", b"output", "output_modalities", b"output_modalities", "status", b"status", "status_reason", b"status_reason", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "latency", b"latency", "metadata", b"metadata", "output", b"output", "output_modalities", b"output_modalities", "status", b"status", "status_reason", b"status_reason", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1780,6 +1844,26 @@ class CreateResponse(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class MetadataEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     OUTPUT_MODALITIES_FIELD_NUMBER: _builtins.int
     INSTRUCTIONS_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
@@ -1790,17 +1874,20 @@ class CreateResponse(_message.Message):
         """Overrides the session's output modalities for this response."""
 
     @_builtins.property
-    def metadata(self) -> _struct_pb2.Struct:
-        """Carries metadata returned in the response."""
+    def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Carries the client's labels for the response, returned in `Response.metadata` of its
+        response_created and response_done: at most 16 pairs, keys of at most 64 characters,
+        values of at most 512 (OpenAI's bounds), else `bad_event`.
+        """
 
     def __init__(
         self,
         *,
         output_modalities: _abc.Iterable[Global___Modality.ValueType] | None = ...,
         instructions: _builtins.str | None = ...,
-        metadata: _struct_pb2.Struct | None = ...,
+        metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "instructions", b"instructions", "metadata", b"metadata"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "instructions", b"instructions"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
     _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "instructions", b"instructions", "metadata", b"metadata", "output_modalities", b"output_modalities"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
@@ -2099,7 +2186,10 @@ Global___SessionUpdated: _TypeAlias = SessionUpdated  # noqa: Y015
 
 @_typing.final
 class SessionResumed(_message.Message):
-    """SessionResumed confirms a resume."""
+    """SessionResumed confirms a resume. Its envelope's `applied_client_seq` tells the client
+    which kept commands to resend (those above it); the missed events follow it with their
+    original seq, then live events.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2108,7 +2198,11 @@ class SessionResumed(_message.Message):
     ATTACHMENT_GENERATION_FIELD_NUMBER: _builtins.int
     REPLAYED_EVENTS_FIELD_NUMBER: _builtins.int
     resume_token: _builtins.str
-    """Holds the new resume token; the old one no longer works."""
+    """Holds the new resume token; the old one no longer works once this stream has written
+    its first request after this event, which confirms the rotation. A client must write
+    something at once (its resends, else a heartbeat or ack_events); if the stream ends
+    before it writes anything, the presented token works once more.
+    """
     attachment_generation: _builtins.int
     """Numbers this attachment."""
     replayed_events: _builtins.int
@@ -2135,7 +2229,11 @@ Global___SessionResumed: _TypeAlias = SessionResumed  # noqa: Y015
 
 @_typing.final
 class SessionReplaced(_message.Message):
-    """SessionReplaced tells a stream it lost its session to another stream."""
+    """SessionReplaced tells a stream it lost its session to another stream (a resume with the
+    same token, e.g. the same client on a new connection). The stream ends after it; the
+    client must not resume from this stream's state, since whoever took over holds the new
+    token.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2161,7 +2259,11 @@ Global___SessionReplaced: _TypeAlias = SessionReplaced  # noqa: Y015
 
 @_typing.final
 class ResyncRequired(_message.Message):
-    """ResyncRequired tells the client that it cannot catch up by replay."""
+    """ResyncRequired tells the client that it cannot catch up by replay. After
+    JOURNAL_GAP (on a resume) the stream ends: the client opens a new session. After
+    JOURNAL_OVERFLOW the session goes on live with unnumbered events, but can no longer be
+    resumed: a client that loses the stream after it must open a new session.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2222,7 +2324,9 @@ class SessionClosed(_message.Message):
     session_id: _builtins.str
     """Identifies the session."""
     reason: _builtins.str
-    """Says why: "client_close", "shutdown", or an engine failure code."""
+    """Says why: the client's own CloseSession.reason, "client_close" when it gave none (only
+    a client closes a session; the server ends one with session_expired).
+    """
     def __init__(
         self,
         *,
@@ -2261,14 +2365,17 @@ Global___HeartbeatAck: _TypeAlias = HeartbeatAck  # noqa: Y015
 
 @_typing.final
 class GoingAway(_message.Message):
-    """GoingAway warns of a server shutdown."""
+    """GoingAway warns of a server shutdown. The session itself survives: the client finishes
+    or pauses what it is doing, and when the stream ends resumes on another server (or this
+    one once it is back) within the disconnect grace, as after any cut.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     TIME_LEFT_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
-    """Says why."""
+    """Says why: "shutdown"."""
     @_builtins.property
     def time_left(self) -> _duration_pb2.Duration:
         """Gives the time until the server stops."""
@@ -2853,8 +2960,12 @@ class OverlapDecision(_message.Message):
 Global___OverlapDecision: _TypeAlias = OverlapDecision  # noqa: Y015
 
 @_typing.final
-class Error(_message.Message):
-    """Error reports a refused command or a failure."""
+class ErrorReport(_message.Message):
+    """ErrorReport reports a refused command or a failure. (Not `Error`, which shadows built-in
+    names in several languages.) A refused command was still applied: its client_seq is used
+    up. `retryable` says whether the same command may succeed later, as a new command with
+    the next number, after `retry_after` when given.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2867,7 +2978,50 @@ class Error(_message.Message):
     RETRYABLE_FIELD_NUMBER: _builtins.int
     RETRY_AFTER_FIELD_NUMBER: _builtins.int
     code: _builtins.str
-    """Gives a stable snake_case code, e.g. "bad_event" or "client_seq_gap"."""
+    """Gives a stable snake_case code from this closed set; the same codes name the reason of
+    a refused stream (its gRPC status carries google.rpc.ErrorInfo with metadata `code`).
+    Branch on the code; a code not listed here comes from a newer server: go by `type`.
+    A test holds this list against the server's source (omni_grpc/wire/error_codes.py).
+    * `bad_event`: the command is malformed or not allowed here.
+    * `invalid_message`: the bytes are not a ConverseRequest.
+    * `event_too_large`: the command is over Capabilities.max_message_bytes.
+    * `client_seq_gap`: client_seq skipped ahead of the next number; nothing was applied.
+    * `missing_item_id`: the command needs an item_id.
+    * `bad_audio`: the audio is not a whole number of samples, or not audio.
+    * `invalid_video_frames`: too many video frames, or one that is not JPEG or PNG.
+    * `invalid_event_ack`: ack_events acknowledged a seq the server never sent.
+    * `bad_first_message`: the stream began with something other than open or resume.
+    * `config_timeout`: no first message arrived in time.
+    * `session_already_open`: open_session on a stream that already has a session.
+    * `unsupported_session_resume`: resume_session on a stream that already has a session.
+    * `invalid_session_resume`: resume_session without a session_id or a resume_token.
+    * `session_resume_expired`: the session to resume is unknown, ended, or the token is wrong.
+    * `session_resume_conflict`: the resume cursor is ahead of the newest event.
+    * `session_not_found`: GetSession: unknown session, or a wrong or missing token.
+    * `unauthenticated`: no valid API key (a gRPC status only, never an event).
+    * `invalid_session_config`: a configuration value is out of range or unknown.
+    * `unsupported_audio_format`: an encoding or sample rate this server does not take.
+    * `unsupported_turn_detection`: a turn detection this engine lacks, or a bad threshold.
+    * `barge_in_unsupported`: barge-in asked of an engine that cannot barge in.
+    * `model_update_unsupported`: update_session tried to change the model.
+    * `input_audio_buffer_empty`: commit with no input audio buffered.
+    * `item_not_found`: no conversation item with that id.
+    * `response_already_active`: create_response while a response is running.
+    * `response_create_without_input`: create_response with nothing committed since the last.
+    * `response_not_active`: no running response (with that id) to cancel or clear.
+    * `playback_item_not_found`: ack_playback names no known response.
+    * `playback_item_mismatch`: ack_playback names an item that is not its response's.
+    * `input_backpressure`: too much uncommitted input audio: commit, clear, or retry later.
+    * `rate_limit_exceeded`: too many commands or audio bytes: retry after retry_after.
+    * `resource_exhausted`: the server holds max_sessions: retry after retry_after.
+    * `slow_consumer`: the stream read too slowly and was cut: resume.
+    * `server_shutting_down`: the server is draining: resume or open elsewhere.
+    * `engine_error`: the engine failed to open the session or to serve a command.
+    * `internal_error`: a response failed inside the server.
+    * `model_request_failed`: the model could not serve the response's request (vllm).
+    * `prompt_template_failed`: the model's chat template refused the prompt (vllm).
+    * `speech_synthesis_failed`: the answer could not be spoken (vllm).
+    """
     type: Global___ErrorType.ValueType
     """Classifies it."""
     message: _builtins.str
@@ -2902,4 +3056,4 @@ class Error(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___Error: _TypeAlias = Error  # noqa: Y015
+Global___ErrorReport: _TypeAlias = ErrorReport  # noqa: Y015

@@ -74,7 +74,10 @@ class DuplexServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetSession(self, request, context):
-        """GetSession looks up one session; it needs the session's current resume token.
+        """GetSession looks up one session. The call proves the right to see it with the
+        session's current resume token in the call metadata `omni-resume-token` (never in the
+        message body, where logging interceptors would record it). An unknown id and a wrong or
+        missing token get the same NOT_FOUND (`session_not_found`), so ids cannot be probed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

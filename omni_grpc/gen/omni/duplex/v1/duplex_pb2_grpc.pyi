@@ -9,7 +9,13 @@ per session with no gaps; a client that reconnects resumes after the last `seq` 
 received and gets exactly the events it missed. Every command that changes a session
 carries `client_seq`, counted from 1 per session; the server applies each number once and
 reports the last one it applied on every event, so a resuming client resends only the rest.
-docs/protocol.md tells the whole story.
+docs/protocol.md tells the whole story; the obligations a client must meet are written
+here too, on the fields they concern (ConverseRequest, ConverseResponse, SessionResumed,
+ResyncRequired, SessionReplaced, GoingAway, ErrorReport).
+
+64-bit fields (`seq`, `client_seq`, `applied_client_seq`, byte caps, generations) are
+strings in proto JSON and bigint (or Long) in JavaScript: compare them as numbers, never as
+strings, and do not round-trip them through a double.
 """
 
 from collections import abc as _abc
@@ -51,7 +57,11 @@ class DuplexServiceStub:
     GetCapabilities: _grpc.UnaryUnaryMultiCallable[_duplex_pb2.GetCapabilitiesRequest, _duplex_pb2.GetCapabilitiesResponse]
     """GetCapabilities describes what this server and its engine accept, before any session."""
     GetSession: _grpc.UnaryUnaryMultiCallable[_duplex_pb2.GetSessionRequest, _duplex_pb2.GetSessionResponse]
-    """GetSession looks up one session; it needs the session's current resume token."""
+    """GetSession looks up one session. The call proves the right to see it with the
+    session's current resume token in the call metadata `omni-resume-token` (never in the
+    message body, where logging interceptors would record it). An unknown id and a wrong or
+    missing token get the same NOT_FOUND (`session_not_found`), so ids cannot be probed.
+    """
 
 @_typing.type_check_only
 class DuplexServiceAsyncStub(DuplexServiceStub):
@@ -67,7 +77,11 @@ class DuplexServiceAsyncStub(DuplexServiceStub):
     GetCapabilities: _aio.UnaryUnaryMultiCallable[_duplex_pb2.GetCapabilitiesRequest, _duplex_pb2.GetCapabilitiesResponse]  # type: ignore[assignment]
     """GetCapabilities describes what this server and its engine accept, before any session."""
     GetSession: _aio.UnaryUnaryMultiCallable[_duplex_pb2.GetSessionRequest, _duplex_pb2.GetSessionResponse]  # type: ignore[assignment]
-    """GetSession looks up one session; it needs the session's current resume token."""
+    """GetSession looks up one session. The call proves the right to see it with the
+    session's current resume token in the call metadata `omni-resume-token` (never in the
+    message body, where logging interceptors would record it). An unknown id and a wrong or
+    missing token get the same NOT_FOUND (`session_not_found`), so ids cannot be probed.
+    """
 
 class DuplexServiceServicer(metaclass=_abc_1.ABCMeta):
     """DuplexService serves full-duplex speech sessions."""
@@ -98,6 +112,10 @@ class DuplexServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _duplex_pb2.GetSessionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_duplex_pb2.GetSessionResponse, _abc.Awaitable[_duplex_pb2.GetSessionResponse]]:
-        """GetSession looks up one session; it needs the session's current resume token."""
+        """GetSession looks up one session. The call proves the right to see it with the
+        session's current resume token in the call metadata `omni-resume-token` (never in the
+        message body, where logging interceptors would record it). An unknown id and a wrong or
+        missing token get the same NOT_FOUND (`session_not_found`), so ids cannot be probed.
+        """
 
 def add_DuplexServiceServicer_to_server(servicer: DuplexServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -71,7 +71,15 @@ class _Turn:
 class TurnTraces:
     """The turns of one session, as spans: fed every command and engine event by its host."""
 
-    __slots__ = ("_tracer", "_session_id", "_parent", "_traceparent", "_turn", "_first_tokens")
+    __slots__ = (
+        "_tracer",
+        "_session_id",
+        "_parent",
+        "_traceparent",
+        "_turn",
+        "_waiting",
+        "_first_tokens",
+    )
 
     def __init__(self, tracer: Tracer, session_id: str) -> None:
         self._tracer = tracer
@@ -79,6 +87,8 @@ class TurnTraces:
         self._parent: Context | None = None  # the last context a client sent
         self._traceparent = ""
         self._turn: _Turn | None = None
+        # A turn a client opened while the open one's answer was still coming: (start, opened by).
+        self._waiting: tuple[int, str] | None = None
         # When the engine said each response's first token came, until that response is done:
         # it may tell before the host has taken the response's earlier events.
         self._first_tokens: dict[str, int] = {}
@@ -98,8 +108,14 @@ class TurnTraces:
             return  # the turn already open (a commit or response.create of the same turn)
         self._traceparent = traceparent
         self._parent = PROPAGATOR.extract(carrier=dict(carrier))
+        now, opened_by = time.time_ns(), request.WhichOneof("command") or ""
+        if self._turn is not None and self._turn.response_id:
+            # The open turn's answer is still coming (a client that resumed mid-answer): the new
+            # turn starts when it is done, so the answer's events stay in their own turn.
+            self._waiting = (now, opened_by)
+            return
         self._end_turn("superseded")
-        self._open_turn(time.time_ns(), opened_by=request.WhichOneof("command") or "")
+        self._open_turn(now, opened_by=opened_by)
 
     def event(self, kind: str | None, event: pb.ConverseResponse) -> None:
         """An engine event went by: it may start, end or mark a stage of the turn."""
@@ -136,8 +152,15 @@ class TurnTraces:
             self._first_tokens.pop(response.id, None)
             _describe_response(turn.span, response)
             self._end_turn("response_done", now)
+            self._open_waiting()
         elif kind == "response_listen":
             self._end_turn("response_listen", now)
+            self._open_waiting()
+
+    def _open_waiting(self) -> None:
+        if self._waiting is not None:
+            (start_ns, opened_by), self._waiting = self._waiting, None
+            self._open_turn(start_ns, opened_by=opened_by)
 
     def _first_token(self, turn: _Turn, at_ns: int) -> None:
         turn.first_token_ns = at_ns
@@ -147,6 +170,7 @@ class TurnTraces:
 
     def close(self) -> None:
         """The session ended: a turn still open ends with it."""
+        self._waiting = None
         self._end_turn("session_ended")
 
     def _open_turn(self, now: int, *, opened_by: str) -> _Turn:

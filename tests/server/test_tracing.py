@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import re
 import signal
@@ -48,20 +49,28 @@ def exporter() -> Iterator[InMemorySpanExporter]:
     yield InMemorySpanExporter()
 
 
-@pytest.fixture
-async def stub(
-    exporter: InMemorySpanExporter,
+@contextlib.asynccontextmanager
+async def traced_stub(
+    exporter: InMemorySpanExporter, pace: str = "fast"
 ) -> AsyncIterator[duplex_pb2_grpc.DuplexServiceStub]:
-    """A loopback server that traces into ``exporter``, and a raw stub on it."""
+    """A loopback server at ``pace`` that traces into ``exporter``, and a raw stub on it."""
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    running = await start_server(settings(), tracer_provider=provider)
+    running = await start_server(settings(engine_options={"pace": pace}), tracer_provider=provider)
     try:
         async with grpc.aio.insecure_channel(running.target) as channel:
             yield duplex_pb2_grpc.DuplexServiceStub(channel)
     finally:
         await running.stop()
         provider.shutdown()
+
+
+@pytest.fixture
+async def stub(
+    exporter: InMemorySpanExporter,
+) -> AsyncIterator[duplex_pb2_grpc.DuplexServiceStub]:
+    async with traced_stub(exporter) as stub:
+        yield stub
 
 
 async def one_turn(
@@ -127,6 +136,58 @@ async def test_a_turn_without_a_usable_context_is_a_root_of_its_own(
     assert turn.attributes["omni.turn.opened_by"] == opened_by
     assert turn.attributes["omni.turn.ended_by"] == "response_done"
     assert stages == STAGES
+
+
+def traceparent(span_id: int) -> dict[str, str]:
+    return {"traceparent": f"00-{TRACE_ID:032x}-{span_id:016x}-01"}
+
+
+async def test_a_context_sent_during_an_answer_opens_its_turn_once_the_answer_is_done(
+    exporter: InMemorySpanExporter,
+) -> None:
+    """A client that resumed mid-answer starts its next turn while the answer still plays: the
+    answer's events stay in their own turn, and the new turn keeps its start."""
+    first, second = 0xA1, 0xB2
+    async with traced_stub(exporter, pace="realtime") as stub:
+        call, _ = await open_stream(stub)
+        audio = pb.AppendInputAudio(audio=pcm16(400))
+        await call.write(pb.ConverseRequest(client_seq=1, append_input_audio=audio))
+        commit = pb.CommitInputAudio(create_response=True)
+        request = pb.ConverseRequest(client_seq=2, commit_input_audio=commit)
+        request.trace_context.update(traceparent(first))
+        await call.write(request)
+        await read_until(call, "output_audio_delta")  # answering, in real time
+        request = pb.ConverseRequest(client_seq=3, append_input_audio=audio)
+        request.trace_context.update(traceparent(second))
+        await call.write(request)
+        [*_, answered] = await read_until(call, "response_done")
+        request = pb.ConverseRequest(client_seq=4, commit_input_audio=commit)
+        request.trace_context.update(traceparent(second))
+        await call.write(request)
+        [*_, next_answer] = await read_until(call, "response_done")
+        await call.done_writing()
+    turns = sorted(
+        (span for span in exporter.get_finished_spans() if span.name == "omni.turn"),
+        key=lambda span: span.start_time or 0,
+    )
+    assert [turn.parent.span_id for turn in turns if turn.parent] == [first, second]
+    responses = [answered.response_done.response.id, next_answer.response_done.response.id]
+    for turn, response_id in zip(turns, responses, strict=True):
+        assert turn.attributes is not None
+        assert turn.attributes["omni.turn.ended_by"] == "response_done"
+        assert turn.attributes["omni.response.id"] == response_id
+    [earlier, later] = turns
+    assert later.attributes is not None
+    assert later.attributes["omni.turn.opened_by"] == "append_input_audio"
+    assert earlier.end_time is not None and later.start_time is not None
+    assert later.start_time < earlier.end_time  # it began when its command came
+    for turn in turns:
+        under = [
+            span.name
+            for span in exporter.get_finished_spans()
+            if span.parent is not None and span.parent.span_id == turn.context.span_id
+        ]
+        assert sorted(under) == sorted(STAGES), turn.attributes
 
 
 # ---------------------------------------------------------------- OTLP from a real serve

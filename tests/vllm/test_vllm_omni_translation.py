@@ -159,3 +159,14 @@ def test_audio_that_is_not_pcm16_base64_is_a_fault() -> None:
     for bad in ({"format": "wav", "delta": "AAAA"}, {"format": "pcm16", "delta": "not base64!"}):
         with pytest.raises(ValueError):
             translator.translate({"type": "response.output_audio.delta", "response_id": "r", **bad})
+
+
+def test_a_code_outside_our_closed_set_becomes_engine_error_and_keeps_its_name() -> None:
+    translator = EventTranslator(lambda event_id: (0, ""))
+    ours, foreign = (
+        translator.translate({"type": "error", "error": {"code": code, "message": "busy"}})[0].error
+        for code in ("response_already_active", "worker_overloaded")
+    )
+    assert (ours.code, ours.message) == ("response_already_active", "busy")
+    assert (foreign.code, foreign.message) == ("engine_error", "worker_overloaded: busy")
+    assert foreign.type == pb.ERROR_TYPE_SERVER

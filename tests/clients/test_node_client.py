@@ -196,7 +196,9 @@ def test_node_unit_tests_pass(stream_wav: Path) -> None:
     assert "# fail 0" in result.stdout and "# pass 0" not in result.stdout
 
 
-async def test_uncut_run_matches_the_server(stream_wav: Path, served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_uncut_run_matches_the_server(  # type: ignore[no-untyped-def]
+    stream_wav: Path, served, tmp_path: Path
+) -> None:
     truth, running, proxy = served
     sent = speech_like(tmp_path / "in.wav", 1.0)
     process = await start(stream_wav, proxy.target, tmp_path / "in.wav", tmp_path / "reply.wav")

@@ -42,7 +42,8 @@ export class CommandJournal {
   pendingAfter(applied) {
     if (applied > this.lastSeq) {
       throw new ProtocolViolation(
-        `the server applied client_seq ${applied}, beyond the newest command sent (${this.lastSeq})`,
+        `the server applied client_seq ${applied}, ` +
+          `beyond the newest command sent (${this.lastSeq})`,
       );
     }
     this.trim(applied);

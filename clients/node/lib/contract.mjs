@@ -20,7 +20,13 @@ const REPOSITORY_PROTO_ROOT = fileURLToPath(new URL("../../../proto", import.met
 // would need 285 years at a million events a second to get there; the bookkeeping refuses any
 // number past it rather than round it); enums as their names; and the name of the set oneof
 // member in a virtual field (`event`, `command`).
-const AS_JAVASCRIPT = { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true };
+const AS_JAVASCRIPT = {
+  keepCase: true,
+  longs: Number,
+  enums: String,
+  defaults: true,
+  oneofs: true,
+};
 
 // Statuses that say the stream failed, not the session or the request: trying again, to open
 // or to resume, may well work. The same set as the Python client's.
@@ -38,11 +44,12 @@ export const TRANSIENT_STATUSES = new Set([
  * Returns the DuplexService client class, made from the .proto under `protoRoot` (the
  * repository's proto/ directory unless $OMNI_GRPC_PROTO_ROOT says otherwise).
  */
-export function loadDuplexService(protoRoot = process.env.OMNI_GRPC_PROTO_ROOT || REPOSITORY_PROTO_ROOT) {
-  const definition = protoLoader.loadSync(PROTO_FILE, { ...AS_JAVASCRIPT, includeDirs: [protoRoot] });
+export function loadDuplexService(protoRoot) {
+  const root = protoRoot || process.env.OMNI_GRPC_PROTO_ROOT || REPOSITORY_PROTO_ROOT;
+  const definition = protoLoader.loadSync(PROTO_FILE, { ...AS_JAVASCRIPT, includeDirs: [root] });
   const service = definition[SERVICE_NAME];
   if (!service) {
-    throw new Error(`${SERVICE_NAME} is not in ${PROTO_FILE} under ${protoRoot}`);
+    throw new Error(`${SERVICE_NAME} is not in ${PROTO_FILE} under ${root}`);
   }
   return grpc.makeGenericClientConstructor(service, "DuplexService");
 }
@@ -50,4 +57,9 @@ export function loadDuplexService(protoRoot = process.env.OMNI_GRPC_PROTO_ROOT |
 /** Names a gRPC status code for people ("UNAVAILABLE"). */
 export function statusName(code) {
   return Object.keys(grpc.status).find((name) => grpc.status[name] === code) ?? String(code);
+}
+
+/** A google.protobuf.Duration as milliseconds (0 when unset). */
+export function durationMs(duration) {
+  return duration ? duration.seconds * 1000 + duration.nanos / 1e6 : 0;
 }

@@ -79,7 +79,8 @@ function bytesCounted(value) {
     return value.map(bytesCounted);
   }
   if (value && typeof value === "object") {
-    return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, bytesCounted(item)]));
+    const entries = Object.entries(value).map(([key, item]) => [key, bytesCounted(item)]);
+    return Object.fromEntries(entries);
   }
   return value;
 }

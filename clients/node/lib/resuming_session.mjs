@@ -12,9 +12,16 @@
 // Everything that changes state happens synchronously inside the stream's event handlers, so
 // replayed events that arrive in the same tick as `session_resumed` cannot overtake the resend.
 
-import { backoffDelays, DEFAULT_RECONNECT } from "./backoff.mjs";
+import { DEFAULT_RECONNECT, retrying } from "./backoff.mjs";
 import { CommandJournal, EventCursor, ProtocolViolation } from "./bookkeeping.mjs";
-import { grpc, loadDuplexService, statusName, TRANSIENT_STATUSES } from "./contract.mjs";
+import {
+  durationMs,
+  grpc,
+  loadDuplexService,
+  statusName,
+  TRANSIENT_STATUSES,
+} from "./contract.mjs";
+import { StreamBroken, StreamLink } from "./stream_link.mjs";
 
 const TERMINAL_KINDS = new Set(["session_closed", "session_expired"]);
 const HANDSHAKE_TIMEOUT_MS = 10000;
@@ -37,14 +44,6 @@ export class SessionError extends Error {
     super(message);
     this.code = code; // the gRPC status of a refused stream, when one was refused
     this.event = event; // the event that ended it, when one did
-  }
-}
-
-/** One stream that ended or failed; `code` is its gRPC status. */
-class StreamBroken extends Error {
-  constructor(message, code) {
-    super(message);
-    this.code = code;
   }
 }
 
@@ -153,26 +152,23 @@ export class ResumingSession {
 
   // -- streams -------------------------------------------------------------------------------
 
+  /** Opens a stream whose first request is `firstRequest()`, retrying transient failures. */
   async #withRetries(firstRequest, limitMs) {
-    const policy = this.#reconnectPolicy;
-    const delays = backoffDelays(policy);
-    const started = Date.now();
-    for (let attempt = 1; !this.#ended; attempt += 1) {
-      try {
-        return await this.#attempt(firstRequest());
-      } catch (error) {
-        if (!(error instanceof StreamBroken) || !TRANSIENT_STATUSES.has(error.code)) {
-          throw this.#refusal(error);
-        }
-        const delay = delays.next().value;
-        if (attempt >= policy.maxAttempts || Date.now() - started + delay > limitMs) {
-          throw new SessionError(
-            `cannot reach ${this.#options.target} after ${attempt} attempts: ${error.message}`,
-            { code: error.code },
-          );
-        }
-        await new Promise((resolve) => setTimeout(resolve, delay));
-      }
+    const retried = retrying(() => this.#attempt(firstRequest()), {
+      policy: this.#reconnectPolicy,
+      limitMs,
+      transient: (error) => error instanceof StreamBroken && TRANSIENT_STATUSES.has(error.code),
+      gaveUp: (error, attempts) =>
+        new SessionError(
+          `cannot reach ${this.#options.target} after ${attempts} attempts: ${error.message}`,
+          { code: error.code },
+        ),
+      stopped: () => this.#ended,
+    });
+    try {
+      return await retried;
+    } catch (error) {
+      throw this.#refusal(error);
     }
   }
 
@@ -189,26 +185,12 @@ export class ResumingSession {
 
   /** Opens one stream, writes its first request; settles when the handshake is answered. */
   #attempt(first) {
-    return new Promise((resolve, reject) => {
-      const call = this.#client.Converse(this.#metadata());
-      const link = { call, phase: "handshake", congested: false, settle: null };
-      const timer = setTimeout(() => {
-        this.#onBroken(link, grpc.status.DEADLINE_EXCEEDED, "no answer to the handshake in time");
-        call.cancel(); // its own status (CANCELLED) then finds the stream already dead
-      }, HANDSHAKE_TIMEOUT_MS);
-      link.settle = (error) => {
-        clearTimeout(timer);
-        return error ? reject(error) : resolve();
-      };
-      call.on("data", (event) => this.#onData(link, event));
-      call.on("status", ({ code, details }) => this.#onBroken(link, code, details || "the stream ended"));
-      call.on("error", () => {}); // the same failure arrives as a status
-      call.on("drain", () => {
-        link.congested = false;
-        this.#wake();
-      });
-      call.write(first);
-    });
+    const on = {
+      data: (link, event) => this.#onData(link, event),
+      broken: (link, code, details) => this.#onBroken(link, code, details),
+      drain: () => this.#wake(),
+    };
+    return new StreamLink(this.#client, this.#metadata(), first, on, HANDSHAKE_TIMEOUT_MS).answered;
   }
 
   #metadata() {
@@ -220,7 +202,7 @@ export class ResumingSession {
   }
 
   #onData(link, event) {
-    if (link.phase === "dead" || this.#ended) {
+    if (!link.alive || this.#ended) {
       return;
     }
     try {
@@ -240,8 +222,7 @@ export class ResumingSession {
     const kind = event.event;
     const expected = this.sessionId ? "session_resumed" : "session_created";
     if (kind !== expected) {
-      link.phase = "dead";
-      link.call.cancel();
+      link.drop();
       const message = kind === "resync_required"
         ? `the server cannot replay the missed events (${event.resync_required.reason})`
         : `expected ${expected}, got ${kind}`;
@@ -274,7 +255,8 @@ export class ResumingSession {
   #adoptResumed(event) {
     if (event.applied_client_seq > this.#journal.lastSeq) {
       throw new ProtocolViolation(
-        `the server applied client_seq ${event.applied_client_seq} of ${this.#journal.lastSeq} sent`,
+        `the server applied client_seq ${event.applied_client_seq}` +
+          ` of ${this.#journal.lastSeq} sent`,
       );
     }
     const resumed = event.session_resumed;
@@ -295,13 +277,11 @@ export class ResumingSession {
   }
 
   #write(request, link = this.#link) {
-    if (link && link.phase !== "dead" && !link.call.write(request)) {
-      link.congested = true;
-    }
+    link?.write(request);
   }
 
   #onBroken(link, code, details) {
-    if (link.phase === "dead") {
+    if (!link.alive) {
       return;
     }
     const handshaking = link.phase === "handshake";
@@ -361,8 +341,11 @@ export class ResumingSession {
     this.#onEvent(event);
     if (TERMINAL_KINDS.has(kind)) {
       this.#finish(null, event);
-    } else if (kind === "going_away") {
-      this.#link?.call.cancel(); // resume now, on a server that stays (or this one, later)
+    } else if (kind === "going_away" && this.#link) {
+      // Resume now, on a server that stays (or on this one, once it is back).
+      const link = this.#link;
+      this.#onBroken(link, grpc.status.UNAVAILABLE, "the server is going away");
+      link.drop();
     } else if (event.seq && ++this.#eventsSinceAck >= ACK_EVERY_EVENTS) {
       this.#ack();
     }
@@ -428,21 +411,9 @@ export class ResumingSession {
     clearInterval(this.#ackTimer);
     const link = this.#link;
     this.#link = null;
-    if (link) {
-      link.phase = "dead";
-      if (error) {
-        link.call.cancel();
-      } else {
-        link.call.end();
-      }
-    }
+    link?.drop({ clean: !error });
     this.#client.close();
     this.#wake();
     this.#settleEnded(error, event);
   }
-}
-
-/** A google.protobuf.Duration as milliseconds (0 when unset). */
-function durationMs(duration) {
-  return duration ? duration.seconds * 1000 + duration.nanos / 1e6 : 0;
 }

@@ -1,0 +1,77 @@
+// One Converse stream of a session: its phase, its flow control, and how it ends.
+//
+// A link starts in the handshake (its first request written, no answer yet), goes live when
+// the session adopts it, and is dead once its call ended or was dropped. The session ignores
+// whatever a dead link still reports, so a stream that broke can never feed it again.
+
+import { grpc } from "./contract.mjs";
+
+/** One stream that ended or failed; `code` is its gRPC status. */
+export class StreamBroken extends Error {
+  constructor(message, code) {
+    super(message);
+    this.code = code;
+  }
+}
+
+export class StreamLink {
+  phase = "handshake"; // then "live", and "dead" at the end
+  congested = false; // the call's buffer is full: wait for "drain" before writing more
+  #call;
+  #settle;
+
+  /**
+   * Opens a Converse call on `client` and writes `first`. What the call does is reported to
+   * `on.data(link, event)`, `on.broken(link, code, details)` and `on.drain()`; `answered`
+   * settles with the handshake (see settle), or fails after `timeoutMs` without an answer.
+   */
+  constructor(client, metadata, first, on, timeoutMs) {
+    this.answered = new Promise((resolve, reject) => {
+      this.#settle = (error) => (error ? reject(error) : resolve());
+    });
+    const timer = setTimeout(() => {
+      on.broken(this, grpc.status.DEADLINE_EXCEEDED, "no answer to the handshake in time");
+      this.drop();
+    }, timeoutMs);
+    this.answered.then(
+      () => clearTimeout(timer),
+      () => clearTimeout(timer),
+    );
+    this.#call = client.Converse(metadata);
+    this.#call.on("data", (event) => on.data(this, event));
+    this.#call.on("status", ({ code, details }) => {
+      on.broken(this, code, details || "the stream ended");
+    });
+    this.#call.on("error", () => {}); // the same failure arrives as a status
+    this.#call.on("drain", () => {
+      this.congested = false;
+      on.drain();
+    });
+    this.#call.write(first);
+  }
+
+  get alive() {
+    return this.phase !== "dead";
+  }
+
+  /** Ends the handshake: fulfilled when `error` is null. Later calls change nothing. */
+  settle(error) {
+    this.#settle(error);
+  }
+
+  write(request) {
+    if (this.alive && !this.#call.write(request)) {
+      this.congested = true;
+    }
+  }
+
+  /** Marks the link dead and ends its call: half-closed when `clean`, else cancelled. */
+  drop({ clean = false } = {}) {
+    this.phase = "dead";
+    if (clean) {
+      this.#call.end();
+    } else {
+      this.#call.cancel();
+    }
+  }
+}

@@ -57,10 +57,11 @@ def stream_wav() -> Path:
     return NODE_DIR / "stream_wav.mjs"
 
 
+Served = tuple[ServerTruth, RunningServer, ChaosProxy]
+
+
 @pytest.fixture
-async def served(
-    monkeypatch: pytest.MonkeyPatch,
-) -> AsyncIterator[tuple[ServerTruth, RunningServer, ChaosProxy]]:
+async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
     truth = ServerTruth(monkeypatch)
     async with (
         serving(settings(api_keys=(API_KEY,))) as running,
@@ -196,8 +197,8 @@ def test_node_unit_tests_pass(stream_wav: Path) -> None:
     assert "# fail 0" in result.stdout and "# pass 0" not in result.stdout
 
 
-async def test_uncut_run_matches_the_server(  # type: ignore[no-untyped-def]
-    stream_wav: Path, served, tmp_path: Path
+async def test_uncut_run_matches_the_server(
+    stream_wav: Path, served: Served, tmp_path: Path
 ) -> None:
     truth, running, proxy = served
     sent = speech_like(tmp_path / "in.wav", 1.0)
@@ -210,8 +211,8 @@ async def test_uncut_run_matches_the_server(  # type: ignore[no-untyped-def]
     assert len(running.registry) == 0  # closed, and let go
 
 
-async def test_cuts_during_upload_and_reply_lose_and_double_nothing(  # type: ignore[no-untyped-def]
-    stream_wav: Path, served, tmp_path: Path
+async def test_cuts_during_upload_and_reply_lose_and_double_nothing(
+    stream_wav: Path, served: Served, tmp_path: Path
 ) -> None:
     truth, running, proxy = served
     sent = speech_like(tmp_path / "in.wav", 2.0)
@@ -239,8 +240,8 @@ async def test_cuts_during_upload_and_reply_lose_and_double_nothing(  # type: ig
     assert len(running.registry) == 0
 
 
-async def test_random_cuts_anywhere_lose_and_double_nothing(  # type: ignore[no-untyped-def]
-    stream_wav: Path, served, tmp_path: Path
+async def test_random_cuts_anywhere_lose_and_double_nothing(
+    stream_wav: Path, served: Served, tmp_path: Path
 ) -> None:
     truth, running, proxy = served
     sent = speech_like(tmp_path / "in.wav", 2.0)
@@ -257,7 +258,7 @@ async def test_random_cuts_anywhere_lose_and_double_nothing(  # type: ignore[no-
     assert len(running.registry) == 0
 
 
-async def test_tls_with_the_servers_certificate_as_root(  # type: ignore[no-untyped-def]
+async def test_tls_with_the_servers_certificate_as_root(
     stream_wav: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     truth = ServerTruth(monkeypatch)

@@ -1,60 +1,309 @@
 // The omni-grpc talk page: microphone in, the engine's voice out, over the Realtime dialect.
 //
 // It speaks OpenAI's Realtime events plus the duplex extensions: it acknowledges what it has
-// played (playback.ack) and what it has received (session.event_ack), and when the network
-// drops it reconnects and resumes the session (session.resume) from the last event it got,
-// dropping the repeated part of a group it had half received, so no audio is lost or doubled.
-// Everything a test needs to check is in window.omni.
+// played (playback.ack) and what it has received (session.event_ack), and resumes its session
+// after a dropped socket (connection.js). Start, stop and mute drive the microphone and the
+// session; typed turns, instructions and the voice go through the same socket. Everything a
+// test needs to check is in window.omni (state.js).
 
-const RATE = 24000;
+import { AudioIO } from "./audio.js";
+import { Connection } from "./connection.js";
+import { addLine, markCut, setLine, showBargeIn } from "./conversation.js";
+import { showTurn } from "./latency.js";
+import { RATE, omni } from "./state.js";
+
 const ACK_EVERY_MS = 500;
 const SPEECH_RMS = 0.015; // local speech detector, used when the server has no turn detection
 const SILENCE_END_MS = 700;
-const OUTBOX_MAX = 50; // appends kept while reconnecting: 5 s of audio
-const params = new URLSearchParams(location.search);
-
-const omni = (window.omni = {
-  status: "idle",
-  sessionId: "",
-  token: "",
-  lastSeq: 0,
-  ackedSeq: 0,
-  resumes: 0,
-  clientTurns: false, // true when the server does not detect turns: this page commits them
-  responses: {}, // id -> {audioMs, playedMs, transcript, deltas: [[start, dur]], ...}
-  userTranscripts: [],
-  errors: [],
-  acked: {}, // response id -> last playback.acknowledged
-  dropSocket: () => ws && ws.close(4000, "test_drop"),
-});
-
-let ws = null;
-let ctx = null;
-let player = null;
-let groupIds = new Set(); // ids received since the last event that carried a seq
-let outbox = [];
-let terminal = false;
-let retry = 0;
-let speaking = false;
-let silentMs = 0;
-let commitAt = 0;
-let played = {};
-let queuedFrames = 0;
+const CHUNK_MS = 100; // one captured chunk (worklet.js)
+const INPUT_MARKS_KEPT = 600; // a minute of input clock, to place the server's speech ends
 
 const $ = (id) => document.getElementById(id);
+window.omni = omni;
 
-function setStatus(text) {
-  omni.status = text;
-  $("status").textContent = text;
+let speaking = false;
+let silentMs = 0;
+let turnEndAt = 0; // when the last turn ended (page clock): its answer's latency runs from it
+let played = {};
+let queuedFrames = 0;
+let ackTimer = 0;
+// The session's input clock: ms of audio sent, and when each chunk was captured. The server
+// reports the end of speech on this clock; the marks turn it into a time on the page's clock.
+const input = { sentMs: 0, marks: [] };
+
+const connection = new Connection({ onEvent: receive, onStatus: showStatus, opening });
+const audio = new AudioIO({ onMic, onPlayer });
+
+// -- the session ---------------------------------------------------------------------------
+
+function settings() {
+  const session = { type: "realtime" };
+  const instructions = $("instructions").value.trim();
+  const voice = $("voice").value.trim();
+  if (instructions) session.instructions = instructions;
+  if (voice) session.audio = { output: { voice } };
+  return session;
 }
 
-function send(event) {
-  if (ws && ws.readyState === WebSocket.OPEN && omni.status === "live") {
-    ws.send(JSON.stringify(event));
-    return true;
+function opening() {
+  const session = settings();
+  session.output_modalities = ["audio"];
+  session.audio = {
+    input: { format: { type: "audio/pcm", rate: RATE } },
+    output: { ...session.audio?.output, format: { type: "audio/pcm", rate: RATE } },
+  };
+  return { type: "session.update", session };
+}
+
+function showSession(session) {
+  omni.session = session;
+  const voice = session.audio?.output?.voice;
+  $("voice").placeholder = voice || "the engine's default";
+  if (voice && !$("voice").value) $("voice").value = voice;
+  if (session.instructions && !$("instructions").value) {
+    $("instructions").value = session.instructions;
   }
-  return false;
 }
+
+function showStatus(status) {
+  const badge = $("status");
+  badge.textContent = status === "closed" && omni.closeReason ? `closed · ${omni.closeReason}`
+                                                               : status;
+  badge.className = `status ${status}`;
+  const attached = status === "live" || status === "resumed";
+  $("send").disabled = $("apply").disabled = !attached;
+  if (status === "closed") stopped();
+}
+
+const HANDLERS = {
+  "session.created": (e) => {
+    omni.capabilities = e.capabilities;
+    omni.clientTurns = !e.session.audio.input.turn_detection;
+    input.sentMs = 0;
+    input.marks = [];
+    $("engine").textContent = e.capabilities ? `engine: ${e.capabilities.engine}` : "";
+    showSession(e.session);
+  },
+  "session.resumed": (e) => showSession(e.session),
+  "session.updated": (e) => {
+    showSession(e.session);
+    $("settings-state").textContent = "applied";
+  },
+  "input_audio_buffer.committed": (e) => {
+    const transcribed = omni.session?.audio?.input?.transcription;
+    addLine("you", e.item_id, transcribed ? "…" : "(not transcribed)", "spoken");
+  },
+  "input_audio_buffer.speech_started": () => bargeIn(),
+  "input_audio_buffer.speech_stopped": (e) => { turnEndAt = inputTime(e.audio_end_ms); },
+  "conversation.item.input_audio_transcription.completed": (e) => {
+    omni.userTranscripts.push(e.transcript);
+    addLine("you", e.item_id, e.transcript, "spoken");
+  },
+  "conversation.item.added": (e) => {
+    const part = e.item.content?.find((c) => c.type === "input_text");
+    if (e.item.role !== "user" || !part) return;
+    if (!omni.typed.some((item) => item.id === e.item.id)) {
+      omni.typed.push({ id: e.item.id, text: part.text });
+    }
+    addLine("you", e.item.id, part.text, "typed");
+  },
+  "response.created": (e) => {
+    omni.responses[e.response.id] = {
+      audioMs: 0, playedMs: 0, transcript: "", deltas: [], done: false, status: "in_progress",
+      turnEndAt, firstAudioAt: null, clientLatencyMs: null, serverLatencyMs: null,
+      firstTextMs: null,
+    };
+    addLine("assistant", e.response.id, "");
+  },
+  "response.output_audio.delta": (e) => {
+    const r = omni.responses[e.response_id];
+    const pcm = fromBase64(e.delta);
+    if (r) {
+      if (r.firstAudioAt === null) {
+        r.firstAudioAt = performance.now();
+        if (r.turnEndAt) r.clientLatencyMs = Math.round(r.firstAudioAt - r.turnEndAt);
+      }
+      r.audioMs += pcm.byteLength / 2 / (RATE / 1000);
+      r.deltas.push([e.start_ms, e.duration_ms]);
+    }
+    audio.play(e.response_id, pcm);
+  },
+  "response.output_audio_transcript.delta": (e) => {
+    const r = omni.responses[e.response_id];
+    if (r) r.transcript += e.delta;
+    setLine(e.response_id, r ? r.transcript : e.delta);
+  },
+  "response.done": (e) => {
+    const r = omni.responses[e.response.id];
+    if (!r || r.done) return;
+    r.done = true;
+    r.status = e.response.status;
+    r.reason = e.response.status_details?.detail || "";
+    const latency = e.response.latency;
+    if (latency && r.audioMs > 0) r.serverLatencyMs = Math.round(latency.first_audio_ms);
+    if (latency && latency.first_text_ms > 0) r.firstTextMs = Math.round(latency.first_text_ms);
+    audio.end(e.response.id);
+    if (r.status === "cancelled" && r.audioMs > 0) markCut(e.response.id, r.playedMs);
+    showTurn(e.response.id, r);
+  },
+  "playback.acknowledged": (e) => { omni.acked[e.response_id] = e; },
+  "error": (e) => {
+    omni.errors.push(e.error);
+    addLine("error", "", `${e.error.code}: ${e.error.message}`);
+  },
+};
+
+function receive(event) {
+  const handler = HANDLERS[event.type];
+  if (handler) handler(event);
+}
+
+// -- microphone, turns and playback ------------------------------------------------------
+
+function onMic({ pcm, rms }) {
+  const capturedAt = performance.now();
+  $("meter").value = omni.muted ? 0 : Math.min(1, rms * 8);
+  if (omni.muted) return; // muted: nothing leaves the page
+  const append = { type: "input_audio_buffer.append", audio: toBase64(pcm) };
+  connection.sendOrKeep(append, () => {
+    input.sentMs += CHUNK_MS;
+    input.marks.push([input.sentMs, capturedAt]);
+    if (input.marks.length > INPUT_MARKS_KEPT) input.marks.shift();
+  });
+  if (!omni.clientTurns) return;
+  if (rms >= SPEECH_RMS) {
+    if (!speaking && queuedFrames > 0) bargeIn();
+    speaking = true;
+    silentMs = 0;
+  } else if (speaking && (silentMs += CHUNK_MS) >= SILENCE_END_MS) {
+    endTurn(capturedAt - silentMs);
+  }
+}
+
+// The page ends a spoken turn itself (when the server detects none).
+function endTurn(at) {
+  speaking = false;
+  turnEndAt = at;
+  connection.send({ type: "input_audio_buffer.commit", create_response: true });
+}
+
+// When the audio at ``audioMs`` on the input clock was captured, on the page's clock.
+function inputTime(audioMs) {
+  const mark = input.marks.find(([endMs]) => endMs >= audioMs);
+  return mark ? mark[1] - (mark[0] - audioMs) : performance.now();
+}
+
+// The person speaks over the assistant: stop playing now and cut history to what was heard.
+function bargeIn() {
+  if (!interrupt()) return;
+  omni.bargeIns += 1;
+  showBargeIn(omni.bargeIns);
+}
+
+// Stops the reply that plays; returns whether one did.
+function interrupt() {
+  const id = Object.keys(omni.responses).pop();
+  const running = id && !omni.responses[id].done;
+  if (queuedFrames <= 0 && !running) return false;
+  audio.flush();
+  queuedFrames = 0;
+  connection.send({ type: "output_audio_buffer.clear", response_id: id });
+  return true;
+}
+
+function onPlayer({ played: counts, queued, flushed }) {
+  played = counts;
+  queuedFrames = queued;
+  for (const [id, frames] of Object.entries(counts)) {
+    if (omni.responses[id]) omni.responses[id].playedMs = frames / (RATE / 1000);
+  }
+  if (flushed) acknowledge(true);
+}
+
+function acknowledge(truncate) {
+  for (const [id, frames] of Object.entries(played)) {
+    const r = omni.responses[id];
+    if (!r || r.ackedMs === r.playedMs) continue;
+    if (connection.send({ type: "playback.ack", response_id: id,
+                          played_ms: frames / (RATE / 1000), truncate: Boolean(truncate) })) {
+      r.ackedMs = r.playedMs;
+    }
+  }
+  if (omni.lastSeq > omni.ackedSeq &&
+      connection.send({ type: "session.event_ack", server_event_seq: omni.lastSeq })) {
+    omni.ackedSeq = omni.lastSeq;
+  }
+}
+
+// -- the controls --------------------------------------------------------------------------
+
+async function start() {
+  $("start").disabled = true;
+  await audio.start();
+  ackTimer = setInterval(() => acknowledge(false), ACK_EVERY_MS);
+  connection.open();
+  $("stop").disabled = $("mute").disabled = false;
+}
+
+function stop() {
+  $("stop").disabled = true;
+  connection.stop();
+}
+
+// The session is over (stopped, or ended by the service): the microphone goes off too.
+function stopped() {
+  clearInterval(ackTimer);
+  speaking = false;
+  queuedFrames = 0;
+  played = {};
+  setMuted(false);
+  audio.stop();
+  $("stop").disabled = $("mute").disabled = true;
+  $("start").disabled = false;
+}
+
+function setMuted(muted) {
+  if (muted && speaking) endTurn(performance.now()); // what was said so far is a turn
+  omni.muted = muted;
+  $("mute").textContent = muted ? "Unmute" : "Mute";
+  $("mute").setAttribute("aria-pressed", String(muted));
+  document.body.classList.toggle("muted", muted);
+}
+
+// A typed turn: the text becomes a user item and the assistant answers it, cutting short a
+// reply that still plays (typing over the assistant is an interruption too).
+function sendText(event) {
+  event.preventDefault();
+  const text = $("text").value.trim();
+  if (!text) return;
+  interrupt();
+  const item = { type: "message", role: "user", content: [{ type: "input_text", text }] };
+  if (connection.send({ type: "conversation.item.create", item })) {
+    turnEndAt = performance.now();
+    connection.send({ type: "response.create" });
+    $("text").value = "";
+  }
+}
+
+function applySettings() {
+  $("settings-state").textContent = "sending…";
+  connection.send({ type: "session.update", session: settings() });
+}
+
+function fail(error) {
+  omni.errors.push({ code: "page", message: String(error) });
+  addLine("error", "", String(error));
+  connection.stop();
+}
+
+$("start").addEventListener("click", () => start().catch(fail));
+$("stop").addEventListener("click", stop);
+$("mute").addEventListener("click", () => setMuted(!omni.muted));
+$("compose").addEventListener("submit", sendText);
+$("apply").addEventListener("click", applySettings);
+omni.dropSocket = () => connection.drop();
+
+// -- base64 --------------------------------------------------------------------------------
 
 function toBase64(buffer) {
   const bytes = new Uint8Array(buffer);
@@ -71,223 +320,3 @@ function fromBase64(text) {
   for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
   return bytes.buffer;
 }
-
-// -- the connection -----------------------------------------------------------------------
-
-function connect(resuming) {
-  const scheme = location.protocol === "https:" ? "wss" : "ws";
-  const protocols = ["realtime"];
-  if (params.get("key")) protocols.push("openai-insecure-api-key." + params.get("key"));
-  ws = new WebSocket(`${scheme}://${location.host}/v1/realtime${resuming ? "?resume=1" : ""}`,
-                     protocols);
-  setStatus(resuming ? "resuming" : "connecting");
-  ws.onopen = () => {
-    retry = 0;
-    ws.send(JSON.stringify(resuming ? {
-      type: "session.resume", session_id: omni.sessionId, resume_token: omni.token,
-      last_received_server_event_seq: omni.lastSeq,
-    } : {
-      type: "session.update",
-      session: {
-        type: "realtime", output_modalities: ["audio"],
-        audio: { input: { format: { type: "audio/pcm", rate: RATE } },
-                 output: { format: { type: "audio/pcm", rate: RATE } } },
-      },
-    }));
-  };
-  ws.onmessage = (message) => receive(JSON.parse(message.data));
-  ws.onclose = (close) => {
-    if (terminal || close.code === 1008) {
-      setStatus(`closed (${close.reason || close.code})`);
-      return;
-    }
-    // Anything else is the network or a bridge going away: come back and resume.
-    setStatus("reconnecting");
-    const delay = Math.min(4000, 250 * 2 ** retry++) * (0.5 + Math.random() / 2);
-    setTimeout(() => connect(Boolean(omni.sessionId)), delay);
-  };
-}
-
-function receive(event) {
-  if (groupIds.has(event.event_id)) return; // the repeated part of a half-received group
-  if (event.server_event_seq) {
-    omni.lastSeq = event.server_event_seq;
-    groupIds = new Set();
-  } else if (/^event_[0-9a-f]+_\d+_\d+$/.test(event.event_id)) {
-    groupIds.add(event.event_id);
-  }
-  const handler = HANDLERS[event.type];
-  if (handler) handler(event);
-}
-
-const HANDLERS = {
-  "session.created": (e) => {
-    omni.sessionId = e.session.id;
-    omni.token = e.resume_token;
-    omni.clientTurns = !e.session.audio.input.turn_detection;
-    setStatus("live");
-  },
-  "session.resumed": (e) => {
-    omni.token = e.resume_token;
-    omni.resumes += 1;
-    setStatus("live");
-    const waiting = outbox;
-    outbox = [];
-    waiting.forEach(send);
-  },
-  "response.created": (e) => {
-    omni.responses[e.response.id] = {
-      audioMs: 0, playedMs: 0, transcript: "", deltas: [], done: false, status: "in_progress",
-      clientLatencyMs: null, serverLatencyMs: null, committedAt: commitAt,
-    };
-    addLine("assistant", e.response.id, "");
-  },
-  "response.output_audio.delta": (e) => {
-    const r = omni.responses[e.response_id];
-    const pcm = fromBase64(e.delta);
-    if (r) {
-      if (r.clientLatencyMs === null && r.committedAt) {
-        r.clientLatencyMs = Math.round(performance.now() - r.committedAt);
-      }
-      r.audioMs += pcm.byteLength / 2 / (RATE / 1000);
-      r.deltas.push([e.start_ms, e.duration_ms]);
-    }
-    player.port.postMessage({ type: "chunk", id: e.response_id, pcm }, [pcm]);
-  },
-  "response.output_audio_transcript.delta": (e) => {
-    const r = omni.responses[e.response_id];
-    if (r) r.transcript += e.delta;
-    setLine(e.response_id, r ? r.transcript : e.delta);
-  },
-  "conversation.item.input_audio_transcription.completed": (e) => {
-    omni.userTranscripts.push(e.transcript);
-    addLine("you", e.item_id, e.transcript);
-  },
-  "response.done": (e) => {
-    const r = omni.responses[e.response.id];
-    if (!r) return;
-    r.done = true;
-    r.status = e.response.status;
-    r.serverLatencyMs = e.response.latency ? Math.round(e.response.latency.first_audio_ms) : null;
-    player.port.postMessage({ type: "end", id: e.response.id });
-    showTurn(e.response.id, r);
-  },
-  "input_audio_buffer.speech_started": () => bargeIn(),
-  "playback.acknowledged": (e) => { omni.acked[e.response_id] = e; },
-  "error": (e) => {
-    omni.errors.push(e.error);
-    addLine("error", "", `${e.error.code}: ${e.error.message}`);
-  },
-  "session.replaced": () => { terminal = true; },
-  "session.expired": () => { terminal = true; },
-  "session.closed": () => { terminal = true; },
-  "session.resync_required": () => { terminal = true; },
-};
-
-// -- microphone and turns -----------------------------------------------------------------
-
-function onMic({ pcm, rms }) {
-  $("meter").value = Math.min(1, rms * 8);
-  const append = { type: "input_audio_buffer.append", audio: toBase64(pcm) };
-  if (!send(append) && omni.sessionId) {
-    outbox.push(append); // reconnecting: keep the last few seconds and send them after
-    if (outbox.length > OUTBOX_MAX) outbox.shift();
-  }
-  if (!omni.clientTurns) return;
-  if (rms >= SPEECH_RMS) {
-    if (!speaking && queuedFrames > 0) bargeIn();
-    speaking = true;
-    silentMs = 0;
-  } else if (speaking && (silentMs += 100) >= SILENCE_END_MS) {
-    speaking = false;
-    commitAt = performance.now();
-    send({ type: "input_audio_buffer.commit", create_response: true });
-  }
-}
-
-function bargeIn() {
-  // The person speaks over the assistant: stop playing now and cut history to what was heard.
-  if (queuedFrames <= 0) return;
-  player.port.postMessage({ type: "flush" });
-  const id = Object.keys(omni.responses).pop();
-  if (!id) return;
-  send({ type: "output_audio_buffer.clear", response_id: id });
-}
-
-function onPlayer({ played: counts, queued, flushed }) {
-  played = counts;
-  queuedFrames = queued;
-  for (const [id, frames] of Object.entries(counts)) {
-    if (omni.responses[id]) omni.responses[id].playedMs = frames / (RATE / 1000);
-  }
-  if (flushed) acknowledge(true);
-}
-
-function acknowledge(truncate) {
-  for (const [id, frames] of Object.entries(played)) {
-    const r = omni.responses[id];
-    if (!r || r.ackedMs === r.playedMs) continue;
-    if (send({ type: "playback.ack", response_id: id, played_ms: frames / (RATE / 1000),
-               truncate: Boolean(truncate) })) {
-      r.ackedMs = r.playedMs;
-    }
-  }
-  if (omni.lastSeq > omni.ackedSeq &&
-      send({ type: "session.event_ack", server_event_seq: omni.lastSeq })) {
-    omni.ackedSeq = omni.lastSeq;
-  }
-}
-
-// -- the page -----------------------------------------------------------------------------
-
-function addLine(who, id, text) {
-  const line = document.createElement("p");
-  line.className = who;
-  line.dataset.id = id;
-  line.innerHTML = `<b>${who}</b> <span></span>`;
-  line.querySelector("span").textContent = text;
-  $("transcript").append(line);
-}
-
-function setLine(id, text) {
-  const line = document.querySelector(`p[data-id="${id}"] span`);
-  if (line) line.textContent = text;
-}
-
-function showTurn(id, r) {
-  const row = document.createElement("tr");
-  const cells = [id.slice(-8), r.status, `${Math.round(r.audioMs)} ms`,
-                 r.clientLatencyMs === null ? "–" : `${r.clientLatencyMs} ms`,
-                 r.serverLatencyMs === null ? "–" : `${r.serverLatencyMs} ms`];
-  for (const value of cells) {
-    const cell = document.createElement("td");
-    cell.textContent = value;
-    row.append(cell);
-  }
-  $("turns").append(row);
-}
-
-async function start() {
-  $("start").disabled = true;
-  ctx = new AudioContext({ sampleRate: RATE });
-  await ctx.audioWorklet.addModule("/static/worklet.js");
-  const stream = await navigator.mediaDevices.getUserMedia({
-    audio: { channelCount: 1, echoCancellation: true, noiseSuppression: false,
-             autoGainControl: false },
-  });
-  const mic = new AudioWorkletNode(ctx, "mic-capture");
-  mic.port.onmessage = (event) => onMic(event.data);
-  const mute = new GainNode(ctx, { gain: 0 }); // a capture node must be pulled to run
-  ctx.createMediaStreamSource(stream).connect(mic).connect(mute).connect(ctx.destination);
-  player = new AudioWorkletNode(ctx, "pcm-player", { outputChannelCount: [1] });
-  player.port.onmessage = (event) => onPlayer(event.data);
-  player.connect(ctx.destination);
-  await ctx.resume();
-  setInterval(() => acknowledge(false), ACK_EVERY_MS);
-  connect(false);
-}
-
-$("start").addEventListener("click", () => start().catch((error) => {
-  omni.errors.push({ code: "page", message: String(error) });
-  setStatus(`failed: ${error}`);
-}));

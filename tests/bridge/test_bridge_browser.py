@@ -1,51 +1,39 @@
-"""The browser page in headless Chromium: a spoken turn, its reply played and acknowledged.
+"""The browser page in headless Chromium, driven as a person would: talk, interrupt, type,
+change the instructions and the voice, mute, lose the network, stop.
 
-Chromium's fake microphone plays a speech WAV made with espeak-ng; the page captures it with an
-AudioWorklet, decides the end of the turn itself (the loopback has no server VAD), and plays
-the reply through its jitter buffer. Mid-reply the test drops the page's socket: the page must
-resume the session and finish the reply with no audio missing or doubled. A screenshot of the
-page goes to the test artifacts (``build/test-artifacts``, or ``$OMNI_TEST_ARTIFACTS``).
+Chromium's fake microphone plays speech made with espeak-ng; the page captures it with an
+AudioWorklet, ends each turn itself (the loopback has no server VAD) and plays the reply through
+its jitter buffer. Each test also holds the whole run to zero console errors, page errors,
+failed requests and HTTP errors (``page_driver``), and saves screenshots of the page.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
-import os
-import shutil
-import subprocess
+import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 from bridge_testkit import SPEECH_TEXT, running_bridge, service_settings
-from playwright.async_api import Page, async_playwright
+from page_driver import PageRun, chromium_page, speech_wav
+from playwright.async_api import WebSocketRoute
 
 from omni_grpc.server.app import RunningServer, start_server
+from tests.serving import eventually
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"  # Debian's package; browser downloads do not work here
-ARTIFACTS = Path(os.environ.get("OMNI_TEST_ARTIFACTS", "build/test-artifacts"))
-
-
-def mic_wav(folder: Path) -> Path:
-    """Half a second of silence, the speech, then 2.5 s of silence, at 48 kHz."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)  # and a place for the screenshot
-    raw, wav = folder / "speech_raw.wav", folder / "mic.wav"
-    subprocess.run(
-        ["espeak-ng", "-v", "en-us", "-s", "170", "-w", str(raw), SPEECH_TEXT],
-        check=True,
-        timeout=30,
-    )
-    subprocess.run(
-        ["sox", str(raw), "-r", "48000", "-c", "1", "-b", "16", str(wav), "pad", "0.5", "2.5"],
-        check=True,
-        timeout=30,
-    )
-    return wav
+INTERRUPTION = "wait, say that again please"
+TYPED = "what time is it"
+INSTRUCTIONS = "Answer in one short sentence."
+VOICE = "en-gb"
+# The latency columns of the turns table: turn end -> first audio, server first audio.
+LATENCY_COLUMNS = (3, 4)
 
 
 @pytest.fixture
@@ -55,61 +43,66 @@ async def paced_service() -> AsyncIterator[RunningServer]:
     await running.stop()
 
 
-async def wait_until(page: Page, condition: str, timeout_s: float) -> Any:
-    """Waits for a JavaScript condition on ``window.omni``; returns its value."""
-    handle = await page.wait_for_function(condition, timeout=timeout_s * 1000, polling=50)
-    return await handle.json_value()
+async def table_rows(run: PageRun) -> dict[str, list[str]]:
+    """The turns table: response id -> its cells."""
+    rows: dict[str, list[str]] = await run.page.eval_on_selector_all(
+        "#turns tr",
+        "rows => Object.fromEntries(rows.map(r => [r.dataset.id, "
+        "[...r.cells].map(c => c.textContent)]))",
+    )
+    return rows
 
 
-async def test_page_talks_plays_acks_and_resumes(
+async def test_speech_over_a_reply_cuts_it_and_the_next_reply_survives_a_drop(
     paced_service: RunningServer, tmp_path: Path
 ) -> None:
-    assert shutil.which(CHROMIUM), "the browser tests need Debian's chromium package"
-    wav = mic_wav(tmp_path)
-    flags = [
-        "--disable-gpu",
-        "--disable-quic",
-        "--autoplay-policy=no-user-gesture-required",
-        "--use-fake-ui-for-media-stream",
-        "--use-fake-device-for-media-stream",
-        f"--use-file-for-fake-audio-capture={wav}%noloop",
-    ]
-    async with running_bridge(paced_service.target) as port, async_playwright() as driver:
-        browser = await driver.chromium.launch(executable_path=CHROMIUM, args=flags)
-        try:
-            page = await browser.new_page()
-            page_errors: list[str] = []
-            page.on("pageerror", lambda error: page_errors.append(str(error)))
-            await page.goto(f"http://127.0.0.1:{port}/")
-            await page.click("#start")
-            # The turn: speech, then the page's own end-of-turn commit, then the reply.
-            rid = await wait_until(
-                page,
-                """() => Object.entries(omni.responses)
-                .filter(([, r]) => r.audioMs >= 600 && !r.done).map(([id]) => id)[0]""",
-                20,
-            )
-            await page.evaluate("omni.dropSocket()")
-            await wait_until(
-                page,
-                f"""() => {{
-                const r = omni.responses["{rid}"], ack = omni.acked["{rid}"];
+    # A turn, then, while its reply plays, the person speaks again.
+    # The reply echoes the turn (4.3 s); the second sentence starts 1.8 s after it does.
+    mic = speech_wav(tmp_path, "mic", [0.5, SPEECH_TEXT, 2.5, INTERRUPTION, 3.0])
+    async with running_bridge(paced_service.target) as port, chromium_page(mic) as run:
+        await run.page.goto(f"http://127.0.0.1:{port}/")
+        await run.page.click("#start")
+        # The second sentence cuts the first reply short.
+        first = await run.until(
+            """() => { const [id, r] = Object.entries(omni.responses)[0] || [];
+                return r && r.done && r.status === "cancelled" && id; }""",
+            20,
+        )
+        barge_badge = await run.page.is_visible("#barge.on")
+        # The reply to the second sentence: the socket drops in the middle of it.
+        second = await run.until(
+            """(first) => Object.entries(omni.responses)
+                .filter(([id, r]) => id !== first && r.audioMs >= 600 && !r.done)
+                .map(([id]) => id)[0]""",
+            20,
+            first,
+        )
+        await run.page.evaluate("omni.dropSocket()")
+        await run.until(
+            """(id) => { const r = omni.responses[id], ack = omni.acked[id];
                 return omni.resumes === 1 && r.done && r.playedMs >= r.audioMs - 0.5
-                    && ack && ack.played_ms >= r.audioMs - 0.5; }}""",
-                20,
-            )
-            state = await page.evaluate("omni")
-            await page.screenshot(path=str(ARTIFACTS / "bridge_page.png"), full_page=True)
-            table = await page.inner_text("#turns")
-        finally:
-            await browser.close()
+                    && ack && ack.played_ms >= r.audioMs - 0.5; }""",
+            20,
+            second,
+        )
+        state = await run.page.evaluate("omni")
+        rows = await table_rows(run)
+        cut_note = await run.page.text_content(f'#transcript p.cut[data-id="{first}"] .note')
+        bars = await run.page.eval_on_selector_all("#chart rect", "bars => bars.length")
+        await run.screenshot("page_conversation")
 
-    assert not page_errors and not state["errors"], (page_errors, state["errors"])
-    assert state["status"] == "live" and state["resumes"] == 1 and state["clientTurns"]
-    reply = state["responses"][rid]
-    assert reply["status"] == "completed"
-    # What was said comes back: the whole turn, half a second of lead-in and the speech.
-    assert reply["audioMs"] > 2000, reply["audioMs"]
+    assert run.problems == [] and state["errors"] == [], (run.problems, state["errors"])
+    states = state["states"]
+    assert states[:3] == ["idle", "connecting", "live"], states
+    assert states[3:5] == ["reconnecting", "resumed"], states
+    assert state["resumes"] == 1 and state["clientTurns"]
+    # The interruption: one barge-in, shown, and the cut reply marked where it stopped.
+    cut = state["responses"][first]
+    assert state["bargeIns"] == 1 and barge_badge, (state["bargeIns"], cut)
+    assert cut["reason"] == "output_audio_cleared" and 0 < cut["playedMs"] <= cut["audioMs"], cut
+    assert cut_note is not None and cut_note.startswith("cut at"), cut_note
+    reply = state["responses"][second]
+    assert reply["status"] == "completed" and reply["transcript"].startswith("you said")
     # Across the drop, the deltas tile the reply's media clock: nothing missing, nothing twice.
     deltas = reply["deltas"]
     assert deltas[0][0] == 0
@@ -118,11 +111,150 @@ async def test_page_talks_plays_acks_and_resumes(
     assert sum(duration for _, duration in deltas) == pytest.approx(reply["audioMs"])
     # Played to the end, and the service confirmed the played time.
     assert reply["playedMs"] == pytest.approx(reply["audioMs"], abs=0.5)
-    assert state["acked"][rid]["played_ms"] == pytest.approx(reply["audioMs"], abs=0.5)
-    assert reply["transcript"].startswith("you said")
-    assert reply["clientLatencyMs"] is not None and reply["serverLatencyMs"] is not None
-    assert rid[-8:] in table and "completed" in table
-    assert (ARTIFACTS / "bridge_page.png").stat().st_size > 10_000
+    assert state["acked"][second]["played_ms"] == pytest.approx(reply["audioMs"], abs=0.5)
+    # Both turns had audio: every latency cell is filled, and each is charted.
+    for rid in (first, second):
+        response = state["responses"][rid]
+        assert response["clientLatencyMs"] > 0 and response["serverLatencyMs"] > 0, response
+        assert all(rows[rid][column].endswith(" ms") for column in LATENCY_COLUMNS), rows[rid]
+    charted = sum(
+        response[field] is not None
+        for response in state["responses"].values()
+        for field in ("clientLatencyMs", "serverLatencyMs", "firstTextMs")
+    )
+    assert bars == charted >= 4
+
+
+class Network:
+    """The page's websockets, routed through the test: it counts what the page sends by type,
+    can cut the connection, and can hold the bridge's answers (a slow network)."""
+
+    def __init__(self) -> None:
+        self.sent: collections.Counter[str] = collections.Counter()
+        self.routes: list[tuple[WebSocketRoute, WebSocketRoute]] = []  # (page side, bridge side)
+        self.holding = False
+        self.held: list[str | bytes] = []
+
+    def route(self, page_side: WebSocketRoute) -> None:
+        bridge_side = page_side.connect_to_server()
+        self.routes.append((page_side, bridge_side))
+
+        def from_page(message: str | bytes) -> None:
+            if isinstance(message, str):
+                self.sent[json.loads(message)["type"]] += 1
+            bridge_side.send(message)
+
+        def from_bridge(message: str | bytes) -> None:
+            if self.holding:
+                self.held.append(message)
+            else:
+                page_side.send(message)
+
+        page_side.on_message(from_page)
+        bridge_side.on_message(from_bridge)
+
+    async def cut(self) -> None:
+        page_side, bridge_side = self.routes[-1]
+        await page_side.close(code=1001, reason="network_cut")
+        await bridge_side.close()
+
+    def release(self) -> None:
+        page_side, _ = self.routes[-1]
+        self.holding = False
+        for message in self.held:
+            page_side.send(message)
+        self.held.clear()
+
+
+async def test_every_control_works(paced_service: RunningServer, tmp_path: Path) -> None:
+    network = Network()
+    quiet = speech_wav(tmp_path, "quiet", [1.0])
+    async with running_bridge(paced_service.target) as port, chromium_page(quiet) as run:
+        page = run.page
+        await page.route_web_socket(re.compile(r"/v1/realtime"), network.route)
+        await page.goto(f"http://127.0.0.1:{port}/")
+        await page.click("#settings summary")
+        await run.screenshot("page_idle")
+        idle = await page.evaluate(
+            "['#stop', '#mute', '#send'].map(s => document.querySelector(s).disabled)"
+        )
+        assert idle == [True, True, True] and await page.text_content("#status") == "idle"
+
+        await page.click("#start")
+        await run.until("() => omni.status === 'live'", 10)
+        [host] = list(paced_service.sessions)
+
+        # Instructions and voice: applied to the live session, down to the engine.
+        await page.fill("#instructions", INSTRUCTIONS)
+        await page.fill("#voice", VOICE)
+        await page.click("#apply")
+        await run.until(
+            "(i) => omni.session.instructions === i && "
+            "document.querySelector('#settings-state').textContent === 'applied'",
+            10,
+            INSTRUCTIONS,
+        )
+        assert (host.session.config.instructions, host.session.config.voice) == (
+            INSTRUCTIONS,
+            VOICE,
+        )
+        assert (host.engine.config.instructions, host.engine.config.voice) == (INSTRUCTIONS, VOICE)
+
+        # A typed turn gets its answer, shown in the transcript.
+        await page.fill("#text", TYPED)
+        await page.press("#text", "Enter")
+        typed_reply = await run.until(
+            """(text) => Object.entries(omni.responses)
+                .filter(([, r]) => r.done && r.transcript.includes(`you wrote "${text}"`))
+                .map(([id]) => id)[0]""",
+            15,
+            TYPED,
+        )
+        you = await page.text_content("#transcript p.you.typed .words")
+        answer = await page.text_content(f'#transcript p.assistant[data-id="{typed_reply}"]')
+        assert you == TYPED and answer is not None and f'you wrote "{TYPED}"' in answer
+        assert network.sent["conversation.item.create"] == network.sent["response.create"] == 1
+        typed_row = (await table_rows(run))[typed_reply]
+        assert all(typed_row[column].endswith(" ms") for column in LATENCY_COLUMNS), typed_row
+
+        # Mute: no audio leaves the page until unmuted.
+        await page.click("#mute")
+        assert await page.get_attribute("#mute", "aria-pressed") == "true"
+        await asyncio.sleep(0.3)  # a chunk captured just before the click may still be on its way
+        muted_count = network.sent["input_audio_buffer.append"]
+        await asyncio.sleep(1.0)
+        assert network.sent["input_audio_buffer.append"] == muted_count
+        await page.click("#mute")
+        await eventually(lambda: network.sent["input_audio_buffer.append"] >= muted_count + 3)
+
+        # The network drops: the page shows it reconnecting, then resumes the same session.
+        network.holding = True
+        await network.cut()
+        await run.until("() => omni.status === 'reconnecting'", 5)
+        await eventually(lambda: len(network.routes) == 2 and bool(network.held))
+        await run.screenshot("page_reconnecting")
+        assert await page.evaluate("omni.status") == "reconnecting"
+        network.release()
+        await run.until("() => omni.status === 'resumed' && omni.resumes === 1", 10)
+        await run.screenshot("page_resumed")
+        assert network.sent["session.resume"] == 1
+
+        # Stop: the session closes on the service and the microphone goes off.
+        await page.click("#stop")
+        await run.until("() => omni.status === 'closed'", 10)
+        await eventually(lambda: host.ended)
+        controls = await page.evaluate(
+            "['#start', '#stop', '#mute'].map(s => document.querySelector(s).disabled)"
+        )
+        state = await page.evaluate("omni")
+
+    assert run.problems == [] and state["errors"] == [], (run.problems, state["errors"])
+    assert controls == [False, True, True]
+    assert network.sent["session.close"] == 1
+    assert state["states"] == ["idle", "connecting", "live", "reconnecting", "resumed", "closed"], (
+        state["states"]
+    )
+    assert state["sessionId"] == host.session.id
 
 
 async def test_page_is_served(paced_service: RunningServer) -> None:
@@ -131,10 +263,22 @@ async def test_page_is_served(paced_service: RunningServer) -> None:
         asyncio.timeout(10),
         aiohttp.ClientSession() as http,
     ):
-        for path, kind in (
-            ("/", "text/html"),
-            ("/static/app.js", "javascript"),
-            ("/static/worklet.js", "javascript"),
-        ):
+        async with http.get(f"http://127.0.0.1:{port}/") as response:
+            assert response.status == 200 and response.content_type == "text/html"
+            page = await response.text()
+        # Everything the page names is served: its scripts, their modules, style and icon.
+        named = re.findall(r'(?:src|href)="(/static/[^"]+)"', page)
+        modules = []
+        for path in named:
             async with http.get(f"http://127.0.0.1:{port}{path}") as response:
-                assert response.status == 200 and kind in response.content_type, path
+                assert response.status == 200, path
+                if path.endswith(".js"):
+                    assert "javascript" in response.content_type, path
+                    script = await response.text()
+                    modules += re.findall(r'from "\./([a-z]+\.js)"', script)
+        assert {"/static/app.js", "/static/page.css", "/static/icon.svg"} <= set(named)
+        for module in modules:
+            async with http.get(f"http://127.0.0.1:{port}/static/{module}") as response:
+                assert response.status == 200, module
+        async with http.get(f"http://127.0.0.1:{port}/static/worklet.js") as response:
+            assert response.status == 200 and "javascript" in response.content_type

@@ -1,0 +1,150 @@
+// The websocket to the bridge: opens a session, resumes it after a drop, keeps the cursor.
+//
+// Every event that belongs to the session's history ends a group with its server_event_seq,
+// the resume cursor; after a drop the page reconnects with session.resume from the last seq it
+// saw and drops the repeated part of a group it had half received, so nothing is lost or
+// doubled. Audio captured while reconnecting waits in a short outbox and goes out after.
+
+import { omni } from "./state.js";
+
+const OUTBOX_MAX = 50; // appends kept while reconnecting: 5 s of audio
+const RESUMED_SHOWN_MS = 4000; // "resumed" stays on the badge this long, then "live"
+const CLOSE_WAIT_MS = 3000; // after session.close, how long the service gets to close first
+// Events after which the service ends the stream: no reconnecting after them.
+const TERMINAL = new Set([
+  "session.closed", "session.expired", "session.replaced", "session.resync_required",
+]);
+const GROUP_PART = /^event_[0-9a-f]+_\d+_\d+$/; // an event id that a replay repeats
+
+export class Connection {
+  // onEvent(event) gets every new event; onStatus(status) every change of status;
+  // opening() returns the session.update that opens a new session.
+  constructor({ onEvent, onStatus, opening }) {
+    this.onEvent = onEvent;
+    this.onStatus = onStatus;
+    this.opening = opening;
+    this.ws = null;
+    this.live = false; // a session is attached: events may be sent
+    this.terminal = false; // the session ended (or the person stopped it): no reconnecting
+    this.retry = 0;
+    this.timer = 0;
+    this.groupIds = new Set(); // ids received since the last event that carried a seq
+    this.outbox = []; // [event, afterSend] held while reconnecting
+  }
+
+  open() {
+    Object.assign(omni, { sessionId: "", token: "", lastSeq: 0, ackedSeq: 0, closeReason: "" });
+    this.terminal = false;
+    this.retry = 0;
+    this.outbox = [];
+    this.connect(false);
+  }
+
+  // Ends the session for good: the service answers session.closed and closes the socket.
+  stop() {
+    this.terminal = true;
+    clearTimeout(this.timer);
+    this.outbox = [];
+    const ws = this.ws;
+    if (!this.send({ type: "session.close", reason: "client_close" })) {
+      if (ws) ws.close(1000, "stopped");
+      this.setStatus("closed");
+      return;
+    }
+    setTimeout(() => ws.readyState < WebSocket.CLOSING && ws.close(1000, "stopped"), CLOSE_WAIT_MS);
+  }
+
+  // A test's network cut seen from the page: the socket goes, the session stays.
+  drop() {
+    if (this.ws) this.ws.close(4000, "test_drop");
+  }
+
+  send(event) {
+    if (!this.live || this.ws.readyState !== WebSocket.OPEN) return false;
+    this.ws.send(JSON.stringify(event));
+    return true;
+  }
+
+  // Sends now, or keeps the event (the last few only) to send once the session is back.
+  // afterSend runs when the event really goes out.
+  sendOrKeep(event, afterSend) {
+    if (this.send(event)) {
+      afterSend();
+    } else if (omni.sessionId && !this.terminal) {
+      this.outbox.push([event, afterSend]);
+      if (this.outbox.length > OUTBOX_MAX) this.outbox.shift();
+    }
+  }
+
+  setStatus(status) {
+    omni.status = status;
+    if (omni.states[omni.states.length - 1] !== status) omni.states.push(status);
+    this.onStatus(status);
+  }
+
+  connect(resuming) {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const key = new URLSearchParams(location.search).get("key");
+    const protocols = ["realtime"];
+    if (key) protocols.push("openai-insecure-api-key." + key);
+    const url = `${scheme}://${location.host}/v1/realtime${resuming ? "?resume=1" : ""}`;
+    const ws = (this.ws = new WebSocket(url, protocols));
+    this.live = false;
+    this.setStatus(resuming ? "reconnecting" : "connecting");
+    ws.onopen = () => {
+      ws.send(JSON.stringify(resuming ? {
+        type: "session.resume", session_id: omni.sessionId, resume_token: omni.token,
+        last_received_server_event_seq: omni.lastSeq,
+      } : this.opening()));
+    };
+    ws.onmessage = (message) => this.receive(JSON.parse(message.data));
+    ws.onclose = (close) => this.closed(ws, close);
+  }
+
+  closed(ws, close) {
+    if (ws !== this.ws) return; // an old socket, already replaced
+    this.live = false;
+    if (this.terminal || close.code === 1008) {
+      omni.closeReason = close.reason || String(close.code);
+      this.setStatus("closed");
+      return;
+    }
+    // Anything else is the network or a bridge going away: come back and resume.
+    this.setStatus("reconnecting");
+    const delay = Math.min(4000, 250 * 2 ** this.retry++) * (0.5 + Math.random() / 2);
+    this.timer = setTimeout(() => this.connect(Boolean(omni.sessionId)), delay);
+  }
+
+  receive(event) {
+    if (this.groupIds.has(event.event_id)) return; // the repeated part of a half-received group
+    if (event.server_event_seq) {
+      omni.lastSeq = event.server_event_seq;
+      this.groupIds = new Set();
+    } else if (GROUP_PART.test(event.event_id)) {
+      this.groupIds.add(event.event_id);
+    }
+    if (event.type === "session.created") {
+      omni.sessionId = event.session.id;
+      omni.token = event.resume_token;
+      this.attached("live");
+    } else if (event.type === "session.resumed") {
+      omni.token = event.resume_token;
+      omni.resumes += 1;
+      this.attached("resumed");
+      setTimeout(() => omni.status === "resumed" && this.setStatus("live"), RESUMED_SHOWN_MS);
+    } else if (TERMINAL.has(event.type)) {
+      this.terminal = true;
+    }
+    this.onEvent(event);
+  }
+
+  attached(status) {
+    this.live = true;
+    this.retry = 0;
+    this.setStatus(status);
+    // The first thing written on a resumed stream confirms the rotated token: the resends.
+    const waiting = this.outbox;
+    this.outbox = [];
+    for (const [event, afterSend] of waiting) this.sendOrKeep(event, afterSend);
+  }
+}

@@ -1,0 +1,24 @@
+// What the page knows, in one object: its modules share it and the tests read it (window.omni).
+
+export const RATE = 24000; // pcm16 at 24 kHz, OpenAI's default: nothing resamples on the page
+
+export const omni = {
+  status: "idle", // idle, connecting, live, reconnecting, resumed, closed
+  states: ["idle"], // every status the page went through, in order
+  closeReason: "",
+  sessionId: "",
+  token: "",
+  session: null, // the session object the service last reported (created, updated, resumed)
+  capabilities: null,
+  lastSeq: 0,
+  ackedSeq: 0,
+  resumes: 0,
+  clientTurns: false, // true when the server does not detect turns: this page commits them
+  muted: false,
+  bargeIns: 0, // times the person spoke (or typed) over the assistant and the page cut it
+  responses: {}, // id -> {audioMs, playedMs, transcript, deltas: [[start, dur]], ...}
+  userTranscripts: [],
+  typed: [], // the user's typed items, as the service confirmed them
+  errors: [],
+  acked: {}, // response id -> last playback.acknowledged
+};

@@ -141,6 +141,8 @@ def check_command(
     request: pb.ConverseRequest, kind: str, limits: Limits, engine: EngineFeatures
 ) -> None:
     """Runs the checks that need nothing but the command (and server-wide facts)."""
+    if request.trace_context:  # any command may carry one; bounded like other string maps
+        check_metadata(request.trace_context, "trace_context")
     if kind == "append_input_text" and len(request.append_input_text.text) > limits.max_text_chars:
         raise CommandError("bad_event", "text too long", param="text")
     elif kind == "barge_in" and not engine.supports_barge_in:

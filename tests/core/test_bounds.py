@@ -137,6 +137,25 @@ def test_response_metadata_out_of_bounds_is_refused(metadata: dict[str, str]) ->
     assert (refused.value.code, refused.value.param) == ("bad_event", "metadata")
 
 
+@pytest.mark.parametrize(
+    "carrier",
+    [
+        {f"k{index}": "v" for index in range(MAX_METADATA_PAIRS + 1)},
+        {"traceparent": "v" * (MAX_METADATA_VALUE_CHARS + 1)},
+    ],
+    ids=["pairs", "value"],
+)
+def test_a_trace_context_out_of_bounds_is_refused(carrier: dict[str, str]) -> None:
+    commit = cmd(1, commit_input_audio=pb.CommitInputAudio())
+    commit.trace_context.update(carrier)
+    with pytest.raises(CommandError) as refused:
+        check_command(commit, "commit_input_audio", LIMITS, ENGINE)
+    assert (refused.value.code, refused.value.param) == ("bad_event", "trace_context")
+    commit.trace_context.clear()
+    commit.trace_context["traceparent"] = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+    check_command(commit, "commit_input_audio", LIMITS, ENGINE)
+
+
 def test_a_session_answers_an_update_too_deep_in_band_and_goes_on() -> None:
     s = open_session().session
     deep = pb.SessionConfig(engine_options=struct(nested(MAX_STRUCT_DEPTH + 1)))

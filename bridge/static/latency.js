@@ -6,9 +6,9 @@ const SVG = "http://www.w3.org/2000/svg";
 const TURNS_CHARTED = 8;
 // What the chart shows of a turn: [the turn's field, its label, its CSS class].
 const SERIES = [
-  ["clientLatencyMs", "turn end → first audio (page)", "page"],
-  ["serverLatencyMs", "first audio (server)", "server"],
-  ["firstTextMs", "first text (server)", "text"],
+  ["clientLatencyMs", "end of speech or typing → first audio", "page"],
+  ["serverLatencyMs", "service: from the turn's commit to its first audio", "server"],
+  ["firstTextMs", "service: from the turn's commit to its first text", "text"],
 ];
 const ROW_H = 14; // one bar
 const GROUP_GAP = 10; // between turns

@@ -24,7 +24,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 CHROMIUM = "/usr/bin/chromium"  # Debian's package; browser downloads do not work here
 ARTIFACTS = Path(os.environ.get("OMNI_TEST_ARTIFACTS", "build/test-artifacts"))
 SHOWCASE = os.environ.get("OMNI_PAGE_SCREENSHOTS", "")
-VIEWPORT = {"width": 900, "height": 900}
+VIEWPORT = {"width": 900, "height": 600}
 # What a timed-out wait reports of the page: its states, barge-ins, errors and each response.
 SUMMARY = """() => ({states: omni.states, bargeIns: omni.bargeIns, errors: omni.errors,
   responses: Object.entries(omni.responses).map(([id, r]) => [id.slice(-8), r.status, r.reason,

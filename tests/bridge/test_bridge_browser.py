@@ -69,6 +69,7 @@ async def test_speech_over_a_reply_cuts_it_and_the_next_reply_survives_a_drop(
             20,
         )
         barge_badge = await run.page.is_visible("#barge.on")
+        await run.screenshot("page_barge_in")
         # The reply to the second sentence: the socket drops in the middle of it.
         second = await run.until(
             """(first) => Object.entries(omni.responses)
@@ -248,6 +249,12 @@ async def test_every_control_works(paced_service: RunningServer, tmp_path: Path)
         )
         state = await page.evaluate("omni")
 
+        # Start again: a new session.
+        await page.click("#start")
+        await run.until(
+            "(old) => omni.status === 'live' && omni.sessionId !== old", 10, host.session.id
+        )
+
     assert run.problems == [] and state["errors"] == [], (run.problems, state["errors"])
     assert controls == [False, True, True]
     assert network.sent["session.close"] == 1
@@ -282,3 +289,34 @@ async def test_page_is_served(paced_service: RunningServer) -> None:
                 assert response.status == 200, module
         async with http.get(f"http://127.0.0.1:{port}/static/worklet.js") as response:
             assert response.status == 200 and "javascript" in response.content_type
+
+
+@pytest.mark.slow
+async def test_a_turn_ended_by_server_vad_has_every_latency_cell(tmp_path: Path) -> None:
+    """The embedded engine detects the end of speech itself: the page learns it from
+    ``speech_stopped`` and times the answer from the moment that speech was captured."""
+    mic = speech_wav(tmp_path, "mic", [0.5, SPEECH_TEXT, 4.0])
+    embedded = service_settings(engine="embedded", engine_options={"responder": "echo"})
+    running = await start_server(embedded)
+    try:
+        async with running_bridge(running.target) as port, chromium_page(mic) as run:
+            await run.page.goto(f"http://127.0.0.1:{port}/")
+            await run.page.click("#start")
+            rid = await run.until(
+                "() => Object.entries(omni.responses).filter(([, r]) => r.done && r.audioMs > 0)"
+                ".map(([id]) => id)[0]",
+                60,
+            )
+            state = await run.page.evaluate("omni")
+            rows = await table_rows(run)
+            said = await run.page.text_content("#transcript p.you.spoken .words")
+            await run.screenshot("page_server_vad")
+    finally:
+        await running.stop()
+
+    assert run.problems == [] and state["errors"] == [], (run.problems, state["errors"])
+    assert not state["clientTurns"] and state["userTranscripts"]
+    assert said == state["userTranscripts"][0]
+    reply = state["responses"][rid]
+    assert reply["clientLatencyMs"] > 0 and reply["serverLatencyMs"] > 0, reply
+    assert all(rows[rid][column].endswith(" ms") for column in LATENCY_COLUMNS), rows[rid]

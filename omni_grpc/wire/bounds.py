@@ -25,3 +25,13 @@ MAX_STRUCT_VALUES = 4096
 MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
+# Function tools (``SessionConfig.tools``, ``CreateResponse.tools``) and the items of a call:
+# OpenAI's 128 tools and its name pattern; a schema, a description, the arguments a model writes
+# and the output a client returns each bounded so that a prompt built from them stays a prompt.
+MAX_TOOLS = 128
+MAX_TOOL_NAME_CHARS = 64
+MAX_TOOL_DESCRIPTION_CHARS = 8192
+MAX_TOOL_SCHEMA_CHARS = 65536
+MAX_FUNCTION_ARGUMENTS_CHARS = 65536
+MAX_FUNCTION_OUTPUT_CHARS = 262144
+MAX_CALL_ID_CHARS = 128

@@ -42,7 +42,14 @@ STREAM_EVENTS = frozenset(
 # Output of one response, naming it in ``response_id``: taken back on a cancel, and dropped by
 # the core once that response is done.
 RESPONSE_OUTPUT_EVENTS = frozenset(
-    {"output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "response_speak"}
+    {
+        "output_audio_delta",
+        "output_audio_transcript_delta",
+        "output_text_delta",
+        "response_speak",
+        "function_call_arguments_delta",
+        "function_call_arguments_done",
+    }
 )
 # Everything else in the session's numbered history.
 CONVERSATION_EVENTS = frozenset(

@@ -169,6 +169,38 @@ PLAYBACK_COMMIT_POLICY_ACK_ONLY: PlaybackCommitPolicy.ValueType  # 2
 """Only what the client acknowledged as played enters history."""
 Global___PlaybackCommitPolicy: _TypeAlias = PlaybackCommitPolicy  # noqa: Y015
 
+class _ToolChoiceMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ToolChoiceModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ToolChoiceMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TOOL_CHOICE_MODE_UNSPECIFIED: _ToolChoiceMode.ValueType  # 0
+    """Means "not given": auto."""
+    TOOL_CHOICE_MODE_AUTO: _ToolChoiceMode.ValueType  # 1
+    """The model decides whether to call a function or to answer."""
+    TOOL_CHOICE_MODE_NONE: _ToolChoiceMode.ValueType  # 2
+    """The model answers and calls no function."""
+    TOOL_CHOICE_MODE_REQUIRED: _ToolChoiceMode.ValueType  # 3
+    """The model calls one of the tools, with arguments that follow its schema."""
+    TOOL_CHOICE_MODE_FUNCTION: _ToolChoiceMode.ValueType  # 4
+    """The model calls the function named in ToolChoice.function_name."""
+
+class ToolChoiceMode(_ToolChoiceMode, metaclass=_ToolChoiceModeEnumTypeWrapper):
+    """ToolChoiceMode says whether the model calls a function."""
+
+TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode.ValueType  # 0
+"""Means "not given": auto."""
+TOOL_CHOICE_MODE_AUTO: ToolChoiceMode.ValueType  # 1
+"""The model decides whether to call a function or to answer."""
+TOOL_CHOICE_MODE_NONE: ToolChoiceMode.ValueType  # 2
+"""The model answers and calls no function."""
+TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode.ValueType  # 3
+"""The model calls one of the tools, with arguments that follow its schema."""
+TOOL_CHOICE_MODE_FUNCTION: ToolChoiceMode.ValueType  # 4
+"""The model calls the function named in ToolChoice.function_name."""
+Global___ToolChoiceMode: _TypeAlias = ToolChoiceMode  # noqa: Y015
+
 class _SessionState:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -256,6 +288,34 @@ ITEM_ROLE_ASSISTANT: ItemRole.ValueType  # 2
 ITEM_ROLE_SYSTEM: ItemRole.ValueType  # 3
 """The system."""
 Global___ItemRole: _TypeAlias = ItemRole  # noqa: Y015
+
+class _ItemType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ItemTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ItemType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ITEM_TYPE_UNSPECIFIED: _ItemType.ValueType  # 0
+    """Means "not given": a message."""
+    ITEM_TYPE_MESSAGE: _ItemType.ValueType  # 1
+    """Words of the user, the assistant or the system, in content parts."""
+    ITEM_TYPE_FUNCTION_CALL: _ItemType.ValueType  # 2
+    """A function the model calls: call_id, name and arguments; an output item of a response."""
+    ITEM_TYPE_FUNCTION_CALL_OUTPUT: _ItemType.ValueType  # 3
+    """What the client's function returned for a call: call_id and output."""
+
+class ItemType(_ItemType, metaclass=_ItemTypeEnumTypeWrapper):
+    """ItemType says what kind of item it is."""
+
+ITEM_TYPE_UNSPECIFIED: ItemType.ValueType  # 0
+"""Means "not given": a message."""
+ITEM_TYPE_MESSAGE: ItemType.ValueType  # 1
+"""Words of the user, the assistant or the system, in content parts."""
+ITEM_TYPE_FUNCTION_CALL: ItemType.ValueType  # 2
+"""A function the model calls: call_id, name and arguments; an output item of a response."""
+ITEM_TYPE_FUNCTION_CALL_OUTPUT: ItemType.ValueType  # 3
+"""What the client's function returned for a call: call_id and output."""
+Global___ItemType: _TypeAlias = ItemType  # noqa: Y015
 
 class _ItemStatus:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -700,6 +760,8 @@ class ConverseResponse(_message.Message):
     OUTPUT_AUDIO_CLEARED_FIELD_NUMBER: _builtins.int
     OVERLAP_DECISION_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    FUNCTION_CALL_ARGUMENTS_DELTA_FIELD_NUMBER: _builtins.int
+    FUNCTION_CALL_ARGUMENTS_DONE_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Numbers the event within its session's journal, from 1 with no gaps. It is 0 on the
     events that are never replayed: session_created, session_resumed, session_replaced,
@@ -835,6 +897,14 @@ class ConverseResponse(_message.Message):
         event follows.
         """
 
+    @_builtins.property
+    def function_call_arguments_delta(self) -> Global___FunctionCallArgumentsDelta:
+        """Carries a piece of the arguments of a function call a response makes."""
+
+    @_builtins.property
+    def function_call_arguments_done(self) -> Global___FunctionCallArgumentsDone:
+        """Gives the whole arguments of a function call, once the model wrote them all."""
+
     def __init__(
         self,
         *,
@@ -870,12 +940,14 @@ class ConverseResponse(_message.Message):
         output_audio_cleared: Global___OutputAudioCleared | None = ...,
         overlap_decision: Global___OverlapDecision | None = ...,
         error: Global___ErrorReport | None = ...,
+        function_call_arguments_delta: Global___FunctionCallArgumentsDelta | None = ...,
+        function_call_arguments_done: Global___FunctionCallArgumentsDone | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_client_seq", b"applied_client_seq", "error", b"error", "event", b"event", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "seq", b"seq", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_client_seq", b"applied_client_seq", "error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "seq", b"seq", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["session_created", "session_updated", "session_resumed", "session_replaced", "resync_required", "session_expired", "session_closed", "heartbeat_ack", "going_away", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_done", "item_retrieved", "item_deleted", "item_truncated", "input_transcription", "response_created", "output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "response_done", "response_listen", "response_speak", "playback_acknowledged", "output_audio_cleared", "overlap_decision", "error"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["session_created", "session_updated", "session_resumed", "session_replaced", "resync_required", "session_expired", "session_closed", "heartbeat_ack", "going_away", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_done", "item_retrieved", "item_deleted", "item_truncated", "input_transcription", "response_created", "output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "response_done", "response_listen", "response_speak", "playback_acknowledged", "output_audio_cleared", "overlap_decision", "error", "function_call_arguments_delta", "function_call_arguments_done"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -1105,6 +1177,8 @@ class SessionConfig(_message.Message):
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
     INPUT_TRANSCRIPTION_FIELD_NUMBER: _builtins.int
     ENGINE_OPTIONS_FIELD_NUMBER: _builtins.int
+    TOOLS_FIELD_NUMBER: _builtins.int
+    TOOL_CHOICE_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """Names the model the engine runs."""
     instructions: _builtins.str
@@ -1153,6 +1227,18 @@ class SessionConfig(_message.Message):
         engine then parses. At most 16 levels deep and 4096 values.
         """
 
+    @_builtins.property
+    def tools(self) -> Global___ToolSet:
+        """Lists the functions the model may call. Set (even empty) it replaces the whole list in
+        update_session; unset it leaves the list as it is. See ToolSet for the bounds.
+        """
+
+    @_builtins.property
+    def tool_choice(self) -> Global___ToolChoice:
+        """Says whether and which function the model must call; unspecified means auto. Replaced
+        whole in update_session when its mode is set.
+        """
+
     def __init__(
         self,
         *,
@@ -1170,10 +1256,12 @@ class SessionConfig(_message.Message):
         max_output_tokens: _builtins.int | None = ...,
         input_transcription: Global___InputTranscriptionConfig | None = ...,
         engine_options: _struct_pb2.Struct | None = ...,
+        tools: Global___ToolSet | None = ...,
+        tool_choice: Global___ToolChoice | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "max_output_tokens", b"max_output_tokens", "output_audio_format", b"output_audio_format", "temperature", b"temperature", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "max_output_tokens", b"max_output_tokens", "output_audio_format", b"output_audio_format", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "max_output_tokens", b"max_output_tokens", "model", b"model", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "playback_commit_policy", b"playback_commit_policy", "temperature", b"temperature", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "max_output_tokens", b"max_output_tokens", "model", b"model", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "playback_commit_policy", b"playback_commit_policy", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__instructions: _TypeAlias = _typing.Literal["instructions"]  # noqa: Y015
     _WhichOneofArgType__instructions: _TypeAlias = _typing.Literal["_instructions", b"_instructions"]  # noqa: Y015
@@ -1193,6 +1281,96 @@ class SessionConfig(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__voice) -> _WhichOneofReturnType__voice | None: ...
 
 Global___SessionConfig: _TypeAlias = SessionConfig  # noqa: Y015
+
+@_typing.final
+class FunctionTool(_message.Message):
+    """FunctionTool is one function the model may call, as OpenAI's function tools describe it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    PARAMETERS_JSON_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    """Says what kind of tool: "function", the only kind served (empty means "function")."""
+    name: _builtins.str
+    """Names the function: 1 to 64 letters, digits, '_' or '-'."""
+    description: _builtins.str
+    """Tells the model what the function does and when to call it."""
+    parameters_json: _builtins.str
+    """Holds the JSON Schema of the arguments as JSON text (an object schema); empty means
+    an object with no declared properties. A string, not a Struct: a schema is passed on to
+    the model and to constrained decoders as it was written, key order included.
+    """
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        parameters_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "name", b"name", "parameters_json", b"parameters_json", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FunctionTool: _TypeAlias = FunctionTool  # noqa: Y015
+
+@_typing.final
+class ToolSet(_message.Message):
+    """ToolSet wraps the tool list so that an update can say "replace with this list" (even an
+    empty one) apart from "leave it". At most 128 tools, each schema at most 64 KiB of JSON and
+    each description at most 8192 characters (omni_grpc/wire/bounds.py), else `bad_event`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___FunctionTool]:
+        """Holds the tools, each name used once."""
+
+    def __init__(
+        self,
+        *,
+        tools: _abc.Iterable[Global___FunctionTool] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tools", b"tools"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolSet: _TypeAlias = ToolSet  # noqa: Y015
+
+@_typing.final
+class ToolChoice(_message.Message):
+    """ToolChoice is OpenAI's tool_choice: a mode, and the function a FUNCTION mode names."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    FUNCTION_NAME_FIELD_NUMBER: _builtins.int
+    mode: Global___ToolChoiceMode.ValueType
+    """Says whether and how a function is called."""
+    function_name: _builtins.str
+    """Names the function to call under TOOL_CHOICE_MODE_FUNCTION; one of the tools."""
+    def __init__(
+        self,
+        *,
+        mode: Global___ToolChoiceMode.ValueType = ...,
+        function_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["function_name", b"function_name", "mode", b"mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolChoice: _TypeAlias = ToolChoice  # noqa: Y015
 
 @_typing.final
 class Session(_message.Message):
@@ -1378,15 +1556,30 @@ class ConversationItem(_message.Message):
     ROLE_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Identifies the item; allocated by the server when empty."""
     role: Global___ItemRole.ValueType
     """Says who it is from."""
     status: Global___ItemStatus.ValueType
     """Says whether it is finished."""
+    type: Global___ItemType.ValueType
+    """Says what kind of item it is; unspecified means a message."""
+    call_id: _builtins.str
+    """Ties a function_call to its function_call_output (both kinds)."""
+    name: _builtins.str
+    """Names the function called (function_call)."""
+    arguments: _builtins.str
+    """Holds the arguments as JSON text (function_call); at most 64 KiB."""
+    output: _builtins.str
+    """Holds what the function returned (function_call_output); at most 256 KiB."""
     @_builtins.property
     def content(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContentPart]:
-        """Holds its parts."""
+        """Holds its parts (messages only)."""
 
     def __init__(
         self,
@@ -1395,10 +1588,15 @@ class ConversationItem(_message.Message):
         role: Global___ItemRole.ValueType = ...,
         status: Global___ItemStatus.ValueType = ...,
         content: _abc.Iterable[Global___ContentPart] | None = ...,
+        type: Global___ItemType.ValueType = ...,
+        call_id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        arguments: _builtins.str = ...,
+        output: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "id", b"id", "role", b"role", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments", "call_id", b"call_id", "content", b"content", "id", b"id", "name", b"name", "output", b"output", "role", b"role", "status", b"status", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1867,6 +2065,8 @@ class CreateResponse(_message.Message):
     OUTPUT_MODALITIES_FIELD_NUMBER: _builtins.int
     INSTRUCTIONS_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    TOOLS_FIELD_NUMBER: _builtins.int
+    TOOL_CHOICE_FIELD_NUMBER: _builtins.int
     instructions: _builtins.str
     """Overrides the session's instructions for this response."""
     @_builtins.property
@@ -1880,16 +2080,26 @@ class CreateResponse(_message.Message):
         values of at most 512 (OpenAI's bounds), else `bad_event`.
         """
 
+    @_builtins.property
+    def tools(self) -> Global___ToolSet:
+        """Overrides the session's tools for this response, when set."""
+
+    @_builtins.property
+    def tool_choice(self) -> Global___ToolChoice:
+        """Overrides the session's tool_choice for this response, when its mode is set."""
+
     def __init__(
         self,
         *,
         output_modalities: _abc.Iterable[Global___Modality.ValueType] | None = ...,
         instructions: _builtins.str | None = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        tools: Global___ToolSet | None = ...,
+        tool_choice: Global___ToolChoice | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "instructions", b"instructions"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "instructions", b"instructions", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "instructions", b"instructions", "metadata", b"metadata", "output_modalities", b"output_modalities"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "instructions", b"instructions", "metadata", b"metadata", "output_modalities", b"output_modalities", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__instructions: _TypeAlias = _typing.Literal["instructions"]  # noqa: Y015
     _WhichOneofArgType__instructions: _TypeAlias = _typing.Literal["_instructions", b"_instructions"]  # noqa: Y015
@@ -2501,8 +2711,14 @@ class ItemAdded(_message.Message):
 
     ITEM_FIELD_NUMBER: _builtins.int
     PREVIOUS_ITEM_ID_FIELD_NUMBER: _builtins.int
+    RESPONSE_ID_FIELD_NUMBER: _builtins.int
+    OUTPUT_INDEX_FIELD_NUMBER: _builtins.int
     previous_item_id: _builtins.str
     """Names the item before it."""
+    response_id: _builtins.str
+    """Names the response whose output the item is (a function_call), else empty."""
+    output_index: _builtins.int
+    """Gives the item's place among its response's output items (a function_call)."""
     @_builtins.property
     def item(self) -> Global___ConversationItem:
         """Holds the item."""
@@ -2512,10 +2728,12 @@ class ItemAdded(_message.Message):
         *,
         item: Global___ConversationItem | None = ...,
         previous_item_id: _builtins.str = ...,
+        response_id: _builtins.str = ...,
+        output_index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["item", b"item"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["item", b"item", "previous_item_id", b"previous_item_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["item", b"item", "output_index", b"output_index", "previous_item_id", b"previous_item_id", "response_id", b"response_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2529,8 +2747,14 @@ class ItemDone(_message.Message):
 
     ITEM_FIELD_NUMBER: _builtins.int
     PREVIOUS_ITEM_ID_FIELD_NUMBER: _builtins.int
+    RESPONSE_ID_FIELD_NUMBER: _builtins.int
+    OUTPUT_INDEX_FIELD_NUMBER: _builtins.int
     previous_item_id: _builtins.str
     """Names the item before it."""
+    response_id: _builtins.str
+    """Names the response whose output the item is (a function_call), else empty."""
+    output_index: _builtins.int
+    """Gives the item's place among its response's output items (a function_call)."""
     @_builtins.property
     def item(self) -> Global___ConversationItem:
         """Holds the item."""
@@ -2540,10 +2764,12 @@ class ItemDone(_message.Message):
         *,
         item: Global___ConversationItem | None = ...,
         previous_item_id: _builtins.str = ...,
+        response_id: _builtins.str = ...,
+        output_index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["item", b"item"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["item", b"item", "previous_item_id", b"previous_item_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["item", b"item", "output_index", b"output_index", "previous_item_id", b"previous_item_id", "response_id", b"response_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2788,6 +3014,89 @@ class OutputTextDelta(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OutputTextDelta: _TypeAlias = OutputTextDelta  # noqa: Y015
+
+@_typing.final
+class FunctionCallArgumentsDelta(_message.Message):
+    """FunctionCallArgumentsDelta carries a piece of a function call's arguments. A function
+    call is an output item of a response: item_added (with response_id), these deltas,
+    function_call_arguments_done, item_done, then the item in response_done's output.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_ID_FIELD_NUMBER: _builtins.int
+    ITEM_ID_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    DELTA_FIELD_NUMBER: _builtins.int
+    OUTPUT_INDEX_FIELD_NUMBER: _builtins.int
+    response_id: _builtins.str
+    """Names the response."""
+    item_id: _builtins.str
+    """Names the function_call item."""
+    call_id: _builtins.str
+    """Ties the call to its output."""
+    delta: _builtins.str
+    """Holds the new arguments text, appended to what came before."""
+    output_index: _builtins.int
+    """Gives the item's place among its response's output items."""
+    def __init__(
+        self,
+        *,
+        response_id: _builtins.str = ...,
+        item_id: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+        delta: _builtins.str = ...,
+        output_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "delta", b"delta", "item_id", b"item_id", "output_index", b"output_index", "response_id", b"response_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FunctionCallArgumentsDelta: _TypeAlias = FunctionCallArgumentsDelta  # noqa: Y015
+
+@_typing.final
+class FunctionCallArgumentsDone(_message.Message):
+    """FunctionCallArgumentsDone gives a function call's whole arguments."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_ID_FIELD_NUMBER: _builtins.int
+    ITEM_ID_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_FIELD_NUMBER: _builtins.int
+    OUTPUT_INDEX_FIELD_NUMBER: _builtins.int
+    response_id: _builtins.str
+    """Names the response."""
+    item_id: _builtins.str
+    """Names the function_call item."""
+    call_id: _builtins.str
+    """Ties the call to its output."""
+    name: _builtins.str
+    """Names the function."""
+    arguments: _builtins.str
+    """Holds the arguments as JSON text."""
+    output_index: _builtins.int
+    """Gives the item's place among its response's output items."""
+    def __init__(
+        self,
+        *,
+        response_id: _builtins.str = ...,
+        item_id: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        arguments: _builtins.str = ...,
+        output_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments", "call_id", b"call_id", "item_id", b"item_id", "name", b"name", "output_index", b"output_index", "response_id", b"response_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FunctionCallArgumentsDone: _TypeAlias = FunctionCallArgumentsDone  # noqa: Y015
 
 @_typing.final
 class ResponseDone(_message.Message):

@@ -1435,6 +1435,7 @@ class Capabilities(_message.Message):
     MAX_PENDING_INPUT_BYTES_FIELD_NUMBER: _builtins.int
     MAX_SESSIONS_FIELD_NUMBER: _builtins.int
     ACK_INTERVAL_FIELD_NUMBER: _builtins.int
+    CHUNK_PERIOD_MS_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.str
     """Names the protocol, "omni.duplex.v1"."""
     engine: _builtins.str
@@ -1455,6 +1456,11 @@ class Capabilities(_message.Message):
     """Caps buffered, uncommitted input audio in bytes."""
     max_sessions: _builtins.int
     """Caps the sessions of this server."""
+    chunk_period_ms: _builtins.int
+    """Gives the length of input the engine decides on at a time, in milliseconds (a model
+    unit: 1000 for MiniCPM-o 4.5); a camera frame belongs with the append that completes a
+    unit. 0: the engine takes input of any length.
+    """
     @_builtins.property
     def input_encodings(self) -> _containers.RepeatedScalarFieldContainer[Global___AudioEncoding.ValueType]:
         """Lists the accepted input encodings."""
@@ -1503,10 +1509,11 @@ class Capabilities(_message.Message):
         max_pending_input_bytes: _builtins.int = ...,
         max_sessions: _builtins.int = ...,
         ack_interval: _duration_pb2.Duration | None = ...,
+        chunk_period_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "disconnect_grace", b"disconnect_grace", "idle_timeout", b"idle_timeout", "journal_window", b"journal_window", "output_audio_format", b"output_audio_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_server_vad", b"supports_server_vad"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_server_vad", b"supports_server_vad"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1940,6 +1947,7 @@ class AppendInputAudio(_message.Message):
     SAMPLE_RATE_HZ_FIELD_NUMBER: _builtins.int
     AUDIO_END_MS_FIELD_NUMBER: _builtins.int
     VIDEO_FRAMES_FIELD_NUMBER: _builtins.int
+    HINTS_FIELD_NUMBER: _builtins.int
     audio: _builtins.bytes
     """Holds the samples, mono."""
     encoding: Global___AudioEncoding.ValueType
@@ -1954,6 +1962,15 @@ class AppendInputAudio(_message.Message):
     def video_frames(self) -> _containers.RepeatedCompositeFieldContainer[Global___VideoFrame]:
         """Holds camera frames that belong to this audio; at most two."""
 
+    @_builtins.property
+    def hints(self) -> _struct_pb2.Struct:
+        """Carries the client's hints about this chunk as JSON, passed to the engine as they are:
+        its own speech verdict (`is_speech`, `speech_probability`, `vad`), a `transcript`, what
+        to do if it overlaps assistant output (`overlap_action`, `force_listen`,
+        `force_barge_in`). An engine uses those it knows and ignores the rest. Bounded like
+        `SessionConfig.engine_options`.
+        """
+
     def __init__(
         self,
         *,
@@ -1962,10 +1979,11 @@ class AppendInputAudio(_message.Message):
         sample_rate_hz: _builtins.int = ...,
         audio_end_ms: _builtins.float | None = ...,
         video_frames: _abc.Iterable[Global___VideoFrame] | None = ...,
+        hints: _struct_pb2.Struct | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_audio_end_ms", b"_audio_end_ms", "audio_end_ms", b"audio_end_ms"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_audio_end_ms", b"_audio_end_ms", "audio_end_ms", b"audio_end_ms", "hints", b"hints"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_audio_end_ms", b"_audio_end_ms", "audio", b"audio", "audio_end_ms", b"audio_end_ms", "encoding", b"encoding", "sample_rate_hz", b"sample_rate_hz", "video_frames", b"video_frames"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_audio_end_ms", b"_audio_end_ms", "audio", b"audio", "audio_end_ms", b"audio_end_ms", "encoding", b"encoding", "hints", b"hints", "sample_rate_hz", b"sample_rate_hz", "video_frames", b"video_frames"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__audio_end_ms: _TypeAlias = _typing.Literal["audio_end_ms"]  # noqa: Y015
     _WhichOneofArgType__audio_end_ms: _TypeAlias = _typing.Literal["_audio_end_ms", b"_audio_end_ms"]  # noqa: Y015

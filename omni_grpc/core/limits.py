@@ -51,6 +51,7 @@ class EngineFeatures:
     supports_barge_in: bool = True
     supports_playback_ack: bool = True
     supports_server_vad: bool = False
+    chunk_period_ms: int = 0  # the engine's model unit; 0: input of any length
     default_model: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -73,6 +74,7 @@ def capabilities(limits: Limits, engine: EngineFeatures) -> pb.Capabilities:
         supports_server_vad=engine.supports_server_vad,
         max_pending_input_bytes=limits.max_pending_input_bytes,
         max_sessions=limits.max_sessions,
+        chunk_period_ms=engine.chunk_period_ms,
     )
     caps.journal_window.FromMilliseconds(int(limits.journal_ttl_s * 1000))
     caps.disconnect_grace.FromMilliseconds(int(limits.disconnect_grace_s * 1000))

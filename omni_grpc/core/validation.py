@@ -61,6 +61,7 @@ def check_append(
             raise CommandError(
                 "invalid_video_frames", "frames must be non-empty JPEG or PNG", param="video_frames"
             )
+    check_struct(append.hints, "hints")
 
 
 def check_struct(struct: struct_pb2.Struct, param: str) -> None:

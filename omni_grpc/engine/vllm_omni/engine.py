@@ -22,6 +22,7 @@ FEATURES = EngineFeatures(
     supports_server_vad=False,
     supports_barge_in=True,
     supports_playback_ack=True,
+    chunk_period_ms=1000,  # MiniCPM-o 4.5's unit, the model this engine serves
     extra={"runtime": "vLLM-Omni DuplexOmni", "speech": "the model's own"},
 )
 

@@ -43,6 +43,9 @@ def test_commands_carry_their_fields_and_our_event_id() -> None:
             "audio": b"\x01\x00\x02\x00",
             "format": "pcm16",
             "sample_rate_hz": 16000,
+            "is_speech": None,
+            "video_frames": (),
+            "hints": {},
             "event_id": "s1:5",
         },
     )
@@ -73,6 +76,35 @@ def test_commands_carry_their_fields_and_our_event_id() -> None:
     assert refused.value.code == "unsupported_audio_format"
     assert correlation.command("s1:5") == (5, "client-5")
     assert correlation.command("elsewhere") == (0, "")
+
+
+def test_an_append_passes_its_frames_and_hints_on() -> None:
+    jpeg = b"\xff\xd8\xff\xe0frame"
+    append = pb.AppendInputAudio(
+        audio=b"\0\0", video_frames=[pb.VideoFrame(data=jpeg, mime_type="image/jpeg")]
+    )
+    append.hints.update({"is_speech": False, "vad": {"speech_probability": 0.25}, "n": 2})
+    name, fields = command_for(
+        pb.ConverseRequest(client_seq=1, append_input_audio=append), Recorder(), "s:1", None
+    )
+    assert name == "AppendAudio"
+    assert fields["video_frames"] == (base64.b64encode(jpeg).decode(),)
+    # vLLM-Omni reads is_speech as a field of its own; the hints go whole, counts as ints.
+    assert fields["is_speech"] is False
+    assert fields["hints"] == {"is_speech": False, "vad": {"speech_probability": 0.25}, "n": 2}
+    assert isinstance(fields["hints"]["n"], int)
+
+
+def test_the_session_engine_options_are_vllm_omnis_extra_body() -> None:
+    config = pb.SessionConfig()
+    config.engine_options.update({"force_listen_count": 0, "auto_response": True})
+    session = realtime_session(config, {"auto_response": False, "model_default": "x"})
+    assert session["extra_body"] == {
+        "auto_response": True,
+        "model_default": "x",
+        "force_listen_count": 0,
+    }
+    assert isinstance(session["extra_body"]["force_listen_count"], int)  # type: ignore[index]
 
 
 def test_the_session_object_asks_for_canonical_audio_and_the_voice() -> None:

@@ -8,8 +8,11 @@ gets an ``event_id`` of our making, which vLLM-Omni echoes on the error it may a
 
 from __future__ import annotations
 
+import binascii
 import collections
 from typing import Any
+
+from google.protobuf import json_format
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.wire import pb
@@ -80,11 +83,23 @@ def realtime_session(config: pb.SessionConfig, defaults: dict[str, object]) -> d
     else:
         session["turn_detection"] = None
     extra = dict(defaults)
-    ref_audio = config.engine_options.fields.get("ref_audio")
-    if ref_audio is not None and ref_audio.string_value:
-        extra["ref_audio"] = ref_audio.string_value
+    # The session's engine options are vLLM-Omni's extra_body (ref_audio among them), over
+    # the engine's defaults.
+    extra.update(_plain(json_format.MessageToDict(config.engine_options)))
     session["extra_body"] = extra
     return session
+
+
+def _plain(value: Any) -> Any:
+    """JSON from a Struct, with whole numbers as ints: a Struct keeps every number as a
+    double, and vLLM-Omni reads counts such as ``force_listen_count`` as ints."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def realtime_item(item: pb.ConversationItem) -> dict[str, object]:
@@ -148,10 +163,18 @@ def command_for(
             raise CommandError(
                 "unsupported_audio_format", "engines take canonical input", param="encoding"
             )
+        hints = _plain(json_format.MessageToDict(append.hints))
+        is_speech = hints.get("is_speech")
         return commands.AppendAudio(
             audio=append.audio,
             format="pcm16",
             sample_rate_hz=CANONICAL_INPUT_RATE_HZ,
+            is_speech=is_speech if isinstance(is_speech, bool) else None,
+            video_frames=tuple(
+                binascii.b2a_base64(frame.data, newline=False).decode("ascii")
+                for frame in append.video_frames
+            ),
+            hints=hints,
             event_id=event_id,
         )
     if kind == "commit_input_audio":

@@ -19,7 +19,7 @@ The rules held here:
 
 from __future__ import annotations
 
-from omni_grpc.core import validation
+from omni_grpc.core import tools, validation
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
 from omni_grpc.wire import pb
@@ -87,7 +87,9 @@ class Admission:
     def admit(self, kind: str, request: pb.ConverseRequest, config: pb.SessionConfig) -> None:
         """Checks a command bound for the engine and accounts for the input it adds or ends."""
         validation.check_command(request, kind, self._limits, self._engine)
-        if kind == "append_input_audio":
+        if kind == "create_response":
+            tools.check_create_tools(request.create_response, config)
+        elif kind == "append_input_audio":
             self._admit_audio(request.append_input_audio, config)
         elif kind in INPUT_ENDING_COMMANDS:
             committing = kind == "commit_input_audio" and _client_commits(config)

@@ -13,6 +13,7 @@ from google.protobuf.message import Message
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
+from omni_grpc.core.tools import check_tool_choice
 from omni_grpc.core.validation import check_config
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import (
@@ -141,6 +142,9 @@ def resolve_config(
         )
     if config.HasField("temperature") and not 0.0 <= config.temperature <= 2.0:
         raise _refuse("invalid_session_config", "temperature must be in [0, 2]", "temperature")
+    if config.tool_choice.mode == pb.TOOL_CHOICE_MODE_UNSPECIFIED:
+        config.tool_choice.mode = pb.TOOL_CHOICE_MODE_AUTO
+    check_tool_choice(config.tool_choice, config.tools, "tool_choice")
     return config
 
 
@@ -157,7 +161,16 @@ def merge_config(
 
 
 # Values that only make sense whole: a duration, a free-form options object.
-_ATOMIC = frozenset({"google.protobuf.Duration", "google.protobuf.Struct"})
+# A tool list and a tool choice are replaced whole too (an update that sets an empty ToolSet
+# removes every tool; a new choice drops the function a named one had).
+_ATOMIC = frozenset(
+    {
+        "google.protobuf.Duration",
+        "google.protobuf.Struct",
+        "omni.duplex.v1.ToolSet",
+        "omni.duplex.v1.ToolChoice",
+    }
+)
 
 
 def _merge_set_fields(target: Message, patch: Message) -> None:

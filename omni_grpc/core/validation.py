@@ -15,6 +15,7 @@ from google.protobuf import duration_pb2, struct_pb2
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
+from omni_grpc.core.tools import check_call_item, check_tools
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import SAMPLE_WIDTH
 from omni_grpc.wire.bounds import (
@@ -130,6 +131,7 @@ def check_config(config: pb.SessionConfig) -> None:
     """Refuses a session configuration whose free-form or duration fields are out of bounds."""
     check_duration(config.idle_timeout, "idle_timeout")
     check_struct(config.engine_options, "engine_options")
+    check_tools(config.tools, "tools")
 
 
 def check_item_id(item_id: str) -> None:
@@ -166,7 +168,7 @@ def check_command(
             raise CommandError(
                 "bad_event", "played_ms and committed_ms must not be negative", param="played_ms"
             )
-    elif kind == "create_conversation_item" and not request.create_conversation_item.HasField(
-        "item"
-    ):
-        raise CommandError("bad_event", "item is required", param="item")
+    elif kind == "create_conversation_item":
+        if not request.create_conversation_item.HasField("item"):
+            raise CommandError("bad_event", "item is required", param="item")
+        check_call_item(request.create_conversation_item.item)

@@ -44,6 +44,7 @@ def defaults(
         overlap_policy=overlap,
         playback_commit_policy=pb.PLAYBACK_COMMIT_POLICY_COMMIT_ALL_ON_DONE,
         idle_timeout=seconds(LIMITS.idle_timeout_s),
+        tool_choice=pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_AUTO),
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 from google.protobuf.message import Error as ProtobufError
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from bridge import inbound_events as ce
 from bridge.errors import DialectError
@@ -33,8 +33,14 @@ from omni_grpc.wire.kinds import UNNUMBERED_COMMANDS
 MAX_EVENT_BYTES = 15 * 1024 * 1024  # OpenAI's cap on one client event, the reference's too
 
 
-def decode_client_event(frame: str | bytes) -> ce.ClientEvent:
-    """Parses one text frame; raises DialectError for bad JSON, shape or type."""
+def decode_client_event(
+    frame: str | bytes,
+    *,
+    adapter: TypeAdapter[Any] = ce.CLIENT_EVENT,
+    types: frozenset[str] = ce.CLIENT_EVENT_TYPES,
+) -> Any:
+    """Parses one text frame; raises DialectError for bad JSON, shape or type. ``adapter`` and
+    ``types`` are a dialect's events (the OpenAI dialect's unless given)."""
     if len(frame) > MAX_EVENT_BYTES:
         raise DialectError("event_too_large", f"an event may have at most {MAX_EVENT_BYTES} bytes")
     try:
@@ -47,12 +53,12 @@ def decode_client_event(frame: str | bytes) -> ce.ClientEvent:
         )
     event_id = data.get("event_id")
     event_id = event_id if isinstance(event_id, str) else ""
-    if data["type"] not in ce.CLIENT_EVENT_TYPES:
+    if data["type"] not in types:
         raise DialectError(
             "unknown_event", f"unknown event type {data['type']!r}", param="type", event_id=event_id
         )
     try:
-        return ce.CLIENT_EVENT.validate_python(data)
+        return adapter.validate_python(data)
     except ValidationError as error:
         # The first location element is the union tag; the rest is the field path. Of the
         # errors (one per member of a union a value failed), the one deepest in the event says
@@ -276,7 +282,9 @@ def to_request(event: ce.ClientEvent) -> pb.ConverseRequest:
     """Translates one client event into its unnumbered command; raises DialectError."""
     try:
         with _within_contract():
-            request = _TRANSLATORS[type(event)](event)
+            # A dialect's event may subclass one of these: its base translates the common part.
+            base = next(kind for kind in type(event).__mro__ if kind in _TRANSLATORS)
+            request = _TRANSLATORS[base](event)
     except DialectError as error:
         error.event_id = event.event_id
         raise

@@ -1,0 +1,97 @@
+"""The two dialects the bridge speaks, and which one a connection gets.
+
+* ``openai``: OpenAI's Realtime API (GA names, beta spellings accepted), on ``/v1/realtime``;
+  :mod:`bridge.inbound` and :mod:`bridge.outbound`.
+* ``vllm-omni``: vLLM-Omni's duplex serving, on ``/v1/duplex`` and on
+  ``/v1/realtime?duplex=1`` (the URL vLLM-Omni's clients build), so its clients work unchanged;
+  :mod:`bridge.vllm_omni_inbound` and :mod:`bridge.vllm_omni_outbound`.
+
+A :class:`Dialect` pairs a connection's inbound translation with its outbound expansion. The
+map of every contract command and event to its JSON events in each dialect is
+``docs/dialects.md``, generated from these by ``scripts/dialect_map.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from bridge import inbound
+from bridge import inbound_events as ce
+from bridge.errors import DialectError
+from bridge.outbound import ServerDialect
+from bridge.vllm_omni_inbound import DuplexInbound
+from bridge.vllm_omni_outbound import VllmOmniDialect
+from omni_grpc.wire import pb
+
+OPENAI = "openai"
+VLLM_OMNI = "vllm-omni"
+DUPLEX_PATH = "/v1/duplex"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+class Inbound(Protocol):
+    """What a relay asks of a dialect's inbound side."""
+
+    def decode(self, frame: str | bytes) -> Any: ...
+
+    def to_request(self, event: Any) -> pb.ConverseRequest: ...
+
+    def open_request(self, event: ce.SessionUpdate | None, *, model: str) -> pb.ConverseRequest: ...
+
+    def ends_handshake(self, error: DialectError) -> bool: ...
+
+
+class OpenAIInbound:
+    """The OpenAI dialect's inbound side: :mod:`bridge.inbound` as it is."""
+
+    def decode(self, frame: str | bytes) -> Any:
+        return inbound.decode_client_event(frame)
+
+    def to_request(self, event: Any) -> pb.ConverseRequest:
+        return inbound.to_request(event)
+
+    def open_request(self, event: ce.SessionUpdate | None, *, model: str) -> pb.ConverseRequest:
+        return inbound.open_request(event.session if event is not None else None, model=model)
+
+    def ends_handshake(self, error: DialectError) -> bool:
+        return False  # a refused first event is answered in band; the client may try again
+
+
+class _OpeningUpdate(DuplexInbound):
+    """The duplex inbound side, telling its outbound side how the session opened."""
+
+    def __init__(self, outbound: VllmOmniDialect) -> None:
+        self._outbound = outbound
+
+    def open_request(self, event: ce.SessionUpdate | None, *, model: str) -> pb.ConverseRequest:
+        self._outbound.opened_by_update = event is not None
+        return super().open_request(event, model=model)
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """One connection's translation, both ways."""
+
+    name: str
+    inbound: Inbound
+    outbound: ServerDialect
+
+
+def dialect_name(path: str, query: Mapping[str, str]) -> str:
+    """The dialect of a connection to ``path`` with ``query``."""
+    if path == DUPLEX_PATH or query.get("duplex", "").lower() in _TRUE:
+        return VLLM_OMNI
+    return OPENAI
+
+
+def make_dialect(name: str, *, max_audio_delta_bytes: int, extensions: bool = False) -> Dialect:
+    """A fresh dialect (its outbound side holds one session's state); ``extensions`` says
+    whether an OpenAI-dialect client asked for the duplex extensions."""
+    if name == VLLM_OMNI:
+        duplex = VllmOmniDialect(max_audio_delta_bytes=max_audio_delta_bytes)
+        return Dialect(VLLM_OMNI, _OpeningUpdate(duplex), duplex)
+    outbound = ServerDialect(max_audio_delta_bytes=max_audio_delta_bytes)
+    outbound.extensions = extensions
+    return Dialect(OPENAI, OpenAIInbound(), outbound)

@@ -1,0 +1,207 @@
+"""Outbound, vLLM-Omni dialect: contract events → the duplex endpoint's server events.
+
+:class:`VllmOmniDialect` renders what :class:`bridge.outbound.ServerDialect` renders, in the
+shapes vLLM-Omni's duplex serving gives them, where its clients read them:
+
+* the ``session`` object also carries the reference's fields: ``capabilities`` (under the
+  reference's names: ``supports_session_resume``, ``chunk_period_ms`` …), the beta format
+  names with ``sample_rate_hz``, ``modalities``, ``idle_timeout_s``, ``extra_body`` and
+  ``ref_audio``, and the reference's ``state`` (open or closed);
+* a session opened by ``session.update`` is announced by ``session.created`` and then
+  ``session.updated``, as the reference answers every accepted update;
+* ``response.created`` names its ``response_id`` at the top level;
+* audio deltas say their ``format``, ``sample_rate_hz`` and, in ``metadata``, the response's
+  ``audio_duration_ms`` so far;
+* ``response.listen`` and ``playback.acknowledged`` are nested as the reference nests them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format
+
+from bridge.inbound_session import ENCODINGS, MODALITIES
+from bridge.outbound import MAX_AUDIO_DELTA_BYTES, ServerDialect
+from bridge.outbound_events import Event
+from bridge.outbound_session import session_json
+from omni_grpc.wire import pb
+
+# The reference's (beta) name of each encoding.
+FORMAT_NAMES = {
+    pb.AUDIO_ENCODING_PCM16: "pcm16",
+    pb.AUDIO_ENCODING_PCM_F32: "pcm_f32le",
+    pb.AUDIO_ENCODING_G711_ULAW: "g711_ulaw",
+    pb.AUDIO_ENCODING_G711_ALAW: "g711_alaw",
+}
+assert all(ENCODINGS[name] == value for value, name in FORMAT_NAMES.items())
+_MODALITY_NAMES = {value: name for name, value in MODALITIES.items()}
+# The reference's session states: a session lives "open" until it is closed, attached or not.
+_STATES = {
+    pb.SESSION_STATE_ATTACHED: "open",
+    pb.SESSION_STATE_DETACHED: "open",
+    pb.SESSION_STATE_CLOSED: "closed",
+    pb.SESSION_STATE_EXPIRED: "closed",
+}
+
+
+def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
+    """The handshake under the reference's names, with our other limits beside them."""
+    return {
+        "supports_session_resume": caps.supports_resume,
+        "supports_barge_in": caps.supports_barge_in,
+        "supports_playback_ack": caps.supports_playback_ack,
+        "supports_client_commit": True,
+        "supports_input_append": True,
+        "supports_image_input": True,
+        "supports_realtime_endpoint": True,
+        "supports_multi_session": caps.max_sessions > 1,
+        "input_modes": ["append_audio_chunk"],
+        "required_input_modalities": ["audio"],
+        "optional_input_modalities": ["image"],
+        "chunk_period_ms": caps.chunk_period_ms or None,
+        # Ours, which the reference has no name for.
+        "engine": caps.engine,
+        "protocol_version": caps.protocol_version,
+        "supports_server_vad": caps.supports_server_vad,
+        "max_sessions": caps.max_sessions,
+        "max_pending_input_bytes": caps.max_pending_input_bytes,
+        "journal_window_ms": caps.journal_window.ToMilliseconds(),
+        "disconnect_grace_ms": caps.disconnect_grace.ToMilliseconds(),
+    }
+
+
+def vllm_omni_session_json(
+    session: pb.Session, capabilities: pb.Capabilities | None
+) -> dict[str, Any]:
+    """The session object as the reference renders it (the GA shape is kept beside it)."""
+    config = session.config
+    out = session_json(session)
+    options = json_format.MessageToDict(config.engine_options)
+    ref_audio = options.pop("ref_audio", None)
+    out.pop("engine_options", None)
+    in_fmt, out_fmt = config.input_audio_format, config.output_audio_format
+    out.update(
+        {
+            "state": _STATES.get(session.state, "open"),
+            "modalities": [
+                _MODALITY_NAMES[m] for m in config.output_modalities if m in _MODALITY_NAMES
+            ],
+            "input_audio_format": FORMAT_NAMES.get(in_fmt.encoding, "pcm16"),
+            "output_audio_format": FORMAT_NAMES.get(out_fmt.encoding, "pcm16"),
+            "sample_rate_hz": in_fmt.sample_rate_hz,
+            "idle_timeout_s": config.idle_timeout.ToMilliseconds() / 1000,
+            "extra_body": options,
+            "ref_audio": ref_audio if isinstance(ref_audio, str) else None,
+        }
+    )
+    out["audio"]["input"]["sample_rate_hz"] = in_fmt.sample_rate_hz
+    out["audio"]["output"]["sample_rate_hz"] = out_fmt.sample_rate_hz
+    if capabilities is not None:
+        out["capabilities"] = capabilities_json(capabilities)
+    return out
+
+
+class VllmOmniDialect(ServerDialect):
+    """Expands contract events into the duplex endpoint's events."""
+
+    def __init__(self, *, max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES) -> None:
+        super().__init__(max_audio_delta_bytes=max_audio_delta_bytes)
+        self.extensions = True  # the duplex events and fields are this dialect's own
+        # Set when the connection opened with a session.update, which session.updated answers.
+        self.opened_by_update = False
+        self._capabilities: pb.Capabilities | None = None  # kept for every later session object
+        self._epoch = 0
+        self._handlers.update(
+            {
+                "session_created": self._session_created_duplex,
+                "session_resumed": self._session_resumed_duplex,
+                "session_updated": self._session_updated,
+                "response_created": self._response_created_duplex,
+                "output_audio_delta": self._audio_delta_duplex,
+                "response_listen": self._response_listen_duplex,
+                "playback_acknowledged": self._playback_acknowledged,
+            }
+        )
+
+    def _session(self, session: pb.Session) -> dict[str, Any]:
+        self._epoch = session.epoch
+        return vllm_omni_session_json(session, self._capabilities)
+
+    def _session_created_duplex(self, e: pb.SessionCreated) -> list[Event]:
+        self._capabilities = e.capabilities
+        (created,) = self._session_created(e)
+        del created["capabilities"]  # inside the session object here
+        created["session"] = self._session(e.session)
+        out = [created]
+        if self.opened_by_update:
+            out.append({"type": "session.updated", "session": created["session"]})
+        return out
+
+    def _session_resumed_duplex(self, e: pb.SessionResumed) -> list[Event]:
+        (resumed,) = self._session_resumed(e)
+        resumed["session"] = self._session(e.session)
+        return [resumed]
+
+    def _session_updated(self, e: pb.SessionUpdated) -> list[Event]:
+        return [{"type": "session.updated", "session": self._session(e.session)}]
+
+    def _response_created_duplex(self, e: pb.ResponseCreated) -> list[Event]:
+        out = self._response_created(e)
+        out[0]["response_id"] = e.response.id
+        return out
+
+    def _audio_delta_duplex(self, e: pb.OutputAudioDelta) -> list[Event]:
+        out = self._audio_delta(e)
+        for delta in out:
+            delta["format"] = FORMAT_NAMES.get(e.encoding, "pcm16")
+            delta["sample_rate_hz"] = e.sample_rate_hz
+            delta["metadata"] = {
+                "session_id": self.session_id,
+                "epoch": self._epoch,
+                # The response's audio so far, through this delta, as the reference counts it.
+                "audio_duration_ms": delta["start_ms"] + delta["duration_ms"],
+            }
+        return out
+
+    def _response_listen_duplex(self, e: pb.ResponseListen) -> list[Event]:
+        out = self._response_listen(e)
+        response: Event = {
+            "object": "realtime.response",
+            "status": "listening",
+            "metadata": {
+                "type": "response.listen",
+                "session_id": self.session_id,
+                "epoch": self._epoch,
+                "reason": e.reason,
+                "model_listen": e.reason == "model_listen",
+            },
+        }
+        listen: Event = {"type": "response.listen", "session_id": self.session_id}
+        listen["epoch"] = self._epoch
+        if e.response_id:
+            # Only a listen that ends a response names it; the reference client closes that
+            # response's handle on it, and takes an unnamed listen as a decision of its own.
+            listen["response_id"] = e.response_id
+            response["id"] = e.response_id
+        listen["response"] = response
+        out[0] = listen
+        return out
+
+    def _playback_acknowledged(self, e: pb.PlaybackAcknowledged) -> list[Event]:
+        return [
+            {
+                "type": "playback.acknowledged",
+                "event": {
+                    "type": "playback.acknowledged",
+                    "session_id": self.session_id,
+                    "epoch": self._epoch,
+                    "response_id": e.response_id,
+                    "item_id": e.item_id,
+                    "played_ms": e.played_ms,
+                    "committed_ms": e.committed_ms,
+                    "truncate": e.truncate,
+                    "history_committed": e.history_committed,
+                },
+            }
+        ]

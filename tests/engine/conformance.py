@@ -26,7 +26,14 @@ from omni_grpc.wire.audio import CANONICAL_INPUT, CANONICAL_OUTPUT
 IN_RATE = CANONICAL_INPUT.sample_rate_hz
 OUT_RATE = CANONICAL_OUTPUT.sample_rate_hz
 RESPONSE_OUTPUT = frozenset(
-    {"output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "response_speak"}
+    {
+        "output_audio_delta",
+        "output_audio_transcript_delta",
+        "output_text_delta",
+        "response_speak",
+        "function_call_arguments_delta",
+        "function_call_arguments_done",
+    }
 )
 
 
@@ -154,6 +161,8 @@ def response_of(event: pb.ConverseResponse) -> str:
         return event.response_created.response.id
     if kind == "response_done":
         return event.response_done.response.id
+    if kind in ("item_added", "item_done"):  # a function call's item names its response
+        return str(getattr(event, kind).response_id)
     return ""
 
 

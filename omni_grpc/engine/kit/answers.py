@@ -42,6 +42,7 @@ class UserInput:
     previous_item_id: str = ""
     audio: bytes = b""  # canonical input
     text: str = ""  # typed text, or the transcript once known
+    call_output: bool = False  # a function_call_output item: ``text`` is what the function returned
     # Set once ``text`` is final; an engine that transcribes makes it unset and sets it later.
     text_final: asyncio.Event = field(default_factory=_final)
 
@@ -62,6 +63,9 @@ class Answer:
     instructions: str = ""
     voice: str = ""
     metadata: dict[str, str] = field(default_factory=dict)  # create_response's, returned as is
+    tools: pb.ToolSet = field(default_factory=pb.ToolSet)  # what the response may call
+    tool_choice: pb.ToolChoice = field(default_factory=pb.ToolChoice)
+    calls: list[pb.ConversationItem] = field(default_factory=list)  # its function_call items
     by_server_vad: bool = False  # its turn was detected, not committed: noise may end it quietly
     announced: bool = False  # response_created went out
     input_tokens: int = 0
@@ -163,7 +167,7 @@ def done_event(
         id=answer.id,
         status=status,
         status_reason=reason,
-        output=[item],
+        output=[item, *answer.calls],
         output_modalities=answer.modalities,
         metadata=answer.metadata,
         usage=pb.Usage(

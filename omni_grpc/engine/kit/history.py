@@ -17,7 +17,12 @@ def user_item(part: pb.ContentPart, item_id: str) -> pb.ConversationItem:
 
 
 def item_text(item: pb.ConversationItem) -> str:
-    """The words of an item: its typed text and its transcripts, joined."""
+    """The words of an item: its typed text and its transcripts, joined; for a function item,
+    the call or what the function returned, as a model should read it."""
+    if item.type == pb.ITEM_TYPE_FUNCTION_CALL:
+        return f"(called {item.name} with {item.arguments})"
+    if item.type == pb.ITEM_TYPE_FUNCTION_CALL_OUTPUT:
+        return f"(the function returned: {item.output})"
     return " ".join(part.text or part.transcript for part in item.content).strip()
 
 
@@ -80,7 +85,9 @@ class History:
             raise CommandError(
                 "item_not_found", f"no item {create.previous_item_id}", param="previous_item_id"
             )
-        item.role = item.role or pb.ITEM_ROLE_USER
+        # A function call is the model's; its output, like a message, the user's side.
+        made_by_model = item.type == pb.ITEM_TYPE_FUNCTION_CALL
+        item.role = item.role or (pb.ITEM_ROLE_ASSISTANT if made_by_model else pb.ITEM_ROLE_USER)
         item.status = pb.ITEM_STATUS_COMPLETED
         previous = self.add(item, after=create.previous_item_id)
         return item, previous

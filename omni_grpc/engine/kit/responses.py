@@ -78,6 +78,8 @@ class ResponseSession(WorkerSession):
             tuple(create.output_modalities) or self._modalities(),
             create.instructions if create.HasField("instructions") else None,
             metadata=dict(create.metadata),
+            tools=create.tools if create.HasField("tools") else None,
+            tool_choice=create.tool_choice if create.tool_choice.mode else None,
         )
 
     async def _take_turn(self, turn_started: float, *, by_server_vad: bool = False) -> None:
@@ -102,8 +104,11 @@ class ResponseSession(WorkerSession):
         *,
         by_server_vad: bool = False,
         metadata: dict[str, str] | None = None,
+        tools: pb.ToolSet | None = None,
+        tool_choice: pb.ToolChoice | None = None,
     ) -> None:
-        """Makes the pending input an answer and starts its player."""
+        """Makes the pending input an answer and starts its player; a response's own tools and
+        choice, when given, stand in for the session's."""
         player = self._player
         if player is not None and player is not asyncio.current_task():
             await asyncio.wait([player])  # the last answer may still be queueing its done event
@@ -118,6 +123,8 @@ class ResponseSession(WorkerSession):
             voice=self.config.voice,
             by_server_vad=by_server_vad,
             metadata=metadata or {},
+            tools=self.config.tools if tools is None else tools,
+            tool_choice=self.config.tool_choice if tool_choice is None else tool_choice,
         )
         self._prepare(answer)
         self._active = answer
@@ -201,6 +208,8 @@ class ResponseSession(WorkerSession):
         self._drop(answer)
         item = output_item(answer, outcome[0])
         self._history.add(item)
+        for call in answer.calls:  # after the message, as the response made them
+            self._history.add(call)
         return done_event(answer, item, outcome, time.monotonic())
 
     def _require_active(self, response_id: str) -> Answer:

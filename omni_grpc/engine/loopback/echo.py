@@ -28,10 +28,12 @@ def echo_audio(inputs: list[UserInput]) -> bytes:
 def echo_words(inputs: list[UserInput]) -> str:
     """The loopback's words for a turn: what it heard, said plainly."""
     audio_ms = sum(user.audio_ms for user in inputs)
-    texts = _texts(inputs)
+    texts = [user.text for user in inputs if user.text and not user.call_output]
+    outputs = [user.text for user in inputs if user.call_output]
     said = [f"you said {audio_ms / 1000:.2f} seconds of audio"] if audio_ms else []
     wrote = [f'you wrote "{" ".join(texts)[:200]}"'] if texts else []
-    return " and ".join(said + wrote) or "you sent an empty item"
+    returned = [f'the function returned "{" ".join(outputs)[:200]}"'] if outputs else []
+    return " and ".join(said + wrote + returned) or "you sent an empty item"
 
 
 def input_tokens(inputs: list[UserInput]) -> int:

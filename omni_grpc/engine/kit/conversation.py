@@ -170,7 +170,9 @@ class ConversationSession(ResponseSession):
 
     async def _on_create_conversation_item(self, request: pb.ConverseRequest) -> None:
         item, previous = self._history.insert(request.create_conversation_item, new_id("item"))
-        if item.role == pb.ITEM_ROLE_USER:
+        if item.type == pb.ITEM_TYPE_FUNCTION_CALL_OUTPUT:  # answered by the next response
+            self._add_pending(UserInput(item.id, previous, text=item.output, call_output=True))
+        elif item.role == pb.ITEM_ROLE_USER and item.type != pb.ITEM_TYPE_FUNCTION_CALL:
             self._add_pending(UserInput(item.id, previous, text=item_text(item)))
         await self._announce_item(item, previous)
 

@@ -21,6 +21,11 @@ Options (strings, from the command line or the server settings):
 * ``mode``: ``turns`` (the default) answers committed turns as above; ``mirror`` answers every
   append at once with the same audio as one output chunk of a single open response, with no
   turns at all. Benchmarks use it to put one chunk in and get one chunk out, like an echo.
+* ``tool_call``: ``auto`` makes a response whose tool choice is ``auto`` call the first tool,
+  with arguments built from its schema, instead of answering; ``off`` (the default) calls only
+  when the choice forces a call (``required`` or a named function). A response that answers
+  ``function_call_output`` items says what the function returned ("the function returned
+  ..."), so a client's whole tool loop can be tried without a model.
 
 Refusals that depend on state are ``error`` events with the command's ``client_seq``:
 ``response_create_without_input``, ``response_already_active``, ``response_not_active``,

@@ -14,6 +14,7 @@ _CONVERTERS: Converters = {
     "queue_size": int,
     "max_input_s": float,
     "mode": str,
+    "tool_call": str,
 }
 
 
@@ -27,9 +28,11 @@ class LoopbackOptions:
     queue_size: int = 256
     max_input_s: float = 300.0
     mode: str = "turns"
+    tool_call: str = "off"
 
     def __post_init__(self) -> None:
         check_choice("mode", self.mode, ("turns", "mirror"))
+        check_choice("tool_call", self.tool_call, ("off", "auto"))
         check_choice("pace", self.pace, ("realtime", "fast"))
         check_range("speed", self.speed, 0, 1000, above=True)
         check_range("chunk_ms", self.chunk_ms, 10, 5000)

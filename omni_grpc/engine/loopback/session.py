@@ -13,6 +13,7 @@ from collections.abc import Callable
 from omni_grpc import audio
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine import kit
+from omni_grpc.engine.kit.tools import emit_call, example_arguments, scripted_tool
 from omni_grpc.engine.loopback.echo import echo_audio, echo_words, input_tokens
 from omni_grpc.engine.loopback.options import LoopbackOptions
 from omni_grpc.wire import pb
@@ -50,6 +51,10 @@ class LoopbackSession(kit.ConversationSession):
         answer.input_tokens = input_tokens(answer.inputs)
 
     async def _play(self, answer: kit.Answer) -> kit.Outcome:
+        tool = scripted_tool(answer, on_auto=self._options.tool_call == "auto")
+        if tool is not None:  # the call is the whole response; its output gets the next one
+            await emit_call(self._events, answer, tool.name, example_arguments(tool))
+            return pb.RESPONSE_STATUS_COMPLETED, "stop"
         player = kit.SpeechPlayer(
             self._events, answer, chunk_ms=self._options.chunk_ms, pacing=self._pacing
         )

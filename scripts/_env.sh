@@ -106,12 +106,14 @@ _env_node() {
 #   test:  sox (test audio), openssl (test certificates), chromium (the browser page's test,
 #          driven by Playwright; never a downloaded browser), stress-ng (the CPU hog the suite is
 #          proven stable under), and the Go toolchain and gRPC libraries the Go client is built
-#          with, offline. One line to add more.
+#          with, offline; redis-server and haproxy (the local cluster of scripts/cluster and
+#          tests/cluster). One line to add more.
 APT_SERVE=(espeak-ng:espeak-ng)
 APT_TEST=(
     sox:sox openssl:openssl chromium:chromium stress-ng:stress-ng
     golang-go:go protoc-gen-go:protoc-gen-go protoc-gen-go-grpc:protoc-gen-go-grpc
     golang-google-grpc-dev: golang-google-protobuf-dev: golang-github-golang-protobuf-1-5-dev:
+    redis-server:redis-server haproxy:haproxy
 )
 
 _env_apt() {

@@ -226,6 +226,30 @@ def _add_serve(commands: Any) -> None:
         "DNS rebinding); repeatable; '*' turns the check off",
     )
     _add_rate_limits(serve)
+    _add_durability(serve)
+
+
+def _add_durability(serve: Any) -> None:
+    cluster = serve.add_argument_group(
+        "beyond one process", "replicas behind a proxy, sessions in Redis (docs/deploy.md)"
+    )
+    cluster.add_argument(
+        "--route",
+        metavar="KEY",
+        help="this replica's routing key, sent to clients as x-omni-route metadata for the "
+        "proxy to bring their resumes back (default: none; with durability, host:port)",
+    )
+    cluster.add_argument(
+        "--durability",
+        choices=("off", "async", "sync"),
+        help="write sessions to Redis behind each event (async) or before it goes out (sync), "
+        "so a peer adopts them when this replica dies or drains (default off)",
+    )
+    cluster.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help="Redis for --durability (default redis://127.0.0.1:6379/0)",
+    )
 
 
 def _add_rate_limits(serve: Any) -> None:

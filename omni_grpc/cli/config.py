@@ -22,10 +22,12 @@ from omni_grpc.cli.tracing import traces_endpoint
 from omni_grpc.client.talk_cli import LOG_LEVELS
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
+from omni_grpc.server.durable import MODES as DURABILITY_MODES
 from omni_grpc.server.settings import ServerSettings
 
 ENV_PREFIX = "OMNI_GRPC_"
 DEFAULT_HTTP_PORT = 8080
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 class ConfigError(ValueError):
@@ -161,6 +163,9 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "key_commands_per_s": str,
     "key_audio_bytes_per_s": str,
     "rate_burst_s": str,
+    "route": str,
+    "durability": str,
+    "redis_url": str,
 }
 # The serve settings that are fields of the server limits: flags, variables and top-level
 # keys of the file like the others, merged into the limits (besides the [limits] table).
@@ -271,6 +276,12 @@ def _seconds(merged: Mapping[str, Any], name: str, default: float) -> float:
     return seconds
 
 
+def _durability(value: Any) -> str:
+    if str(value) not in DURABILITY_MODES:
+        raise ConfigError(f"durability must be one of {', '.join(DURABILITY_MODES)}")
+    return str(value)
+
+
 def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeSettings:
     """Merges defaults, file, environment and flags into the settings of ``serve``."""
     merged: dict[str, Any] = {}
@@ -312,6 +323,9 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         shutdown_grace_s=grace_s,
         handshake_timeout_s=_seconds(merged, "handshake_timeout_s", 10.0),
         max_connection_idle_s=_seconds(merged, "max_connection_idle_s", 300.0),
+        route=str(merged.get("route", "")),
+        durability=_durability(merged.get("durability", "off")),
+        redis_url=str(merged.get("redis_url", DEFAULT_REDIS_URL)),
     )
     return ServeSettings(
         server=server,

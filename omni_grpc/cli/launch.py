@@ -78,7 +78,7 @@ async def start_service(
     if settings.metrics_port is not None:
         try:
             service.metrics, service.metrics_port = await start_metrics_endpoint(
-                settings.server.host, settings.metrics_port
+                settings.server.host, settings.metrics_port, running.readiness
             )
         except BaseException:
             await running.stop()

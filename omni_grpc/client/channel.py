@@ -26,7 +26,7 @@ from grpc_status import rpc_status
 
 from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceStub
 from omni_grpc.wire import pb
-from omni_grpc.wire.keys import bearer_metadata, resume_token_metadata
+from omni_grpc.wire.keys import ROUTE_HEADER, bearer_metadata, resume_token_metadata, route_of
 
 DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
@@ -101,7 +101,8 @@ class StreamBroken(Exception):
     """A stream ended without the session ending; ``status`` says how, when known.
 
     ``code`` is the service's snake_case error code (from ``ErrorInfo``), empty when it sent
-    none; ``retry_after_s`` its retry hint (from ``RetryInfo``), 0 when it gave none.
+    none; ``retry_after_s`` its retry hint (from ``RetryInfo``), 0 when it gave none; ``route``
+    the routing key of the replica that holds the session, when another replica said so.
     """
 
     def __init__(
@@ -111,11 +112,13 @@ class StreamBroken(Exception):
         status: grpc.StatusCode | None = None,
         code: str = "",
         retry_after_s: float = 0.0,
+        route: str = "",
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.retry_after_s = retry_after_s
+        self.route = route
 
     @classmethod
     def from_error(cls, error: grpc.RpcError) -> StreamBroken:
@@ -138,6 +141,7 @@ class StreamBroken(Exception):
             status=status,
             code=code,
             retry_after_s=retry_after_s,
+            route=route_of(tuple(error.trailing_metadata() or ())),  # type: ignore[arg-type]
         )
 
 
@@ -181,6 +185,13 @@ class Stream:
                 raise
             raise StreamBroken("the stream was cancelled") from None
 
+    async def route(self) -> str:
+        """The routing key the server sent with its first answer; empty when it sent none."""
+        try:
+            return route_of(tuple(await self._call.initial_metadata() or ()))
+        except grpc.RpcError:
+            return ""
+
     async def read(self) -> pb.ConverseResponse | None:
         """Returns the next event, or None when the server ended the stream cleanly."""
         try:
@@ -207,6 +218,12 @@ class Connection:
         self._channel = settings.open()
         self._stub = DuplexServiceStub(self._channel)
         self._metadata = settings.metadata()
+        # The routing key of the replica holding this client's session, sent back on each call
+        # so a proxy in front of several replicas takes it there (empty: any replica).
+        self.route = ""
+
+    def _routed(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata + (((ROUTE_HEADER, self.route),) if self.route else ())
 
     def converse(self, metadata: Sequence[tuple[str, str]] | None = None) -> Stream:
         """Starts a Converse call (it connects on the first write).
@@ -214,7 +231,7 @@ class Connection:
         ``metadata`` replaces the settings' own, for a bridge whose calls each present the key
         of the websocket client they carry.
         """
-        chosen = self._metadata if metadata is None else tuple(metadata)
+        chosen = self._routed() if metadata is None else tuple(metadata)
         return Stream(self._stub.Converse(None, metadata=chosen))
 
     async def get_capabilities(self, timeout_s: float = 10.0) -> pb.Capabilities:
@@ -233,7 +250,7 @@ class Connection:
         """Looks a session up with its current resume token, which travels in call metadata
         (not in the message, which logging interceptors record)."""
         request = pb.GetSessionRequest(session_id=session_id)
-        metadata = self._metadata + resume_token_metadata(token)
+        metadata = self._routed() + resume_token_metadata(token)
         try:
             return await self._stub.GetSession(request, timeout=timeout_s, metadata=metadata)
         except grpc.RpcError as error:

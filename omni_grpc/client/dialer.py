@@ -147,8 +147,10 @@ class Dialer:
         while True:
             attempt += 1
             try:
-                return await self._handshake(request)
+                stream, first = await self._handshake(request)
             except StreamBroken as broken:
+                if broken.route:
+                    self._conn.route = broken.route  # the replica that holds the session
                 if broken.status is not None and broken.status not in retry_on:
                     raise refused(broken) from None
                 delay = max(next(delays), broken.retry_after_s)
@@ -172,6 +174,10 @@ class Dialer:
                     extra={"session_id": label} if label != "-" else None,
                 )
                 await asyncio.sleep(delay)
+                continue
+            if route := await stream.route():
+                self._conn.route = route
+            return stream, first
 
     async def _handshake(self, request: pb.ConverseRequest) -> tuple[Stream, pb.ConverseResponse]:
         stream = self._conn.converse()

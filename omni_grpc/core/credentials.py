@@ -59,6 +59,17 @@ class ResumeCredential:
         """Says whether ``token`` is the current one, with no side effect (for lookups)."""
         return hmac.compare_digest(_digest(token), self._current)
 
+    def sealed(self) -> tuple[bytes, bytes]:
+        """The digests a store keeps: the current one, and the one a resume may still bring
+        (the recovery digest, or the presented one of an activation not yet confirmed)."""
+        return self._current, self._recovery or self._presented or b""
+
+    def unseal(self, current: bytes, recovery: bytes) -> None:
+        """Takes the digests of :meth:`sealed` back (a session adopted from a store)."""
+        self._current = current
+        self._recovery = recovery or None
+        self._presented = None
+
     def check(self, token: str, *, attached: bool) -> bool:
         """Says whether ``token`` may resume now; changes nothing (see :meth:`accept`).
 
@@ -109,6 +120,19 @@ class SessionLock:
         lock = cls("")
         lock._owner = secrets.token_bytes(len(lock._owner))
         lock.resume.issue()
+        return lock
+
+    @property
+    def owner_digest(self) -> bytes:
+        """The digest of the key that opened the session (what a store keeps)."""
+        return self._owner
+
+    @classmethod
+    def unseal(cls, owner_digest: bytes, current: bytes, recovery: bytes) -> SessionLock:
+        """A lock rebuilt from stored digests (a session adopted from a store)."""
+        lock = cls("")
+        lock._owner = owner_digest
+        lock.resume.unseal(current, recovery)
         return lock
 
     def opens(self, key: str, token: str, *, attached: bool) -> bool:

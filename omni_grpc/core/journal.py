@@ -73,8 +73,33 @@ class Journal:
         """The payload bytes held now."""
         return self._bytes
 
+    @property
+    def dropped_through(self) -> int:
+        """Every seq at or below this has left the journal (acknowledged or aged out)."""
+        return self._dropped_through
+
     def __len__(self) -> int:
         return len(self._entries)
+
+    def entries_after(self, seq: int) -> list[tuple[int, bytes]]:
+        """The (seq, payload) of every kept event after ``seq``, oldest first (for a store)."""
+        return [(entry_seq, payload) for entry_seq, _, payload in self._entries if entry_seq > seq]
+
+    def restore(self, dropped_through: int, entries: list[tuple[int, bytes]], now: float) -> None:
+        """Refills an empty journal from a store: events after ``dropped_through``, contiguous.
+
+        Restored events are dated ``now`` (their age on the lost replica is not known). Raises
+        ValueError for entries that are not contiguous from ``dropped_through + 1``.
+        """
+        expected = dropped_through + 1
+        for entry_seq, payload in entries:
+            if entry_seq != expected:
+                raise ValueError(f"restored journal expected seq {expected}, got {entry_seq}")
+            self._entries.append((entry_seq, now, payload))
+            self._bytes += len(payload)
+            expected += 1
+        self._dropped_through = dropped_through
+        self._next_seq = expected
 
     def record(self, payload: bytes, now: float) -> bool:
         """Keeps ``payload`` as event ``next_seq``; False (and overflowed) if it does not fit.

@@ -88,6 +88,31 @@ class Registry:
         self._sessions[session_id] = session
         return session, session.created()
 
+    def knows(self, session_id: str) -> bool:
+        """Says whether the session lives here, or ended here lately (a tombstone)."""
+        return session_id in self._sessions or session_id in self._ended
+
+    def take(self, session: Session) -> None:
+        """Hosts a session rebuilt elsewhere (``snapshot.adopt``); raises StreamRefused when
+        there is no room or the server is draining, as an open would be refused."""
+        if not self.accepting:
+            raise StreamRefused(
+                Status.UNAVAILABLE,
+                "server_shutting_down",
+                "the server is draining; try another one",
+                retryable=True,
+                retry_after_s=self.limits.open_retry_after_s,
+            )
+        if len(self._sessions) >= self.limits.max_sessions:
+            raise StreamRefused(
+                Status.RESOURCE_EXHAUSTED,
+                "resource_exhausted",
+                f"session capacity exhausted: limit={self.limits.max_sessions}",
+                retryable=True,
+                retry_after_s=self.limits.open_retry_after_s,
+            )
+        self._sessions[session.id] = session
+
     def resume(
         self, request: pb.ResumeSession, now: float, *, key: str = ""
     ) -> tuple[Session, int, Effects]:
@@ -128,6 +153,11 @@ class Registry:
             self._ended[session.id] = session
             while len(self._ended) > self.limits.max_sessions:
                 self._ended.popitem(last=False)
+
+    def forget(self, session: Session) -> None:
+        """Lets a live session go without a tombstone: another server hosts it now."""
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
 
     def _bury(self, now: float) -> None:
         horizon = now - self.limits.disconnect_grace_s

@@ -57,6 +57,11 @@ class EngineSession(abc.ABC):
     async def close(self) -> None:
         """Cancels whatever runs and frees the session's resources; idempotent."""
 
+    async def restore_history(self, items: list[pb.ConversationItem]) -> None:  # noqa: B027
+        """Takes the finished items of a conversation begun on another replica (a session
+        adopted from the store), oldest first, as history, without any event. An engine that
+        keeps no history of its own needs nothing here."""
+
     def queue_depths(self) -> tuple[int, int]:
         """Commands waiting for the engine and events waiting for the server, for the metrics
         (read at scrape time); an engine that queues nothing has (0, 0)."""

@@ -28,6 +28,7 @@ from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import Engine
 from omni_grpc.server.allocator import return_large_blocks
 from omni_grpc.server.auth import ApiKeyInterceptor, open_services
+from omni_grpc.server.durable import DurableStore
 from omni_grpc.server.servicer import SERVICE, DuplexServicer
 from omni_grpc.server.sessions import Sessions
 from omni_grpc.server.settings import ServerSettings
@@ -66,6 +67,8 @@ class RunningServer:
     engine: Engine
     health: health_aio.HealthServicer
     grpc_port: int
+    store: DurableStore | None = None
+    draining: bool = False
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
@@ -78,6 +81,7 @@ class RunningServer:
 
     async def drain(self, grace_s: float) -> None:
         """Says NOT_SERVING and gives attached sessions up to ``grace_s`` to move away."""
+        self.draining = True
         await self.health.enter_graceful_shutdown()
         await self.sessions.drain(grace_s)
 
@@ -89,7 +93,21 @@ class RunningServer:
             task.cancel()
         await self.server.stop(0)
         await self.sessions.abandon()
+        if self.store is not None:
+            await self.store.stop()
         await self.engine.stop()
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """Whether a proxy should send this replica new work, and why (``GET /health``)."""
+        durability = self.settings.durability
+        state: dict[str, object] = {
+            "status": "draining" if self.draining else "serving",
+            "route": self.settings.route,
+            "durability": durability,
+            "durable": self.store is not None and self.store.up,
+            "sessions": len(self.registry),
+        }
+        return not self.draining, state
 
 
 def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
@@ -116,12 +134,22 @@ async def start_server(
     return_large_blocks()  # freed audio leaves the process (see allocator.py)
     engine = create_engine(settings.engine, dict(settings.engine_options))
     await engine.start()
+    store = None
+    if settings.durability != "off":
+        store = DurableStore(
+            settings.redis_url,
+            settings.route or f"{settings.host}:{settings.grpc_port}",
+            settings.durability,
+            record_ttl_s=settings.limits.disconnect_grace_s + settings.limits.journal_ttl_s,
+        )
+        await store.start()
     sessions = Sessions(
         Registry(settings.limits, engine.features),
         engine,
         clock,
         api_keys=settings.api_keys,
         tracer=server_tracer(tracer_provider),
+        store=store,
     )
     keyless = open_services(health=settings.open_health, reflection=settings.open_reflection)
     interceptors = [ApiKeyInterceptor(settings.api_keys, keyless)] if settings.api_keys else []
@@ -130,7 +158,7 @@ async def start_server(
         options=grpc_options(settings),
         maximum_concurrent_rpcs=settings.max_concurrent_streams,
     )
-    server.add_generic_rpc_handlers((DuplexServicer(sessions).handler(),))
+    server.add_generic_rpc_handlers((DuplexServicer(sessions, settings.route).handler(),))
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -153,6 +181,7 @@ async def start_server(
         engine=engine,
         health=health_servicer,
         grpc_port=port,
+        store=store,
     )
     running._tasks.append(asyncio.create_task(sessions.keep_expiring()))
     logger.info("gRPC listening on %s:%d (engine %s)", settings.host, port, settings.engine)

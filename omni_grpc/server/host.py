@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from omni_grpc.core import Effects, Session
 from omni_grpc.core.admission import INPUT_ENDING_COMMANDS, INPUT_TAKEN_EVENTS
@@ -23,6 +23,7 @@ from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.base import EngineSession
 from omni_grpc.server import metrics
 from omni_grpc.server.budget import SessionCharge
+from omni_grpc.server.durable import DurableStore, ItemLog
 from omni_grpc.server.edge import AudioEdge
 from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.wire import pb
@@ -42,9 +43,16 @@ class SendQueue:
     them when the stream is gone).
     """
 
-    def __init__(self, generation: int, charge: SessionCharge) -> None:
+    def __init__(
+        self,
+        generation: int,
+        charge: SessionCharge,
+        barrier: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.generation = generation
         self._charge = charge
+        # Awaited before each event goes out (durability sync: the store holds it first).
+        self._barrier = barrier
         # Two places past the depth: room for the end marker after a refused put.
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_DEPTH + 2)
         self.end_reason: str | None = None
@@ -84,6 +92,8 @@ class SendQueue:
         payload = await self._queue.get()
         if payload is not None:
             self._charge.output_sent(len(payload))
+            if self._barrier is not None:
+                await self._barrier()
         return payload
 
     def discard(self) -> None:
@@ -104,6 +114,7 @@ class SessionHost:
         clock: Callable[[], float],
         charge: SessionCharge,
         turns: TurnTraces | None = None,
+        store: DurableStore | None = None,
     ) -> None:
         self.session = session
         self.engine = engine
@@ -123,6 +134,10 @@ class SessionHost:
         self._turns = turns
         if turns is not None:
             engine.on_stage = turns.stage
+        # Durability: the store writes the session behind each event; the items it keeps are
+        # what an adopting peer gives its fresh engine session as the history.
+        self.store = store
+        self.items = ItemLog() if store is not None else None
 
     @property
     def queued_events(self) -> int:
@@ -133,9 +148,14 @@ class SessionHost:
 
     def attach(self, generation: int) -> SendQueue:
         """Registers the send queue of a stream that now owns (or resumes) the session."""
-        queue = SendQueue(generation, self.charge)
+        barrier = self._settled if self.store is not None and self.store.mode == "sync" else None
+        queue = SendQueue(generation, self.charge, barrier)
         self._queues[generation] = queue
         return queue
+
+    async def _settled(self) -> None:
+        if self.store is not None:
+            await self.store.settled(self.session)
 
     def release(self, queue: SendQueue) -> None:
         """The stream of ``queue`` is gone: detach it if it still owned the session.
@@ -219,6 +239,8 @@ class SessionHost:
             metrics.JOURNAL_OVERFLOWS.inc()
         if self.session.config is not self._edge.config:
             self._edge.config = self.session.config  # an update_session changed the formats
+        if self.store is not None and self.items is not None and not effects.ended:
+            self.store.mark(self.session, self.items)
         if effects.ended and not self.ended:
             self.ended = True
             metrics.session_ended(self.session, self.expiry_reason)
@@ -294,6 +316,8 @@ class SessionHost:
                     self._speech_ended_at = time.perf_counter()
                 elif kind in INPUT_TAKEN_EVENTS:
                     self.charge.input_taken()
+                if self.items is not None:
+                    self.items.observe(kind, event)
                 self.deliver(self.session.publish(event, self._clock()))
         except asyncio.CancelledError:
             raise

@@ -25,10 +25,10 @@ from omni_grpc.core.errors import CommandError, Status
 from omni_grpc.server import metrics
 from omni_grpc.server.host import SendQueue, SessionHost
 from omni_grpc.server.refusals import RefusalLog
-from omni_grpc.server.sessions import ResumeFoundEnded, Sessions
+from omni_grpc.server.sessions import ResumeFoundEnded, SessionElsewhere, Sessions
 from omni_grpc.server.status import rich_status
 from omni_grpc.wire import pb
-from omni_grpc.wire.keys import bearer_key, resume_token
+from omni_grpc.wire.keys import ROUTE_HEADER, bearer_key, resume_token
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +51,10 @@ SLOW_CONSUMER_GRACE_S = 30.0
 class DuplexServicer:
     """Serves DuplexService over the sessions of one server."""
 
-    def __init__(self, sessions: Sessions) -> None:
+    def __init__(self, sessions: Sessions, route: str = "") -> None:
         self.sessions = sessions
+        # Sent as initial metadata on every call: the key a proxy routes back to this replica.
+        self._route_metadata = ((ROUTE_HEADER, route),) if route else ()
         self.refusals = RefusalLog(sessions.clock)
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -97,6 +99,8 @@ class DuplexServicer:
             self.refusals.refused("GetSession", request.session_id, context.peer(), refusal.code)
             await _abort(context, refusal)
             raise  # unreachable: abort raises
+        if self._route_metadata:
+            await context.send_initial_metadata(self._route_metadata)
         return pb.GetSessionResponse(
             session=session.view(),
             last_seq=session.journal.head,
@@ -112,7 +116,7 @@ class DuplexServicer:
             if first.WhichOneof("command") == "open_session":
                 host, queue = await self.sessions.open(first.open_session, key)
             else:
-                host, queue = self.sessions.resume(first.resume_session, key)
+                host, queue = await self.sessions.resume(first.resume_session, key)
         except StreamRefused as refusal:
             resume = first.resume_session if first and first.HasField("resume_session") else None
             # The codes are the server's own closed set (docs/protocol.md), never client text.
@@ -125,7 +129,8 @@ class DuplexServicer:
                 context.peer(),
                 refusal.code,
             )
-            await _abort(context, refusal)
+            owner = refusal.route if isinstance(refusal, SessionElsewhere) else ""
+            await _abort(context, refusal, ((ROUTE_HEADER, owner),) if owner else ())
             return
         except ResumeGap as gap:
             metrics.RESUMES.labels("gap").inc()
@@ -137,6 +142,8 @@ class DuplexServicer:
                 await context.write(payload)
             return
         try:
+            if self._route_metadata:
+                await context.send_initial_metadata(self._route_metadata)
             await _pump_stream(host, queue, context)
         finally:
             self.sessions.release(host, queue)
@@ -233,6 +240,10 @@ def _parse(raw: object) -> pb.ConverseRequest | None:
         return None
 
 
-async def _abort(context: grpc.aio.ServicerContext, refusal: StreamRefused) -> None:
+async def _abort(
+    context: grpc.aio.ServicerContext,
+    refusal: StreamRefused,
+    extra: tuple[tuple[str, str], ...] = (),
+) -> None:
     status = rich_status(refusal)
-    await context.abort(status.code, status.details, status.trailing_metadata)
+    await context.abort(status.code, status.details, tuple(status.trailing_metadata) + extra)

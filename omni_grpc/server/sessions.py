@@ -19,9 +19,11 @@ from opentelemetry.trace import Tracer
 from omni_grpc.core import Effects, Registry, Session, State, StreamRefused
 from omni_grpc.core.errors import Status
 from omni_grpc.core.rate_limits import KeyAllowances
-from omni_grpc.engine.base import Engine
+from omni_grpc.core.snapshot import adopt, check_adopted_cursor
+from omni_grpc.engine.base import Engine, EngineSession
 from omni_grpc.server import metrics
 from omni_grpc.server.budget import MemoryBudget, SessionCharge
+from omni_grpc.server.durable import ADOPTIONS, DurableStore
 from omni_grpc.server.host import SendQueue, SessionHost
 from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.wire import pb
@@ -32,6 +34,24 @@ logger = logging.getLogger(__name__)
 # so it sees deadlines that appear while it sleeps and a clock that tests move by hand.
 MAX_TIMER_SLEEP_S = 0.5
 MIN_TIMER_SLEEP_S = 0.005
+# A resume that reached a replica while the session's owner still lives (or still hands it
+# over) is asked to come back after this long; the proxy takes the retry to the owner.
+ELSEWHERE_RETRY_S = 0.25
+
+
+class SessionElsewhere(StreamRefused):
+    """A resume that reached a replica the session does not live on; ``route`` names the
+    owner's, when it is known and alive, so the client's retry goes there."""
+
+    def __init__(self, message: str, route: str = "") -> None:
+        super().__init__(
+            Status.UNAVAILABLE,
+            "session_elsewhere",
+            message,
+            retryable=True,
+            retry_after_s=ELSEWHERE_RETRY_S,
+        )
+        self.route = route
 
 
 class ResumeFoundEnded(Exception):
@@ -53,6 +73,7 @@ class Sessions:
         *,
         api_keys: Sequence[str] = (),
         tracer: Tracer | None = None,
+        store: DurableStore | None = None,
     ) -> None:
         self.registry = registry
         self.engine = engine
@@ -65,6 +86,8 @@ class Sessions:
         # Set whenever a stream lets go of its session, so a drain can wait for the last one.
         self._released = asyncio.Event()
         self._tracer = tracer  # None: tracing is off, and no session pays for it
+        self.store = store  # None: durability off, sessions live in this process only
+        self._handovers: set[asyncio.Task[None]] = set()
         metrics.SESSION_GAUGES.watch(self)  # attached and detached, counted at scrape time
 
     def __iter__(self) -> Iterator[SessionHost]:
@@ -96,22 +119,37 @@ class Sessions:
                 retryable=True,
                 retry_after_s=1.0,
             ) from None
-        charge = SessionCharge(self.budget, self.registry.limits.max_pending_input_bytes)
-        turns = TurnTraces(self._tracer, session.id) if self._tracer is not None else None
-        host = SessionHost(session, engine_session, self._forget, self.clock, charge, turns)
-        self._hosts[session.id] = host
+        host = self._host(session, engine_session)
         queue = host.attach(1)
         host.deliver(effects)
         metrics.SESSIONS_OPENED.inc()
         logger.info("session %s opened", session.id, extra={"session_id": session.id})
         return host, queue
 
-    def resume(self, request: pb.ResumeSession, key: str = "") -> tuple[SessionHost, SendQueue]:
-        """Reattaches a session to a new stream.
+    def _host(self, session: Session, engine_session: EngineSession) -> SessionHost:
+        charge = SessionCharge(self.budget, self.registry.limits.max_pending_input_bytes)
+        turns = TurnTraces(self._tracer, session.id) if self._tracer is not None else None
+        host = SessionHost(
+            session, engine_session, self._forget, self.clock, charge, turns, self.store
+        )
+        self._hosts[session.id] = host
+        return host
+
+    async def resume(
+        self, request: pb.ResumeSession, key: str = ""
+    ) -> tuple[SessionHost, SendQueue]:
+        """Reattaches a session to a new stream, adopting it from the store when its owner
+        is gone (durability on).
 
         Raises StreamRefused or ResumeGap when it cannot, and ResumeFoundEnded (with the events the
         client missed, the ending included) when the session ended since.
         """
+        if self.store is not None:
+            if not self.registry.accepting:
+                # Draining: this replica hands its sessions over; the retry finds a peer.
+                raise SessionElsewhere("this replica is draining; the session moves to a peer")
+            if not self.registry.knows(request.session_id):
+                await self._adopt(request)
         # A resume while a stream is attached takes the session over (counted apart).
         known = self._hosts.get(request.session_id)
         takeover = known is not None and known.session.state is State.ATTACHED
@@ -133,13 +171,86 @@ class Sessions:
         return host, queue
 
     def release(self, host: SessionHost, queue: SendQueue) -> None:
-        """The stream of ``queue`` is gone; the session waits for a resume (or expires)."""
+        """The stream of ``queue`` is gone; the session waits for a resume (or expires).
+
+        While a durable replica drains, a session whose stream went is handed over at once.
+        """
         host.release(queue)
+        if self.store is not None and not self.registry.accepting:
+            self._hand_over_later(host)
         self._released.set()
 
     def _forget(self, session: Session) -> None:
         self.registry.discard(session)
         self._hosts.pop(session.id, None)
+        if self.store is not None:
+            self.store.forget(session.id)
+
+    # -- durability: adopting and handing over ---------------------------------------------
+
+    async def _adopt(self, request: pb.ResumeSession) -> None:
+        """Rebuilds a stored session here when its owner is gone or handed it over.
+
+        Returns without a session when the store has none (the resume is then refused as
+        unknown); raises StreamRefused (``session_elsewhere``, retryable) while the owner lives.
+        """
+        assert self.store is not None
+        stored = await self.store.load(request.session_id)
+        if stored is None:
+            return
+        why = "handed_over" if not stored.route else "owner_lost"
+        if stored.route and stored.route != self.store.route:
+            lease = await self.store.owner_lease(stored.route)
+            if lease == "serving":
+                raise SessionElsewhere("the session lives on another replica", stored.route)
+            if lease is not None:
+                raise SessionElsewhere("the session's replica is handing it over")
+        if not await self.store.claim(request.session_id, stored.route):
+            raise SessionElsewhere("another replica is taking the session")
+        limits = self.registry.limits
+        session, effects = adopt(
+            stored.state,
+            stored.entries,
+            limits=limits,
+            engine=self.registry.engine,
+            capabilities=self.registry.capabilities,
+            now=self.clock(),
+        )
+        self.registry.take(session)
+        try:
+            engine_session = await self.engine.open_session(session.id, session.config)
+            await engine_session.restore_history(stored.items)
+        except Exception:
+            logger.exception("session %s: the engine could not adopt it", session.id)
+            self.registry.discard(session)
+            raise SessionElsewhere("the engine could not adopt the session") from None
+        host = self._host(session, engine_session)
+        host.deliver(effects)  # the end of a response cut with its replica, journaled
+        ADOPTIONS.labels(why).inc()
+        logger.info(
+            "session %s adopted from %s (%d events kept, %d items)",
+            session.id,
+            stored.route or "a draining replica",
+            len(stored.entries),
+            len(stored.items),
+            extra={"session_id": session.id},
+        )
+        check_adopted_cursor(session, request.last_received_seq)
+
+    def _hand_over_later(self, host: SessionHost) -> None:
+        task = asyncio.get_running_loop().create_task(self._hand_over(host))
+        self._handovers.add(task)
+        task.add_done_callback(self._handovers.discard)
+
+    async def _hand_over(self, host: SessionHost) -> None:
+        """Stops a detached session here and leaves it in the store for a peer."""
+        if host.ended or self._hosts.get(host.session.id) is not host:
+            return
+        del self._hosts[host.session.id]
+        self.registry.forget(host.session)
+        await host.abandon()
+        assert self.store is not None and host.items is not None
+        await self.store.hand_over(host.session, host.items)
 
     # -- time ------------------------------------------------------------------------------
 
@@ -171,13 +282,22 @@ class Sessions:
         (a stopping server really waits); ``going_away`` tells each client how long it has.
         """
         self.registry.accepting = False
+        if self.store is not None:
+            await self.store.set_draining()
         for host in self:
+            if host.session.state is State.DETACHED and self.store is not None:
+                self._hand_over_later(host)
             host.go_away(grace_s, "shutdown")
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace_s):
                 while any(host.session.state is State.ATTACHED for host in self):
                     self._released.clear()
                     await self._released.wait()
+        if self.store is not None:
+            for host in self:  # still attached after the grace: their streams are cut now
+                self._hand_over_later(host)
+            if self._handovers:
+                await asyncio.wait(set(self._handovers))
 
     async def abandon(self) -> None:
         """Stops every session's tasks and engine session without a word (server shutdown)."""

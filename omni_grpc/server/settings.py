@@ -35,3 +35,9 @@ class ServerSettings:
     max_connection_idle_s: float = 300.0
     # Bound on concurrent Converse streams (gRPC maximum_concurrent_rpcs).
     max_concurrent_streams: int = 1024
+    # Beyond one process (docs/deploy.md): this replica's routing key, handed to clients as
+    # the ``x-omni-route`` metadata so a proxy can take their resumes back here ("" : none),
+    # and whether sessions are written to Redis for a peer to adopt ("off", "async", "sync").
+    route: str = ""
+    durability: str = "off"
+    redis_url: str = "redis://127.0.0.1:6379/0"

@@ -50,6 +50,7 @@ ERROR_CODES: dict[str, str] = {
     "slow_consumer": "the stream read too slowly and was cut: resume",
     # -- the server and its engine (type SERVER) -------------------------------------------
     "server_shutting_down": "the server is draining: resume or open elsewhere",
+    "session_elsewhere": "the session lives on another replica: retry (with x-omni-route)",
     "engine_error": "the engine failed to open the session or to serve a command",
     "internal_error": "a response failed inside the server",
     "model_request_failed": "the model could not serve the response's request (vllm)",

@@ -17,6 +17,18 @@ from collections.abc import Sequence
 BEARER = "Bearer "
 _SCHEME = "bearer"
 RESUME_TOKEN_HEADER = "omni-resume-token"
+# The routing key of the replica that holds a session: servers send it as initial metadata (and
+# with a ``session_elsewhere`` refusal, the owner's), clients send it back on every later call of
+# the session, and a proxy in front of several replicas routes on it (docs/deploy.md).
+ROUTE_HEADER = "x-omni-route"
+
+
+def route_of(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:
+    """The routing key in call or response metadata; empty when there is none."""
+    for name, value in metadata or ():
+        if name == ROUTE_HEADER and isinstance(value, str):
+            return value
+    return ""
 
 
 def key_matches(presented: str, keys: Sequence[str]) -> bool:

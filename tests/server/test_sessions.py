@@ -64,7 +64,7 @@ async def test_a_resume_after_the_ending_replays_it(sessions: Sessions) -> None:
     sessions.release(host, queue)
     resume = pb.ResumeSession(session_id=created.session.id, resume_token=created.resume_token)
     with pytest.raises(ResumeFoundEnded) as ended:
-        sessions.resume(resume)
+        await sessions.resume(resume)
     replayed = [pb.ConverseResponse.FromString(p) for _, p in ended.value.effects.sends]
     assert [e.WhichOneof("event") for e in replayed][-1] == "session_closed"
 

@@ -176,6 +176,11 @@ class ConversationSession(ResponseSession):
             self._add_pending(UserInput(item.id, previous, text=item_text(item)))
         await self._announce_item(item, previous)
 
+    async def restore_history(self, items: list[pb.ConversationItem]) -> None:
+        """Adopted from another replica: the items become history, answered already."""
+        for item in items:
+            self._history.add(item)
+
     async def _on_retrieve_conversation_item(self, request: pb.ConverseRequest) -> None:
         item = self._history.get(request.retrieve_conversation_item.item_id)
         await self._events.put(pb.ConverseResponse(item_retrieved=pb.ItemRetrieved(item=item)))

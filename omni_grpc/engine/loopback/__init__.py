@@ -21,6 +21,9 @@ Options (strings, from the command line or the server settings):
 * ``mode``: ``turns`` (the default) answers committed turns as above; ``mirror`` answers every
   append at once with the same audio as one output chunk of a single open response, with no
   turns at all. Benchmarks use it to put one chunk in and get one chunk out, like an echo.
+* ``recall``: ``1`` appends to each answer's words the words of every earlier item of the
+  conversation ("...; earlier: a | b"), so tests can see a history kept (or adopted by another
+  replica); default ``0``.
 * ``tool_call``: ``auto`` makes a response whose tool choice is ``auto`` call the first tool,
   with arguments built from its schema, instead of answering; ``off`` (the default) calls only
   when the choice forces a call (``required`` or a named function). A response that answers

@@ -15,6 +15,7 @@ _CONVERTERS: Converters = {
     "max_input_s": float,
     "mode": str,
     "tool_call": str,
+    "recall": int,
 }
 
 
@@ -29,6 +30,7 @@ class LoopbackOptions:
     max_input_s: float = 300.0
     mode: str = "turns"
     tool_call: str = "off"
+    recall: int = 0
 
     def __post_init__(self) -> None:
         check_choice("mode", self.mode, ("turns", "mirror"))
@@ -38,6 +40,7 @@ class LoopbackOptions:
         check_range("chunk_ms", self.chunk_ms, 10, 5000)
         check_range("queue_size", self.queue_size, 8)
         check_range("max_input_s", self.max_input_s, 0, above=True)
+        check_range("recall", self.recall, 0, 1)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> LoopbackOptions:

@@ -58,7 +58,13 @@ class LoopbackSession(kit.ConversationSession):
         player = kit.SpeechPlayer(
             self._events, answer, chunk_ms=self._options.chunk_ms, pacing=self._pacing
         )
-        await player.say(echo_words(answer.inputs), echo_audio(answer.inputs))
+        words = echo_words(answer.inputs)
+        if self._options.recall:
+            # What came before this turn, so a test can see that a conversation kept it.
+            own = {answer.item_id, *(user.item_id for user in answer.inputs)}
+            earlier = [text for item, text in self._heard() if item.id not in own]
+            words = f"{words}; earlier: {' | '.join(earlier) or 'nothing'}"
+        await player.say(words, echo_audio(answer.inputs))
         return pb.RESPONSE_STATUS_COMPLETED, "stop"
 
     async def _reflect(self, request: pb.ConverseRequest) -> None:

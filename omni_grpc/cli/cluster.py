@@ -1,0 +1,273 @@
+"""A local cluster on 127.0.0.1: Redis, N replicas, HAProxy in front, and the bridge.
+
+``scripts/cluster --replicas N --grpc-port P --http-port Q --state-file FILE [-- SERVE ARGS]``
+starts ``redis-server``, N ``omni-grpc serve`` replicas (each with its routing key ``r1`` … and
+durable sessions in that Redis), the websocket bridge, and HAProxy with the configuration of
+``deploy/haproxy/haproxy.cfg.in`` filled in: gRPC on P, the bridge on Q. It prints one line
+when everything answers, writes FILE (JSON: the proxy's addresses, Redis's and each replica's
+pid, address and route), and stops everything on SIGTERM or Ctrl-C. Arguments after ``--`` go
+to every replica (an engine, its options, limits).
+
+The children are plain processes, so a test (or a person) can kill -9 a replica, SIGTERM it,
+or stop Redis, and watch the rest carry on. docs/deploy.md explains the pieces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+READY_TIMEOUT_S = 120.0  # a loaded 2-core machine imports the server slowly
+POLL_S = 0.1
+STOP_TIMEOUT_S = 15.0
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the child binds it right after)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Replica:
+    route: str
+    grpc_port: int
+    metrics_port: int
+    process: subprocess.Popen[bytes]
+
+
+@dataclass
+class Cluster:
+    """The processes of one local cluster and where they listen."""
+
+    grpc_port: int
+    http_port: int
+    redis_port: int
+    redis: subprocess.Popen[bytes] | None = None
+    replicas: list[Replica] = field(default_factory=list)
+    bridges: list[tuple[int, subprocess.Popen[bytes]]] = field(default_factory=list)
+    proxy: subprocess.Popen[bytes] | None = None
+
+    def state(self) -> dict[str, object]:
+        """What the state file holds."""
+        assert self.redis is not None and self.proxy is not None
+        return {
+            "proxy": {
+                "grpc": f"127.0.0.1:{self.grpc_port}",
+                "http": f"127.0.0.1:{self.http_port}",
+                "pid": self.proxy.pid,
+            },
+            "redis": {"pid": self.redis.pid, "port": self.redis_port},
+            "replicas": [
+                {
+                    "pid": replica.process.pid,
+                    "grpc": f"127.0.0.1:{replica.grpc_port}",
+                    "metrics": f"127.0.0.1:{replica.metrics_port}",
+                    "route": replica.route,
+                }
+                for replica in self.replicas
+            ],
+            "bridges": [{"pid": process.pid, "port": port} for port, process in self.bridges],
+        }
+
+    def processes(self) -> list[subprocess.Popen[bytes]]:
+        """Every child, the proxy first and Redis last (the order they stop in)."""
+        children = [self.proxy] if self.proxy else []
+        children += [process for _, process in self.bridges]
+        children += [replica.process for replica in self.replicas]
+        return children + ([self.redis] if self.redis else [])
+
+
+def redis_command(port: int, workdir: Path) -> list[str]:
+    """Redis on 127.0.0.1:``port``, in memory only: sessions outlive replicas, not Redis."""
+    listen = ["--bind", "127.0.0.1", "--port", str(port)]
+    return ["redis-server", *listen, "--save", "", "--appendonly", "no", "--dir", str(workdir)]
+
+
+def haproxy_config(template: str, cluster: Cluster) -> str:
+    """The template with the cluster's ports, replicas and bridges filled in."""
+    use = "\n".join(
+        f"    use-server {r.route} if {{ req.hdr(x-omni-route) -m str {r.route} }}"
+        for r in cluster.replicas
+    )
+    servers = "\n".join(
+        f"    server {r.route} 127.0.0.1:{r.grpc_port} port {r.metrics_port}"
+        for r in cluster.replicas
+    )
+    bridges = "\n".join(
+        f"    server b{i} 127.0.0.1:{port}" for i, (port, _) in enumerate(cluster.bridges, 1)
+    )
+    return (
+        template.replace("@BIND@", "127.0.0.1")
+        .replace("@GRPC_PORT@", str(cluster.grpc_port))
+        .replace("@HTTP_PORT@", str(cluster.http_port))
+        .replace("@USE_SERVERS@", use)
+        .replace("@SERVERS@", servers)
+        .replace("@BRIDGES@", bridges)
+    )
+
+
+def _omni(*args: str) -> list[str]:
+    return [sys.executable, "-m", "omni_grpc.cli", *args]
+
+
+def start_replica(cluster: Cluster, index: int, serve_args: Sequence[str]) -> Replica:
+    """Starts replica ``r<index>`` with durable sessions in the cluster's Redis."""
+    route = f"r{index}"
+    grpc_port, metrics_port = free_port(), free_port()
+    command = _omni(
+        "serve",
+        "--grpc-port",
+        str(grpc_port),
+        "--http-port",
+        "0",
+        "--metrics-port",
+        str(metrics_port),
+        "--route",
+        route,
+        "--redis-url",
+        f"redis://127.0.0.1:{cluster.redis_port}/0",
+        "--durability",
+        "async",
+        *serve_args,  # later flags win: the caller may choose sync, or off
+    )
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    return Replica(route, grpc_port, metrics_port, process)
+
+
+def _answers_http(port: int, path: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+def _accepts(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+    return False
+
+
+def wait_ready(cluster: Cluster, deadline: float) -> None:
+    """Waits until Redis, every replica, every bridge and the proxy answer; raises
+    RuntimeError when a child exits or the deadline passes."""
+    checks: list[Callable[[], bool]] = [functools.partial(_accepts, cluster.redis_port)]
+    checks += [
+        functools.partial(_answers_http, r.metrics_port, "/health") for r in cluster.replicas
+    ]
+    checks += [functools.partial(_answers_http, port, "/health") for port, _ in cluster.bridges]
+    checks += [functools.partial(_accepts, port) for port in (cluster.grpc_port, cluster.http_port)]
+    for check in checks:
+        while not check():
+            for process in cluster.processes():
+                if process.poll() is not None:
+                    raise RuntimeError(f"{process.args!r} exited")
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster did not come up in time")
+            time.sleep(POLL_S)
+
+
+def start(args: argparse.Namespace, workdir: Path, cluster: Cluster) -> None:
+    """Starts every process of ``cluster`` and waits for them; see the module docstring."""
+    cluster.redis = subprocess.Popen(
+        redis_command(cluster.redis_port, workdir), stdout=subprocess.DEVNULL
+    )
+    serve_args = list(args.serve_args)
+    if serve_args[:1] == ["--"]:
+        serve_args = serve_args[1:]
+    for index in range(1, args.replicas + 1):
+        cluster.replicas.append(start_replica(cluster, index, serve_args))
+    for _ in range(args.bridges):
+        port = free_port()
+        command = _omni(
+            "bridge", "--grpc-target", f"127.0.0.1:{args.grpc_port}", "--port", str(port)
+        )
+        cluster.bridges.append((port, subprocess.Popen(command, stdout=subprocess.DEVNULL)))
+    config = workdir / "haproxy.cfg"
+    config.write_text(haproxy_config(Path(args.haproxy_template).read_text(), cluster))
+    cluster.proxy = subprocess.Popen(["haproxy", "-db", "-f", str(config)])
+    wait_ready(cluster, time.monotonic() + READY_TIMEOUT_S)
+
+
+def stop(cluster: Cluster) -> None:
+    """SIGTERM to every child (replicas drain), then SIGKILL to what is left."""
+    for process in cluster.processes():
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for process in cluster.processes():
+        try:
+            process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="scripts/cluster", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--grpc-port", type=int, default=50051)
+    parser.add_argument("--http-port", type=int, default=8080)
+    parser.add_argument("--redis-port", type=int, default=0, help="default: a free port")
+    parser.add_argument("--bridges", type=int, default=1, help="bridge processes (default 1)")
+    parser.add_argument("--state-file", required=True, metavar="FILE")
+    parser.add_argument(
+        "--haproxy-template", default="deploy/haproxy/haproxy.cfg.in", metavar="FILE"
+    )
+    parser.add_argument("serve_args", nargs=argparse.REMAINDER, help="-- then serve flags")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    stopping = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with tempfile.TemporaryDirectory(prefix="omni-cluster-") as workdir:
+        cluster = Cluster(args.grpc_port, args.http_port, args.redis_port or free_port())
+        try:
+            start(args, Path(workdir), cluster)
+            state = json.dumps(cluster.state(), indent=2)
+            Path(args.state_file).write_text(state + "\n")
+            print(
+                f"omni-grpc cluster ready: gRPC on 127.0.0.1:{args.grpc_port}, "
+                f"bridge on http://127.0.0.1:{args.http_port}/, {args.replicas} replicas, "
+                f"state in {args.state_file}",
+                flush=True,
+            )
+            while not stopping:
+                time.sleep(POLL_S)
+        except RuntimeError as error:
+            print(f"scripts/cluster: {error}", file=sys.stderr)
+            return 1
+        finally:
+            stop(cluster)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(args.state_file)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

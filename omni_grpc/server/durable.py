@@ -1,0 +1,371 @@
+"""Sessions kept in Redis behind each event, so that a peer can adopt them (``--durability``).
+
+One :class:`DurableStore` per replica. Hosts mark their session dirty after each call into the
+core (:meth:`DurableStore.mark`, a set insertion); one writer task takes every dirty session and
+writes, in one pipelined MULTI/EXEC per round, what changed since the last round: the session's
+state (``omni_grpc.core.snapshot``), the journal entries numbered since (a sorted set scored by
+seq, trimmed to what the client has not acknowledged) and the conversation items. The lag is
+one round trip to Redis; in ``sync`` mode a stream's writer waits for it before each event goes
+on the wire (:meth:`settled`), so a client never holds an event the store has not.
+
+Each replica keeps a lease, ``omni:replica:<route>``, refreshed every :data:`LEASE_REFRESH_S`
+and gone :data:`LEASE_TTL_S` after the replica stops refreshing it (killed), or set to
+``draining`` by a drain. A peer adopts a session only when its owner's lease is gone, or the
+owner handed the session over (its route cleared from the record) while draining: a live owner
+keeps its sessions, and the resume is told to retry (the proxy takes it to the owner).
+
+Redis being away is not fatal: the store says it is down (health, ``omni_durability_up``),
+sessions go on in memory, and the writer retries; when Redis is back every live session is
+written whole again (Redis may have come back empty).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+from prometheus_client import Counter, Gauge
+from redis.exceptions import RedisError
+
+from omni_grpc.core import Session
+from omni_grpc.core.snapshot import SessionState, export_state
+from omni_grpc.wire import pb
+
+logger = logging.getLogger(__name__)
+
+MODES = ("off", "async", "sync")
+LEASE_TTL_S = 3.0
+LEASE_REFRESH_S = 0.5
+RETRY_S = 0.5  # between attempts while Redis is away
+# A stored session outlives its last write by this much beyond the disconnect grace.
+RECORD_SLACK_S = 60.0
+
+DURABILITY_UP = Gauge(
+    "omni_durability_up", "1 while the session store (Redis) takes writes, 0 while it is away."
+)
+DURABILITY_ERRORS = Counter(
+    "omni_durability_write_errors", "Rounds of session writes that failed (Redis away)."
+)
+DURABILITY_ROUNDS = Counter("omni_durability_rounds", "Rounds of session writes to Redis.")
+ADOPTIONS = Counter("omni_sessions_adopted", "Sessions adopted from the store, by why.", ["why"])
+HANDOVERS = Counter("omni_sessions_handed_over", "Sessions a draining replica handed over.")
+
+# Sets the record's route to ARGV[2] only if it is still ARGV[1]: of two peers adopting the
+# same session at once, exactly one wins.
+_CLAIM = """
+local owner = redis.call('HGET', KEYS[1], 'route')
+if owner == false or owner ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'route', ARGV[2])
+return 1
+"""
+
+
+def session_key(session_id: str) -> str:
+    return f"omni:session:{session_id}"
+
+
+def journal_key(session_id: str) -> str:
+    return f"omni:journal:{session_id}"
+
+
+def lease_key(route: str) -> str:
+    return f"omni:replica:{route}"
+
+
+@dataclass(slots=True)
+class Stored:
+    """A session as the store holds it: its state, journal entries, items and owner."""
+
+    state: SessionState
+    entries: list[tuple[int, bytes]]
+    items: list[pb.ConversationItem]
+    route: str
+
+
+class ItemLog:
+    """The conversation items of one session, in order, as its events tell them."""
+
+    def __init__(self) -> None:
+        self._items: collections.OrderedDict[str, pb.ConversationItem] = collections.OrderedDict()
+        self.changed = False
+
+    def observe(self, kind: str | None, event: pb.ConverseResponse) -> None:
+        """Follows one engine event: finished items enter, deleted ones leave."""
+        if kind == "item_done":
+            self._put(event.item_done.item)
+        elif kind == "response_done":
+            for item in event.response_done.response.output:
+                self._put(item)
+        elif kind == "item_deleted":
+            self._items.pop(event.item_deleted.item_id, None)
+            self.changed = True
+
+    def _put(self, item: pb.ConversationItem) -> None:
+        if item.id:
+            self._items[item.id] = item
+            self.changed = True
+
+    def serialized(self) -> bytes:
+        """The items as one message (a Response's output list), for the store."""
+        self.changed = False
+        return pb.Response(output=list(self._items.values())).SerializeToString()
+
+
+@dataclass(slots=True)
+class _Written:
+    """What the store holds of one session: its head and trim point, or nothing yet."""
+
+    head: int = -1  # -1: nothing written (or Redis came back and may be empty)
+    dropped: int = 0
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+
+class DurableStore:
+    """The Redis side of one replica's sessions; see the module docstring."""
+
+    def __init__(self, url: str, route: str, mode: str, *, record_ttl_s: float) -> None:
+        if mode not in ("async", "sync"):
+            raise ValueError(f"durability must be one of {MODES}")
+        self.route = route
+        self.mode = mode
+        self.redis: aioredis.Redis = aioredis.from_url(
+            url, socket_timeout=2.0, socket_connect_timeout=2.0
+        )
+        self.up = False
+        self.draining = False
+        self._record_ttl_ms = int((record_ttl_s + RECORD_SLACK_S) * 1000)
+        self._live: dict[str, tuple[Session, ItemLog]] = {}
+        self._dirty: dict[str, tuple[Session, ItemLog]] = {}
+        self._gone: set[str] = set()
+        self._written: dict[str, _Written] = {}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._claim = self.redis.register_script(_CLAIM)
+        DURABILITY_UP.set(0)
+
+    async def start(self) -> None:
+        """Starts the writer and the lease (Redis may be away: both keep trying)."""
+        await self._renew_lease()
+        self._tasks = [
+            asyncio.create_task(self._write_loop()),
+            asyncio.create_task(self._lease_loop()),
+        ]
+
+    async def stop(self) -> None:
+        """Writes what is dirty (if Redis is there), drops the lease, and closes."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        with contextlib.suppress(RedisError, OSError):
+            await self._write_round()
+            await self.redis.delete(lease_key(self.route))
+        await self.redis.aclose()
+
+    # -- the owner's side ------------------------------------------------------------------
+
+    def mark(self, session: Session, items: ItemLog) -> None:
+        """The session changed: the next round writes it."""
+        self._live[session.id] = self._dirty[session.id] = (session, items)
+        self._wake.set()
+
+    def forget(self, session_id: str) -> None:
+        """The session ended: the next round deletes its record."""
+        self._live.pop(session_id, None)
+        self._dirty.pop(session_id, None)
+        self._gone.add(session_id)
+        self._release_waiters(self._written.pop(session_id, None))
+        self._wake.set()
+
+    async def settled(self, session: Session) -> None:
+        """In ``sync`` mode, returns once the store holds every event numbered so far."""
+        if self.mode != "sync" or not self.up:
+            return
+        written = self._written.get(session.id)
+        if written is not None and written.head >= session.journal.head:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._written.setdefault(session.id, _Written()).waiters.append(waiter)
+        self._wake.set()
+        await waiter
+
+    async def hand_over(self, session: Session, items: ItemLog) -> None:
+        """A draining owner's last write of a session: whole, with its route cleared."""
+        self._live.pop(session.id, None)
+        self._dirty.pop(session.id, None)
+        self._written.pop(session.id, None)
+        try:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                self._queue_session(pipe, session, items, _Written(), route="")
+                await pipe.execute()
+            HANDOVERS.inc()
+        except (RedisError, OSError):
+            logger.warning("session %s: could not hand it over (Redis away)", session.id)
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._write_round()
+            except (RedisError, OSError) as error:
+                self._went_down(error)
+                await asyncio.sleep(RETRY_S)
+                self._wake.set()
+
+    async def _write_round(self) -> None:
+        dirty, self._dirty = self._dirty, {}
+        gone, self._gone = self._gone, set()
+        if not dirty and not gone:
+            return
+        try:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                heads = {}
+                for session_id, (session, items) in dirty.items():
+                    written = self._written.setdefault(session_id, _Written())
+                    heads[session_id] = self._queue_session(
+                        pipe, session, items, written, route=self.route
+                    )
+                for session_id in gone:
+                    pipe.delete(session_key(session_id), journal_key(session_id))
+                await pipe.execute()
+        except BaseException:
+            for session_id, value in dirty.items():
+                self._dirty.setdefault(session_id, value)  # written again next round
+            self._gone |= gone
+            raise
+        DURABILITY_ROUNDS.inc()
+        self._came_up()
+        for session_id, (head, dropped) in heads.items():
+            if (kept := self._written.get(session_id)) is None:
+                continue  # it ended while the round was written
+            kept.head, kept.dropped = head, dropped
+            if kept.head >= dirty[session_id][0].journal.head:
+                self._release_waiters(kept)
+
+    def _queue_session(
+        self, pipe: Any, session: Session, items: ItemLog, written: _Written, *, route: str
+    ) -> tuple[int, int]:
+        """Queues the writes that bring the store up to ``session``; returns (head, dropped)."""
+        state = export_state(session)
+        skey, jkey = session_key(session.id), journal_key(session.id)
+        whole = written.head < 0
+        if whole:
+            pipe.delete(jkey)
+            items.changed = True
+        entries = session.journal.entries_after(
+            state.dropped_through if whole else max(written.head, state.dropped_through)
+        )
+        if entries:
+            pipe.zadd(jkey, {payload: seq for seq, payload in entries})
+        if not whole and state.dropped_through > written.dropped:
+            pipe.zremrangebyscore(jkey, 0, state.dropped_through)
+        fields: dict[str, bytes] = {**state.to_fields(), "route": route.encode()}
+        if items.changed:
+            fields["items"] = items.serialized()
+        pipe.hset(skey, mapping=fields)
+        pipe.pexpire(skey, self._record_ttl_ms)
+        pipe.pexpire(jkey, self._record_ttl_ms)
+        return state.head, state.dropped_through
+
+    def _went_down(self, error: Exception) -> None:
+        DURABILITY_ERRORS.inc()
+        if self.up:
+            logger.warning("durability: Redis is away (%s); sessions go on in memory", error)
+        self.up = False
+        DURABILITY_UP.set(0)
+        for written in self._written.values():
+            written.head = -1  # Redis may come back empty: write every session whole
+            self._release_waiters(written)  # sync mode does not wait for a store that is away
+
+    def _came_up(self) -> None:
+        if not self.up:
+            logger.info("durability: Redis takes writes")
+            self.up = True
+            DURABILITY_UP.set(1)
+            # Every session is written whole once more (see _went_down).
+            for session, items in list(self._live.values()):
+                self.mark(session, items)
+
+    @staticmethod
+    def _release_waiters(written: _Written | None) -> None:
+        if written is None:
+            return
+        for waiter in written.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        written.waiters.clear()
+
+    # -- the lease -------------------------------------------------------------------------
+
+    async def set_draining(self) -> None:
+        """Tells peers this replica drains: they may adopt what it hands over."""
+        self.draining = True
+        await self._renew_lease()
+
+    async def _lease_loop(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_REFRESH_S)
+            await self._renew_lease()
+
+    async def _renew_lease(self) -> None:
+        state = b"draining" if self.draining else b"serving"
+        try:
+            await self.redis.set(lease_key(self.route), state, px=int(LEASE_TTL_S * 1000))
+        except (RedisError, OSError) as error:
+            self._went_down(error)
+            return
+        if not self.up:
+            self._came_up()
+
+    # -- the adopter's side ----------------------------------------------------------------
+
+    async def load(self, session_id: str) -> Stored | None:
+        """The stored session, or None when the store has none (or is away)."""
+        try:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hgetall(session_key(session_id))
+                pipe.zrange(journal_key(session_id), 0, -1, withscores=True)
+                record, journal = await pipe.execute()
+        except (RedisError, OSError) as error:
+            self._went_down(error)
+            return None
+        if not record:
+            return None
+        try:
+            state = SessionState.from_fields(record)
+        except (KeyError, ValueError):
+            logger.warning("session %s: its stored record is broken", session_id)
+            return None
+        items = list(pb.Response.FromString(record.get(b"items", b"")).output)
+        entries = sorted((int(seq), payload) for payload, seq in journal)
+        return Stored(state, entries, items, record.get(b"route", b"").decode())
+
+    async def owner_lease(self, route: str) -> str | None:
+        """``serving``, ``draining``, or None when the owner's lease is gone."""
+        try:
+            value = await self.redis.get(lease_key(route))
+        except (RedisError, OSError) as error:
+            self._went_down(error)
+            return "serving"  # unknown: never adopt from a live owner by mistake
+        if value is None:
+            return None
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    async def claim(self, session_id: str, owner: str) -> bool:
+        """Makes this replica the owner, if ``owner`` still is; False if a peer was first."""
+        try:
+            won = await self._claim(keys=[session_key(session_id)], args=[owner, self.route])
+        except (RedisError, OSError) as error:
+            self._went_down(error)
+            return False
+        return bool(won)
+
+
+__all__ = ["ADOPTIONS", "MODES", "DurableStore", "ItemLog", "Stored"]

@@ -27,6 +27,7 @@ let turnEndAt = 0; // when the last turn ended (page clock): its answer's latenc
 let played = {};
 let queuedFrames = 0;
 let ackTimer = 0;
+let settingsUpdates = 0; // numbers the settings' session.update, so a refusal finds its way back
 // The session's input clock: ms of audio sent, and when each chunk was captured. The server
 // reports the end of speech on this clock; the marks turn it into a time on the page's clock.
 const input = { sentMs: 0, marks: [] };
@@ -150,6 +151,9 @@ const HANDLERS = {
   "error": (e) => {
     omni.errors.push(e.error);
     addLine("error", "", `${e.error.code}: ${e.error.message}`);
+    if (e.error.event_id === `settings_${settingsUpdates}`) {
+      $("settings-state").textContent = `not applied: ${e.error.code}`;
+    }
   },
 };
 
@@ -286,8 +290,10 @@ function sendText(event) {
 }
 
 function applySettings() {
+  settingsUpdates += 1;
   $("settings-state").textContent = "sending…";
-  connection.send({ type: "session.update", session: settings() });
+  connection.send({ type: "session.update", event_id: `settings_${settingsUpdates}`,
+                    session: settings() });
 }
 
 function fail(error) {

@@ -24,7 +24,7 @@ export function addLine(who, id, text, kind = "") {
     $("transcript").append(p);
   }
   if (text) p.querySelector(".words").textContent = text;
-  p.scrollIntoView({ block: "nearest" });
+  $("transcript").scrollTop = $("transcript").scrollHeight; // the newest turn in view
   return p;
 }
 

@@ -27,6 +27,7 @@ from pydantic import TypeAdapter, ValidationError
 from bridge import inbound_events as ce
 from bridge.errors import DialectError
 from bridge.inbound_session import MODALITIES, audio_format, config_from_patch
+from bridge.tools import call_item, tool_choice, toolset
 from omni_grpc.wire import pb
 from omni_grpc.wire.kinds import UNNUMBERED_COMMANDS
 
@@ -169,6 +170,10 @@ def _response_create(event: ce.ResponseCreate) -> pb.ConverseRequest:
         create.instructions = options.instructions
     if options.metadata:
         create.metadata.update(options.metadata)
+    if options.tools is not None:
+        create.tools.CopyFrom(toolset(options.tools, "response.tools"))
+    if options.tool_choice is not None:
+        create.tool_choice.CopyFrom(tool_choice(options.tool_choice, "response.tool_choice"))
     return pb.ConverseRequest(create_response=create)
 
 
@@ -188,6 +193,13 @@ _CONTENT_TYPES = {
 
 def _item_create(event: ce.ItemCreate) -> pb.ConverseRequest:
     item = event.item
+    if item.type in ("function_call", "function_call_output"):
+        made = call_item(item.type, item.id, item.call_id, item.name, item.arguments, item.output)
+        return pb.ConverseRequest(
+            create_conversation_item=pb.CreateConversationItem(
+                item=made, previous_item_id=event.previous_item_id or ""
+            )
+        )
     if item.type != "message":
         raise DialectError(
             "unsupported_item_type",

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
+from bridge.tool_events import ToolChoiceSpec, ToolJson
 from omni_grpc.wire.bounds import (
     MAX_DURATION_S,
     MAX_METADATA_KEY_CHARS,
@@ -158,6 +159,9 @@ class SessionPatch(_Model):
     idle_timeout_ms: int | None = Field(default=None, gt=0, le=MAX_DURATION_S * 1000)
     idle_timeout_s: float | None = Field(default=None, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
     engine_options: FreeFormObject | None = None
+    # Function tools (bridge.tool_events).
+    tools: list[ToolJson] | None = None
+    tool_choice: ToolChoiceSpec | None = None
 
 
 class _Event(_Model):
@@ -212,6 +216,8 @@ class ResponseOptions(_Model):
     modalities: list[Literal["text", "audio"]] | None = None
     instructions: str | None = None
     metadata: Metadata | None = None
+    tools: list[ToolJson] | None = None
+    tool_choice: ToolChoiceSpec | None = None
 
 
 class ResponseCreate(_Event):
@@ -245,6 +251,11 @@ class ItemJson(_Model):
     role: Literal["user", "assistant", "system"] = "user"
     status: str | None = None
     content: list[ContentJson] = []
+    # A function_call's or function_call_output's fields (bridge.tools).
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
 
 
 class ItemCreate(_Event):

@@ -18,6 +18,7 @@ from bridge.inbound_events import (
     TurnDetectionJson,
     VoiceId,
 )
+from bridge.tools import tool_choice, toolset
 from omni_grpc.wire import pb
 
 _PCM16 = pb.AUDIO_ENCODING_PCM16
@@ -160,4 +161,8 @@ def config_from_patch(patch: SessionPatch) -> pb.SessionConfig:
         config.idle_timeout.FromMilliseconds(round(patch.idle_timeout_s * 1000))
     if patch.engine_options:
         config.engine_options.update(patch.engine_options)
+    if patch.tools is not None:  # an empty list is sent too: it removes every tool
+        config.tools.CopyFrom(toolset(patch.tools, "session.tools"))
+    if patch.tool_choice is not None:
+        config.tool_choice.CopyFrom(tool_choice(patch.tool_choice, "session.tool_choice"))
     return config

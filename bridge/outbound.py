@@ -34,6 +34,13 @@ from typing import Any
 
 from bridge.outbound_events import STATELESS, Event, item_json, random_event_id, response_json
 from bridge.outbound_session import capabilities_json, session_json
+from bridge.tools import (
+    CALL_ITEM_TYPES,
+    arguments_delta,
+    arguments_done,
+    call_item_events,
+    call_item_json,
+)
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes
 
@@ -79,6 +86,8 @@ class ServerDialect:
             "output_text_delta": self._text_delta,
             "response_done": lambda e: self._response_done(e.response),
             "response_listen": self._response_listen,
+            "function_call_arguments_delta": arguments_delta,
+            "function_call_arguments_done": arguments_done,
         }
 
     def expand(self, event: pb.ConverseResponse) -> list[Event]:
@@ -156,6 +165,8 @@ class ServerDialect:
         ]
 
     def _item(self, kind: str, e: pb.ItemAdded | pb.ItemDone) -> list[Event]:
+        if e.response_id and e.item.type in CALL_ITEM_TYPES:  # a response's function call
+            return call_item_events(kind.rsplit(".", 1)[1], e)
         if e.item.id in self._announced:
             return []  # the response expansion already announced this assistant item
         return [
@@ -283,7 +294,7 @@ class ServerDialect:
 
     def _final_item(self, response: pb.Response, state: _Response) -> Event:
         for item in response.output:
-            if item.role == pb.ITEM_ROLE_ASSISTANT:
+            if item.role == pb.ITEM_ROLE_ASSISTANT and item.type not in CALL_ITEM_TYPES:
                 return item_json(item)
         finished = response.status in (pb.RESPONSE_STATUS_COMPLETED, pb.RESPONSE_STATUS_UNSPECIFIED)
         status = "completed" if finished else "incomplete"
@@ -347,5 +358,7 @@ class ServerDialect:
             }
         )
         out.append({"type": "conversation.item.done", "item": item, "previous_item_id": None})
-        out.append({"type": "response.done", "response": response_json(response, [item])})
+        calls = [call_item_json(i) for i in response.output if i.type in CALL_ITEM_TYPES]
+        done = response_json(response, [item, *calls])
+        out.append({"type": "response.done", "response": done})
         return out

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bridge.outbound_session import MODALITY_NAMES, session_json
+from bridge.tools import CALL_ITEM_TYPES, call_item_json
 from omni_grpc.wire import pb
 
 Event = dict[str, Any]
@@ -101,7 +102,9 @@ def error_json(
 
 
 def item_json(item: pb.ConversationItem) -> Event:
-    """Renders a conversation item as a Realtime ``message`` item."""
+    """Renders a conversation item as a Realtime ``message`` item, or a function item."""
+    if item.type in CALL_ITEM_TYPES:
+        return call_item_json(item)
     content: list[Event] = []
     for part in item.content:
         if part.type == pb.CONTENT_TYPE_INPUT_TEXT:

@@ -14,6 +14,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from bridge.inbound_session import COMMIT_POLICIES, ENCODINGS, MODALITIES, OVERLAP_POLICIES
+from bridge.tools import session_tools_json
 from omni_grpc.wire import pb
 
 # The GA MIME type of each encoding: its one "audio/" spelling among those clients may send.
@@ -100,6 +101,7 @@ def session_json(session: pb.Session) -> dict[str, Any]:
         out["instructions"] = config.instructions
     if config.HasField("temperature"):
         out["temperature"] = config.temperature
+    out.update(session_tools_json(config))
     if config.HasField("engine_options"):
         out["engine_options"] = json_format.MessageToDict(config.engine_options)
     return out

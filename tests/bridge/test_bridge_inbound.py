@@ -90,6 +90,9 @@ GA_CONFIG = {
     "max_output_tokens": 512,
     "input_transcription": {"enabled": True, "model": "whisper-1", "language": "en"},
     "engine_options": {"pace": "fast"},
+    # An empty tool list is sent as one: it removes every tool.
+    "tools": {},
+    "tool_choice": {"mode": "TOOL_CHOICE_MODE_AUTO"},
 }
 
 
@@ -123,6 +126,8 @@ def test_beta_spellings_give_the_same_config() -> None:
             "playback_commit_policy": "ack_only",
             "idle_timeout_s": 60,
             "engine_options": {"pace": "fast"},
+            "tools": [],
+            "tool_choice": "auto",
         },
     }
     assert as_dict(translate(beta)) == as_dict(translate(GA_UPDATE))
@@ -292,6 +297,63 @@ def test_oversized_frame_is_refused_before_parsing() -> None:
                     "output_modalities": ["MODALITY_TEXT"],
                     "instructions": "x",
                     "metadata": {"topic": "a"},
+                    "tools": {},  # the response's own, empty: it may call nothing
+                }
+            },
+        ),
+        (
+            {
+                "type": "response.create",
+                "response": {
+                    "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+                    "tool_choice": {"type": "function", "name": "f"},
+                },
+            },
+            {
+                "create_response": {
+                    "tools": {
+                        "tools": [
+                            {
+                                "type": "function",
+                                "name": "f",
+                                "parameters_json": '{"type":"object"}',
+                            }
+                        ]
+                    },
+                    "tool_choice": {"mode": "TOOL_CHOICE_MODE_FUNCTION", "function_name": "f"},
+                }
+            },
+        ),
+        (
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+            },
+            {
+                "create_conversation_item": {
+                    "item": {
+                        "type": "ITEM_TYPE_FUNCTION_CALL_OUTPUT",
+                        "call_id": "c1",
+                        "output": "ok",
+                    }
+                }
+            },
+        ),
+        (
+            {
+                "type": "conversation.item.create",
+                "previous_item_id": "i0",
+                "item": {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            },
+            {
+                "create_conversation_item": {
+                    "item": {
+                        "type": "ITEM_TYPE_FUNCTION_CALL",
+                        "call_id": "c1",
+                        "name": "f",
+                        "arguments": "{}",
+                    },
+                    "previous_item_id": "i0",
                 }
             },
         ),
@@ -396,7 +458,7 @@ def test_only_heartbeats_and_acks_go_unnumbered() -> None:
 @pytest.mark.parametrize(
     ("item", "code", "param"),
     [
-        ({"type": "function_call", "name": "f"}, "unsupported_item_type", "item.type"),
+        ({"type": "mcp_approval_response"}, "unsupported_item_type", "item.type"),
         (
             {"type": "message", "content": [{"type": "input_image", "image_url": "x"}]},
             "unsupported_content_type",

@@ -29,6 +29,7 @@ from aiohttp import WSCloseCode, web
 from opentelemetry.trace import Tracer, TracerProvider
 
 from bridge.client_secrets import ClientSecrets, minting_handler
+from bridge.dialects import dialect_name
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS, Gate, add_security_headers, host_middleware
 from bridge.inbound import MAX_EVENT_BYTES
 from bridge.metrics import CONNECTIONS, REFUSALS, metrics_handler
@@ -113,6 +114,10 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         query.get("autostart", "").lower() in _FALSE or query.get("resume", "").lower() in _TRUE
     )
     model = query.get("model", "")
+    # The duplex extensions go to a client that asks for them (?extensions=1); a stock OpenAI
+    # client, which checks every event against the GA schema, gets that schema only
+    # (bridge.outbound_plain). The vLLM-Omni dialect has them always.
+    extensions = query.get("extensions", "").lower() in _TRUE
     assert bridge.service is not None, "the channel opens before the first request"
     relay = Relay(
         ws,
@@ -125,6 +130,8 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         transport=request.transport,
         max_audio_delta_bytes=bridge.max_audio_delta_bytes,
         tracer=bridge.tracer,
+        extensions=extensions,
+        dialect=dialect_name(request.path, query),
     )
     bridge.relays.add(relay)
     CONNECTIONS.inc()

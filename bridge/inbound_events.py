@@ -75,10 +75,15 @@ class _Model(BaseModel):
 
 
 class FormatObject(_Model):
-    """A GA audio format object: a MIME ``type`` (``"audio/pcm"``) and, for PCM, a ``rate``."""
+    """A GA audio format object: a MIME ``type`` (``"audio/pcm"``) and, for PCM, a ``rate``;
+    or the same object as the bridge renders it for what GA cannot name (a rate other than
+    24 kHz in ``sample_rate_hz``, float PCM as ``encoding``), so a client may send back what
+    it was shown."""
 
     type: str
     rate: PositiveUInt32 | None = None
+    sample_rate_hz: PositiveUInt32 | None = None
+    encoding: str | None = None
 
 
 # A format is a GA object or a beta string such as "pcm16" or "g711_ulaw".

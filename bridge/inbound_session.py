@@ -64,7 +64,14 @@ _VAD_TYPES = ("server_vad", "semantic_vad")
 
 def audio_format(spec: FormatSpec, param: str) -> pb.AudioFormat:
     """Reads a format object or string; raises ``unsupported_audio_format`` for others."""
-    name, rate = (spec.type, spec.rate or 0) if isinstance(spec, FormatObject) else (spec, 0)
+    if isinstance(spec, FormatObject):
+        name, rate = spec.encoding or spec.type, spec.rate or spec.sample_rate_hz or 0
+        if spec.rate and spec.sample_rate_hz and spec.rate != spec.sample_rate_hz:
+            raise DialectError(
+                "unsupported_audio_format", "rate and sample_rate_hz disagree", param=param
+            )
+    else:
+        name, rate = spec, 0
     encoding = ENCODINGS.get(name.lower())
     if encoding is None:
         raise DialectError(

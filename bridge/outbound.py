@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.outbound_events import STATELESS, Event, item_json, random_event_id, response_json
+from bridge.outbound_plain import plain
 from bridge.outbound_session import capabilities_json, session_json
 from bridge.tools import (
     CALL_ITEM_TYPES,
@@ -64,8 +65,13 @@ class _Response:
 class ServerDialect:
     """Expands the contract events of one session's stream into Realtime events."""
 
-    def __init__(self, *, max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES) -> None:
+    def __init__(
+        self, *, max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES, extensions: bool = False
+    ) -> None:
         self.session_id = ""
+        # Whether the client asked for the duplex extensions; without them it gets OpenAI's
+        # GA events and fields only (bridge.outbound_plain).
+        self.extensions = extensions
         self._tag = ""
         # Whole samples of every encoding (at most 4 bytes each) in every split delta.
         self._max_audio = max(4, max_audio_delta_bytes - max_audio_delta_bytes % 4)
@@ -105,7 +111,9 @@ class ServerDialect:
         else:
             for item in out:
                 item["event_id"] = random_event_id()
-        return out
+        if self.extensions:
+            return out
+        return [event for event in map(plain, out) if event is not None]
 
     # -- session -------------------------------------------------------------------------
 

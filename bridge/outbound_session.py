@@ -2,8 +2,8 @@
 
 The resolved configuration is rendered in the GA ``session`` shape, plus the duplex extensions
 (``overlap_policy``, ``playback_commit_policy``, ``idle_timeout_ms``) and the session's state.
-OpenAI's schema knows pcm16 at one rate only; a session at another rate is rendered with its
-true ``rate``, which is our extension of that schema. Names are those of
+OpenAI's schema knows pcm16 at one rate only; a session at another rate or in float PCM is
+rendered in fields the GA format object tolerates (:func:`format_json`). Names are those of
 :mod:`bridge.inbound_session`, turned around, so the two directions cannot drift apart.
 """
 
@@ -21,6 +21,9 @@ from omni_grpc.wire import pb
 _FORMAT_TYPES = {value: name for name, value in ENCODINGS.items() if name.startswith("audio/")}
 # G.711 has a fixed rate, so its format object names none.
 _FIXED_RATE = frozenset({pb.AUDIO_ENCODING_G711_ULAW, pb.AUDIO_ENCODING_G711_ALAW})
+# The one rate GA's audio/pcm may name, and the ``encoding`` that marks float PCM.
+GA_PCM_RATE_HZ = 24000
+F32_ENCODING = "pcm_f32le"
 MODALITY_NAMES = {value: name for name, value in MODALITIES.items()}
 _OVERLAP_NAMES = {value: name for name, value in OVERLAP_POLICIES.items()}
 _COMMIT_NAMES = {value: name for name, value in COMMIT_POLICIES.items()}
@@ -38,10 +41,23 @@ _TURN_NAMES = {
 
 
 def format_json(fmt: pb.AudioFormat) -> dict[str, Any]:
-    """Renders a format as a GA format object."""
+    """Renders a format as a GA format object that validates against OpenAI's schema.
+
+    GA knows ``audio/pcm`` (16-bit) at 24 kHz only, and G.711. Any other rate travels in
+    ``sample_rate_hz`` instead of ``rate``, and float PCM as ``audio/pcm`` with ``encoding``
+    ``pcm_f32le``: fields the GA format objects tolerate, so the object stays valid for a
+    stock client and never claims a rate that is not in force.
+    """
     if fmt.encoding in _FIXED_RATE:
         return {"type": _FORMAT_TYPES[fmt.encoding]}
-    return {"type": _FORMAT_TYPES.get(fmt.encoding, "audio/pcm"), "rate": fmt.sample_rate_hz}
+    out: dict[str, Any] = {"type": "audio/pcm"}
+    if fmt.encoding == pb.AUDIO_ENCODING_PCM_F32:
+        out["encoding"] = F32_ENCODING
+    if fmt.encoding == pb.AUDIO_ENCODING_PCM16 and fmt.sample_rate_hz == GA_PCM_RATE_HZ:
+        out["rate"] = GA_PCM_RATE_HZ
+    else:
+        out["sample_rate_hz"] = fmt.sample_rate_hz
+    return out
 
 
 def _turn_detection_json(td: pb.TurnDetection) -> dict[str, Any] | None:

@@ -35,15 +35,9 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from opentelemetry.trace import Tracer
 
 from bridge import inbound_events as ce
+from bridge.dialects import OPENAI, make_dialect
 from bridge.errors import DialectError
-from bridge.inbound import (
-    decode_client_event,
-    is_numbered,
-    open_request,
-    resume_request,
-    to_request,
-)
-from bridge.outbound import ServerDialect
+from bridge.inbound import is_numbered, resume_request
 from bridge.outbound_events import RATE_LIMIT_CODE, error_json
 from bridge.tracing import RelayTurns
 from omni_grpc.client.channel import Connection, Stream, StreamBroken
@@ -132,6 +126,8 @@ class Relay:
         send_deadline_s: float,
         transport: asyncio.Transport | None = None,
         tracer: Tracer | None = None,
+        extensions: bool = False,
+        dialect: str = OPENAI,
     ) -> None:
         self.ws = ws
         self._transport = transport  # the client's connection, dropped if it never reads again
@@ -142,7 +138,11 @@ class Relay:
         self._model = model
         self._autostart = autostart
         self._config_timeout_s = config_timeout_s
-        self._dialect = ServerDialect(max_audio_delta_bytes=max_audio_delta_bytes)
+        # The connection's dialect (bridge.dialects): its inbound and outbound translation.
+        made = make_dialect(
+            dialect, max_audio_delta_bytes=max_audio_delta_bytes, extensions=extensions
+        )
+        self._inbound, self._dialect = made.inbound, made.outbound
         self._stream: Stream | None = None
         self._next_seq = 1
         self._attached = asyncio.Event()  # set when the state moves past ATTACHING
@@ -192,7 +192,7 @@ class Relay:
                 # the defaults it would have had before the update.
                 await self._send(self._config_refused)
                 self._stream = stream = self._service.converse(self._metadata)
-                await self._relay(stream, open_request(model=self._model), None)
+                await self._relay(stream, self._inbound.open_request(None, model=self._model), None)
         except ClientFellBehind:
             await self._close_behind()
         finally:
@@ -261,7 +261,7 @@ class Relay:
     async def _handshake(self) -> tuple[pb.ConverseRequest, pb.ConverseRequest | None] | None:
         """The first request, and a command to send right after it; None if the socket went."""
         if self._autostart:
-            return open_request(model=self._model), None
+            return self._inbound.open_request(None, model=self._model), None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._config_timeout_s
         while True:
@@ -282,17 +282,24 @@ class Relay:
                 await self._send(error_json("bad_event", "send events as text frames"))
                 continue
             try:
-                event = decode_client_event(message.data)
+                event = self._inbound.decode(message.data)
                 if isinstance(event, ce.SessionResume):
+                    # Only a client of the duplex protocol resumes: it gets its extensions.
+                    self._dialect.extensions = True
                     return resume_request(event), None
                 if isinstance(event, ce.SessionUpdate):
-                    first = open_request(event.session, model=self._model)
+                    first = self._inbound.open_request(event, model=self._model)
                     first.event_id = event.event_id
                     self._opening_update = event.event_id or ""
                     return first, None
-                return open_request(model=self._model), to_request(event)
+                first = self._inbound.open_request(None, model=self._model)
+                return first, self._inbound.to_request(event)
             except DialectError as error:
                 await self._refuse(error)
+                if self._inbound.ends_handshake(error):
+                    # The vLLM-Omni dialect's handshake ends on a first frame it cannot read.
+                    await self._close_ws(WSCloseCode.OK, error.code)
+                    return None
 
     # -- client → service ----------------------------------------------------------------
 
@@ -310,7 +317,7 @@ class Relay:
             async for message in self.ws:
                 if message.type is WSMsgType.TEXT:
                     try:
-                        request = to_request(decode_client_event(message.data))
+                        request = self._inbound.to_request(self._inbound.decode(message.data))
                     except DialectError as error:
                         await self._refuse(error)
                         continue

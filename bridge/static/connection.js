@@ -87,7 +87,8 @@ export class Connection {
     const key = new URLSearchParams(location.search).get("key");
     const protocols = ["realtime"];
     if (key) protocols.push("openai-insecure-api-key." + key);
-    const url = `${scheme}://${location.host}/v1/realtime${resuming ? "?resume=1" : ""}`;
+    // The page resumes and acks, so it asks for the duplex extensions (seq, resume token).
+    const url = `${scheme}://${location.host}/v1/realtime?extensions=1${resuming ? "&resume=1" : ""}`;
     const ws = (this.ws = new WebSocket(url, protocols));
     this.live = false;
     this.setStatus(resuming ? "reconnecting" : "connecting");

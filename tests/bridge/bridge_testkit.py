@@ -7,14 +7,19 @@ import contextlib
 import io
 import subprocess
 import wave
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, get_args
 
 import aiohttp
 import orjson
-from extension_events import EXTENSION_EVENT, EXTENSION_EVENT_TYPES, STANDARD_EVENT_EXTRAS
+from extension_events import (
+    EXTENSION_EVENT,
+    EXTENSION_EVENT_TYPES,
+    PLAIN_EVENT_EXTRAS,
+    STANDARD_EVENT_EXTRAS,
+)
 from openai.types.realtime import RealtimeServerEvent
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from bridge.app import start_bridge
 from omni_grpc import audio
@@ -23,22 +28,54 @@ from omni_grpc.wire import pb
 from tests.serving import settings
 
 OPENAI_SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
+# OpenAI's union is not discriminated for pydantic (the SDK's own discriminator is its own
+# marker), so a failing event would get one error per member: each event type's model instead.
+OPENAI_EVENT_MODELS: dict[str, type[BaseModel]] = {
+    get_args(model.model_fields["type"].annotation)[0]: model
+    for model in get_args(get_args(RealtimeServerEvent)[0])
+}
 
 
-def check_server_event(event: dict[str, Any]) -> None:
-    """Validates one event: OpenAI's union, or our extension schema; extras must be known."""
-    if event["type"] in EXTENSION_EVENT_TYPES:
+def _extra_paths(node: Any, prefix: str = "") -> Iterator[str]:
+    """The dotted path of every field a parsed OpenAI model holds beyond its schema, at any
+    depth (OpenAI's models allow extra fields, so validation alone never notices them)."""
+    if isinstance(node, BaseModel):
+        for name in node.model_extra or ():
+            yield f"{prefix}{name}"
+        for name in type(node).model_fields:
+            yield from _extra_paths(getattr(node, name), f"{prefix}{name}.")
+    elif isinstance(node, list):
+        for each in node:
+            yield from _extra_paths(each, prefix)
+
+
+def check_server_event(event: dict[str, Any], *, extensions: bool = True) -> None:
+    """Validates one event strictly: OpenAI's GA model of its type (no coercion), or, for a
+    client that asked for the duplex extensions, our extension schema. Fields beyond GA's
+    must be the documented ones: the plain dialect's few, or also the extensions."""
+    kind = event["type"]
+    if kind in EXTENSION_EVENT_TYPES:
+        assert extensions, f"{kind} sent to a client that did not ask for extensions"
         EXTENSION_EVENT.validate_python(event)
         return
-    parsed = OPENAI_SERVER_EVENT.validate_python(event)
-    assert parsed.type == event["type"]
-    allowed = STANDARD_EVENT_EXTRAS["*"] | STANDARD_EVENT_EXTRAS.get(event["type"], frozenset())
-    extras = set(parsed.model_extra or ())
-    assert extras <= allowed, f"{event['type']} carries undocumented fields {extras - allowed}"
+    assert kind in OPENAI_EVENT_MODELS, f"{kind} is not an OpenAI server event"
+    parsed = OPENAI_EVENT_MODELS[kind].model_validate(event, strict=True)
+    allowed = PLAIN_EVENT_EXTRAS.get(kind, frozenset())
+    if extensions:
+        allowed |= STANDARD_EVENT_EXTRAS["*"] | STANDARD_EVENT_EXTRAS.get(kind, frozenset())
+    extras = set(_extra_paths(parsed))
+    assert extras <= allowed, f"{kind} carries undocumented fields {extras - allowed}"
+
+
+def check_plain_event(event: dict[str, Any]) -> None:
+    """Validates one event as a client that did not ask for the extensions must get it."""
+    check_server_event(event, extensions=False)
 
 
 # ---------------------------------------------------------------- a real service and bridge
 
+# The query of a stock client that asks for the duplex extensions.
+WITH_EXTENSIONS = "model=loopback-test&extensions=1"
 SPEECH_TEXT = "hello there, this is a test of the websocket bridge"
 
 
@@ -75,18 +112,21 @@ def speech_pcm24() -> bytes:
 class RealtimeSocket:
     """A websocket to the bridge that checks every event it receives against the schemas."""
 
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, *, extensions: bool) -> None:
         self.ws = ws
+        self.extensions = extensions  # whether it asked for the duplex extensions
         self.received: list[dict[str, Any]] = []
 
     async def send(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "session.resume":
+            self.extensions = True  # as the bridge does: only a duplex client resumes
         await self.ws.send_str(orjson.dumps(event).decode())
 
     async def recv(self, wait_s: float = 5.0) -> dict[str, Any]:
         message = await asyncio.wait_for(self.ws.receive(), wait_s)
         assert message.type is aiohttp.WSMsgType.TEXT, (message.type, message.data, message.extra)
         event: dict[str, Any] = orjson.loads(message.data)
-        check_server_event(event)
+        check_server_event(event, extensions=self.extensions)
         self.received.append(event)
         return event
 
@@ -110,9 +150,10 @@ class RealtimeSocket:
 async def realtime_socket(
     port: int, query: str = "model=loopback-test", **options: Any
 ) -> AsyncIterator[RealtimeSocket]:
-    """Connects to the bridge on ``port`` the way a stock client does."""
+    """Connects to the bridge on ``port`` the way a stock client does; ``extensions=1`` in the
+    query asks for the duplex extensions."""
     async with (
         aiohttp.ClientSession() as http,
         http.ws_connect(f"http://127.0.0.1:{port}/v1/realtime?{query}", **options) as ws,
     ):
-        yield RealtimeSocket(ws)
+        yield RealtimeSocket(ws, extensions="extensions=1" in query.split("&"))

@@ -140,10 +140,50 @@ EXTENSION_EVENT_TYPES = frozenset(
     for name in get_args(model.model_fields["type"].annotation)
 )
 
-# Fields the bridge adds to events of OpenAI's own union, by event type ("*": every type).
-# OpenAI's models allow extra fields, so these never break a stock client.
+# Fields the bridge adds to events of OpenAI's own union for a client that asked for the
+# extensions, as dotted paths by event type ("*": every type). OpenAI's models allow extra
+# fields, so these never break a stock client, but only extension clients get them.
+_SESSION_EXTRAS = frozenset(
+    f"session.{name}"
+    for name in (
+        "overlap_policy",
+        "playback_commit_policy",
+        "idle_timeout_ms",
+        "state",
+        "turn_state",
+        "epoch",
+        "engine_options",
+    )
+)
+_RESPONSE_EXTRAS = frozenset(
+    {
+        "response.latency",
+        "response.status_details.detail",
+        "response.usage.input_audio_ms",
+        "response.usage.output_audio_ms",
+    }
+)
 STANDARD_EVENT_EXTRAS: dict[str, frozenset[str]] = {
     "*": frozenset({"server_event_seq"}),
-    "session.created": frozenset({"resume_token", "attachment_generation", "capabilities"}),
+    "session.created": frozenset({"resume_token", "attachment_generation", "capabilities"})
+    | _SESSION_EXTRAS,
+    "session.updated": _SESSION_EXTRAS,
+    "response.created": _RESPONSE_EXTRAS,
+    "response.done": _RESPONSE_EXTRAS,
     "response.output_audio.delta": frozenset({"start_ms", "duration_ms"}),
+    "error": frozenset({"error.retryable", "error.retry_after_ms"}),
+}
+# The only extra fields every client gets: a format at a rate other than GA's 24 kHz says its
+# rate in sample_rate_hz (GA's `rate` may only be 24000), float PCM says so in `encoding`.
+_FORMAT_EXTRAS = frozenset(
+    f"session.audio.{direction}.format.{name}"
+    for direction in ("input", "output")
+    for name in ("sample_rate_hz", "encoding")
+)
+# The session's `id` and `object` are not in the SDK's session type, but OpenAI's server sends
+# them (the agents SDKs read the id), so every client gets them too.
+_SESSION_IDENTITY = frozenset({"session.id", "session.object"})
+PLAIN_EVENT_EXTRAS: dict[str, frozenset[str]] = {
+    "session.created": _FORMAT_EXTRAS | _SESSION_IDENTITY,
+    "session.updated": _FORMAT_EXTRAS | _SESSION_IDENTITY,
 }

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
-from bridge_testkit import check_server_event
+from bridge_testkit import check_plain_event
 
 NODE_DIR = Path(__file__).parent / "node"
 
@@ -52,7 +52,7 @@ async def test_agents_realtime_session_turn_and_response(
     assert process.returncode == 0, err.decode()
     events: list[dict[str, Any]] = [orjson.loads(line) for line in out.splitlines()]
     for event in events:
-        check_server_event(event)
+        check_plain_event(event)
     types = [e["type"] for e in events]
     assert "error" not in types, [e for e in events if e["type"] == "error"]
     assert types[0] == "session.created" and "session.updated" in types

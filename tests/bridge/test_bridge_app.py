@@ -7,7 +7,7 @@ import base64
 
 import aiohttp
 import pytest
-from bridge_testkit import realtime_socket, running_bridge, service_settings
+from bridge_testkit import WITH_EXTENSIONS, realtime_socket, running_bridge, service_settings
 
 from bridge.app import BRIDGE, start_bridge
 from bridge.relay import RelayState
@@ -20,7 +20,7 @@ APPEND_100MS = {
 
 
 async def test_session_created_comes_first_and_names_the_model(bridge_port: int) -> None:
-    async with realtime_socket(bridge_port, "model=gpt-realtime") as ws:
+    async with realtime_socket(bridge_port, "model=gpt-realtime&extensions=1") as ws:
         created = await ws.recv()
         assert created["type"] == "session.created"
         assert created["session"]["model"] == "gpt-realtime"
@@ -28,7 +28,7 @@ async def test_session_created_comes_first_and_names_the_model(bridge_port: int)
 
 
 async def test_bad_input_gets_nested_errors_and_the_socket_stays_open(bridge_port: int) -> None:
-    async with realtime_socket(bridge_port) as ws:
+    async with realtime_socket(bridge_port, WITH_EXTENSIONS) as ws:
         await ws.recv()
         await ws.ws.send_str("{this is not json")
         await ws.send({"type": "response.dance", "event_id": "c1"})
@@ -56,7 +56,7 @@ async def test_bad_input_gets_nested_errors_and_the_socket_stays_open(bridge_por
 
 
 async def test_service_refusals_arrive_as_journaled_errors(bridge_port: int) -> None:
-    async with realtime_socket(bridge_port) as ws:
+    async with realtime_socket(bridge_port, WITH_EXTENSIONS) as ws:
         await ws.recv()
         await ws.send({"type": "input_audio_buffer.commit", "event_id": "empty"})
         error = await ws.recv()
@@ -127,7 +127,7 @@ async def test_no_first_event_in_time_closes_with_1008(service: RunningServer) -
 
 
 async def test_close_ends_the_session_with_1000(bridge_port: int) -> None:
-    async with realtime_socket(bridge_port) as ws:
+    async with realtime_socket(bridge_port, WITH_EXTENSIONS) as ws:
         await ws.recv()
         await ws.send({"type": "session.close", "reason": "done here"})
         closed = await ws.recv()

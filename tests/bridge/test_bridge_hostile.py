@@ -471,7 +471,7 @@ def test_a_hostile_first_message_is_answered_and_the_session_still_opens(
         connections += 1
 
         async def check() -> None:
-            ws = await live.connect("autostart=false")
+            ws = await live.connect("autostart=false&extensions=1")  # it waits for session.closed
             await answered_in_band(ws, *hostile)
             await goes_on(ws, "session.created", 0)
             await ws.send_str('{"type": "session.close"}')

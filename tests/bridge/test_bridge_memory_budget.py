@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from bridge_testkit import realtime_socket, running_bridge, service_settings
+from bridge_testkit import WITH_EXTENSIONS, realtime_socket, running_bridge, service_settings
 
 from omni_grpc.core import Limits
 from tests.serving import eventually, serving
@@ -34,8 +34,9 @@ async def test_an_append_past_the_budget_gets_a_rate_limit_error_and_the_socket_
     async with (
         serving(service_settings(limits=limits)) as service,
         running_bridge(service.target) as port,
-        realtime_socket(port) as first,
-        realtime_socket(port) as second,
+        # Duplex clients: the test reads the retry hint's extension fields.
+        realtime_socket(port, WITH_EXTENSIONS) as first,
+        realtime_socket(port, WITH_EXTENSIONS) as second,
     ):
         for socket in (first, second):
             await socket.recv()  # session.created

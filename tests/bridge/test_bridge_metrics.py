@@ -19,7 +19,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from bridge_testkit import realtime_socket, service_settings
+from bridge_testkit import WITH_EXTENSIONS, realtime_socket, service_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from omni_grpc.cli.config import ServeSettings
@@ -75,7 +75,7 @@ def grew(before: Samples, after: Samples, name: str, **labels: str) -> float:
 async def test_a_conversation_moves_the_counters_and_histograms(service: Service) -> None:
     assert service.http_port is not None and service.metrics_port is not None
     before = await scrape(service.http_port)
-    async with realtime_socket(service.http_port) as ws:
+    async with realtime_socket(service.http_port, WITH_EXTENSIONS) as ws:
         assert (await ws.recv())["type"] == "session.created"
         during = await scrape(service.http_port)
         assert grew(before, during, "omni_grpc_sessions_opened_total") == 1

@@ -13,7 +13,7 @@ import base64
 from typing import Any
 
 import orjson
-from bridge_testkit import check_server_event, service_settings
+from bridge_testkit import check_plain_event, service_settings
 from openai import AsyncOpenAI
 from openai.types.realtime import ResponseAudioDeltaEvent, ResponseDoneEvent, SessionCreatedEvent
 
@@ -33,7 +33,7 @@ async def test_sdk_session_update_append_commit_response(bridge_port: int, speec
         async def next_event() -> dict[str, Any]:
             raw = await asyncio.wait_for(conn.recv_bytes(), 10)
             event = orjson.loads(raw)
-            check_server_event(event)
+            check_plain_event(event)
             events.append(event)
             parsed.append(conn.parse_event(raw))
             return event

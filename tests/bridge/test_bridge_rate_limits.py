@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 
-from bridge_testkit import realtime_socket, running_bridge, service_settings
+from bridge_testkit import WITH_EXTENSIONS, realtime_socket, running_bridge, service_settings
 
 from omni_grpc.core import Limits
 from tests.serving import FakeClock, serving
@@ -33,8 +33,9 @@ async def test_a_flooding_socket_gets_rate_limit_errors_and_goes_on_after_the_wa
     async with (
         serving(service_settings(limits=LIMITS), clock=clock) as service,
         running_bridge(service.target) as port,
-        realtime_socket(port) as flooder,
-        realtime_socket(port) as bystander,
+        # Duplex clients: the test reads the retry hint's extension fields.
+        realtime_socket(port, WITH_EXTENSIONS) as flooder,
+        realtime_socket(port, WITH_EXTENSIONS) as bystander,
     ):
         await flooder.recv()  # session.created
         await bystander.recv()

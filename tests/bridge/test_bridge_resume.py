@@ -13,6 +13,7 @@ import grpc
 import orjson
 import pytest
 from bridge_testkit import (
+    WITH_EXTENSIONS,
     RealtimeSocket,
     check_server_event,
     realtime_socket,
@@ -67,7 +68,7 @@ async def test_resume_through_a_fresh_bridge_misses_nothing_and_repeats_nothing(
     paced_service: RunningServer, speech: bytes
 ) -> None:
     runner, first_port = await start_bridge(paced_service.target, port=0)
-    async with realtime_socket(first_port) as ws:
+    async with realtime_socket(first_port, WITH_EXTENSIONS) as ws:
         created = await ws.recv()
         await start_turn(ws, speech)
         while sum(e["type"] == "response.output_audio.delta" for e in ws.received) < 3:
@@ -135,7 +136,7 @@ async def test_resume_through_a_fresh_bridge_misses_nothing_and_repeats_nothing(
 
 
 async def test_takeover_replaces_the_first_connection(bridge_port: int) -> None:
-    async with realtime_socket(bridge_port) as first:
+    async with realtime_socket(bridge_port, WITH_EXTENSIONS) as first:
         created = await first.recv()
         async with realtime_socket(bridge_port, "") as second:
             await second.send(
@@ -156,7 +157,7 @@ async def test_takeover_replaces_the_first_connection(bridge_port: int) -> None:
 
 
 async def test_a_stale_token_cannot_resume(bridge_port: int) -> None:
-    async with realtime_socket(bridge_port) as first:
+    async with realtime_socket(bridge_port, WITH_EXTENSIONS) as first:
         created = await first.recv()
         resume = {
             "type": "session.resume",
@@ -174,7 +175,7 @@ async def test_a_stale_token_cannot_resume(bridge_port: int) -> None:
 
 
 async def test_a_resume_past_acknowledged_events_must_resync(bridge_port: int) -> None:
-    async with realtime_socket(bridge_port) as first:
+    async with realtime_socket(bridge_port, WITH_EXTENSIONS) as first:
         created = await first.recv()
         for _ in range(2):  # two journaled refusals: events 1 and 2
             await first.send({"type": "input_audio_buffer.commit"})
@@ -197,7 +198,7 @@ async def test_a_resume_past_acknowledged_events_must_resync(bridge_port: int) -
 
 
 async def test_a_draining_service_says_going_away(service: RunningServer, bridge_port: int) -> None:
-    async with realtime_socket(bridge_port) as ws:
+    async with realtime_socket(bridge_port, WITH_EXTENSIONS) as ws:
         await ws.recv()
         drain = asyncio.create_task(service.drain(0.5))
         going = await ws.recv()

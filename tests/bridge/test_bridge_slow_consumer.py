@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import aiohttp
-from bridge_testkit import RealtimeSocket, realtime_socket, running_bridge
+from bridge_testkit import WITH_EXTENSIONS, RealtimeSocket, realtime_socket, running_bridge
 
 from omni_grpc.core import State
 from omni_grpc.server.app import RunningServer
@@ -39,9 +39,9 @@ async def test_a_client_that_stops_reading_is_closed_with_1013(service: RunningS
     async with (
         running_bridge(service.target, send_deadline_s=SEND_DEADLINE_S) as port,
         aiohttp.ClientSession(connector=connector) as http,
-        http.ws_connect(f"http://127.0.0.1:{port}/v1/realtime?model=loopback-test") as raw,
+        http.ws_connect(f"http://127.0.0.1:{port}/v1/realtime?{WITH_EXTENSIONS}") as raw,
     ):
-        ws = RealtimeSocket(raw)
+        ws = RealtimeSocket(raw, extensions=True)  # it resumes later
         created = await ws.recv()
         assert created["type"] == "session.created"
         [session] = service.registry

@@ -8,7 +8,7 @@ import secrets
 from typing import Any
 
 import pytest
-from bridge_testkit import realtime_socket, running_bridge, service_settings
+from bridge_testkit import WITH_EXTENSIONS, realtime_socket, running_bridge, service_settings
 
 from tests.serving import serving
 
@@ -37,7 +37,7 @@ async def test_a_resume_with_another_key_is_refused_like_an_unknown_session(
     async with (
         serving(service_settings(api_keys=service_keys)) as service,
         running_bridge(service.target, api_keys=(OWNER, OTHER)) as port,
-        realtime_socket(port, **as_key(OWNER)) as owner,
+        realtime_socket(port, WITH_EXTENSIONS, **as_key(OWNER)) as owner,
     ):
         created = await owner.recv()
         session_id, token = created["session"]["id"], created["resume_token"]

@@ -135,9 +135,10 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--no-lm", action="store_true", help="skip SmolLM2")
+    parser.add_argument("--tts", default="auto", help="the engine's tts option (piper, espeak)")
     args = parser.parse_args()
     rows: list[tuple[str, str]] = []
-    engine = EmbeddedEngine({"responder": "echo" if args.no_lm else "auto"})
+    engine = EmbeddedEngine({"responder": "echo" if args.no_lm else "auto", "tts": args.tts})
     start = time.perf_counter()
     await engine.start()
     rows.append(

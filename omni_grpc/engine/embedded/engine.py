@@ -13,6 +13,7 @@ from omni_grpc.engine.base import Engine, EngineError
 from omni_grpc.engine.embedded.models import Runtime
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.session import EmbeddedSession
+from omni_grpc.engine.kit.tts import Synthesizer
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_bytes
 
@@ -44,7 +45,7 @@ class EmbeddedEngine(Engine):
         self._loading = asyncio.Lock()
 
     async def start(self) -> None:
-        """Loads Silero, Whisper, espeak-ng and (unless echo) SmolLM2, off the event loop."""
+        """Loads Silero, Whisper, the voice and (unless echo) SmolLM2, off the event loop."""
         async with self._loading:
             if self.runtime is not None:
                 return
@@ -65,9 +66,8 @@ class EmbeddedEngine(Engine):
         from omni_grpc.engine.embedded.lm import ModelMissing, SmolLM, find_smollm2
         from omni_grpc.engine.embedded.responder import EchoResponder, SmolResponder
         from omni_grpc.engine.embedded.vad import SileroVad
-        from omni_grpc.engine.kit.tts import Espeak
 
-        tts = Espeak(words_per_minute=self.options.words_per_minute)
+        tts = self._load_voice()
         smol: SmolResponder | None = None
         if self.options.responder != "echo":
             try:
@@ -93,6 +93,28 @@ class EmbeddedEngine(Engine):
             executor=self._executor,
             vad_executor=self._vad_executor,
         )
+
+    def _load_voice(self) -> Synthesizer:
+        """The Piper voice (``tts`` piper, or auto when it is installed), else espeak-ng."""
+        from omni_grpc.engine.embedded.piper_voice import PiperVoice, VoiceMissing, find_joe
+        from omni_grpc.engine.kit.tts import Espeak
+
+        wpm = self.options.words_per_minute
+        espeak = Espeak(words_per_minute=wpm)  # also checks that espeak-ng is installed
+        if self.options.tts == "espeak":
+            return espeak
+        try:
+            model, config = find_joe()
+        except VoiceMissing:
+            if self.options.tts == "piper":
+                raise
+            logger.warning(
+                "the Piper voice is not installed, so the embedded engine speaks with espeak-ng"
+            )
+            return espeak
+        voice = PiperVoice(model, config, self._executor, words_per_minute=wpm)
+        voice.infer(voice.phoneme_ids("ə"))  # the first run pays onnxruntime's set-up
+        return voice
 
     async def open_session(self, session_id: str, config: pb.SessionConfig) -> EmbeddedSession:
         await self.start()

@@ -9,7 +9,7 @@ from omni_grpc.engine.embedded.asr import Transcriber
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.responder import EchoResponder, Responder, SmolResponder
 from omni_grpc.engine.embedded.vad import SileroVad
-from omni_grpc.engine.kit.tts import Espeak
+from omni_grpc.engine.kit.tts import Synthesizer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -19,7 +19,7 @@ class Runtime:
     options: EmbeddedOptions
     vad: SileroVad
     asr: Transcriber
-    tts: Espeak
+    tts: Synthesizer  # the Piper voice or espeak-ng (the tts option)
     echo: EchoResponder
     smol: SmolResponder | None
     # ASR and the language model share two threads (two cores); VAD has its own thread so

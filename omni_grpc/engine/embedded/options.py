@@ -9,10 +9,12 @@ from omni_grpc.engine.kit.options import Converters, check_choice, check_range, 
 
 RESPONDERS = ("auto", "echo", "smollm2")
 PACES = ("realtime", "fast")
+SYNTHESIZERS = ("auto", "piper", "espeak")
 
 _CONVERTERS: Converters = {
     "responder": str,
     "pace": str,
+    "tts": str,
     "voice": str,
     "words_per_minute": int,
     "asr_threads": int,
@@ -32,8 +34,13 @@ class EmbeddedOptions:
       ``auto`` (the default): SmolLM2 when its weights are installed, else echo.
     * ``pace``: ``realtime`` (default) releases audio no faster than it plays, so a
       barge-in finds the response still running; ``fast`` releases it as it is made.
-    * ``voice``: the espeak-ng voice when a session names none it knows; default ``en-us``.
-    * ``words_per_minute``: speaking rate, 80 to 450; default 175.
+    * ``tts``: ``piper`` (the neural voice "joe", :mod:`.piper_voice`), ``espeak``
+      (espeak-ng: robotic, and the fastest), or ``auto`` (the default): Piper when its
+      voice is installed, else espeak-ng.
+    * ``voice``: the espeak-ng voice when a session names none it knows; default ``en-us``
+      (the Piper voice has one speaker, whatever the name).
+    * ``words_per_minute``: speaking rate, 80 to 450; default 175 (for Piper, its own
+      rate scaled by words_per_minute / 175).
     * ``asr_threads``: threads of the speech recognizer; default 2.
     * ``min_speech_ms``: speech shorter than this never starts a turn; default 64.
     * ``chunk_ms``: length of one output audio chunk, 20 to 200; default 100.
@@ -45,6 +52,7 @@ class EmbeddedOptions:
 
     responder: str = "auto"
     pace: str = "realtime"
+    tts: str = "auto"
     voice: str = "en-us"
     words_per_minute: int = 175
     asr_threads: int = 2
@@ -57,6 +65,7 @@ class EmbeddedOptions:
     def __post_init__(self) -> None:
         check_choice("responder", self.responder, RESPONDERS)
         check_choice("pace", self.pace, PACES)
+        check_choice("tts", self.tts, SYNTHESIZERS)
         check_range("words_per_minute", self.words_per_minute, 80, 450)
         check_range("asr_threads", self.asr_threads, 1, 16)
         check_range("min_speech_ms", self.min_speech_ms, 0, 1000)

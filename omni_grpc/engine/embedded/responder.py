@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import Executor
@@ -18,15 +19,37 @@ from dataclasses import dataclass, field
 
 from omni_grpc.engine.embedded.lm import GenerationStats, SmolLM
 
+# The prompt and sampling were chosen on a set of short questions (scripts/lm_questions.py; the
+# scores in docs/engines.md): asking for English stops SmolLM2 from answering "the capital of
+# Spain" in Spanish, and three worked examples show it the shape of a spoken answer (the fact,
+# in a sentence). They go before the conversation only under these default instructions.
 DEFAULT_INSTRUCTIONS = (
-    "You are a friendly voice assistant. Your answers are spoken aloud, so answer in one or "
-    "two short, plain sentences, without lists or markdown."
+    "You are a friendly voice assistant. Your answers are spoken aloud, so answer in English "
+    "in one or two short, plain sentences, without lists or markdown."
+)
+EXAMPLES = (
+    ("user", "What is the capital of Portugal?"),
+    ("assistant", "The capital of Portugal is Lisbon."),
+    ("user", "What is six plus three?"),
+    ("assistant", "Six plus three is nine."),
+    ("user", "How do I keep bread fresh?"),
+    (
+        "assistant",
+        "Keep it in a paper bag or a bread box at room temperature, and freeze what you will "
+        "not eat within a few days.",
+    ),
 )
 # Conversation items given to the model; older ones fall out of its small context.
 HISTORY_TURNS = 12
-# Sampling when the session sets neither max_output_tokens nor temperature.
+# Sampling when the session sets neither max_output_tokens nor temperature. Greedy scored
+# best (sampling at 0.2 lost a question, at 0.6 five); an answer ends after MAX_SENTENCES
+# sentences, which also stops the rambling a greedy small model falls into.
 DEFAULT_MAX_TOKENS = 160
-DEFAULT_TEMPERATURE = 0.2
+DEFAULT_TEMPERATURE = 0.0
+MAX_SENTENCES = 2
+# A sentence ends at . ! or ? (closing quotes and brackets kept) before white space: "3.5" and
+# "e.g.," go on.
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,17 +121,20 @@ class SmolResponder(Responder):
 
     def warm_up(self) -> None:
         """One token for a first turn: pays the first call's costs and leaves the default
-        system prompt in the model's cache, so the first real turn starts sooner."""
-        prompt = self._model.chat_prompt(DEFAULT_INSTRUCTIONS, [("user", "Hello.")])
+        system prompt and examples in the model's cache, so the first real turn starts sooner."""
+        prompt = self._prompt("", [("user", "Hello.")])
         for _ in self._model.generate(
             prompt, max_tokens=1, temperature=0.0, seed=0, cancelled=lambda: False
         ):
             pass
 
+    def _prompt(self, instructions: str, turns: list[tuple[str, str]]) -> list[int]:
+        if instructions and instructions != DEFAULT_INSTRUCTIONS:
+            return self._model.chat_prompt(instructions, turns[-HISTORY_TURNS:])
+        return self._model.chat_prompt(DEFAULT_INSTRUCTIONS, [*EXAMPLES, *turns[-HISTORY_TURNS:]])
+
     def reply(self, request: Request) -> TextStream:
-        prompt = self._model.chat_prompt(
-            request.instructions or DEFAULT_INSTRUCTIONS, request.turns[-HISTORY_TURNS:]
-        )
+        prompt = self._prompt(request.instructions, request.turns)
         reply = TextStream(pieces=_aiter([]), prompt_tokens=len(prompt))
         reply.pieces = self._stream(reply, prompt, request)
         return reply
@@ -122,19 +148,22 @@ class SmolResponder(Responder):
 
         def produce() -> None:
             stats = GenerationStats()
+            sentences = SentenceLimit(MAX_SENTENCES)
             try:
                 for piece in self._model.generate(
                     prompt,
                     max_tokens=request.max_tokens,
                     temperature=request.temperature,
                     seed=request.seed,
-                    cancelled=reply._stop.is_set,
+                    cancelled=lambda: reply._stop.is_set() or sentences.reached,
                     stats=stats,
                 ):
-                    loop.call_soon_threadsafe(queue.put_nowait, piece)
+                    kept = sentences.take(piece)
+                    if kept:
+                        loop.call_soon_threadsafe(queue.put_nowait, kept)
             finally:
                 reply.tokens = stats.tokens
-                reply.finish = stats.finish or "stop"
+                reply.finish = "stop" if sentences.reached else stats.finish or "stop"
                 loop.call_soon_threadsafe(queue.put_nowait, None)
 
         job = loop.run_in_executor(self._executor, produce)
@@ -144,6 +173,31 @@ class SmolResponder(Responder):
             await job  # re-raises a failure of the model
         finally:
             reply.stop()  # a cancelled response stops the thread at its next token
+
+
+class SentenceLimit:
+    """Passes text on until ``limit`` sentences are complete, then nothing more.
+
+    A sentence is complete when white space follows its closing mark, so the piece that
+    starts the next one is cut there (its first word is never spoken).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._text = ""
+        self.reached = False
+
+    def take(self, piece: str) -> str:
+        """The part of ``piece`` within the limit ("" once it is reached)."""
+        if self.reached:
+            return ""
+        start = len(self._text)
+        self._text += piece
+        ends = list(_SENTENCE_END.finditer(self._text))
+        if len(ends) < self._limit:
+            return piece
+        self.reached = True
+        return self._text[start : ends[self._limit - 1].end()]
 
 
 async def _aiter(pieces: list[str]) -> AsyncIterator[str]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from omni_grpc import audio
 from omni_grpc.engine.kit.answers import Answer, split_words
 from omni_grpc.engine.kit.event_queue import EventQueue
-from omni_grpc.engine.kit.tts import Espeak, SentenceSplitter
+from omni_grpc.engine.kit.tts import SentenceSplitter, Synthesizer
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes, pcm16_ms
 
@@ -87,7 +87,7 @@ class SpeechPlayer:
             answer.first_text = answer.first_text or time.monotonic()
             answer.sent_text += piece
 
-    async def speak(self, pieces: AsyncIterator[str], tts: Espeak, voice: str) -> None:
+    async def speak(self, pieces: AsyncIterator[str], tts: Synthesizer, voice: str) -> None:
         """A spoken response: the pieces cut into sentences, each synthesized while the one
         before plays."""
         ready: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue(_SENTENCES_AHEAD)
@@ -103,7 +103,7 @@ class SpeechPlayer:
     async def _synthesize(
         self,
         pieces: AsyncIterator[str],
-        tts: Espeak,
+        tts: Synthesizer,
         voice: str,
         ready: asyncio.Queue[tuple[str, bytes] | None],
     ) -> None:

@@ -16,6 +16,7 @@ import asyncio
 import re
 import shutil
 import struct
+from typing import Protocol
 
 import numpy as np
 
@@ -32,6 +33,14 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+|\n+")
 # sentence cannot hold back the first audio.
 MAX_SENTENCE_CHARS = 160
 FIRST_WORDS = 6
+
+
+class Synthesizer(Protocol):
+    """What a speech player speaks with: espeak-ng here, or an engine's own voice."""
+
+    async def synthesize(self, text: str, voice: str = DEFAULT_VOICE) -> bytes:
+        """Canonical output audio of ``text``; empty for text with nothing to say."""
+        ...
 
 
 class TtsUnavailable(RuntimeError):

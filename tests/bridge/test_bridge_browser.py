@@ -29,7 +29,8 @@ from tests.serving import eventually
 pytestmark = pytest.mark.browser
 
 INTERRUPTION = "wait, say that again please"
-TYPED = "what time is it"
+TYPED = "what time is it in Lisbon right now"  # the loopback's tone for it lasts 2.1 s
+RETYPED = "never mind"
 INSTRUCTIONS = "Answer in one short sentence."
 VOICE = "en-gb"
 # The latency columns of the turns table: turn end -> first audio, server first audio.
@@ -201,20 +202,35 @@ async def test_every_control_works(paced_service: RunningServer, tmp_path: Path)
         )
         assert (host.engine.config.instructions, host.engine.config.voice) == (INSTRUCTIONS, VOICE)
 
-        # A typed turn gets its answer, shown in the transcript.
+        # A typed turn is answered; a second one typed while that answer plays cuts it short.
         await page.fill("#text", TYPED)
+        await page.press("#text", "Enter")
+        interrupted = await run.until(
+            """() => { const [id, r] = Object.entries(omni.responses).pop() || [];
+                return r && r.audioMs >= 300 && !r.done && id; }""",
+            15,
+        )
+        await page.fill("#text", RETYPED)
         await page.press("#text", "Enter")
         typed_reply = await run.until(
             """(text) => Object.entries(omni.responses)
                 .filter(([, r]) => r.done && r.transcript.includes(`you wrote "${text}"`))
                 .map(([id]) => id)[0]""",
             15,
-            TYPED,
+            RETYPED,
         )
-        you = await page.text_content("#transcript p.you.typed .words")
+        typed = await page.eval_on_selector_all(
+            "#transcript p.you.typed .words", "lines => lines.map(line => line.textContent)"
+        )
         answer = await page.text_content(f'#transcript p.assistant[data-id="{typed_reply}"]')
-        assert you == TYPED and answer is not None and f'you wrote "{TYPED}"' in answer
-        assert network.sent["conversation.item.create"] == network.sent["response.create"] == 1
+        cut_note = await page.text_content(f'#transcript p.cut[data-id="{interrupted}"] .note')
+        cut = await page.evaluate("(id) => omni.responses[id]", interrupted)
+        assert typed == [TYPED, RETYPED], typed
+        assert answer is not None and f'you wrote "{RETYPED}"' in answer, answer
+        assert cut["status"] == "cancelled" and cut["reason"] == "output_audio_cleared", cut
+        assert cut_note is not None and cut_note.startswith("cut at"), cut_note
+        assert network.sent["conversation.item.create"] == network.sent["response.create"] == 2
+        assert network.sent["output_audio_buffer.clear"] == 1
         typed_row = (await table_rows(run))[typed_reply]
         assert all(typed_row[column].endswith(" ms") for column in LATENCY_COLUMNS), typed_row
 
@@ -258,6 +274,7 @@ async def test_every_control_works(paced_service: RunningServer, tmp_path: Path)
     assert run.problems == [] and state["errors"] == [], (run.problems, state["errors"])
     assert controls == [False, True, True]
     assert network.sent["session.close"] == 1
+    assert state["bargeIns"] == 0  # typing over a reply cuts it, but is no barge-in by voice
     assert state["states"] == ["idle", "connecting", "live", "reconnecting", "resumed", "closed"], (
         state["states"]
     )

@@ -78,6 +78,10 @@ class VadHint(_Model):
 class DuplexAppend(ce.InputAudioAppend):
     """An append with camera frames (bare base64 JPEG or PNG) and speech hints."""
 
+    format: ce.FormatSpec | None = Field(
+        default=None, validation_alias=AliasChoices("format", "input_audio_format")
+    )
+
     video_frames: list[Annotated[str, Field(max_length=MAX_VIDEO_FRAME_CHARS)]] | None = None
     is_speech: bool | None = Field(
         default=None, validation_alias=AliasChoices("is_speech", "speech")

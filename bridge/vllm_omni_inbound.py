@@ -48,10 +48,18 @@ SIGNALLED_EVENTS = frozenset(
         "conversation.item.truncate",
     }
 )
-# A frame that ends the connection when it comes first, as the reference's handshake ends it.
-FIRST_FRAME_FATAL = frozenset({"invalid_json", "bad_event", "invalid_session_resume"})
+# Refusals that end the connection when the first frame earns them, as the reference's
+# handshake ends it: a frame that is not JSON, and a resume it cannot read. (A first frame
+# that is not a JSON object ends it too: see NotAnObject.)
+FIRST_FRAME_FATAL = frozenset({"invalid_json", "invalid_session_resume"})
 # The magic numbers of the image types a video frame may have.
 _IMAGE_TYPES = ((b"\xff\xd8\xff", "image/jpeg"), (b"\x89PNG\r\n\x1a\n", "image/png"))
+
+
+class NotAnObject(DialectError):
+    """A frame that is JSON but not an object: ``bad_event``, and the end of a handshake. A
+    JSON object that is not a good event is ``bad_event`` too, but the reference opens the
+    session on it and answers it in band, and so does the bridge."""
 
 
 def decode_duplex_event(frame: str | bytes) -> Any:
@@ -61,6 +69,8 @@ def decode_duplex_event(frame: str | bytes) -> Any:
             frame, adapter=ve.DUPLEX_CLIENT_EVENT, types=ve.DUPLEX_EVENT_TYPES
         )
     except DialectError as error:
+        if error.code == "bad_event" and not isinstance(_parsed(frame), dict):
+            raise NotAnObject("bad_event", error.message, param=error.param) from None
         if error.code == "bad_event" and _type_of(frame) == "session.resume":
             raise DialectError(
                 "invalid_session_resume",
@@ -72,11 +82,15 @@ def decode_duplex_event(frame: str | bytes) -> Any:
         raise
 
 
-def _type_of(frame: str | bytes) -> object:
+def _parsed(frame: str | bytes) -> object:
     try:
-        data = orjson.loads(frame)
+        return orjson.loads(frame)
     except orjson.JSONDecodeError:
         return None
+
+
+def _type_of(frame: str | bytes) -> object:
+    data = _parsed(frame)
     return data.get("type") if isinstance(data, dict) else None
 
 
@@ -164,7 +178,7 @@ class DuplexInbound:
 
     def ends_handshake(self, error: DialectError) -> bool:
         """Whether a refused first frame ends the connection, as the reference's does."""
-        return error.code in FIRST_FRAME_FATAL
+        return error.code in FIRST_FRAME_FATAL or isinstance(error, NotAnObject)
 
     def open_request(self, event: ce.SessionUpdate | None, *, model: str) -> pb.ConverseRequest:
         """The ``open_session`` of a connection; a bare one opens at the reference's input."""

@@ -44,6 +44,13 @@ _STATES = {
     pb.SESSION_STATE_EXPIRED: "closed",
 }
 
+# The reference's reasons for an expiry: an engine that failed is its "request_cleanup".
+_EXPIRY_REASONS = {
+    pb.EXPIRY_REASON_DISCONNECT_GRACE: "disconnect_grace_expired",
+    pb.EXPIRY_REASON_IDLE_TIMEOUT: "idle_ttl_expired",
+    pb.EXPIRY_REASON_ENGINE_FAILURE: "request_cleanup",
+}
+
 
 def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
     """The handshake under the reference's names, with our other limits beside them."""
@@ -121,8 +128,24 @@ class VllmOmniDialect(ServerDialect):
                 "output_audio_delta": self._audio_delta_duplex,
                 "response_listen": self._response_listen_duplex,
                 "playback_acknowledged": self._playback_acknowledged,
+                "response_done": self._response_done_duplex,
+                "session_expired": self._session_expired,
             }
         )
+
+    def expand(self, event: pb.ConverseResponse) -> list[Event]:
+        """As the OpenAI dialect expands, with ``conversation.item.created`` after every
+        ``conversation.item.added``: the reference sends both spellings."""
+        out: list[Event] = []
+        for rendered in super().expand(event):
+            out.append(rendered)
+            if rendered["type"] == "conversation.item.added":
+                twin = {**rendered, "type": "conversation.item.created"}
+                twin["event_id"] = f"{rendered['event_id']}_created"
+                if "server_event_seq" in twin:
+                    del rendered["server_event_seq"]  # the group's last event carries it
+                out.append(twin)
+        return out
 
     def _session(self, session: pb.Session) -> dict[str, Any]:
         self._epoch = session.epoch
@@ -187,6 +210,23 @@ class VllmOmniDialect(ServerDialect):
         listen["response"] = response
         out[0] = listen
         return out
+
+    def _response_done_duplex(self, e: pb.ResponseDone) -> list[Event]:
+        # The reference follows every response.done with rate_limits.updated (empty: it has
+        # no limits to report, and neither does the service until one is spent).
+        return [
+            *self._response_done(e.response),
+            {"type": "rate_limits.updated", "rate_limits": []},
+        ]
+
+    def _session_expired(self, e: pb.SessionExpired) -> list[Event]:
+        return [
+            {
+                "type": "session.expired",
+                "session_id": e.session_id,
+                "reason": _EXPIRY_REASONS.get(e.reason, "idle_ttl_expired"),
+            }
+        ]
 
     def _playback_acknowledged(self, e: pb.PlaybackAcknowledged) -> list[Event]:
         return [

@@ -203,6 +203,9 @@ def test_a_malformed_resume_is_invalid_session_resume_and_ends_the_handshake() -
     assert inbound.ends_handshake(refusal("{not json"))
     assert inbound.ends_handshake(refusal("[1]"))
     assert not inbound.ends_handshake(refusal({"type": "no.such.event"}))
+    # An object that is not a good event is answered in band: the reference opens on it.
+    assert not inbound.ends_handshake(refusal({"type": "push_text"}))
+    assert not inbound.ends_handshake(refusal({"no": "type"}))
 
 
 def session(**config: Any) -> pb.Session:
@@ -341,3 +344,45 @@ def test_listen_and_playback_acknowledged_are_nested_as_the_reference_nests_them
     assert ack["event"]["type"] == "playback.acknowledged"
     assert (ack["event"]["response_id"], ack["event"]["played_ms"]) == ("resp_2", 250)
     assert "played_ms" not in ack
+
+
+def test_items_are_announced_in_both_spellings_and_the_seq_stays_last() -> None:
+    dialect = VllmOmniDialect()
+    dialect.expand(created())
+    item = pb.ConversationItem(id="it_u", role=pb.ITEM_ROLE_USER)
+    events = dialect.expand(pb.ConverseResponse(seq=7, item_added=pb.ItemAdded(item=item)))
+    assert [e["type"] for e in events] == ["conversation.item.added", "conversation.item.created"]
+    assert events[0]["item"] == events[1]["item"]
+    assert "server_event_seq" not in events[0]
+    assert events[1]["server_event_seq"] == 7
+    assert events[0]["event_id"] != events[1]["event_id"]
+
+
+def test_response_done_is_followed_by_rate_limits_and_expiry_has_the_references_reasons() -> None:
+    dialect = VllmOmniDialect()
+    dialect.expand(created())
+    done = dialect.expand(
+        pb.ConverseResponse(
+            seq=5,
+            response_done=pb.ResponseDone(
+                response=pb.Response(id="r", status=pb.RESPONSE_STATUS_COMPLETED)
+            ),
+        )
+    )
+    assert [e["type"] for e in done[-2:]] == ["response.done", "rate_limits.updated"]
+    assert done[-1]["rate_limits"] == []
+    (expired,) = dialect.expand(
+        pb.ConverseResponse(
+            session_expired=pb.SessionExpired(
+                session_id="sess_1", reason=pb.EXPIRY_REASON_ENGINE_FAILURE
+            )
+        )
+    )
+    assert expired["reason"] == "request_cleanup"
+
+
+def test_an_append_may_name_its_format_input_audio_format() -> None:
+    append = translate(
+        {"type": "input_audio_buffer.append", "audio": "AAAA", "input_audio_format": "pcm_f32le"}
+    ).append_input_audio
+    assert (append.encoding, append.sample_rate_hz) == (pb.AUDIO_ENCODING_PCM_F32, 16000)

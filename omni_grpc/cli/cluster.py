@@ -57,6 +57,7 @@ class Cluster:
     grpc_port: int
     http_port: int
     redis_port: int
+    stats_port: int = field(default_factory=lambda: free_port())
     redis: subprocess.Popen[bytes] | None = None
     replicas: list[Replica] = field(default_factory=list)
     bridges: list[tuple[int, subprocess.Popen[bytes]]] = field(default_factory=list)
@@ -69,6 +70,7 @@ class Cluster:
             "proxy": {
                 "grpc": f"127.0.0.1:{self.grpc_port}",
                 "http": f"127.0.0.1:{self.http_port}",
+                "stats": f"http://127.0.0.1:{self.stats_port}/stats",
                 "pid": self.proxy.pid,
             },
             "redis": {"pid": self.redis.pid, "port": self.redis_port},
@@ -115,6 +117,7 @@ def haproxy_config(template: str, cluster: Cluster) -> str:
         template.replace("@BIND@", "127.0.0.1")
         .replace("@GRPC_PORT@", str(cluster.grpc_port))
         .replace("@HTTP_PORT@", str(cluster.http_port))
+        .replace("@STATS_PORT@", str(cluster.stats_port))
         .replace("@USE_SERVERS@", use)
         .replace("@SERVERS@", servers)
         .replace("@BRIDGES@", bridges)
@@ -163,6 +166,30 @@ def _accepts(port: int) -> bool:
     return False
 
 
+def proxy_status(stats_port: int) -> dict[str, str]:
+    """HAProxy's status of each server ("UP", "DOWN", ...), by backend/server name."""
+    url = f"http://127.0.0.1:{stats_port}/stats;csv"
+    with urllib.request.urlopen(url, timeout=2) as reply:
+        lines = reply.read().decode().splitlines()
+    header = lines[0].lstrip("# ").split(",")
+    rows = [dict(zip(header, line.split(","), strict=False)) for line in lines[1:] if line]
+    return {
+        f"{row['pxname']}/{row['svname']}": row["status"]
+        for row in rows
+        if row["svname"] not in ("FRONTEND", "BACKEND")
+    }
+
+
+def _proxy_sees_all_up(cluster: Cluster) -> bool:
+    try:
+        status = proxy_status(cluster.stats_port)
+    except OSError:
+        return False
+    return len(status) == len(cluster.replicas) + len(cluster.bridges) and all(
+        state == "UP" for state in status.values()
+    )
+
+
 def wait_ready(cluster: Cluster, deadline: float) -> None:
     """Waits until Redis, every replica, every bridge and the proxy answer; raises
     RuntimeError when a child exits or the deadline passes."""
@@ -172,6 +199,7 @@ def wait_ready(cluster: Cluster, deadline: float) -> None:
     ]
     checks += [functools.partial(_answers_http, port, "/health") for port, _ in cluster.bridges]
     checks += [functools.partial(_accepts, port) for port in (cluster.grpc_port, cluster.http_port)]
+    checks += [functools.partial(_proxy_sees_all_up, cluster)]
     for check in checks:
         while not check():
             for process in cluster.processes():

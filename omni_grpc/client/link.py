@@ -238,6 +238,7 @@ class SessionLink:
             )
         resumed = first.session_resumed
         self.stats.resumed_applied = first.applied_client_seq
+        self.stats.replayed_events += resumed.replayed_events
         if resumed.resume_token:  # a resume that only replays a session's ending has none
             self._token = resumed.resume_token
         self.generation = resumed.attachment_generation

@@ -53,3 +53,4 @@ class ClientStats:
     duplicate_events: int = 0
     last_resent: tuple[int, ...] = ()  # the client_seqs the latest resume sent again
     resumed_applied: int = 0  # the applied_client_seq the latest resume reported
+    replayed_events: int = 0  # the events every resume so far replayed, together

@@ -1,0 +1,125 @@
+"""A local cluster for tests: ``scripts/cluster``'s own runner, as a real child process.
+
+:class:`LocalCluster` starts ``python -m omni_grpc.cli.cluster`` (Redis, the replicas, HAProxy
+from deploy/haproxy, the bridge), waits for its state file, and stops it. Tests kill, signal and
+scrape the processes the state file names. Everything waits on conditions with generous
+deadlines, never on fixed sleeps: the suite runs on a loaded 2-core machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from omni_grpc.cli.cluster import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 120.0
+# Loopback at real-time pace (a response lasts as long as its audio, so a kill lands in the
+# middle of one), answering with the conversation so far (recall) to show a history survived.
+LOOPBACK = ("--engine", "loopback", "--engine-option", "recall=1", "--shutdown-grace-s", "20")
+
+
+class LocalCluster:
+    """Redis, replicas, HAProxy and the bridge as scripts/cluster starts them."""
+
+    def __init__(self, tmp: Path, replicas: int = 3, serve_args: tuple[str, ...] = LOOPBACK):
+        self.state_file = tmp / "cluster.json"
+        self.grpc_port, self.http_port = free_port(), free_port()
+        self._log = (tmp / "cluster.log").open("wb")
+        self.process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "omni_grpc.cli.cluster", "--replicas", str(replicas)),
+                *("--grpc-port", str(self.grpc_port), "--http-port", str(self.http_port)),
+                *("--state-file", str(self.state_file), "--", *serve_args),
+            ],
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.log_path = tmp / "cluster.log"
+        self.state: dict[str, Any] = {}
+
+    def wait_ready(self) -> LocalCluster:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.state_file.exists():
+            assert self.process.poll() is None, self.log()
+            assert time.monotonic() < deadline, "the cluster did not start in time"
+            time.sleep(0.1)
+        self.state = json.loads(self.state_file.read_text())
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+    # -- what the state file names ----------------------------------------------------------
+
+    @property
+    def target(self) -> str:
+        return str(self.state["proxy"]["grpc"])
+
+    def replica(self, route: str) -> dict[str, Any]:
+        return next(r for r in self.state["replicas"] if r["route"] == route)
+
+    def kill(self, route: str, signum: int = signal.SIGKILL) -> None:
+        os.kill(self.replica(route)["pid"], signum)
+
+    def alive(self, route: str) -> bool:
+        try:
+            os.kill(self.replica(route)["pid"], 0)
+        except ProcessLookupError:
+            return False
+        # A child that exited stays a zombie until the runner reaps it: read its state.
+        stat = Path(f"/proc/{self.replica(route)['pid']}/stat").read_text()
+        return stat.split()[2] != "Z"
+
+    def health(self, route: str) -> tuple[int, dict[str, Any]]:
+        url = f"http://{self.replica(route)['metrics']}/health"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                return reply.status, json.loads(reply.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+
+    def metric(self, route: str, name: str) -> float:
+        """The sum of every sample of ``name`` (all labels) a replica exposes now."""
+        url = f"http://{self.replica(route)['metrics']}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            text = reply.read().decode()
+        pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", re.MULTILINE)
+        return sum(float(value) for value in pattern.findall(text))
+
+
+async def wait_for(
+    condition: Callable[[], bool | Awaitable[bool]], timeout_s: float, what: str
+) -> None:
+    """Polls ``condition`` until it holds; fails naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = condition()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)

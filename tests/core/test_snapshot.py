@@ -1,0 +1,157 @@
+"""A session exported as plain data and adopted by another registry (core/snapshot.py).
+
+What a replica writes to the store (``export_state`` and the journal's entries) must be enough
+for a peer to take the session on: the same token (and no other) resumes it, the events after
+the client's cursor replay with their own seqs, a response cut with its replica ends with its
+typed reason, and a cursor past what the store holds is a resync, never a silent gap.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from omni_grpc.core import Limits, Registry, State, StreamRefused
+from omni_grpc.core.journal import Journal
+from omni_grpc.core.session import ResumeGap, Session
+from omni_grpc.core.snapshot import (
+    MOVED_REASON,
+    SessionState,
+    adopt,
+    check_adopted_cursor,
+    export_state,
+)
+from omni_grpc.wire import pb
+from tests.core.helpers import (
+    ENGINE,
+    LIMITS,
+    ack,
+    created,
+    decode,
+    delta,
+    done,
+    open_session,
+    resume,
+    text,
+    token_of,
+)
+
+
+def _stored(session: Session) -> tuple[SessionState, list[tuple[int, bytes]]]:
+    """What a store holds of ``session``, through the flat fields it writes."""
+    fields = export_state(session).to_fields()
+    state = SessionState.from_fields({key.encode(): value for key, value in fields.items()})
+    return state, session.journal.entries_after(state.dropped_through)
+
+
+def _adopt(
+    session: Session, now: float = 5.0
+) -> tuple[Registry, Session, list[pb.ConverseResponse]]:
+    state, entries = _stored(session)
+    registry = Registry(LIMITS, ENGINE)
+    adopted, effects = adopt(
+        state,
+        entries,
+        limits=LIMITS,
+        engine=ENGINE,
+        capabilities=registry.capabilities,
+        now=now,
+    )
+    registry.take(adopted)
+    return registry, adopted, decode(effects)
+
+
+def test_an_adopted_session_resumes_with_its_token_and_replays_after_the_cursor() -> None:
+    opened = open_session()
+    session = opened.session
+    session.receive(1, text(1, "first"), 1.0)
+    session.publish(created("r1"), 1.0)
+    session.publish(done("r1"), 1.0)
+    session.receive(1, ack(1, client_seq=2), 1.0)  # the client has seq 1
+    head = session.journal.head
+    registry, adopted, cut = _adopt(session)
+    assert cut == []  # nothing was running
+    assert adopted.state is State.DETACHED and adopted.applied_client_seq == 2
+    assert adopted.config == session.config
+    generation, effects, _ = resume(adopted, opened.token, 1, 6.0)
+    assert generation == session.generation + 1
+    replayed = [e for e in decode(effects) if e.seq]
+    assert [e.seq for e in replayed] == list(range(2, head + 1))
+    assert registry.knows(adopted.id)
+
+
+def test_another_token_or_key_cannot_resume_an_adopted_session() -> None:
+    opened = open_session()
+    _, adopted, _ = _adopt(opened.session)
+    with pytest.raises(StreamRefused):
+        adopted.resume("not-the-token", 0, 6.0)
+    with pytest.raises(StreamRefused):
+        adopted.resume(opened.token, 0, 6.0, key="another-key")
+
+
+def test_a_response_cut_with_its_replica_ends_with_session_moved() -> None:
+    session = open_session().session
+    session.publish(created("r1"), 1.0)
+    session.publish(delta("r1"), 1.0)
+    _, adopted, cut = _adopt(session)
+    assert [e.WhichOneof("event") for e in cut] == []  # detached: journaled, not sent
+    replay = adopted.journal.entries_after(session.journal.head)
+    ending = pb.ConverseResponse.FromString(replay[0][1])
+    assert ending.seq == session.journal.head + 1
+    response = ending.response_done.response
+    assert (response.id, response.status) == ("r1", pb.RESPONSE_STATUS_FAILED)
+    assert response.status_reason == MOVED_REASON
+    assert adopted.responses.active_response_id == ""
+
+
+def test_a_cursor_past_the_stored_journal_is_a_resync() -> None:
+    session = open_session().session
+    session.publish(created("r1"), 1.0)
+    _, adopted, _ = _adopt(session)
+    check_adopted_cursor(adopted, adopted.journal.head)  # what the store has: fine
+    with pytest.raises(ResumeGap) as gap:
+        check_adopted_cursor(adopted, adopted.journal.head + 1)
+    event = pb.ConverseResponse.FromString(gap.value.payload)
+    assert event.resync_required.reason == pb.RESYNC_REASON_JOURNAL_GAP
+
+
+def test_an_activation_not_yet_confirmed_keeps_the_presented_token_good() -> None:
+    opened = open_session()
+    session = opened.session
+    session.detach(1, 1.0)
+    session.resume(opened.token, 0, 2.0)  # the rotated token may never have arrived
+    _, adopted, _ = _adopt(session)
+    generation, effects = adopted.resume(opened.token, 0, 6.0)
+    assert token_of(effects) and generation == session.generation + 1
+
+
+def test_an_overflowed_journal_stays_overflowed() -> None:
+    session = open_session().session
+    session.journal.overflowed = True
+    _, adopted, _ = _adopt(session)
+    assert adopted.journal.overflowed
+
+
+def test_a_broken_journal_is_refused() -> None:
+    journal = Journal(ttl_s=60, max_bytes=1 << 20)
+    with pytest.raises(ValueError, match="expected seq 3"):
+        journal.restore(2, [(4, b"x")], 0.0)
+
+
+def test_a_draining_or_full_registry_takes_no_session() -> None:
+    session = open_session().session
+    registry = Registry(LIMITS, ENGINE)
+    registry.accepting = False
+    with pytest.raises(StreamRefused) as draining:
+        registry.take(session)
+    assert draining.value.code == "server_shutting_down"
+    full = Registry(Limits(max_sessions=0), ENGINE)
+    with pytest.raises(StreamRefused) as refused:
+        full.take(session)
+    assert refused.value.code == "resource_exhausted"
+
+
+def test_a_forgotten_session_leaves_no_tombstone() -> None:
+    opened = open_session()
+    opened.registry.forget(opened.session)
+    assert not opened.registry.knows(opened.session.id)
+    opened.registry.forget(opened.session)  # twice: nothing more to forget

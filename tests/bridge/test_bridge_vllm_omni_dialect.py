@@ -89,7 +89,7 @@ def test_pcm16_without_a_rate_means_16khz_and_the_session_rate_wins() -> None:
     assert rate(ga.input_audio_format) == (pb.AUDIO_ENCODING_PCM16, 48000)
     assert rate(opening({"input_audio_format": "g711_ulaw"}).input_audio_format) == (
         pb.AUDIO_ENCODING_G711_ULAW,
-        0,
+        8000,
     )
 
 

@@ -13,6 +13,7 @@ from google.protobuf import json_format
 from bridge.dialects import OPENAI, VLLM_OMNI, dialect_name, make_dialect
 from bridge.errors import DialectError
 from bridge.inbound_events import SessionUpdate
+from bridge.inbound_session import audio_format
 from bridge.vllm_omni_inbound import DuplexInbound
 from bridge.vllm_omni_outbound import VllmOmniDialect
 from omni_grpc.wire import pb
@@ -87,10 +88,10 @@ def test_pcm16_without_a_rate_means_16khz_and_the_session_rate_wins() -> None:
     # A GA format object names its own rate; G.711 has a fixed one.
     ga = opening({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 48000}}}})
     assert rate(ga.input_audio_format) == (pb.AUDIO_ENCODING_PCM16, 48000)
-    assert rate(opening({"input_audio_format": "g711_ulaw"}).input_audio_format) == (
-        pb.AUDIO_ENCODING_G711_ULAW,
-        8000,
-    )
+    # G.711's rate is its own, as the OpenAI dialect reads it: the PCM default does not apply.
+    ulaw = opening({"input_audio_format": "g711_ulaw"}).input_audio_format
+    assert ulaw.encoding == pb.AUDIO_ENCODING_G711_ULAW
+    assert rate(ulaw) == rate(audio_format("g711_ulaw", "format"))
 
 
 def test_an_update_changes_the_input_rate_only_when_it_names_one() -> None:

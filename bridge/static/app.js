@@ -17,12 +17,16 @@ const SPEECH_RMS = 0.015; // local speech detector, used when the server has no 
 const SILENCE_END_MS = 700;
 const CHUNK_MS = 100; // one captured chunk (worklet.js)
 const INPUT_MARKS_KEPT = 600; // a minute of input clock, to place the server's speech ends
+// Silence the service may hold uncommitted before the page clears it: a page left open must
+// not fill the service's input buffer (it refuses appends past it) when the page commits.
+const IDLE_CLEAR_MS = 10000;
 
 const $ = (id) => document.getElementById(id);
 window.omni = omni;
 
 let speaking = false;
 let silentMs = 0;
+let idleMs = 0; // silence sent since the last turn or clear, while nobody speaks
 let turnEndAt = 0; // when the last turn ended (page clock): its answer's latency runs from it
 let played = {};
 let queuedFrames = 0;
@@ -179,14 +183,18 @@ function onMic({ pcm, rms }) {
     if (!speaking && queuedFrames > 0) bargeIn();
     speaking = true;
     silentMs = 0;
-  } else if (speaking && (silentMs += CHUNK_MS) >= SILENCE_END_MS) {
-    endTurn(capturedAt - silentMs);
+  } else if (speaking) {
+    if ((silentMs += CHUNK_MS) >= SILENCE_END_MS) endTurn(capturedAt - silentMs);
+  } else if ((idleMs += CHUNK_MS) >= IDLE_CLEAR_MS &&
+             connection.send({ type: "input_audio_buffer.clear" })) {
+    idleMs = 0;
   }
 }
 
 // The page ends a spoken turn itself (when the server detects none).
 function endTurn(at) {
   speaking = false;
+  idleMs = 0;
   turnEndAt = at;
   connection.send({ type: "input_audio_buffer.commit", create_response: true });
 }

@@ -244,6 +244,9 @@ async def test_every_control_works(paced_service: RunningServer, tmp_path: Path)
         await page.click("#mute")
         await eventually(lambda: network.sent["input_audio_buffer.append"] >= muted_count + 3)
 
+        # Nobody spoke for 10 s of sent audio: the page clears what the service held.
+        await eventually(lambda: network.sent["input_audio_buffer.clear"] >= 1, timeout_s=15)
+
         # The network drops: the page shows it reconnecting, then resumes the same session.
         network.holding = True
         await network.cut()

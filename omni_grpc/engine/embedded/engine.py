@@ -65,13 +65,17 @@ class EmbeddedEngine(Engine):
         from omni_grpc.engine.embedded.asr import Transcriber
         from omni_grpc.engine.embedded.lm import ModelMissing, SmolLM, find_smollm2
         from omni_grpc.engine.embedded.responder import EchoResponder, SmolResponder
+        from omni_grpc.engine.embedded.tool_calls import CallWriter
         from omni_grpc.engine.embedded.vad import SileroVad
 
         tts = self._load_voice()
         smol: SmolResponder | None = None
+        calls: CallWriter | None = None
         if self.options.responder != "echo":
             try:
-                smol = SmolResponder(SmolLM(find_smollm2()), self._executor)
+                model = SmolLM(find_smollm2())
+                smol = SmolResponder(model, self._executor)
+                calls = CallWriter(model)
                 smol.warm_up()
             except ModelMissing:
                 if self.options.responder == "smollm2":
@@ -92,6 +96,7 @@ class EmbeddedEngine(Engine):
             smol=smol,
             executor=self._executor,
             vad_executor=self._vad_executor,
+            calls=calls,
         )
 
     def _load_voice(self) -> Synthesizer:

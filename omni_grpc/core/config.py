@@ -73,7 +73,10 @@ def _resolve_output_format(fmt: pb.AudioFormat, engine: EngineFeatures) -> None:
 
 def _resolve_turn_detection(config: pb.SessionConfig, engine: EngineFeatures) -> None:
     td = config.turn_detection
-    if td.type == pb.TURN_DETECTION_TYPE_UNSPECIFIED:
+    # No engine detects the end of a thought: semantic VAD is the engine's VAD where it has
+    # one, and client commits where it has none (clients that default to semantic VAD, such
+    # as OpenAI's agents SDKs, would otherwise lose their whole update).
+    if td.type in (pb.TURN_DETECTION_TYPE_UNSPECIFIED, pb.TURN_DETECTION_TYPE_SEMANTIC_VAD):
         td.type = (
             pb.TURN_DETECTION_TYPE_SERVER_VAD
             if engine.supports_server_vad

@@ -109,6 +109,12 @@ class _TurnDetectionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Tur
     """No detection: the client commits each turn."""
     TURN_DETECTION_TYPE_SERVER_VAD: _TurnDetectionType.ValueType  # 2
     """A voice activity detector on the server ends turns after silence."""
+    TURN_DETECTION_TYPE_SEMANTIC_VAD: _TurnDetectionType.ValueType  # 3
+    """Asks for a detector that ends turns when the user has said their piece (OpenAI's
+    semantic_vad). No engine has one yet, so the server resolves it to SERVER_VAD where the
+    engine has a voice activity detector and to NONE (the client commits) where it has none;
+    session_created and session_updated report what is in force.
+    """
 
 class TurnDetectionType(_TurnDetectionType, metaclass=_TurnDetectionTypeEnumTypeWrapper):
     """TurnDetectionType chooses who ends a user turn."""
@@ -119,6 +125,12 @@ TURN_DETECTION_TYPE_NONE: TurnDetectionType.ValueType  # 1
 """No detection: the client commits each turn."""
 TURN_DETECTION_TYPE_SERVER_VAD: TurnDetectionType.ValueType  # 2
 """A voice activity detector on the server ends turns after silence."""
+TURN_DETECTION_TYPE_SEMANTIC_VAD: TurnDetectionType.ValueType  # 3
+"""Asks for a detector that ends turns when the user has said their piece (OpenAI's
+semantic_vad). No engine has one yet, so the server resolves it to SERVER_VAD where the
+engine has a voice activity detector and to NONE (the client commits) where it has none;
+session_created and session_updated report what is in force.
+"""
 Global___TurnDetectionType: _TypeAlias = TurnDetectionType  # noqa: Y015
 
 class _OverlapPolicy:

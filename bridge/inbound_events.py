@@ -99,6 +99,8 @@ class TurnDetectionJson(_Model):
     silence_duration_ms: UInt32 | None = None
     create_response: bool | None = None
     interrupt_response: bool | None = None
+    # semantic_vad's: how soon a turn ends (bridge.inbound_session maps it to a silence).
+    eagerness: Literal["low", "medium", "high", "auto"] | None = None
 
 
 class TranscriptionJson(_Model):

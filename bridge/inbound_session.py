@@ -20,6 +20,7 @@ from bridge.inbound_events import (
 )
 from bridge.tools import tool_choice, toolset
 from omni_grpc.wire import pb
+from omni_grpc.wire.audio import G711_RATE_HZ
 
 _PCM16 = pb.AUDIO_ENCODING_PCM16
 _F32 = pb.AUDIO_ENCODING_PCM_F32
@@ -58,8 +59,14 @@ COMMIT_POLICIES = {
     "commit_all_on_done": pb.PLAYBACK_COMMIT_POLICY_COMMIT_ALL_ON_DONE,
     "ack_only": pb.PLAYBACK_COMMIT_POLICY_ACK_ONLY,
 }
-# OpenAI's semantic VAD has no counterpart here: asking for it gets the engine's server VAD.
-_VAD_TYPES = ("server_vad", "semantic_vad")
+_VAD_TYPES = {
+    "server_vad": pb.TURN_DETECTION_TYPE_SERVER_VAD,
+    "semantic_vad": pb.TURN_DETECTION_TYPE_SEMANTIC_VAD,
+}
+# No engine detects the end of a thought, so the service resolves semantic VAD to the engine's
+# VAD (or to client commits where it has none); its eagerness becomes the silence that ends a
+# turn: OpenAI's "low" lets the user take their time, "high" answers as soon as it can.
+_EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 500, "auto": 500, "high": 300}
 
 
 def audio_format(spec: FormatSpec, param: str) -> pb.AudioFormat:
@@ -77,6 +84,10 @@ def audio_format(spec: FormatSpec, param: str) -> pb.AudioFormat:
         raise DialectError(
             "unsupported_audio_format", f"unknown audio format {name!r}", param=param
         )
+    if encoding in (_ULAW, _ALAW):
+        # G.711 is 8 kHz by definition, and its GA object names no rate; said outright, so
+        # that an update from another format does not keep that format's rate.
+        rate = rate or G711_RATE_HZ
     return pb.AudioFormat(encoding=encoding, sample_rate_hz=rate)
 
 
@@ -89,11 +100,12 @@ def _turn_detection(td: TurnDetectionJson | None) -> pb.TurnDetection:
             f"unknown turn detection {td.type!r}",
             param="turn_detection.type",
         )
+    silence_ms = td.silence_duration_ms or _EAGERNESS_SILENCE_MS.get(td.eagerness or "", 0)
     out = pb.TurnDetection(
-        type=pb.TURN_DETECTION_TYPE_SERVER_VAD,
+        type=_VAD_TYPES[td.type],
         threshold=td.threshold or 0.0,
         prefix_padding_ms=td.prefix_padding_ms or 0,
-        silence_duration_ms=td.silence_duration_ms or 0,
+        silence_duration_ms=silence_ms,
     )
     if td.create_response is not None:
         out.create_response = td.create_response

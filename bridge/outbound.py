@@ -58,6 +58,7 @@ class _Response:
 
     item_id: str
     audio: bool
+    previous_item_id: str = ""  # the conversation item the response's message follows
     transcript: list[str] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
 
@@ -78,6 +79,8 @@ class ServerDialect:
         self._open: collections.OrderedDict[str, _Response] = collections.OrderedDict()
         self._announced: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._input_ms: collections.OrderedDict[str, float] = collections.OrderedDict()
+        # The newest item of the conversation: the one a response's message item follows.
+        self._last_item = ""
         self._handlers: dict[str, Callable[[Any], list[Event]]] = {
             **STATELESS,
             "session_created": self._session_created,
@@ -111,9 +114,13 @@ class ServerDialect:
         else:
             for item in out:
                 item["event_id"] = random_event_id()
+        return self.shown(out)
+
+    def shown(self, events: list[Event]) -> list[Event]:
+        """The events as this client gets them: without the extensions unless it asked."""
         if self.extensions:
-            return out
-        return [event for event in map(plain, out) if event is not None]
+            return events
+        return [event for event in map(plain, events) if event is not None]
 
     # -- session -------------------------------------------------------------------------
 
@@ -149,6 +156,7 @@ class ServerDialect:
     # -- input ---------------------------------------------------------------------------
 
     def _input_committed(self, e: pb.InputCommitted) -> list[Event]:
+        self._last_item = e.item_id
         self._input_ms[e.item_id] = e.audio_duration_ms
         if len(self._input_ms) > _INPUT_ITEMS_KEPT:
             self._input_ms.popitem(last=False)
@@ -173,6 +181,8 @@ class ServerDialect:
         ]
 
     def _item(self, kind: str, e: pb.ItemAdded | pb.ItemDone) -> list[Event]:
+        if kind == "conversation.item.added":
+            self._last_item = e.item.id
         if e.response_id and e.item.type in CALL_ITEM_TYPES:  # a response's function call
             return call_item_events(kind.rsplit(".", 1)[1], e)
         if e.item.id in self._announced:
@@ -197,6 +207,9 @@ class ServerDialect:
     def _response_created(self, e: pb.ResponseCreated) -> list[Event]:
         response, item_id = e.response, e.item_id
         state = self._state(response, item_id)
+        if response.id not in self._open and self._last_item != item_id:
+            state.previous_item_id = self._last_item
+        self._last_item = item_id
         self._open[response.id] = state
         self._announced[item_id] = None
         for book in (self._open, self._announced):
@@ -214,7 +227,11 @@ class ServerDialect:
         part = {"type": "audio", "transcript": ""} if state.audio else {"type": "text", "text": ""}
         return [
             {"type": "response.created", "response": response_json(response, [])},
-            {"type": "conversation.item.added", "item": item, "previous_item_id": None},
+            {
+                "type": "conversation.item.added",
+                "item": item,
+                "previous_item_id": state.previous_item_id or None,
+            },
             {
                 "type": "response.output_item.added",
                 "response_id": rid,
@@ -365,7 +382,13 @@ class ServerDialect:
                 "item": item,
             }
         )
-        out.append({"type": "conversation.item.done", "item": item, "previous_item_id": None})
+        out.append(
+            {
+                "type": "conversation.item.done",
+                "item": item,
+                "previous_item_id": state.previous_item_id or None,
+            }
+        )
         calls = [call_item_json(i) for i in response.output if i.type in CALL_ITEM_TYPES]
         done = response_json(response, [item, *calls])
         out.append({"type": "response.done", "response": done})

@@ -161,6 +161,9 @@ def response_json(response: pb.Response, output: list[Event]) -> Event:
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
             "total_tokens": usage.input_tokens + usage.output_tokens,
+            # The service counts tokens per direction, not per modality, so only what is
+            # known is detailed: no prompt is cached.
+            "input_token_details": {"cached_tokens": 0},
             "input_audio_ms": usage.input_audio_ms,
             "output_audio_ms": usage.output_audio_ms,
         }
@@ -175,11 +178,18 @@ def response_json(response: pb.Response, output: list[Event]) -> Event:
     return out
 
 
+def with_retry_hint(message: str, retry_after_ms: int) -> str:
+    """The message with its retry hint in words, as OpenAI's rate-limit errors carry it: the
+    one place a client of the plain dialect finds it (``retry_after_ms`` is an extension)."""
+    return f"{message}; try again in {retry_after_ms} ms" if retry_after_ms > 0 else message
+
+
 def _error(e: pb.ErrorReport) -> list[Event]:
+    retry_after_ms = e.retry_after.ToMilliseconds() if e.retryable else 0
     body: Event = {
         "type": _ERROR_TYPES.get(e.type, "invalid_request_error"),
         "code": e.code,
-        "message": e.message,
+        "message": with_retry_hint(e.message, retry_after_ms),
         "param": e.param or None,
         "event_id": e.event_id or None,
     }
@@ -188,23 +198,21 @@ def _error(e: pb.ErrorReport) -> list[Event]:
         body["retry_after_ms"] = e.retry_after.ToMilliseconds()
     out: list[Event] = [{"type": "error", "error": body}]
     if e.code == RATE_LIMIT_CODE:
-        out.append(_rate_limits_updated(e))
+        out.append(
+            rate_limits_updated(
+                _RATE_LIMIT_NAMES.get(e.param, "requests"), e.retry_after.ToMilliseconds()
+            )
+        )
     return out
 
 
-def _rate_limits_updated(e: pb.ErrorReport) -> Event:
+def rate_limits_updated(name: str, reset_ms: int) -> Event:
     """OpenAI's ``rate_limits.updated`` after a rate-limit refusal: which limit is spent, and
     when it has room again. The service does not say its limit, so ``limit`` is left out (every
     field of a rate limit is optional in the GA schema)."""
     return {
         "type": "rate_limits.updated",
-        "rate_limits": [
-            {
-                "name": _RATE_LIMIT_NAMES.get(e.param, "requests"),
-                "remaining": 0,
-                "reset_seconds": e.retry_after.ToMilliseconds() / 1000,
-            }
-        ],
+        "rate_limits": [{"name": name, "remaining": 0, "reset_seconds": reset_ms / 1000}],
     }
 
 

@@ -38,7 +38,13 @@ from bridge import inbound_events as ce
 from bridge.dialects import OPENAI, make_dialect
 from bridge.errors import DialectError
 from bridge.inbound import is_numbered, resume_request
-from bridge.outbound_events import RATE_LIMIT_CODE, error_json
+from bridge.outbound_events import (
+    RATE_LIMIT_CODE,
+    error_json,
+    random_event_id,
+    rate_limits_updated,
+    with_retry_hint,
+)
 from bridge.tracing import RelayTurns
 from omni_grpc.client.channel import Connection, Stream, StreamBroken
 from omni_grpc.wire import pb
@@ -104,6 +110,15 @@ def status_error(status: grpc.StatusCode, broken: StreamBroken) -> dict[str, Any
     code = (
         _DIALECT_CODES.get(status) or broken.code or _FALLBACK_CODES.get(status) or "stream_failed"
     )
+    if status is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # OpenAI's clients back off on a rate_limit_error; the hint says for how long.
+        retry_after_ms = round(broken.retry_after_s * 1000)
+        event = error_json(
+            code, with_retry_hint(str(broken), retry_after_ms), error_type="rate_limit_error"
+        )
+        if retry_after_ms:
+            event["error"].update(retryable=True, retry_after_ms=retry_after_ms)
+        return event
     policy = _CLOSE_CODES.get(status) is _POLICY
     return error_json(
         code, str(broken), error_type="invalid_request_error" if policy else "server_error"
@@ -379,7 +394,12 @@ class Relay:
                 extra={"session_id": self.session_id},
             )
             event = status_error(status, broken)
-            await self._send(event)
+            ending = [event]
+            if retry_after_ms := event["error"].get("retry_after_ms", 0):
+                limits = rate_limits_updated("requests", retry_after_ms)
+                ending.append({**limits, "event_id": random_event_id()})
+            for each in self._dialect.shown(ending):
+                await self._send(each)
             code = _CLOSE_CODES.get(status, WSCloseCode.INTERNAL_ERROR)
             await self._close_ws(code, event["error"]["code"])
             return

@@ -77,7 +77,7 @@ GA_CONFIG = {
     "instructions": "Be brief.",
     "voice": "marin",
     "input_audio_format": {"encoding": "AUDIO_ENCODING_PCM16", "sample_rate_hz": 16000},
-    "output_audio_format": {"encoding": "AUDIO_ENCODING_G711_ULAW"},
+    "output_audio_format": {"encoding": "AUDIO_ENCODING_G711_ULAW", "sample_rate_hz": 8000},
     "turn_detection": {
         "type": "TURN_DETECTION_TYPE_SERVER_VAD",
         "threshold": 0.6,
@@ -164,7 +164,9 @@ def test_inf_max_tokens_and_semantic_vad() -> None:
     )
     config = request.update_session.config
     assert not config.HasField("max_output_tokens")
-    assert config.turn_detection.type == pb.TURN_DETECTION_TYPE_SERVER_VAD
+    # The service resolves it to what the engine has; low eagerness waits a second of silence.
+    assert config.turn_detection.type == pb.TURN_DETECTION_TYPE_SEMANTIC_VAD
+    assert config.turn_detection.silence_duration_ms == 1000
 
 
 @pytest.mark.parametrize(

@@ -428,7 +428,7 @@ def test_errors_use_openais_nested_shape(check_event: Check) -> None:
     assert event["error"] == {
         "type": "rate_limit_error",
         "code": "input_backpressure",
-        "message": "slow",
+        "message": "slow; try again in 250 ms",  # the hint in words, for the plain dialect
         "param": None,
         "event_id": "c4",
         "retryable": True,

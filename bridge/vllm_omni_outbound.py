@@ -36,6 +36,7 @@ FORMAT_NAMES = {
 }
 assert all(ENCODINGS[name] == value for value, name in FORMAT_NAMES.items())
 _MODALITY_NAMES = {value: name for name, value in MODALITIES.items()}
+_PCM = frozenset({pb.AUDIO_ENCODING_PCM16, pb.AUDIO_ENCODING_PCM_F32})
 # The reference's session states: a session lives "open" until it is closed, attached or not.
 _STATES = {
     pb.SESSION_STATE_ATTACHED: "open",
@@ -60,12 +61,10 @@ def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
         "supports_playback_ack": caps.supports_playback_ack,
         "supports_client_commit": True,
         "supports_input_append": True,
-        "supports_image_input": True,
         "supports_realtime_endpoint": True,
         "supports_multi_session": caps.max_sessions > 1,
         "input_modes": ["append_audio_chunk"],
         "required_input_modalities": ["audio"],
-        "optional_input_modalities": ["image"],
         "chunk_period_ms": caps.chunk_period_ms or None,
         # Ours, which the reference has no name for.
         "engine": caps.engine,
@@ -102,8 +101,12 @@ def vllm_omni_session_json(
             "ref_audio": ref_audio if isinstance(ref_audio, str) else None,
         }
     )
-    out["audio"]["input"]["sample_rate_hz"] = in_fmt.sample_rate_hz
-    out["audio"]["output"]["sample_rate_hz"] = out_fmt.sample_rate_hz
+    for side, fmt in (("input", in_fmt), ("output", out_fmt)):
+        block = out["audio"][side]
+        block["sample_rate_hz"] = fmt.sample_rate_hz
+        if fmt.encoding in _PCM:
+            # The reference's format object names the true rate (GA's names only 24000).
+            block["format"] = {"type": block["format"]["type"], "rate": fmt.sample_rate_hz}
     if capabilities is not None:
         out["capabilities"] = capabilities_json(capabilities)
     return out
@@ -154,7 +157,7 @@ class VllmOmniDialect(ServerDialect):
     def _session_created_duplex(self, e: pb.SessionCreated) -> list[Event]:
         self._capabilities = e.capabilities
         (created,) = self._session_created(e)
-        del created["capabilities"]  # inside the session object here
+        created.pop("capabilities", None)  # inside the session object here
         created["session"] = self._session(e.session)
         out = [created]
         if self.opened_by_update:

@@ -255,6 +255,7 @@ def test_the_session_object_carries_the_references_fields_and_capabilities() -> 
     assert body["capabilities"]["supports_multi_session"] is True
     assert (body["input_audio_format"], body["sample_rate_hz"]) == ("pcm16", 16000)
     assert body["audio"]["input"]["sample_rate_hz"] == 16000
+    assert body["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 16000}
     assert body["audio"]["output"]["sample_rate_hz"] == 24000
     assert body["modalities"] == ["audio", "text"]
     assert (body["state"], body["epoch"]) == ("open", 2)

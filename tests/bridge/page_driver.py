@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from playwright.async_api import Page, async_playwright
+from playwright.async_api import ConsoleMessage, Page, Request, Response, async_playwright
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package; browser downloads do not work here
@@ -59,17 +59,22 @@ class PageRun:
     problems: list[str] = field(default_factory=list)
 
     def watch(self) -> None:
-        page = self.page
-        page.on(
-            "console",
-            lambda m: m.type == "error" and self.problems.append(f"console: {m.text}"),
-        )
-        page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
-        page.on("requestfailed", lambda r: self.problems.append(f"failed: {r.url} {r.failure}"))
-        page.on(
-            "response",
-            lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"),
-        )
+        """Records every problem the page has from now on."""
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
+        self.page.on("requestfailed", self._failed)
+        self.page.on("response", self._answered)
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.problems.append(f"console: {message.text}")
+
+    def _failed(self, request: Request) -> None:
+        self.problems.append(f"failed: {request.url} {request.failure}")
+
+    def _answered(self, response: Response) -> None:
+        if response.status >= 400:
+            self.problems.append(f"HTTP {response.status}: {response.url}")
 
     async def until(self, condition: str, timeout_s: float, arg: Any = None) -> Any:
         """Waits for a JavaScript condition (over ``window.omni``); returns its value. On a

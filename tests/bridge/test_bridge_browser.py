@@ -23,6 +23,7 @@ from bridge_testkit import SPEECH_TEXT, running_bridge, service_settings
 from page_driver import PageRun, chromium_page, speech_wav
 from playwright.async_api import WebSocketRoute
 
+from omni_grpc.engine.loopback.session import LoopbackSession
 from omni_grpc.server.app import RunningServer, start_server
 from tests.serving import eventually
 
@@ -200,7 +201,9 @@ async def test_every_control_works(paced_service: RunningServer, tmp_path: Path)
             INSTRUCTIONS,
             VOICE,
         )
-        assert (host.engine.config.instructions, host.engine.config.voice) == (INSTRUCTIONS, VOICE)
+        engine = host.engine
+        assert isinstance(engine, LoopbackSession)
+        assert (engine.config.instructions, engine.config.voice) == (INSTRUCTIONS, VOICE)
 
         # A typed turn is answered; a second one typed while that answer plays cuts it short.
         await page.fill("#text", TYPED)

@@ -185,8 +185,8 @@ class DurableStore:
 
     async def settled(self, session: Session) -> None:
         """In ``sync`` mode, returns once the store holds every event numbered so far."""
-        if self.mode != "sync" or not self.up:
-            return
+        if self.mode != "sync" or not self.up or session.id not in self._live:
+            return  # an ended session's record is deleted, not written: nothing to wait for
         written = self._written.get(session.id)
         if written is not None and written.head >= session.journal.head:
             return

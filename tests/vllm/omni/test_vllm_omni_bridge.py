@@ -88,7 +88,7 @@ async def test_a_listen_that_ends_a_response_reaches_the_client_as_one_done(
     """The model speaks, then listens, which ends its response (vLLM-Omni sends
     ``response.listen`` naming it, then its ``response.done``); then it answers once more.
     Every response the client sees ends with exactly one ``response.done``."""
-    async with realtime_socket(bridge_port, "model=minicpm-o") as ws:
+    async with realtime_socket(bridge_port, "model=minicpm-o&extensions=1") as ws:
         assert (await ws.recv())["type"] == "session.created"
         # A little over the one second vLLM-Omni gives the model as a unit: the service's
         # resampler holds a few samples back.

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Measures the embedded engine on this machine, stage by stage and end to end.
 
-    .venv/bin/python scripts/bench_embedded.py [--turns N] [--no-lm]
+    .venv/bin/python scripts/bench_embedded.py [--turns N] [--no-lm] [--tts piper|espeak]
 
 Stages, each timed on its own: model loading, Silero VAD per 32 ms window, Whisper on one
-spoken question, SmolLM2's first token and token rate, espeak-ng's first sentence and its
-real-time factor. End to end, a session hears the question streamed in real time (20 ms
-chunks, as a microphone would send them) and we time, on the wall clock, from the end of the
-speech (the last speech sample sent) and from ``speech_stopped`` to the first byte of answer
-audio, once with the echo responder and once with SmolLM2.
+spoken question, SmolLM2's first token, token rate and score on the question set
+(scripts/lm_questions.py), the voice's first sentence and its real-time factor (``--tts``
+picks the voice: piper or espeak). End to end, a session hears the question streamed in real
+time (20 ms chunks, as a microphone would send them) and we time, on the wall clock, from the
+end of the speech (the last speech sample sent) and from ``speech_stopped`` to the first byte
+of answer audio, once with the echo responder and once with SmolLM2.
 """
 
 from __future__ import annotations
@@ -19,13 +20,19 @@ import statistics
 import sys
 import time
 
+import lm_questions
 import make_test_speech as speech
 from google.protobuf import struct_pb2
 
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine.embedded import EmbeddedEngine
-from omni_grpc.engine.embedded.responder import Request
+from omni_grpc.engine.embedded.responder import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_TEMPERATURE,
+    Request,
+    SmolResponder,
+)
 from omni_grpc.wire import pb
 
 QUESTION = "what is the capital of france"
@@ -82,12 +89,31 @@ async def stages(engine: EmbeddedEngine, rows: list[tuple[str, str]]) -> None:
                 f"{(reply.tokens - 1) / (end - first):.1f} tokens/s  -> {text.strip()!r}",
             )
         )
+        rows.append(("LM score (scripts/lm_questions.py)", await lm_score(runtime.smol)))
     sentence = "The capital of France is Paris, a city on the Seine."
     start = time.perf_counter()
     audio = await runtime.tts.synthesize(sentence)
     took = time.perf_counter() - start
     rows.append(("TTS, first sentence", f"{took * 1000:.0f} ms for {len(audio) / 48:.0f} ms"))
     rows.append(("TTS real-time factor", f"{took / (len(audio) / 48000):.3f}"))
+
+
+async def lm_score(smol: SmolResponder) -> str:
+    """The share of the question set answered with the expected facts, default settings."""
+
+    async def answer(question: str) -> str:
+        request = Request(
+            instructions="",
+            turns=[("user", question)],
+            max_tokens=DEFAULT_MAX_TOKENS,
+            temperature=DEFAULT_TEMPERATURE,
+            seed=1,
+        )
+        return "".join([piece async for piece in smol.reply(request).pieces])
+
+    result = await lm_questions.score(answer)
+    correct = sum(ok for *_, ok in result.answers)
+    return f"{result.score:.2f} ({correct}/{len(result.answers)}) in {result.seconds:.0f} s"
 
 
 async def one_turn(engine: EmbeddedEngine, responder: str) -> tuple[float, float, float]:

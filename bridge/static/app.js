@@ -252,7 +252,10 @@ function acknowledge(truncate) {
 async function start() {
   $("start").disabled = true;
   await audio.start();
-  ackTimer = setInterval(() => acknowledge(false), ACK_EVERY_MS);
+  ackTimer = setInterval(() => {
+    acknowledge(false);
+    connection.keepAlive();
+  }, ACK_EVERY_MS);
   connection.open();
   $("stop").disabled = $("mute").disabled = false;
 }

@@ -10,6 +10,7 @@ import { omni } from "./state.js";
 const OUTBOX_MAX = 50; // appends kept while reconnecting: 5 s of audio
 const RESUMED_SHOWN_MS = 4000; // "resumed" stays on the badge this long, then "live"
 const CLOSE_WAIT_MS = 3000; // after session.close, how long the service gets to close first
+const KEEPALIVE_MAX_MS = 30000; // the longest a live page stays silent (keepAlive)
 // Events after which the service ends the stream: no reconnecting after them.
 const TERMINAL = new Set([
   "session.closed", "session.expired", "session.replaced", "session.resync_required",
@@ -30,6 +31,7 @@ export class Connection {
     this.timer = 0;
     this.groupIds = new Set(); // ids received since the last event that carried a seq
     this.outbox = []; // [event, afterSend] held while reconnecting
+    this.sentAt = 0; // when the page last sent something
   }
 
   open() {
@@ -62,7 +64,17 @@ export class Connection {
   send(event) {
     if (!this.live || this.ws.readyState !== WebSocket.OPEN) return false;
     this.ws.send(JSON.stringify(event));
+    this.sentAt = performance.now();
     return true;
+  }
+
+  // A session with no command for its idle timeout expires: a quiet page (muted, say) says
+  // it is still here well before that.
+  keepAlive() {
+    const idleMs = omni.session?.idle_timeout_ms || KEEPALIVE_MAX_MS * 4;
+    if (performance.now() - this.sentAt >= Math.min(KEEPALIVE_MAX_MS, idleMs / 4)) {
+      this.send({ type: "session.heartbeat" });
+    }
   }
 
   // Sends now, or keeps the event (the last few only) to send once the session is back.
@@ -88,7 +100,8 @@ export class Connection {
     const protocols = ["realtime"];
     if (key) protocols.push("openai-insecure-api-key." + key);
     // The page resumes and acks, so it asks for the duplex extensions (seq, resume token).
-    const url = `${scheme}://${location.host}/v1/realtime?extensions=1${resuming ? "&resume=1" : ""}`;
+    const query = resuming ? "?extensions=1&resume=1" : "?extensions=1";
+    const url = `${scheme}://${location.host}/v1/realtime${query}`;
     const ws = (this.ws = new WebSocket(url, protocols));
     this.live = false;
     this.setStatus(resuming ? "reconnecting" : "connecting");
@@ -142,6 +155,7 @@ export class Connection {
   attached(status) {
     this.live = true;
     this.retry = 0;
+    this.sentAt = performance.now(); // the opening message or the resume
     this.setStatus(status);
     // The first thing written on a resumed stream confirms the rotated token: the resends.
     const waiting = this.outbox;

@@ -23,6 +23,7 @@ from bridge_testkit import SPEECH_TEXT, running_bridge, service_settings
 from page_driver import PageRun, chromium_page, speech_wav
 from playwright.async_api import WebSocketRoute
 
+from omni_grpc.core import Limits
 from omni_grpc.engine.loopback.session import LoopbackSession
 from omni_grpc.server.app import RunningServer, start_server
 from tests.serving import eventually
@@ -34,6 +35,7 @@ TYPED = "what time is it in Lisbon right now"  # the loopback's tone for it last
 RETYPED = "never mind"
 INSTRUCTIONS = "Answer in one short sentence."
 VOICE = "en-gb"
+IDLE_TIMEOUT_S = 3.0
 # The latency columns of the turns table: turn end -> first audio, server first audio.
 LATENCY_COLUMNS = (3, 4)
 
@@ -41,6 +43,17 @@ LATENCY_COLUMNS = (3, 4)
 @pytest.fixture
 async def paced_service() -> AsyncIterator[RunningServer]:
     running = await start_server(service_settings(engine_options={"pace": "realtime"}))
+    yield running
+    await running.stop()
+
+
+@pytest.fixture
+async def impatient_service() -> AsyncIterator[RunningServer]:
+    """A paced loopback whose sessions expire after 3 s without a command."""
+    limits = Limits(disconnect_grace_s=5.0, idle_timeout_s=IDLE_TIMEOUT_S)
+    running = await start_server(
+        service_settings(engine_options={"pace": "realtime"}, limits=limits)
+    )
     yield running
     await running.stop()
 
@@ -169,10 +182,10 @@ class Network:
         self.held.clear()
 
 
-async def test_every_control_works(paced_service: RunningServer, tmp_path: Path) -> None:
+async def test_every_control_works(impatient_service: RunningServer, tmp_path: Path) -> None:
     network = Network()
     quiet = speech_wav(tmp_path, "quiet", [1.0])
-    async with running_bridge(paced_service.target) as port, chromium_page(quiet) as run:
+    async with running_bridge(impatient_service.target) as port, chromium_page(quiet) as run:
         page = run.page
         await page.route_web_socket(re.compile(r"/v1/realtime"), network.route)
         await page.goto(f"http://127.0.0.1:{port}/")
@@ -185,7 +198,7 @@ async def test_every_control_works(paced_service: RunningServer, tmp_path: Path)
 
         await page.click("#start")
         await run.until("() => omni.status === 'live'", 10)
-        [host] = list(paced_service.sessions)
+        [host] = list(impatient_service.sessions)
 
         # Instructions and voice: applied to the live session, down to the engine.
         await page.fill("#instructions", INSTRUCTIONS)
@@ -237,13 +250,16 @@ async def test_every_control_works(paced_service: RunningServer, tmp_path: Path)
         typed_row = (await table_rows(run))[typed_reply]
         assert all(typed_row[column].endswith(" ms") for column in LATENCY_COLUMNS), typed_row
 
-        # Mute: no audio leaves the page until unmuted.
+        # Mute: no audio leaves the page until unmuted, and, quiet for longer than the idle
+        # timeout, the page keeps its session alive with heartbeats.
         await page.click("#mute")
         assert await page.get_attribute("#mute", "aria-pressed") == "true"
         await asyncio.sleep(0.3)  # a chunk captured just before the click may still be on its way
         muted_count = network.sent["input_audio_buffer.append"]
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(IDLE_TIMEOUT_S + 1)
         assert network.sent["input_audio_buffer.append"] == muted_count
+        assert network.sent["session.heartbeat"] >= 2 and not host.ended
+        assert await page.evaluate("omni.status") == "live"
         await page.click("#mute")
         await eventually(lambda: network.sent["input_audio_buffer.append"] >= muted_count + 3)
 

@@ -45,6 +45,8 @@ _STATES = {
     pb.SESSION_STATE_EXPIRED: "closed",
 }
 
+# The contract's reasons a response ended, where the reference's name differs.
+_STATUS_REASONS = {"output_audio_cleared": "output_audio_buffer_clear"}
 # The reference's reasons for an expiry: an engine that failed is its "request_cleanup".
 _EXPIRY_REASONS = {
     pb.EXPIRY_REASON_DISCONNECT_GRACE: "disconnect_grace_expired",
@@ -215,12 +217,18 @@ class VllmOmniDialect(ServerDialect):
         return out
 
     def _response_done_duplex(self, e: pb.ResponseDone) -> list[Event]:
+        out = self._response_done(e.response)
+        done = out[-1]
+        done["response_id"] = e.response.id
+        details = done["response"].get("status_details")
+        reason = e.response.status_reason
+        if details is not None and reason:
+            # The reference's reason as it is, not OpenAI's nearest (barge_in, not
+            # turn_detected).
+            details["reason"] = _STATUS_REASONS.get(reason, reason)
         # The reference follows every response.done with rate_limits.updated (empty: it has
         # no limits to report, and neither does the service until one is spent).
-        return [
-            *self._response_done(e.response),
-            {"type": "rate_limits.updated", "rate_limits": []},
-        ]
+        return [*out, {"type": "rate_limits.updated", "rate_limits": []}]
 
     def _session_expired(self, e: pb.SessionExpired) -> list[Event]:
         return [

@@ -373,6 +373,14 @@ def test_response_done_is_followed_by_rate_limits_and_expiry_has_the_references_
     )
     assert [e["type"] for e in done[-2:]] == ["response.done", "rate_limits.updated"]
     assert done[-1]["rate_limits"] == []
+    assert done[-2]["response_id"] == "r"
+    for reason, shown in (
+        ("barge_in", "barge_in"),
+        ("output_audio_cleared", "output_audio_buffer_clear"),
+    ):
+        cut = pb.Response(id="r2", status=pb.RESPONSE_STATUS_CANCELLED, status_reason=reason)
+        ended = dialect.expand(pb.ConverseResponse(response_done=pb.ResponseDone(response=cut)))
+        assert ended[-2]["response"]["status_details"]["reason"] == shown
     (expired,) = dialect.expand(
         pb.ConverseResponse(
             session_expired=pb.SessionExpired(

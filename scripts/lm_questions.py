@@ -2,15 +2,16 @@
 """Short questions a voice assistant is asked, each judged against the facts its answer needs.
 
     .venv/bin/python scripts/lm_questions.py [--temperature T] [--max-tokens N]
-        [--sentences N] [--instructions TEXT] [--show]
+        [--instructions TEXT] [--held-out] [--show]
 
 Runs the embedded engine's SmolLM2 responder (the same path a spoken turn takes) on every
 question and prints the score: the share of answers that state every expected fact. A fact is
 a regular expression, matched case-insensitively; numbers are accepted as digits or words. An
 answer that states the fact and then contradicts it still passes: the score measures whether
-the model knows, not whether it stops in time (``--sentences`` is what keeps it short).
-The tests hold the default settings' score above a bound (tests/embedded/test_answers.py);
-docs/engines.md has the scores of the settings tried.
+the model knows, not whether it stops in time (the responder's sentence limit does that).
+The prompt and sampling were tuned on QUESTIONS; HELD_OUT (``--held-out``) was asked only
+afterwards. The tests hold the default settings' score above a bound
+(tests/embedded/test_answers.py); docs/engines.md has the scores of the settings tried.
 """
 
 from __future__ import annotations
@@ -68,6 +69,23 @@ QUESTIONS = (
     _q("fact", "What do bees make?", r"\bhoney\b"),
 )
 
+# Asked only after the default prompt and sampling were chosen on QUESTIONS, to see whether
+# what was tuned carries over to questions it was not tuned on.
+HELD_OUT = (
+    _q("capital", "What is the capital of Egypt?", r"\bcairo\b"),
+    _q("capital", "What is the capital of Russia?", r"\bmoscow\b"),
+    _q("capital", "What is the capital of Greece?", r"\bathens\b"),
+    _q("arithmetic", "What is nine minus four?", r"\b(5|five)\b"),
+    _q("arithmetic", "What is one plus one?", r"\b(2|two)\b"),
+    _q("date", "How many days are in a leap year?", r"\b(366|three hundred (and )?sixty[- ]six)\b"),
+    _q("date", "What month comes after March?", r"\bapril\b"),
+    _q("date", "How many minutes are in an hour?", r"\b(60|sixty)\b"),
+    _q("how-to", "How do I brush my teeth?", r"\btooth ?brush|toothpaste\b"),
+    _q("fact", "What is the closest star to Earth?", r"\bsun\b"),
+    _q("fact", "What gas do plants take in from the air?", r"carbon dioxide|co2"),
+    _q("fact", "How many continents are there?", r"\b(7|seven)\b"),
+)
+
 
 def passes(question: Question, answer: str) -> bool:
     """Whether ``answer`` states every fact the question expects."""
@@ -90,11 +108,13 @@ class Scored:
         return [(q.text, answer) for q, answer, ok in self.answers if not ok]
 
 
-async def score(answer: Callable[[str], Awaitable[str]]) -> Scored:
+async def score(
+    answer: Callable[[str], Awaitable[str]], questions: tuple[Question, ...] = QUESTIONS
+) -> Scored:
     """Asks every question in turn (each a fresh conversation) and judges the answers."""
     start = time.perf_counter()
     answers = []
-    for question in QUESTIONS:
+    for question in questions:
         text = await answer(question.text)
         answers.append((question, text, passes(question, text)))
     return Scored(tuple(answers), time.perf_counter() - start)
@@ -114,6 +134,7 @@ async def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     parser.add_argument("--instructions", default=DEFAULT_INSTRUCTIONS)
     parser.add_argument("--show", action="store_true", help="print every answer")
+    parser.add_argument("--held-out", action="store_true", help="ask HELD_OUT instead")
     args = parser.parse_args()
     engine = EmbeddedEngine({"responder": "smollm2", "tts": "espeak"})
     runtime = engine.load()
@@ -131,12 +152,13 @@ async def main() -> int:
         )
         return "".join([piece async for piece in smol.reply(request).pieces]).strip()
 
-    result = await score(answer)
+    asked = HELD_OUT if args.held_out else QUESTIONS
+    result = await score(answer, asked)
     for question, text, ok in result.answers:
         if args.show or not ok:
             print(f"{'PASS' if ok else 'FAIL'}  {question.text}  ->  {text!r}")
     print(
-        f"score {result.score:.2f} ({sum(ok for *_, ok in result.answers)}/{len(QUESTIONS)}), "
+        f"score {result.score:.2f} ({sum(ok for *_, ok in result.answers)}/{len(asked)}), "
         f"{result.seconds:.1f} s, temperature {args.temperature}, max tokens {args.max_tokens}"
     )
     await engine.stop()

@@ -7,8 +7,9 @@ OpenAI one, whose translation it reuses for everything the two share. What diffe
   input default, and a session opens at pcm16 16 kHz unless it says otherwise; the session's
   ``sample_rate_hz`` or ``audio.input.sample_rate_hz`` names another. OpenAI's pcm16 is 24 kHz:
   a vLLM-Omni client's audio read that way would play 1.5 times too fast.
-* **Model options.** ``extra_body`` is the reference's name for ``engine_options``, and
-  ``ref_audio`` travels among them (the vllm-omni engine reads it there).
+* **Model options.** ``extra_body`` and ``ref_audio`` travel as the engine options of those
+  names: the vllm-omni engine hands them to vLLM-Omni, and other engines, which have no use
+  for a vLLM-Omni model's options, know them by name and leave them be.
 * **Commit.** A commit that does not say whether to answer leaves the contract's
   ``create_response`` unset, so turn detection (or the model, where it owns the turns) decides;
   the OpenAI dialect says ``false``, as OpenAI's commit never answers by itself.
@@ -113,9 +114,10 @@ def _input_format(config: pb.SessionConfig, extras: ve.SessionExtras, *, opening
 
 
 def _model_options(config: pb.SessionConfig, extras: ve.SessionExtras) -> None:
-    """``extra_body`` and ``ref_audio`` become engine options."""
+    """``extra_body`` and ``ref_audio`` become the engine options of those names (kept
+    whole, not merged, so that an engine tells vLLM-Omni's options from its own)."""
     if extras.extra_body:
-        config.engine_options.update(extras.extra_body)
+        config.engine_options.update({"extra_body": extras.extra_body})
     if extras.ref_audio is not None:
         config.engine_options.update({"ref_audio": extras.ref_audio})
 

@@ -87,6 +87,9 @@ def vllm_omni_session_json(
     out = session_json(session)
     options = json_format.MessageToDict(config.engine_options)
     ref_audio = options.pop("ref_audio", None)
+    model_options = options.pop("extra_body", {})
+    # The reference has one bag of model options: vLLM-Omni's, over any others.
+    extra_body = {**options, **(model_options if isinstance(model_options, dict) else {})}
     out.pop("engine_options", None)
     in_fmt, out_fmt = config.input_audio_format, config.output_audio_format
     out.update(
@@ -99,7 +102,7 @@ def vllm_omni_session_json(
             "output_audio_format": FORMAT_NAMES.get(out_fmt.encoding, "pcm16"),
             "sample_rate_hz": in_fmt.sample_rate_hz,
             "idle_timeout_s": config.idle_timeout.ToMilliseconds() / 1000,
-            "extra_body": options,
+            "extra_body": extra_body,
             "ref_audio": ref_audio if isinstance(ref_audio, str) else None,
         }
     )

@@ -106,8 +106,7 @@ def test_extra_body_and_ref_audio_become_engine_options() -> None:
         {"ref_audio": "data:audio/wav;base64,AAAA", "extra_body": {"auto_response": True, "n": 2}}
     )
     assert json_format.MessageToDict(config.engine_options) == {
-        "auto_response": True,
-        "n": 2.0,
+        "extra_body": {"auto_response": True, "n": 2.0},
         "ref_audio": "data:audio/wav;base64,AAAA",
     }
 
@@ -242,7 +241,9 @@ def created(**caps: Any) -> pb.ConverseResponse:
 def test_the_session_object_carries_the_references_fields_and_capabilities() -> None:
     dialect = VllmOmniDialect()
     config = session().config
-    config.engine_options.update({"ref_audio": "data:x", "auto_response": True})
+    config.engine_options.update(
+        {"ref_audio": "data:x", "extra_body": {"auto_response": True}, "responder": "echo"}
+    )
     event = created(chunk_period_ms=1000)
     event.session_created.session.config.CopyFrom(config)
     (only,) = dialect.expand(event)
@@ -259,7 +260,8 @@ def test_the_session_object_carries_the_references_fields_and_capabilities() -> 
     assert body["audio"]["output"]["sample_rate_hz"] == 24000
     assert body["modalities"] == ["audio", "text"]
     assert (body["state"], body["epoch"]) == ("open", 2)
-    assert (body["extra_body"], body["ref_audio"]) == ({"auto_response": True}, "data:x")
+    assert body["ref_audio"] == "data:x"
+    assert body["extra_body"] == {"auto_response": True, "responder": "echo"}
     assert "engine_options" not in body
 
 

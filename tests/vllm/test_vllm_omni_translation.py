@@ -97,11 +97,16 @@ def test_an_append_passes_its_frames_and_hints_on() -> None:
 
 def test_the_session_engine_options_are_vllm_omnis_extra_body() -> None:
     config = pb.SessionConfig()
-    config.engine_options.update({"force_listen_count": 0, "auto_response": True})
-    session = realtime_session(config, {"auto_response": False, "model_default": "x"})
+    # A vLLM-Omni client's extra_body (kept whole by the bridge) wins over the other options.
+    config.engine_options.update(
+        {"sliding_window_mode": "basic", "auto_response": True,
+         "extra_body": {"force_listen_count": 0, "auto_response": False}}
+    )  # fmt: skip
+    session = realtime_session(config, {"auto_response": True, "model_default": "x"})
     assert session["extra_body"] == {
-        "auto_response": True,
+        "auto_response": False,
         "model_default": "x",
+        "sliding_window_mode": "basic",
         "force_listen_count": 0,
     }
     assert isinstance(session["extra_body"]["force_listen_count"], int)  # type: ignore[index]

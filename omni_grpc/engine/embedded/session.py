@@ -40,6 +40,10 @@ from omni_grpc.wire import pb
 logger = logging.getLogger(__name__)
 
 _SESSION_OPTIONS = ("responder", "pace")
+# A vLLM-Omni client's model options (the bridge's vLLM-Omni dialect passes its extra_body and
+# ref_audio on under these names, whatever the engine): nothing here reads them, and they are
+# no mistake of the client's, so they are not reported.
+_FOREIGN_OPTIONS = ("extra_body", "ref_audio")
 
 
 class EmbeddedSession(kit.ConversationSession):
@@ -90,7 +94,7 @@ class EmbeddedSession(kit.ConversationSession):
         responder = options.get("responder", defaults.responder)
         pace = options.get("pace", defaults.pace)
         problem = None
-        unknown = sorted(set(options) - set(_SESSION_OPTIONS))
+        unknown = sorted(set(options) - set(_SESSION_OPTIONS) - set(_FOREIGN_OPTIONS))
         if unknown or responder not in RESPONDERS or pace not in PACES:
             problem = CommandError(
                 "invalid_session_config",

@@ -82,10 +82,12 @@ def realtime_session(config: pb.SessionConfig, defaults: dict[str, object]) -> d
         }
     else:
         session["turn_detection"] = None
-    extra = dict(defaults)
-    # The session's engine options are vLLM-Omni's extra_body (ref_audio among them), over
-    # the engine's defaults.
-    extra.update(_plain(json_format.MessageToDict(config.engine_options)))
+    # vLLM-Omni's extra_body: the engine's defaults, then the session's engine options
+    # (ref_audio among them), then the extra_body a vLLM-Omni client gave (its dialect keeps
+    # it whole in the engine option of that name).
+    options = _plain(json_format.MessageToDict(config.engine_options))
+    given = options.pop("extra_body", {})
+    extra = {**defaults, **options, **(given if isinstance(given, dict) else {})}
     session["extra_body"] = extra
     return session
 

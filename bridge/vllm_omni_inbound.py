@@ -59,8 +59,9 @@ _IMAGE_TYPES = ((b"\xff\xd8\xff", "image/jpeg"), (b"\x89PNG\r\n\x1a\n", "image/p
 
 class NotAnObject(DialectError):
     """A frame that is JSON but not an object: ``bad_event``, and the end of a handshake. A
-    JSON object that is not a good event is ``bad_event`` too, but the reference opens the
-    session on it and answers it in band, and so does the bridge."""
+    JSON object that is not a good event is ``bad_event`` too, but answered in band: the
+    reference opens a session and refuses the event there; the bridge refuses it and waits
+    for a first event it can apply."""
 
 
 def decode_duplex_event(frame: str | bytes) -> Any:
@@ -171,8 +172,6 @@ def _playback_ack(event: ce.PlaybackAck, request: pb.ConverseRequest) -> None:
 
 class DuplexInbound:
     """The duplex endpoint's inbound translation (the relay's view of a dialect)."""
-
-    name = "vllm-omni"
 
     def decode(self, frame: str | bytes) -> Any:
         """Parses one frame; raises DialectError."""

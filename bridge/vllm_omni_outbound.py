@@ -126,7 +126,6 @@ class VllmOmniDialect(ServerDialect):
         # Set when the connection opened with a session.update, which session.updated answers.
         self.opened_by_update = False
         self._capabilities: pb.Capabilities | None = None  # kept for every later session object
-        self._epoch = 0
         self._handlers.update(
             {
                 "session_created": self._session_created_duplex,
@@ -156,7 +155,6 @@ class VllmOmniDialect(ServerDialect):
         return out
 
     def _session(self, session: pb.Session) -> dict[str, Any]:
-        self._epoch = session.epoch
         return vllm_omni_session_json(session, self._capabilities)
 
     def _session_created_duplex(self, e: pb.SessionCreated) -> list[Event]:
@@ -189,7 +187,6 @@ class VllmOmniDialect(ServerDialect):
             delta["sample_rate_hz"] = e.sample_rate_hz
             delta["metadata"] = {
                 "session_id": self.session_id,
-                "epoch": self._epoch,
                 # The response's audio so far, through this delta, as the reference counts it.
                 "audio_duration_ms": delta["start_ms"] + delta["duration_ms"],
             }
@@ -203,13 +200,11 @@ class VllmOmniDialect(ServerDialect):
             "metadata": {
                 "type": "response.listen",
                 "session_id": self.session_id,
-                "epoch": self._epoch,
                 "reason": e.reason,
                 "model_listen": e.reason == "model_listen",
             },
         }
         listen: Event = {"type": "response.listen", "session_id": self.session_id}
-        listen["epoch"] = self._epoch
         if e.response_id:
             # Only a listen that ends a response names it; the reference client closes that
             # response's handle on it, and takes an unnamed listen as a decision of its own.
@@ -249,7 +244,6 @@ class VllmOmniDialect(ServerDialect):
                 "event": {
                     "type": "playback.acknowledged",
                     "session_id": self.session_id,
-                    "epoch": self._epoch,
                     "response_id": e.response_id,
                     "item_id": e.item_id,
                     "played_ms": e.played_ms,

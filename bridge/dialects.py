@@ -17,9 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 from bridge import inbound
 from bridge import inbound_events as ce
 from bridge.errors import DialectError
+from bridge.inbound_unhonoured import refuse_unhonoured
 from bridge.outbound import ServerDialect
 from bridge.vllm_omni_inbound import DuplexInbound
 from bridge.vllm_omni_outbound import VllmOmniDialect
@@ -47,7 +50,12 @@ class OpenAIInbound:
     """The OpenAI dialect's inbound side: :mod:`bridge.inbound` as it is."""
 
     def decode(self, frame: str | bytes) -> Any:
-        return inbound.decode_client_event(frame)
+        event = inbound.decode_client_event(frame)
+        if isinstance(event, ce.SessionUpdate | ce.ResponseCreate):
+            # Parsed again, for the few events that may set a GA field the service cannot
+            # honour: the models leave out what they do not carry (bridge.inbound_unhonoured).
+            refuse_unhonoured(orjson.loads(frame))
+        return event
 
     def to_request(self, event: Any) -> pb.ConverseRequest:
         return inbound.to_request(event)

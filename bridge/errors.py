@@ -13,6 +13,7 @@ BRIDGE_ERROR_CODES: dict[str, str] = {
     "unsupported_item_type": "a conversation item type the service does not take",
     "unsupported_content_type": "a content part type the service does not take",
     "unsupported_session_type": "a session type other than realtime",
+    "unsupported_field": "an OpenAI field set to something the service cannot honour",
     "invalid_api_key": "the service refused the API key",
     "service_unavailable": "the gRPC service could not be reached",
     "timeout": "the gRPC service did not answer in time",

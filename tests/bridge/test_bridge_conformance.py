@@ -185,3 +185,90 @@ async def test_a_full_service_is_a_rate_limit_error_with_its_retry_hint(query: s
     if second.extensions:
         assert body["retry_after_ms"] == round(bucket["reset_seconds"] * 1000)
     assert closed[0] == 1013
+
+
+@pytest.mark.parametrize(
+    ("event", "param"),
+    [
+        (
+            {"type": "session.update", "session": {"audio": {"output": {"speed": 1.5}}}},
+            "session.audio.output.speed",
+        ),
+        (
+            {
+                "type": "session.update",
+                "session": {"audio": {"input": {"noise_reduction": {"type": "near_field"}}}},
+            },
+            "session.audio.input.noise_reduction",
+        ),
+        (
+            {
+                "type": "session.update",
+                "session": {
+                    "audio": {
+                        "input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": 5000}}
+                    }
+                },
+            },
+            "session.audio.input.turn_detection.idle_timeout_ms",
+        ),
+        ({"type": "session.update", "session": {"truncation": "disabled"}}, "session.truncation"),
+        ({"type": "session.update", "session": {"prompt": {"id": "pmpt_1"}}}, "session.prompt"),
+        (
+            {"type": "response.create", "response": {"conversation": "none"}},
+            "response.conversation",
+        ),
+        (
+            {"type": "response.create", "response": {"max_output_tokens": 20}},
+            "response.max_output_tokens",
+        ),
+        ({"type": "response.create", "response": {"input": []}}, "response.input"),
+    ],
+)
+async def test_a_field_that_cannot_be_honoured_is_an_error_naming_it(
+    bridge_port: int, event: dict[str, Any], param: str
+) -> None:
+    async with realtime_socket(bridge_port) as ws:
+        await ws.until("session.created")
+        # Instructions ride along: a refused update is refused whole, not applied in part.
+        if event["type"] == "session.update":
+            event["session"]["instructions"] = "Never applied."
+        await ws.send({**event, "event_id": "asks-too-much"})
+        refusal = await ws.recv()
+        assert refusal["type"] == "error", refusal
+        assert (refusal["error"]["code"], refusal["error"]["param"]) == ("unsupported_field", param)
+        assert refusal["error"]["event_id"] == "asks-too-much"
+        # The socket goes on, and the session is as it was.
+        await ws.send({"type": "session.update", "session": {"type": "realtime"}})
+        updated = await ws.recv()
+        assert updated["type"] == "session.updated"
+        assert "instructions" not in updated["session"]
+
+
+async def test_what_openais_agents_send_by_default_is_accepted(bridge_port: int) -> None:
+    # @openai/agents-realtime's default session (DEFAULT_OPENAI_REALTIME_SESSION_CONFIG), then
+    # its tracing update: no field of it asks for anything the service cannot do.
+    session = {
+        "type": "realtime",
+        "instructions": "Answer briefly.",
+        "output_modalities": ["audio"],
+        "audio": {
+            "input": {
+                "format": {"type": "audio/pcm", "rate": 24000},
+                "noise_reduction": None,
+                "transcription": {"model": "gpt-4o-mini-transcribe"},
+                "turn_detection": {"type": "semantic_vad"},
+            },
+            "output": {"format": {"type": "audio/pcm", "rate": 24000}, "speed": 1},
+        },
+        "tool_choice": "auto",
+    }
+    async with realtime_socket(bridge_port) as ws:
+        await ws.until("session.created")
+        await ws.send({"type": "session.update", "session": session})
+        await ws.send(
+            {"type": "session.update", "session": {"type": "realtime", "tracing": "auto"}}
+        )
+        first, second = await ws.recv(), await ws.recv()
+    assert (first["type"], second["type"]) == ("session.updated", "session.updated")
+    assert second["session"]["instructions"] == "Answer briefly."

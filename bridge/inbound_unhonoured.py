@@ -1,0 +1,109 @@
+"""OpenAI GA fields the service cannot honour: refused with an error that names them.
+
+The inbound models ignore fields they do not know, as OpenAI's server ignores unknown ones.
+A field OpenAI *does* define and the service cannot carry out is different: dropping it would
+leave the client believing it took effect. So a ``session.update`` or ``response.create``
+that sets one to anything but the value that means "as without it" is refused whole with
+``unsupported_field``, its ``param`` the field's path, before anything of it is applied.
+
+What stock clients send by default passes: OpenAI's agents SDKs send ``noise_reduction: null``
+and ``speed: 1``, which ask for nothing. ``tracing`` passes in any form: it says where
+OpenAI's own dashboard stores traces, which does not exist here, and changes nothing in the
+conversation (the service's traces are OpenTelemetry's, configured on the server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bridge.errors import DialectError
+
+
+def _unset(value: Any) -> bool:
+    return value is None
+
+
+def _empty(value: Any) -> bool:
+    return value in (None, "", [])
+
+
+def _speed_one(value: Any) -> bool:
+    return value is None or (type(value) in (int, float) and value == 1)
+
+
+def _auto(value: Any) -> bool:
+    return value in (None, "auto")
+
+
+def _no_cap(value: Any) -> bool:
+    return value in (None, "inf")
+
+
+# For each event type: (path in the event, what the field may be, why it cannot be honoured).
+_RULES: dict[str, tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...]] = {
+    "session.update": (
+        (("session", "audio", "input", "noise_reduction"), _unset, "no engine reduces noise"),
+        (("session", "input_audio_noise_reduction"), _unset, "no engine reduces noise"),
+        (("session", "audio", "output", "speed"), _speed_one, "voices speak at one speed"),
+        (("session", "speed"), _speed_one, "voices speak at one speed"),
+        (
+            ("session", "audio", "input", "turn_detection", "idle_timeout_ms"),
+            _unset,
+            "turn detection has no idle timeout",
+        ),
+        (
+            ("session", "turn_detection", "idle_timeout_ms"),
+            _unset,
+            "turn detection has no idle timeout",
+        ),
+        (
+            ("session", "audio", "input", "transcription", "prompt"),
+            _empty,
+            "transcription takes no prompt",
+        ),
+        (
+            ("session", "input_audio_transcription", "prompt"),
+            _empty,
+            "transcription takes no prompt",
+        ),
+        (("session", "include"), _empty, "no extra output can be included"),
+        (("session", "prompt"), _unset, "there are no stored prompts"),
+        (("session", "truncation"), _auto, "the conversation's truncation is the engine's"),
+    ),
+    "response.create": (
+        (("response", "conversation"), _auto, "a response always joins the conversation"),
+        (("response", "input"), _unset, "a response answers the conversation itself"),
+        (("response", "max_output_tokens"), _no_cap, "the cap is the session's"),
+        (("response", "max_response_output_tokens"), _no_cap, "the cap is the session's"),
+        (("response", "audio"), _unset, "the output format and voice are the session's"),
+        (("response", "voice"), _unset, "the voice is the session's"),
+        (("response", "output_audio_format"), _unset, "the output format is the session's"),
+        (("response", "prompt"), _unset, "there are no stored prompts"),
+    ),
+}
+
+
+def _find(event: dict[str, Any], path: tuple[str, ...]) -> tuple[bool, Any]:
+    node: Any = event
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return False, None
+        node = node[key]
+    return True, node
+
+
+def refuse_unhonoured(event: dict[str, Any]) -> None:
+    """Raises ``unsupported_field`` for the first GA field in ``event`` (a decoded client
+    event) that asks for something the service cannot do."""
+    for path, allowed, why in _RULES.get(event.get("type", ""), ()):
+        present, value = _find(event, path)
+        if present and not allowed(value):
+            param = ".".join(path)
+            event_id = event.get("event_id")
+            raise DialectError(
+                "unsupported_field",
+                f"{param} cannot be honoured: {why}",
+                param=param,
+                event_id=event_id if isinstance(event_id, str) else "",
+            )

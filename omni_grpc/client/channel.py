@@ -21,12 +21,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceStub
 from omni_grpc.wire import pb
-from omni_grpc.wire.keys import ROUTE_HEADER, bearer_metadata, resume_token_metadata, route_of
+from omni_grpc.wire.keys import (
+    REFUSAL_HEADER,
+    ROUTE_HEADER,
+    bearer_metadata,
+    resume_token_metadata,
+    route_of,
+)
 
 DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
@@ -126,8 +133,15 @@ class StreamBroken(Exception):
         if not isinstance(error, grpc.aio.AioRpcError):
             return cls(f"transport error: {str(error) or 'no details'}")
         status, details = error.code(), error.details()
+        rich = _rich_status(error)
+        headers: tuple[tuple[str, str | bytes], ...] = tuple(error.initial_metadata() or ())
+        if status == grpc.StatusCode.CANCELLED and (relayed := _relayed_refusal(headers)):
+            # A proxy lost the refusal's trailers; its headers carry the same status.
+            rich = relayed
+            status = next((s for s in grpc.StatusCode if s.value[0] == rich.code), status)
+            details = rich.message
         code, retry_after_s = "", 0.0
-        for detail in _rich_status(error).details:
+        for detail in rich.details:
             info = error_details_pb2.ErrorInfo()
             retry = error_details_pb2.RetryInfo()
             if detail.Unpack(info):
@@ -141,8 +155,19 @@ class StreamBroken(Exception):
             status=status,
             code=code,
             retry_after_s=retry_after_s,
-            route=route_of(tuple(error.trailing_metadata() or ())),  # type: ignore[arg-type]
+            route=route_of(tuple(error.trailing_metadata() or ()) + headers),  # type: ignore[arg-type]
         )
+
+
+def _relayed_refusal(headers: Sequence[tuple[str, str | bytes]]) -> status_pb2.Status | None:
+    """The refusal a server also put in the response headers (REFUSAL_HEADER), if any."""
+    for name, value in headers:
+        if name == REFUSAL_HEADER and isinstance(value, bytes):
+            try:
+                return status_pb2.Status.FromString(value)
+            except DecodeError:
+                return None
+    return None
 
 
 def _rich_status(error: grpc.aio.AioRpcError) -> status_pb2.Status:

@@ -86,8 +86,10 @@ class DuplexClient(SessionLink, Commands):
         tls_server_name: str | None = None,
         ack_interval_s: float | None = None,
         options: ClientOptions | None = None,
+        route: str = "",
     ) -> DuplexClient:
-        """Takes an existing session over (from another process, say) after ``last_seq``."""
+        """Takes an existing session over (from another process, say) after ``last_seq``;
+        ``route`` is the routing key of its replica (``ResumeHandle.route``), when known."""
         client = cls._build(
             target,
             api_key,
@@ -100,6 +102,7 @@ class DuplexClient(SessionLink, Commands):
         )
         client.session_id = session_id
         client._token = resume_token
+        client._conn.route = route
         try:
             await client._take_over()
         except BaseException:
@@ -208,7 +211,7 @@ class DuplexClient(SessionLink, Commands):
 
     def resume_handle(self) -> ResumeHandle:
         """What another client needs to take this session over after the events seen here."""
-        return ResumeHandle(self.session_id, self._token, self._delivered_seq)
+        return ResumeHandle(self.session_id, self._token, self._delivered_seq, self._conn.route)
 
     async def get_session(self) -> pb.GetSessionResponse:
         """Asks the server how it sees the session now (state, last seq, applied client_seq)."""

@@ -42,6 +42,9 @@ class ResumeHandle:
     session_id: str
     resume_token: str = field(repr=False)
     last_seq: int
+    # The routing key of the replica holding the session (x-omni-route), "" when none: a
+    # takeover that brings it goes straight there through a proxy.
+    route: str = ""
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ from omni_grpc.server.refusals import RefusalLog
 from omni_grpc.server.sessions import ResumeFoundEnded, SessionElsewhere, Sessions
 from omni_grpc.server.status import rich_status
 from omni_grpc.wire import pb
-from omni_grpc.wire.keys import ROUTE_HEADER, bearer_key, resume_token
+from omni_grpc.wire.keys import REFUSAL_HEADER, ROUTE_HEADER, bearer_key, resume_token
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class DuplexServicer:
                 refusal.code,
             )
             owner = refusal.route if isinstance(refusal, SessionElsewhere) else ""
-            await _abort(context, refusal, ((ROUTE_HEADER, owner),) if owner else ())
+            await _refuse_stream(context, refusal, ((ROUTE_HEADER, owner),) if owner else ())
             return
         except ResumeGap as gap:
             metrics.RESUMES.labels("gap").inc()
@@ -238,6 +238,20 @@ def _parse(raw: object) -> pb.ConverseRequest | None:
         return pb.ConverseRequest.FromString(raw)  # type: ignore[arg-type]
     except DecodeError:
         return None
+
+
+async def _refuse_stream(
+    context: grpc.aio.ServicerContext,
+    refusal: StreamRefused,
+    extra: tuple[tuple[str, str], ...] = (),
+) -> None:
+    """Ends a stream before it started, its status in the headers too (see REFUSAL_HEADER)."""
+    status = rich_status(refusal)
+    details = [
+        (REFUSAL_HEADER, value) for key, value in status.trailing_metadata if key.endswith("-bin")
+    ]
+    await context.send_initial_metadata((*details, *extra))
+    await _abort(context, refusal, extra)
 
 
 async def _abort(

@@ -21,6 +21,10 @@ RESUME_TOKEN_HEADER = "omni-resume-token"
 # with a ``session_elsewhere`` refusal, the owner's), clients send it back on every later call of
 # the session, and a proxy in front of several replicas routes on it (docs/deploy.md).
 ROUTE_HEADER = "x-omni-route"
+# A refused stream's google.rpc.Status, also sent in the response headers: a proxy may lose the
+# trailers of a stream the server ends before the client half-closed (HAProxy 2.6 resets it with
+# CANCEL, haproxy/haproxy#1219), and a client that sees CANCELLED reads the refusal here.
+REFUSAL_HEADER = "x-omni-refusal-bin"
 
 
 def route_of(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:

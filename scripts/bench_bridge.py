@@ -176,7 +176,8 @@ class Load:
         frame = orjson.dumps(
             {"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode()}
         )
-        url = f"http://127.0.0.1:{self.port}/v1/realtime?model=loopback"
+        # It acks what it read (server_event_seq): a client of the duplex extensions.
+        url = f"http://127.0.0.1:{self.port}/v1/realtime?model=loopback&extensions=1"
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             bridge = self.kind == "bridge"
             group = [WsSession(http, url, frame, bridge) for _ in range(sessions)]

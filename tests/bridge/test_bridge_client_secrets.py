@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from bridge_testkit import realtime_socket, running_bridge, service_settings
+from bridge_testkit import WITH_EXTENSIONS, realtime_socket, running_bridge, service_settings
 
 from bridge.client_secrets import MAX_OUTSTANDING, ClientSecrets, TooManySecrets
 from tests.serving import serving
@@ -87,7 +87,8 @@ async def test_a_page_opens_one_session_with_a_minted_secret(
         assert secret.startswith("ek_") and abs(minted["expires_at"] - (time.time() + 30)) < 5
         # The page: the secret opens a session, which the service bound to the backend's key.
         protocols = ("realtime", f"openai-insecure-api-key.{secret}")
-        async with realtime_socket(port, protocols=protocols) as ws:
+        # It resumes below, so it asks for the extensions (the resume token among them).
+        async with realtime_socket(port, WITH_EXTENSIONS, protocols=protocols) as ws:
             created = await ws.recv()
             assert created["type"] == "session.created"
         assert await upgrade_status(port, secret) == 401  # used up

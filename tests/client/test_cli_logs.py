@@ -92,7 +92,8 @@ async def _grpc_conversation(target: str) -> tuple[set[str], set[str]]:
 
 async def _bridge_conversation(http_port: int) -> tuple[set[str], set[str]]:
     """A turn over the websocket bridge, then a resume on a second socket; (ids, tokens)."""
-    url = f"http://127.0.0.1:{http_port}/v1/realtime?model=loopback"
+    # It resumes, so it asks for the duplex extensions (the resume token among them).
+    url = f"http://127.0.0.1:{http_port}/v1/realtime?model=loopback&extensions=1"
     headers = {"Authorization": f"Bearer {API_KEY}"}
     audio = base64.b64encode(_pcm16(300, 24000)).decode()
     async with aiohttp.ClientSession() as http:

@@ -59,8 +59,14 @@ class DuplexSessionUpdate(ce.SessionUpdate):
     @model_validator(mode="before")
     @classmethod
     def _read_extras(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if "session" not in data:
+            # The reference also takes the session's fields beside `type`, with no `session`.
+            flat = {key: value for key, value in data.items() if key not in ("type", "event_id")}
+            data = {"type": data.get("type"), "event_id": data.get("event_id", ""), "session": flat}
         # The extras sit inside `session`, beside the fields SessionPatch reads.
-        if isinstance(data, dict) and isinstance(data.get("session"), dict):
+        if isinstance(data.get("session"), dict):
             return {**data, "extras": data["session"]}
         return data
 

@@ -94,6 +94,15 @@ def test_pcm16_without_a_rate_means_16khz_and_the_session_rate_wins() -> None:
     assert rate(ulaw) == rate(audio_format("g711_ulaw", "format"))
 
 
+def test_a_flat_update_is_read_as_the_reference_reads_it() -> None:
+    flat = translate(
+        {"type": "session.update", "event_id": "e", "instructions": "hi", "sample_rate_hz": 8000}
+    )
+    config = flat.update_session.config
+    assert (config.instructions, flat.event_id) == ("hi", "e")
+    assert rate(config.input_audio_format) == (pb.AUDIO_ENCODING_PCM16, 8000)
+
+
 def test_an_update_changes_the_input_rate_only_when_it_names_one() -> None:
     untouched = translate({"type": "session.update", "session": {"instructions": "hi"}})
     assert not untouched.update_session.config.HasField("input_audio_format")

@@ -2,7 +2,7 @@
 // person spoke (or typed) over, marked where it stopped.
 
 const $ = (id) => document.getElementById(id);
-const BARGE_SHOWN_MS = 1500;
+const BARGE_SHOWN_MS = 2500;
 const WHO = { you: "you", assistant: "assistant", error: "error" };
 
 function line(id) {

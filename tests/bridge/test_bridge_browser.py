@@ -72,8 +72,9 @@ async def test_speech_over_a_reply_cuts_it_and_the_next_reply_survives_a_drop(
     paced_service: RunningServer, tmp_path: Path
 ) -> None:
     # A turn, then, while its reply plays, the person speaks again.
-    # The reply echoes the turn (4.3 s); the second sentence starts 1.8 s after it does.
-    mic = speech_wav(tmp_path, "mic", [0.5, SPEECH_TEXT, 2.5, INTERRUPTION, 3.0])
+    # The reply echoes the whole turn (6 s); the second sentence starts 1.8 s after it does,
+    # with seconds to spare for a busy machine's lag on either side.
+    mic = speech_wav(tmp_path, "mic", [2.5, SPEECH_TEXT, 2.5, INTERRUPTION, 3.0])
     async with running_bridge(paced_service.target) as port, chromium_page(mic) as run:
         await run.page.goto(f"http://127.0.0.1:{port}/")
         await run.page.click("#start")

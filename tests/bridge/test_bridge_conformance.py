@@ -272,3 +272,52 @@ async def test_what_openais_agents_send_by_default_is_accepted(bridge_port: int)
         first, second = await ws.recv(), await ws.recv()
     assert (first["type"], second["type"]) == ("session.updated", "session.updated")
     assert second["session"]["instructions"] == "Answer briefly."
+
+
+async def test_every_command_of_a_stock_client_is_answered_in_ga_events(
+    bridge_port: int, speech: bytes
+) -> None:
+    """Typed items, retrieve, truncate, delete, clear, cancel: every answer validates strictly
+    and none of them is an extension."""
+    async with realtime_socket(bridge_port) as ws:
+        await ws.until("session.created")
+        text = {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "hi"}],
+        }
+        await ws.send({"type": "conversation.item.create", "item": {**text, "id": "typed"}})
+        await ws.until("conversation.item.done")
+        await ws.send({"type": "conversation.item.retrieve", "item_id": "typed"})
+        retrieved = (await ws.until("conversation.item.retrieved"))[-1]
+        assert retrieved["item"]["id"] == "typed"
+        await ws.send({"type": "response.create"})
+        done = (await ws.until("response.done", wait_s=30))[-1]
+        answer = done["response"]["output"][0]["id"]
+        await ws.send(
+            {
+                "type": "conversation.item.truncate",
+                "item_id": answer,
+                "content_index": 0,
+                "audio_end_ms": 10,
+            }
+        )
+        await ws.until("conversation.item.truncated")
+        await ws.send({"type": "conversation.item.delete", "item_id": "typed"})
+        await ws.until("conversation.item.deleted")
+        chunk = base64.b64encode(speech[:4800]).decode()
+        await ws.send({"type": "input_audio_buffer.append", "audio": chunk})
+        await ws.send({"type": "input_audio_buffer.clear"})
+        await ws.until("input_audio_buffer.cleared")
+        # A long answer (3 s said back), cancelled as soon as it starts: it ends cancelled,
+        # with GA's status details.
+        await ws.send(
+            {"type": "input_audio_buffer.append", "audio": base64.b64encode(speech).decode()}
+        )
+        await ws.send({"type": "input_audio_buffer.commit"})
+        await ws.send({"type": "response.create"})
+        await ws.until("response.created")
+        await ws.send({"type": "response.cancel"})
+        cancelled = (await ws.until("response.done", wait_s=30))[-1]["response"]
+        assert cancelled["status"] == "cancelled", cancelled
+    assert "error" not in [e["type"] for e in ws.received]

@@ -67,17 +67,6 @@ class OpenAIInbound:
         return False  # a refused first event is answered in band; the client may try again
 
 
-class _OpeningUpdate(DuplexInbound):
-    """The duplex inbound side, telling its outbound side how the session opened."""
-
-    def __init__(self, outbound: VllmOmniDialect) -> None:
-        self._outbound = outbound
-
-    def open_request(self, event: ce.SessionUpdate | None, *, model: str) -> pb.ConverseRequest:
-        self._outbound.opened_by_update = event is not None
-        return super().open_request(event, model=model)
-
-
 @dataclass(frozen=True, slots=True)
 class Dialect:
     """One connection's translation, both ways."""
@@ -99,7 +88,7 @@ def make_dialect(name: str, *, max_audio_delta_bytes: int, extensions: bool = Fa
     whether an OpenAI-dialect client asked for the duplex extensions."""
     if name == VLLM_OMNI:
         duplex = VllmOmniDialect(max_audio_delta_bytes=max_audio_delta_bytes)
-        return Dialect(VLLM_OMNI, _OpeningUpdate(duplex), duplex)
+        return Dialect(VLLM_OMNI, DuplexInbound(duplex), duplex)
     outbound = ServerDialect(max_audio_delta_bytes=max_audio_delta_bytes)
     outbound.extensions = extensions
     return Dialect(OPENAI, OpenAIInbound(), outbound)

@@ -32,6 +32,7 @@ from bridge import inbound_events as ce
 from bridge import vllm_omni_events as ve
 from bridge.errors import DialectError
 from bridge.inbound import decode_client_event, open_request, to_request
+from bridge.vllm_omni_outbound import VllmOmniDialect
 from omni_grpc.wire import pb
 
 # The reference's default input: pcm16 at 16 kHz.
@@ -162,16 +163,22 @@ def _append(event: ve.DuplexAppend, request: pb.ConverseRequest) -> None:
         append.sample_rate_hz = DEFAULT_INPUT_RATE_HZ
 
 
-def _playback_ack(event: ce.PlaybackAck, request: pb.ConverseRequest) -> None:
+def _playback_ack(request: pb.ConverseRequest, known_item: bool) -> None:
     ack = request.ack_playback
     named = ack.item_id.removeprefix("item_") if ack.item_id.startswith("item_") else ""
-    if named and ack.response_id in ("", named):
-        # The reference's name for the item of response `named`.
+    if named and not known_item and ack.response_id in ("", named):
+        # Not an item the engine named, but the reference's name for the item of response
+        # `named`.
         ack.response_id, ack.item_id = named, ""
 
 
 class DuplexInbound:
-    """The duplex endpoint's inbound translation (the relay's view of a dialect)."""
+    """The duplex endpoint's inbound translation (the relay's view of a dialect). With the
+    connection's ``outbound`` side, it tells that side how the session opened, and asks it
+    which item ids the engine named."""
+
+    def __init__(self, outbound: VllmOmniDialect | None = None) -> None:
+        self._outbound = outbound
 
     def decode(self, frame: str | bytes) -> Any:
         """Parses one frame; raises DialectError."""
@@ -183,6 +190,8 @@ class DuplexInbound:
 
     def open_request(self, event: ce.SessionUpdate | None, *, model: str) -> pb.ConverseRequest:
         """The ``open_session`` of a connection; a bare one opens at the reference's input."""
+        if self._outbound is not None:
+            self._outbound.opened_by_update = event is not None
         patch = event.session if event is not None else None
         request = open_request(patch, model=model)
         extras = event.extras if isinstance(event, ve.DuplexSessionUpdate) else ve.SessionExtras()
@@ -213,7 +222,8 @@ class DuplexInbound:
             if event.type == "input_audio_buffer.commit":
                 request.commit_input_audio.ClearField("create_response")
         elif isinstance(event, ce.PlaybackAck):
-            _playback_ack(event, request)
+            outbound = self._outbound
+            _playback_ack(request, outbound is not None and outbound.knows_item(event.item_id))
         return request
 
     def _signal(self, event: ve.TurnSignal) -> pb.ConverseRequest:

@@ -17,6 +17,7 @@ shapes vLLM-Omni's duplex serving gives them, where its clients read them:
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 from google.protobuf import json_format
@@ -37,6 +38,7 @@ FORMAT_NAMES = {
 assert all(ENCODINGS[name] == value for value, name in FORMAT_NAMES.items())
 _MODALITY_NAMES = {value: name for name, value in MODALITIES.items()}
 _PCM = frozenset({pb.AUDIO_ENCODING_PCM16, pb.AUDIO_ENCODING_PCM_F32})
+_ITEMS_KEPT = 64
 # The reference's session states: a session lives "open" until it is closed, attached or not.
 _STATES = {
     pb.SESSION_STATE_ATTACHED: "open",
@@ -126,6 +128,8 @@ class VllmOmniDialect(ServerDialect):
         # Set when the connection opened with a session.update, which session.updated answers.
         self.opened_by_update = False
         self._capabilities: pb.Capabilities | None = None  # kept for every later session object
+        # The item ids of the responses announced lately, which a playback ack may name.
+        self._items: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._handlers.update(
             {
                 "session_created": self._session_created_duplex,
@@ -175,7 +179,14 @@ class VllmOmniDialect(ServerDialect):
     def _session_updated(self, e: pb.SessionUpdated) -> list[Event]:
         return [{"type": "session.updated", "session": self._session(e.session)}]
 
+    def knows_item(self, item_id: str) -> bool:
+        """Whether ``item_id`` is the item of a response this connection announced."""
+        return item_id in self._items
+
     def _response_created_duplex(self, e: pb.ResponseCreated) -> list[Event]:
+        self._items[e.item_id] = None
+        if len(self._items) > _ITEMS_KEPT:
+            self._items.popitem(last=False)
         out = self._response_created(e)
         out[0]["response_id"] = e.response.id
         return out

@@ -407,3 +407,24 @@ def test_an_append_may_name_its_format_input_audio_format() -> None:
         {"type": "input_audio_buffer.append", "audio": "AAAA", "input_audio_format": "pcm_f32le"}
     ).append_input_audio
     assert (append.encoding, append.sample_rate_hz) == (pb.AUDIO_ENCODING_PCM_F32, 16000)
+
+
+def test_an_ack_naming_the_engines_own_item_id_is_passed_as_it_is() -> None:
+    dialect = make_dialect(VLLM_OMNI, max_audio_delta_bytes=1 << 16)
+    response = pb.Response(id="resp_1", status=pb.RESPONSE_STATUS_IN_PROGRESS)
+    dialect.outbound.expand(
+        pb.ConverseResponse(
+            seq=1, response_created=pb.ResponseCreated(response=response, item_id="item_abc")
+        )
+    )
+
+    def ack(**fields: Any) -> pb.AckPlayback:
+        event = dialect.inbound.decode(orjson.dumps({"type": "playback.ack", **fields}))
+        return dialect.inbound.to_request(event).ack_playback
+
+    # The engine's own id, announced on this connection: not the reference's form.
+    own = ack(played_ms=1, item_id="item_abc")
+    assert (own.response_id, own.item_id) == ("", "item_abc")
+    # The reference's form for the same response.
+    theirs = ack(played_ms=1, item_id="item_resp_1")
+    assert (theirs.response_id, theirs.item_id) == ("resp_1", "")

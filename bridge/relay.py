@@ -48,6 +48,7 @@ from bridge.outbound_events import (
 from bridge.tracing import RelayTurns
 from omni_grpc.client.channel import Connection, Stream, StreamBroken
 from omni_grpc.wire import pb
+from omni_grpc.wire.keys import ROUTE_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ _TERMINAL = {
 }
 _POLICY = WSCloseCode.POLICY_VIOLATION
 SLOW_CONSUMER = "slow_consumer"
+# How many times a resume sent on to its session's replica is tried (each after the hint).
+ELSEWHERE_ATTEMPTS = 40
 # Statuses with which the service refuses the configuration a stream opens with.
 _CONFIG_REFUSALS = frozenset(
     {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
@@ -169,6 +172,9 @@ class Relay:
         self._opening_update: str | None = None
         # The in-band answer to an opening configuration the service refused (see run()).
         self._config_refused: dict[str, Any] | None = None
+        # A resume that reached a replica its session does not live on (several replicas behind
+        # a proxy): retried with the owner's routing key, when the refusal named it.
+        self._elsewhere: StreamBroken | None = None
         # The span of each turn and its context for the service; None when tracing is off.
         self._turns = RelayTurns(tracer) if tracer is not None else None
 
@@ -201,6 +207,14 @@ class Relay:
             self._stream = stream = self._service.converse(self._metadata)
             self._move(RelayState.ATTACHING)
             await self._relay(stream, first, pending)
+            for _ in range(ELSEWHERE_ATTEMPTS):
+                if self._elsewhere is None or self.state is not RelayState.ATTACHING:
+                    break
+                await asyncio.sleep(self._elsewhere.retry_after_s)
+                route = ((ROUTE_HEADER, self._elsewhere.route),) if self._elsewhere.route else ()
+                self._elsewhere = None
+                self._stream = stream = self._service.converse(self._metadata + route)
+                await self._relay(stream, first, pending)
             if self._config_refused is not None and self.state is RelayState.ATTACHING:
                 # The opening session.update asked for a configuration the service refused: like
                 # any refused update, it is answered in band and the session goes on, here with
@@ -376,6 +390,9 @@ class Relay:
             status = broken.status
             if status is None or status is grpc.StatusCode.CANCELLED:
                 return  # we cancelled it: the websocket is gone or closing
+            if self.state is RelayState.ATTACHING and broken.code == "session_elsewhere":
+                self._elsewhere = broken  # run() resumes again, towards the owner
+                return
             if (
                 self.state is RelayState.ATTACHING
                 and self._opening_update is not None

@@ -321,3 +321,37 @@ async def test_every_command_of_a_stock_client_is_answered_in_ga_events(
         cancelled = (await ws.until("response.done", wait_s=30))[-1]["response"]
         assert cancelled["status"] == "cancelled", cancelled
     assert "error" not in [e["type"] for e in ws.received]
+
+
+@pytest.mark.slow
+async def test_semantic_vad_on_an_engine_with_vad_ends_the_turn_by_itself(speech: bytes) -> None:
+    """The embedded engine has a voice activity detector: semantic_vad becomes it, with the
+    eagerness's silence, and a spoken turn is detected, transcribed and answered, every frame
+    in GA events."""
+    options = {"responder": "echo", "pace": "fast"}
+    async with (
+        serving(service_settings(engine="embedded", engine_options=options)) as service,
+        running_bridge(service.target) as port,
+        realtime_socket(port) as ws,
+    ):
+        await ws.until("session.created", wait_s=60)
+        vad = {"type": "semantic_vad", "eagerness": "high"}
+        audio_in = {"turn_detection": vad, "transcription": {"model": "whisper"}}
+        await ws.send({"type": "session.update", "session": {"audio": {"input": audio_in}}})
+        updated = (await ws.until("session.updated", wait_s=30))[-1]
+        detector = updated["session"]["audio"]["input"]["turn_detection"]
+        assert (detector["type"], detector["silence_duration_ms"]) == ("server_vad", 300)
+        pcm = speech + bytes(48_000)  # a second of silence after the words
+        for start in range(0, len(pcm), 4800):
+            chunk = base64.b64encode(pcm[start : start + 4800]).decode()
+            await ws.send({"type": "input_audio_buffer.append", "audio": chunk})
+        await ws.until("response.done", wait_s=120)
+    types = [e["type"] for e in ws.received]
+    assert "error" not in types
+    for kind in (
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.completed",
+    ):
+        assert kind in types, kind

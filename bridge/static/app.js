@@ -251,13 +251,20 @@ function acknowledge(truncate) {
 
 async function start() {
   $("start").disabled = true;
-  await audio.start();
+  const micProblem = await audio.start();
+  if (micProblem) {
+    // No microphone (refused, absent, an insecure page): the conversation goes on in text.
+    omni.errors.push({ code: "microphone", message: String(micProblem) });
+    const why = micProblem.message || String(micProblem);
+    addLine("error", "", `microphone: ${why}; typed turns still work`);
+  }
   ackTimer = setInterval(() => {
     acknowledge(false);
     connection.keepAlive();
   }, ACK_EVERY_MS);
   connection.open();
-  $("stop").disabled = $("mute").disabled = false;
+  $("stop").disabled = false;
+  $("mute").disabled = Boolean(micProblem);
 }
 
 function stop() {

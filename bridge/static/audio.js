@@ -14,9 +14,27 @@ export class AudioIO {
     this.player = null;
   }
 
+  // Starts the player, then the microphone; returns why the microphone could not start (the
+  // page then still plays and takes typed turns), or null.
   async start() {
     this.ctx = new AudioContext({ sampleRate: RATE });
     await this.ctx.audioWorklet.addModule("/static/worklet.js");
+    this.player = new AudioWorkletNode(this.ctx, "pcm-player", { outputChannelCount: [1] });
+    this.player.port.onmessage = (event) => this.onPlayer(event.data);
+    this.player.connect(this.ctx.destination);
+    await this.ctx.resume();
+    try {
+      await this.startMic();
+    } catch (error) {
+      return error;
+    }
+    return null;
+  }
+
+  async startMic() {
+    if (!navigator.mediaDevices) {
+      throw new Error("this page has no microphone here: open it over https or on localhost");
+    }
     this.stream = await navigator.mediaDevices.getUserMedia({
       audio: { channelCount: 1, echoCancellation: true, noiseSuppression: false,
                autoGainControl: false },
@@ -26,10 +44,6 @@ export class AudioIO {
     const silent = new GainNode(this.ctx, { gain: 0 }); // a capture node must be pulled to run
     this.ctx.createMediaStreamSource(this.stream).connect(mic).connect(silent)
       .connect(this.ctx.destination);
-    this.player = new AudioWorkletNode(this.ctx, "pcm-player", { outputChannelCount: [1] });
-    this.player.port.onmessage = (event) => this.onPlayer(event.data);
-    this.player.connect(this.ctx.destination);
-    await this.ctx.resume();
   }
 
   async stop() {

@@ -304,6 +304,40 @@ async def test_every_control_works(impatient_service: RunningServer, tmp_path: P
     assert state["sessionId"] == host.session.id
 
 
+# The browser refuses the microphone, as it does when a person says no.
+REFUSE_MICROPHONE = """
+navigator.mediaDevices.getUserMedia = () =>
+    Promise.reject(new DOMException("Permission denied", "NotAllowedError"));
+"""
+
+
+async def test_without_a_microphone_the_page_talks_in_text(
+    paced_service: RunningServer, tmp_path: Path
+) -> None:
+    quiet = speech_wav(tmp_path, "quiet", [1.0])
+    async with running_bridge(paced_service.target) as port, chromium_page(quiet) as run:
+        await run.page.add_init_script(REFUSE_MICROPHONE)
+        await run.page.goto(f"http://127.0.0.1:{port}/")
+        await run.page.click("#start")
+        await run.until("() => omni.status === 'live'", 10)
+        await run.page.fill("#text", TYPED)
+        await run.page.press("#text", "Enter")
+        await run.until(
+            """(text) => Object.values(omni.responses)
+                .some((r) => r.done && r.transcript.includes(`you wrote "${text}"`))""",
+            15,
+            TYPED,
+        )
+        said = await run.page.text_content("#transcript p.error .words")
+        mute_disabled = await run.page.is_disabled("#mute")
+        state = await run.page.evaluate("omni")
+
+    assert run.problems == [], run.problems
+    assert [error["code"] for error in state["errors"]] == ["microphone"], state["errors"]
+    assert said == "microphone: Permission denied; typed turns still work", said
+    assert mute_disabled
+
+
 async def test_page_is_served(paced_service: RunningServer) -> None:
     async with (
         running_bridge(paced_service.target) as port,

@@ -1,8 +1,9 @@
 // @openai/agents-realtime with a function tool and a handoff, as a client of the bridge.
 //
-// Usage: node agents_tools_client.mjs <ws url> <pcm16 24 kHz file>
-// The service behind the bridge calls the first tool it is offered (the loopback's
-// tool_call=auto). Turn 1 is spoken (the audio, committed, then response.create): the service
+// Usage: node agents_tools_client.mjs <ws url> <pcm16 24 kHz file> [auto|required]
+// With auto (the default) the service behind the bridge calls the first tool it is offered (the
+// loopback's tool_call=auto, the embedded engine's scripted responder); with required each
+// turn's response.create asks for tool_choice required, so a model writes the call. Turn 1 is spoken (the audio, committed, then response.create): the service
 // calls the handoff and the SDK moves to the weather agent. Turn 2 is typed: the service calls
 // get_weather, the SDK runs it here and sends its output, and the answer is spoken.
 // Prints one JSON line per thing seen: {"transport": event} for every server event,
@@ -11,12 +12,15 @@
 import { readFileSync } from 'node:fs';
 import { RealtimeAgent, RealtimeSession, tool } from '@openai/agents-realtime';
 
-const [url, pcmPath] = process.argv.slice(2);
+const [url, pcmPath, choice = 'auto'] = process.argv.slice(2);
+const respond = choice === 'required'
+  ? { type: 'response.create', response: { tool_choice: 'required' } }
+  : { type: 'response.create' };
 const WEATHER_REPORT = 'sunny, 21 degrees';
 const timer = setTimeout(() => {
   console.error('timed out');
   process.exit(2);
-}, 40000);
+}, 150000);
 const print = (line) => console.log(JSON.stringify(line));
 
 const getWeather = tool({
@@ -51,12 +55,14 @@ const session = new RealtimeSession(triage, {
 let phase = 'opening';
 session.transport.on('*', (event) => {
   print({ transport: event });
+  // The call's own response ends after the tool ran; the answer is the response after it.
+  if (event.type === 'response.created' && phase === 'answering') phase = 'answer';
   if (event.type === 'session.updated' && phase === 'opening') {
     phase = 'spoken';
     const pcm = readFileSync(pcmPath);
     session.sendAudio(pcm.buffer.slice(pcm.byteOffset, pcm.byteOffset + pcm.byteLength),
                       { commit: true });
-    session.transport.sendEvent({ type: 'response.create' });
+    session.transport.sendEvent(respond);
   }
 });
 session.on('agent_handoff', (context, from, to) => {
@@ -74,8 +80,13 @@ session.on('agent_end', (context, agent, output) => {
   if (phase === 'spoken' && agent.name === 'weather_agent') {
     // The handoff's output was answered: the typed turn.
     phase = 'typed';
-    session.sendMessage('What is the weather in Paris?');
-  } else if (phase === 'answering') {
+    const text = 'What is the weather in Paris?';
+    session.transport.sendEvent({
+      type: 'conversation.item.create',
+      item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] },
+    });
+    session.transport.sendEvent(respond);
+  } else if (phase === 'answer') {
     // No process.exit(): stdout to a pipe is written asynchronously and would lose lines.
     clearTimeout(timer);
     session.close();

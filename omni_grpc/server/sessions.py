@@ -222,7 +222,7 @@ class Sessions:
             await engine_session.restore_history(stored.items)
         except Exception:
             logger.exception("session %s: the engine could not adopt it", session.id)
-            self.registry.discard(session)
+            self.registry.forget(session)  # no tombstone: the record stays for another try
             raise SessionElsewhere("the engine could not adopt the session") from None
         host = self._host(session, engine_session)
         host.deliver(effects)  # the end of a response cut with its replica, journaled

@@ -4,9 +4,6 @@ handed out, with no adoption anywhere."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from omni_grpc.client import DuplexClient
@@ -17,13 +14,9 @@ from tests.cluster.speaker import OPTIONS, Speaker, words
 ROUTES = ("r1", "r2", "r3")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(Path(tmp_path_factory.mktemp("cluster")))
-    try:
-        yield local.wait_ready()
-    finally:
-        local.stop()
+@pytest.fixture
+def cluster(three_replicas: LocalCluster) -> LocalCluster:
+    return three_replicas
 
 
 def adopted(cluster: LocalCluster) -> float:

@@ -9,8 +9,6 @@ is gone, the replica it lands on adopts the session.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -22,13 +20,9 @@ EXTENSIONS = "/v1/realtime?extensions=1"
 TIMEOUT_S = 60
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(Path(tmp_path_factory.mktemp("cluster")))
-    try:
-        yield local.wait_ready()
-    finally:
-        local.stop()
+@pytest.fixture
+def cluster(three_replicas: LocalCluster) -> LocalCluster:
+    return three_replicas
 
 
 class Page:
@@ -70,6 +64,9 @@ def _words(done: dict[str, Any]) -> str:
 async def test_the_page_resumes_through_any_bridge_and_replica(cluster: LocalCluster) -> None:
     base = f"http://{cluster.state['proxy']['http']}"
     page = Page()
+    routes = [r["route"] for r in cluster.state["replicas"]]
+    opened = {r: cluster.metric(r, "omni_grpc_sessions_opened_total") for r in routes}
+    adopted = sum(cluster.metric(r, "omni_sessions_adopted_total") for r in routes)
     async with aiohttp.ClientSession() as http:
         async with http.ws_connect(base + EXTENSIONS) as ws:
             await ws.send_json({"type": "session.update", "session": {"type": "realtime"}})
@@ -80,10 +77,11 @@ async def test_the_page_resumes_through_any_bridge_and_replica(cluster: LocalClu
                 await page.resume(ws)
                 done = await page.say(ws, f"round {round_}")
                 assert "first words" in _words(done), done
-        routes = [r["route"] for r in cluster.state["replicas"]]
-        assert sum(cluster.metric(r, "omni_sessions_adopted_total") for r in routes) == 0
+        assert sum(cluster.metric(r, "omni_sessions_adopted_total") for r in routes) == adopted
         # The owner dies: the next resume, the same from the page's side, is adopted.
-        owners = [r for r in routes if cluster.metric(r, "omni_grpc_sessions_opened_total") >= 1]
+        owners = [
+            r for r in routes if cluster.metric(r, "omni_grpc_sessions_opened_total") > opened[r]
+        ]
         assert len(owners) == 1
         cluster.kill(owners[0], signal.SIGKILL)
         await wait_for(lambda: not cluster.alive(owners[0]), 30, "the owner to die")

@@ -158,9 +158,6 @@ def _append(event: ve.DuplexAppend, request: pb.ConverseRequest) -> None:
     append.video_frames.extend(_video_frame(text, i) for i, text in enumerate(frames))
     if hints := event.hints():
         append.hints.update(hints)
-    if event.format is not None and not append.sample_rate_hz and append.encoding in _PCM:
-        # A PCM format named without a rate is the reference's default rate, not the session's.
-        append.sample_rate_hz = DEFAULT_INPUT_RATE_HZ
 
 
 def _playback_ack(request: pb.ConverseRequest, known_item: bool) -> None:

@@ -159,3 +159,22 @@ async def test_a_bad_first_event_that_is_an_object_is_answered_and_the_socket_st
         assert (first["type"], first["error"]["code"]) == ("error", "bad_event")
         await send(ws, REFERENCE_OPEN)
         assert (await recv(ws))["type"] == "session.created"
+
+
+async def test_an_append_that_names_no_rate_is_at_the_sessions_rate(bridge_port: int) -> None:
+    # The reference's precedence: the append's rate, else its format object's, else the
+    # session's. This session is at 24 kHz, and its appends say only "pcm16".
+    opening = {**REFERENCE_OPEN, "session": {**REFERENCE_OPEN["session"], "sample_rate_hz": 24000}}
+    async with duplex_socket(bridge_port) as ws:
+        await send(ws, opening)
+        created = await recv(ws)
+        assert created["session"]["sample_rate_hz"] == 24000
+        await send(ws, {"type": "input_audio_buffer.append", "audio": tone(0.5, 24000),
+                        "format": "pcm16"})  # fmt: skip
+        await send(ws, {"type": "input_audio_buffer.commit"})
+        events = await until(ws, "response.done")
+        transcript = "".join(
+            e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta"
+        )
+        said = re.search(r"you said ([0-9.]+) seconds", transcript)
+        assert said and float(said.group(1)) == pytest.approx(0.5, abs=0.01), transcript

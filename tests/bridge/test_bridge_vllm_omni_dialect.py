@@ -131,7 +131,7 @@ def test_a_commit_that_does_not_say_leaves_create_response_to_turn_detection() -
     assert translate({"type": "input.commit"}).commit_input_audio.create_response is True
 
 
-def test_an_append_carries_its_frames_and_hints_and_pcm16_means_16khz() -> None:
+def test_an_append_carries_its_frames_and_hints() -> None:
     request = translate(
         {
             "type": "input_audio_buffer.append",
@@ -149,7 +149,8 @@ def test_an_append_carries_its_frames_and_hints_and_pcm16_means_16khz() -> None:
         }
     )
     append = request.append_input_audio
-    assert (append.encoding, append.sample_rate_hz) == (pb.AUDIO_ENCODING_PCM16, 16000)
+    # A format named without a rate is at the session's rate (0 says so), as in the reference.
+    assert (append.encoding, append.sample_rate_hz) == (pb.AUDIO_ENCODING_PCM16, 0)
     assert [(f.mime_type, f.data) for f in append.video_frames] == [
         ("image/jpeg", JPEG),
         ("image/png", PNG),
@@ -406,7 +407,7 @@ def test_an_append_may_name_its_format_input_audio_format() -> None:
     append = translate(
         {"type": "input_audio_buffer.append", "audio": "AAAA", "input_audio_format": "pcm_f32le"}
     ).append_input_audio
-    assert (append.encoding, append.sample_rate_hz) == (pb.AUDIO_ENCODING_PCM_F32, 16000)
+    assert (append.encoding, append.sample_rate_hz) == (pb.AUDIO_ENCODING_PCM_F32, 0)
 
 
 def test_an_ack_naming_the_engines_own_item_id_is_passed_as_it_is() -> None:

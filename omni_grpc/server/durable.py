@@ -145,6 +145,7 @@ class DurableStore:
         self._written: dict[str, _Written] = {}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = False
         self._claim = self.redis.register_script(_CLAIM)
         DURABILITY_UP.set(0)
 
@@ -157,7 +158,10 @@ class DurableStore:
         ]
 
     async def stop(self) -> None:
-        """Writes what is dirty (if Redis is there), drops the lease, and closes."""
+        """Writes what is dirty (if Redis is there), drops the lease, and closes; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

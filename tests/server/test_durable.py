@@ -1,0 +1,133 @@
+"""The session store against a real Redis (omni_grpc/server/durable.py), in process.
+
+What the cluster tests show end to end, here part by part and fast: what a round writes and
+trims, that ``sync`` waits for the write and stops waiting for a Redis that is away, that of two
+replicas claiming one session exactly one wins, and what a hand-over leaves for a peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from omni_grpc.cli.cluster import free_port, redis_command
+from omni_grpc.server.durable import DurableStore, ItemLog, journal_key
+from omni_grpc.wire import pb
+from tests.cluster.local import wait_for
+from tests.core.helpers import ack, created, open_session
+
+
+@pytest.fixture
+async def redis_url(tmp_path: Path) -> AsyncIterator[str]:
+    port = free_port()
+    redis = await asyncio.create_subprocess_exec(
+        *redis_command(port, tmp_path), stdout=asyncio.subprocess.DEVNULL
+    )
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        redis.terminate()
+        await redis.wait()
+
+
+async def _store(url: str, route: str, mode: str = "async") -> DurableStore:
+    store = DurableStore(url, route, mode, record_ttl_s=60.0)
+    await wait_for(lambda: _up(store), 20, "Redis")
+    await store.start()
+    return store
+
+
+async def _up(store: DurableStore) -> bool:
+    try:
+        return bool(await store.redis.ping())
+    except OSError:
+        return False
+    except Exception:  # redis's ConnectionError while the server starts
+        return False
+
+
+async def test_a_round_writes_the_session_and_trims_what_was_acknowledged(redis_url: str) -> None:
+    store = await _store(redis_url, "r1")
+    try:
+        session = open_session().session
+        items = ItemLog()
+        item = pb.ConversationItem(id="item_1", role=pb.ITEM_ROLE_USER)
+        done = pb.ConverseResponse(item_done=pb.ItemDone(item=item))
+        items.observe("item_done", done)
+        session.publish(created("resp_1"), 1.0)
+        store.mark(session, items)
+        await wait_for(lambda: _head(store, session.id, session.journal.head), 20, "the write")
+        stored = await store.load(session.id)
+        assert stored is not None and stored.route == "r1"
+        assert [seq for seq, _ in stored.entries] == list(range(1, session.journal.head + 1))
+        assert [i.id for i in stored.items] == ["item_1"]
+        assert stored.state.active_response_id == "resp_1"
+        session.receive(1, ack(session.journal.head, client_seq=1), 2.0)
+        store.mark(session, items)
+        await wait_for(
+            lambda: _journal_len(store, session.id, 0), 20, "the acknowledged entries to go"
+        )
+        store.forget(session.id)
+        await wait_for(lambda: _gone(store, session.id), 20, "the record to go")
+    finally:
+        await store.stop()
+
+
+async def test_of_two_replicas_claiming_a_session_one_wins(redis_url: str) -> None:
+    owner, first, second = [await _store(redis_url, route) for route in ("r1", "r2", "r3")]
+    try:
+        session = open_session().session
+        owner.mark(session, ItemLog())
+        await wait_for(lambda: _head(owner, session.id, session.journal.head), 20, "the write")
+        claims = await asyncio.gather(first.claim(session.id, "r1"), second.claim(session.id, "r1"))
+        assert sorted(claims) == [False, True]
+        assert await owner.owner_lease("r1") == "serving"
+        await owner.set_draining()
+        assert await owner.owner_lease("r1") == "draining"
+        await owner.hand_over(session, ItemLog())
+        stored = await first.load(session.id)
+        assert stored is not None and stored.route == ""  # handed over: any peer may adopt
+        await owner.stop()
+        assert await first.owner_lease("r1") is None  # a stopped replica's lease is gone
+    finally:
+        for store in (owner, first, second):
+            await store.stop()
+
+
+async def test_sync_waits_for_the_write_and_not_for_a_redis_that_is_away(
+    redis_url: str, tmp_path: Path
+) -> None:
+    store = await _store(redis_url, "r1", mode="sync")
+    try:
+        session = open_session().session
+        store.mark(session, ItemLog())
+        await asyncio.wait_for(store.settled(session), 20)
+        stored = await store.load(session.id)
+        assert stored is not None and stored.state.head == session.journal.head
+        dead = DurableStore("redis://127.0.0.1:1/0", "r2", "sync", record_ttl_s=60.0)
+        await dead.start()  # nothing listens on port 1: the store starts anyway, down
+        try:
+            dead.mark(session, ItemLog())
+            await wait_for(lambda: not dead.up, 20, "the store to say Redis is away")
+            await asyncio.wait_for(dead.settled(session), 5)  # returns at once
+            assert await dead.load(session.id) is None
+        finally:
+            await dead.stop()
+    finally:
+        await store.stop()
+
+
+async def _head(store: DurableStore, session_id: str, head: int) -> bool:
+    stored = await store.load(session_id)
+    return stored is not None and stored.state.head >= head
+
+
+async def _journal_len(store: DurableStore, session_id: str, length: int) -> bool:
+    return int(await store.redis.zcard(journal_key(session_id))) == length
+
+
+async def _gone(store: DurableStore, session_id: str) -> bool:
+    return await store.load(session_id) is None

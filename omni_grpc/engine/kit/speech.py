@@ -107,7 +107,7 @@ class SpeechPlayer:
         voice: str,
         ready: asyncio.Queue[tuple[str, bytes] | None],
     ) -> None:
-        splitter = SentenceSplitter()
+        splitter = SentenceSplitter(tts.first_words)
         async for piece in pieces:
             for sentence in splitter.push(piece):
                 await ready.put((sentence, await tts.synthesize(sentence, voice)))

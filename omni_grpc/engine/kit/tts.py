@@ -38,6 +38,10 @@ FIRST_WORDS = 6
 class Synthesizer(Protocol):
     """What a speech player speaks with: espeak-ng here, or an engine's own voice."""
 
+    # The most words the first phrase of an answer holds (SentenceSplitter): a voice whose
+    # synthesis takes longer starts on fewer, so its first audio comes about as soon.
+    first_words: int
+
     async def synthesize(self, text: str, voice: str = DEFAULT_VOICE) -> bytes:
         """Canonical output audio of ``text``; empty for text with nothing to say."""
         ...
@@ -65,6 +69,8 @@ def voice_name(requested: str) -> str:
 
 class Espeak:
     """Synthesizes one sentence at a time; safe to call from many sessions at once."""
+
+    first_words = FIRST_WORDS
 
     def __init__(self, *, words_per_minute: int = DEFAULT_WPM) -> None:
         self._program = espeak_path()

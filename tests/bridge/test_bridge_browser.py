@@ -318,8 +318,14 @@ async def test_without_a_microphone_the_page_talks_in_text(
     async with running_bridge(paced_service.target) as port, chromium_page(quiet) as run:
         await run.page.add_init_script(REFUSE_MICROPHONE)
         await run.page.goto(f"http://127.0.0.1:{port}/")
+        # Settings made before Start open the session with them.
+        await run.page.click("#settings summary")
+        await run.page.fill("#instructions", INSTRUCTIONS)
+        await run.page.fill("#voice", VOICE)
         await run.page.click("#start")
         await run.until("() => omni.status === 'live'", 10)
+        [host] = list(paced_service.sessions)
+        opened_with = (host.session.config.instructions, host.session.config.voice)
         await run.page.fill("#text", TYPED)
         await run.page.press("#text", "Enter")
         await run.until(
@@ -333,6 +339,7 @@ async def test_without_a_microphone_the_page_talks_in_text(
         state = await run.page.evaluate("omni")
 
     assert run.problems == [], run.problems
+    assert opened_with == (INSTRUCTIONS, VOICE)
     assert [error["code"] for error in state["errors"]] == ["microphone"], state["errors"]
     assert said == "microphone: Permission denied; typed turns still work", said
     assert mute_disabled

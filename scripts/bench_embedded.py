@@ -2,6 +2,7 @@
 """Measures the embedded engine on this machine, stage by stage and end to end.
 
     .venv/bin/python scripts/bench_embedded.py [--turns N] [--no-lm] [--tts piper|espeak]
+                                               [--asr-model base|tiny.en] [--wer CONFIG,...]
 
 Stages, each timed on its own: model loading, Silero VAD per 32 ms window, Whisper on one
 spoken question, SmolLM2's first token, token rate and score on the question set
@@ -9,7 +10,10 @@ spoken question, SmolLM2's first token, token rate and score on the question set
 picks the voice: piper or espeak). End to end, a session hears the question streamed in real
 time (20 ms chunks, as a microphone would send them) and we time, on the wall clock, from the
 end of the speech (the last speech sample sent) and from ``speech_stopped`` to the first byte
-of answer audio, once with the echo responder and once with SmolLM2.
+of answer audio, once with the echo responder and once with SmolLM2. Then the word error rate
+on the speech test set, per voice, for each ASR configuration in ``--wer`` (names from
+scripts/bench_hearing.py; the engine's models by default, "" for none), with the time each
+transcription takes.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ import statistics
 import sys
 import time
 
+import bench_hearing
 import lm_questions
 import make_test_speech as speech
+import speech_set
 from google.protobuf import struct_pb2
 
 from omni_grpc.core.config import resolve_config
@@ -162,9 +168,17 @@ async def main() -> int:
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--no-lm", action="store_true", help="skip SmolLM2")
     parser.add_argument("--tts", default="auto", help="the engine's tts option (piper, espeak)")
+    parser.add_argument("--asr-model", default="base", help="the engine's asr_model option")
+    parser.add_argument("--wer", default="base,tiny.en", help="ASR configurations to score")
     args = parser.parse_args()
     rows: list[tuple[str, str]] = []
-    engine = EmbeddedEngine({"responder": "echo" if args.no_lm else "auto", "tts": args.tts})
+    engine = EmbeddedEngine(
+        {
+            "responder": "echo" if args.no_lm else "auto",
+            "tts": args.tts,
+            "asr_model": args.asr_model,
+        }
+    )
     start = time.perf_counter()
     await engine.start()
     rows.append(
@@ -191,6 +205,9 @@ async def main() -> int:
     print(f"{'-' * width}  {'-' * 40}")
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
+    if configs := [name for name in args.wer.split(",") if name]:
+        print("\nWord error rate on the speech test set (scripts/bench_hearing.py):")
+        print(bench_hearing.table(bench_hearing.measure_configs(configs, speech_set.voices())))
     return 0
 
 

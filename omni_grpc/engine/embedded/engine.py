@@ -62,7 +62,7 @@ class EmbeddedEngine(Engine):
         return self.runtime
 
     def _load(self) -> Runtime:
-        from omni_grpc.engine.embedded.asr import Transcriber
+        from omni_grpc.engine.embedded.asr import Decoding, Transcriber
         from omni_grpc.engine.embedded.lm import ModelMissing, SmolLM, find_smollm2
         from omni_grpc.engine.embedded.responder import EchoResponder, SmolResponder
         from omni_grpc.engine.embedded.tool_calls import CallWriter
@@ -84,7 +84,11 @@ class EmbeddedEngine(Engine):
                     "SmolLM2 weights are not installed, so the embedded engine "
                     "answers with the echo responder"
                 )
-        asr = Transcriber(cpu_threads=self.options.asr_threads)
+        asr = Transcriber(
+            model=self.options.asr_model,
+            cpu_threads=self.options.asr_threads,
+            decoding=Decoding(beam_size=self.options.asr_beam_size),
+        )
         # The first decode of a process pays CTranslate2's warm-up; pay it here, not in a turn.
         asr.transcribe(bytes(pcm16_bytes(1000, CANONICAL_INPUT_RATE_HZ)))  # a second of silence
         return Runtime(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from omni_grpc.engine.embedded.whisper_models import MODELS as ASR_MODELS
 from omni_grpc.engine.kit.options import Converters, check_choice, check_range, parse_options
 
 RESPONDERS = ("auto", "echo", "smollm2")
@@ -17,6 +18,8 @@ _CONVERTERS: Converters = {
     "tts": str,
     "voice": str,
     "words_per_minute": int,
+    "asr_model": str,
+    "asr_beam_size": int,
     "asr_threads": int,
     "min_speech_ms": float,
     "chunk_ms": int,
@@ -41,6 +44,9 @@ class EmbeddedOptions:
       (the Piper voice has one speaker, whatever the name).
     * ``words_per_minute``: speaking rate, 80 to 450; default 175 (for Piper, its own
       rate scaled by words_per_minute / 175).
+    * ``asr_model``: the Whisper that hears turns: ``base`` (the default) or ``tiny.en``,
+      faster and less accurate (docs/engines.md has the word error rates and times).
+    * ``asr_beam_size``: Whisper's beam, 1 (greedy, the default) to 10.
     * ``asr_threads``: threads of the speech recognizer; default 2.
     * ``min_speech_ms``: speech shorter than this never starts a turn; default 64.
     * ``chunk_ms``: length of one output audio chunk, 20 to 200; default 100.
@@ -55,6 +61,8 @@ class EmbeddedOptions:
     tts: str = "auto"
     voice: str = "en-us"
     words_per_minute: int = 175
+    asr_model: str = "base"
+    asr_beam_size: int = 1
     asr_threads: int = 2
     min_speech_ms: float = 64.0
     chunk_ms: int = 100
@@ -67,6 +75,8 @@ class EmbeddedOptions:
         check_choice("pace", self.pace, PACES)
         check_choice("tts", self.tts, SYNTHESIZERS)
         check_range("words_per_minute", self.words_per_minute, 80, 450)
+        check_choice("asr_model", self.asr_model, ASR_MODELS)
+        check_range("asr_beam_size", self.asr_beam_size, 1, 10)
         check_range("asr_threads", self.asr_threads, 1, 16)
         check_range("min_speech_ms", self.min_speech_ms, 0, 1000)
         check_range("chunk_ms", self.chunk_ms, 20, 200)

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""How well the embedded engine hears: word error rate on the speech test set, per voice and
+per ASR configuration (model and decoding), next to the time each transcription takes.
+
+    .venv/bin/python scripts/bench_hearing.py [--configs NAME,...] [--voices NAME,...]
+                                              [--errors FILE]
+
+Every clip of the set (scripts/speech_set.py: each request in each voice, cut as the engine
+cuts a turn) is transcribed by the same Transcriber the engine runs, on the engine's two
+threads, one clip at a time. The time is the transcription's wall time: what a turn waits
+between the end of its speech (the silence that ends it, which the engine does not wait out
+before it starts transcribing) and its transcript. scripts/bench_embedded.py prints this table
+too, for the models the engine offers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import speech_set
+import word_error_rate
+
+from omni_grpc.engine.embedded.asr import WINDOW_FRAMES, Decoding, Transcriber
+
+FALLBACK = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # Whisper's own temperatures
+# The configurations measured for docs/engines.md: each model with its turn padded to 10 s (the
+# engine's choice) and to the full 30 s window, and the decoding options on base.
+CONFIGS: dict[str, tuple[str, Decoding]] = {
+    "tiny.en": ("tiny.en", Decoding()),
+    "tiny.en 30 s": ("tiny.en", Decoding(window_frames=WINDOW_FRAMES)),
+    "base": ("base", Decoding()),
+    "base 30 s": ("base", Decoding(window_frames=WINDOW_FRAMES)),
+    "base zero-padded": ("base", Decoding(silence_padding=False)),
+    "tiny.en zero-padded": ("tiny.en", Decoding(silence_padding=False)),
+    "base beam 5": ("base", Decoding(beam_size=5)),
+    "base fallback": ("base", Decoding(temperatures=FALLBACK)),
+    "base prompt": ("base", Decoding(prompt=True)),
+}
+
+
+@dataclass
+class Measured:
+    """One configuration's errors per voice and the time of every transcription."""
+
+    config: str
+    scores: dict[str, word_error_rate.Score] = field(default_factory=dict)
+    seconds: list[float] = field(default_factory=list)
+    misheard: list[tuple[str, str, str]] = field(default_factory=list)  # voice, said, heard
+
+    def overall(self) -> word_error_rate.Score:
+        return sum(self.scores.values(), word_error_rate.Score(0, 0))
+
+    def percentile_ms(self, q: float) -> float:
+        ordered = sorted(self.seconds)
+        return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure(
+    transcriber: Transcriber, config: str, clips: dict[str, list[speech_set.Clip]]
+) -> Measured:
+    """Transcribes every clip; each voice's clips run in order as one conversation, so the
+    previous transcripts are there for a decoding that prompts with them."""
+    measured = Measured(config)
+    for voice, voice_clips in clips.items():
+        pairs = []
+        previous: list[str] = []
+        for clip in voice_clips:
+            start = time.perf_counter()
+            heard = transcriber.transcribe(clip.pcm16(), " ".join(previous[-2:]))
+            measured.seconds.append(time.perf_counter() - start)
+            previous.append(heard)
+            pairs.append((clip.text, heard))
+            if word_error_rate.score(clip.text, heard).errors:
+                measured.misheard.append((voice, clip.text, heard))
+        measured.scores[voice] = word_error_rate.total(pairs)
+    return measured
+
+
+def measure_configs(
+    configs: Sequence[str], voices: Sequence[speech_set.Voice], threads: int = 2
+) -> list[Measured]:
+    """Each configuration over the set in ``voices``; a model is loaded once for all of its
+    decodings."""
+    clips = {voice.name: speech_set.clips(voice) for voice in voices}
+    loaded: dict[str, Transcriber] = {}
+    results = []
+    for config in configs:
+        model, decoding = CONFIGS[config]
+        if model not in loaded:
+            loaded[model] = Transcriber(model=model, cpu_threads=threads)
+            loaded[model].transcribe(bytes(32000))  # CTranslate2's first-call warm-up
+        transcriber = loaded[model]
+        transcriber.decoding = decoding
+        results.append(measure(transcriber, config, clips))
+    return results
+
+
+def table(results: Sequence[Measured]) -> str:
+    """Rows of configurations: WER over the espeak-ng voices and over each voice, time."""
+    espeak = {voice.name for voice in speech_set.ESPEAK_VOICES}
+    voices = list(results[0].scores)
+    head = ["config", "WER espeak", *voices, "median ms", "p90 ms"]
+    rows = [head]
+    for result in results:
+        pooled = sum(
+            (s for v, s in result.scores.items() if v in espeak), word_error_rate.Score(0, 0)
+        )
+        rows.append(
+            [
+                result.config,
+                f"{100 * pooled.rate:.1f} %",
+                *(f"{100 * result.scores[v].rate:.1f}" for v in voices),
+                f"{statistics.median(result.seconds) * 1000:.0f}",
+                f"{result.percentile_ms(0.9):.0f}",
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    words = results[0].overall().words
+    return "\n".join([*lines, f"(WER per voice in %, {words} words per configuration)"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="names from CONFIGS")
+    parser.add_argument("--voices", default="", help="voice names (default: all)")
+    parser.add_argument("--errors", default="", help="write every misheard clip to this file")
+    args = parser.parse_args()
+    configs = [name for name in args.configs.split(",") if name]
+    wanted = {name for name in args.voices.split(",") if name}
+    voices = [v for v in speech_set.voices() if not wanted or v.name in wanted]
+    results = measure_configs(configs, voices)
+    print(table(results))
+    if args.errors:
+        with open(args.errors, "w", encoding="utf-8") as out:
+            for result in results:
+                for voice, said, heard in result.misheard:
+                    out.write(f"{result.config}\t{voice}\t{said}\t{heard}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -36,6 +36,7 @@ from omni_grpc.engine.embedded.lm import F32, GenerationStats, SmolLM
 from omni_grpc.engine.kit import Answer
 from omni_grpc.engine.kit.tools import (
     answers_a_call,
+    call_schema,
     callable_tools,
     example_arguments,
     must_call,
@@ -82,21 +83,6 @@ class _Grammar:
     @property
     def done(self) -> bool:
         return self._matcher.is_stopped()
-
-
-def call_schema(tools: list[pb.FunctionTool]) -> dict[str, object]:
-    """The JSON schema of one call of one of ``tools``: its name, and its own arguments."""
-    return {
-        "anyOf": [
-            {
-                "type": "object",
-                "properties": {"name": {"const": tool.name}, "arguments": tool_schema(tool)},
-                "required": ["name", "arguments"],
-                "additionalProperties": False,
-            }
-            for tool in tools
-        ]
-    }
 
 
 class CallWriter:

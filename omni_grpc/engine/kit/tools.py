@@ -85,6 +85,22 @@ async def emit_call(events: EventQueue, answer: Answer, name: str, arguments: st
     await events.put(pb.ConverseResponse(item_done=finished))
 
 
+def call_schema(tools: list[pb.FunctionTool]) -> dict[str, Any]:
+    """The JSON schema of one call of one of ``tools``: its name, and its own arguments; what a
+    constrained decoder holds a model to under a forced choice."""
+    return {
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {"name": {"const": tool.name}, "arguments": tool_schema(tool)},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+            for tool in tools
+        ]
+    }
+
+
 def example_arguments(tool: pb.FunctionTool) -> str:
     """Arguments that follow the tool's schema, the same every time: a scripted call's."""
     return json.dumps(example_value(tool_schema(tool)), separators=(",", ":"))

@@ -28,6 +28,11 @@ Answers (per response; a session's ``temperature`` and ``max_output_tokens`` win
   latest part; default 30 (Whisper-style encoders see 30 s windows).
 * ``history_items``: conversation items the prompt holds at most; default 12.
 * ``instructions``: the system prompt when a session gives none.
+* ``tool_parser``: the vLLM tool parser that reads function calls out of the model's own output
+  under ``tool_choice: auto`` (a name vLLM registers: ``hermes``, ``llama3_json``,
+  ``mistral``, ...); default ``hermes``. Under ``required`` or a named function the call is
+  written under vLLM's structured outputs instead (the call's JSON schema), so any model's
+  arguments follow the tool's schema.
 * ``audio_placeholder``: the prompt text that marks where an audio goes, with ``{n}`` for its
   1-based number; default: what vLLM's model class declares.
 
@@ -99,6 +104,7 @@ class VllmOptions:
     max_audio_s: float = 30.0
     history_items: int = 12
     instructions: str = DEFAULT_INSTRUCTIONS
+    tool_parser: str = "hermes"
     audio_placeholder: str = ""
     voice: str = "en-us"
     words_per_minute: int = 175
@@ -184,6 +190,7 @@ _CONVERTERS: Converters = {
     "max_audio_s": float,
     "history_items": int,
     "instructions": str,
+    "tool_parser": str,
     "audio_placeholder": str,
     "voice": str,
     "words_per_minute": int,

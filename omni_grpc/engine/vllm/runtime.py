@@ -58,6 +58,8 @@ class Sampling:
     temperature: float = 0.7
     seed: int | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)
+    # A JSON schema the output must follow (vLLM's structured outputs), as JSON text.
+    json_schema: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,13 +232,32 @@ class VllmRuntime:
         assert self._placeholder is not None, "start() first"
         return self._placeholder(number)
 
-    def render(self, messages: list[dict[str, str]]) -> str:
-        """The prompt text of a chat, in the model's own chat template."""
+    def render(
+        self, messages: list[dict[str, str]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
+        """The prompt text of a chat, in the model's own chat template; ``tools`` (OpenAI's
+        chat tool shape) are listed as the template lists them."""
         assert self._tokenizer is not None, "start() first"
+        extra = {"tools": tools} if tools else {}
         text = self._tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
+            messages, tokenize=False, add_generation_prompt=True, **extra
         )
         return str(text)
+
+    def tool_calls(
+        self, text: str, tools: list[dict[str, Any]], parser_name: str
+    ) -> list[tuple[str, str]]:
+        """The function calls in a model's output, (name, arguments JSON), as vLLM's tool
+        parser ``parser_name`` reads the model's own format; [] when it wrote none."""
+        assert self._tokenizer is not None, "start() first"
+        parsers = importlib.import_module("vllm.tool_parsers")
+        protocol = importlib.import_module("vllm.entrypoints.openai.chat_completion.protocol")
+        parser = parsers.ToolParserManager.get_tool_parser(parser_name)
+        request = protocol.ChatCompletionRequest(model="served", messages=[], tools=tools)
+        found = parser(self._tokenizer, tools=request.tools).extract_tool_calls(text, request)
+        if not found.tools_called:
+            return []
+        return [(call.function.name, call.function.arguments) for call in found.tool_calls]
 
     # -- requests ------------------------------------------------------------------------
 
@@ -266,6 +287,13 @@ class VllmRuntime:
             seed=sampling.seed,
             logit_bias=dict(sampling.logit_bias) or None,
             output_kind=sampling_params.RequestOutputKind.DELTA,
+            structured_outputs=(
+                sampling_params.StructuredOutputsParams(
+                    json=sampling.json_schema, disable_any_whitespace=True
+                )
+                if sampling.json_schema is not None
+                else None
+            ),
         )
         request: dict[str, Any] = {"prompt": prompt}
         if audio:

@@ -21,10 +21,12 @@ from collections.abc import AsyncIterator, Callable
 
 from omni_grpc.engine import kit
 from omni_grpc.engine.base import EngineError
+from omni_grpc.engine.kit.tools import callable_tools, emit_call, must_call
 from omni_grpc.engine.kit.tts import Espeak, TtsUnavailable
 from omni_grpc.engine.vllm.options import VllmOptions
 from omni_grpc.engine.vllm.prompt import Entry, Prompt, build_prompt
 from omni_grpc.engine.vllm.runtime import Generation, Sampling, VllmRuntime
+from omni_grpc.engine.vllm.tool_calls import chat_tools, forced_call, forced_sampling, gathered
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -98,8 +100,11 @@ class VllmSession(kit.ConversationSession):
 
     async def _play(self, answer: kit.Answer) -> kit.Outcome:
         prompt, sampling = self._request(answer)
+        tools = callable_tools(answer)  # see tool_calls
+        if must_call(answer):
+            sampling = forced_sampling(sampling, tools)
         try:
-            text = self._runtime.render(prompt.messages)
+            text = self._runtime.render(prompt.messages, chat_tools(tools) if tools else None)
         except Exception:  # a chat template raises what its author chose (jinja, ValueError)
             logger.exception(
                 "session %s: response %s: the template failed",
@@ -112,7 +117,10 @@ class VllmSession(kit.ConversationSession):
         try:
             request_id = f"{self.id}-{answer.id}"
             generation = self._runtime.generate(request_id, text, prompt.audio, sampling)
-            finish = await self._stream(answer, generation)
+            if tools:
+                finish = await self._call_or_say(answer, generation, tools)
+            else:
+                finish = await self._stream(answer, generation)
         except EngineError:  # vLLM failed the request, e.g. a prompt longer than the model's
             logger.warning(
                 "session %s: response %s failed",
@@ -156,13 +164,37 @@ class VllmSession(kit.ConversationSession):
                 if delta.text:
                     yield delta.text
 
+        await self._say(answer, pieces())
+        return finish
+
+    async def _say(self, answer: kit.Answer, pieces: AsyncIterator[str]) -> None:
         player = kit.SpeechPlayer(
             self._events, answer, chunk_ms=self._options.chunk_ms, pacing=self._pacing
         )
         if answer.speaks:
-            await player.speak(pieces(), self._tts, answer.voice or self._options.voice)
+            await player.speak(pieces, self._tts, answer.voice or self._options.voice)
         else:
-            await player.write(pieces())
+            await player.write(pieces)
+
+    async def _call_or_say(
+        self, answer: kit.Answer, generation: Generation, tools: list[pb.FunctionTool]
+    ) -> str:
+        """A response that may call: its calls, or its words spoken; vLLM's finish reason."""
+        text, finish = await gathered(answer, generation)
+        if must_call(answer):
+            call = forced_call(text) if finish == "stop" else None
+            calls = [] if call is None else [call]
+        else:
+            offered = chat_tools(tools)
+            calls = self._runtime.tool_calls(text, offered, self._options.tool_parser)
+        for name, arguments in calls:
+            await emit_call(self._events, answer, name, arguments)
+        if not calls and text and not must_call(answer):  # a cut-short call is not said
+
+            async def whole() -> AsyncIterator[str]:
+                yield text
+
+            await self._say(answer, whole())
         return finish
 
     async def _failed(self, failure: Failure) -> kit.Outcome:

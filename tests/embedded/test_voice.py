@@ -7,23 +7,27 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
 
+from omni_grpc.engine import kit
 from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.embedded import EmbeddedEngine
 from omni_grpc.engine.embedded import piper_voice as piper_module
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.phonemes import clauses, espeak_ipa
 from omni_grpc.engine.embedded.piper_voice import PiperVoice, VoiceMissing
-from omni_grpc.engine.kit.tts import Espeak
+from omni_grpc.engine.kit.tts import Espeak, Synthesizer
+from omni_grpc.wire import pb
 
 from .conftest import speech
 from .driver import open_driver, response_events, retranscribe, said, spoken
 from .hearing import heard_as, words
 
 SENTENCE = "Please book a table for two at seven tonight, if you can."
+ANSWER = "The capital of France is Paris, a city on the Seine."
 TARGET_RTF = 0.5  # the issue's budget; measured 0.11-0.17 on a busy two-core machine
 
 
@@ -64,6 +68,48 @@ async def test_a_spoken_answer_in_the_neural_voice_is_heard_back(engine: Embedde
     assert words(text).startswith("you said")
     heard_back = retranscribe(engine, spoken(answer))
     assert heard_as(text, heard_back), (text, heard_back)
+
+
+class Recorder:
+    """A voice that says what it was asked to say."""
+
+    def __init__(self, voice: Synthesizer) -> None:
+        self.first_words = voice.first_words
+        self.voice = voice
+        self.asked: list[str] = []
+
+    async def synthesize(self, text: str, voice: str = "en-us") -> bytes:
+        self.asked.append(text)
+        return await self.voice.synthesize(text, voice)
+
+
+async def _first_phrase(voice: Synthesizer) -> str:
+    answer = kit.Answer(
+        id="resp_1", item_id="item_1", turn_started=0.0, modalities=(pb.MODALITY_AUDIO,)
+    )
+    player = kit.SpeechPlayer(kit.EventQueue(1000), answer, chunk_ms=100, pacing=kit.Pacing(False))
+    recorder = Recorder(voice)
+
+    async def pieces() -> AsyncIterator[str]:
+        for word in ANSWER.split():
+            yield word + " "
+
+    await player.speak(pieces(), recorder, "en-us")
+    return recorder.asked[0]
+
+
+async def test_piper_starts_on_three_words_and_espeak_on_six(engine: EmbeddedEngine) -> None:
+    assert engine.runtime is not None
+    assert await _first_phrase(engine.runtime.tts) == "The capital of "
+    assert await _first_phrase(Espeak()) == "The capital of France is Paris, "
+
+
+async def test_words_per_minute_paces_the_piper_voice(engine: EmbeddedEngine) -> None:
+    assert engine.runtime is not None
+    fast = PiperVoice(*piper_module.find_joe(), engine.runtime.executor, words_per_minute=350)
+    at_175 = len(await engine.runtime.tts.synthesize(SENTENCE))
+    at_350 = len(await fast.synthesize(SENTENCE))
+    assert 0.35 < at_350 / at_175 < 0.65
 
 
 def test_the_tts_option_switches_back_to_espeak() -> None:

@@ -88,6 +88,7 @@ class Sessions:
         self._tracer = tracer  # None: tracing is off, and no session pays for it
         self.store = store  # None: durability off, sessions live in this process only
         self._handovers: set[asyncio.Task[None]] = set()
+        self._adopting: set[str] = set()  # ids being adopted here now (one adoption at a time)
         metrics.SESSION_GAUGES.watch(self)  # attached and detached, counted at scrape time
 
     def __iter__(self) -> Iterator[SessionHost]:
@@ -148,8 +149,14 @@ class Sessions:
             if not self.registry.accepting:
                 # Draining: this replica hands its sessions over; the retry finds a peer.
                 raise SessionElsewhere("this replica is draining; the session moves to a peer")
+            if request.session_id in self._adopting:
+                raise SessionElsewhere("the session is being adopted here; retry")
             if not self.registry.knows(request.session_id):
-                await self._adopt(request)
+                self._adopting.add(request.session_id)
+                try:
+                    await self._adopt(request)
+                finally:
+                    self._adopting.discard(request.session_id)
         # A resume while a stream is attached takes the session over (counted apart).
         known = self._hosts.get(request.session_id)
         takeover = known is not None and known.session.state is State.ATTACHED

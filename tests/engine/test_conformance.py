@@ -7,8 +7,10 @@ open_session, submit, events, close; no server.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
+import jsonschema
 import pytest
 
 from omni_grpc.engine import create_engine
@@ -234,3 +236,56 @@ async def test_two_sessions_do_not_mix(engine: Engine, spec: EngineSpec) -> None
     assert long_done.usage.input_audio_ms == pytest.approx(1500.0)
     assert set(check_lifecycles(first.seen)) == {short_done.id}
     assert set(check_lifecycles(second.seen)) == {long_done.id}
+
+
+# A schema even a random model under a grammar finishes: a bounded string, an enum, a range.
+FORECAST = pb.FunctionTool(
+    name="get_weather",
+    description="The forecast for a city.",
+    parameters_json=json.dumps(
+        {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 12},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+            },
+            "required": ["city", "unit", "days"],
+            "additionalProperties": False,
+        }
+    ),
+)
+
+
+async def test_a_forced_call_is_an_output_item_and_its_output_is_answered(probe: Probe) -> None:
+    text_only = [pb.MODALITY_TEXT]
+    await probe.send(append_input_text=pb.AppendInputText(text="What is the weather in Paris?"))
+    forced = pb.CreateResponse(
+        output_modalities=text_only,
+        tools=pb.ToolSet(tools=[FORECAST]),
+        tool_choice=pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_REQUIRED),
+    )
+    await probe.send(create_response=forced)
+    (events,) = check_lifecycles(await probe.until("response_done")).values()
+    (done,) = [
+        e.function_call_arguments_done for e in events if e.HasField("function_call_arguments_done")
+    ]
+    assert done.name == "get_weather"
+    jsonschema.validate(json.loads(done.arguments), json.loads(FORECAST.parameters_json))
+    response = events[-1].response_done.response
+    call = response.output[1]
+    assert (call.type, call.call_id, call.arguments) == (
+        pb.ITEM_TYPE_FUNCTION_CALL,
+        done.call_id,
+        done.arguments,
+    )
+
+    output = pb.ConversationItem(
+        type=pb.ITEM_TYPE_FUNCTION_CALL_OUTPUT, call_id=call.call_id, output="sunny"
+    )
+    await probe.send(create_conversation_item=pb.CreateConversationItem(item=output))
+    await probe.send(create_response=pb.CreateResponse(output_modalities=text_only))
+    (reply,) = check_lifecycles(await probe.until("response_done")).values()
+    answered = reply[-1].response_done.response
+    assert answered.id != response.id and len(answered.output) == 1  # words, no call
+    assert answered.output[0].content[0].text

@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 import jsonschema
 import pytest
 from agents.realtime import RealtimeAgent, RealtimeRunner
-from agents.realtime.model_inputs import RealtimeModelSendRawMessage
+from agents.realtime.config import RealtimeSessionModelSettings
+from agents.realtime.model_inputs import RealtimeModelRawClientMessage, RealtimeModelSendRawMessage
 from bridge_testkit import running_bridge, service_settings
 from test_bridge_agents_tools import WEATHER_REPORT, Conversation, answer_ended, asked, get_weather
 
@@ -40,7 +40,7 @@ async def embedded_port(request: pytest.FixtureRequest) -> AsyncIterator[tuple[s
         yield request.param, port
 
 
-def typed(text: str) -> dict[str, Any]:
+def typed(text: str) -> RealtimeModelRawClientMessage:
     content = [{"type": "input_text", "text": text}]
     item = {"type": "message", "role": "user", "content": content}
     # The SDK's raw messages carry the event's fields in other_data.
@@ -59,11 +59,11 @@ async def test_agents_tool_and_handoff_on_the_embedded_engine(
         tools=[get_weather],
     )
     triage = RealtimeAgent(name="triage", instructions="Hand off.", handoffs=[weather])
-    settings: dict[str, Any] = {"model_name": "gpt-realtime", "turn_detection": None}
+    settings: RealtimeSessionModelSettings = {"model_name": "gpt-realtime", "turn_detection": None}
     runner = RealtimeRunner(triage, config={"model_settings": settings})
     caplog.set_level(logging.WARNING)
     # The model's own call, under the grammar; the scripted responder calls on auto.
-    respond: dict[str, Any] = {"type": "response.create"}
+    respond: RealtimeModelRawClientMessage = {"type": "response.create"}
     if responder == "smollm2":
         respond["other_data"] = {"response": {"tool_choice": "required"}}
     session = await runner.run(

@@ -102,7 +102,8 @@ def call_schema(tools: list[pb.FunctionTool]) -> dict[str, Any]:
 
 
 def example_arguments(tool: pb.FunctionTool) -> str:
-    """Arguments that follow the tool's schema, the same every time: a scripted call's."""
+    """Arguments built from the tool's schema, the same every time: a scripted call's. They
+    follow its types, consts, enums, properties, lengths and minimums, not patterns or formats."""
     return json.dumps(example_value(tool_schema(tool)), separators=(",", ":"))
 
 

@@ -2372,10 +2372,15 @@ class SessionCreated(_message.Message):
     CAPABILITIES_FIELD_NUMBER: _builtins.int
     RESUME_TOKEN_FIELD_NUMBER: _builtins.int
     ATTACHMENT_GENERATION_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
     resume_token: _builtins.str
     """Holds the secret needed to resume; keep it private."""
     attachment_generation: _builtins.int
     """Numbers the attachment of this stream, from 1."""
+    route: _builtins.str
+    """Names the replica that holds the session when several run behind a proxy (empty for a
+    single server): send it back as the `x-omni-route` metadata of the session's later calls.
+    """
     @_builtins.property
     def session(self) -> Global___Session:
         """Describes the session."""
@@ -2391,10 +2396,11 @@ class SessionCreated(_message.Message):
         capabilities: Global___Capabilities | None = ...,
         resume_token: _builtins.str = ...,
         attachment_generation: _builtins.int = ...,
+        route: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "session", b"session"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachment_generation", b"attachment_generation", "capabilities", b"capabilities", "resume_token", b"resume_token", "session", b"session"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachment_generation", b"attachment_generation", "capabilities", b"capabilities", "resume_token", b"resume_token", "route", b"route", "session", b"session"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2437,6 +2443,7 @@ class SessionResumed(_message.Message):
     RESUME_TOKEN_FIELD_NUMBER: _builtins.int
     ATTACHMENT_GENERATION_FIELD_NUMBER: _builtins.int
     REPLAYED_EVENTS_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
     resume_token: _builtins.str
     """Holds the new resume token; the old one no longer works once this stream has written
     its first request after this event, which confirms the rotation. A client must write
@@ -2447,6 +2454,10 @@ class SessionResumed(_message.Message):
     """Numbers this attachment."""
     replayed_events: _builtins.int
     """Counts the events replayed right after this one."""
+    route: _builtins.str
+    """Names the replica that holds the session now (it changes when a peer adopted it), as in
+    SessionCreated.route.
+    """
     @_builtins.property
     def session(self) -> Global___Session:
         """Describes the session now."""
@@ -2458,10 +2469,11 @@ class SessionResumed(_message.Message):
         resume_token: _builtins.str = ...,
         attachment_generation: _builtins.int = ...,
         replayed_events: _builtins.int = ...,
+        route: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachment_generation", b"attachment_generation", "replayed_events", b"replayed_events", "resume_token", b"resume_token", "session", b"session"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachment_generation", b"attachment_generation", "replayed_events", b"replayed_events", "resume_token", b"resume_token", "route", b"route", "session", b"session"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -42,6 +42,9 @@ class Registry:
         self._sessions: dict[str, Session] = {}
         self._ended: collections.OrderedDict[str, Session] = collections.OrderedDict()
         self.accepting = True
+        # This server's routing key behind a proxy ("" for a single server): every session it
+        # hosts tells its client, in session_created and session_resumed.
+        self.route = ""
         self._decoy = SessionLock.decoy()  # checked in place of an unknown session's lock
 
     def __len__(self) -> int:
@@ -85,6 +88,7 @@ class Registry:
             now=now,
             owner_key=key,
         )
+        session.route = self.route
         self._sessions[session_id] = session
         return session, session.created()
 
@@ -111,6 +115,7 @@ class Registry:
                 retryable=True,
                 retry_after_s=self.limits.open_retry_after_s,
             )
+        session.route = self.route  # its resumes name this server now
         self._sessions[session.id] = session
 
     def resume(

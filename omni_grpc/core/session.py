@@ -100,6 +100,8 @@ class Session:
         self.lock = SessionLock(owner_key)
         # The generation whose activation (session_resumed) the client may not have yet.
         self._activating: int | None = None
+        # The routing key of the replica hosting the session, told to the client (see registry).
+        self.route = ""
 
     def __repr__(self) -> str:
         return f"Session({self.id}, {self.state.name}, generation={self.generation})"
@@ -150,6 +152,7 @@ class Session:
                 capabilities=self._capabilities,
                 resume_token=self.lock.resume.issue(),
                 attachment_generation=self.generation,
+                route=self.route,
             )
         )
         return self._send(event, self.generation)
@@ -213,6 +216,7 @@ class Session:
                 resume_token=self.lock.resume.issue(),
                 attachment_generation=self.generation,
                 replayed_events=len(replay),
+                route=self.route,
             )
         )
         effects.merge(self._send(resumed, self.generation))

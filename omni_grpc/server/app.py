@@ -141,6 +141,7 @@ async def start_server(
             settings.route or f"{settings.host}:{settings.grpc_port}",
             settings.durability,
             record_ttl_s=settings.limits.disconnect_grace_s + settings.limits.journal_ttl_s,
+            grace_s=settings.limits.disconnect_grace_s,
         )
         await store.start()
     registry = Registry(settings.limits, engine.features)

@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from prometheus_client import Counter, Gauge
 from redis.exceptions import RedisError
 
-from omni_grpc.core import Session
+from omni_grpc.core import Session, State
 from omni_grpc.core.snapshot import SessionState, export_state
 from omni_grpc.wire import pb
 
@@ -128,7 +128,9 @@ class _Written:
 class DurableStore:
     """The Redis side of one replica's sessions; see the module docstring."""
 
-    def __init__(self, url: str, route: str, mode: str, *, record_ttl_s: float) -> None:
+    def __init__(
+        self, url: str, route: str, mode: str, *, record_ttl_s: float, grace_s: float
+    ) -> None:
         if mode not in ("async", "sync"):
             raise ValueError(f"durability must be one of {MODES}")
         self.route = route
@@ -139,6 +141,9 @@ class DurableStore:
         self.up = False
         self.draining = False
         self._record_ttl_ms = int((record_ttl_s + RECORD_SLACK_S) * 1000)
+        # A detached session's record lapses with its disconnect grace (counted from its last
+        # write), so a peer does not bring back a session its owner would have expired.
+        self._detached_ttl_ms = int(grace_s * 1000)
         self._live: dict[str, tuple[Session, ItemLog]] = {}
         self._dirty: dict[str, tuple[Session, ItemLog]] = {}
         self._gone: set[str] = set()
@@ -274,8 +279,10 @@ class DurableStore:
         if items.changed:
             fields["items"] = items.serialized()
         pipe.hset(skey, mapping=fields)
-        pipe.pexpire(skey, self._record_ttl_ms)
-        pipe.pexpire(jkey, self._record_ttl_ms)
+        detached = session.state is State.DETACHED
+        ttl_ms = self._detached_ttl_ms if detached else self._record_ttl_ms
+        pipe.pexpire(skey, ttl_ms)
+        pipe.pexpire(jkey, ttl_ms)
         return state.head, state.dropped_through
 
     def _went_down(self, error: Exception) -> None:

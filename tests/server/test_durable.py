@@ -19,6 +19,8 @@ from omni_grpc.wire import pb
 from tests.cluster.local import wait_for
 from tests.core.helpers import ack, created, open_session
 
+GRACE_S = 30.0
+
 
 @pytest.fixture
 async def redis_url(tmp_path: Path) -> AsyncIterator[str]:
@@ -34,7 +36,7 @@ async def redis_url(tmp_path: Path) -> AsyncIterator[str]:
 
 
 async def _store(url: str, route: str, mode: str = "async") -> DurableStore:
-    store = DurableStore(url, route, mode, record_ttl_s=60.0)
+    store = DurableStore(url, route, mode, record_ttl_s=60.0, grace_s=GRACE_S)
     await wait_for(lambda: _up(store), 20, "Redis")
     await store.start()
     return store
@@ -65,11 +67,14 @@ async def test_a_round_writes_the_session_and_trims_what_was_acknowledged(redis_
         assert [seq for seq, _ in stored.entries] == list(range(1, session.journal.head + 1))
         assert [i.id for i in stored.items] == ["item_1"]
         assert stored.state.active_response_id == "resp_1"
+        assert 60_000 < await store.redis.pttl(f"omni:session:{session.id}") <= 120_000
         session.receive(1, ack(session.journal.head, client_seq=1), 2.0)
+        session.detach(1, 2.0)  # a detached session's record lapses with its grace
         store.mark(session, items)
         await wait_for(
             lambda: _journal_len(store, session.id, 0), 20, "the acknowledged entries to go"
         )
+        assert 0 < await store.redis.pttl(f"omni:session:{session.id}") <= GRACE_S * 1000
         store.forget(session.id)
         await wait_for(lambda: _gone(store, session.id), 20, "the record to go")
     finally:
@@ -107,7 +112,9 @@ async def test_sync_waits_for_the_write_and_not_for_a_redis_that_is_away(
         await asyncio.wait_for(store.settled(session), 20)
         stored = await store.load(session.id)
         assert stored is not None and stored.state.head == session.journal.head
-        dead = DurableStore("redis://127.0.0.1:1/0", "r2", "sync", record_ttl_s=60.0)
+        dead = DurableStore(
+            "redis://127.0.0.1:1/0", "r2", "sync", record_ttl_s=60.0, grace_s=GRACE_S
+        )
         await dead.start()  # nothing listens on port 1: the store starts anyway, down
         try:
             dead.mark(session, ItemLog())

@@ -28,9 +28,9 @@ class ToolJson(_Model):
 
 
 class ToolChoiceJson(_Model):
-    """``tool_choice`` naming a function."""
+    """``tool_choice`` naming a function (a choice object without a type names one too)."""
 
-    type: str
+    type: str = "function"
     name: str = ""
 
 

@@ -100,27 +100,32 @@ def redis_command(port: int, workdir: Path) -> list[str]:
     return ["redis-server", *listen, "--save", "", "--appendonly", "no", "--dir", str(workdir)]
 
 
-def haproxy_config(template: str, cluster: Cluster) -> str:
-    """The template with the cluster's ports, replicas and bridges filled in."""
+def haproxy_config(
+    template: str,
+    *,
+    ports: tuple[int, int, int],
+    replicas: Sequence[tuple[str, int, int]],
+    bridges: Sequence[int],
+) -> str:
+    """The template filled in: ``ports`` (gRPC, HTTP, stats), each replica as (route, gRPC
+    port, metrics port), each bridge process's port; everything on 127.0.0.1."""
     use = "\n".join(
-        f"    use-server {r.route} if {{ req.hdr(x-omni-route) -m str {r.route} }}"
-        for r in cluster.replicas
+        f"    use-server {route} if {{ req.hdr(x-omni-route) -m str {route} }}"
+        for route, _, _ in replicas
     )
     servers = "\n".join(
-        f"    server {r.route} 127.0.0.1:{r.grpc_port} port {r.metrics_port}"
-        for r in cluster.replicas
+        f"    server {route} 127.0.0.1:{grpc} port {metrics}" for route, grpc, metrics in replicas
     )
-    bridges = "\n".join(
-        f"    server b{i} 127.0.0.1:{port}" for i, (port, _) in enumerate(cluster.bridges, 1)
-    )
+    bridge_lines = "\n".join(f"    server b{i} 127.0.0.1:{p}" for i, p in enumerate(bridges, 1))
+    grpc_port, http_port, stats_port = ports
     return (
         template.replace("@BIND@", "127.0.0.1")
-        .replace("@GRPC_PORT@", str(cluster.grpc_port))
-        .replace("@HTTP_PORT@", str(cluster.http_port))
-        .replace("@STATS_PORT@", str(cluster.stats_port))
+        .replace("@GRPC_PORT@", str(grpc_port))
+        .replace("@HTTP_PORT@", str(http_port))
+        .replace("@STATS_PORT@", str(stats_port))
         .replace("@USE_SERVERS@", use)
         .replace("@SERVERS@", servers)
-        .replace("@BRIDGES@", bridges)
+        .replace("@BRIDGES@", bridge_lines)
     )
 
 
@@ -180,14 +185,13 @@ def proxy_status(stats_port: int) -> dict[str, str]:
     }
 
 
-def _proxy_sees_all_up(cluster: Cluster) -> bool:
+def proxy_sees_all_up(stats_port: int, servers: int) -> bool:
+    """Whether HAProxy counts ``servers`` servers and has every one up."""
     try:
-        status = proxy_status(cluster.stats_port)
+        status = proxy_status(stats_port)
     except OSError:
         return False
-    return len(status) == len(cluster.replicas) + len(cluster.bridges) and all(
-        state == "UP" for state in status.values()
-    )
+    return len(status) == servers and all(state == "UP" for state in status.values())
 
 
 def wait_ready(cluster: Cluster, deadline: float) -> None:
@@ -199,7 +203,8 @@ def wait_ready(cluster: Cluster, deadline: float) -> None:
     ]
     checks += [functools.partial(_answers_http, port, "/health") for port, _ in cluster.bridges]
     checks += [functools.partial(_accepts, port) for port in (cluster.grpc_port, cluster.http_port)]
-    checks += [functools.partial(_proxy_sees_all_up, cluster)]
+    servers = len(cluster.replicas) + len(cluster.bridges)
+    checks += [functools.partial(proxy_sees_all_up, cluster.stats_port, servers)]
     for check in checks:
         while not check():
             for process in cluster.processes():
@@ -227,7 +232,13 @@ def start(args: argparse.Namespace, workdir: Path, cluster: Cluster) -> None:
         )
         cluster.bridges.append((port, subprocess.Popen(command, stdout=subprocess.DEVNULL)))
     config = workdir / "haproxy.cfg"
-    config.write_text(haproxy_config(Path(args.haproxy_template).read_text(), cluster))
+    filled = haproxy_config(
+        Path(args.haproxy_template).read_text(),
+        ports=(cluster.grpc_port, cluster.http_port, cluster.stats_port),
+        replicas=[(r.route, r.grpc_port, r.metrics_port) for r in cluster.replicas],
+        bridges=[port for port, _ in cluster.bridges],
+    )
+    config.write_text(filled)
     cluster.proxy = subprocess.Popen(["haproxy", "-db", "-f", str(config)])
     wait_ready(cluster, time.monotonic() + READY_TIMEOUT_S)
 

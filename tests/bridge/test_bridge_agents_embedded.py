@@ -22,7 +22,7 @@ from agents.realtime import RealtimeAgent, RealtimeRunner
 from agents.realtime.config import RealtimeSessionModelSettings
 from agents.realtime.model_inputs import RealtimeModelRawClientMessage, RealtimeModelSendRawMessage
 from bridge_testkit import running_bridge, service_settings
-from test_bridge_agents_tools import WEATHER_REPORT, Conversation, answer_ended, asked, get_weather
+from test_bridge_agents_tools import WEATHER_REPORT, Conversation, answer_done, asked, get_weather
 
 from tests.serving import serving
 
@@ -76,14 +76,14 @@ async def test_agents_tool_and_handoff_on_the_embedded_engine(
         await session.send_audio(speech, commit=True)  # turn 1, spoken
         await session.model.send_event(RealtimeModelSendRawMessage(message=respond))
         await talk.until(lambda e: e.type == "handoff", wait_s=120)
-        await talk.until(answer_ended, wait_s=120)
+        await talk.until(answer_done, wait_s=120)
 
         await session.model.send_event(  # turn 2, typed
             RealtimeModelSendRawMessage(message=typed("What is the weather in Paris?"))
         )
         await session.model.send_event(RealtimeModelSendRawMessage(message=respond))
         await talk.until(lambda e: e.type == "tool_end", wait_s=120)
-        await talk.until(answer_ended, wait_s=120)
+        await talk.until(answer_done, wait_s=120)
 
     (handoff,) = talk.of("handoff")
     assert (handoff.from_agent.name, handoff.to_agent.name) == ("triage", "weather_agent")

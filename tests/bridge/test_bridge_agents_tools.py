@@ -74,8 +74,15 @@ class Conversation:
         return [frame for frame in frames if frame.get("type") == kind]
 
 
-def answer_ended(event: Any) -> bool:
-    return event.type == "agent_end"
+def answer_done(event: Any) -> bool:
+    """The end of a response that calls nothing: the answer to a tool's output. (The SDK's
+    own turn-ended events cannot tell it from the end of the call's response, which may come
+    before or after the SDK ran the tool.)"""
+    if event.type != "raw_model_event" or event.data.type != "raw_server_event":
+        return False
+    frame = event.data.data
+    output = frame.get("response", {}).get("output", [])
+    return frame["type"] == "response.done" and all(i["type"] != "function_call" for i in output)
 
 
 async def test_agents_tool_and_handoff_conversation(
@@ -113,14 +120,14 @@ async def test_agents_tool_and_handoff_conversation(
             RealtimeModelSendRawMessage(message={"type": "response.create"})
         )
         await talk.until(lambda e: e.type == "handoff")
-        await talk.until(answer_ended)
+        await talk.until(answer_done)
         (handoff,) = talk.of("handoff")
         assert (handoff.from_agent.name, handoff.to_agent.name) == ("triage", "weather_agent")
 
         # Turn 2, typed: the weather tool is called, runs here, and its output is spoken.
         await session.send_message("What is the weather in Paris?")
         await talk.until(lambda e: e.type == "tool_end")
-        await talk.until(answer_ended)
+        await talk.until(answer_done)
 
     assert asked == ["x"]  # the loopback's arguments, built from the tool's schema
     (tool_start,) = [e for e in talk.of("tool_start") if e.tool.name == "get_weather"]

@@ -52,21 +52,39 @@ const session = new RealtimeSession(triage, {
   config: { audio: { input: { turnDetection: null } } },
 });
 
+// The answer to a tool's output is the first response after it that calls nothing; the SDK's
+// own agent_end cannot tell it from the end of the call's response, which may come before or
+// after the SDK ran the tool.
+const callsNothing = (event) =>
+  event.type === 'response.done' &&
+  !(event.response?.output ?? []).some((item) => item.type === 'function_call');
 let phase = 'opening';
 session.transport.on('*', (event) => {
   print({ transport: event });
-  // The call's own response ends after the tool ran; the answer is the response after it.
-  if (event.type === 'response.created' && phase === 'answering') phase = 'answer';
   if (event.type === 'session.updated' && phase === 'opening') {
     phase = 'spoken';
     const pcm = readFileSync(pcmPath);
     session.sendAudio(pcm.buffer.slice(pcm.byteOffset, pcm.byteOffset + pcm.byteLength),
                       { commit: true });
     session.transport.sendEvent(respond);
+  } else if (callsNothing(event) && phase === 'handed_off') {
+    // The handoff's output was answered: the typed turn.
+    phase = 'typed';
+    const text = 'What is the weather in Paris?';
+    session.transport.sendEvent({
+      type: 'conversation.item.create',
+      item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] },
+    });
+    session.transport.sendEvent(respond);
+  } else if (callsNothing(event) && phase === 'answering') {
+    // No process.exit(): stdout to a pipe is written asynchronously and would lose lines.
+    clearTimeout(timer);
+    session.close();
   }
 });
 session.on('agent_handoff', (context, from, to) => {
   print({ session: 'handoff', from: from.name, to: to.name });
+  if (phase === 'spoken') phase = 'handed_off';
 });
 session.on('agent_tool_start', (context, agent, called) => {
   print({ session: 'tool_start', agent: agent.name, tool: called.name });
@@ -77,20 +95,6 @@ session.on('agent_tool_end', (context, agent, called, result) => {
 });
 session.on('agent_end', (context, agent, output) => {
   print({ session: 'agent_end', agent: agent.name, output });
-  if (phase === 'spoken' && agent.name === 'weather_agent') {
-    // The handoff's output was answered: the typed turn.
-    phase = 'typed';
-    const text = 'What is the weather in Paris?';
-    session.transport.sendEvent({
-      type: 'conversation.item.create',
-      item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] },
-    });
-    session.transport.sendEvent(respond);
-  } else if (phase === 'answer') {
-    // No process.exit(): stdout to a pipe is written asynchronously and would lose lines.
-    clearTimeout(timer);
-    session.close();
-  }
 });
 session.on('audio', () => print({ session: 'audio' }));
 session.on('error', (error) => print({ session: 'error', error: String(error.error ?? error) }));

@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_OUTPUT, SUPPORTED_ENCODINGS, SUPPORTED_RATES_HZ
+from omni_grpc.wire.audio import (
+    CANONICAL_INPUT_RATE_HZ,
+    CANONICAL_OUTPUT,
+    SUPPORTED_ENCODINGS,
+    SUPPORTED_RATES_HZ,
+)
 
 PROTOCOL_VERSION = "omni.duplex.v1"
 
@@ -46,6 +51,9 @@ class EngineFeatures:
     name: str
     input_encodings: tuple[pb.AudioEncoding.ValueType, ...] = SUPPORTED_ENCODINGS
     input_sample_rates_hz: tuple[int, ...] = SUPPORTED_RATES_HZ
+    # The pcm16 rates the engine's sessions take as they are: an append at one of them reaches
+    # the engine untouched (no resample, no copy); the edge converts any other to canonical input.
+    native_input_rates_hz: tuple[int, ...] = (CANONICAL_INPUT_RATE_HZ,)
     output_encoding: pb.AudioEncoding.ValueType = CANONICAL_OUTPUT.encoding
     output_sample_rate_hz: int = CANONICAL_OUTPUT.sample_rate_hz
     supports_barge_in: bool = True

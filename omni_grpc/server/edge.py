@@ -1,9 +1,11 @@
-"""Audio at the edge: whatever the client speaks in, engines hear one form, and back.
+"""Audio at the edge: whatever the client speaks in, engines hear a form they take, and back.
 
-Engines take :data:`CANONICAL_INPUT` and produce :data:`CANONICAL_OUTPUT`. Appends in any other
-encoding or rate are converted here, as the stream's reader hands them to the engine,
-and output chunks are converted to the session's ``output_audio_format`` before they are
-journaled. Sessions that already speak the canonical forms pass through untouched.
+Engines take pcm16 at the rates they declare native (``EngineFeatures.native_input_rates_hz``;
+:data:`CANONICAL_INPUT` unless they say more) and produce :data:`CANONICAL_OUTPUT` unless a
+delta names its own format. An append already in a native form goes to the engine untouched;
+any other is converted to canonical input here, as the stream's reader hands it to the engine.
+Output chunks are converted to the session's ``output_audio_format`` before they are
+journaled, and only when their format differs from it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from omni_grpc.wire.audio import (
     SAMPLE_WIDTH,
 )
 
+PCM16 = pb.AUDIO_ENCODING_PCM16
 # Appends above this many bytes are converted slice by slice (a multiple of every sample width).
 CONVERT_SLICE_BYTES = 256 * 1024
 
@@ -29,27 +32,41 @@ def _same(encoding: int, rate_hz: int, fmt: pb.AudioFormat) -> bool:
 class AudioEdge:
     """Converts one session's audio between its wire formats and the canonical ones."""
 
-    def __init__(self, config: pb.SessionConfig) -> None:
+    def __init__(
+        self,
+        config: pb.SessionConfig,
+        native_rates_hz: tuple[int, ...] = (CANONICAL_INPUT_RATE_HZ,),
+    ) -> None:
         self.config = config
+        self._native_rates_hz = native_rates_hz
         # Keeps resampler state across appends so chunk seams stay clean.
         self._input = audio.InputConverter()
         self._converting = False
 
+    def _native(self, encoding: int, rate: int) -> bool:
+        return encoding == PCM16 and rate in self._native_rates_hz
+
     def canonical_size(self, request: pb.ConverseRequest) -> int:
-        """How many bytes the append's audio takes once in the canonical input form."""
+        """How many bytes the append's audio takes once in the form the engine gets."""
         append = request.append_input_audio
         encoding = append.encoding or self.config.input_audio_format.encoding
         rate = append.sample_rate_hz or self.config.input_audio_format.sample_rate_hz
+        if self._native(encoding, rate):
+            return len(append.audio)
         return canonical_input_bytes(len(append.audio), encoding, rate)
 
     def canonical_input(self, request: pb.ConverseRequest) -> pb.ConverseRequest:
-        """Returns the append with its audio in the canonical input form.
+        """Returns the append with its audio in a form the engine takes: as it came when that
+        is native to the engine, else converted to the canonical input form.
 
         Raises ValueError (``audio.AudioFormatError``) for audio that cannot be decoded.
         """
         append = request.append_input_audio
         encoding = append.encoding or self.config.input_audio_format.encoding
         rate = append.sample_rate_hz or self.config.input_audio_format.sample_rate_hz
+        if self._native(encoding, rate):
+            append.encoding, append.sample_rate_hz = encoding, rate
+            return request
         if append.audio and not _same(encoding, rate, CANONICAL_INPUT):
             append.audio = self._convert(append.audio, encoding, rate)
             self._converting = True
@@ -103,9 +120,15 @@ class AudioEdge:
             return
         # Output chunks are converted one by one: each may be the last before a cancel, so no
         # audio may wait in a resampler for the next one.
-        delta.audio = audio.from_canonical_output(
-            delta.audio, target.encoding, target.sample_rate_hz
-        )
+        if _same(encoding, rate, CANONICAL_OUTPUT):
+            delta.audio = audio.from_canonical_output(
+                delta.audio, target.encoding, target.sample_rate_hz
+            )
+        else:  # an engine that answers in another form (the mirror, in the input's own)
+            samples = audio.resample(
+                audio.decode(delta.audio, encoding, rate), rate, target.sample_rate_hz
+            )
+            delta.audio = audio.encode(samples, target.encoding, target.sample_rate_hz)
         delta.encoding, delta.sample_rate_hz = target.encoding, target.sample_rate_hz
 
 

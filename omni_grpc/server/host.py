@@ -5,8 +5,9 @@ the event loop thread, so the core needs no locks. It carries out the core's eff
 go to the bounded send queue of the stream they are for, engine commands go to the engine in
 order from the stream's reader, and an engine pump feeds engine output back into the core. It
 reads the server's one clock (see :mod:`omni_grpc.server.sessions`). Input audio
-is turned into the engine's canonical form on the way in, and output audio into the session's
-format on the way out, so neither the core nor the engines ever see another format.
+is turned into a form the engine takes on the way in (untouched when it is already native to
+it), and output audio into the session's format on the way out, so neither the core nor the
+engines ever see another format.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from omni_grpc.server.durable import DurableStore, ItemLog
 from omni_grpc.server.edge import AudioEdge
 from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +117,7 @@ class SessionHost:
         charge: SessionCharge,
         turns: TurnTraces | None = None,
         store: DurableStore | None = None,
+        native_input_rates_hz: tuple[int, ...] = (CANONICAL_INPUT_RATE_HZ,),
     ) -> None:
         self.session = session
         self.engine = engine
@@ -122,7 +125,7 @@ class SessionHost:
         self._on_ended = on_ended
         self._clock = clock
         self._queues: dict[int, SendQueue] = {}
-        self._edge = AudioEdge(session.config)
+        self._edge = AudioEdge(session.config, native_input_rates_hz)
         self._tasks = [asyncio.create_task(self._pump_loop())]
         self.ended = False
         # Why the session expires, should it: set by whoever expires it (for the metrics).

@@ -89,6 +89,8 @@ class Sessions:
         self.store = store  # None: durability off, sessions live in this process only
         self._handovers: set[asyncio.Task[None]] = set()
         self._adopting: set[str] = set()  # ids being adopted here now (one adoption at a time)
+        if store is not None:
+            store.on_fenced = self._moved
         metrics.SESSION_GAUGES.watch(self)  # attached and detached, counted at scrape time
 
     def __iter__(self) -> Iterator[SessionHost]:
@@ -131,7 +133,14 @@ class Sessions:
         charge = SessionCharge(self.budget, self.registry.limits.max_pending_input_bytes)
         turns = TurnTraces(self._tracer, session.id) if self._tracer is not None else None
         host = SessionHost(
-            session, engine_session, self._forget, self.clock, charge, turns, self.store
+            session,
+            engine_session,
+            self._forget,
+            self.clock,
+            charge,
+            turns,
+            self.store,
+            native_input_rates_hz=self.engine.features.native_input_rates_hz,
         )
         self._hosts[session.id] = host
         return host
@@ -212,8 +221,10 @@ class Sessions:
                 raise SessionElsewhere("the session lives on another replica", stored.route)
             if lease is not None:
                 raise SessionElsewhere("the session's replica is handing it over")
-        if not await self.store.claim(request.session_id, stored.route):
+        epoch = await self.store.claim(request.session_id, stored.route)
+        if not epoch:
             raise SessionElsewhere("another replica is taking the session")
+        self.store.adopted(request.session_id, epoch)  # this replica's writes carry the epoch
         limits = self.registry.limits
         session, effects = adopt(
             stored.state,
@@ -243,6 +254,21 @@ class Sessions:
             extra={"session_id": session.id},
         )
         check_adopted_cursor(session, request.last_received_seq)
+
+    def _moved(self, session_id: str, owner: str) -> None:
+        """A peer adopted the session while this replica stalled (a fenced write said so):
+        the stale copy goes without a tombstone, its stream told ``going_away``
+        (``session_moved``) so the client resumes at the adopter."""
+        host = self._hosts.pop(session_id, None)
+        if host is None:
+            return
+        self.registry.forget(host.session)
+        host.moved()
+        metrics.SESSIONS_MOVED.inc()
+        task = asyncio.get_running_loop().create_task(host.abandon())
+        self._handovers.add(task)
+        task.add_done_callback(self._handovers.discard)
+        self._released.set()
 
     def _hand_over_later(self, host: SessionHost) -> None:
         task = asyncio.get_running_loop().create_task(self._hand_over(host))

@@ -15,6 +15,7 @@ from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.loopback import LoopbackEngine, LoopbackOptions
 from omni_grpc.wire import pb
+from omni_grpc.wire.audio import SUPPORTED_RATES_HZ
 
 from .conformance import (
     IN_RATE,
@@ -424,9 +425,32 @@ async def test_mirror_mode_answers_every_append_with_the_same_audio() -> None:
     }
     starts = [d.output_audio_delta.start_ms for d in deltas]
     assert starts == sorted(starts) and starts[0] == 0
-    out = b"".join(d.output_audio_delta.audio for d in deltas)
-    # Up to the resampler's few held-back milliseconds, the same second comes back, at 24 kHz.
-    assert 0.95 * OUT_RATE * 2 <= len(out) <= OUT_RATE * 2
-    assert abs(peak_hz(out, OUT_RATE) - 440) < 2
+    # The same second comes back byte for byte, in the input's own format: nothing resampled.
+    assert b"".join(d.output_audio_delta.audio for d in deltas) == tone
+    assert {
+        (d.output_audio_delta.encoding, d.output_audio_delta.sample_rate_hz) for d in deltas
+    } == {(pb.AUDIO_ENCODING_PCM16, IN_RATE)}
+    assert [d.output_audio_delta.duration_ms for d in deltas] == [20.0] * len(deltas)
     assert await probe.quiet(0.1) == []  # no turns, no response_done
+    await engine.stop()
+
+
+async def test_mirror_mode_takes_every_pcm16_rate_natively_and_echoes_it_as_it_came() -> None:
+    engine, probe = await loopback_probe({"pace": "fast", "mode": "mirror"})
+    assert engine.features.native_input_rates_hz == SUPPORTED_RATES_HZ
+    assert LoopbackEngine().features.native_input_rates_hz == (IN_RATE,)  # turns: canonical
+    chunk = audio.encode(sine(440, 0.02, 48000), pb.AUDIO_ENCODING_PCM16, 48000)
+    appended = pb.AppendInputAudio(audio=chunk, sample_rate_hz=48000)
+    await probe.send(append_input_audio=appended)
+    assert (await probe.next()).HasField("response_created")
+    delta = (await probe.next()).output_audio_delta
+    assert (delta.audio, delta.sample_rate_hz) == (chunk, 48000)
+    await probe.send(
+        append_input_audio=pb.AppendInputAudio(
+            audio=b"\x00" * 4, encoding=pb.AUDIO_ENCODING_PCM_F32, sample_rate_hz=48000
+        )
+    )
+    assert (await probe.next()).error.code == "unsupported_audio_format"
+    await probe.send(append_input_audio=pb.AppendInputAudio(audio=b"\x00" * 3))
+    assert (await probe.next()).error.code == "bad_audio"
     await engine.stop()

@@ -20,7 +20,9 @@ Options (strings, from the command line or the server settings):
 * ``max_input_s``: the most input audio kept, uncommitted or unanswered; default ``300``.
 * ``mode``: ``turns`` (the default) answers committed turns as above; ``mirror`` answers every
   append at once with the same audio as one output chunk of a single open response, with no
-  turns at all. Benchmarks use it to put one chunk in and get one chunk out, like an echo.
+  turns at all, in the append's own format (it takes pcm16 at every supported rate natively, so
+  the edge resamples nothing unless the session's output format differs). Benchmarks use it to
+  put one chunk in and get one chunk out, like an echo.
 * ``recall``: ``1`` appends to each answer's words the words of every earlier item of the
   conversation ("...; earlier: a | b"), so tests can see a history kept (or adopted by another
   replica); default ``0``.

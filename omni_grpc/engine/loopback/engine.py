@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from omni_grpc.core.limits import EngineFeatures
 from omni_grpc.engine.base import Engine
 from omni_grpc.engine.loopback.options import LoopbackOptions
 from omni_grpc.engine.loopback.session import LoopbackSession
 from omni_grpc.wire import pb
+from omni_grpc.wire.audio import SUPPORTED_RATES_HZ
 
 FEATURES = EngineFeatures(
     name="loopback",
@@ -24,7 +26,11 @@ class LoopbackEngine(Engine):
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options = LoopbackOptions.parse(options or {})
-        self.features = FEATURES
+        # The mirror answers each append in its own format, so any pcm16 rate is native to it.
+        mirror = self.options.mode == "mirror"
+        self.features = (
+            replace(FEATURES, native_input_rates_hz=SUPPORTED_RATES_HZ) if mirror else FEATURES
+        )
         self._sessions: set[LoopbackSession] = set()
 
     async def open_session(self, session_id: str, config: pb.SessionConfig) -> LoopbackSession:

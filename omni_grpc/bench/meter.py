@@ -1,0 +1,74 @@
+"""The mirror engine's own work, counted apart from the gateway's, inside a benchmark's server.
+
+The benchmarks measure the server process's CPU per chunk; with the loopback engine in
+``mirror`` mode part of it is the engine's (checking the append, making its events), which a
+real engine would spend on a model instead. :func:`install` wraps every command handler of the
+loopback session (those its worker applies and those of the synchronous path) in a CPU clock
+of the event loop's thread, so the gateway's share is the process's CPU less :func:`spent_s`.
+
+The clock reads CPU time, not wall time: a handler that waits (for room in its event queue)
+counts only what the loop ran meanwhile, which at the loads measured is nothing or little. Each
+handler pays two clock reads (about a microsecond), which the engine's share includes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+_spent_ns: list[int] = []  # one counter, present once installed
+
+
+# The loopback session's handler tables: the worker's, and the synchronous path's.
+TABLES = ("_command_handlers", "_inline_handlers")
+
+
+def install() -> None:
+    """Meters the loopback session's handlers in this process (a benchmark's child only)."""
+    from omni_grpc.engine.loopback.session import LoopbackSession
+
+    _spent_ns.append(0)
+    for name in TABLES:
+        unmetered = getattr(LoopbackSession, name, None)
+        if unmetered is not None:
+            setattr(LoopbackSession, name, _metered_table(unmetered))
+
+
+def _metered_table(
+    unmetered: Callable[[Any], dict[str, Callable[..., Any]]],
+) -> Callable[[Any], dict[str, Callable[..., Any]]]:
+    def metered(session: Any) -> dict[str, Callable[..., Any]]:
+        return {kind: _metered(handler) for kind, handler in unmetered(session).items()}
+
+    return metered
+
+
+def _metered(handler: Callable[..., Any]) -> Callable[..., Any]:
+    # A coroutine handler stays one and a plain one plain: the worker tells them apart to
+    # choose a command's path, and the meter must not change it.
+    if inspect.iscoroutinefunction(handler):
+
+        async def run_async(request: Any) -> Any:
+            began = time.thread_time_ns()
+            try:
+                return await handler(request)
+            finally:
+                _spent_ns[0] += time.thread_time_ns() - began
+
+        return run_async
+
+    def run(request: Any) -> Any:
+        began = time.thread_time_ns()
+        try:
+            return handler(request)
+        finally:
+            _spent_ns[0] += time.thread_time_ns() - began
+
+    return run
+
+
+def spent_s() -> float | None:
+    """CPU seconds the engine's handlers have used; None where no meter is installed."""
+    return _spent_ns[0] / 1e9 if _spent_ns else None

@@ -14,6 +14,14 @@ and gone :data:`LEASE_TTL_S` after the replica stops refreshing it (killed), or 
 owner handed the session over (its route cleared from the record) while draining: a live owner
 keeps its sessions, and the resume is told to retry (the proxy takes it to the owner).
 
+Every write is fenced (:mod:`omni_grpc.server.fence`): a record carries an epoch, bumped by
+each adoption, and a replica's write or delete goes through only while the epoch is the one it
+holds. A replica that stalled past its lease and wakes after a peer adopted a session finds the
+write refused (and, on its next renewal, its lease lapsed, so it writes every session once to
+learn which it lost); it then drops the session from memory and ends its stream with
+``going_away`` (reason ``session_moved``), through :attr:`DurableStore.on_fenced`, so the client
+resumes at the adopter. In ``sync`` mode no event numbered by the stale copy reaches a client.
+
 Redis being away is not fatal: the store says it is down (health, ``omni_durability_up``),
 sessions go on in memory, and the writer retries; when Redis is back every live session is
 written whole again (Redis may have come back empty).
@@ -25,6 +33,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +43,7 @@ from redis.exceptions import RedisError
 
 from omni_grpc.core import Session, State
 from omni_grpc.core.snapshot import SessionState, export_state
+from omni_grpc.server import fence
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -54,15 +64,17 @@ DURABILITY_ERRORS = Counter(
 DURABILITY_ROUNDS = Counter("omni_durability_rounds", "Rounds of session writes to Redis.")
 ADOPTIONS = Counter("omni_sessions_adopted", "Sessions adopted from the store, by why.", ["why"])
 HANDOVERS = Counter("omni_sessions_handed_over", "Sessions a draining replica handed over.")
-
-# Sets the record's route to ARGV[2] only if it is still ARGV[1]: of two peers adopting the
-# same session at once, exactly one wins.
-_CLAIM = """
-local owner = redis.call('HGET', KEYS[1], 'route')
-if owner == false or owner ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'route', ARGV[2])
-return 1
-"""
+FENCED = Counter(
+    "omni_durability_fenced_writes",
+    "Session writes Redis refused: a peer adopted the session, this replica's copy is stale.",
+)
+MOVED = Counter(
+    "omni_sessions_moved",
+    "Sessions dropped here because a peer adopted them while this replica stalled.",
+)
+LEASES_LOST = Counter(
+    "omni_durability_leases_lost", "Times this replica found its lease lapsed (it stalled)."
+)
 
 
 def session_key(session_id: str) -> str:
@@ -122,6 +134,10 @@ class _Written:
 
     head: int = -1  # -1: nothing written (or Redis came back and may be empty)
     dropped: int = 0
+    epoch: int = 1  # the fencing token this replica holds (bumped by each adoption)
+    # Whether a missing record may be made: at the first write, or when Redis came back empty;
+    # otherwise a missing record means a peer adopted the session and ended it.
+    may_create: bool = True
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
 
@@ -146,12 +162,19 @@ class DurableStore:
         self._detached_ttl_ms = int(grace_s * 1000)
         self._live: dict[str, tuple[Session, ItemLog]] = {}
         self._dirty: dict[str, tuple[Session, ItemLog]] = {}
-        self._gone: set[str] = set()
+        self._gone: dict[str, int] = {}  # ended sessions to delete, with their epochs
         self._written: dict[str, _Written] = {}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
-        self._claim = self.redis.register_script(_CLAIM)
+        self._fenced: set[str] = set()  # sessions a peer adopted: never written from here again
+        self._leased = False  # held the lease at the last renewal (a lapse means a stall)
+        # Called with (session id, the adopter's route) when a write finds the session adopted.
+        self.on_fenced: Callable[[str, str], None] | None = None
+        self._claim = self.redis.register_script(fence.CLAIM)
+        self._write = self.redis.register_script(fence.WRITE)
+        self._drop = self.redis.register_script(fence.DROP)
+        self._renew = self.redis.register_script(fence.RENEW)
         DURABILITY_UP.set(0)
 
     async def start(self) -> None:
@@ -181,6 +204,8 @@ class DurableStore:
 
     def mark(self, session: Session, items: ItemLog) -> None:
         """The session changed: the next round writes it."""
+        if session.id in self._fenced:
+            return
         self._live[session.id] = self._dirty[session.id] = (session, items)
         self._wake.set()
 
@@ -188,9 +213,17 @@ class DurableStore:
         """The session ended: the next round deletes its record."""
         self._live.pop(session_id, None)
         self._dirty.pop(session_id, None)
-        self._gone.add(session_id)
-        self._release_waiters(self._written.pop(session_id, None))
+        if session_id in self._fenced:
+            return
+        written = self._written.pop(session_id, None)
+        self._gone[session_id] = written.epoch if written is not None else 1
+        self._release_waiters(written)
         self._wake.set()
+
+    def adopted(self, session_id: str, epoch: int) -> None:
+        """This replica won the session at ``epoch`` (:meth:`claim`): its writes carry it."""
+        self._fenced.discard(session_id)
+        self._written[session_id] = _Written(epoch=epoch, may_create=False)
 
     async def settled(self, session: Session) -> None:
         """In ``sync`` mode, returns once the store holds every event numbered so far."""
@@ -208,14 +241,20 @@ class DurableStore:
         """A draining owner's last write of a session: whole, with its route cleared."""
         self._live.pop(session.id, None)
         self._dirty.pop(session.id, None)
-        self._written.pop(session.id, None)
+        held = self._written.pop(session.id, None) or _Written()
+        whole = _Written(epoch=held.epoch, may_create=held.may_create)
         try:
             async with self.redis.pipeline(transaction=True) as pipe:
-                self._queue_session(pipe, session, items, _Written(), route="")
-                await pipe.execute()
-            HANDOVERS.inc()
+                await self._queue_session(pipe, session, items, whole, route="")
+                (result,) = await pipe.execute()
         except (RedisError, OSError):
             logger.warning("session %s: could not hand it over (Redis away)", session.id)
+            return
+        if result[0] == 1:
+            HANDOVERS.inc()
+        else:
+            FENCED.inc()
+            logger.warning("session %s: not handed over, a peer had adopted it", session.id)
 
     async def _write_loop(self) -> None:
         while True:
@@ -230,7 +269,7 @@ class DurableStore:
 
     async def _write_round(self) -> None:
         dirty, self._dirty = self._dirty, {}
-        gone, self._gone = self._gone, set()
+        gone, self._gone = self._gone, {}
         if not dirty and not gone:
             return
         try:
@@ -238,51 +277,77 @@ class DurableStore:
                 heads = {}
                 for session_id, (session, items) in dirty.items():
                     written = self._written.setdefault(session_id, _Written())
-                    heads[session_id] = self._queue_session(
+                    heads[session_id] = await self._queue_session(
                         pipe, session, items, written, route=self.route
                     )
-                for session_id in gone:
-                    pipe.delete(session_key(session_id), journal_key(session_id))
-                await pipe.execute()
+                for session_id, epoch in gone.items():
+                    keys = [session_key(session_id), journal_key(session_id)]
+                    await self._drop(keys=keys, args=[epoch], client=pipe)
+                results = await pipe.execute()
         except BaseException:
             for session_id, value in dirty.items():
                 self._dirty.setdefault(session_id, value)  # written again next round
-            self._gone |= gone
+            self._gone.update(gone)
             raise
         DURABILITY_ROUNDS.inc()
         self._came_up()
-        for session_id, (head, dropped) in heads.items():
+        for (session_id, (head, dropped)), result in zip(heads.items(), results, strict=False):
             if (kept := self._written.get(session_id)) is None:
                 continue  # it ended while the round was written
-            kept.head, kept.dropped = head, dropped
+            if result[0] != 1:
+                self._fence(session_id, _text(result[1]))
+                continue
+            kept.head, kept.dropped, kept.may_create = head, dropped, False
             if kept.head >= dirty[session_id][0].journal.head:
                 self._release_waiters(kept)
 
-    def _queue_session(
+    def _fence(self, session_id: str, owner: str) -> None:
+        """A peer adopted the session: it leaves this replica's memory and is never written
+        from here again. The stream's end (on_fenced) comes before the sync waiters go, so no
+        event the stale copy numbered goes out."""
+        FENCED.inc()
+        logger.warning(
+            "session %s: a peer (%s) adopted it; this replica's copy is stale and goes",
+            session_id,
+            owner or "unknown",
+            extra={"session_id": session_id},
+        )
+        self._fenced.add(session_id)
+        self._live.pop(session_id, None)
+        self._dirty.pop(session_id, None)
+        written = self._written.pop(session_id, None)
+        if self.on_fenced is not None:
+            self.on_fenced(session_id, owner)
+        self._release_waiters(written)
+
+    async def _queue_session(
         self, pipe: Any, session: Session, items: ItemLog, written: _Written, *, route: str
     ) -> tuple[int, int]:
         """Queues the writes that bring the store up to ``session``; returns (head, dropped)."""
         state = export_state(session)
-        skey, jkey = session_key(session.id), journal_key(session.id)
         whole = written.head < 0
         if whole:
-            pipe.delete(jkey)
             items.changed = True
         entries = session.journal.entries_after(
             state.dropped_through if whole else max(written.head, state.dropped_through)
         )
-        if entries:
-            pipe.zadd(jkey, {payload: seq for seq, payload in entries})
-        if not whole and state.dropped_through > written.dropped:
-            pipe.zremrangebyscore(jkey, 0, state.dropped_through)
+        trim = (
+            state.dropped_through if not whole and state.dropped_through > written.dropped else -1
+        )
         fields: dict[str, bytes] = {**state.to_fields(), "route": route.encode()}
         if items.changed:
             fields["items"] = items.serialized()
-        pipe.hset(skey, mapping=fields)
         detached = session.state is State.DETACHED
         ttl_ms = self._detached_ttl_ms if detached else self._record_ttl_ms
-        pipe.pexpire(skey, ttl_ms)
-        pipe.pexpire(jkey, ttl_ms)
+        args: list[Any] = [written.epoch, int(written.may_create), int(whole), ttl_ms, trim]
+        args.append(len(fields))
+        for name, value in fields.items():
+            args += [name, value]
+        for seq, payload in entries:
+            args += [seq, payload]
+        # Queued on the pipeline (redis-py loads the script before the pipeline runs).
+        keys = [session_key(session.id), journal_key(session.id)]
+        await self._write(keys=keys, args=args, client=pipe)
         return state.head, state.dropped_through
 
     def _went_down(self, error: Exception) -> None:
@@ -291,8 +356,10 @@ class DurableStore:
             logger.warning("durability: Redis is away (%s); sessions go on in memory", error)
         self.up = False
         DURABILITY_UP.set(0)
+        self._leased = False  # a lease missing when Redis is back says nothing of a stall
         for written in self._written.values():
             written.head = -1  # Redis may come back empty: write every session whole
+            written.may_create = True
             self._release_waiters(written)  # sync mode does not wait for a store that is away
 
     def _came_up(self) -> None:
@@ -328,12 +395,23 @@ class DurableStore:
     async def _renew_lease(self) -> None:
         state = b"draining" if self.draining else b"serving"
         try:
-            await self.redis.set(lease_key(self.route), state, px=int(LEASE_TTL_S * 1000))
+            held = await self._renew(
+                keys=[lease_key(self.route)], args=[state, int(LEASE_TTL_S * 1000)]
+            )
         except (RedisError, OSError) as error:
             self._went_down(error)
             return
         if not self.up:
             self._came_up()
+        elif self._leased and not held:
+            # The lease lapsed while this replica held it: it stalled, and a peer may have
+            # adopted some sessions meanwhile. Each live session is written once: the fenced
+            # write refuses (and drops here) every one that moved.
+            LEASES_LOST.inc()
+            logger.warning("durability: this replica's lease had lapsed; checking its sessions")
+            for session, items in list(self._live.values()):
+                self.mark(session, items)
+        self._leased = True
 
     # -- the adopter's side ----------------------------------------------------------------
 
@@ -369,14 +447,19 @@ class DurableStore:
             return None
         return value.decode() if isinstance(value, bytes) else str(value)
 
-    async def claim(self, session_id: str, owner: str) -> bool:
-        """Makes this replica the owner, if ``owner`` still is; False if a peer was first."""
+    async def claim(self, session_id: str, owner: str) -> int:
+        """Makes this replica the owner, if ``owner`` still is: returns the session's new
+        epoch (its fencing token, see :meth:`adopted`), or 0 if a peer was first."""
         try:
-            won = await self._claim(keys=[session_key(session_id)], args=[owner, self.route])
+            epoch = await self._claim(keys=[session_key(session_id)], args=[owner, self.route])
         except (RedisError, OSError) as error:
             self._went_down(error)
-            return False
-        return bool(won)
+            return 0
+        return int(epoch)
 
 
-__all__ = ["ADOPTIONS", "MODES", "DurableStore", "ItemLog", "Stored"]
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+__all__ = ["ADOPTIONS", "FENCED", "MODES", "MOVED", "DurableStore", "ItemLog", "Stored"]

@@ -58,6 +58,8 @@ class SendQueue:
         # Two places past the depth: room for the end marker after a refused put.
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_DEPTH + 2)
         self.end_reason: str | None = None
+        # The only event still to go once the session moved to a peer (see ``move``).
+        self._last_word: bytes | None = None
         # Set when the reader fell behind: the servicer ends the stream at once with a status.
         self.fell_behind = asyncio.Event()
 
@@ -89,13 +91,26 @@ class SendQueue:
         self.end("slow_consumer")
         self.fell_behind.set()
 
+    def move(self, last_word: bytes) -> None:
+        """A peer adopted the session while this replica stalled: what is queued is stale and
+        dropped, ``last_word`` (going_away, session_moved) goes out alone, and the stream ends."""
+        self.discard()  # the end marker too, if the stream was ending: put back below
+        self._last_word = last_word
+        self.end_reason = self.end_reason or "session_moved"
+        self._queue.put_nowait(None)
+
     async def next(self) -> bytes | None:
         """The next event to write, or None once the stream must finish."""
+        if self._last_word == b"":
+            return None  # the last word went out: the stream is over
         payload = await self._queue.get()
         if payload is not None:
             self._charge.output_sent(len(payload))
             if self._barrier is not None:
                 await self._barrier()
+        if self._last_word is not None:
+            # Moved (even while the barrier waited): the stale copy's events never go out.
+            payload, self._last_word = self._last_word, b""
         return payload
 
     def discard(self) -> None:
@@ -206,6 +221,14 @@ class SessionHost:
     def go_away(self, time_left_s: float, reason: str) -> None:
         """Tells the attached stream that the server stops in ``time_left_s`` (a drain)."""
         self.deliver(self.session.going_away(time_left_s, reason))
+
+    def moved(self) -> None:
+        """Ends the attached streams with going_away (``session_moved``): a peer holds the
+        session now, and the client resumes there."""
+        notice = pb.ConverseResponse(going_away=pb.GoingAway(reason="session_moved"))
+        notice.going_away.time_left.FromMilliseconds(0)
+        for queue in self._queues.values():
+            queue.move(notice.SerializeToString())
 
     def refuse(self, generation: int, error: CommandError) -> None:
         """Answers a message that is not a command at all with a typed error."""

@@ -23,7 +23,7 @@ from omni_grpc.core.snapshot import adopt, check_adopted_cursor
 from omni_grpc.engine.base import Engine, EngineSession
 from omni_grpc.server import metrics
 from omni_grpc.server.budget import MemoryBudget, SessionCharge
-from omni_grpc.server.durable import ADOPTIONS, DurableStore
+from omni_grpc.server.durable import ADOPTIONS, MOVED, DurableStore
 from omni_grpc.server.host import SendQueue, SessionHost
 from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.wire import pb
@@ -264,7 +264,7 @@ class Sessions:
             return
         self.registry.forget(host.session)
         host.moved()
-        metrics.SESSIONS_MOVED.inc()
+        MOVED.inc()
         task = asyncio.get_running_loop().create_task(host.abandon())
         self._handovers.add(task)
         task.add_done_callback(self._handovers.discard)

@@ -2,7 +2,8 @@
 
 What the cluster tests show end to end, here part by part and fast: what a round writes and
 trims, that ``sync`` waits for the write and stops waiting for a Redis that is away, that of two
-replicas claiming one session exactly one wins, and what a hand-over leaves for a peer.
+replicas claiming one session exactly one wins, and what a hand-over leaves for a peer; and that
+an owner which stalled while a peer adopted its session is fenced off the record.
 """
 
 from __future__ import annotations
@@ -88,17 +89,76 @@ async def test_of_two_replicas_claiming_a_session_one_wins(redis_url: str) -> No
         owner.mark(session, ItemLog())
         await wait_for(lambda: _head(owner, session.id, session.journal.head), 20, "the write")
         claims = await asyncio.gather(first.claim(session.id, "r1"), second.claim(session.id, "r1"))
-        assert sorted(claims) == [False, True]
+        assert sorted(claims) == [0, 2]  # the winner holds the session's next epoch
         assert await owner.owner_lease("r1") == "serving"
         await owner.set_draining()
         assert await owner.owner_lease("r1") == "draining"
-        await owner.hand_over(session, ItemLog())
-        stored = await first.load(session.id)
+        kept = open_session().session  # one the peers did not take
+        owner.mark(kept, ItemLog())
+        await wait_for(lambda: _head(owner, kept.id, kept.journal.head), 20, "the write")
+        await owner.hand_over(kept, ItemLog())
+        stored = await first.load(kept.id)
         assert stored is not None and stored.route == ""  # handed over: any peer may adopt
         await owner.stop()
         assert await first.owner_lease("r1") is None  # a stopped replica's lease is gone
     finally:
         for store in (owner, first, second):
+            await store.stop()
+
+
+async def test_a_stalled_owner_is_fenced_off_a_session_a_peer_adopted(redis_url: str) -> None:
+    """The owner's writes after the adoption are refused in Redis (the record stays the
+    adopter's), the owner is told which session moved and to whom, its sync waiters are let
+    go, it neither writes nor deletes the session again, and its other sessions go on."""
+    owner = await _store(redis_url, "r1", mode="sync")
+    peer = await _store(redis_url, "r2")
+    moved: list[tuple[str, str]] = []
+    owner.on_fenced = lambda session_id, route: moved.append((session_id, route))
+    try:
+        taken, kept = open_session().session, open_session().session
+        for session in (taken, kept):
+            owner.mark(session, ItemLog())
+            await asyncio.wait_for(owner.settled(session), 20)
+        epoch = await peer.claim(taken.id, "r1")  # as if r1's lease had lapsed
+        assert epoch == 2
+        peer.adopted(taken.id, epoch)
+        peer.mark(taken, ItemLog())
+        await wait_for(lambda: _route(peer, taken.id, "r2"), 20, "the adopter's write")
+        adopters_record = await peer.redis.hgetall(f"omni:session:{taken.id}")
+        taken.publish(created("resp_stale"), 3.0)  # the stale copy goes on
+        kept.publish(created("resp_kept"), 3.0)
+        owner.mark(taken, ItemLog())
+        owner.mark(kept, ItemLog())
+        await asyncio.wait_for(owner.settled(taken), 20)  # let go, not left waiting
+        await wait_for(lambda: moved == [(taken.id, "r2")], 20, "the fence")
+        await wait_for(lambda: _head(owner, kept.id, kept.journal.head), 20, "kept's write")
+        owner.mark(taken, ItemLog())  # ignored from now on
+        owner.forget(taken.id)  # and never deleted from here
+        await asyncio.sleep(0.3)
+        assert await peer.redis.hgetall(f"omni:session:{taken.id}") == adopters_record
+        assert adopters_record[b"fence"] == b"2"
+    finally:
+        for store in (owner, peer):
+            await store.stop()
+
+
+async def test_a_lapsed_lease_is_noticed_and_every_session_checked(redis_url: str) -> None:
+    """A replica whose lease lapsed while it held it (it stalled) writes each live session
+    once, which finds the ones a peer adopted even when nothing else happens to them."""
+    owner = await _store(redis_url, "r1")
+    peer = await _store(redis_url, "r2")
+    moved: list[str] = []
+    owner.on_fenced = lambda session_id, _route: moved.append(session_id)
+    try:
+        session = open_session().session
+        owner.mark(session, ItemLog())
+        await wait_for(lambda: _head(owner, session.id, session.journal.head), 20, "the write")
+        await wait_for(lambda: owner._leased, 20, "a renewal")
+        await peer.redis.delete("omni:replica:r1")  # what a stall past the lease leaves
+        assert await peer.claim(session.id, "r1") == 2
+        await wait_for(lambda: moved == [session.id], 20, "the lapse to be noticed")
+    finally:
+        for store in (owner, peer):
             await store.stop()
 
 
@@ -130,6 +190,11 @@ async def test_sync_waits_for_the_write_and_not_for_a_redis_that_is_away(
 async def _head(store: DurableStore, session_id: str, head: int) -> bool:
     stored = await store.load(session_id)
     return stored is not None and stored.state.head >= head
+
+
+async def _route(store: DurableStore, session_id: str, route: str) -> bool:
+    stored = await store.load(session_id)
+    return stored is not None and stored.route == route
 
 
 async def _journal_len(store: DurableStore, session_id: str, length: int) -> bool:

@@ -1,0 +1,69 @@
+"""The Lua scripts that fence a session's record in Redis (see :mod:`omni_grpc.server.durable`).
+
+Every session record carries a fencing token, its ``fence`` field (an epoch): 1 when a replica
+opens the session, and one more each time a peer adopts it (:data:`CLAIM`). A replica writes a record
+only through :data:`WRITE` and deletes it only through :data:`DROP`, both of which first check,
+atomically inside Redis, that the record's epoch is still the one the replica holds. So a
+replica that stalled past its lease (SIGSTOP, a long pause, swap) and wakes up after a peer
+adopted its session cannot overwrite the adopter's record: its write is refused, and it learns
+that its copy of the session is stale.
+"""
+
+from __future__ import annotations
+
+# KEYS: record. ARGV: the owner the claimer saw, the claimer's route.
+# Sets the record's route to ARGV[2] and bumps its epoch, only if its route is still ARGV[1]:
+# of two peers adopting the same session at once, exactly one wins. Returns the new epoch, 0
+# when another peer was first (or the record is gone).
+CLAIM = """
+local owner = redis.call('HGET', KEYS[1], 'route')
+if owner == false or owner ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'route', ARGV[2])
+return redis.call('HINCRBY', KEYS[1], 'fence', 1)
+"""
+
+# KEYS: record, journal. ARGV: epoch, may_create (1/0), whole (1/0), ttl_ms, trim_through
+# (-1: none), field count n, n field/value pairs, then seq/payload pairs of journal entries.
+# Writes only if the record's epoch is ARGV[1], or if there is no record and ARGV[2] allows
+# one to be made (a session's first write, or Redis came back empty). Returns {1} when written,
+# {0, route} when refused, route naming the record's owner now ('' when there is no record).
+WRITE = """
+local epoch = redis.call('HGET', KEYS[1], 'fence')
+if (epoch == false and ARGV[2] ~= '1') or (epoch ~= false and epoch ~= ARGV[1]) then
+  return {0, redis.call('HGET', KEYS[1], 'route') or ''}
+end
+if ARGV[3] == '1' then redis.call('DEL', KEYS[2]) end
+local n = tonumber(ARGV[6])
+local fields = {'fence', ARGV[1]}
+for i = 7, 6 + 2 * n do fields[#fields + 1] = ARGV[i] end
+-- ZADD in slices: unpack() of a whole long journal would overflow Lua's stack.
+local batch = {}
+for i = 7 + 2 * n, #ARGV, 2 do
+  batch[#batch + 1] = ARGV[i]
+  batch[#batch + 1] = ARGV[i + 1]
+  if #batch >= 1000 then redis.call('ZADD', KEYS[2], unpack(batch)); batch = {} end
+end
+if #batch > 0 then redis.call('ZADD', KEYS[2], unpack(batch)) end
+if tonumber(ARGV[5]) >= 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], 0, ARGV[5]) end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return {1}
+"""
+
+# KEYS: record, journal. ARGV: epoch. Deletes an ended session's record, unless a peer has
+# adopted it since (its epoch moved on): the adopter's session is not this replica's to end.
+DROP = """
+local epoch = redis.call('HGET', KEYS[1], 'fence')
+if epoch ~= false and epoch ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+"""
+
+# KEYS: lease. ARGV: state, ttl_ms. Renews the lease; returns 1 if it was still there, 0 if it
+# had lapsed (the replica stalled past it, so a peer may have adopted its sessions meanwhile).
+RENEW = """
+local held = redis.call('EXISTS', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return held
+"""

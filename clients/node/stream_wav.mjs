@@ -154,6 +154,7 @@ async function run(settings) {
   }
   const summary = {
     session_id: session.sessionId,
+    route: session.route,
     reconnects: session.stats.reconnects,
     resent_commands: session.stats.resentCommands,
     duplicate_events: session.stats.duplicateEvents,

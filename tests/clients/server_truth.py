@@ -3,7 +3,8 @@
 A client under test reports what it received and sent; these tests believe the server instead.
 :class:`ServerTruth` wraps the registry (sessions opened, resumes granted), the journal (every
 numbered event, as the bytes sent) and the loopback engine's input (every command that reached
-it), the way the chaos test does.
+it), the way the chaos test does; and the routing key (``x-omni-route``) each Converse call
+presented.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import pytest
 from omni_grpc.core.journal import Journal
 from omni_grpc.core.registry import Registry
 from omni_grpc.engine.loopback.session import LoopbackSession
+from omni_grpc.server.servicer import DuplexServicer
 from omni_grpc.wire import pb
+from omni_grpc.wire.keys import route_of
 
 
 class ServerTruth:
@@ -28,8 +31,10 @@ class ServerTruth:
         self._journals: dict[str, Journal] = {}
         self._journaled: dict[int, list[bytes]] = defaultdict(list)
         self.engine_input: dict[str, list[pb.ConverseRequest]] = defaultdict(list)
+        self.call_routes: list[str] = []  # the x-omni-route of each Converse call, in order
         record, open_session, resume = Journal.record, Registry.open, Registry.resume
         submit = LoopbackSession.submit
+        converse = DuplexServicer.converse
 
         def recording(journal: Journal, payload: bytes, now: float) -> bool:
             kept = record(journal, payload, now)
@@ -52,7 +57,12 @@ class ServerTruth:
             self.engine_input[session.id].append(request)
             await submit(session, request)
 
+        async def conversing(servicer: DuplexServicer, requests: Any, context: Any) -> None:
+            self.call_routes.append(route_of(tuple(context.invocation_metadata() or ())))
+            await converse(servicer, requests, context)
+
         monkeypatch.setattr(Journal, "record", recording)
+        monkeypatch.setattr(DuplexServicer, "converse", conversing)
         monkeypatch.setattr(Registry, "open", opening)
         monkeypatch.setattr(Registry, "resume", resuming)
         monkeypatch.setattr(LoopbackSession, "submit", submitting)

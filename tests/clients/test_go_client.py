@@ -220,6 +220,29 @@ async def test_cuts_during_upload_and_reply_lose_and_double_nothing(
     assert len(running.registry) == 0
 
 
+async def test_a_resume_sends_the_route_back(
+    go_build: GoBuild, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A server started with a routing key (``--route``): the client keeps the key that
+    session_created names, and every resume after a cut presents it (``x-omni-route``), so a
+    proxy in front of several replicas would take it to this one."""
+    truth = ServerTruth(monkeypatch)
+    sent = gliding_tone(tmp_path / "in.wav", 1.0)
+    async with (
+        serving(settings(api_keys=(API_KEY,), route="r7")) as running,
+        ChaosProxy("127.0.0.1", running.grpc_port, seed=18) as proxy,
+    ):
+        proxy.cut_after_bytes(REPLY_CUT_BYTES // 2, direction="down")
+        process = await start(go_build, proxy.target, tmp_path / "in.wav", tmp_path / "reply.wav")
+        run = await finish(process, tmp_path / "reply.wav")
+    session_id = assert_server_agrees(truth, run, sent)
+    assert truth.resumes[session_id] == run.reconnects >= 1
+    # The open went anywhere; every later call went to r7.
+    assert (
+        truth.call_routes[0] == "" and truth.call_routes[1:] == ["r7"] * truth.resumes[session_id]
+    )
+
+
 async def test_a_wrong_key_fails_with_the_servers_reason(
     go_build: GoBuild, served: Served, tmp_path: Path
 ) -> None:

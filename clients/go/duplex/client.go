@@ -76,6 +76,7 @@ type Client struct {
 	mu         sync.Mutex // orders writes on the stream and guards the fields below
 	att        *attachment
 	token      string
+	route      string // the routing key of the session's replica, sent back on each call
 	journal    Journal
 	cursor     Cursor
 	unacked    int  // journaled events received since the last ack
@@ -107,6 +108,7 @@ func Open(conn grpc.ClientConnInterface, config *pb.SessionConfig, opts Options)
 		return nil, fmt.Errorf("open session: answered with %T, not session_created", reply.Event)
 	}
 	c.SessionID, c.Created, c.token, c.att = created.GetSession().GetId(), created, created.GetResumeToken(), att
+	c.learnRoute(created.GetRoute())
 	c.events <- reply
 	go c.run(att)
 	return c, nil

@@ -30,6 +30,9 @@ func (c *Client) handshake(first *pb.ConverseRequest) (*attachment, *pb.Converse
 	if c.opts.APIKey != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.opts.APIKey)
 	}
+	if route := c.Route(); route != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, RouteHeader, route) // to the session's replica
+	}
 	att := &attachment{cancel: cancel}
 	stream, err := c.api.Converse(ctx)
 	if err != nil {
@@ -40,7 +43,7 @@ func (c *Client) handshake(first *pb.ConverseRequest) (*attachment, *pb.Converse
 	if sendErr := stream.Send(first); sendErr != nil {
 		// Send reports only io.EOF; the stream's status comes from Recv.
 		if _, err := stream.Recv(); err != nil {
-			sendErr = err
+			sendErr = c.refused(stream, err)
 		}
 		cancel()
 		return nil, nil, sendErr
@@ -51,10 +54,23 @@ func (c *Client) handshake(first *pb.ConverseRequest) (*attachment, *pb.Converse
 		err = status.Error(codes.DeadlineExceeded, "no answer to the handshake in time")
 	}
 	if err != nil {
+		err = c.refused(stream, err)
 		cancel()
 		return nil, nil, err
 	}
+	if headers, err := stream.Header(); err == nil {
+		c.learnRoute(routeOf(headers))
+	}
 	return att, reply, nil
+}
+
+// refused reads a stream the server ended at the handshake: the replica it named as the
+// session's (its retry goes there), and the refusal itself, from the headers when a proxy
+// turned the stream into CANCELLED.
+func (c *Client) refused(stream pb.DuplexService_ConverseClient, err error) error {
+	headers, _ := stream.Header() // the stream is over: this does not wait
+	c.learnRoute(routeOf(stream.Trailer(), headers))
+	return relayedRefusal(err, headers)
 }
 
 // resume asks for the session back from the cursor. It returns the new stream and its

@@ -156,6 +156,9 @@ func (c *Client) attach(att *attachment, resumed *pb.ConverseResponse) error {
 		return err
 	}
 	c.token = resumed.GetSessionResumed().GetResumeToken()
+	if route := resumed.GetSessionResumed().GetRoute(); route != "" {
+		c.route = route // an adopted session names its new replica
+	}
 	for _, req := range append(lost, heartbeat()) {
 		if err := att.stream.Send(req); err != nil {
 			return errWriteFailed

@@ -21,6 +21,7 @@ import {
   statusName,
   TRANSIENT_STATUSES,
 } from "./contract.mjs";
+import { ROUTE_HEADER } from "./routing.mjs";
 import { StreamBroken, StreamLink } from "./stream_link.mjs";
 
 const TERMINAL_KINDS = new Set(["session_closed", "session_expired"]);
@@ -51,6 +52,7 @@ export class ResumingSession {
   sessionId = "";
   capabilities = null;
   appliedClientSeq = 0;
+  route = ""; // the routing key of the session's replica, sent back on every call ("" : any)
   stats = { reconnects: 0, resentCommands: 0, duplicateEvents: 0, lastResent: [] };
 
   #client;
@@ -187,7 +189,8 @@ export class ResumingSession {
   #attempt(first) {
     const on = {
       data: (link, event) => this.#onData(link, event),
-      broken: (link, code, details) => this.#onBroken(link, code, details),
+      route: (route) => this.#learnRoute(route),
+      broken: (link, code, details, route) => this.#onBroken(link, code, details, route),
       drain: () => this.#wake(),
     };
     return new StreamLink(this.#client, this.#metadata(), first, on, HANDSHAKE_TIMEOUT_MS).answered;
@@ -198,7 +201,16 @@ export class ResumingSession {
     if (this.#options.apiKey) {
       metadata.set("authorization", `Bearer ${this.#options.apiKey}`);
     }
+    if (this.route) {
+      metadata.set(ROUTE_HEADER, this.route); // a proxy takes the call to the session's replica
+    }
     return metadata;
+  }
+
+  #learnRoute(route) {
+    if (route) {
+      this.route = route;
+    }
   }
 
   #onData(link, event) {
@@ -249,6 +261,7 @@ export class ResumingSession {
     this.sessionId = created.session.id;
     this.capabilities = created.capabilities;
     this.#token = created.resume_token;
+    this.#learnRoute(created.route);
     this.#startAcking();
   }
 
@@ -263,6 +276,7 @@ export class ResumingSession {
     if (resumed.resume_token) {
       this.#token = resumed.resume_token; // a resume that only replays an ending has none
     }
+    this.#learnRoute(resumed.route); // an adopted session names its new replica
   }
 
   /** Writes what the server has not applied, then a heartbeat that confirms the new token. */
@@ -280,10 +294,11 @@ export class ResumingSession {
     link?.write(request);
   }
 
-  #onBroken(link, code, details) {
+  #onBroken(link, code, details, route = "") {
     if (!link.alive) {
       return;
     }
+    this.#learnRoute(route); // a refusal that names the session's replica: the retry goes there
     const handshaking = link.phase === "handshake";
     link.phase = "dead";
     if (this.#link === link) {
@@ -291,7 +306,7 @@ export class ResumingSession {
     }
     this.#wake();
     if (handshaking) {
-      link.settle(new StreamBroken(details, code));
+      link.settle(new StreamBroken(details, code, route));
     } else if (!this.#ended) {
       this.#reconnect(`${statusName(code)} ${details}`);
     }

@@ -5,12 +5,17 @@
 // whatever a dead link still reports, so a stream that broke can never feed it again.
 
 import { grpc } from "./contract.mjs";
+import { relayedRefusal, routeOf } from "./routing.mjs";
 
-/** One stream that ended or failed; `code` is its gRPC status. */
+/**
+ * One stream that ended or failed; `code` is its gRPC status, `route` the replica a refusal
+ * named as the session's ("" when none did).
+ */
 export class StreamBroken extends Error {
-  constructor(message, code) {
+  constructor(message, code, route = "") {
     super(message);
     this.code = code;
+    this.route = route;
   }
 }
 
@@ -19,10 +24,12 @@ export class StreamLink {
   congested = false; // the call's buffer is full: wait for "drain" before writing more
   #call;
   #settle;
+  #headers = null; // the response headers, once they came
 
   /**
    * Opens a Converse call on `client` and writes `first`. What the call does is reported to
-   * `on.data(link, event)`, `on.broken(link, code, details)` and `on.drain()`; `answered`
+   * `on.data(link, event)`, `on.route(route)` (a routing key in the response headers),
+   * `on.broken(link, code, details, route)` and `on.drain()`; `answered`
    * settles with the handshake (see settle), or fails after `timeoutMs` without an answer.
    */
   constructor(client, metadata, first, on, timeoutMs) {
@@ -39,8 +46,18 @@ export class StreamLink {
     );
     this.#call = client.Converse(metadata);
     this.#call.on("data", (event) => on.data(this, event));
-    this.#call.on("status", ({ code, details }) => {
-      on.broken(this, code, details || "the stream ended");
+    this.#call.on("metadata", (headers) => {
+      this.#headers = headers;
+      const route = routeOf(headers);
+      if (route) {
+        on.route(route);
+      }
+    });
+    this.#call.on("status", ({ code, details, metadata }) => {
+      // A proxy may have turned a refusal into CANCELLED: the headers hold the real one.
+      const relayed = relayedRefusal(code, this.#headers);
+      const route = routeOf(metadata, this.#headers);
+      on.broken(this, relayed?.code ?? code, relayed?.details || details || "the stream ended", route);
     });
     this.#call.on("error", () => {}); // the same failure arrives as a status
     this.#call.on("drain", () => {

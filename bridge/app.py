@@ -12,7 +12,9 @@ bridge in front of a keyed service needs no keys of its own; a bridge given a ``
 presents that one instead.
 
 All websockets share one gRPC channel (one HTTP/2 connection, multiplexed), with the client
-package's channel options, created when the application starts and closed when it stops;
+package's channel options, created when the application starts and closed when it stops; a
+bridge in the service's own process is handed the service's in-process entry point instead
+(``local``, see :mod:`bridge.transport`) and makes no gRPC calls at all;
 stopping also closes every websocket with 1001, so clients resume their sessions through
 another bridge. :func:`start_bridge` is the entry point (``omni-grpc serve`` and
 ``omni-grpc bridge`` call it); each websocket is carried by a :class:`bridge.relay.Relay`.
@@ -36,6 +38,7 @@ from bridge.metrics import CONNECTIONS, REFUSALS, metrics_handler
 from bridge.outbound import MAX_AUDIO_DELTA_BYTES
 from bridge.relay import Relay
 from bridge.tracing import bridge_tracer
+from bridge.transport import ServiceLink
 from omni_grpc.client.channel import ChannelSettings, Connection
 from omni_grpc.wire.keys import bearer_metadata
 
@@ -60,8 +63,10 @@ class Bridge:
         send_deadline_s: float,
         max_audio_delta_bytes: int,
         tracer: Tracer | None = None,
+        local: ServiceLink | None = None,
     ) -> None:
         self.service_settings = service_settings
+        self.local = local  # the service's in-process entry point, when it shares the process
         self.gate = gate  # what a request must show before it is served
         self.service_key = service_key  # presented to the service instead of the client's key
         self.config_timeout_s = config_timeout_s
@@ -70,11 +75,12 @@ class Bridge:
         self.max_audio_delta_bytes = max_audio_delta_bytes
         self.relays: set[Relay] = set()
         self.tracer = tracer  # each turn's span and its context for the service; None: off
-        self.service: Connection | None = None  # the channel, while the application runs
+        self.service: ServiceLink | None = None  # the channel, while the application runs
 
     async def connect(self, app: web.Application) -> AsyncIterator[None]:
-        """The application's cleanup context: one gRPC channel for its whole life."""
-        self.service = Connection(self.service_settings)
+        """The application's cleanup context: one gRPC channel (or the in-process entry point)
+        for its whole life."""
+        self.service = self.local or Connection(self.service_settings)
         try:
             yield
         finally:
@@ -166,6 +172,7 @@ def create_app(
     allowed_hosts: tuple[str, ...] = (),
     bound_host: str = "127.0.0.1",
     tracer_provider: TracerProvider | None = None,
+    local: ServiceLink | None = None,
 ) -> web.Application:
     """Builds the bridge application for the service that ``service_settings`` reach; with a
     ``tracer_provider``, each turn is traced and its context goes to the service."""
@@ -184,6 +191,7 @@ def create_app(
         send_deadline_s=send_deadline_s,
         max_audio_delta_bytes=max_audio_delta_bytes,
         tracer=bridge_tracer(tracer_provider),
+        local=local,
     )
     app = web.Application(middlewares=[host_middleware(bridge.gate)])
     app[BRIDGE] = bridge
@@ -242,6 +250,8 @@ async def start_bridge(
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS,
     allowed_hosts: tuple[str, ...] = (),
     tracer_provider: TracerProvider | None = None,
+    local: ServiceLink | None = None,
+    reuse_port: bool = False,
 ) -> tuple[web.AppRunner, int]:
     """Starts the bridge; returns its runner (``cleanup()`` stops it) and its port.
 
@@ -251,6 +261,9 @@ async def start_bridge(
     ``service_key``, when given, is presented to the service instead of each client's key.
     ``allowed_origins`` and ``allowed_hosts`` are :class:`bridge.gate.Gate`'s. With a
     ``tracer_provider`` each turn is traced (:mod:`bridge.tracing`); without one, nothing is.
+    With ``local`` (the service's in-process entry point) the streams go to it, not to
+    ``grpc_target``. ``reuse_port`` lets several bridge processes listen on one port
+    (``SO_REUSEPORT``: the kernel spreads the connections between them).
     """
     root = grpc_root_cert_file or (tls_cert_file if not grpc_plaintext else None)
     app = create_app(
@@ -265,6 +278,7 @@ async def start_bridge(
         allowed_hosts=allowed_hosts,
         bound_host=host,
         tracer_provider=tracer_provider,
+        local=local,
     )
     # aiohttp's keep-alive timer runs from the moment a connection is accepted and closes it
     # while no whole request has arrived: it is the header read timeout (half-sent requests
@@ -274,7 +288,13 @@ async def start_bridge(
         app, handle_signals=False, access_log=None, keepalive_timeout=header_timeout_s
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=_server_ssl(tls_cert_file, tls_key_file))
+    site = web.TCPSite(
+        runner,
+        host,
+        port,
+        ssl_context=_server_ssl(tls_cert_file, tls_key_file),
+        reuse_port=reuse_port or None,
+    )
     await site.start()
     bound = runner.addresses[0][1]
     return runner, int(bound)

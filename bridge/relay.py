@@ -46,7 +46,8 @@ from bridge.outbound_events import (
     with_retry_hint,
 )
 from bridge.tracing import RelayTurns
-from omni_grpc.client.channel import Connection, Stream, StreamBroken
+from bridge.transport import ServiceLink, ServiceStream
+from omni_grpc.client.channel import StreamBroken
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import ROUTE_HEADER
 
@@ -134,7 +135,7 @@ class Relay:
     def __init__(
         self,
         ws: web.WebSocketResponse,
-        service: Connection,
+        service: ServiceLink,
         *,
         metadata: Sequence[tuple[str, str]],
         model: str,
@@ -161,7 +162,8 @@ class Relay:
             dialect, max_audio_delta_bytes=max_audio_delta_bytes, extensions=extensions
         )
         self._inbound, self._dialect = made.inbound, made.outbound
-        self._stream: Stream | None = None
+        self._stream: ServiceStream | None = None
+        self._reader: asyncio.Task[None] | None = None  # the client → service task, if running
         self._next_seq = 1
         self._attached = asyncio.Event()  # set when the state moves past ATTACHING
         # After a rate-limit refusal, the loop time the service's retry hint runs out: the
@@ -254,6 +256,13 @@ class Relay:
 
     async def _close_ws(self, code: int, reason: str) -> None:
         """Closes the websocket, dropping the connection if the close frame cannot go out."""
+        reader = self._reader
+        if reader is not None and reader is not asyncio.current_task() and not reader.done():
+            # aiohttp drops the connection right after the close frame when another task waits
+            # in receive(), and a client that had not read the frame yet sees 1006: the reader
+            # stops first, so the close waits for the client's answer (the closing handshake).
+            reader.cancel()
+            await asyncio.wait({reader})
         try:
             async with asyncio.timeout(self._send_deadline_s):
                 await self.ws.close(code=code, message=reason.encode()[:120])
@@ -264,10 +273,11 @@ class Relay:
                 self._transport.abort()
 
     async def _relay(
-        self, stream: Stream, first: pb.ConverseRequest, pending: pb.ConverseRequest | None
+        self, stream: ServiceStream, first: pb.ConverseRequest, pending: pb.ConverseRequest | None
     ) -> None:
         pump = asyncio.create_task(self._pump(stream), name="bridge-pump")
         reader = asyncio.create_task(self._read(stream, first, pending), name="bridge-reader")
+        self._reader = reader
         try:
             await asyncio.wait({pump, reader}, return_when=asyncio.FIRST_COMPLETED)
             if not pump.done():
@@ -333,7 +343,7 @@ class Relay:
     # -- client → service ----------------------------------------------------------------
 
     async def _read(
-        self, stream: Stream, first: pb.ConverseRequest, pending: pb.ConverseRequest | None
+        self, stream: ServiceStream, first: pb.ConverseRequest, pending: pb.ConverseRequest | None
     ) -> None:
         try:
             await stream.write(first)
@@ -356,7 +366,7 @@ class Relay:
         except (StreamBroken, ConnectionError):
             return  # the stream or the socket ended under us; the pump tells the client why
 
-    async def _write(self, stream: Stream, request: pb.ConverseRequest) -> None:
+    async def _write(self, stream: ServiceStream, request: pb.ConverseRequest) -> None:
         hold_s = self._hold_input_until - asyncio.get_running_loop().time()
         if hold_s > 0:
             await asyncio.sleep(hold_s)
@@ -369,7 +379,7 @@ class Relay:
 
     # -- service → client ----------------------------------------------------------------
 
-    async def _pump(self, stream: Stream) -> None:
+    async def _pump(self, stream: ServiceStream) -> None:
         reason = "stream_ended"
         try:
             while (response := await stream.read()) is not None:

@@ -1,10 +1,13 @@
 """What ``omni-grpc serve`` and ``omni-grpc bridge`` run: the processes' composition and life.
 
-``serve`` is the gRPC service with the websocket bridge next to it (a gRPC client of that
-service, on the HTTP port); ``bridge`` is the bridge alone, in front of a service that runs
-elsewhere. Both run until SIGTERM or SIGINT. On that signal the service drains first (sessions
-are told ``going_away``, so clients of the bridge hear it too), then the bridge closes its
-websockets, then the service stops. This is the one module that imports both the server and the
+``serve`` is the gRPC service with the websocket bridge next to it on the HTTP port, handing
+its commands to the sessions in-process (no gRPC hop: :mod:`omni_grpc.server.local`);
+``bridge`` is the bridge alone, in front of a service that runs elsewhere. Both run until
+SIGTERM or SIGINT. On that signal the service drains first (sessions are told ``going_away``,
+so clients of the bridge hear it too), then the bridge closes its websockets, then the service
+stops. With ``--bridge-workers N`` the bridge's port is served by N processes
+(:mod:`omni_grpc.cli.workers`): this one and N - 1 workers, which reach the service over gRPC.
+This is the one module that imports both the server and the
 bridge: the server knows nothing of the bridge.
 """
 
@@ -16,7 +19,7 @@ import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 from opentelemetry.trace import TracerProvider
@@ -24,7 +27,9 @@ from opentelemetry.trace import TracerProvider
 from bridge.app import start_bridge
 from omni_grpc.cli.config import BridgeSettings, ServeSettings
 from omni_grpc.cli.tracing import otlp_tracer_provider
+from omni_grpc.cli.workers import BridgeWorkers, parent_gone
 from omni_grpc.server.app import RunningServer, start_server
+from omni_grpc.server.local import LocalService
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
 
 logger = logging.getLogger(__name__)
@@ -41,11 +46,14 @@ class Service:
     http_port: int | None = None
     metrics: web.AppRunner | None = None  # /metrics on a port of its own, when asked for
     metrics_port: int | None = None
+    workers: BridgeWorkers | None = None  # the bridge's other processes, when asked for
 
     async def stop(self, grace_s: float = 0.0) -> None:
         """Drains the service for up to ``grace_s``, closes the bridge, stops the service."""
         if grace_s > 0:
             await self.server.drain(grace_s)
+        if self.workers is not None:
+            await self.workers.stop()
         if self.bridge is not None:
             await self.bridge.cleanup()
         await self.server.stop()
@@ -89,6 +97,12 @@ async def start_service(
     host = settings.server.host
     # The bridge reaches the service on loopback when it listens on every address.
     target_host = "127.0.0.1" if host in WILDCARD_HOSTS else host
+    # The same process: the bridge hands commands to the sessions without a gRPC hop.
+    local = LocalService(
+        running.sessions,
+        api_keys=settings.server.api_keys,
+        max_streams=settings.server.max_concurrent_streams,
+    )
     try:
         service.bridge, service.http_port = await start_bridge(
             f"{target_host}:{running.grpc_port}",
@@ -103,11 +117,32 @@ async def start_service(
             header_timeout_s=settings.server.handshake_timeout_s,
             send_deadline_s=settings.send_deadline_s,
             tracer_provider=tracer_provider,
+            local=local,
+            reuse_port=settings.bridge_workers > 1,
         )
+        if settings.bridge_workers > 1:
+            workers = BridgeSettings(
+                grpc_target=f"{target_host}:{running.grpc_port}",
+                host=host,
+                port=service.http_port,
+                api_keys=settings.server.api_keys,
+                tls_cert_file=settings.server.tls_cert_file,
+                tls_key_file=settings.server.tls_key_file,
+                log_level=settings.log_level,
+                log_format=settings.log_format,
+                allowed_origins=settings.allowed_origins,
+                allowed_hosts=settings.allowed_hosts,
+                header_timeout_s=settings.server.handshake_timeout_s,
+                send_deadline_s=settings.send_deadline_s,
+                otlp_endpoint=settings.otlp_endpoint,
+            )
+            service.workers = BridgeWorkers.start(workers, settings.bridge_workers - 1)
     except BaseException:
         await service.stop()
         raise
-    logger.info("websocket bridge on %s:%s", host, service.http_port)
+    logger.info(
+        "websocket bridge on %s:%s (%d processes)", host, service.http_port, settings.bridge_workers
+    )
     return service
 
 
@@ -147,8 +182,10 @@ async def run_bridge(settings: BridgeSettings) -> None:
         await _run_bridge(settings, tracer_provider)
 
 
-async def _run_bridge(settings: BridgeSettings, tracer_provider: TracerProvider | None) -> None:
-    runner, port = await start_bridge(
+async def _start_bridge_alone(
+    settings: BridgeSettings, tracer_provider: TracerProvider | None, *, reuse_port: bool
+) -> tuple[web.AppRunner, int]:
+    return await start_bridge(
         settings.grpc_target,
         host=settings.host,
         port=settings.port,
@@ -163,9 +200,20 @@ async def _run_bridge(settings: BridgeSettings, tracer_provider: TracerProvider 
         header_timeout_s=settings.header_timeout_s,
         send_deadline_s=settings.send_deadline_s,
         tracer_provider=tracer_provider,
+        reuse_port=reuse_port,
     )
+
+
+async def _run_bridge(settings: BridgeSettings, tracer_provider: TracerProvider | None) -> None:
+    count = settings.bridge_workers
+    runner, port = await _start_bridge_alone(settings, tracer_provider, reuse_port=count > 1)
     metrics: web.AppRunner | None = None
+    workers: BridgeWorkers | None = None
     try:
+        if count > 1:
+            # The workers share the bound port; /metrics stays this process's own.
+            shared = replace(settings, port=port, bridge_workers=1, metrics_port=None)
+            workers = BridgeWorkers.start(shared, count - 1)
         if settings.metrics_port is not None:
             metrics, metrics_port = await start_metrics_endpoint(
                 settings.host, settings.metrics_port
@@ -178,6 +226,24 @@ async def _run_bridge(settings: BridgeSettings, tracer_provider: TracerProvider 
         )
         await stop_signalled()
     finally:
+        if workers is not None:
+            await workers.stop()
         await runner.cleanup()
         if metrics is not None:
             await metrics.cleanup()
+
+
+async def run_bridge_worker(settings: BridgeSettings, parent_pid: int) -> None:
+    """One bridge worker: the bridge on its parent's port until SIGTERM or the parent goes."""
+    async with traces_to(settings.otlp_endpoint) as tracer_provider:
+        runner, _ = await _start_bridge_alone(settings, tracer_provider, reuse_port=True)
+        try:
+            ends = [
+                asyncio.ensure_future(stop_signalled()),
+                asyncio.ensure_future(parent_gone(parent_pid)),
+            ]
+            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+            for end in ends:
+                end.cancel()
+        finally:
+            await runner.cleanup()

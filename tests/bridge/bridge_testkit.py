@@ -23,6 +23,8 @@ from pydantic import BaseModel, TypeAdapter
 
 from bridge.app import start_bridge
 from omni_grpc import audio
+from omni_grpc.server.app import RunningServer
+from omni_grpc.server.local import LocalService
 from omni_grpc.server.settings import ServerSettings
 from omni_grpc.wire import pb
 from tests.serving import settings
@@ -86,8 +88,14 @@ def service_settings(**overrides: Any) -> ServerSettings:
 
 
 @contextlib.asynccontextmanager
-async def running_bridge(target: str, **options: Any) -> AsyncIterator[int]:
-    """A bridge for ``target`` on a free port; yields the port and stops it afterwards."""
+async def running_bridge(target: str | RunningServer, **options: Any) -> AsyncIterator[int]:
+    """A bridge for ``target`` on a free port; yields the port and stops it afterwards.
+
+    Given the running service itself, the bridge reaches it in-process (as ``omni-grpc serve``
+    does) instead of over gRPC."""
+    if isinstance(target, RunningServer):
+        options["local"] = LocalService(target.sessions, api_keys=target.settings.api_keys)
+        target = target.target
     runner, port = await start_bridge(target, port=0, **options)
     try:
         yield port

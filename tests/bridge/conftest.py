@@ -25,10 +25,11 @@ async def service() -> AsyncIterator[RunningServer]:
         yield running
 
 
-@pytest.fixture
-async def bridge_port(service: RunningServer) -> AsyncIterator[int]:
-    """A bridge in front of ``service``."""
-    async with running_bridge(service.target) as port:
+@pytest.fixture(params=["grpc", "in_process"])
+async def bridge_port(service: RunningServer, request: pytest.FixtureRequest) -> AsyncIterator[int]:
+    """A bridge in front of ``service``: over gRPC (``omni-grpc bridge``) and in-process
+    (``omni-grpc serve``), so the tests that take it hold for both paths."""
+    async with running_bridge(service.target if request.param == "grpc" else service) as port:
         yield port
 
 

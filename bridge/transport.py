@@ -1,0 +1,33 @@
+"""The seam between a relay and the service: what the bridge needs of a connection to it.
+
+Two things fit: :class:`omni_grpc.client.channel.Connection`, a gRPC channel to a service in
+another process (``omni-grpc bridge``), and the service's own in-process entry point, handed in
+by the launcher when bridge and service share a process (``omni-grpc serve``), which saves the
+gRPC hop. Both end failed streams with :class:`~omni_grpc.client.channel.StreamBroken`, so a
+relay behaves the same over either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from omni_grpc.wire import pb
+
+
+class ServiceStream(Protocol):
+    """One Converse stream: its first write opens or resumes a session."""
+
+    async def write(self, request: pb.ConverseRequest) -> None: ...
+
+    async def read(self) -> pb.ConverseResponse | None: ...
+
+    def cancel(self) -> None: ...
+
+
+class ServiceLink(Protocol):
+    """Where a relay's streams go."""
+
+    def converse(self, metadata: Sequence[tuple[str, str]] | None = None) -> ServiceStream: ...
+
+    async def close(self) -> None: ...

@@ -37,6 +37,13 @@ KEYS_ON_COMMAND_LINE = (
 )
 
 
+# The bridge keeps no state between connections, so any of its processes may take any one.
+WORKERS_HELP = (
+    "processes serving the websocket port, which the kernel spreads connections between "
+    "(SO_REUSEPORT): one Python process uses one core"
+)
+
+
 def _run(
     name: str, log_level: str, log_format: str, run: Callable[[], Coroutine[Any, Any, None]]
 ) -> int:
@@ -135,6 +142,13 @@ def _add_serve(commands: Any) -> None:
         "--http-port",
         type=int,
         help=f"websocket bridge port (default {DEFAULT_HTTP_PORT}; 0 turns the bridge off)",
+    )
+    serve.add_argument(
+        "--bridge-workers",
+        type=int,
+        metavar="N",
+        help=WORKERS_HELP + " (default 1: the service's own process, which reaches the "
+        "sessions in-process; the others reach them over gRPC)",
     )
     serve.add_argument(
         "--engine",
@@ -288,6 +302,9 @@ def _add_bridge(commands: Any) -> None:
     bridge.add_argument("--host", default="127.0.0.1", help="address to listen on")
     bridge.add_argument(
         "--port", type=int, default=DEFAULT_HTTP_PORT, help="HTTP port (0 picks one)"
+    )
+    bridge.add_argument(
+        "--bridge-workers", type=int, default=1, metavar="N", help=WORKERS_HELP + " (default 1)"
     )
     bridge.add_argument(
         "--api-key",

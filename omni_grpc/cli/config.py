@@ -47,6 +47,7 @@ class ServeSettings:
     send_deadline_s: float = 10.0  # a websocket client that takes no frame for so long goes
     metrics_port: int | None = None  # /metrics on a port of its own (0 picks one); None: off
     otlp_endpoint: str | None = None  # OTLP/gRPC collector for traces; None: tracing off
+    bridge_workers: int = 1  # processes serving the bridge's port (SO_REUSEPORT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +71,7 @@ class BridgeSettings:
     send_deadline_s: float = 10.0  # a websocket client that takes no frame for so long goes
     metrics_port: int | None = None  # /metrics on a port of its own (0 picks one); None: off
     otlp_endpoint: str | None = None  # OTLP/gRPC collector for traces; None: tracing off
+    bridge_workers: int = 1  # processes serving the port (SO_REUSEPORT)
 
 
 def default_engine() -> str:
@@ -100,6 +102,16 @@ def _port(value: Any, name: str) -> int:
 
 def _optional_port(value: Any, name: str) -> int | None:
     return None if value is None else _port(value, name)
+
+
+def _workers(value: Any) -> int:
+    try:
+        workers = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"bridge_workers must be a whole number, got {value!r}") from None
+    if workers < 1:
+        raise ConfigError(f"bridge_workers must be at least 1, got {workers}")
+    return workers
 
 
 def _split(value: str) -> list[str]:
@@ -166,6 +178,7 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "route": str,
     "durability": str,
     "redis_url": str,
+    "bridge_workers": str,
 }
 # The serve settings that are fields of the server limits: flags, variables and top-level
 # keys of the file like the others, merged into the limits (besides the [limits] table).
@@ -337,6 +350,7 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         send_deadline_s=_seconds(merged, "send_deadline_s", 10.0),
         metrics_port=_optional_port(merged.get("metrics_port"), "metrics_port"),
         otlp_endpoint=traces_endpoint(merged.get("otlp_endpoint"), environ),
+        bridge_workers=_workers(merged.get("bridge_workers", 1)),
     )
 
 
@@ -365,4 +379,5 @@ def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]
         send_deadline_s=_seconds(vars(args), "send_deadline_s", 10.0),
         metrics_port=_optional_port(getattr(args, "metrics_port", None), "metrics_port"),
         otlp_endpoint=traces_endpoint(getattr(args, "otlp_endpoint", None), environ),
+        bridge_workers=_workers(args.bridge_workers),
     )

@@ -103,11 +103,21 @@ def test_bridge_settings_take_keys_from_flags_or_the_environment() -> None:
         (["--port", "70000"], "port must be in 0..65535"),
         (["--tls-cert", "cert.pem"], "both a certificate and its key"),
         (["--grpc-plaintext", "--grpc-root-cert", "ca.pem"], "contradict"),
+        (["--bridge-workers", "0"], "bridge_workers must be at least 1"),
     ],
 )
 def test_bridge_settings_refuse_bad_values(flags: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         resolve_bridge_settings(bridge_args(*flags), {})
+
+
+def test_bridge_workers_come_from_flags_or_the_environment() -> None:
+    assert resolve_serve_settings(serve_args(), {}).bridge_workers == 1
+    environ = {"OMNI_GRPC_BRIDGE_WORKERS": "3"}
+    assert resolve_serve_settings(serve_args(), environ).bridge_workers == 3
+    flagged = serve_args("--bridge-workers", "2")
+    assert resolve_serve_settings(flagged, environ).bridge_workers == 2
+    assert resolve_bridge_settings(bridge_args("--bridge-workers", "4"), {}).bridge_workers == 4
 
 
 def test_bridge_needs_a_target(capsys: pytest.CaptureFixture[str]) -> None:
@@ -127,6 +137,7 @@ def test_bridge_needs_a_target(capsys: pytest.CaptureFixture[str]) -> None:
         ([], {"OMNI_GRPC_HTTP_PORT": "web"}, "http_port must be a port number"),
         (["--max-sessions", "0"], {}, "every limit must be positive"),
         (["--config", "/nonexistent/omni.toml"], {}, "cannot read"),
+        ([], {"OMNI_GRPC_BRIDGE_WORKERS": "two"}, "bridge_workers must be a whole number"),
     ],
 )
 def test_serve_settings_refuse_bad_values(

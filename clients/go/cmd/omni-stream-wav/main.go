@@ -139,6 +139,9 @@ func talk(s settings, stdout, stderr io.Writer) error {
 	<-answer.done
 	stats := client.Stats()
 	fmt.Fprintf(stderr, "reconnects: %d, commands resent: %d\n", stats.Reconnects, stats.Resent)
+	if route := client.Route(); route != "" {
+		fmt.Fprintf(stderr, "route: %s\n", route) // the replica holding the session at the end
+	}
 	if err := answer.outcome(); err != nil {
 		if closeErr != nil {
 			return fmt.Errorf("%w (%v)", err, closeErr)

@@ -15,9 +15,10 @@ it holds. This is the shape of both engines we must host:
 Audio reaches an engine in the canonical form (:data:`omni_grpc.wire.audio.CANONICAL_INPUT`)
 or as pcm16 at a rate it declares native (``EngineFeatures.native_input_rates_hz``, which spares
 a resample), and engines emit audio in one form (:data:`omni_grpc.wire.audio.CANONICAL_OUTPUT`)
-unless a delta names its own; the transport edge converts everything else. Nothing outside ``omni_grpc/engine/`` imports a model
-runtime. What sessions have in common (a worker that applies commands in order, the response
-lifecycle, items, the event queue, the speech player) is in :mod:`omni_grpc.engine.kit`.
+unless a delta names its own; the transport edge converts everything else. Nothing outside
+``omni_grpc/engine/`` imports a model runtime. What sessions have in common (a worker that
+applies commands in order, the response lifecycle, items, the event queue, the speech player)
+is in :mod:`omni_grpc.engine.kit`.
 """
 
 from __future__ import annotations
@@ -49,6 +50,16 @@ class EngineSession(abc.ABC):
         engine's state (``response_already_active``, ``response_not_active``, …) come back
         as ``error`` events carrying the command's ``client_seq``.
         """
+
+    def submit_now(self, request: pb.ConverseRequest) -> list[pb.ConverseResponse] | None:
+        """Applies a cheap command at once, when nothing submitted before it waits, and returns
+        the events it made (the caller publishes them, ahead of anything ``events`` yields
+        later); None when it cannot, and then the caller hands it to ``submit``.
+
+        The synchronous fast path: a command applied here skips the engine's mailbox and the
+        reader of ``events``. An engine that offers nothing of the kind returns None.
+        """
+        return None
 
     @abc.abstractmethod
     def events(self) -> AsyncIterator[pb.ConverseResponse]:

@@ -62,6 +62,10 @@ class SendQueue:
         self._last_word: bytes | None = None
         # Set when the reader fell behind: the servicer ends the stream at once with a status.
         self.fell_behind = asyncio.Event()
+        # Held while an event is being written: the stream's reader writes what its own command
+        # made (the fast path) and the writer task the rest, one at a time, in the order they
+        # took their events (the lock is fair: a waiting writer goes before a new taker).
+        self._writing = asyncio.Lock()
 
     def __len__(self) -> int:
         return self._queue.qsize()
@@ -98,6 +102,36 @@ class SendQueue:
         self._last_word = last_word
         self.end_reason = self.end_reason or "session_moved"
         self._queue.put_nowait(None)
+
+    @property
+    def writing(self) -> bool:
+        """Whether an event is being written now (by the reader or the writer task)."""
+        return self._writing.locked()
+
+    def take_now(self) -> bytes | None:
+        """The next event, when it may go out at once without the writer task: queued, the
+        stream not ending, and no durability barrier to wait for first; else None."""
+        if (
+            self._queue.empty()
+            or self.writing
+            or self.end_reason is not None
+            or self._barrier is not None
+        ):
+            return None
+        payload = self._queue.get_nowait()
+        assert payload is not None  # the end marker only follows an end_reason
+        self._charge.output_sent(len(payload))
+        return payload
+
+    async def write_out(self, write: Callable[[bytes], Awaitable[None]], payload: bytes) -> None:
+        """Writes one event with ``write``, as the one write in flight."""
+        async with self._writing:
+            await write(payload)
+
+    async def written(self) -> None:
+        """Returns once no write is in flight."""
+        async with self._writing:
+            pass
 
     async def next(self) -> bytes | None:
         """The next event to write, or None once the stream must finish."""
@@ -305,7 +339,14 @@ class SessionHost:
         if kind in INPUT_ENDING_COMMANDS:
             self.charge.input_taken()
         try:
-            await self.engine.submit(request)
+            # The fast path: a cheap command the engine applies at once, its events published
+            # here, with no mailbox and no pump between (None: the engine queues it).
+            made = self.engine.submit_now(request)
+            if made is None:
+                await self.engine.submit(request)
+            else:
+                for event in made:
+                    self._engine_event(event)
         except Exception:
             logger.exception(
                 "session %s: engine refused a command",
@@ -328,23 +369,7 @@ class SessionHost:
     async def _pump_loop(self) -> None:
         try:
             async for event in self.engine.events():
-                kind = event.WhichOneof("event")
-                metrics.engine_event(kind, event)
-                if self._turns is not None:
-                    self._turns.event(kind, event)
-                if kind == "output_audio_delta":
-                    if self._speech_ended_at is not None:
-                        elapsed_s = time.perf_counter() - self._speech_ended_at
-                        metrics.SPEECH_END_TO_AUDIO.observe(elapsed_s)
-                        self._speech_ended_at = None
-                    self._edge.session_output(event.output_audio_delta)
-                elif kind == "speech_stopped":
-                    self._speech_ended_at = time.perf_counter()
-                elif kind in INPUT_TAKEN_EVENTS:
-                    self.charge.input_taken()
-                if self.items is not None:
-                    self.items.observe(kind, event)
-                self.deliver(self.session.publish(event, self._clock()))
+                self._engine_event(event)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -355,6 +380,26 @@ class SessionHost:
             )
             self.expiry_reason = "engine_failure"
             self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
+
+    def _engine_event(self, event: pb.ConverseResponse) -> None:
+        """Publishes one engine event (from the pump, or made at once by ``submit_now``)."""
+        kind = event.WhichOneof("event")
+        metrics.engine_event(kind, event)
+        if self._turns is not None:
+            self._turns.event(kind, event)
+        if kind == "output_audio_delta":
+            if self._speech_ended_at is not None:
+                elapsed_s = time.perf_counter() - self._speech_ended_at
+                metrics.SPEECH_END_TO_AUDIO.observe(elapsed_s)
+                self._speech_ended_at = None
+            self._edge.session_output(event.output_audio_delta)
+        elif kind == "speech_stopped":
+            self._speech_ended_at = time.perf_counter()
+        elif kind in INPUT_TAKEN_EVENTS:
+            self.charge.input_taken()
+        if self.items is not None:
+            self.items.observe(kind, event)
+        self.deliver(self.session.publish(event, self._clock()))
 
     async def abandon(self) -> None:
         """Stops the session's tasks and engine without any event (server shutdown)."""

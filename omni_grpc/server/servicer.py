@@ -189,8 +189,10 @@ async def _pump_stream(
             await asyncio.wait({writer, behind}, return_when=asyncio.FIRST_COMPLETED)
         if queue.fell_behind.is_set():
             # gRPC takes no status while a write is in flight, and that write waits for the
-            # client to read again: the writer stops after it (or the grace runs out).
-            reader.cancel()
+            # client to read again: the writer stops after it (or the grace runs out). A reader
+            # writing on the fast path stops by itself once its write is done.
+            if not queue.writing:
+                reader.cancel()
             await asyncio.wait({writer}, timeout=SLOW_CONSUMER_GRACE_S)
     finally:
         for task in (reader, writer, behind):
@@ -224,13 +226,18 @@ async def _read(host: SessionHost, queue: SendQueue, context: grpc.aio.ServicerC
         else:
             await host.receive(queue.generation, request)
         del request  # not held while waiting for the next message
+        # The fast path: what the command made (an echoed chunk, an error) goes out from here,
+        # when no write is in flight, without a hop to the writer task.
+        while (payload := queue.take_now()) is not None:
+            await queue.write_out(context.write, payload)
         if queue.end_reason is not None:
             return
 
 
 async def _write(queue: SendQueue, context: grpc.aio.ServicerContext) -> None:
     while (payload := await queue.next()) is not None and not queue.fell_behind.is_set():
-        await context.write(payload)
+        await queue.write_out(context.write, payload)
+    await queue.written()  # a fast-path write of the reader's ends first (see _pump_stream)
 
 
 def _parse(raw: object) -> pb.ConverseRequest | None:

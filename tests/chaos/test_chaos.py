@@ -63,6 +63,7 @@ class Truth:
         self.journaled: dict[int, list[bytes]] = defaultdict(list)
         self.engine_input: dict[str, list[tuple[int, str]]] = defaultdict(list)
         record, open_session, submit = Journal.record, Registry.open, LoopbackSession.submit
+        submit_now = LoopbackSession.submit_now
 
         def recording(journal: Journal, payload: bytes, now: float) -> bool:
             kept = record(journal, payload, now)
@@ -81,9 +82,21 @@ class Truth:
             )
             await submit(session, request)
 
+        def applying_now(
+            session: LoopbackSession, request: pb.ConverseRequest
+        ) -> list[pb.ConverseResponse] | None:
+            # The fast path: a command the engine applied at once reached it here instead.
+            made = submit_now(session, request)
+            if made is not None:
+                self.engine_input[session.id].append(
+                    (request.client_seq, str(request.WhichOneof("command")))
+                )
+            return made
+
         monkeypatch.setattr(Journal, "record", recording)
         monkeypatch.setattr(Registry, "open", opening)
         monkeypatch.setattr(LoopbackSession, "submit", submitting)
+        monkeypatch.setattr(LoopbackSession, "submit_now", applying_now)
 
     def events(self, session_id: str) -> list[bytes]:
         return self.journaled[id(self.journals[session_id])]

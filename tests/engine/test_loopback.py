@@ -454,3 +454,45 @@ async def test_mirror_mode_takes_every_pcm16_rate_natively_and_echoes_it_as_it_c
     await probe.send(append_input_audio=pb.AppendInputAudio(audio=b"\x00" * 3))
     assert (await probe.next()).error.code == "bad_audio"
     await engine.stop()
+
+
+async def test_an_append_is_applied_at_once_when_nothing_waits_before_it() -> None:
+    engine = LoopbackEngine({"pace": "fast", "mode": "mirror"})
+    session = await engine.open_session("s", default_config(engine))
+    chunk = audio.encode(sine(440, 0.02, IN_RATE), pb.AUDIO_ENCODING_PCM16, IN_RATE)
+    append = pb.ConverseRequest(client_seq=1, append_input_audio=pb.AppendInputAudio(audio=chunk))
+    # Before the worker opened the session nothing runs ahead of it: the mailbox takes it.
+    assert session.submit_now(append) is None
+    await session.submit(append)
+    events = session.events()
+    assert (await anext(events)).HasField("response_created")
+    assert (await anext(events)).output_audio_delta.audio == chunk
+    # Now idle: the next append is applied here and its event returned, not queued.
+    made = session.submit_now(append)
+    assert made is not None and [e.output_audio_delta.audio for e in made] == [chunk]
+    assert session.queue_depths() == (0, 0)
+    # A refusal comes back the same way, as an error event with the command's client_seq.
+    odd = pb.ConverseRequest(client_seq=7, append_input_audio=pb.AppendInputAudio(audio=b"\0"))
+    refused = session.submit_now(odd)
+    assert refused is not None and (refused[0].error.code, refused[0].error.client_seq) == (
+        "bad_audio",
+        7,
+    )
+    # A command queued before it keeps the order: the append waits behind it.
+    await session.submit(pb.ConverseRequest(client_seq=8, clear_input_audio=pb.ClearInputAudio()))
+    assert session.submit_now(append) is None
+    await session.close()
+
+
+async def test_turns_mode_takes_a_plain_append_at_once_and_makes_no_event() -> None:
+    engine = LoopbackEngine({"pace": "fast"})
+    session = await engine.open_session("s", default_config(engine))
+    chunk = audio.encode(sine(440, 0.02, IN_RATE), pb.AUDIO_ENCODING_PCM16, IN_RATE)
+    append = pb.ConverseRequest(client_seq=1, append_input_audio=pb.AppendInputAudio(audio=chunk))
+    await session.submit(append)  # through the mailbox: the worker opens the session first
+    await session.idle()
+    assert session.submit_now(append) == []
+    # A commit is not a cheap command: it always goes through the mailbox.
+    commit = pb.ConverseRequest(client_seq=2, commit_input_audio=pb.CommitInputAudio())
+    assert session.submit_now(commit) is None
+    await session.close()

@@ -35,7 +35,7 @@ from omni_grpc.engine.kit.event_queue import EventQueue
 from omni_grpc.engine.kit.history import History, item_text, user_item
 from omni_grpc.engine.kit.responses import ResponseSession
 from omni_grpc.engine.kit.speech import LEAD_MS, Pacing, SpeechPlayer, audio_delta
-from omni_grpc.engine.kit.worker import Handler, WorkerSession
+from omni_grpc.engine.kit.worker import Handler, InlineHandler, WorkerSession
 
 __all__ = [
     "LEAD_MS",
@@ -44,6 +44,7 @@ __all__ = [
     "EventQueue",
     "Handler",
     "History",
+    "InlineHandler",
     "Modalities",
     "Outcome",
     "Pacing",

@@ -8,9 +8,10 @@ ends the session: ``events`` raises :class:`EngineError` once the reader has tak
 queued before it.
 
 A handler is either a coroutine function or a plain function. Plain handlers need no await:
-they change state and queue nothing, or raise a refusal. They are the seam for a synchronous
-path: a command whose handler is plain could be applied at ``submit`` without the mailbox hop,
-once every command before it has been.
+they change state and queue nothing, or raise a refusal. They are the seam for the synchronous
+path: ``submit_now`` applies an append whose handler is plain (or one of the session's
+:meth:`WorkerSession._inline_handlers`, which return the events they make) at once, without the
+mailbox hop, when every command before it has been applied and every event before it taken.
 
 The worker is the only writer of a session's state, except for the tasks it starts (the
 player of the running response, and background jobs such as transcriptions), which write
@@ -20,6 +21,7 @@ only the progress of their own job.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, ClassVar, Self, TypeAlias
@@ -33,6 +35,10 @@ logger = logging.getLogger(__name__)
 
 # A command handler: plain, or a coroutine function (see the module docstring).
 Handler: TypeAlias = Callable[[pb.ConverseRequest], Awaitable[None] | None]
+# A handler for the synchronous path: applies the command and returns the events it made.
+InlineHandler: TypeAlias = Callable[[pb.ConverseRequest], list[pb.ConverseResponse]]
+# The commands the synchronous path takes when their handler is plain: the cheap, frequent ones.
+INLINE_KINDS = frozenset({"append_input_audio"})
 
 
 class WorkerSession(EngineSession):
@@ -55,6 +61,8 @@ class WorkerSession(EngineSession):
         self._mailbox: asyncio.Queue[pb.ConverseRequest] = asyncio.Queue(queue_size)
         self._events = EventQueue(queue_size)
         self._handlers: dict[str, Handler] = {}
+        # Empty until the worker has opened the session: nothing runs ahead of ``_on_open``.
+        self._inline: dict[str, InlineHandler] = {}
         self._player: asyncio.Task[None] | None = None  # plays the running response
         self._tasks: set[asyncio.Task[None]] = set()  # background jobs, cancelled at the end
         self._failure: BaseException | None = None
@@ -67,6 +75,10 @@ class WorkerSession(EngineSession):
 
     def _command_handlers(self) -> dict[str, Handler]:
         """The dispatch table: a handler per command kind; other kinds are refused."""
+        return {}
+
+    def _inline_handlers(self) -> dict[str, InlineHandler]:
+        """Handlers for the synchronous path beyond the plain ones of :data:`INLINE_KINDS`."""
         return {}
 
     async def _on_open(self) -> None:
@@ -85,6 +97,24 @@ class WorkerSession(EngineSession):
             )
             return
         await self._mailbox.put(request)
+
+    def submit_now(self, request: pb.ConverseRequest) -> list[pb.ConverseResponse] | None:
+        kind = request.WhichOneof("command")
+        handler = self._inline.get(kind) if kind else None
+        if (
+            handler is None
+            or self._busy
+            or self._closed
+            or self._failure is not None
+            or not self._mailbox.empty()
+            or len(self._events)
+        ):
+            return None  # the mailbox keeps the order: the worker applies it after the rest
+        try:
+            return handler(request)
+        except CommandError as error:
+            body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)
+            return [pb.ConverseResponse(error=body)]
 
     def queue_depths(self) -> tuple[int, int]:
         return self._mailbox.qsize(), len(self._events)
@@ -122,6 +152,7 @@ class WorkerSession(EngineSession):
         self._handlers = self._command_handlers()
         try:
             await self._on_open()
+            self._inline = self._plain_inline() | self._inline_handlers()
             while True:
                 request = await self._mailbox.get()
                 self._busy = True
@@ -137,6 +168,14 @@ class WorkerSession(EngineSession):
                 extra={"session_id": self.id},
             )
             self._fail(error)
+
+    def _plain_inline(self) -> dict[str, InlineHandler]:
+        inline: dict[str, InlineHandler] = {}
+        for kind in INLINE_KINDS:
+            handler = self._handlers.get(kind)
+            if handler is not None and not inspect.iscoroutinefunction(handler):
+                inline[kind] = _making_no_events(handler)
+        return inline
 
     def _fail(self, error: BaseException) -> None:
         self._failure = error
@@ -164,3 +203,13 @@ class WorkerSession(EngineSession):
         task = asyncio.create_task(job)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _making_no_events(handler: Handler) -> InlineHandler:
+    """A plain handler as an inline one: it queues nothing, so it makes no events."""
+
+    def apply(request: pb.ConverseRequest) -> list[pb.ConverseResponse]:
+        handler(request)
+        return []
+
+    return apply

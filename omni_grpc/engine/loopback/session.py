@@ -71,7 +71,17 @@ class LoopbackSession(kit.ConversationSession):
         await player.say(words, echo_audio(answer.inputs))
         return pb.RESPONSE_STATUS_COMPLETED, "stop"
 
+    def _inline_handlers(self) -> dict[str, kit.InlineHandler]:
+        if self._options.mode == "mirror":
+            return {"append_input_audio": self._reflect_now}
+        return {}
+
     async def _reflect(self, request: pb.ConverseRequest) -> None:
+        """Mirror mode, from the mailbox: as :meth:`_reflect_now`, its events queued."""
+        for event in self._reflect_now(request):
+            await self._events.put(event)
+
+    def _reflect_now(self, request: pb.ConverseRequest) -> list[pb.ConverseResponse]:
         """Mirror mode: the appended audio comes straight back as one output chunk, as it came
         (same bytes, same rate), so a mirrored chunk costs the engine no conversion at all."""
         append = request.append_input_audio
@@ -87,14 +97,12 @@ class LoopbackSession(kit.ConversationSession):
         length_ms = pcm16_ms(len(append.audio), rate_hz)
         if length_ms > self._options.max_input_s * 1000:
             raise CommandError("input_backpressure", "too much uncommitted input", retryable=True)
+        events = []
         if self._mirror is None:
             self._mirror = kit.new_id("resp")
-            await self._events.put(
-                pb.ConverseResponse(
-                    response_created=pb.ResponseCreated(
-                        response=pb.Response(id=self._mirror, status=pb.RESPONSE_STATUS_IN_PROGRESS)
-                    )
-                )
+            response = pb.Response(id=self._mirror, status=pb.RESPONSE_STATUS_IN_PROGRESS)
+            events.append(
+                pb.ConverseResponse(response_created=pb.ResponseCreated(response=response))
             )
         delta = pb.OutputAudioDelta(
             audio=append.audio,
@@ -104,5 +112,6 @@ class LoopbackSession(kit.ConversationSession):
             duration_ms=length_ms,
             response_id=self._mirror,
         )
-        await self._events.put(pb.ConverseResponse(output_audio_delta=delta))
+        events.append(pb.ConverseResponse(output_audio_delta=delta))
         self._mirror_ms += length_ms
+        return events

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine, EmbeddedOptions
+from omni_grpc.engine.embedded.asr import drop_repeat
 from omni_grpc.engine.embedded.gguf_file import GgufError, GgufFile
 from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
 from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder
@@ -108,6 +109,27 @@ def test_whisper_writes_down_what_espeak_said(engine: EmbeddedEngine) -> None:
     assert heard_as("please turn on the kitchen lights", text), text
     assert engine.runtime.asr.transcribe(speech.Scene().add(speech.noise(1000)).pcm16()) == ""
     assert engine.runtime.asr.transcribe(bytes(32000)) == ""
+
+
+@pytest.mark.parametrize(
+    ("decoded", "kept"),
+    [
+        # Whisper starting the turn over in the padding, as it did on the speech set.
+        ("Close the blinds in the office. Close the blinds in", "Close the blinds in the office."),
+        ("Wake me up at 6.45 tomorrow. Wake me up at 6.", "Wake me up at 6.45 tomorrow."),
+        (
+            "Order more coffee filters. Order more coffee filters. Order",
+            "Order more coffee filters.",
+        ),
+        # Repeats that may be meant, or are no repeat of the whole.
+        ("New York, New York", "New York, New York"),
+        ("no no no no", "no no no no"),
+        ("Play it again and again and again", "Play it again and again and again"),
+        ("What is the capital of France?", "What is the capital of France?"),
+    ],
+)
+def test_a_turn_said_over_again_is_kept_once(decoded: str, kept: str) -> None:
+    assert drop_repeat(decoded) == kept
 
 
 async def test_espeak_speaks_24_khz_pcm16(engine: EmbeddedEngine) -> None:

@@ -46,7 +46,7 @@ class EmbeddedOptions:
       rate scaled by words_per_minute / 175).
     * ``asr_model``: the Whisper that hears turns: ``base`` (the default) or ``tiny.en``,
       faster and less accurate (docs/engines.md has the word error rates and times).
-    * ``asr_beam_size``: Whisper's beam, 1 (greedy, the default) to 10.
+    * ``asr_beam_size``: Whisper's beam, 1 (greedy) to 10; default 5.
     * ``asr_threads``: threads of the speech recognizer; default 2.
     * ``min_speech_ms``: speech shorter than this never starts a turn; default 64.
     * ``chunk_ms``: length of one output audio chunk, 20 to 200; default 100.
@@ -62,7 +62,7 @@ class EmbeddedOptions:
     voice: str = "en-us"
     words_per_minute: int = 175
     asr_model: str = "base"
-    asr_beam_size: int = 1
+    asr_beam_size: int = 5
     asr_threads: int = 2
     min_speech_ms: float = 64.0
     chunk_ms: int = 100

@@ -1,9 +1,9 @@
 """The Lua scripts that fence a session's record in Redis (see :mod:`omni_grpc.server.durable`).
 
 Every session record carries a fencing token, its ``fence`` field (an epoch): 1 when a replica
-opens the session, and one more each time a peer adopts it (:data:`CLAIM`). A replica writes a record
-only through :data:`WRITE` and deletes it only through :data:`DROP`, both of which first check,
-atomically inside Redis, that the record's epoch is still the one the replica holds. So a
+opens the session, and one more each time a peer adopts it (:data:`CLAIM`). A replica writes a
+record only through :data:`WRITE` and deletes it only through :data:`DROP`, both of which first
+check, atomically inside Redis, that the record's epoch is still the one the replica holds. So a
 replica that stalled past its lease (SIGSTOP, a long pause, swap) and wakes up after a peer
 adopted its session cannot overwrite the adopter's record: its write is refused, and it learns
 that its copy of the session is stale.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import grpc
 import pytest
@@ -55,10 +56,11 @@ async def _resume_elsewhere(target: str, handle: ResumeHandle) -> str:
         )
     )
 
+    routes: list[str] = []
+
     async def attempt() -> bool:
-        nonlocal route
         async with grpc.aio.insecure_channel(target) as channel:
-            call = DuplexServiceStub(channel).Converse(metadata=metadata, timeout=ATTEMPT_S)
+            call = DuplexServiceStub(channel).Converse(None, metadata=metadata, timeout=ATTEMPT_S)
             try:
                 await call.write(request)
                 first = await call.read()
@@ -66,14 +68,13 @@ async def _resume_elsewhere(target: str, handle: ResumeHandle) -> str:
                 return False  # refused (told to retry), or it reached the stopped owner
             finally:
                 call.cancel()
-            if first is grpc.aio.EOF or first.WhichOneof("event") != "session_resumed":
+            if not isinstance(first, pb.ConverseResponse) or not first.HasField("session_resumed"):
                 return False
-            route = first.session_resumed.route
+            routes.append(first.session_resumed.route)
             return True
 
-    route = ""
     await wait_for(attempt, 60, "a peer to take the session")
-    return route
+    return routes[-1]
 
 
 async def test_a_stalled_owner_wakes_fenced_and_its_client_moves_to_the_adopter(
@@ -124,7 +125,8 @@ async def test_a_stalled_owner_wakes_fenced_and_its_client_moves_to_the_adopter(
     record = await store.hgetall(session_key(session_id))
     assert record[b"route"] == adopter.encode() and record[b"fence"] == b"2"
     held = {e.seq: _event(e) for e in speaker.events if e.seq}
-    journal = await store.zrange(journal_key(session_id), 0, -1, withscores=True)
+    entries = await store.zrange(journal_key(session_id), 0, -1, withscores=True)
+    journal = cast(list[tuple[bytes, float]], entries)  # (payload, seq) pairs
     assert all(held[int(seq)] == _event(pb.ConverseResponse.FromString(p)) for p, seq in journal)
     refused = cluster.metric(owner, "omni_durability_fenced_writes_total")
     assert refused >= 1

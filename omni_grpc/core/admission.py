@@ -101,7 +101,7 @@ class Admission:
         validation.check_append(append, config, self._limits, self._engine)
         if not _client_commits(config):
             return
-        size = len(append.audio) + sum(len(frame.data) for frame in append.video_frames)
+        size = validation.media_bytes(append)
         if self.pending_input_bytes + size > self._limits.max_pending_input_bytes:
             raise CommandError(
                 "input_backpressure",

@@ -22,6 +22,7 @@ import math
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import Limits
+from omni_grpc.core.validation import media_bytes
 from omni_grpc.wire import pb
 
 RATE_LIMIT_CODE = "rate_limit_exceeded"
@@ -65,6 +66,11 @@ class TokenBucket:
     def take(self, cost: float, now: float) -> None:
         """Takes ``cost`` tokens (call after :meth:`wait_s` said 0)."""
         self._refill(now)
+        self.spend(cost)
+
+    def spend(self, cost: float) -> None:
+        """Takes ``cost`` tokens right after :meth:`wait_s` said 0 at the same moment (already
+        refilled: the charge of every command does not refill twice)."""
         self.tokens -= min(cost, self.capacity)
 
     def _refill(self, now: float) -> None:
@@ -117,10 +123,11 @@ class Throttle:
 
     def charge(self, request: pb.ConverseRequest, now: float) -> None:
         """Takes one command and its audio bytes, or raises CommandError and takes nothing."""
-        if request.WhichOneof("command") in UNTHROTTLED_COMMANDS:
+        kind = request.WhichOneof("command")
+        if kind in UNTHROTTLED_COMMANDS:
             return
         allowances = (self.own,) if self.key is None else (self.own, self.key)
-        audio = _audio_bytes(request)
+        audio = media_bytes(request.append_input_audio) if kind == "append_input_audio" else 0
         wait, param = 0.0, ""
         for allowance in allowances:
             for bucket, cost, name in (
@@ -142,9 +149,9 @@ class Throttle:
                 retryable=True,
                 retry_after_s=retry_after_s,
             )
-        for allowance in allowances:
-            allowance.commands.take(1, now)
-            allowance.audio_bytes.take(audio, now)
+        for allowance in allowances:  # wait_s refilled every bucket at ``now`` above
+            allowance.commands.spend(1)
+            allowance.audio_bytes.spend(audio)
 
 
 class KeyAllowances:
@@ -162,11 +169,3 @@ class KeyAllowances:
     def get(self, key: str) -> Allowance | None:
         """The allowance of ``key`` (already checked by the transport), or None."""
         return self._by_key.get(key)
-
-
-def _audio_bytes(request: pb.ConverseRequest) -> int:
-    """The input media bytes a command carries (audio and video frames of an append)."""
-    if request.WhichOneof("command") != "append_input_audio":
-        return 0
-    append = request.append_input_audio
-    return len(append.audio) + sum(len(frame.data) for frame in append.video_frames)

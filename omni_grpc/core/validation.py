@@ -62,7 +62,15 @@ def check_append(
             raise CommandError(
                 "invalid_video_frames", "frames must be non-empty JPEG or PNG", param="video_frames"
             )
-    check_struct(append.hints, "hints")
+    if append.HasField("hints"):  # most appends have none: no walk of an empty Struct
+        check_struct(append.hints, "hints")
+
+
+def media_bytes(append: pb.AppendInputAudio) -> int:
+    """The input media bytes an append carries: its audio and its video frames."""
+    if not append.video_frames:  # the usual append: no generator, no empty sum per chunk
+        return len(append.audio)
+    return len(append.audio) + sum(len(frame.data) for frame in append.video_frames)
 
 
 def check_struct(struct: struct_pb2.Struct, param: str) -> None:

@@ -1063,6 +1063,168 @@ class GetSessionResponse(_message.Message):
 Global___GetSessionResponse: _TypeAlias = GetSessionResponse  # noqa: Y015
 
 @_typing.final
+class ConverseManyRequest(_message.Message):
+    """ConverseManyRequest is a batch of requests for the streams of one ConverseMany call."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamRequest]:
+        """Lists the requests, in order for each stream."""
+
+    def __init__(
+        self,
+        *,
+        requests: _abc.Iterable[Global___StreamRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConverseManyRequest: _TypeAlias = ConverseManyRequest  # noqa: Y015
+
+@_typing.final
+class StreamRequest(_message.Message):
+    """StreamRequest is one request of one stream of a ConverseMany call."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_ID_FIELD_NUMBER: _builtins.int
+    REQUEST_FIELD_NUMBER: _builtins.int
+    API_KEY_FIELD_NUMBER: _builtins.int
+    CANCEL_FIELD_NUMBER: _builtins.int
+    stream_id: _builtins.int
+    """Names the stream; chosen by the client, unique on its call while the stream lasts."""
+    api_key: _builtins.str
+    """Presents the stream's API key (what a Converse call sends as `authorization: Bearer`);
+    read with the stream's first request only.
+    """
+    cancel: _builtins.bool
+    """Ends the stream from the client's side, as cancelling a Converse call does: the session
+    detaches and stays resumable. The stream gets no StreamEnd.
+    """
+    @_builtins.property
+    def request(self) -> Global___ConverseRequest:
+        """Carries the stream's next request; its first is open_session or resume_session."""
+
+    def __init__(
+        self,
+        *,
+        stream_id: _builtins.int = ...,
+        request: Global___ConverseRequest | None = ...,
+        api_key: _builtins.str = ...,
+        cancel: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_key", b"api_key", "cancel", b"cancel", "request", b"request", "stream_id", b"stream_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamRequest: _TypeAlias = StreamRequest  # noqa: Y015
+
+@_typing.final
+class ConverseManyResponse(_message.Message):
+    """ConverseManyResponse is a batch of events for the streams of one ConverseMany call."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamEvent]:
+        """Lists the events, in order for each stream."""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___StreamEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConverseManyResponse: _TypeAlias = ConverseManyResponse  # noqa: Y015
+
+@_typing.final
+class StreamEvent(_message.Message):
+    """StreamEvent is one event of one stream of a ConverseMany call, or the stream's end."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_ID_FIELD_NUMBER: _builtins.int
+    EVENT_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    stream_id: _builtins.int
+    """Names the stream, as its requests did."""
+    @_builtins.property
+    def event(self) -> Global___ConverseResponse:
+        """Carries the stream's next event; unset when the stream ends."""
+
+    @_builtins.property
+    def end(self) -> Global___StreamEnd:
+        """Ends the stream, with the status its Converse call would have ended with."""
+
+    def __init__(
+        self,
+        *,
+        stream_id: _builtins.int = ...,
+        event: Global___ConverseResponse | None = ...,
+        end: Global___StreamEnd | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "event", b"event"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "event", b"event", "stream_id", b"stream_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamEvent: _TypeAlias = StreamEvent  # noqa: Y015
+
+@_typing.final
+class StreamEnd(_message.Message):
+    """StreamEnd is how a stream of a ConverseMany call ended."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    RETRY_AFTER_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
+    status_code: _builtins.int
+    """Gives the gRPC status code (0, OK: the stream ended after its session's last event)."""
+    message: _builtins.str
+    """Gives the status message."""
+    code: _builtins.str
+    """Gives the service's snake_case error code (the ErrorInfo a Converse call carries)."""
+    route: _builtins.str
+    """Names the replica that holds the session, for a resume refused as session_elsewhere."""
+    @_builtins.property
+    def retry_after(self) -> _duration_pb2.Duration:
+        """Asks the client to come back after this long (the RetryInfo a Converse call carries)."""
+
+    def __init__(
+        self,
+        *,
+        status_code: _builtins.int = ...,
+        message: _builtins.str = ...,
+        code: _builtins.str = ...,
+        retry_after: _duration_pb2.Duration | None = ...,
+        route: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["retry_after", b"retry_after"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "retry_after", b"retry_after", "route", b"route", "status_code", b"status_code"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamEnd: _TypeAlias = StreamEnd  # noqa: Y015
+
+@_typing.final
 class AudioFormat(_message.Message):
     """AudioFormat describes a mono audio stream."""
 

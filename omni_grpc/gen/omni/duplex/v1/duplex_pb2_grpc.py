@@ -50,6 +50,11 @@ class DuplexServiceStub:
                 request_serializer=omni_dot_duplex_dot_v1_dot_duplex__pb2.GetSessionRequest.SerializeToString,
                 response_deserializer=omni_dot_duplex_dot_v1_dot_duplex__pb2.GetSessionResponse.FromString,
                 _registered_method=True)
+        self.ConverseMany = channel.stream_stream(
+                '/omni.duplex.v1.DuplexService/ConverseMany',
+                request_serializer=omni_dot_duplex_dot_v1_dot_duplex__pb2.ConverseManyRequest.SerializeToString,
+                response_deserializer=omni_dot_duplex_dot_v1_dot_duplex__pb2.ConverseManyResponse.FromString,
+                _registered_method=True)
 
 
 class DuplexServiceServicer:
@@ -83,6 +88,18 @@ class DuplexServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConverseMany(self, request_iterator, context):
+        """ConverseMany carries many Converse streams on one call, in batches: a bridge in a
+        process of its own multiplexes the sessions of its websockets on a few calls instead of
+        opening one call each. Each stream behaves as a Converse call would: its first request
+        opens or resumes a session, its requests are applied in order, and it ends as that call
+        would have ended (a `StreamEnd` with the status). The call itself needs no API key: each
+        stream presents its own with its first request and is refused alone without a valid one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DuplexServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -100,6 +117,11 @@ def add_DuplexServiceServicer_to_server(servicer, server):
                     servicer.GetSession,
                     request_deserializer=omni_dot_duplex_dot_v1_dot_duplex__pb2.GetSessionRequest.FromString,
                     response_serializer=omni_dot_duplex_dot_v1_dot_duplex__pb2.GetSessionResponse.SerializeToString,
+            ),
+            'ConverseMany': grpc.stream_stream_rpc_method_handler(
+                    servicer.ConverseMany,
+                    request_deserializer=omni_dot_duplex_dot_v1_dot_duplex__pb2.ConverseManyRequest.FromString,
+                    response_serializer=omni_dot_duplex_dot_v1_dot_duplex__pb2.ConverseManyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -184,6 +206,33 @@ class DuplexService:
             '/omni.duplex.v1.DuplexService/GetSession',
             omni_dot_duplex_dot_v1_dot_duplex__pb2.GetSessionRequest.SerializeToString,
             omni_dot_duplex_dot_v1_dot_duplex__pb2.GetSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConverseMany(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/omni.duplex.v1.DuplexService/ConverseMany',
+            omni_dot_duplex_dot_v1_dot_duplex__pb2.ConverseManyRequest.SerializeToString,
+            omni_dot_duplex_dot_v1_dot_duplex__pb2.ConverseManyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -62,6 +62,14 @@ class DuplexServiceStub:
     message body, where logging interceptors would record it). An unknown id and a wrong or
     missing token get the same NOT_FOUND (`session_not_found`), so ids cannot be probed.
     """
+    ConverseMany: _grpc.StreamStreamMultiCallable[_duplex_pb2.ConverseManyRequest, _duplex_pb2.ConverseManyResponse]
+    """ConverseMany carries many Converse streams on one call, in batches: a bridge in a
+    process of its own multiplexes the sessions of its websockets on a few calls instead of
+    opening one call each. Each stream behaves as a Converse call would: its first request
+    opens or resumes a session, its requests are applied in order, and it ends as that call
+    would have ended (a `StreamEnd` with the status). The call itself needs no API key: each
+    stream presents its own with its first request and is refused alone without a valid one.
+    """
 
 @_typing.type_check_only
 class DuplexServiceAsyncStub(DuplexServiceStub):
@@ -81,6 +89,14 @@ class DuplexServiceAsyncStub(DuplexServiceStub):
     session's current resume token in the call metadata `omni-resume-token` (never in the
     message body, where logging interceptors would record it). An unknown id and a wrong or
     missing token get the same NOT_FOUND (`session_not_found`), so ids cannot be probed.
+    """
+    ConverseMany: _aio.StreamStreamMultiCallable[_duplex_pb2.ConverseManyRequest, _duplex_pb2.ConverseManyResponse]  # type: ignore[assignment]
+    """ConverseMany carries many Converse streams on one call, in batches: a bridge in a
+    process of its own multiplexes the sessions of its websockets on a few calls instead of
+    opening one call each. Each stream behaves as a Converse call would: its first request
+    opens or resumes a session, its requests are applied in order, and it ends as that call
+    would have ended (a `StreamEnd` with the status). The call itself needs no API key: each
+    stream presents its own with its first request and is refused alone without a valid one.
     """
 
 class DuplexServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -116,6 +132,20 @@ class DuplexServiceServicer(metaclass=_abc_1.ABCMeta):
         session's current resume token in the call metadata `omni-resume-token` (never in the
         message body, where logging interceptors would record it). An unknown id and a wrong or
         missing token get the same NOT_FOUND (`session_not_found`), so ids cannot be probed.
+        """
+
+    @_abc_1.abstractmethod
+    def ConverseMany(
+        self,
+        request_iterator: _MaybeAsyncIterator[_duplex_pb2.ConverseManyRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_duplex_pb2.ConverseManyResponse], _abc.AsyncIterator[_duplex_pb2.ConverseManyResponse]]:
+        """ConverseMany carries many Converse streams on one call, in batches: a bridge in a
+        process of its own multiplexes the sessions of its websockets on a few calls instead of
+        opening one call each. Each stream behaves as a Converse call would: its first request
+        opens or resumes a session, its requests are applied in order, and it ends as that call
+        would have ended (a `StreamEnd` with the status). The call itself needs no API key: each
+        stream presents its own with its first request and is refused alone without a valid one.
         """
 
 def add_DuplexServiceServicer_to_server(servicer: DuplexServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

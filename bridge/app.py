@@ -40,6 +40,7 @@ from bridge.relay import Relay
 from bridge.tracing import bridge_tracer
 from bridge.transport import ServiceLink
 from omni_grpc.client.channel import ChannelSettings, Connection
+from omni_grpc.client.multiplex import MultiplexedConnection
 from omni_grpc.wire.keys import bearer_metadata
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -64,8 +65,10 @@ class Bridge:
         max_audio_delta_bytes: int,
         tracer: Tracer | None = None,
         local: ServiceLink | None = None,
+        multiplex: bool = False,
     ) -> None:
         self.service_settings = service_settings
+        self.multiplex = multiplex  # the streams share a few ConverseMany calls
         self.local = local  # the service's in-process entry point, when it shares the process
         self.gate = gate  # what a request must show before it is served
         self.service_key = service_key  # presented to the service instead of the client's key
@@ -80,7 +83,12 @@ class Bridge:
     async def connect(self, app: web.Application) -> AsyncIterator[None]:
         """The application's cleanup context: one gRPC channel (or the in-process entry point)
         for its whole life."""
-        self.service = self.local or Connection(self.service_settings)
+        if self.local is not None:
+            self.service = self.local
+        elif self.multiplex:
+            self.service = MultiplexedConnection(self.service_settings)
+        else:
+            self.service = Connection(self.service_settings)
         try:
             yield
         finally:
@@ -173,6 +181,7 @@ def create_app(
     bound_host: str = "127.0.0.1",
     tracer_provider: TracerProvider | None = None,
     local: ServiceLink | None = None,
+    multiplex: bool = False,
 ) -> web.Application:
     """Builds the bridge application for the service that ``service_settings`` reach; with a
     ``tracer_provider``, each turn is traced and its context goes to the service."""
@@ -192,6 +201,7 @@ def create_app(
         max_audio_delta_bytes=max_audio_delta_bytes,
         tracer=bridge_tracer(tracer_provider),
         local=local,
+        multiplex=multiplex,
     )
     app = web.Application(middlewares=[host_middleware(bridge.gate)])
     app[BRIDGE] = bridge
@@ -252,6 +262,7 @@ async def start_bridge(
     tracer_provider: TracerProvider | None = None,
     local: ServiceLink | None = None,
     reuse_port: bool = False,
+    multiplex: bool = False,
 ) -> tuple[web.AppRunner, int]:
     """Starts the bridge; returns its runner (``cleanup()`` stops it) and its port.
 
@@ -262,7 +273,8 @@ async def start_bridge(
     ``allowed_origins`` and ``allowed_hosts`` are :class:`bridge.gate.Gate`'s. With a
     ``tracer_provider`` each turn is traced (:mod:`bridge.tracing`); without one, nothing is.
     With ``local`` (the service's in-process entry point) the streams go to it, not to
-    ``grpc_target``. ``reuse_port`` lets several bridge processes listen on one port
+    ``grpc_target``; with ``multiplex`` they share a few ``ConverseMany`` calls to it instead
+    of a Converse call each. ``reuse_port`` lets several bridge processes listen on one port
     (``SO_REUSEPORT``: the kernel spreads the connections between them).
     """
     root = grpc_root_cert_file or (tls_cert_file if not grpc_plaintext else None)
@@ -279,6 +291,7 @@ async def start_bridge(
         bound_host=host,
         tracer_provider=tracer_provider,
         local=local,
+        multiplex=multiplex,
     )
     # aiohttp's keep-alive timer runs from the moment a connection is accepted and closes it
     # while no whole request has arrived: it is the header read timeout (half-sent requests

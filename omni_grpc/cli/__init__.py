@@ -307,6 +307,12 @@ def _add_bridge(commands: Any) -> None:
         "--bridge-workers", type=int, default=1, metavar="N", help=WORKERS_HELP + " (default 1)"
     )
     bridge.add_argument(
+        "--no-multiplex",
+        action="store_true",
+        help="a Converse call per websocket, for a service without ConverseMany (by default the "
+        "sessions share a few ConverseMany calls, their messages sent in batches)",
+    )
+    bridge.add_argument(
         "--api-key",
         action="append",
         metavar="KEY",

@@ -72,6 +72,7 @@ class BridgeSettings:
     metrics_port: int | None = None  # /metrics on a port of its own (0 picks one); None: off
     otlp_endpoint: str | None = None  # OTLP/gRPC collector for traces; None: tracing off
     bridge_workers: int = 1  # processes serving the port (SO_REUSEPORT)
+    multiplex: bool = True  # the streams share a few ConverseMany calls; False: a call each
 
 
 def default_engine() -> str:
@@ -380,4 +381,5 @@ def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]
         metrics_port=_optional_port(getattr(args, "metrics_port", None), "metrics_port"),
         otlp_endpoint=traces_endpoint(getattr(args, "otlp_endpoint", None), environ),
         bridge_workers=_workers(args.bridge_workers),
+        multiplex=not args.no_multiplex,
     )

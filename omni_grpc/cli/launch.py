@@ -29,7 +29,6 @@ from omni_grpc.cli.config import BridgeSettings, ServeSettings
 from omni_grpc.cli.tracing import otlp_tracer_provider
 from omni_grpc.cli.workers import BridgeWorkers, parent_gone
 from omni_grpc.server.app import RunningServer, start_server
-from omni_grpc.server.local import LocalService
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
 
 logger = logging.getLogger(__name__)
@@ -97,12 +96,6 @@ async def start_service(
     host = settings.server.host
     # The bridge reaches the service on loopback when it listens on every address.
     target_host = "127.0.0.1" if host in WILDCARD_HOSTS else host
-    # The same process: the bridge hands commands to the sessions without a gRPC hop.
-    local = LocalService(
-        running.sessions,
-        api_keys=settings.server.api_keys,
-        max_streams=settings.server.max_concurrent_streams,
-    )
     try:
         service.bridge, service.http_port = await start_bridge(
             f"{target_host}:{running.grpc_port}",
@@ -117,7 +110,7 @@ async def start_service(
             header_timeout_s=settings.server.handshake_timeout_s,
             send_deadline_s=settings.send_deadline_s,
             tracer_provider=tracer_provider,
-            local=local,
+            local=running.local,  # the same process: no gRPC hop
             reuse_port=settings.bridge_workers > 1,
         )
         if settings.bridge_workers > 1:
@@ -201,6 +194,7 @@ async def _start_bridge_alone(
         send_deadline_s=settings.send_deadline_s,
         tracer_provider=tracer_provider,
         reuse_port=reuse_port,
+        multiplex=settings.multiplex,
     )
 
 

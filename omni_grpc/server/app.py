@@ -29,6 +29,9 @@ from omni_grpc.engine.base import Engine
 from omni_grpc.server.allocator import return_large_blocks
 from omni_grpc.server.auth import ApiKeyInterceptor, open_services
 from omni_grpc.server.durable import DurableStore
+from omni_grpc.server.local import LocalService
+from omni_grpc.server.multiplex import METHOD as CONVERSE_MANY
+from omni_grpc.server.multiplex import MultiplexServicer
 from omni_grpc.server.servicer import SERVICE, DuplexServicer
 from omni_grpc.server.sessions import Sessions
 from omni_grpc.server.settings import ServerSettings
@@ -68,6 +71,7 @@ class RunningServer:
     health: health_aio.HealthServicer
     grpc_port: int
     store: DurableStore | None = None
+    local: LocalService | None = None  # the in-process entry point (a bridge in this process)
     draining: bool = False
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -161,7 +165,17 @@ async def start_server(
         options=grpc_options(settings),
         maximum_concurrent_rpcs=settings.max_concurrent_streams,
     )
-    server.add_generic_rpc_handlers((DuplexServicer(sessions, settings.route).handler(),))
+    # The in-process entry point serves a bridge in this process, and ConverseMany's streams.
+    local = LocalService(
+        sessions, api_keys=settings.api_keys, max_streams=settings.max_concurrent_streams
+    )
+    many = MultiplexServicer(local, settings.route).handler()
+    server.add_generic_rpc_handlers(
+        (
+            DuplexServicer(sessions, settings.route).handler(),
+            grpc.method_handlers_generic_handler(SERVICE, {CONVERSE_MANY: many}),
+        )
+    )
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -185,6 +199,7 @@ async def start_server(
         health=health_servicer,
         grpc_port=port,
         store=store,
+        local=local,
     )
     running._tasks.append(asyncio.create_task(sessions.keep_expiring()))
     logger.info("gRPC listening on %s:%d (engine %s)", settings.host, port, settings.engine)

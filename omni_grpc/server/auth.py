@@ -19,6 +19,8 @@ from omni_grpc.server.status import unauthenticated
 from omni_grpc.wire.keys import bearer_key, key_matches
 
 HEALTH_SERVICE = grpc_health.SERVICE_NAME  # grpc.health.v1.Health
+# Calls whose streams each present their own key, checked per stream (the call's own is not).
+KEYED_PER_STREAM = frozenset({"/omni.duplex.v1.DuplexService/ConverseMany"})
 REFLECTION_SERVICE = grpc_reflection.SERVICE_NAME  # grpc.reflection.v1alpha.ServerReflection
 
 
@@ -59,8 +61,11 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        if _service_of(handler_call_details.method) in self._keyless or key_matches(
-            bearer_key(handler_call_details.invocation_metadata), self._keys
+        method = handler_call_details.method
+        if (
+            method in KEYED_PER_STREAM
+            or _service_of(method) in self._keyless
+            or key_matches(bearer_key(handler_call_details.invocation_metadata), self._keys)
         ):
             return await continuation(handler_call_details)
         handler = await continuation(handler_call_details)

@@ -19,6 +19,8 @@ import asyncio
 from collections import deque
 from collections.abc import Sequence
 
+import grpc
+
 from omni_grpc.client.channel import StreamBroken
 from omni_grpc.core import ResumeGap, StreamRefused
 from omni_grpc.core.errors import Status
@@ -32,10 +34,8 @@ from omni_grpc.wire import pb
 from omni_grpc.wire.keys import bearer_key, key_matches
 
 PEER = "in-process"  # what the refusal log names as the peer of an in-process stream
-# What the gRPC server says when maximum_concurrent_rpcs is reached.
-TOO_MANY_STREAMS = StreamRefused(
-    Status.RESOURCE_EXHAUSTED, "too_many_streams", "concurrent stream limit reached"
-)
+# What gRPC itself answers a call beyond maximum_concurrent_rpcs (no error code of ours).
+TOO_MANY_STREAMS = "RESOURCE_EXHAUSTED: Concurrent RPC limit exceeded!"
 
 
 def broken(refusal: StreamRefused, route: str = "") -> StreamBroken:
@@ -98,13 +98,16 @@ class LocalStream:
 
     async def read(self) -> pb.ConverseResponse | None:
         """The next event, or None once the service ended the stream."""
+        payload = await self.read_serialized()
+        return None if payload is None else pb.ConverseResponse.FromString(payload)
+
+    async def read_serialized(self) -> bytes | None:
+        """The next event as the journal keeps it (serialized), or None at the stream's end."""
         if not self._started.done() or self._started.exception() is not None:
             await self._started  # a refused stream raises its StreamBroken here
         queue = self._queue
         if queue is None:
-            return (
-                pb.ConverseResponse.FromString(self._backlog.popleft()) if self._backlog else None
-            )
+            return self._backlog.popleft() if self._backlog else None
         payload = await queue.next()
         if self._cancelled:
             raise StreamBroken("the stream was cancelled")
@@ -113,8 +116,7 @@ class LocalStream:
             raise broken(SLOW_CONSUMER)
         if payload is None:
             self._release()
-            return None
-        return pb.ConverseResponse.FromString(payload)
+        return payload
 
     def cancel(self) -> None:
         """The client went away: the stream goes, the session waits for a resume."""
@@ -145,9 +147,11 @@ class LocalStream:
         # A copy: the caller may send the same first message again on a retry.
         first = pb.ConverseRequest.FromString(first.SerializeToString())
         resume = first.resume_session if first.HasField("resume_session") else None
+        if service.streams >= service._max_streams:
+            status = grpc.StatusCode.RESOURCE_EXHAUSTED
+            self._refused(StreamBroken(TOO_MANY_STREAMS, status=status))
+            return
         try:
-            if service.streams >= service._max_streams:
-                raise TOO_MANY_STREAMS
             if first.client_seq != 0 or first.WhichOneof("command") not in (
                 "open_session",
                 "resume_session",

@@ -25,12 +25,18 @@ async def service() -> AsyncIterator[RunningServer]:
         yield running
 
 
-@pytest.fixture(params=["grpc", "in_process"])
+@pytest.fixture(params=["grpc", "multiplexed", "in_process"])
 async def bridge_port(service: RunningServer, request: pytest.FixtureRequest) -> AsyncIterator[int]:
-    """A bridge in front of ``service``: over gRPC (``omni-grpc bridge``) and in-process
-    (``omni-grpc serve``), so the tests that take it hold for both paths."""
-    async with running_bridge(service.target if request.param == "grpc" else service) as port:
-        yield port
+    """A bridge in front of ``service``: a Converse call per websocket, the websockets' streams
+    on a few ConverseMany calls (``omni-grpc bridge``), and in-process (``omni-grpc serve``),
+    so the tests that take it hold for every path."""
+    if request.param == "in_process":
+        async with running_bridge(service) as port:
+            yield port
+    else:
+        multiplex = request.param == "multiplexed"
+        async with running_bridge(service.target, multiplex=multiplex) as port:
+            yield port
 
 
 @pytest.fixture(scope="session")

@@ -120,6 +120,11 @@ def test_bridge_workers_come_from_flags_or_the_environment() -> None:
     assert resolve_bridge_settings(bridge_args("--bridge-workers", "4"), {}).bridge_workers == 4
 
 
+def test_the_bridge_multiplexes_unless_told_not_to() -> None:
+    assert resolve_bridge_settings(bridge_args(), {}).multiplex
+    assert not resolve_bridge_settings(bridge_args("--no-multiplex"), {}).multiplex
+
+
 def test_bridge_needs_a_target(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["bridge"])

@@ -1,0 +1,230 @@
+"""Many Converse streams on a few ``ConverseMany`` calls: the bridge's link to a remote service.
+
+:class:`MultiplexedConnection` offers what a relay needs of a connection (``converse`` opening
+one stream; see ``bridge.transport``), but its streams share :data:`CALLS` calls of one channel
+instead of a call each, and their requests and events travel in batches. A batch holds what
+the relays wrote while the previous write was in flight: a quiet call sends at once, a busy one
+sends few large messages. Each stream ends as its Converse call would have, with the same
+:class:`~omni_grpc.client.channel.StreamBroken` (status, error code, retry hint, owner's
+route). A resume sent on to another replica (a routing key in the stream's metadata) gets a
+call of its own carrying that key, so a proxy takes it there.
+
+A stream's events wait in its own buffer until its relay reads them: the call cannot stop for
+one slow websocket without stopping the others, so a client that stops reading is found by the
+relay's send deadline, not by the service's send queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import grpc
+
+from omni_grpc.client.channel import ChannelSettings, StreamBroken
+from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceStub
+from omni_grpc.wire import pb
+from omni_grpc.wire.keys import ROUTE_HEADER, bearer_key, route_of
+
+if TYPE_CHECKING:
+    from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub
+
+CALLS = 4  # calls the streams without a routing key are spread over
+MAX_PENDING_REQUESTS = 4096  # requests waiting for a call's writer beyond which writers wait
+_STATUSES = {status.value[0]: status for status in grpc.StatusCode}
+
+
+def _broken(end: pb.StreamEnd) -> StreamBroken:
+    return StreamBroken(
+        end.message,
+        status=_STATUSES.get(end.status_code, grpc.StatusCode.UNKNOWN),
+        code=end.code,
+        retry_after_s=end.retry_after.ToMilliseconds() / 1000,
+        route=end.route,
+    )
+
+
+class MultiplexedConnection:
+    """A channel to one target whose Converse streams share a few ConverseMany calls."""
+
+    def __init__(self, settings: ChannelSettings, calls: int = CALLS) -> None:
+        self.settings = settings
+        self._channel = settings.open()
+        self._stub: DuplexServiceAsyncStub = DuplexServiceStub(self._channel)
+        self._calls = calls
+        self._pool: list[_Call] = []
+        self._routed: dict[str, _Call] = {}  # the call of each routing key in use
+        self._turn = itertools.count()
+
+    def converse(self, metadata: Sequence[tuple[str, str]] | None = None) -> MultiplexedStream:
+        """Starts a stream (it opens or resumes with its first write) on one of the calls."""
+        chosen = self.settings.metadata() if metadata is None else tuple(metadata)
+        route = route_of(chosen)
+        if route:
+            call = self._routed.get(route)
+            if call is None or call.broken is not None:
+                call = self._routed[route] = _Call(self._stub, ((ROUTE_HEADER, route),))
+        else:
+            self._pool = [call for call in self._pool if call.broken is None]
+            if len(self._pool) < self._calls:
+                self._pool.append(_Call(self._stub, ()))
+            call = self._pool[next(self._turn) % len(self._pool)]
+        return call.stream(bearer_key(chosen))
+
+    async def close(self) -> None:
+        """Closes the channel, ending every call and stream on it."""
+        for call in [*self._pool, *self._routed.values()]:
+            call.cancel()
+        await self._channel.close(None)
+
+
+class _Call:
+    """One ConverseMany call: its streams, a writer that batches requests, a reader."""
+
+    def __init__(self, stub: DuplexServiceAsyncStub, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._call = stub.ConverseMany(None, metadata=metadata)
+        self._streams: dict[int, MultiplexedStream] = {}
+        self._ids = itertools.count(1)
+        self._pending: list[pb.StreamRequest] = []
+        self._ready = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self.broken: StreamBroken | None = None
+        self._tasks = [asyncio.create_task(self._write()), asyncio.create_task(self._read())]
+
+    def stream(self, key: str) -> MultiplexedStream:
+        stream = MultiplexedStream(self, next(self._ids), key)
+        if self.broken is not None:
+            stream.end(self.broken)
+        else:
+            self._streams[stream.id] = stream
+        return stream
+
+    def forget(self, stream_id: int) -> None:
+        self._streams.pop(stream_id, None)
+
+    async def send(self, request: pb.StreamRequest) -> None:
+        while not self._room.is_set():
+            await self._room.wait()
+        self.queue(request)
+
+    def queue(self, request: pb.StreamRequest) -> None:
+        self._pending.append(request)
+        if len(self._pending) >= MAX_PENDING_REQUESTS:
+            self._room.clear()
+        self._ready.set()
+
+    def cancel(self) -> None:
+        self._call.cancel()
+        for task in self._tasks:
+            task.cancel()
+        self._fail(StreamBroken("the stream was cancelled"))
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                await self._ready.wait()
+                batch, self._pending = self._pending, []
+                self._ready.clear()
+                self._room.set()
+                await self._call.write(pb.ConverseManyRequest(requests=batch))
+        except (grpc.RpcError, asyncio.InvalidStateError):
+            return  # the reader learns why the call ended
+
+    async def _read(self) -> None:
+        failure = StreamBroken("the multiplexed call ended", status=grpc.StatusCode.UNAVAILABLE)
+        try:
+            while (reply := await self._call.read()) is not grpc.aio.EOF:  # type: ignore[attr-defined]
+                assert isinstance(reply, pb.ConverseManyResponse)
+                for event in reply.events:
+                    stream = self._streams.get(event.stream_id)
+                    if stream is None:
+                        continue
+                    if event.HasField("end"):
+                        self.forget(event.stream_id)
+                        stream.end(None if event.end.status_code == 0 else _broken(event.end))
+                    else:
+                        stream.deliver(event.event)
+        except grpc.RpcError as error:
+            failure = StreamBroken.from_error(error)
+        except asyncio.CancelledError:
+            failure = StreamBroken("the stream was cancelled")
+        self._fail(failure)
+
+    def _fail(self, failure: StreamBroken) -> None:
+        if self.broken is None:
+            self.broken = failure
+        for stream in list(self._streams.values()):
+            stream.end(failure)
+        self._streams.clear()
+
+
+class MultiplexedStream:
+    """One Converse stream carried on a ConverseMany call."""
+
+    __slots__ = ("_call", "_ended", "_events", "_failure", "_key", "_started", "_waiter", "id")
+
+    def __init__(self, call: _Call, stream_id: int, key: str) -> None:
+        self._call = call
+        self.id = stream_id
+        self._key = key
+        self._started = False
+        self._events: deque[pb.ConverseResponse] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._ended = False
+        self._failure: StreamBroken | None = None
+
+    async def write(self, request: pb.ConverseRequest) -> None:
+        """Sends one request with the call's next batch."""
+        if self._ended:
+            if self._failure is not None and self._failure.status is None:
+                raise self._failure  # cancelled: as a cancelled Converse call's write
+            return  # the service ended the stream: it reads no more
+        framed = pb.StreamRequest(stream_id=self.id, request=request)
+        if not self._started:
+            self._started = True
+            framed.api_key = self._key
+        await self._call.send(framed)
+
+    async def read(self) -> pb.ConverseResponse | None:
+        """The next event, or None once the service ended the stream."""
+        while not self._events:
+            if self._ended:
+                if self._failure is not None:
+                    raise self._failure
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._events.popleft()
+
+    def cancel(self) -> None:
+        """Drops the stream; the service detaches its session, which stays resumable."""
+        if self._ended:
+            return
+        self._call.forget(self.id)
+        if self._started:
+            self._call.queue(pb.StreamRequest(stream_id=self.id, cancel=True))
+        self._events.clear()
+        self.end(StreamBroken("the stream was cancelled"))
+
+    def deliver(self, event: pb.ConverseResponse) -> None:
+        self._events.append(event)
+        self._wake()
+
+    def end(self, failure: StreamBroken | None) -> None:
+        if not self._ended:
+            self._ended, self._failure = True, failure
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+__all__ = ["MultiplexedConnection", "MultiplexedStream"]

@@ -1,0 +1,176 @@
+"""``ConverseMany``: many Converse streams on one gRPC call, for a bridge in its own process.
+
+Each stream of the call is an in-process stream (:mod:`omni_grpc.server.local`), so it opens,
+resumes, numbers and ends exactly as a Converse call does. Per stream a feeder hands its
+requests to the session in order (a stream held back by its rate limit holds back no other) and
+a pump takes its events. Events leave in batches: the writer sends, in one message, everything
+the pumps queued while its previous write was in flight, so a quiet call answers at once and a
+busy one sends few large messages. Events go out as the journal serialized them, framed by
+hand (a ``StreamEvent`` is its stream id and the event's bytes), never parsed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+
+import grpc
+
+from omni_grpc.client.channel import StreamBroken
+from omni_grpc.server.local import LocalService, LocalStream
+from omni_grpc.wire import pb
+from omni_grpc.wire.keys import ROUTE_HEADER, bearer_metadata
+
+EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
+METHOD = "ConverseMany"
+# Serialized events waiting for the writer beyond which the pumps wait (each stream's own
+# send queue then fills, and a stream whose client does not read is cut as on Converse).
+MAX_PENDING_BYTES = 8 * 1024 * 1024
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _framed(stream_id: int, event: bytes) -> bytes:
+    """One ``ConverseManyResponse.events`` entry: StreamEvent{stream_id, event}, serialized."""
+    body = b"\x08" + _varint(stream_id) + b"\x12" + _varint(len(event)) + event
+    return b"\x0a" + _varint(len(body)) + body
+
+
+def _ended(stream_id: int, broken: StreamBroken | None) -> bytes:
+    end = pb.StreamEnd()
+    if broken is not None:
+        end.status_code = broken.status.value[0] if broken.status is not None else 2  # UNKNOWN
+        end.message, end.code, end.route = str(broken), broken.code, broken.route
+        end.retry_after.FromMilliseconds(round(broken.retry_after_s * 1000))
+    body = pb.StreamEvent(stream_id=stream_id, end=end).SerializeToString()
+    return b"\x0a" + _varint(len(body)) + body
+
+
+class MultiplexServicer:
+    """Serves ConverseMany over the in-process entry point of this server's sessions."""
+
+    def __init__(self, local: LocalService, route: str = "") -> None:
+        self.local = local
+        self._route_metadata = ((ROUTE_HEADER, route),) if route else ()
+
+    def handler(self) -> grpc.RpcMethodHandler:
+        """The method's handler: batches parsed by protobuf, events sent as framed bytes."""
+        return grpc.stream_stream_rpc_method_handler(
+            self.converse_many,
+            request_deserializer=pb.ConverseManyRequest.FromString,
+            response_serializer=None,
+        )
+
+    async def converse_many(
+        self, request_iterator: object, context: grpc.aio.ServicerContext
+    ) -> None:
+        if self._route_metadata:
+            await context.send_initial_metadata(self._route_metadata)
+        call = _Call(self.local, context)
+        await call.run()
+
+
+class _Call:
+    """One ConverseMany call: its streams, and the writer that batches their events."""
+
+    def __init__(self, local: LocalService, context: grpc.aio.ServicerContext) -> None:
+        self._local = local
+        self._context = context
+        self._streams: dict[int, _Substream] = {}
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._ready = asyncio.Event()  # something waits for the writer
+        self._room = asyncio.Event()  # the pending bytes are under the bound
+        self._room.set()
+
+    async def run(self) -> None:
+        writer = asyncio.create_task(self._write())
+        try:
+            while (batch := await self._context.read()) is not EOF:
+                for request in batch.requests:
+                    self._dispatch(request)
+        finally:
+            # The client went (or half-closed): its streams go, their sessions stay resumable.
+            for stream in list(self._streams.values()):
+                stream.cancel()
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+
+    def _dispatch(self, request: pb.StreamRequest) -> None:
+        stream = self._streams.get(request.stream_id)
+        if request.cancel:
+            if stream is not None:
+                stream.cancel()
+            return
+        if stream is None:
+            metadata: Sequence[tuple[str, str]] = bearer_metadata(request.api_key)
+            stream = _Substream(self, request.stream_id, self._local.converse(metadata))
+            self._streams[request.stream_id] = stream
+        stream.inbox.put_nowait(request.request)
+
+    def forget(self, stream_id: int) -> None:
+        self._streams.pop(stream_id, None)
+
+    async def send(self, framed: bytes) -> None:
+        """Queues one framed event for the next batch, waiting while the batch is too big."""
+        while not self._room.is_set():
+            await self._room.wait()
+        self._pending.append(framed)
+        self._pending_bytes += len(framed)
+        if self._pending_bytes >= MAX_PENDING_BYTES:
+            self._room.clear()
+        self._ready.set()
+
+    async def _write(self) -> None:
+        while True:
+            await self._ready.wait()
+            batch, self._pending, self._pending_bytes = self._pending, [], 0
+            self._ready.clear()
+            self._room.set()
+            await self._context.write(b"".join(batch))
+
+
+class _Substream:
+    """One stream of a call: a feeder for its requests and a pump for its events."""
+
+    def __init__(self, call: _Call, stream_id: int, stream: LocalStream) -> None:
+        self.id = stream_id
+        self._call = call
+        self._stream = stream
+        self.inbox: asyncio.Queue[pb.ConverseRequest] = asyncio.Queue()
+        self._feeder = asyncio.create_task(self._feed())
+        self._pump = asyncio.create_task(self._pump_events())
+
+    def cancel(self) -> None:
+        self._call.forget(self.id)
+        self._stream.cancel()
+        self._feeder.cancel()
+        self._pump.cancel()
+
+    async def _feed(self) -> None:
+        with contextlib.suppress(StreamBroken):
+            while True:
+                await self._stream.write(await self.inbox.get())
+
+    async def _pump_events(self) -> None:
+        broken: StreamBroken | None = None
+        try:
+            while (event := await self._stream.read_serialized()) is not None:
+                await self._call.send(_framed(self.id, event))
+        except StreamBroken as failure:
+            broken = failure
+        self._call.forget(self.id)
+        self._feeder.cancel()
+        await self._call.send(_ended(self.id, broken))
+
+
+__all__ = ["METHOD", "MultiplexServicer"]

@@ -1,0 +1,115 @@
+"""ConverseMany against a real service: streams sharing a few calls behave as Converse calls,
+and each stream's refusal reads as that call's status would."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from omni_grpc.client.channel import ChannelSettings, Connection, StreamBroken
+from omni_grpc.client.multiplex import MultiplexedConnection
+from omni_grpc.server.app import RunningServer
+from omni_grpc.wire import pb
+from omni_grpc.wire.keys import bearer_metadata
+from tests.serving import serving, settings
+
+OPEN = pb.ConverseRequest(open_session=pb.OpenSession())
+CLOSE = pb.ConverseRequest(client_seq=1, close_session=pb.CloseSession())
+
+
+async def _session(connection: MultiplexedConnection) -> list[str]:
+    stream = connection.converse()
+    await stream.write(OPEN)
+    created = await stream.read()
+    assert created is not None and created.WhichOneof("event") == "session_created"
+    await stream.write(CLOSE)
+    kinds = []
+    while (event := await stream.read()) is not None:
+        kinds.append(event.WhichOneof("event") or "")
+    return kinds
+
+
+async def test_many_sessions_on_two_calls_each_open_and_close() -> None:
+    async with serving(settings()) as running:
+        connection = MultiplexedConnection(ChannelSettings(target=running.target), calls=2)
+        try:
+            endings = await asyncio.gather(*(_session(connection) for _ in range(12)))
+        finally:
+            await connection.close()
+        assert all(kinds[-1] == "session_closed" for kinds in endings)
+        assert len(running.registry) == 0
+
+
+async def test_a_cancelled_stream_leaves_its_session_resumable() -> None:
+    async with serving(settings()) as running:
+        connection = MultiplexedConnection(ChannelSettings(target=running.target), calls=1)
+        try:
+            stream = connection.converse()
+            await stream.write(OPEN)
+            created = await stream.read()
+            assert created is not None
+            stream.cancel()
+            with pytest.raises(StreamBroken):
+                await stream.read()
+            resume = pb.ResumeSession(
+                session_id=created.session_created.session.id,
+                resume_token=created.session_created.resume_token,
+                last_received_seq=created.seq,
+            )
+            again = connection.converse()
+            await again.write(pb.ConverseRequest(resume_session=resume))
+            resumed = await again.read()
+            assert resumed is not None and resumed.WhichOneof("event") == "session_resumed"
+        finally:
+            await connection.close()
+
+
+async def _refusal(
+    link: Connection | MultiplexedConnection, first: pb.ConverseRequest, key: str = ""
+) -> StreamBroken:
+    stream = link.converse(bearer_metadata(key))
+    await stream.write(first)
+    with pytest.raises(StreamBroken) as broken:
+        while await stream.read() is not None:
+            pass
+    return broken.value
+
+
+async def _both(running: RunningServer, first: pb.ConverseRequest, key: str = "") -> None:
+    target = ChannelSettings(target=running.target)
+    plain, many = Connection(target), MultiplexedConnection(target)
+    try:
+        remote, multiplexed = await _refusal(plain, first, key), await _refusal(many, first, key)
+    finally:
+        await plain.close()
+        await many.close()
+    assert (multiplexed.status, multiplexed.code, str(multiplexed)) == (
+        remote.status,
+        remote.code,
+        str(remote),
+    )
+    assert multiplexed.retry_after_s == remote.retry_after_s
+
+
+async def test_refusals_read_as_on_a_converse_call() -> None:
+    unknown = pb.ResumeSession(session_id="sess_" + "0" * 32, resume_token="t")
+    async with serving(settings()) as running:
+        await _both(running, pb.ConverseRequest(resume_session=unknown))
+        await _both(running, pb.ConverseRequest(client_seq=2, open_session=pb.OpenSession()))
+
+
+async def test_each_stream_presents_its_own_key() -> None:
+    async with serving(settings(api_keys=("k1",))) as running:
+        await _both(running, OPEN, key="wrong")
+        connection = MultiplexedConnection(ChannelSettings(target=running.target), calls=1)
+        try:
+            good = connection.converse(bearer_metadata("k1"))
+            await good.write(OPEN)
+            created = await good.read()
+            assert created is not None and created.WhichOneof("event") == "session_created"
+            refused = await _refusal(connection, OPEN, "wrong")
+            assert refused.status is grpc.StatusCode.UNAUTHENTICATED
+        finally:
+            await connection.close()

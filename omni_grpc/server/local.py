@@ -148,8 +148,8 @@ class LocalStream:
         first = pb.ConverseRequest.FromString(first.SerializeToString())
         resume = first.resume_session if first.HasField("resume_session") else None
         if service.streams >= service._max_streams:
-            status = grpc.StatusCode.RESOURCE_EXHAUSTED
-            self._refused(StreamBroken(TOO_MANY_STREAMS, status=status))
+            exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+            self._refused(StreamBroken(TOO_MANY_STREAMS, status=exhausted))
             return
         try:
             if first.client_seq != 0 or first.WhichOneof("command") not in (

@@ -33,7 +33,7 @@ class ServerTruth:
         self.engine_input: dict[str, list[pb.ConverseRequest]] = defaultdict(list)
         self.call_routes: list[str] = []  # the x-omni-route of each Converse call, in order
         record, open_session, resume = Journal.record, Registry.open, Registry.resume
-        submit = LoopbackSession.submit
+        submit, submit_now = LoopbackSession.submit, LoopbackSession.submit_now
         converse = DuplexServicer.converse
 
         def recording(journal: Journal, payload: bytes, now: float) -> bool:
@@ -57,6 +57,15 @@ class ServerTruth:
             self.engine_input[session.id].append(request)
             await submit(session, request)
 
+        def applying_now(
+            session: LoopbackSession, request: pb.ConverseRequest
+        ) -> list[pb.ConverseResponse] | None:
+            # The fast path: a command the engine applied at once reached it here instead.
+            made = submit_now(session, request)
+            if made is not None:
+                self.engine_input[session.id].append(request)
+            return made
+
         async def conversing(servicer: DuplexServicer, requests: Any, context: Any) -> None:
             self.call_routes.append(route_of(tuple(context.invocation_metadata() or ())))
             await converse(servicer, requests, context)
@@ -66,6 +75,7 @@ class ServerTruth:
         monkeypatch.setattr(Registry, "open", opening)
         monkeypatch.setattr(Registry, "resume", resuming)
         monkeypatch.setattr(LoopbackSession, "submit", submitting)
+        monkeypatch.setattr(LoopbackSession, "submit_now", applying_now)
 
     def events(self, session_id: str) -> list[pb.ConverseResponse]:
         """Every event the session journaled, in seq order."""

@@ -2,7 +2,8 @@
 
 :class:`MultiplexedConnection` offers what a relay needs of a connection (``converse`` opening
 one stream; see ``bridge.transport``), but its streams share :data:`CALLS` calls of one channel
-instead of a call each, and their requests and events travel in batches. A batch holds what
+instead of a call each, and their requests and events travel in batches (each request
+serialized once, as a Converse call would, and framed by hand into its batch). A batch holds what
 the relays wrote while the previous write was in flight: a quiet call sends at once, a busy one
 sends few large messages. Each stream ends as its Converse call would have, with the same
 :class:`~omni_grpc.client.channel.StreamBroken` (status, error code, retry hint, owner's
@@ -20,20 +21,17 @@ import asyncio
 import itertools
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import grpc
 
 from omni_grpc.client.channel import ChannelSettings, StreamBroken
-from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceStub
 from omni_grpc.wire import pb
+from omni_grpc.wire.framing import length_field, varint_field
 from omni_grpc.wire.keys import ROUTE_HEADER, bearer_key, route_of
-
-if TYPE_CHECKING:
-    from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub
 
 CALLS = 4  # calls the streams without a routing key are spread over
 MAX_PENDING_REQUESTS = 4096  # requests waiting for a call's writer beyond which writers wait
+METHOD = "/omni.duplex.v1.DuplexService/ConverseMany"
 _STATUSES = {status.value[0]: status for status in grpc.StatusCode}
 
 
@@ -53,7 +51,12 @@ class MultiplexedConnection:
     def __init__(self, settings: ChannelSettings, calls: int = CALLS) -> None:
         self.settings = settings
         self._channel = settings.open()
-        self._stub: DuplexServiceAsyncStub = DuplexServiceStub(self._channel)
+        # Batches go out as bytes framed here; the answers are parsed by protobuf.
+        self._method = self._channel.stream_stream(
+            METHOD,
+            request_serializer=None,
+            response_deserializer=pb.ConverseManyResponse.FromString,
+        )
         self._calls = calls
         self._pool: list[_Call] = []
         self._routed: dict[str, _Call] = {}  # the call of each routing key in use
@@ -66,11 +69,11 @@ class MultiplexedConnection:
         if route:
             call = self._routed.get(route)
             if call is None or call.broken is not None:
-                call = self._routed[route] = _Call(self._stub, ((ROUTE_HEADER, route),))
+                call = self._routed[route] = _Call(self._method, ((ROUTE_HEADER, route),))
         else:
             self._pool = [call for call in self._pool if call.broken is None]
             if len(self._pool) < self._calls:
-                self._pool.append(_Call(self._stub, ()))
+                self._pool.append(_Call(self._method, ()))
             call = self._pool[next(self._turn) % len(self._pool)]
         return call.stream(bearer_key(chosen))
 
@@ -84,11 +87,13 @@ class MultiplexedConnection:
 class _Call:
     """One ConverseMany call: its streams, a writer that batches requests, a reader."""
 
-    def __init__(self, stub: DuplexServiceAsyncStub, metadata: tuple[tuple[str, str], ...]) -> None:
-        self._call = stub.ConverseMany(None, metadata=metadata)
+    def __init__(
+        self, method: grpc.aio.StreamStreamMultiCallable, metadata: tuple[tuple[str, str], ...]
+    ) -> None:
+        self._call = method(None, metadata=metadata)
         self._streams: dict[int, MultiplexedStream] = {}
         self._ids = itertools.count(1)
-        self._pending: list[pb.StreamRequest] = []
+        self._pending: list[bytes] = []  # framed ConverseManyRequest.requests entries
         self._ready = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -106,12 +111,12 @@ class _Call:
     def forget(self, stream_id: int) -> None:
         self._streams.pop(stream_id, None)
 
-    async def send(self, request: pb.StreamRequest) -> None:
+    async def send(self, request: bytes) -> None:
         while not self._room.is_set():
             await self._room.wait()
         self.queue(request)
 
-    def queue(self, request: pb.StreamRequest) -> None:
+    def queue(self, request: bytes) -> None:
         self._pending.append(request)
         if len(self._pending) >= MAX_PENDING_REQUESTS:
             self._room.clear()
@@ -130,7 +135,7 @@ class _Call:
                 batch, self._pending = self._pending, []
                 self._ready.clear()
                 self._room.set()
-                await self._call.write(pb.ConverseManyRequest(requests=batch))
+                await self._call.write(b"".join(batch))
         except (grpc.RpcError, asyncio.InvalidStateError):
             return  # the reader learns why the call ended
 
@@ -183,11 +188,11 @@ class MultiplexedStream:
             if self._failure is not None and self._failure.status is None:
                 raise self._failure  # cancelled: as a cancelled Converse call's write
             return  # the service ended the stream: it reads no more
-        framed = pb.StreamRequest(stream_id=self.id, request=request)
+        body = varint_field(1, self.id) + length_field(2, request.SerializeToString())
         if not self._started:
             self._started = True
-            framed.api_key = self._key
-        await self._call.send(framed)
+            body += length_field(3, self._key.encode())
+        await self._call.send(length_field(1, body))
 
     async def read(self) -> pb.ConverseResponse | None:
         """The next event, or None once the service ended the stream."""
@@ -209,7 +214,7 @@ class MultiplexedStream:
             return
         self._call.forget(self.id)
         if self._started:
-            self._call.queue(pb.StreamRequest(stream_id=self.id, cancel=True))
+            self._call.queue(length_field(1, varint_field(1, self.id) + varint_field(4, 1)))
         self._events.clear()
         self.end(StreamBroken("the stream was cancelled"))
 

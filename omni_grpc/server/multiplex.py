@@ -20,6 +20,7 @@ import grpc
 from omni_grpc.client.channel import StreamBroken
 from omni_grpc.server.local import LocalService, LocalStream
 from omni_grpc.wire import pb
+from omni_grpc.wire.framing import length_field, varint_field
 from omni_grpc.wire.keys import ROUTE_HEADER, bearer_metadata
 
 EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
@@ -29,19 +30,9 @@ METHOD = "ConverseMany"
 MAX_PENDING_BYTES = 8 * 1024 * 1024
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _framed(stream_id: int, event: bytes) -> bytes:
     """One ``ConverseManyResponse.events`` entry: StreamEvent{stream_id, event}, serialized."""
-    body = b"\x08" + _varint(stream_id) + b"\x12" + _varint(len(event)) + event
-    return b"\x0a" + _varint(len(body)) + body
+    return length_field(1, varint_field(1, stream_id) + length_field(2, event))
 
 
 def _ended(stream_id: int, broken: StreamBroken | None) -> bytes:
@@ -50,8 +41,7 @@ def _ended(stream_id: int, broken: StreamBroken | None) -> bytes:
         end.status_code = broken.status.value[0] if broken.status is not None else 2  # UNKNOWN
         end.message, end.code, end.route = str(broken), broken.code, broken.route
         end.retry_after.FromMilliseconds(round(broken.retry_after_s * 1000))
-    body = pb.StreamEvent(stream_id=stream_id, end=end).SerializeToString()
-    return b"\x0a" + _varint(len(body)) + body
+    return length_field(1, pb.StreamEvent(stream_id=stream_id, end=end).SerializeToString())
 
 
 class MultiplexServicer:

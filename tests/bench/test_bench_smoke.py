@@ -67,7 +67,7 @@ def _quick_run(
     # mirror engine's own share where ours runs it (the raw servers have no engine).
     fixed = next(r for r in table if r.startswith("| server CPU per chunk, 10 paced sessions"))
     assert len(re.findall(r"\| \d+ us ", fixed)) == len(kinds), fixed
-    engine = next(r for r in table if "of which the mirror engine's own, 10 sessions" in r)
+    engine = next(r for r in table if "of which the engine's own, 10 sessions" in r)
     assert len(re.findall(r"\| \d+ us ", engine)) == len(kinds) - 1, engine
     assert any("load generator's CPU, 10 sessions" in r for r in table)
     return table, document
@@ -112,3 +112,34 @@ def test_bridge_benchmark_measures_every_path() -> None:
     assert all(
         trials == [{"sessions": 4, "kept_up": trials[0]["kept_up"]}] for trials in searches.values()
     )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (REPO / ".venv-vllm-omni" / "bin" / "python").exists(),
+    reason="the peer is vLLM-Omni's own server: it runs in .venv-vllm-omni (scripts/vllm_env.sh)",
+)
+def test_peer_benchmark_loads_vllm_omni_and_our_bridge_alike() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_peer.py"), "--quick", "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    # The run fails itself when one session misses an answer it is owed, on either server.
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    document = json.loads(result.stdout)
+    assert document["benchmark"] == "peer"
+    one = document["one_session_20ms"]
+    assert one["bridge"]["received"] == one["bridge"]["sent"]
+    assert one["vllm-omni"]["received"] >= 1  # a second of input: one model unit, answered
+    # Both servers measured at the fixed load, each with its engine's own share: our mirror's
+    # and vLLM-Omni's stage stand-in's.
+    fixed = {c["kind"]: c for c in document["cpu_per_chunk"]}
+    assert set(fixed) == {"vllm-omni", "bridge"}
+    for cost in fixed.values():
+        assert 0 < cost["engine_us"] < cost["server_us"]
+    rows = document["table"]["rows"]
+    assert rows[0][0] == "server CPU per chunk, 10 paced sessions, 20 ms chunks"
+    assert any(row[0].startswith("sessions sustained, p99 answer < 50 ms, 100 ms") for row in rows)

@@ -18,7 +18,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # The programs whose presence the test tier checks; espeak-ng is the serve tier's.
-TEST_COMMANDS = ("sox", "openssl", "chromium", "stress-ng", "go", "protoc-gen-go")
+TEST_COMMANDS = (
+    "sox",
+    "openssl",
+    "chromium",
+    "stress-ng",
+    "go",
+    "protoc-gen-go",
+    "redis-server",
+    "haproxy",
+)
 # The programs the script itself runs, besides bash's builtins and the stand-ins; python3 is
 # the interpreter running this test (a pyenv shim would need more of PATH).
 TOOLS = ("dirname", "sha256sum", "cut", "cat", "id", "mkdir", "touch", "chmod")

@@ -37,9 +37,12 @@ class EmbeddedOptions:
       ``auto`` (the default): SmolLM2 when its weights are installed, else echo.
     * ``pace``: ``realtime`` (default) releases audio no faster than it plays, so a
       barge-in finds the response still running; ``fast`` releases it as it is made.
-    * ``tts``: ``piper`` (the neural voice "joe", :mod:`.piper_voice`), ``espeak``
-      (espeak-ng: robotic, and the fastest), or ``auto`` (the default): Piper when its
-      voice is installed, else espeak-ng.
+    * ``tts``: ``espeak`` (the default: espeak-ng, robotic, the fastest, GPL only as a
+      separate program), ``piper`` (the neural voice "joe", :mod:`.piper_voice`, from the
+      optional ``neural-voice`` extra), or ``auto``: Piper when its voice is installed, else
+      espeak-ng. Piper is not the default because the licence of the data its voice was
+      fine-tuned from is unsettled for commercial use, and with SmolLM2 it does not keep end
+      of speech to first audio within 1 s (docs/licences.md, docs/engines.md).
     * ``voice``: the espeak-ng voice when a session names none it knows; default ``en-us``
       (the Piper voice has one speaker, whatever the name).
     * ``words_per_minute``: speaking rate, 80 to 450; default 175 (for Piper, its own
@@ -58,7 +61,7 @@ class EmbeddedOptions:
 
     responder: str = "auto"
     pace: str = "realtime"
-    tts: str = "auto"
+    tts: str = "espeak"
     voice: str = "en-us"
     words_per_minute: int = 175
     asr_model: str = "base"

@@ -68,6 +68,7 @@ CONVERSATION_EVENTS = frozenset(
         "item_deleted",
         "item_truncated",
         "input_transcription",
+        "input_transcription_delta",
         "response_created",
         "response_done",
         "response_listen",

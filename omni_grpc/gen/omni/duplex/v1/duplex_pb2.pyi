@@ -774,6 +774,7 @@ class ConverseResponse(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     FUNCTION_CALL_ARGUMENTS_DELTA_FIELD_NUMBER: _builtins.int
     FUNCTION_CALL_ARGUMENTS_DONE_FIELD_NUMBER: _builtins.int
+    INPUT_TRANSCRIPTION_DELTA_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Numbers the event within its session's journal, from 1 with no gaps. It is 0 on the
     events that are never replayed: session_created, session_resumed, session_replaced,
@@ -917,6 +918,10 @@ class ConverseResponse(_message.Message):
     def function_call_arguments_done(self) -> Global___FunctionCallArgumentsDone:
         """Gives the whole arguments of a function call, once the model wrote them all."""
 
+    @_builtins.property
+    def input_transcription_delta(self) -> Global___InputTranscriptionDelta:
+        """Carries words heard so far in the user turn in progress, before its transcription."""
+
     def __init__(
         self,
         *,
@@ -954,12 +959,13 @@ class ConverseResponse(_message.Message):
         error: Global___ErrorReport | None = ...,
         function_call_arguments_delta: Global___FunctionCallArgumentsDelta | None = ...,
         function_call_arguments_done: Global___FunctionCallArgumentsDone | None = ...,
+        input_transcription_delta: Global___InputTranscriptionDelta | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_client_seq", b"applied_client_seq", "error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "seq", b"seq", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_client_seq", b"applied_client_seq", "error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "seq", b"seq", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["session_created", "session_updated", "session_resumed", "session_replaced", "resync_required", "session_expired", "session_closed", "heartbeat_ack", "going_away", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_done", "item_retrieved", "item_deleted", "item_truncated", "input_transcription", "response_created", "output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "response_done", "response_listen", "response_speak", "playback_acknowledged", "output_audio_cleared", "overlap_decision", "error", "function_call_arguments_delta", "function_call_arguments_done"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["session_created", "session_updated", "session_resumed", "session_replaced", "resync_required", "session_expired", "session_closed", "heartbeat_ack", "going_away", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_done", "item_retrieved", "item_deleted", "item_truncated", "input_transcription", "response_created", "output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "response_done", "response_listen", "response_speak", "playback_acknowledged", "output_audio_cleared", "overlap_decision", "error", "function_call_arguments_delta", "function_call_arguments_done", "input_transcription_delta"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -3084,6 +3090,42 @@ class InputTranscription(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___InputTranscription: _TypeAlias = InputTranscription  # noqa: Y015
+
+@_typing.final
+class InputTranscriptionDelta(_message.Message):
+    """InputTranscriptionDelta carries words heard so far in a user turn, while it is spoken.
+    Append-only: the deltas of one item, joined, are a prefix of what was heard so far, never
+    revised. An engine sends only the words its partial hypotheses agree on; the final
+    input_transcription of the item is the truth, and may differ from the deltas' text.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEM_ID_FIELD_NUMBER: _builtins.int
+    CONTENT_INDEX_FIELD_NUMBER: _builtins.int
+    DELTA_FIELD_NUMBER: _builtins.int
+    item_id: _builtins.str
+    """Names the user item: the item_id of the speech_started that began the turn, which the
+    item takes when it is committed.
+    """
+    content_index: _builtins.int
+    """Names the content part."""
+    delta: _builtins.str
+    """Holds the new text, appended to what came before."""
+    def __init__(
+        self,
+        *,
+        item_id: _builtins.str = ...,
+        content_index: _builtins.int = ...,
+        delta: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_index", b"content_index", "delta", b"delta", "item_id", b"item_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InputTranscriptionDelta: _TypeAlias = InputTranscriptionDelta  # noqa: Y015
 
 @_typing.final
 class ResponseCreated(_message.Message):

@@ -184,9 +184,9 @@ def _speak(layer: Any, session_id: str, seconds: float) -> None:
 class UnitEnds(deque[float]):
     """Send times of the chunks that end a model unit: the ones vLLM-Omni answers."""
 
-    def __init__(self, chunks_per_unit: int) -> None:
+    def __init__(self, chunks_per_unit: int, already_sent: int) -> None:
         super().__init__()
-        self.every, self.seen = chunks_per_unit, 0
+        self.every, self.seen = chunks_per_unit, already_sent
 
     def append(self, sent_at: float) -> None:
         self.seen += 1
@@ -209,9 +209,11 @@ class PeerSession:
     """A vLLM-Omni duplex session: opened with turn detection off and auto response on, so
     the model hears every unit as it comes and answers it."""
 
-    def __init__(self, http: aiohttp.ClientSession, url: str, frame: bytes, unit: int) -> None:
-        self.http, self.url, self.frame = http, url, frame
-        self.sent: deque[float] = UnitEnds(unit)
+    def __init__(
+        self, http: aiohttp.ClientSession, url: str, frame: bytes, unit: int, lead: int
+    ) -> None:
+        self.http, self.url, self.frame, self.lead = http, url, frame, lead
+        self.sent: deque[float] = UnitEnds(unit, lead)
         self.ws: aiohttp.ClientWebSocketResponse | None = None
 
     async def open(self) -> None:
@@ -229,9 +231,14 @@ class PeerSession:
         while True:
             event = orjson.loads((await self.ws.receive()).data)
             if event.get("type") == "session.created":
-                return
+                break
             if event.get("type") == "error":
                 raise SystemExit(f"vLLM-Omni refused the session: {event}")
+        # Sessions start at random points of a model unit, as real ones do: paced sessions
+        # all starting together would end their units together, and vLLM-Omni would take the
+        # units of every session in one burst each second. Before the measured window.
+        for _ in range(self.lead):
+            await self.send()
 
     async def send(self) -> None:
         assert self.ws is not None
@@ -276,7 +283,8 @@ class PeerLoad:
         url = f"http://127.0.0.1:{self.port}/v1/realtime?duplex=1"
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             group: list[kit.LoadSession] = [
-                PeerSession(http, url, frame, unit) for _ in range(sessions)
+                PeerSession(http, url, frame, unit, self.rng.randrange(unit))
+                for _ in range(sessions)
             ]
             return await kit.drive(
                 group,

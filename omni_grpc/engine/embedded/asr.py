@@ -171,6 +171,29 @@ class Transcriber:
             return ""
         return drop_repeat(best.text)
 
+    def hypothesis(self, pcm16: bytes) -> str:
+        """A cheap guess at the words of a turn still being spoken: one greedy decode of the
+        audio so far, no fallback, no repeat check. The turn's transcript is ``transcribe``'s;
+        this only shows words while they are said (partial transcripts, in session.py)."""
+        duration_ms = pcm16_ms(len(pcm16), CANONICAL_INPUT_RATE_HZ)
+        if duration_ms < MIN_AUDIO_MS or duration_ms > WINDOW_FRAMES * FRAME_MS:
+            return ""
+        audio = np.frombuffer(pcm16, dtype="<i2").astype(np.float32) / 32768.0
+        max_length = len(self._start) + 8 + int(TOKENS_PER_S * duration_ms / 1000)
+        result = self._whisper.model.generate(
+            self._encode(audio),
+            [self._start],
+            max_length=min(max_length, len(self._start) + MAX_TOKENS),
+            beam_size=1,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+        )[0]
+        if result.no_speech_prob > self.decoding.no_speech_threshold:
+            return ""
+        ids = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
+        text: str = self._tokenizer.decode(ids).strip()
+        return text
+
     def _encode(self, audio: np.ndarray) -> Any:
         import ctranslate2  # type: ignore[import-untyped]
 

@@ -26,6 +26,8 @@ _CONVERTERS: Converters = {
     "max_input_s": float,
     "queue_size": int,
     "server_vad": str,
+    "partial_transcripts": str,
+    "partial_every_ms": float,
 }
 
 
@@ -57,6 +59,12 @@ class EmbeddedOptions:
     * ``queue_size``: the bound of each session's command and event queues; default 256.
     * ``server_vad``: ``on`` (default) offers server VAD and makes it the sessions' default;
       ``off`` leaves every turn to the client's commits (push to talk).
+    * ``partial_transcripts``: ``on`` (default) sends the words of a turn while it is spoken
+      (``input_transcription_delta``, :mod:`.partials`), from a greedy decode of the audio so
+      far every ``partial_every_ms`` of speech under server VAD; ``off`` sends only the
+      transcript of each committed turn.
+    * ``partial_every_ms``: speech between two partial decodes, 300 to 5000; default 800. A
+      decode still running when the next is due makes that one skip.
     """
 
     responder: str = "auto"
@@ -72,6 +80,8 @@ class EmbeddedOptions:
     max_input_s: float = 120.0
     queue_size: int = 256
     server_vad: str = "on"
+    partial_transcripts: str = "on"
+    partial_every_ms: float = 800.0
 
     def __post_init__(self) -> None:
         check_choice("responder", self.responder, RESPONDERS)
@@ -86,6 +96,8 @@ class EmbeddedOptions:
         check_range("max_input_s", self.max_input_s, 1, 3600)
         check_choice("server_vad", self.server_vad, ("on", "off"))
         check_range("queue_size", self.queue_size, 16)
+        check_choice("partial_transcripts", self.partial_transcripts, ("on", "off"))
+        check_range("partial_every_ms", self.partial_every_ms, 300, 5000)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> EmbeddedOptions:

@@ -27,6 +27,7 @@ from omni_grpc.engine import kit
 from omni_grpc.engine.embedded.listening import Listener, Pause, SpeechStart, Turn
 from omni_grpc.engine.embedded.models import Runtime
 from omni_grpc.engine.embedded.options import PACES, RESPONDERS
+from omni_grpc.engine.embedded.partials import StableWords
 from omni_grpc.engine.embedded.responder import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_TEMPERATURE,
@@ -69,6 +70,11 @@ class EmbeddedSession(kit.ConversationSession):
         self._last_turn: kit.UserInput | None = None
         # A transcription started at a pause: (where the speech paused, the job).
         self._guess: tuple[float, asyncio.Future[str]] | None = None
+        # Partial transcripts of the turn in progress: its words sent so far, where on the
+        # input clock the last partial decode began, and whether one runs now.
+        self._words = StableWords()
+        self._partial_at_ms = 0.0
+        self._partial_running = False
         self._responder, self._realtime, self._problem = self._session_options(config)
 
     @property
@@ -147,6 +153,46 @@ class EmbeddedSession(kit.ConversationSession):
                 self._speculate(event)
             else:
                 await self._speech_stopped(event)
+        self._partial_due()
+
+    def _partial_due(self) -> None:
+        """Starts a partial decode of the turn so far when enough new speech came since the
+        last one: one at a time, and none while speech is on hold (the turn may be ending,
+        and the final transcription must not wait behind a partial)."""
+        options, listener = self._runtime.options, self._listener
+        start = listener.speech_start_ms
+        if (
+            options.partial_transcripts == "off"
+            or start is None
+            or self._partial_running
+            or listener.detector.in_silence
+            or listener.buffer.clock_ms - self._partial_at_ms < options.partial_every_ms
+        ):
+            return
+        self._partial_at_ms = listener.buffer.clock_ms
+        self._partial_running = True
+        audio = listener.buffer.peek(start - listener.prefix_ms)
+        self._spawn(self._partial(self._speech_item, audio))
+
+    async def _partial(self, item_id: str, audio: bytes) -> None:
+        """Decodes the turn so far and sends the words that became stable, if the turn is
+        still being spoken (once it ends, its transcription says what was said)."""
+        loop = asyncio.get_running_loop()
+        try:
+            hypothesis = await loop.run_in_executor(
+                self._runtime.executor, self._runtime.asr.hypothesis, audio
+            )
+        except Exception:
+            logger.exception("session %s: partial failed", self.id, extra={"session_id": self.id})
+            return
+        finally:
+            self._partial_running = False
+        if item_id != self._speech_item:
+            return
+        delta = self._words.delta(hypothesis)
+        if delta:
+            event = pb.InputTranscriptionDelta(item_id=item_id, content_index=0, delta=delta)
+            await self._events.put(pb.ConverseResponse(input_transcription_delta=event))
 
     def _speculate(self, pause: Pause) -> None:
         """Starts transcribing at a pause, so a turn that ends there has its words sooner.
@@ -165,6 +211,7 @@ class EmbeddedSession(kit.ConversationSession):
 
     async def _speech_started(self, start: SpeechStart) -> None:
         self._speech_item = kit.new_id("item")
+        self._words, self._partial_at_ms = StableWords(), start.start_ms
         await self._events.put(
             pb.ConverseResponse(
                 speech_started=pb.SpeechStarted(

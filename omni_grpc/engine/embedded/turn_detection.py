@@ -84,6 +84,11 @@ class TurnDetector:
         self._silence_ms: float | None = None  # start of the pause inside speech
         self._paused = False  # this pause was reported
 
+    @property
+    def in_silence(self) -> bool:
+        """Whether speech is on hold: a silence inside it has begun and may end the turn."""
+        return self._silence_ms is not None
+
     def push(self, window: int, prob: float) -> TurnEvent | None:
         """Takes the probability of window number ``window``; returns an event, if any."""
         start = window * self.window_ms

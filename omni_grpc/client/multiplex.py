@@ -10,6 +10,11 @@ sends few large messages. Each stream ends as its Converse call would have, with
 route). A resume sent on to another replica (a routing key in the stream's metadata) gets a
 call of its own carrying that key, so a proxy takes it there.
 
+A call can break under streams that have sent only their first request and heard nothing (the
+replica behind it died a moment ago): they are placed on another call and send it again, as a
+Converse call that failed before any answer would be opened again. Any other stream of a broken
+call ends UNAVAILABLE, so its client resumes.
+
 A stream's events wait in its own buffer until its relay reads them: the call cannot stop for
 one slow websocket without stopping the others, so a client that stops reading is found by the
 relay's send deadline, not by the service's send queue.
@@ -20,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -30,6 +35,7 @@ from omni_grpc.wire.framing import length_field, varint_field
 from omni_grpc.wire.keys import ROUTE_HEADER, bearer_key, route_of
 
 CALLS = 4  # calls the streams without a routing key are spread over
+MOVES = 3  # how many broken calls an unanswered stream is moved away from
 MAX_PENDING_REQUESTS = 4096  # requests waiting for a call's writer beyond which writers wait
 METHOD = "/omni.duplex.v1.DuplexService/ConverseMany"
 _STATUSES = {status.value[0]: status for status in grpc.StatusCode}
@@ -65,17 +71,23 @@ class MultiplexedConnection:
     def converse(self, metadata: Sequence[tuple[str, str]] | None = None) -> MultiplexedStream:
         """Starts a stream (it opens or resumes with its first write) on one of the calls."""
         chosen = self.settings.metadata() if metadata is None else tuple(metadata)
-        route = route_of(chosen)
-        if route:
-            call = self._routed.get(route)
+        stream = MultiplexedStream(bearer_key(chosen), route_of(chosen))
+        self._place(stream)
+        return stream
+
+    def _place(self, stream: MultiplexedStream) -> None:
+        """Puts a stream on a live call: its routing key's own, or one of the pool."""
+        if stream.route:
+            call = self._routed.get(stream.route)
             if call is None or call.broken is not None:
-                call = self._routed[route] = _Call(self._method, ((ROUTE_HEADER, route),))
+                metadata = ((ROUTE_HEADER, stream.route),)
+                call = self._routed[stream.route] = _Call(self._method, metadata, self._place)
         else:
             self._pool = [call for call in self._pool if call.broken is None]
             if len(self._pool) < self._calls:
-                self._pool.append(_Call(self._method, ()))
+                self._pool.append(_Call(self._method, (), self._place))
             call = self._pool[next(self._turn) % len(self._pool)]
-        return call.stream(bearer_key(chosen))
+        call.take(stream)
 
     async def close(self) -> None:
         """Closes the channel, ending every call and stream on it."""
@@ -88,9 +100,13 @@ class _Call:
     """One ConverseMany call: its streams, a writer that batches requests, a reader."""
 
     def __init__(
-        self, method: grpc.aio.StreamStreamMultiCallable, metadata: tuple[tuple[str, str], ...]
+        self,
+        method: grpc.aio.StreamStreamMultiCallable,
+        metadata: tuple[tuple[str, str], ...],
+        place: Callable[[MultiplexedStream], None],
     ) -> None:
         self._call = method(None, metadata=metadata)
+        self._place = place  # where an unanswered stream of this call goes if the call breaks
         self._streams: dict[int, MultiplexedStream] = {}
         self._ids = itertools.count(1)
         self._pending: list[bytes] = []  # framed ConverseManyRequest.requests entries
@@ -100,13 +116,12 @@ class _Call:
         self.broken: StreamBroken | None = None
         self._tasks = [asyncio.create_task(self._write()), asyncio.create_task(self._read())]
 
-    def stream(self, key: str) -> MultiplexedStream:
-        stream = MultiplexedStream(self, next(self._ids), key)
-        if self.broken is not None:
-            stream.end(self.broken)
-        else:
-            self._streams[stream.id] = stream
-        return stream
+    def take(self, stream: MultiplexedStream) -> None:
+        """Carries ``stream`` from now on (its first request again, if it sent one)."""
+        stream.call, stream.id = self, next(self._ids)
+        self._streams[stream.id] = stream
+        if stream.first is not None:
+            self.queue(stream.framed_first())
 
     def forget(self, stream_id: int) -> None:
         self._streams.pop(stream_id, None)
@@ -155,6 +170,9 @@ class _Call:
                         stream.deliver(event.event)
         except grpc.RpcError as error:
             failure = StreamBroken.from_error(error)
+            if failure.status in (None, grpc.StatusCode.CANCELLED):
+                # Not the relay's own cancel: a proxy dropped the call (its replica died).
+                failure = StreamBroken(str(failure), status=grpc.StatusCode.UNAVAILABLE)
         except asyncio.CancelledError:
             failure = StreamBroken("the stream was cancelled")
         self._fail(failure)
@@ -162,25 +180,54 @@ class _Call:
     def _fail(self, failure: StreamBroken) -> None:
         if self.broken is None:
             self.broken = failure
-        for stream in list(self._streams.values()):
-            stream.end(failure)
-        self._streams.clear()
+        streams, self._streams = list(self._streams.values()), {}
+        for stream in streams:
+            if failure.status is not None and stream.movable():
+                stream.moves += 1
+                self._place(stream)
+            else:
+                stream.end(failure)
 
 
 class MultiplexedStream:
     """One Converse stream carried on a ConverseMany call."""
 
-    __slots__ = ("_call", "_ended", "_events", "_failure", "_key", "_started", "_waiter", "id")
+    __slots__ = (
+        "_ended",
+        "_events",
+        "_failure",
+        "_key",
+        "_sent",
+        "_waiter",
+        "call",
+        "first",
+        "id",
+        "moves",
+        "route",
+    )
 
-    def __init__(self, call: _Call, stream_id: int, key: str) -> None:
-        self._call = call
-        self.id = stream_id
+    def __init__(self, key: str, route: str) -> None:
+        self.call: _Call | None = None
+        self.id = 0
         self._key = key
-        self._started = False
+        self.route = route  # the routing key its call carries; empty: any replica
+        self.first: bytes | None = None  # the first request, serialized, until an answer
+        self._sent = 0
+        self.moves = 0
         self._events: deque[pb.ConverseResponse] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._ended = False
         self._failure: StreamBroken | None = None
+
+    def movable(self) -> bool:
+        """Whether it may go to another call: only its first request sent, nothing heard."""
+        unanswered = self._sent == 0 or (self._sent == 1 and self.first is not None)
+        return unanswered and not self._ended and self.moves < MOVES
+
+    def framed_first(self) -> bytes:
+        assert self.first is not None
+        body = varint_field(1, self.id) + length_field(2, self.first)
+        return length_field(1, body + length_field(3, self._key.encode()))
 
     async def write(self, request: pb.ConverseRequest) -> None:
         """Sends one request with the call's next batch."""
@@ -188,11 +235,14 @@ class MultiplexedStream:
             if self._failure is not None and self._failure.status is None:
                 raise self._failure  # cancelled: as a cancelled Converse call's write
             return  # the service ended the stream: it reads no more
+        assert self.call is not None
+        self._sent += 1
+        if self.first is None and self._sent == 1:
+            self.first = request.SerializeToString()
+            await self.call.send(self.framed_first())
+            return
         body = varint_field(1, self.id) + length_field(2, request.SerializeToString())
-        if not self._started:
-            self._started = True
-            body += length_field(3, self._key.encode())
-        await self._call.send(length_field(1, body))
+        await self.call.send(length_field(1, body))
 
     async def read(self) -> pb.ConverseResponse | None:
         """The next event, or None once the service ended the stream."""
@@ -212,13 +262,15 @@ class MultiplexedStream:
         """Drops the stream; the service detaches its session, which stays resumable."""
         if self._ended:
             return
-        self._call.forget(self.id)
-        if self._started:
-            self._call.queue(length_field(1, varint_field(1, self.id) + varint_field(4, 1)))
+        if self.call is not None:
+            self.call.forget(self.id)
+            if self._sent:
+                self.call.queue(length_field(1, varint_field(1, self.id) + varint_field(4, 1)))
         self._events.clear()
         self.end(StreamBroken("the stream was cancelled"))
 
     def deliver(self, event: pb.ConverseResponse) -> None:
+        self.first = None  # answered: it stays with its call
         self._events.append(event)
         self._wake()
 

@@ -13,6 +13,7 @@ from omni_grpc.client.multiplex import MultiplexedConnection
 from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import bearer_metadata
+from tests.client.proxy import ChaosProxy
 from tests.serving import serving, settings
 
 OPEN = pb.ConverseRequest(open_session=pb.OpenSession())
@@ -70,8 +71,8 @@ async def _refusal(
     link: Connection | MultiplexedConnection, first: pb.ConverseRequest, key: str = ""
 ) -> StreamBroken:
     stream = link.converse(bearer_metadata(key))
-    await stream.write(first)
     with pytest.raises(StreamBroken) as broken:
+        await stream.write(first)  # a call refused at once may fail the write already
         while await stream.read() is not None:
             pass
     return broken.value
@@ -111,5 +112,32 @@ async def test_each_stream_presents_its_own_key() -> None:
             assert created is not None and created.WhichOneof("event") == "session_created"
             refused = await _refusal(connection, OPEN, "wrong")
             assert refused.status is grpc.StatusCode.UNAUTHENTICATED
+        finally:
+            await connection.close()
+
+
+async def test_a_broken_call_moves_unanswered_streams_and_ends_answered_ones() -> None:
+    async with (
+        serving(settings()) as running,
+        ChaosProxy("127.0.0.1", running.grpc_port) as proxy,
+    ):
+        connection = MultiplexedConnection(ChannelSettings(target=proxy.target), calls=1)
+        try:
+            answered = connection.converse()
+            await answered.write(OPEN)
+            assert await answered.read() is not None
+            # The connection dies (as when a proxy's replica dies) while an open is on its way.
+            proxy.stall("up")
+            unanswered = connection.converse()
+            await unanswered.write(OPEN)
+            await asyncio.sleep(0.1)
+            proxy.cut_all()
+            proxy.unstall("up")
+            created = await asyncio.wait_for(unanswered.read(), 10)
+            assert created is not None and created.WhichOneof("event") == "session_created"
+            with pytest.raises(StreamBroken) as broken:
+                while await answered.read() is not None:
+                    pass
+            assert broken.value.status is grpc.StatusCode.UNAVAILABLE  # its client resumes
         finally:
             await connection.close()

@@ -61,9 +61,11 @@ class LocalService:
         self.streams = 0  # streams open now
         self.refusals = RefusalLog(sessions.clock)
 
-    def converse(self, metadata: Sequence[tuple[str, str]] | None = None) -> LocalStream:
+    def converse(
+        self, metadata: Sequence[tuple[str, str]] | None = None, peer: str = PEER
+    ) -> LocalStream:
         """Starts a stream; it opens or resumes on its first write, as a Converse call does."""
-        return LocalStream(self, tuple(metadata or ()))
+        return LocalStream(self, tuple(metadata or ()), peer)
 
     async def close(self) -> None:
         """Nothing to close: the streams end with the relays that hold them."""
@@ -72,9 +74,21 @@ class LocalService:
 class LocalStream:
     """One stream into the sessions, with the reads and writes of a gRPC client's stream."""
 
-    __slots__ = ("_backlog", "_cancelled", "_host", "_metadata", "_queue", "_service", "_started")
+    __slots__ = (
+        "_backlog",
+        "_cancelled",
+        "_host",
+        "_metadata",
+        "_peer",
+        "_queue",
+        "_service",
+        "_started",
+    )
 
-    def __init__(self, service: LocalService, metadata: tuple[tuple[str, str], ...]) -> None:
+    def __init__(
+        self, service: LocalService, metadata: tuple[tuple[str, str], ...], peer: str
+    ) -> None:
+        self._peer = peer  # who the refusal log names (a ConverseMany stream: its call's peer)
         self._service = service
         self._metadata = metadata
         self._host: SessionHost | None = None
@@ -171,7 +185,8 @@ class LocalStream:
             metrics.STREAM_REFUSALS.labels(what, refusal.code).inc()
             if resume:
                 metrics.RESUMES.labels("refused").inc()
-            service.refusals.refused(what, resume.session_id if resume else "", PEER, refusal.code)
+            session_id = resume.session_id if resume else ""
+            service.refusals.refused(what, session_id, self._peer, refusal.code)
             owner = refusal.route if isinstance(refusal, SessionElsewhere) else ""
             self._refused(broken(refusal, owner))
             return

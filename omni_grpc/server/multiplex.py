@@ -103,7 +103,8 @@ class _Call:
             return
         if stream is None:
             metadata: Sequence[tuple[str, str]] = bearer_metadata(request.api_key)
-            stream = _Substream(self, request.stream_id, self._local.converse(metadata))
+            local = self._local.converse(metadata, self._context.peer())
+            stream = _Substream(self, request.stream_id, local)
             self._streams[request.stream_id] = stream
         stream.inbox.put_nowait(request.request)
 

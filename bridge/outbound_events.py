@@ -251,6 +251,14 @@ STATELESS: dict[str, Callable[[Any], list[Event]]] = {
         "input_audio_buffer.speech_stopped", audio_end_ms=round(e.audio_end_ms), item_id=e.item_id
     ),
     "input_cleared": lambda e: _one("input_audio_buffer.cleared"),
+    # Words of a turn still being spoken, so before its conversation.item.added: the item_id is
+    # the one input_audio_buffer.speech_started announced, which the item takes at commit.
+    "input_transcription_delta": lambda e: _one(
+        "conversation.item.input_audio_transcription.delta",
+        item_id=e.item_id,
+        content_index=e.content_index,
+        delta=e.delta,
+    ),
     "item_retrieved": lambda e: _one("conversation.item.retrieved", item=item_json(e.item)),
     "item_deleted": lambda e: _one("conversation.item.deleted", item_id=e.item_id),
     "item_truncated": lambda e: _one(

@@ -143,6 +143,8 @@ class VllmOmniDialect(ServerDialect):
                 "session_expired": self._session_expired,
             }
         )
+        # The reference sends no partial transcripts: its clients would not know the event.
+        del self._handlers["input_transcription_delta"]
 
     def expand(self, event: pb.ConverseResponse) -> list[Event]:
         """As the OpenAI dialect expands, with ``conversation.item.created`` after every

@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/bench_embedded.py [--turns N] [--no-lm] [--tts piper|espeak]
                                                [--asr-model base|tiny.en] [--wer CONFIG,...]
+                                               [--partial-transcripts on|off] [--question TEXT]
 
 Stages, each timed on its own: model loading, Silero VAD per 32 ms window, Whisper on one
 spoken question, SmolLM2's first token, token rate and score on the question set
@@ -13,7 +14,8 @@ end of the speech (the last speech sample sent) and from ``speech_stopped`` to t
 of answer audio, once with the echo responder and once with SmolLM2. Then the word error rate
 on the speech test set, per voice, for each ASR configuration in ``--wer`` (names from
 scripts/bench_hearing.py; the engine's models by default, "" for none), with the time each
-transcription takes.
+transcription takes. ``--partial-transcripts off`` measures the engine without the words it
+sends while a turn is spoken; ``--question`` speaks other words (a long turn, for that).
 """
 
 from __future__ import annotations
@@ -50,10 +52,10 @@ def timed(function, *args):  # type: ignore[no-untyped-def]
     return result, (time.perf_counter() - start) * 1000
 
 
-async def stages(engine: EmbeddedEngine, rows: list[tuple[str, str]]) -> None:
+async def stages(engine: EmbeddedEngine, rows: list[tuple[str, str]], question: str) -> None:
     runtime = engine.runtime
     assert runtime is not None
-    scene = speech.Scene().pause(300).speak(QUESTION).pause(500)
+    scene = speech.Scene().pause(300).speak(question).pause(500)
     pcm = scene.pcm16()
     stream = runtime.vad.stream()
     _, ms = timed(stream.feed, pcm)
@@ -63,6 +65,13 @@ async def stages(engine: EmbeddedEngine, rows: list[tuple[str, str]]) -> None:
     rows.append(
         (
             f"ASR, {scene.duration_ms / 1000:.1f} s question (median of 3)",
+            f"{statistics.median(ms for _, ms in runs):.0f} ms  -> {runs[0][0]!r}",
+        )
+    )
+    runs = [timed(runtime.asr.hypothesis, pcm) for _ in range(3)]
+    rows.append(
+        (
+            "ASR partial (greedy), the same (median of 3)",
             f"{statistics.median(ms for _, ms in runs):.0f} ms  -> {runs[0][0]!r}",
         )
     )
@@ -122,13 +131,15 @@ async def lm_score(smol: SmolResponder) -> str:
     return f"{result.score:.2f} ({correct}/{len(result.answers)}) in {result.seconds:.0f} s"
 
 
-async def one_turn(engine: EmbeddedEngine, responder: str) -> tuple[float, float, float]:
+async def one_turn(
+    engine: EmbeddedEngine, responder: str, question: str
+) -> tuple[float, float, float]:
     """(end of speech -> first audio, speech_stopped -> first audio, ASR+LM+TTS) in ms."""
     options = struct_pb2.Struct()
     options.update({"responder": responder, "pace": "fast"})
     config = resolve_config(pb.SessionConfig(engine_options=options), Limits(), engine.features)
     session = await engine.open_session("bench", config)
-    scene = speech.Scene().pause(300).speak(QUESTION).pause(900)
+    scene = speech.Scene().pause(300).speak(question).pause(900)
     pcm = scene.pcm16()
     speech_end_byte = int(scene.segments[0][1]) * 32
     marks: dict[str, float] = {}
@@ -170,6 +181,8 @@ async def main() -> int:
     parser.add_argument("--tts", default="auto", help="the engine's tts option (piper, espeak)")
     parser.add_argument("--asr-model", default="base", help="the engine's asr_model option")
     parser.add_argument("--wer", default="base,tiny.en", help="ASR configurations to score")
+    parser.add_argument("--partial-transcripts", default="on", help="the engine's option (off)")
+    parser.add_argument("--question", default=QUESTION, help="the words the turns speak")
     args = parser.parse_args()
     rows: list[tuple[str, str]] = []
     engine = EmbeddedEngine(
@@ -177,6 +190,7 @@ async def main() -> int:
             "responder": "echo" if args.no_lm else "auto",
             "tts": args.tts,
             "asr_model": args.asr_model,
+            "partial_transcripts": args.partial_transcripts,
         }
     )
     start = time.perf_counter()
@@ -184,12 +198,12 @@ async def main() -> int:
     rows.append(
         ("engine start (models loaded, warmed)", f"{(time.perf_counter() - start) * 1000:.0f} ms")
     )
-    await stages(engine, rows)
+    await stages(engine, rows, args.question)
     responders = ["echo"] + (
         [] if engine.runtime is None or engine.runtime.smol is None else ["smollm2"]
     )
     for responder in responders:
-        results = [await one_turn(engine, responder) for _ in range(args.turns)]
+        results = [await one_turn(engine, responder, args.question) for _ in range(args.turns)]
         for index, label in enumerate(("end of speech", "speech_stopped", "commit")):
             values = [r[index] for r in results]
             rows.append(

@@ -103,10 +103,10 @@ async def running_bridge(target: str | RunningServer, **options: Any) -> AsyncIt
         await runner.cleanup()
 
 
-def speech_pcm24() -> bytes:
+def speech_pcm24(text: str = SPEECH_TEXT) -> bytes:
     """Real speech from espeak-ng, as OpenAI's default input: pcm16 mono at 24 kHz."""
     wav = subprocess.run(
-        ["espeak-ng", "-v", "en-us", "-s", "170", "--stdout", SPEECH_TEXT],
+        ["espeak-ng", "-v", "en-us", "-s", "170", "--stdout", text],
         check=True,
         capture_output=True,
         timeout=30,

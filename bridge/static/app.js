@@ -96,13 +96,19 @@ const HANDLERS = {
   },
   "input_audio_buffer.committed": (e) => {
     const transcribed = omni.session?.audio?.input?.transcription;
-    addLine("you", e.item_id, transcribed ? "…" : "(not transcribed)", "spoken");
+    const placeholder = transcribed ? "…" : "(not transcribed)";
+    addLine("you", e.item_id, omni.partials[e.item_id] || placeholder, "spoken");
+  },
+  // Words of the turn while it is spoken; the transcript replaces them when it comes.
+  "conversation.item.input_audio_transcription.delta": (e) => {
+    omni.partials[e.item_id] = (omni.partials[e.item_id] || "") + e.delta;
+    addLine("you", e.item_id, omni.partials[e.item_id], "spoken partial");
   },
   "input_audio_buffer.speech_started": () => bargeIn(),
   "input_audio_buffer.speech_stopped": (e) => { turnEndAt = inputTime(e.audio_end_ms); },
   "conversation.item.input_audio_transcription.completed": (e) => {
     omni.userTranscripts.push(e.transcript);
-    addLine("you", e.item_id, e.transcript, "spoken");
+    addLine("you", e.item_id, e.transcript, "spoken").classList.remove("partial");
   },
   "conversation.item.added": (e) => {
     const part = e.item.content?.find((c) => c.type === "input_text");

@@ -18,6 +18,8 @@ export const omni = {
   bargeIns: 0, // times the person spoke (or typed) over the assistant and the page cut it
   responses: {}, // id -> {audioMs, playedMs, transcript, deltas: [[start, dur]], ...}
   userTranscripts: [],
+  // item id -> the words shown while that turn was spoken, before its transcript replaced them
+  partials: {},
   typed: [], // the user's typed items, as the service confirmed them
   errors: [],
   acked: {}, // response id -> last playback.acknowledged

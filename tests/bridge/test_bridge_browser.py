@@ -31,6 +31,7 @@ from tests.serving import eventually
 pytestmark = pytest.mark.browser
 
 INTERRUPTION = "wait, say that again please"
+LONG_SPEECH = f"{SPEECH_TEXT}, and the page shows these words while they are spoken"
 TYPED = "what time is it in Lisbon right now"  # the loopback's tone for it lasts 2.1 s
 RETYPED = "never mind"
 INSTRUCTIONS = "Answer in one short sentence."
@@ -375,9 +376,13 @@ async def test_page_is_served(paced_service: RunningServer) -> None:
 @pytest.mark.slow
 async def test_a_turn_ended_by_server_vad_has_every_latency_cell(tmp_path: Path) -> None:
     """The embedded engine detects the end of speech itself: the page learns it from
-    ``speech_stopped`` and times the answer from the moment that speech was captured."""
-    mic = speech_wav(tmp_path, "mic", [0.5, SPEECH_TEXT, 4.0])
-    embedded = service_settings(engine="embedded", engine_options={"responder": "echo"})
+    ``speech_stopped`` and times the answer from the moment that speech was captured, and
+    shows the words of the turn while it is spoken (partial transcripts)."""
+    # Long enough for several partial decodes even on a loaded machine: words are sent only
+    # once two of them agree.
+    mic = speech_wav(tmp_path, "mic", [0.5, LONG_SPEECH, 4.0])
+    options = {"responder": "echo", "partial_every_ms": "500"}
+    embedded = service_settings(engine="embedded", engine_options=options)
     running = await start_server(embedded)
     try:
         async with running_bridge(running.target) as port, chromium_page(mic) as run:
@@ -391,6 +396,7 @@ async def test_a_turn_ended_by_server_vad_has_every_latency_cell(tmp_path: Path)
             state = await run.page.evaluate("omni")
             rows = await table_rows(run)
             said = await run.page.text_content("#transcript p.you.spoken .words")
+            still_partial = await run.page.locator("#transcript p.you.partial").count()
             await run.screenshot("page_server_vad")
     finally:
         await running.stop()
@@ -398,6 +404,9 @@ async def test_a_turn_ended_by_server_vad_has_every_latency_cell(tmp_path: Path)
     assert run.problems == [] and state["errors"] == [], (run.problems, state["errors"])
     assert not state["clientTurns"] and state["userTranscripts"]
     assert said == state["userTranscripts"][0]
+    # The words shown while the turn was spoken, then replaced by its transcript.
+    assert [text for text in state["partials"].values() if text.strip()], state["partials"]
+    assert still_partial == 0
     reply = state["responses"][rid]
     assert reply["clientLatencyMs"] > 0 and reply["serverLatencyMs"] > 0, reply
     assert all(rows[rid][column].endswith(" ms") for column in LATENCY_COLUMNS), rows[rid]

@@ -235,9 +235,8 @@ async def bench(quick: bool, as_json: bool) -> int:
     for sessions in sorted({n for _, n in results.costs}):
         fixed = [results.costs[(kind, sessions)] for kind in KINDS]
         ratio = fixed[2].us_per_chunk / fixed[0].us_per_chunk if fixed[0].us_per_chunk else 0.0
-        pairs = [(c.us_per_chunk, c.engine_us_per_chunk) for c in fixed]
         # The issue sets no CPU target for the bridge: its ratio is told, not judged.
-        cost, engine = kit.cost_rows(pairs, sessions, ratio, float("inf"))
+        cost, engine = kit.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
         rows.extend([[*cost[:-2], "-", "-"], engine])
         label = f"load generator's CPU, {sessions} sessions"
         rows.append([label, *(f"{c.client_cpu:.0%}" for c in fixed), "-", "-", "-"])

@@ -67,6 +67,7 @@ PEER_PYTHON = ROOT / ".venv-vllm-omni" / "bin" / "python"
 PEER_RATE_HZ = 16000  # vLLM-Omni's input rate, and the rate of its model units' samples
 UNIT_MS = 1000  # MiniCPM-o's model unit: one second of input
 MAX_SESSIONS = 10_000
+MIN_ANSWERS, MAX_STEP_S = 100, 15.0  # see PeerLoad.step
 KINDS = ("vllm-omni", "bridge")
 DELTA = "response.output_audio.delta"
 
@@ -269,9 +270,15 @@ class PeerLoad:
     kind = "vllm-omni"
 
     def __init__(
-        self, port: int, server_pid: int, engine_meter: Callable[[], Awaitable[float]]
+        self,
+        port: int,
+        server_pid: int,
+        engine_meter: Callable[[], Awaitable[float]],
+        *,
+        quick: bool,
     ) -> None:
         self.port, self.server_pid, self.engine_meter = port, server_pid, engine_meter
+        self.min_answers = 0 if quick else MIN_ANSWERS  # a quick run measures nothing
         self.rng = random.Random(0)
 
     async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> kit.Tally:
@@ -280,6 +287,11 @@ class PeerLoad:
             {"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode()}
         )
         unit = max(1, UNIT_MS // chunk_ms)
+        # The p99 of a few answers is their largest, which one stall of a shared machine sets:
+        # a step of a few sessions, each answered once a second, lasts until it has MIN_ANSWERS
+        # (our bridge answers every chunk and has thousands in the usual step).
+        enough_s = self.min_answers / sessions * UNIT_MS / 1000 + 1.0
+        duration_s = max(duration_s, min(enough_s, MAX_STEP_S))
         url = f"http://127.0.0.1:{self.port}/v1/realtime?duplex=1"
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             group: list[kit.LoadSession] = [
@@ -312,7 +324,7 @@ async def bench(quick: bool, as_json: bool) -> int:
     peer = kit.Child([str(PEER_PYTHON), __file__], "peer")
     ours = kit.Child([sys.executable, str(ROOT / "scripts" / "bench_bridge.py")], "ours")
     loads: list[SteppedLoad] = [
-        PeerLoad(peer.ports[0], peer.pid, peer.engine_cpu_s),
+        PeerLoad(peer.ports[0], peer.pid, peer.engine_cpu_s, quick=quick),
         BridgeLoad("bridge", ours.ports[1], ours.pid, ours.engine_cpu_s),
     ]
     # (start, top) by kind: tops far above any capacity measured, so it is found, not capped.
@@ -326,8 +338,7 @@ async def bench(quick: bool, as_json: bool) -> int:
     for sessions in sorted({n for _, n in results.costs}):
         theirs, mine = (results.costs[(kind, sessions)] for kind in KINDS)
         ratio = mine.us_per_chunk / theirs.us_per_chunk if theirs.us_per_chunk else 0.0
-        pairs = [(c.us_per_chunk, c.engine_us_per_chunk) for c in (theirs, mine)]
-        rows.extend(kit.cost_rows(pairs, sessions, ratio, 1.0))
+        rows.extend(kit.cost_rows([theirs.cells, mine.cells], sessions, ratio, 1.0))
         label = f"load generator's CPU, {sessions} sessions"
         rows.append([label, f"{theirs.client_cpu:.0%}", f"{mine.client_cpu:.0%}", "-", "-", "-"])
     for chunk_ms in searches:

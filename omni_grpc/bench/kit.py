@@ -379,20 +379,19 @@ def cpu_row(chunk_ms: int, caps: Sequence[Capacity], ratio: float) -> list[str]:
 
 
 def cost_rows(
-    costs: Sequence[tuple[float, float]], sessions: int, ratio: float, target: float
+    costs: Sequence[tuple[float, float, bool]], sessions: int, ratio: float, target: float
 ) -> list[list[str]]:
     """The table rows of server CPU per chunk at a fixed load: one per server, (server us,
-    engine us) each, compared by ``ratio`` against ``target``; then the engine's own share."""
+    engine us, kept up) each, compared by ``ratio`` against ``target``; then the engine's own
+    share. A server that did not keep up left chunks unprocessed in the window, so its figure
+    understates its cost: it says so, and the comparison is not judged."""
     label = f"server CPU per chunk, {sessions} paced sessions, 20 ms chunks"
-    engine = [f"{e:.0f} us" if e == e else "-" for _, e in costs]  # nan: not metered
+    cells = [f"{c:.0f} us" + ("" if ok else " (overloaded)") for c, _, ok in costs]
+    engine = [f"{e:.0f} us" if e == e else "-" for _, e, _ in costs]  # nan: not metered
+    judged = all(ok for _, _, ok in costs)
+    met = ("yes" if ratio <= target else "no") if judged else "n/a (overloaded)"
     return [
-        [
-            label,
-            *(f"{c:.0f} us" for c, _ in costs),
-            f"{ratio:.2f}x",
-            f"<= {target}x",
-            "yes" if ratio <= target else "no",
-        ],
+        [label, *cells, f"{ratio:.2f}x", f"<= {target}x", met],
         [f"of which the engine's own, {sessions} sessions", *engine, "-", "-", "-"],
     ]
 

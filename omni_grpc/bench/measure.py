@@ -52,6 +52,12 @@ class Cost:
     engine_us_per_chunk: float  # the mirror engine's own share of it; nan where not metered
     client_cpu: float  # the load generator's share of its core
     p99_ms: float
+    kept_up: bool  # most of its steps kept up (else its CPU understates what the load costs)
+
+    @property
+    def cells(self) -> tuple[float, float, bool]:
+        """What :func:`kit.cost_rows` shows of it."""
+        return self.us_per_chunk, self.engine_us_per_chunk, self.kept_up
 
     @property
     def gateway_us_per_chunk(self) -> float:
@@ -93,6 +99,7 @@ class Results:
                     "gateway_us": cost.gateway_us_per_chunk,
                     "client_cpu": cost.client_cpu,
                     "p99_ms": cost.p99_ms,
+                    "kept_up": cost.kept_up,
                 }
                 for (kind, sessions), cost in self.costs.items()
             ],
@@ -176,5 +183,6 @@ async def _fixed_costs(
                 engine_us_per_chunk=statistics.median(t.engine_cpu * per_chunk for t in tallies),
                 client_cpu=statistics.median(t.client_cpu for t in tallies),
                 p99_ms=statistics.median(t.p99 for t in tallies),
+                kept_up=sum(t.kept_up for t in tallies) * 2 > len(tallies),
             )
     return costs

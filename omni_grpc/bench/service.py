@@ -143,11 +143,7 @@ async def bench(quick: bool, as_json: bool) -> int:
         if kind == "ours":
             raw = results.costs[("echo", sessions)]
             ratio = cost.us_per_chunk / raw.us_per_chunk if raw.us_per_chunk else 0.0
-            pair = [
-                (raw.us_per_chunk, raw.engine_us_per_chunk),
-                (cost.us_per_chunk, cost.engine_us_per_chunk),
-            ]
-            rows.extend(kit.cost_rows(pair, sessions, ratio, TARGET_CPU_RATIO))
+            rows.extend(kit.cost_rows([raw.cells, cost.cells], sessions, ratio, TARGET_CPU_RATIO))
             rows.append(
                 [
                     f"load generator's CPU, {sessions} sessions",

@@ -187,8 +187,8 @@ class EmbeddedSession(kit.ConversationSession):
             return
         finally:
             self._partial_running = False
-        if item_id != self._speech_item:
-            return
+        if item_id != self._speech_item or not self._listener.speaking:
+            return  # the turn ended, or its speech was dropped (a clear, a barge-in)
         delta = self._words.delta(hypothesis)
         if delta:
             event = pb.InputTranscriptionDelta(item_id=item_id, content_index=0, delta=delta)

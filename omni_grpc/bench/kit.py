@@ -382,14 +382,14 @@ def cost_rows(
     costs: Sequence[tuple[float, float, bool]], sessions: int, ratio: float, target: float
 ) -> list[list[str]]:
     """The table rows of server CPU per chunk at a fixed load: one per server, (server us,
-    engine us, kept up) each, compared by ``ratio`` against ``target``; then the engine's own
-    share. A server that did not keep up left chunks unprocessed in the window, so its figure
-    understates its cost: it says so, and the comparison is not judged."""
+    engine us, saturated) each, compared by ``ratio`` against ``target``; then the engine's own
+    share. A saturated server left work queued past the window, so its figure understates its
+    cost: it says so, and the comparison is not judged."""
     label = f"server CPU per chunk, {sessions} paced sessions, 20 ms chunks"
-    cells = [f"{c:.0f} us" + ("" if ok else " (overloaded)") for c, _, ok in costs]
+    cells = [f"{c:.0f} us" + (" (saturated)" if full else "") for c, _, full in costs]
     engine = [f"{e:.0f} us" if e == e else "-" for _, e, _ in costs]  # nan: not metered
-    judged = all(ok for _, _, ok in costs)
-    met = ("yes" if ratio <= target else "no") if judged else "n/a (overloaded)"
+    judged = not any(full for _, _, full in costs)
+    met = ("yes" if ratio <= target else "no") if judged else "n/a (saturated)"
     return [
         [label, *cells, f"{ratio:.2f}x", f"<= {target}x", met],
         [f"of which the engine's own, {sessions} sessions", *engine, "-", "-", "-"],

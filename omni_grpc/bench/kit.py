@@ -244,7 +244,11 @@ async def _paced(
         if target > now:
             await asyncio.sleep(target - now)
         session.sent.append(time.perf_counter())
-        await session.send()
+        try:
+            await session.send()
+        except Exception as broken:  # the server ended the call (e.g. CANCELLED): the step failed
+            tally.errors.append(f"send failed: {broken!r}")
+            return
         tally.sent += 1
         n += 1
 

@@ -58,22 +58,7 @@ class Registry:
     ) -> tuple[Session, Effects]:
         """Admits and creates a session owned by API ``key``; raises StreamRefused when it
         cannot."""
-        if not self.accepting:
-            raise StreamRefused(
-                Status.UNAVAILABLE,
-                "server_shutting_down",
-                "the server is draining; try another one",
-                retryable=True,
-                retry_after_s=self.limits.open_retry_after_s,
-            )
-        if len(self._sessions) >= self.limits.max_sessions:
-            raise StreamRefused(
-                Status.RESOURCE_EXHAUSTED,
-                "resource_exhausted",
-                f"session capacity exhausted: limit={self.limits.max_sessions}",
-                retryable=True,
-                retry_after_s=self.limits.open_retry_after_s,
-            )
+        self._check_room()
         try:
             config = resolve_config(request.config, self.limits, self.engine)
         except CommandError as error:
@@ -92,13 +77,8 @@ class Registry:
         self._sessions[session_id] = session
         return session, session.created()
 
-    def knows(self, session_id: str) -> bool:
-        """Says whether the session lives here, or ended here lately (a tombstone)."""
-        return session_id in self._sessions or session_id in self._ended
-
-    def take(self, session: Session) -> None:
-        """Hosts a session rebuilt elsewhere (``snapshot.adopt``); raises StreamRefused when
-        there is no room or the server is draining, as an open would be refused."""
+    def _check_room(self) -> None:
+        """Refuses a new session here (opened or adopted) while draining or when full."""
         if not self.accepting:
             raise StreamRefused(
                 Status.UNAVAILABLE,
@@ -115,6 +95,15 @@ class Registry:
                 retryable=True,
                 retry_after_s=self.limits.open_retry_after_s,
             )
+
+    def knows(self, session_id: str) -> bool:
+        """Says whether the session lives here, or ended here lately (a tombstone)."""
+        return session_id in self._sessions or session_id in self._ended
+
+    def take(self, session: Session) -> None:
+        """Hosts a session rebuilt elsewhere (``snapshot.adopt``); raises StreamRefused when
+        there is no room or the server is draining, as an open would be refused."""
+        self._check_room()
         session.route = self.route  # its resumes name this server now
         self._sessions[session.id] = session
 

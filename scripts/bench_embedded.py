@@ -132,9 +132,13 @@ async def lm_score(smol: SmolResponder) -> str:
 
 
 async def one_turn(
-    engine: EmbeddedEngine, responder: str, question: str
+    engine: EmbeddedEngine, responder: str, question: str, marks: dict[str, float] | None = None
 ) -> tuple[float, float, float]:
-    """(end of speech -> first audio, speech_stopped -> first audio, ASR+LM+TTS) in ms."""
+    """(end of speech -> first audio, speech_stopped -> first audio, ASR+LM+TTS) in ms.
+
+    ``marks``, when given, receives the perf_counter time of ``speech_end`` and of the first
+    event of each kind (scripts/bench_voices.py times the stages between them).
+    """
     options = struct_pb2.Struct()
     options.update({"responder": responder, "pace": "fast"})
     config = resolve_config(pb.SessionConfig(engine_options=options), Limits(), engine.features)
@@ -142,7 +146,7 @@ async def one_turn(
     scene = speech.Scene().pause(300).speak(question).pause(900)
     pcm = scene.pcm16()
     speech_end_byte = int(scene.segments[0][1]) * 32
-    marks: dict[str, float] = {}
+    marks = {} if marks is None else marks
 
     async def read() -> None:
         async for event in session.events():

@@ -28,6 +28,7 @@ _CONVERTERS: Converters = {
     "server_vad": str,
     "partial_transcripts": str,
     "partial_every_ms": float,
+    "answer_at_pause": str,
 }
 
 
@@ -65,6 +66,10 @@ class EmbeddedOptions:
       transcript of each committed turn.
     * ``partial_every_ms``: speech between two partial decodes, 300 to 5000; default 800. A
       decode still running when the next is due makes that one skip.
+    * ``answer_at_pause``: ``on`` (default) lets the language model start on the answer to the
+      transcript made at a pause while server VAD waits for the silence to end the turn
+      (:mod:`.early_answer`); the response takes that text when the turn ends there. ``off``
+      starts every answer at its response.
     """
 
     responder: str = "auto"
@@ -82,6 +87,7 @@ class EmbeddedOptions:
     server_vad: str = "on"
     partial_transcripts: str = "on"
     partial_every_ms: float = 800.0
+    answer_at_pause: str = "on"
 
     def __post_init__(self) -> None:
         check_choice("responder", self.responder, RESPONDERS)
@@ -98,6 +104,7 @@ class EmbeddedOptions:
         check_range("queue_size", self.queue_size, 16)
         check_choice("partial_transcripts", self.partial_transcripts, ("on", "off"))
         check_range("partial_every_ms", self.partial_every_ms, 300, 5000)
+        check_choice("answer_at_pause", self.answer_at_pause, ("on", "off"))
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> EmbeddedOptions:

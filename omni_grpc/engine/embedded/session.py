@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine import kit
+from omni_grpc.engine.embedded.early_answer import EarlyAnswer
 from omni_grpc.engine.embedded.listening import Listener, Pause, SpeechStart, Turn
 from omni_grpc.engine.embedded.models import Runtime
 from omni_grpc.engine.embedded.options import PACES, RESPONDERS
@@ -70,6 +71,8 @@ class EmbeddedSession(kit.ConversationSession):
         self._last_turn: kit.UserInput | None = None
         # A transcription started at a pause: (where the speech paused, the job).
         self._guess: tuple[float, asyncio.Future[str]] | None = None
+        # The answer to that transcript, started while the silence lasts (.early_answer).
+        self._early: EarlyAnswer | None = None
         # Partial transcripts of the turn in progress: its words sent so far, where on the
         # input clock the last partial decode began, and whether one runs now.
         self._words = StableWords()
@@ -153,7 +156,12 @@ class EmbeddedSession(kit.ConversationSession):
                 self._speculate(event)
             else:
                 await self._speech_stopped(event)
+        if self._early is not None and self._listener.speaking and not self._in_silence():
+            self._drop_early()  # the user spoke on: the turn did not end at that pause
         self._partial_due()
+
+    def _in_silence(self) -> bool:
+        return self._listener.detector.in_silence
 
     def _partial_due(self) -> None:
         """Starts a partial decode of the turn so far when enough new speech came since the
@@ -208,6 +216,39 @@ class EmbeddedSession(kit.ConversationSession):
         )
         job.add_done_callback(lambda done: done.cancelled() or done.exception())
         self._guess = (pause.speech_end_ms, job)
+        if self._runtime.options.answer_at_pause == "on":
+            self._spawn(self._answer_early(pause.speech_end_ms, job))
+
+    async def _answer_early(self, speech_end_ms: float, job: asyncio.Future[str]) -> None:
+        """Starts the answer to the transcript guessed at a pause, if the silence still lasts
+        when it is ready and the turn's response would be a language model's text."""
+        try:
+            text = await job
+        except Exception:
+            return  # the turn's own transcription reports it
+        responder = self._runtime.responder(self._responder)
+        guess = self._guess
+        if (
+            not text.strip()
+            or responder is self._runtime.echo
+            or guess is None
+            or guess[0] != speech_end_ms  # the turn ended already, or speech went on
+            or not self._in_silence()
+            or self._active is not None
+            or not self._creates_response()
+            or self.config.tools.tools
+        ):
+            return
+        request = self._request(
+            self._default_instructions(), [*self._conversation(), ("user", text)]
+        )
+        self._drop_early()
+        self._early = EarlyAnswer(speech_end_ms, request, responder.reply(request))
+
+    def _drop_early(self) -> None:
+        if self._early is not None:
+            self._early.stop()
+            self._early = None
 
     async def _speech_started(self, start: SpeechStart) -> None:
         self._speech_item = kit.new_id("item")
@@ -244,6 +285,8 @@ class EmbeddedSession(kit.ConversationSession):
         )
         guess, self._guess = self._guess, None
         job = guess[1] if guess is not None and guess[0] == turn.speech_end_ms else None
+        if self._early is not None and self._early.speech_end_ms != turn.speech_end_ms:
+            self._drop_early()
         await self._answer_turn(
             item_id, turn.audio, time.monotonic(), self._creates_response(), True, job
         )
@@ -323,11 +366,16 @@ class EmbeddedSession(kit.ConversationSession):
     def _clear_input(self) -> None:
         self._listener.reset()
         self._speech_item, self._guess = "", None
+        self._drop_early()
 
     async def _on_barge_in(self, request: pb.ConverseRequest) -> None:
         answer = self._require_active("")
         self._listener.reset()  # what the user said over the assistant is dropped too
+        self._drop_early()
         await self._cancel(answer, "barge_in")
+
+    async def _on_close_begin(self) -> None:
+        self._drop_early()
 
     # -- responses -----------------------------------------------------------------------
 
@@ -347,23 +395,19 @@ class EmbeddedSession(kit.ConversationSession):
         if call is not None:
             await emit_call(self._events, answer, *call)
             return pb.RESPONSE_STATUS_COMPLETED, "stop"
-        config, options = self.config, self._runtime.options
-        max_tokens = DEFAULT_MAX_TOKENS
-        if config.HasField("max_output_tokens"):
-            max_tokens = config.max_output_tokens
-        temperature = config.temperature if config.HasField("temperature") else DEFAULT_TEMPERATURE
-        request = Request(
-            instructions=answer.instructions,
-            turns=self._conversation(),
-            max_tokens=max_tokens,
-            temperature=temperature,
-            seed=next_seed(),
-        )
-        stream = self._runtime.responder(self._responder).reply(request)
+        options = self._runtime.options
+        request = self._request(answer.instructions, self._conversation())
+        early, self._early = self._early, None
+        if early is not None and early.fits(request):
+            stream, pieces = early.stream, early.pieces()
+        else:
+            if early is not None:
+                early.stop()
+            stream = self._runtime.responder(self._responder).reply(request)
+            pieces = stream.pieces
         player = kit.SpeechPlayer(
             self._events, answer, chunk_ms=options.chunk_ms, pacing=kit.Pacing(self._realtime)
         )
-        pieces = stream.pieces
         if self.on_stage is not None:
             pieces = _first_told(pieces, self.on_stage, answer.id)
         try:
@@ -378,6 +422,21 @@ class EmbeddedSession(kit.ConversationSession):
         incomplete = stream.finish == "max_output_tokens"
         status = pb.RESPONSE_STATUS_INCOMPLETE if incomplete else pb.RESPONSE_STATUS_COMPLETED
         return status, stream.finish
+
+    def _request(self, instructions: str, turns: list[tuple[str, str]]) -> Request:
+        """What the responder is asked, under the session's sampling settings."""
+        config = self.config
+        max_tokens = DEFAULT_MAX_TOKENS
+        if config.HasField("max_output_tokens"):
+            max_tokens = config.max_output_tokens
+        temperature = config.temperature if config.HasField("temperature") else DEFAULT_TEMPERATURE
+        return Request(
+            instructions=instructions,
+            turns=turns,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=next_seed(),
+        )
 
     def _conversation(self) -> list[tuple[str, str]]:
         """The history as the responder reads it: (role, text), oldest first, wordless items

@@ -32,7 +32,20 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+|\n+")
 # A "sentence" longer than this is cut at its last comma or space, so one long run-on
 # sentence cannot hold back the first audio.
 MAX_SENTENCE_CHARS = 160
-FIRST_WORDS = 6
+# The first phrase of an answer is cut after this many words (scripts/bench_voices.py: four
+# words start espeak-ng's audio about two tokens sooner than six, and the voice says them in
+# about a second, long enough for the next phrase to be written and synthesized behind it).
+FIRST_WORDS = 4
+# ... but not after a word that leans on the next one ("the capital of" is no phrase): the cut
+# waits, at most this many words more, for a word that can end one.
+_LEANING_WORDS = frozenset(
+    (  # noqa: SIM905 (a list of words is easier to read as words)
+        "a an the of to in on at for from with by and or but as than that this these those my "
+        "your our their his her its is are was were be will would can could should do does not "
+        "no very"
+    ).split()
+)
+_MAX_WAIT_WORDS = 3
 
 
 class Synthesizer(Protocol):
@@ -141,8 +154,9 @@ class SentenceSplitter:
     """Cuts streamed text into sentences: ``push`` pieces, then ``flush`` the rest.
 
     The first piece of an answer is cut early, at its first comma or after
-    ``first_words`` words: a small language model writes a few words a second on a busy
-    CPU, and the user should hear the answer begin rather than wait for its first full stop.
+    ``first_words`` words (or a few more, so as not to end on a word like "the" or "of"): a
+    small language model writes a few words a second on a busy CPU, and the user should hear
+    the answer begin rather than wait for its first full stop.
     """
 
     def __init__(self, first_words: int = FIRST_WORDS) -> None:
@@ -177,11 +191,17 @@ class SentenceSplitter:
     def _first_phrase(self) -> list[str]:
         words = re.findall(r"\S+\s+", self._pending)  # complete words only
         for count, word in enumerate(words, start=1):
-            if (count >= 2 and word.rstrip().endswith(",")) or count >= self._first_words:
+            if (count >= 2 and word.rstrip().endswith(",")) or self._phrase_ends(word, count):
                 cut = sum(len(w) for w in words[:count])
                 phrase, self._pending = self._pending[:cut], self._pending[cut:]
                 return [phrase]
         return []
+
+    def _phrase_ends(self, word: str, count: int) -> bool:
+        if count < self._first_words:
+            return False
+        leans = word.strip().strip("\"'()").lower() in _LEANING_WORDS
+        return not leans or count >= self._first_words + _MAX_WAIT_WORDS
 
     def flush(self) -> list[str]:
         """The text left over at the end of the stream, as a last sentence."""

@@ -158,6 +158,21 @@ def test_sentences_come_out_as_soon_as_they_end() -> None:
     assert long and all(len(sentence) <= 160 for sentence in long)
 
 
+def test_the_first_phrase_does_not_end_on_a_word_that_leans_on_the_next() -> None:
+    def first(text: str, first_words: int) -> str:
+        splitter = SentenceSplitter(first_words)
+        for word in text.split(" "):
+            if phrases := splitter.push(word + " "):
+                return phrases[0]
+        return splitter.flush()[0]
+
+    assert first("Six plus three is nine and more.", 3) == "Six plus three "
+    assert first("Keep it in a paper bag or a box.", 3) == "Keep it in a paper "
+    assert first("Yes it is, and it is big.", 4) == "Yes it is, "
+    # It waits three words at most: a run of such words is cut all the same.
+    assert first("It is in the of a to the end.", 2) == "It is in the of "
+
+
 async def collect(reply: object) -> str:
     return "".join([piece async for piece in reply.pieces])  # type: ignore[attr-defined]
 

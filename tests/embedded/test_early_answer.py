@@ -1,0 +1,126 @@
+"""The answer written at the pause that may end a turn (omni_grpc.engine.embedded.early_answer),
+with the real parts: espeak-ng speaks, Silero and Whisper hear, SmolLM2 writes.
+
+The audio is sent in steps, and at the moment that matters (inside the silence, before it ends
+the turn) the test waits until the language model was asked: on a busy machine Whisper may
+take longer than the silence, and then no answer is written early, which is right but is not
+what these tests are about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from omni_grpc.engine.embedded import EmbeddedEngine
+from omni_grpc.engine.embedded.responder import Request, SmolResponder, TextStream
+from omni_grpc.wire import pb
+
+from .conftest import speech
+from .driver import IN_BYTES_PER_MS, Driver, open_driver, response_events, said
+
+
+@pytest.fixture(scope="module")
+def smol_engine() -> Iterator[EmbeddedEngine]:
+    built = EmbeddedEngine({"responder": "smollm2"})
+    built.load()
+    yield built
+    asyncio.run(built.stop())
+
+
+class Asks:
+    """Every request the engine's SmolLM2 responder gets, with the stream it returned and
+    whether speech_stopped had been sent by then."""
+
+    def __init__(self, responder: SmolResponder) -> None:
+        self.made: list[tuple[Request, TextStream, bool]] = []
+        self.driver: Driver | None = None
+        self._responder = responder
+        self._reply = responder.reply
+
+    def __enter__(self) -> Asks:
+        def reply(request: Request) -> TextStream:
+            stream = self._reply(request)
+            stopped = self.driver is not None and bool(self.driver.of("speech_stopped"))
+            self.made.append((request, stream, stopped))
+            return stream
+
+        self._responder.reply = reply  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        del self._responder.reply
+
+    async def wait_for(self, count: int) -> None:
+        async with asyncio.timeout(30):
+            while len(self.made) < count:  # noqa: ASYNC110 (the model thread answers no event)
+                await asyncio.sleep(0.01)
+
+
+async def send_waiting(driver: Driver, pcm: bytes, at_ms: float, asks: Asks, count: int) -> None:
+    """Sends ``pcm`` in 20 ms steps; at ``at_ms`` waits until ``count`` requests were made."""
+    cut = int(at_ms) * IN_BYTES_PER_MS
+    await driver.stream(pcm[:cut], step=True)
+    await asks.wait_for(count)
+    await driver.stream(pcm[cut:], step=True)
+
+
+async def direct_answer(engine: EmbeddedEngine, request: Request) -> str:
+    assert engine.runtime is not None and engine.runtime.smol is not None
+    return "".join([piece async for piece in engine.runtime.smol.reply(request).pieces])
+
+
+async def test_the_answer_is_written_in_the_silence_and_spoken_once_the_turn_ends(
+    smol_engine: EmbeddedEngine,
+) -> None:
+    assert smol_engine.runtime is not None and smol_engine.runtime.smol is not None
+    scene = speech.Scene().pause(300).speak("What is the capital of France?").pause(900)
+    ((_, speech_end, _),) = scene.segments
+    with Asks(smol_engine.runtime.smol) as asks:
+        driver = asks.driver = await open_driver(smol_engine)
+        try:
+            # 250 ms into the silence: past the pause (~100 ms), before the stop (500 ms).
+            await send_waiting(driver, scene.pcm16(), speech_end + 250, asks, 1)
+            done = (await driver.until("response_done")).response_done.response
+        finally:
+            await driver.close()
+    ((request, _, stopped_then),) = asks.made  # asked once, at the pause, not again
+    assert not stopped_then
+    heard = driver.of("input_transcription")[0].input_transcription.transcript
+    assert request.turns == [("user", heard)]
+    assert done.status == pb.RESPONSE_STATUS_COMPLETED
+    spoken = said(response_events(driver.seen, done.id))
+    assert spoken and spoken == await direct_answer(smol_engine, request)
+    assert done.output[0].content[0].transcript == spoken
+
+
+async def test_speech_after_the_pause_drops_the_early_answer(smol_engine: EmbeddedEngine) -> None:
+    assert smol_engine.runtime is not None and smol_engine.runtime.smol is not None
+    scene = (
+        speech.Scene()
+        .pause(300)
+        .speak("What is the capital")
+        .pause(700)
+        .speak("of France?")
+        .pause(1500)
+    )
+    (_, first_end, _), _ = scene.segments
+    detection = pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_SERVER_VAD, silence_duration_ms=1200)
+    with Asks(smol_engine.runtime.smol) as asks:
+        driver = asks.driver = await open_driver(smol_engine, turn_detection=detection)
+        try:
+            await send_waiting(driver, scene.pcm16(), first_end + 400, asks, 1)
+            done = (await driver.until("response_done")).response_done.response
+        finally:
+            await driver.close()
+    (early, early_stream, _), (final, _, stopped_then) = asks.made
+    assert early_stream._stop.is_set()  # the model was told to stop writing it
+    assert len(driver.of("speech_stopped")) == 1
+    assert stopped_then
+    heard = driver.of("input_transcription")[0].input_transcription.transcript
+    assert final.turns == [("user", heard)]
+    assert early.turns != final.turns
+    spoken = said(response_events(driver.seen, done.id))
+    assert spoken == await direct_answer(smol_engine, final)

@@ -93,8 +93,9 @@ class DuplexServiceServicer:
         process of its own multiplexes the sessions of its websockets on a few calls instead of
         opening one call each. Each stream behaves as a Converse call would: its first request
         opens or resumes a session, its requests are applied in order, and it ends as that call
-        would have ended (a `StreamEnd` with the status). The call itself needs no API key: each
-        stream presents its own with its first request and is refused alone without a valid one.
+        would have ended (a `StreamEnd` with the status). The call presents an API key as a
+        Converse call does (refused UNAUTHENTICATED without a valid one), and each stream presents
+        its own again with its first request (refused alone without a valid one).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

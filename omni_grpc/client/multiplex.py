@@ -7,17 +7,27 @@ serialized once, as a Converse call would, and framed by hand into its batch). A
 the relays wrote while the previous write was in flight: a quiet call sends at once, a busy one
 sends few large messages. Each stream ends as its Converse call would have, with the same
 :class:`~omni_grpc.client.channel.StreamBroken` (status, error code, retry hint, owner's
-route). A resume sent on to another replica (a routing key in the stream's metadata) gets a
-call of its own carrying that key, so a proxy takes it there.
+route). A call presents an API key as a Converse call does, so streams share a call only with
+streams of the same key (a bridge with a service key of its own has one set of calls; one that
+passes each client's key on has a set per key, and a wrong key fails only its own call). A
+resume sent on to another replica (a routing key in the stream's metadata) gets a call of its
+own carrying that key, so a proxy takes it there.
 
 A call can break under streams that have sent only their first request and heard nothing (the
 replica behind it died a moment ago): they are placed on another call and send it again, as a
 Converse call that failed before any answer would be opened again. Any other stream of a broken
-call ends UNAVAILABLE, so its client resumes.
+call ends UNAVAILABLE, so its client resumes; a call refused for what it is (its key, the
+server's stream limit) ends its streams with that refusal.
 
-A stream's events wait in its own buffer until its relay reads them: the call cannot stop for
-one slow websocket without stopping the others, so a client that stops reading is found by the
-relay's send deadline, not by the service's send queue.
+A stream's events wait in its own buffer until its relay reads them: the call never stops for
+one slow reader, so the other streams' events keep flowing. The buffer is bounded: a stream
+whose reader leaves :data:`MAX_BUFFERED_BYTES` unread is cut as the service cuts a Converse
+call whose client stops reading (``RESOURCE_EXHAUSTED``, ``slow_consumer``): its buffered
+events are dropped, the service is told to detach its session, and a resume replays them from
+the journal (a replay arrives at once and is not counted: the journal's cap bounds it). Sizes
+are taken only of events that wait behind others, so a reader that keeps up pays nothing for
+the bound; an event that waits is also copied out of its batch, which it would otherwise keep
+alive whole.
 """
 
 from __future__ import annotations
@@ -32,11 +42,21 @@ import grpc
 from omni_grpc.client.channel import ChannelSettings, StreamBroken
 from omni_grpc.wire import pb
 from omni_grpc.wire.framing import length_field, varint_field
-from omni_grpc.wire.keys import ROUTE_HEADER, bearer_key, route_of
+from omni_grpc.wire.keys import ROUTE_HEADER, bearer_key, bearer_metadata, route_of
 
 CALLS = 4  # calls the streams without a routing key are spread over
 MOVES = 3  # how many broken calls an unanswered stream is moved away from
 MAX_PENDING_REQUESTS = 4096  # requests waiting for a call's writer beyond which writers wait
+# Unread event bytes beyond which a stream is cut: no less than a Converse call's send queue
+# holds (2048 events, ~10 MB of 100 ms audio chunks), so this path cuts no reader that one
+# keeps; a resume's replay is not counted (the journal bounds it, 8 MiB by default).
+MAX_BUFFERED_BYTES = 16 * 1024 * 1024
+# How the service ends a Converse call whose client fell behind (the servicer's SLOW_CONSUMER).
+SLOW_CONSUMER = "slow_consumer"
+_SLOW_CONSUMER_MESSAGE = (
+    "RESOURCE_EXHAUSTED: slow_consumer: "
+    "the client read too slowly; resume the session to get the missed events"
+)
 METHOD = "/omni.duplex.v1.DuplexService/ConverseMany"
 _STATUSES = {status.value[0]: status for status in grpc.StatusCode}
 
@@ -64,8 +84,8 @@ class MultiplexedConnection:
             response_deserializer=pb.ConverseManyResponse.FromString,
         )
         self._calls = calls
-        self._pool: list[_Call] = []
-        self._routed: dict[str, _Call] = {}  # the call of each routing key in use
+        self._pools: dict[str, list[_Call]] = {}  # the calls of each API key in use
+        self._routed: dict[tuple[str, str], _Call] = {}  # of each routing key (and API key)
         self._turn = itertools.count()
 
     def converse(self, metadata: Sequence[tuple[str, str]] | None = None) -> MultiplexedStream:
@@ -76,22 +96,28 @@ class MultiplexedConnection:
         return stream
 
     def _place(self, stream: MultiplexedStream) -> None:
-        """Puts a stream on a live call: its routing key's own, or one of the pool."""
+        """Puts a stream on a live call of its key: its routing key's own, or one of the pool."""
+        keyed = bearer_metadata(stream.key)
         if stream.route:
-            call = self._routed.get(stream.route)
+            call = self._routed.get((stream.route, stream.key))
             if call is None or call.broken is not None:
-                metadata = ((ROUTE_HEADER, stream.route),)
-                call = self._routed[stream.route] = _Call(self._method, metadata, self._place)
+                metadata = (*keyed, (ROUTE_HEADER, stream.route))
+                call = _Call(self._method, metadata, self._place)
+                self._routed[stream.route, stream.key] = call
         else:
-            self._pool = [call for call in self._pool if call.broken is None]
-            if len(self._pool) < self._calls:
-                self._pool.append(_Call(self._method, (), self._place))
-            call = self._pool[next(self._turn) % len(self._pool)]
+            pool = [call for call in self._pools.get(stream.key, ()) if call.broken is None]
+            if len(pool) < self._calls:
+                pool.append(_Call(self._method, keyed, self._place))
+            self._pools[stream.key] = pool
+            call = pool[next(self._turn) % len(pool)]
         call.take(stream)
 
     async def close(self) -> None:
         """Closes the channel, ending every call and stream on it."""
-        for call in [*self._pool, *self._routed.values()]:
+        for pool in self._pools.values():
+            for call in pool:
+                call.cancel()
+        for call in self._routed.values():
             call.cancel()
         await self._channel.close(None)
 
@@ -166,8 +192,8 @@ class _Call:
                     if event.HasField("end"):
                         self.forget(event.stream_id)
                         stream.end(None if event.end.status_code == 0 else _broken(event.end))
-                    else:
-                        stream.deliver(event.event)
+                    elif not stream.deliver(event.event):
+                        stream.fell_behind()  # its buffer is full: cut, as Converse cuts
         except grpc.RpcError as error:
             failure = StreamBroken.from_error(error)
             if failure.status in (None, grpc.StatusCode.CANCELLED):
@@ -182,7 +208,9 @@ class _Call:
             self.broken = failure
         streams, self._streams = list(self._streams.values()), {}
         for stream in streams:
-            if failure.status is not None and stream.movable():
+            # Only a call that broke (UNAVAILABLE) moves its streams: one refused for its key or
+            # the server's limit would be refused again.
+            if failure.status is grpc.StatusCode.UNAVAILABLE and stream.movable():
                 stream.moves += 1
                 self._place(stream)
             else:
@@ -193,15 +221,17 @@ class MultiplexedStream:
     """One Converse stream carried on a ConverseMany call."""
 
     __slots__ = (
+        "_buffered",
         "_ended",
         "_events",
         "_failure",
-        "_key",
+        "_replaying",
         "_sent",
         "_waiter",
         "call",
         "first",
         "id",
+        "key",
         "moves",
         "route",
     )
@@ -209,15 +239,28 @@ class MultiplexedStream:
     def __init__(self, key: str, route: str) -> None:
         self.call: _Call | None = None
         self.id = 0
-        self._key = key
+        self.key = key  # the API key it presents, and its call too
         self.route = route  # the routing key its call carries; empty: any replica
         self.first: bytes | None = None  # the first request, serialized, until an answer
         self._sent = 0
         self.moves = 0
-        self._events: deque[pb.ConverseResponse] = deque()
+        # Unread events with the bytes each was charged (0: it waited behind no other).
+        self._events: deque[tuple[pb.ConverseResponse, int]] = deque()
+        self._buffered = 0  # the bytes charged for the unread events
+        self._replaying = 0  # events of a resume's replay still to come (never charged)
         self._waiter: asyncio.Future[None] | None = None
         self._ended = False
         self._failure: StreamBroken | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the stream has ended (its unread events, if any, still to be read)."""
+        return self._ended
+
+    @property
+    def buffered_bytes(self) -> int:
+        """The bytes of unread events counted against :data:`MAX_BUFFERED_BYTES` now."""
+        return self._buffered
 
     def movable(self) -> bool:
         """Whether it may go to another call: only its first request sent, nothing heard."""
@@ -227,7 +270,7 @@ class MultiplexedStream:
     def framed_first(self) -> bytes:
         assert self.first is not None
         body = varint_field(1, self.id) + length_field(2, self.first)
-        return length_field(1, body + length_field(3, self._key.encode()))
+        return length_field(1, body + length_field(3, self.key.encode()))
 
     async def write(self, request: pb.ConverseRequest) -> None:
         """Sends one request with the call's next batch."""
@@ -256,10 +299,23 @@ class MultiplexedStream:
                 await self._waiter
             finally:
                 self._waiter = None
-        return self._events.popleft()
+        event, charged = self._events.popleft()
+        self._buffered -= charged
+        return event
 
     def cancel(self) -> None:
         """Drops the stream; the service detaches its session, which stays resumable."""
+        self._leave(StreamBroken("the stream was cancelled"))
+
+    def fell_behind(self) -> None:
+        """Its reader left too much unread: cut as the service cuts a Converse call whose
+        client stops reading; the session detaches and the journal keeps what was dropped."""
+        exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+        self._leave(StreamBroken(_SLOW_CONSUMER_MESSAGE, status=exhausted, code=SLOW_CONSUMER))
+
+    def _leave(self, failure: StreamBroken) -> None:
+        """Ends the stream from this side: the service is told (as a cancelled call tells it)
+        and detaches the session; the unread events go."""
         if self._ended:
             return
         if self.call is not None:
@@ -267,12 +323,33 @@ class MultiplexedStream:
             if self._sent:
                 self.call.queue(length_field(1, varint_field(1, self.id) + varint_field(4, 1)))
         self._events.clear()
-        self.end(StreamBroken("the stream was cancelled"))
+        self._buffered = 0
+        self.end(failure)
 
-    def deliver(self, event: pb.ConverseResponse) -> None:
-        self.first = None  # answered: it stays with its call
-        self._events.append(event)
+    def deliver(self, event: pb.ConverseResponse) -> bool:
+        """Buffers one event for the reader; False when the buffer is full (nothing kept)."""
+        if self.first is not None:  # its first answer: it stays with its call now
+            self.first = None
+            if event.WhichOneof("event") == "session_resumed":
+                self._replaying = event.session_resumed.replayed_events
+        replayed = self._replaying > 0
+        if replayed:
+            self._replaying -= 1
+        charged = 0
+        if self._events:  # it waits behind another
+            # A copy of its own: an event read from a batch holds the whole batch (the other
+            # streams' events too) in memory for as long as it waits (~1.4 us for 4.8 kB).
+            waiting = pb.ConverseResponse()
+            waiting.CopyFrom(event)
+            event = waiting
+            if not replayed:  # a replay comes at once, bounded by the journal's own cap
+                charged = waiting.ByteSize()
+                if self._buffered + charged > MAX_BUFFERED_BYTES:
+                    return False
+                self._buffered += charged
+        self._events.append((event, charged))
         self._wake()
+        return True
 
     def end(self, failure: StreamBroken | None) -> None:
         if not self._ended:

@@ -1,5 +1,9 @@
 """Optional API keys: every call must present ``authorization: Bearer <key>``, but probes.
 
+``ConverseMany`` is no exception: its call presents a key like any other, refused
+``UNAUTHENTICATED`` before a message is read, and each of its streams presents one again
+(checked per stream, as its session is bound to that key).
+
 The comparison itself is :mod:`omni_grpc.wire.keys`, shared with the bridge. Keys are never
 logged. Health checks can be served without a key (``--open-health``, on by default), so a load
 balancer's or Kubernetes' gRPC probe reaches them; reflection can be too
@@ -19,8 +23,6 @@ from omni_grpc.server.status import unauthenticated
 from omni_grpc.wire.keys import bearer_key, key_matches
 
 HEALTH_SERVICE = grpc_health.SERVICE_NAME  # grpc.health.v1.Health
-# Calls whose streams each present their own key, checked per stream (the call's own is not).
-KEYED_PER_STREAM = frozenset({"/omni.duplex.v1.DuplexService/ConverseMany"})
 REFLECTION_SERVICE = grpc_reflection.SERVICE_NAME  # grpc.reflection.v1alpha.ServerReflection
 
 
@@ -62,10 +64,8 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         method = handler_call_details.method
-        if (
-            method in KEYED_PER_STREAM
-            or _service_of(method) in self._keyless
-            or key_matches(bearer_key(handler_call_details.invocation_metadata), self._keys)
+        if _service_of(method) in self._keyless or key_matches(
+            bearer_key(handler_call_details.invocation_metadata), self._keys
         ):
             return await continuation(handler_call_details)
         handler = await continuation(handler_call_details)

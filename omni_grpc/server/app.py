@@ -35,6 +35,7 @@ from omni_grpc.server.multiplex import MultiplexServicer
 from omni_grpc.server.servicer import SERVICE, DuplexServicer
 from omni_grpc.server.sessions import Sessions
 from omni_grpc.server.settings import ServerSettings
+from omni_grpc.server.stream_cap import CappedConverse, StreamCap
 from omni_grpc.server.tracing import server_tracer
 
 logger = logging.getLogger(__name__)
@@ -159,16 +160,20 @@ async def start_server(
         store=store,
     )
     keyless = open_services(health=settings.open_health, reflection=settings.open_reflection)
-    interceptors = [ApiKeyInterceptor(settings.api_keys, keyless)] if settings.api_keys else []
+    interceptors: list[grpc.aio.ServerInterceptor] = (
+        [ApiKeyInterceptor(settings.api_keys, keyless)] if settings.api_keys else []
+    )
+    # One bound for Converse calls, ConverseMany's streams and in-process streams together;
+    # gRPC's own bound stays for the calls themselves (a ConverseMany call is one call to it).
+    cap = StreamCap(settings.max_concurrent_streams)
+    interceptors.append(CappedConverse(cap))  # after the key check: no place for a bad key
     server = grpc.aio.server(
         interceptors=interceptors,
         options=grpc_options(settings),
         maximum_concurrent_rpcs=settings.max_concurrent_streams,
     )
     # The in-process entry point serves a bridge in this process, and ConverseMany's streams.
-    local = LocalService(
-        sessions, api_keys=settings.api_keys, max_streams=settings.max_concurrent_streams
-    )
+    local = LocalService(sessions, api_keys=settings.api_keys, cap=cap)
     many = MultiplexServicer(local, settings.route).handler()
     server.add_generic_rpc_handlers(
         (

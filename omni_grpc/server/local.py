@@ -30,12 +30,11 @@ from omni_grpc.server.refusals import RefusalLog
 from omni_grpc.server.servicer import SLOW_CONSUMER
 from omni_grpc.server.sessions import ResumeFoundEnded, SessionElsewhere, Sessions
 from omni_grpc.server.status import rich_status, unauthenticated
+from omni_grpc.server.stream_cap import TOO_MANY_STREAMS, StreamCap
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import bearer_key, key_matches
 
 PEER = "in-process"  # what the refusal log names as the peer of an in-process stream
-# What gRPC itself answers a call beyond maximum_concurrent_rpcs (no error code of ours).
-TOO_MANY_STREAMS = "RESOURCE_EXHAUSTED: Concurrent RPC limit exceeded!"
 
 
 def broken(refusal: StreamRefused, route: str = "") -> StreamBroken:
@@ -53,13 +52,24 @@ class LocalService:
     """The sessions of this process, reached without a network hop."""
 
     def __init__(
-        self, sessions: Sessions, *, api_keys: Sequence[str] = (), max_streams: int = 1024
+        self,
+        sessions: Sessions,
+        *,
+        api_keys: Sequence[str] = (),
+        max_streams: int = 1024,
+        cap: StreamCap | None = None,
     ) -> None:
         self.sessions = sessions
         self._keys = tuple(api_keys)
-        self._max_streams = max_streams  # as the gRPC server's maximum_concurrent_rpcs
-        self.streams = 0  # streams open now
+        # The server's one bound on streams, shared with its Converse calls (see stream_cap);
+        # a cap of its own (``max_streams``) when none is given.
+        self.cap = cap if cap is not None else StreamCap(max_streams)
         self.refusals = RefusalLog(sessions.clock)
+
+    @property
+    def streams(self) -> int:
+        """The streams that hold a place in the cap now (of every kind, when it is shared)."""
+        return self.cap.open
 
     def converse(
         self, metadata: Sequence[tuple[str, str]] | None = None, peer: str = PEER
@@ -146,13 +156,12 @@ class LocalStream:
     def _release(self) -> None:
         if self._queue is not None and self._host is not None:
             self._service.sessions.release(self._host, self._queue)
-            self._service.streams -= 1
+            self._service.cap.give()
             self._host = None
 
     async def _start(self, first: pb.ConverseRequest) -> None:
-        service, sessions = self._service, self._service.sessions
-        key = bearer_key(self._metadata)
-        if service._keys and not key_matches(key, service._keys):
+        service = self._service
+        if service._keys and not key_matches(bearer_key(self._metadata), service._keys):
             # As the gRPC key check refuses the call (omni_grpc.server.auth).
             status = unauthenticated()
             message = f"{status.code.name}: {status.details}"
@@ -161,10 +170,25 @@ class LocalStream:
         # A copy: the caller may send the same first message again on a retry.
         first = pb.ConverseRequest.FromString(first.SerializeToString())
         resume = first.resume_session if first.HasField("resume_session") else None
-        if service.streams >= service._max_streams:
+        # The place is taken before the open (which awaits), so no two streams take the last.
+        if not service.cap.take():
             exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
-            self._refused(StreamBroken(TOO_MANY_STREAMS, status=exhausted))
+            message = f"{exhausted.name}: {TOO_MANY_STREAMS}"
+            self._refused(StreamBroken(message, status=exhausted))
             return
+        attached = False
+        try:
+            attached = await self._attach(first, resume)
+        finally:
+            if not attached:
+                service.cap.give()
+        if not self._started.done():
+            self._started.set_result(None)
+
+    async def _attach(self, first: pb.ConverseRequest, resume: pb.ResumeSession | None) -> bool:
+        """Opens or resumes; True when the stream attached to a session (its place held)."""
+        service, sessions = self._service, self._service.sessions
+        key = bearer_key(self._metadata)
         try:
             if first.client_seq != 0 or first.WhichOneof("command") not in (
                 "open_session",
@@ -189,21 +213,19 @@ class LocalStream:
             service.refusals.refused(what, session_id, self._peer, refusal.code)
             owner = refusal.route if isinstance(refusal, SessionElsewhere) else ""
             self._refused(broken(refusal, owner))
-            return
+            return False
         except ResumeGap as gap:
             metrics.RESUMES.labels("gap").inc()
             self._backlog.append(gap.payload)  # resync_required; the client must start over
+            return False
         except ResumeFoundEnded as ended:
             metrics.RESUMES.labels("ended").inc()
             self._backlog.extend(payload for _, payload in ended.effects.sends)
-        else:
-            service.streams += 1
-            self._host, self._queue = host, queue
-            if self._cancelled:  # the client went while the session opened
-                self._release()
-                return
-        if not self._started.done():
-            self._started.set_result(None)
+            return False
+        self._host, self._queue = host, queue
+        if self._cancelled:  # the client went while the session opened
+            self._release()  # gives the place back
+        return True
 
     def _refused(self, failure: StreamBroken) -> None:
         if not self._started.done():

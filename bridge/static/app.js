@@ -186,7 +186,9 @@ function onMic({ pcm, rms }) {
   });
   if (!omni.clientTurns) return;
   if (rms >= SPEECH_RMS) {
-    if (!speaking && queuedFrames > 0) bargeIn();
+    // Speech over a reply cuts it, whether its audio is queued or, paced in real time, the
+    // jitter buffer has just run dry while the reply goes on (interrupt() tells them apart).
+    if (!speaking) bargeIn();
     speaking = true;
     silentMs = 0;
   } else if (speaking) {

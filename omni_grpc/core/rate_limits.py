@@ -88,6 +88,23 @@ class Allowance:
         self.commands = TokenBucket(commands_per_s, burst_s, now)
         self.audio_bytes = TokenBucket(audio_bytes_per_s, burst_s, now)
 
+    def wait_s(self, audio: int, now: float) -> tuple[float, str]:
+        """Seconds until one command with ``audio`` bytes passes (0 now), and the bucket that
+        is short (the command bucket on a tie). A command without audio leaves the audio
+        bucket alone: it would wait for nothing, and its refill can come later unchanged."""
+        wait = self.commands.wait_s(1, now)
+        if audio:
+            audio_wait = self.audio_bytes.wait_s(audio, now)
+            if audio_wait > wait:
+                return audio_wait, AUDIO_PARAM
+        return wait, COMMANDS_PARAM
+
+    def spend(self, audio: int) -> None:
+        """Takes one command and ``audio`` bytes right after :meth:`wait_s` said 0."""
+        self.commands.spend(1)
+        if audio:
+            self.audio_bytes.spend(audio)
+
     @classmethod
     def for_session(cls, limits: Limits, now: float) -> Allowance:
         """The allowance of one session."""
@@ -121,22 +138,23 @@ class Throttle:
         # When the retry hint of the last refusal runs out; before it, input only meets refusals.
         self.retry_at = 0.0
 
-    def charge(self, request: pb.ConverseRequest, now: float) -> None:
-        """Takes one command and its audio bytes, or raises CommandError and takes nothing."""
-        kind = request.WhichOneof("command")
+    def charge(self, request: pb.ConverseRequest, now: float, kind: str | None = None) -> None:
+        """Takes one command and its audio bytes, or raises CommandError and takes nothing.
+
+        ``kind`` is the command's, when the caller has it already (it is read once per command).
+        """
+        if kind is None:
+            kind = request.WhichOneof("command")
         if kind in UNTHROTTLED_COMMANDS:
             return
-        allowances = (self.own,) if self.key is None else (self.own, self.key)
         audio = media_bytes(request.append_input_audio) if kind == "append_input_audio" else 0
-        wait, param = 0.0, ""
-        for allowance in allowances:
-            for bucket, cost, name in (
-                (allowance.commands, 1, COMMANDS_PARAM),
-                (allowance.audio_bytes, audio, AUDIO_PARAM),
-            ):
-                bucket_wait = bucket.wait_s(cost, now)
-                if bucket_wait > wait:
-                    wait, param = bucket_wait, name
+        own, key = self.own, self.key
+        # Every command runs this: the buckets are asked directly, no tuples built to loop over.
+        wait, param = own.wait_s(audio, now)
+        if key is not None:
+            key_wait, key_param = key.wait_s(audio, now)
+            if key_wait > wait:
+                wait, param = key_wait, key_param
         if wait:
             # Whole milliseconds on the wire, rounded up so that a retry on time passes.
             retry_after_s = max(math.ceil(wait * 1000) / 1000, MIN_RETRY_AFTER_S)
@@ -149,9 +167,9 @@ class Throttle:
                 retryable=True,
                 retry_after_s=retry_after_s,
             )
-        for allowance in allowances:  # wait_s refilled every bucket at ``now`` above
-            allowance.commands.spend(1)
-            allowance.audio_bytes.spend(audio)
+        own.spend(audio)
+        if key is not None:
+            key.spend(audio)
 
 
 class KeyAllowances:

@@ -313,17 +313,20 @@ class Session:
     def receive(self, generation: int, request: pb.ConverseRequest, now: float) -> Effects:
         """Applies one command from the stream of ``generation``."""
         self.last_refusal = ""
-        if not self._speaks_for_session(generation):
+        # Every command comes through here: the checks below are the helpers' bodies, inline.
+        if self.state is not State.ATTACHED or generation != self.generation:
             return Effects()  # a replaced or detached stream no longer speaks for the session
-        # A client speaks on a resumed stream only after reading session_resumed, so it holds
-        # the rotated token now and the one it presented can retire.
-        self.activation_delivered(generation)
-        self.admission.touch(now)
+        if self._activating == generation:
+            # A client speaks on a resumed stream only after reading session_resumed, so it
+            # holds the rotated token now and the one it presented can retire.
+            self.activation_delivered(generation)
+        self.admission.last_activity = now  # any command touches the session
         try:
             kind = self.admission.number(request)
             if kind is None:
                 return Effects()
-            self.throttle.charge(request, now)  # past the limit: refused, its number used up
+            # Past the limit: refused, its number used up.
+            self.throttle.charge(request, now, kind)
             return self._apply(kind, request, now)
         except CommandError as error:
             self.last_refusal = error.code

@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
+from time import perf_counter
 
 from omni_grpc.core import Effects, Session
 from omni_grpc.core.admission import INPUT_ENDING_COMMANDS, INPUT_TAKEN_EVENTS
@@ -31,6 +31,9 @@ from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
 
 logger = logging.getLogger(__name__)
+
+# Bumped per command and per engine event as plain ints, read at scrape time (hot_metrics.py).
+_HOT = metrics.HOT_COUNTS
 
 SEND_QUEUE_DEPTH = 2048  # events waiting for one stream's writer; beyond it the stream is cut
 
@@ -236,21 +239,24 @@ class SessionHost:
         instead of the server spending a refusal on every message.
         """
         kind = request.WhichOneof("command")
-        metrics.command(kind)
+        _HOT.commands[kind] += 1
         if self._turns is not None:
             self._turns.command(request)
+        session = self.session
         if kind == "append_input_audio":
-            started = time.perf_counter()  # host time, not the session clock
-            await self.apply(self.session.receive(generation, request, self._clock()))
-            metrics.APPEND_HANDLING.observe(time.perf_counter() - started)
+            started = perf_counter()  # host time, not the session clock
+            await self.apply(session.receive(generation, request, self._clock()))
+            _HOT.append_handled(perf_counter() - started)
         else:
-            await self.apply(self.session.receive(generation, request, self._clock()))
-        if self.session.last_refusal:
+            await self.apply(session.receive(generation, request, self._clock()))
+        if session.last_refusal:
             # The codes are the core's own closed set, never client text.
-            metrics.COMMAND_REFUSALS.labels(self.session.last_refusal).inc()
-        pause_s = self.session.throttle.retry_at - self._clock()
-        if pause_s > 0:
-            await asyncio.sleep(pause_s)
+            metrics.COMMAND_REFUSALS.labels(session.last_refusal).inc()
+        # Zero until a refusal for rate: no clock read per command otherwise.
+        if retry_at := session.throttle.retry_at:
+            pause_s = retry_at - self._clock()
+            if pause_s > 0:
+                await asyncio.sleep(pause_s)
 
     def go_away(self, time_left_s: float, reason: str) -> None:
         """Tells the attached stream that the server stops in ``time_left_s`` (a drain)."""
@@ -384,17 +390,19 @@ class SessionHost:
     def _engine_event(self, event: pb.ConverseResponse) -> None:
         """Publishes one engine event (from the pump, or made at once by ``submit_now``)."""
         kind = event.WhichOneof("event")
-        metrics.engine_event(kind, event)
+        _HOT.events[kind] += 1
+        if kind == "response_done":
+            metrics.response_done(event)  # its latencies, into the histograms
         if self._turns is not None:
             self._turns.event(kind, event)
         if kind == "output_audio_delta":
             if self._speech_ended_at is not None:
-                elapsed_s = time.perf_counter() - self._speech_ended_at
+                elapsed_s = perf_counter() - self._speech_ended_at
                 metrics.SPEECH_END_TO_AUDIO.observe(elapsed_s)
                 self._speech_ended_at = None
             self._edge.session_output(event.output_audio_delta)
         elif kind == "speech_stopped":
-            self._speech_ended_at = time.perf_counter()
+            self._speech_ended_at = perf_counter()
         elif kind in INPUT_TAKEN_EVENTS:
             self.charge.input_taken()
         if self.items is not None:

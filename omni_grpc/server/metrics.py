@@ -3,10 +3,11 @@
 The sans-io core knows nothing of these; the server counts what goes into the core and what the
 engine hands back. Every label value comes from a closed set (a contract ``oneof`` field name,
 an ending reason, a resume outcome, an error code of the server's own), never a session id, so
-the number of series stays bounded. Counters are incremented inline on the hot path (one
-dictionary lookup of a label child made at import); the gauges of attached and detached
-sessions are computed only when ``/metrics`` is scraped, by :class:`SessionGauges` walking the
-live sessions.
+the number of series stays bounded. What every command and engine event bumps (commands and
+events by kind, the host's time per append) is counted in plain ints and read at scrape time
+(:mod:`omni_grpc.server.hot_metrics`); the rarer counters here are prometheus-client's own. The
+gauges of attached and detached sessions are computed only when ``/metrics`` is scraped, by
+:class:`SessionGauges` walking the live sessions.
 
 The metrics live in prometheus-client's process-wide registry, as is usual: the bridge's
 ``/metrics`` (and ``--metrics-port``) expose them with the bridge's own in one scrape.
@@ -18,12 +19,12 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from google.protobuf.message import Message
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from omni_grpc.core import Session, State
+from omni_grpc.server.hot_metrics import HotCounts
 from omni_grpc.wire import pb
 
 if TYPE_CHECKING:
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 
 # Latency buckets in seconds, from a fast loopback turn to a slow CPU speech loop.
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-# Host time per append command: tens of microseconds when all is well.
-CHUNK_BUCKETS_S = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25)
 RTF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
 
 SESSIONS_OPENED = Counter("omni_grpc_sessions_opened", "Sessions opened.")
@@ -61,10 +60,6 @@ JOURNAL_OVERFLOWS = Counter(
     "omni_grpc_journal_overflows",
     "Sessions whose journal overflowed (a resume of them needs a resync).",
 )
-COMMANDS = Counter("omni_grpc_commands", "Commands received, by kind.", ["kind"])
-ENGINE_EVENTS = Counter(
-    "omni_grpc_engine_events", "Events the engines produced, by kind.", ["kind"]
-)
 TTFT = Histogram(
     "omni_grpc_response_first_text_seconds",
     "Time from the turn's commit to the first text of its response (TTFT).",
@@ -91,21 +86,9 @@ SPEECH_END_TO_AUDIO = Histogram(
     "server's clock.",
     buckets=LATENCY_BUCKETS_S,
 )
-APPEND_HANDLING = Histogram(
-    "omni_grpc_append_handling_seconds",
-    "The host's time handling one append_input_audio command (core, conversion, engine hand-off).",
-    buckets=CHUNK_BUCKETS_S,
-)
-
-
-def _children(counter: Counter, message: type[Message], oneof: str) -> dict[str, Counter]:
-    """One child per field of the contract's ``oneof``, made once: no lookup under a lock later."""
-    fields = message.DESCRIPTOR.oneofs_by_name[oneof].fields
-    return {field.name: counter.labels(field.name) for field in fields}
-
-
-_COMMANDS_BY_KIND = _children(COMMANDS, pb.ConverseRequest, "command")
-_EVENTS_BY_KIND = _children(ENGINE_EVENTS, pb.ConverseResponse, "event")
+# Commands and engine events by kind, the host's time per append: bumped as plain ints.
+HOT_COUNTS = HotCounts()
+REGISTRY.register(HOT_COUNTS)
 ENDING_REASONS = ("closed", "disconnect_grace", "idle_timeout", "engine_failure")
 _ENDED = {reason: SESSIONS_ENDED.labels(reason) for reason in ENDING_REASONS}
 
@@ -115,19 +98,8 @@ def session_ended(session: Session, expiry_reason: str) -> None:
     _ENDED["closed" if session.state is State.CLOSED else expiry_reason].inc()
 
 
-def command(kind: str | None) -> None:
-    """Counts one command by its kind (None: a message with no command, refused by the core)."""
-    if kind is not None:
-        _COMMANDS_BY_KIND[kind].inc()
-
-
-def engine_event(kind: str | None, event: pb.ConverseResponse) -> None:
-    """Counts one engine event; a ``response_done`` also feeds the latency histograms."""
-    if kind is None:
-        return
-    _EVENTS_BY_KIND[kind].inc()
-    if kind != "response_done":
-        return
+def response_done(event: pb.ConverseResponse) -> None:
+    """Feeds a ``response_done``'s latencies to the histograms (its count is a hot count)."""
     latency = event.response_done.response.latency
     # Zero means "did not happen" (a cancelled response, a text-only answer): not observed.
     if latency.first_text_ms > 0:
@@ -197,17 +169,15 @@ SESSION_GAUGES = SessionGauges()
 REGISTRY.register(SESSION_GAUGES)
 
 __all__ = [
-    "APPEND_HANDLING",
-    "COMMANDS",
     "COMMAND_REFUSALS",
     "ENDING_REASONS",
+    "HOT_COUNTS",
     "JOURNAL_OVERFLOWS",
     "RESUMES",
     "SESSIONS_OPENED",
     "SESSION_GAUGES",
     "SPEECH_END_TO_AUDIO",
     "STREAM_REFUSALS",
-    "command",
-    "engine_event",
+    "response_done",
     "session_ended",
 ]

@@ -20,8 +20,10 @@ from omni_grpc.audio.formats import (
     AudioFormatError,
     check_format,
     decode,
+    decode_pcm16,
     duration_ms,
     encode,
+    encode_pcm16,
 )
 from omni_grpc.audio.resample import StreamResampler, resample
 from omni_grpc.wire.audio import (
@@ -43,8 +45,10 @@ __all__ = [
     "check_format",
     "chunk_pcm16",
     "decode",
+    "decode_pcm16",
     "duration_ms",
     "encode",
+    "encode_pcm16",
     "from_canonical_output",
     "resample",
     "to_canonical_input",

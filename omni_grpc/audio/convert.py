@@ -1,18 +1,26 @@
 """Conversions at the edge: client formats to the engines' canonical forms and back.
 
 Engines take pcm16 at 16 kHz and produce pcm16 at 24 kHz (the canonical forms of
-:mod:`omni_grpc.wire.audio`). The one-shot functions convert a complete buffer. A stream of
-appends goes through one :class:`InputConverter` per session, which carries resampler state
-from chunk to chunk so that chunk seams stay clean. :class:`OutputConverter` is the same for a
-response's output; the server's edge does not use it yet (it converts output chunk by chunk with
-:func:`from_canonical_output`, so that no audio waits in a filter when a response is cancelled).
+:mod:`omni_grpc.wire.audio`). The one-shot functions convert a complete buffer, through float
+samples. A stream of appends goes through one :class:`InputConverter` per session, and a
+response's output through one :class:`OutputConverter`: they carry resampler state from chunk
+to chunk so that chunk seams stay clean, and work on 16-bit samples throughout (see
+:class:`~omni_grpc.audio.resample.StreamResampler` for the dither that brings).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from omni_grpc.audio.formats import PCM16, AudioFormatError, decode, encode
+from omni_grpc.audio.formats import (
+    PCM16,
+    AudioFormatError,
+    Pcm16,
+    decode,
+    decode_pcm16,
+    encode,
+    encode_pcm16,
+)
 from omni_grpc.audio.resample import StreamResampler, resample
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ, PCM16_WIDTH
 
@@ -55,20 +63,24 @@ class InputConverter:
 
     def convert(self, audio: bytes, encoding: int, rate_hz: int) -> bytes:
         """Converts one append; returns the canonical audio that is ready."""
-        samples = decode(audio, encoding, rate_hz)
-        pieces = []
+        pcm = decode_pcm16(audio, encoding, rate_hz)
         if self._resampler is None or self._resampler.in_rate_hz != rate_hz:
+            held = b""
             if self._resampler is not None:
-                pieces.append(self._resampler.flush())
+                held = encode_pcm16(self._resampler.flush(), PCM16, CANONICAL_INPUT_RATE_HZ)
             self._resampler = StreamResampler(rate_hz, CANONICAL_INPUT_RATE_HZ)
-        pieces.append(self._resampler.process(samples))
-        return encode(np.concatenate(pieces), PCM16, CANONICAL_INPUT_RATE_HZ)
+            return held + self._canonical(self._resampler.process(pcm))
+        return self._canonical(self._resampler.process(pcm))
+
+    @staticmethod
+    def _canonical(pcm: Pcm16) -> bytes:
+        return encode_pcm16(pcm, PCM16, CANONICAL_INPUT_RATE_HZ)
 
     def flush(self) -> bytes:
         """Returns the held-back tail of the turn's audio; the next append starts afresh."""
         if self._resampler is None:
             return b""
-        return encode(self._resampler.flush(), PCM16, CANONICAL_INPUT_RATE_HZ)
+        return self._canonical(self._resampler.flush())
 
     def reset(self) -> None:
         """Forgets the held-back audio (the input buffer was cleared)."""
@@ -77,29 +89,43 @@ class InputConverter:
 
 
 class OutputConverter:
-    """Engine output (pcm16, 24 kHz) to the session's output format, for one response stream.
+    """Engine output to the session's output format, for one response's stream of chunks.
 
-    Call :meth:`flush` after the last delta of a response and :meth:`reset` when a response is
-    cancelled, so that no audio of one response leaks into the next.
+    The engine's output is ``source_encoding`` at ``source_rate_hz``: canonical output unless
+    the engine names another form. Call :meth:`flush` after the last delta of a response;
+    drop the converter (or :meth:`reset` it) when a response is cancelled, so that no audio
+    of one response leaks into the next.
     """
 
-    __slots__ = ("encoding", "rate_hz", "_resampler")
+    __slots__ = ("encoding", "rate_hz", "source_encoding", "source_rate_hz", "_resampler")
 
-    def __init__(self, encoding: int, rate_hz: int) -> None:
-        encode(np.zeros(0, dtype=np.float32), encoding, rate_hz)  # refuses a bad format now
+    def __init__(
+        self,
+        encoding: int,
+        rate_hz: int,
+        source_rate_hz: int = CANONICAL_OUTPUT_RATE_HZ,
+        source_encoding: int = PCM16,
+    ) -> None:
+        encode_pcm16(_NO_SAMPLES, encoding, rate_hz)  # refuses a bad format now
+        decode_pcm16(b"", source_encoding, source_rate_hz)
         self.encoding = encoding
         self.rate_hz = rate_hz
-        self._resampler = StreamResampler(CANONICAL_OUTPUT_RATE_HZ, rate_hz)
+        self.source_encoding = source_encoding
+        self.source_rate_hz = source_rate_hz
+        self._resampler = StreamResampler(source_rate_hz, rate_hz)
 
-    def convert(self, pcm16_24k: bytes) -> bytes:
+    def convert(self, engine_audio: bytes) -> bytes:
         """Converts one chunk of engine audio; returns the output that is ready."""
-        samples = decode(pcm16_24k, PCM16, CANONICAL_OUTPUT_RATE_HZ)
-        return encode(self._resampler.process(samples), self.encoding, self.rate_hz)
+        pcm = decode_pcm16(engine_audio, self.source_encoding, self.source_rate_hz)
+        return encode_pcm16(self._resampler.process(pcm), self.encoding, self.rate_hz)
 
     def flush(self) -> bytes:
         """Returns the held-back tail of the response's audio."""
-        return encode(self._resampler.flush(), self.encoding, self.rate_hz)
+        return encode_pcm16(self._resampler.flush(), self.encoding, self.rate_hz)
 
     def reset(self) -> None:
         """Forgets the held-back audio of a cancelled response."""
         self._resampler.reset()
+
+
+_NO_SAMPLES: Pcm16 = np.zeros(0, dtype=np.int16)

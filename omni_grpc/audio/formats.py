@@ -1,9 +1,11 @@
 """Sample layouts: bytes of any accepted encoding to float32 samples in [-1, 1] and back.
 
-Every conversion in the project goes through float32 mono samples: :func:`decode` turns wire
-bytes into them and :func:`encode` turns them back. PCM16 maps ``x / 32768`` so that a PCM16
-round trip is lossless; on the way back samples are clipped to [-1, 1] and rounded, so that
-full scale +1.0 becomes 32767 rather than wrapping to -32768.
+One-shot conversions go through float32 mono samples: :func:`decode` turns wire bytes into
+them and :func:`encode` turns them back. PCM16 maps ``x / 32768`` so that a PCM16 round trip is
+lossless; on the way back samples are clipped to [-1, 1] and rounded, so that full scale +1.0
+becomes 32767 rather than wrapping to -32768. Streams go through 16-bit samples instead
+(:func:`decode_pcm16`, :func:`encode_pcm16`): every wire format but pcm_f32 is 16-bit or less,
+so a chunk of them is resampled without a float copy on either side.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ G711_ALAW = pb.AUDIO_ENCODING_G711_ALAW
 
 
 Samples = npt.NDArray[np.float32]
+Pcm16 = npt.NDArray[np.int16]
 
 
 class AudioFormatError(ValueError):
@@ -91,6 +94,38 @@ def decode(audio: bytes, encoding: int, rate_hz: int) -> Samples:
     if encoding == G711_ULAW:
         return pcm16_to_float(g711.ulaw_decode(audio))
     return pcm16_to_float(g711.alaw_decode(audio))
+
+
+def decode_pcm16(audio: bytes, encoding: int, rate_hz: int) -> Pcm16:
+    """Decodes mono ``audio`` to 16-bit samples (pcm16 and G.711 exactly; pcm_f32 rounded).
+
+    For pcm16 the result is a read-only view of ``audio``, not a copy.
+    """
+    check_format(encoding, rate_hz)
+    if len(audio) % SAMPLE_WIDTH[encoding]:
+        raise AudioFormatError(
+            "bad_audio",
+            f"{len(audio)} bytes is not a whole number of {SAMPLE_WIDTH[encoding]}-byte samples",
+        )
+    if encoding == PCM16:
+        return np.frombuffer(audio, dtype="<i2").astype(np.int16, copy=False)
+    if encoding == G711_ULAW:
+        return g711.ulaw_decode(audio)
+    if encoding == G711_ALAW:
+        return g711.alaw_decode(audio)
+    return float_to_pcm16(decode(audio, encoding, rate_hz))
+
+
+def encode_pcm16(pcm: Pcm16, encoding: int, rate_hz: int) -> bytes:
+    """Encodes mono 16-bit samples as ``encoding`` bytes (pcm_f32 as ``x / 32768``)."""
+    check_format(encoding, rate_hz)
+    if encoding == PCM16:
+        return pcm.astype("<i2", copy=False).tobytes()
+    if encoding == G711_ULAW:
+        return g711.ulaw_encode(pcm)
+    if encoding == G711_ALAW:
+        return g711.alaw_encode(pcm)
+    return pcm16_to_float(pcm).astype("<f4", copy=False).tobytes()
 
 
 def encode(samples: npt.ArrayLike, encoding: int, rate_hz: int) -> bytes:

@@ -5,17 +5,18 @@ Engines take pcm16 at the rates they declare native (``EngineFeatures.native_inp
 delta names its own format. An append already in a native form goes to the engine untouched;
 any other is converted to canonical input here, as the stream's reader hands it to the engine.
 Output chunks are converted to the session's ``output_audio_format`` before they are
-journaled, and only when their format differs from it.
+journaled, and only when their format differs from it, with one resampler stream per
+response (:mod:`.edge_output`).
 """
 
 from __future__ import annotations
 
 from omni_grpc import audio
+from omni_grpc.server.edge_output import OUTPUT_ENDING_EVENTS, ResponseOutput
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import (
     CANONICAL_INPUT,
     CANONICAL_INPUT_RATE_HZ,
-    CANONICAL_OUTPUT,
     PCM16_WIDTH,
     SAMPLE_WIDTH,
 )
@@ -42,6 +43,7 @@ class AudioEdge:
         # Keeps resampler state across appends so chunk seams stay clean.
         self._input = audio.InputConverter()
         self._converting = False
+        self._output = ResponseOutput()
 
     def _native(self, encoding: int, rate: int) -> bool:
         return encoding == PCM16 and rate in self._native_rates_hz
@@ -110,29 +112,21 @@ class AudioEdge:
         self._input.reset()
         self._converting = False
 
-    def session_output(self, delta: pb.OutputAudioDelta) -> None:
-        """Rewrites a canonical output chunk in place into the session's output format."""
-        target = self.config.output_audio_format
-        encoding = delta.encoding or CANONICAL_OUTPUT.encoding
-        rate = delta.sample_rate_hz or CANONICAL_OUTPUT.sample_rate_hz
-        if _same(encoding, rate, target):
-            delta.encoding, delta.sample_rate_hz = encoding, rate
-            return
-        # Output chunks are converted one by one: each may be the last before a cancel, so no
-        # audio may wait in a resampler for the next one.
-        if _same(encoding, rate, CANONICAL_OUTPUT):
-            delta.audio = audio.from_canonical_output(
-                delta.audio, target.encoding, target.sample_rate_hz
-            )
-        else:  # an engine that answers in another form (the mirror, in the input's own)
-            samples = audio.resample(
-                audio.decode(delta.audio, encoding, rate), rate, target.sample_rate_hz
-            )
-            delta.audio = audio.encode(samples, target.encoding, target.sample_rate_hz)
-        delta.encoding, delta.sample_rate_hz = target.encoding, target.sample_rate_hz
+    def session_output(self, delta: pb.OutputAudioDelta) -> bool:
+        """Rewrites an output chunk in place into the session's output format; False when
+        none of its audio is ready yet (the resampler holds it), so it is not to be sent."""
+        return self._output.convert(delta, self.config.output_audio_format)
+
+    def output_tail(self, kind: str, event: pb.ConverseResponse) -> pb.ConverseResponse | None:
+        """At a response's end (``kind`` in :data:`OUTPUT_ENDING_EVENTS`): the audio its
+        resampler still holds, as a last delta to send before ``event``; None on a cancel."""
+        return self._output.end(kind, event)
 
 
 def canonical_input_bytes(size: int, encoding: int, rate_hz: int) -> int:
     """How many bytes ``size`` bytes of client audio take once made canonical input."""
     samples = size // SAMPLE_WIDTH[encoding]
     return -(-samples * CANONICAL_INPUT_RATE_HZ // rate_hz) * PCM16_WIDTH
+
+
+__all__ = ["CONVERT_SLICE_BYTES", "OUTPUT_ENDING_EVENTS", "AudioEdge", "canonical_input_bytes"]

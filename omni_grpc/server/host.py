@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from time import perf_counter
 
 from omni_grpc.core import Effects, Session
@@ -25,7 +25,8 @@ from omni_grpc.engine.base import EngineSession
 from omni_grpc.server import metrics
 from omni_grpc.server.budget import SessionCharge
 from omni_grpc.server.durable import DurableStore, ItemLog
-from omni_grpc.server.edge import AudioEdge
+from omni_grpc.server.edge import OUTPUT_ENDING_EVENTS, AudioEdge
+from omni_grpc.server.send_queue import SendQueue
 from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
@@ -34,128 +35,6 @@ logger = logging.getLogger(__name__)
 
 # Bumped per command and per engine event as plain ints, read at scrape time (hot_metrics.py).
 _HOT = metrics.HOT_COUNTS
-
-SEND_QUEUE_DEPTH = 2048  # events waiting for one stream's writer; beyond it the stream is cut
-
-
-class SendQueue:
-    """The bounded queue of serialized events for one attached stream, drained by its writer.
-
-    It never blocks the session: when the stream's reader falls :data:`SEND_QUEUE_DEPTH` events
-    behind, ``put`` refuses and the host cuts that stream (the journal keeps the events for a
-    resume). ``end`` finishes the stream after what is already queued. Queued bytes are
-    charged to the session's memory budget until the writer takes them (or ``discard`` drops
-    them when the stream is gone).
-    """
-
-    def __init__(
-        self,
-        generation: int,
-        charge: SessionCharge,
-        barrier: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        self.generation = generation
-        self._charge = charge
-        # Awaited before each event goes out (durability sync: the store holds it first).
-        self._barrier = barrier
-        # Two places past the depth: room for the end marker after a refused put.
-        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(SEND_QUEUE_DEPTH + 2)
-        self.end_reason: str | None = None
-        # The only event still to go once the session moved to a peer (see ``move``).
-        self._last_word: bytes | None = None
-        # Set when the reader fell behind: the servicer ends the stream at once with a status.
-        self.fell_behind = asyncio.Event()
-        # Held while an event is being written: the stream's reader writes what its own command
-        # made (the fast path) and the writer task the rest, one at a time, in the order they
-        # took their events (the lock is fair: a waiting writer goes before a new taker).
-        self._writing = asyncio.Lock()
-
-    def __len__(self) -> int:
-        return self._queue.qsize()
-
-    def put(self, payload: bytes) -> bool:
-        """Queues one event; False when the stream's reader has fallen too far behind."""
-        if self.end_reason is not None:
-            return True  # the stream is finishing; nothing more goes on it
-        if self._queue.qsize() >= SEND_QUEUE_DEPTH:
-            return False
-        self._queue.put_nowait(payload)
-        self._charge.output_queued(len(payload))
-        return True
-
-    def end(self, reason: str) -> None:
-        """Finishes the stream after what is queued (the terminal event included)."""
-        if self.end_reason is None:
-            self.end_reason = reason
-            self._queue.put_nowait(None)
-
-    def fall_behind(self) -> None:
-        """The reader fell too far behind: the stream ends now, without writing what is queued.
-
-        The servicer sees :attr:`fell_behind` and ends the call with RESOURCE_EXHAUSTED
-        (``slow_consumer``); the queued events stay in the journal for a resume.
-        """
-        self.end("slow_consumer")
-        self.fell_behind.set()
-
-    def move(self, last_word: bytes) -> None:
-        """A peer adopted the session while this replica stalled: what is queued is stale and
-        dropped, ``last_word`` (going_away, session_moved) goes out alone, and the stream ends."""
-        self.discard()  # the end marker too, if the stream was ending: put back below
-        self._last_word = last_word
-        self.end_reason = self.end_reason or "session_moved"
-        self._queue.put_nowait(None)
-
-    @property
-    def writing(self) -> bool:
-        """Whether an event is being written now (by the reader or the writer task)."""
-        return self._writing.locked()
-
-    def take_now(self) -> bytes | None:
-        """The next event, when it may go out at once without the writer task: queued, the
-        stream not ending, and no durability barrier to wait for first; else None."""
-        if (
-            self._queue.empty()
-            or self.writing
-            or self.end_reason is not None
-            or self._barrier is not None
-        ):
-            return None
-        payload = self._queue.get_nowait()
-        assert payload is not None  # the end marker only follows an end_reason
-        self._charge.output_sent(len(payload))
-        return payload
-
-    async def write_out(self, write: Callable[[bytes], Awaitable[None]], payload: bytes) -> None:
-        """Writes one event with ``write``, as the one write in flight."""
-        async with self._writing:
-            await write(payload)
-
-    async def written(self) -> None:
-        """Returns once no write is in flight."""
-        async with self._writing:
-            pass
-
-    async def next(self) -> bytes | None:
-        """The next event to write, or None once the stream must finish."""
-        if self._last_word == b"":
-            return None  # the last word went out: the stream is over
-        payload = await self._queue.get()
-        if payload is not None:
-            self._charge.output_sent(len(payload))
-            if self._barrier is not None:
-                await self._barrier()
-        if self._last_word is not None:
-            # Moved (even while the barrier waited): the stale copy's events never go out.
-            payload, self._last_word = self._last_word, b""
-        return payload
-
-    def discard(self) -> None:
-        """The stream is gone: what it never wrote leaves the budget (the journal keeps it)."""
-        while not self._queue.empty():
-            if (payload := self._queue.get_nowait()) is not None:
-                self._charge.output_sent(len(payload))
-
 
 class SessionHost:
     """Runs one session: core rules, engine, and the streams attached to it."""
@@ -400,11 +279,14 @@ class SessionHost:
                 elapsed_s = perf_counter() - self._speech_ended_at
                 metrics.SPEECH_END_TO_AUDIO.observe(elapsed_s)
                 self._speech_ended_at = None
-            self._edge.session_output(event.output_audio_delta)
+            if not self._edge.session_output(event.output_audio_delta):
+                return  # its audio is all still in the resampler: the next delta carries it
         elif kind == "speech_stopped":
             self._speech_ended_at = perf_counter()
         elif kind in INPUT_TAKEN_EVENTS:
             self.charge.input_taken()
+        elif kind in OUTPUT_ENDING_EVENTS and (tail := self._edge.output_tail(kind, event)):
+            self.deliver(self.session.publish(tail, self._clock()))  # the response's last audio
         if self.items is not None:
             self.items.observe(kind, event)
         self.deliver(self.session.publish(event, self._clock()))

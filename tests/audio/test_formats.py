@@ -59,6 +59,27 @@ def test_bad_formats_and_torn_samples_are_refused(
     with pytest.raises(audio.AudioFormatError) as refused:
         audio.decode(data, encoding, rate)
     assert refused.value.code == code
+    with pytest.raises(audio.AudioFormatError) as refused:
+        audio.decode_pcm16(data, encoding, rate)
+    assert refused.value.code == code
+
+
+@pytest.mark.parametrize("encoding", [PCM16, F32, ULAW, ALAW])
+def test_the_16_bit_path_gives_what_the_float_path_gives(encoding: int) -> None:
+    # Every 16-bit value (or every G.711 code), through decode_pcm16 and encode_pcm16, comes
+    # out as it does through the float samples of decode and encode.
+    every = np.arange(-32768, 32768, dtype="<i2")
+    data = (
+        bytes(range(256)) if encoding in (ULAW, ALAW) else audio.encode_pcm16(every, encoding, 8000)
+    )
+    pcm = audio.decode_pcm16(data, encoding, 8000)
+    assert pcm.dtype == np.int16
+    assert audio.encode(audio.decode(data, encoding, 8000), PCM16, 8000) == pcm.tobytes()
+    assert audio.encode_pcm16(pcm, encoding, 8000) == audio.encode(
+        audio.decode(data, encoding, 8000), encoding, 8000
+    )
+    if encoding == PCM16:
+        assert pcm.tobytes() == data  # a view of the bytes, read as they came
 
 
 def test_encoding_refuses_more_than_one_channel() -> None:

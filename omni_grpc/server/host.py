@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 # Bumped per command and per engine event as plain ints, read at scrape time (hot_metrics.py).
 _HOT = metrics.HOT_COUNTS
 
+
 class SessionHost:
     """Runs one session: core rules, engine, and the streams attached to it."""
 

@@ -14,12 +14,12 @@ import pytest
 from omni_grpc.client.channel import StreamBroken
 from omni_grpc.core import State
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
-from omni_grpc.server import host
+from omni_grpc.server import send_queue
 from omni_grpc.wire import pb
 from tests.server.streams import open_stream, pcm16, read, resume_request
 from tests.serving import eventually, serving, settings
 
-DEFAULT_QUEUE = host.SEND_QUEUE_DEPTH
+DEFAULT_QUEUE = send_queue.SEND_QUEUE_DEPTH
 SMALL_QUEUE = 32  # events; with the default (2048) the test would only take longer
 SPEECH_S = 30  # of input: its answer is 300 output chunks of 100 ms, far past the queue
 
@@ -27,7 +27,7 @@ SPEECH_S = 30  # of input: its answer is 300 output chunks of 100 ms, far past t
 async def test_a_client_that_stops_reading_gets_slow_consumer_and_resumes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(host, "SEND_QUEUE_DEPTH", SMALL_QUEUE)
+    monkeypatch.setattr(send_queue, "SEND_QUEUE_DEPTH", SMALL_QUEUE)
     async with (
         serving(settings()) as running,
         grpc.aio.insecure_channel(running.target) as channel,
@@ -62,7 +62,7 @@ async def test_a_client_that_stops_reading_gets_slow_consumer_and_resumes(
 
         # The session resumes and replays exactly what the client missed (with the usual
         # queue: a replay is queued at once, and the answer's hundreds of events fill it).
-        monkeypatch.setattr(host, "SEND_QUEUE_DEPTH", DEFAULT_QUEUE)
+        monkeypatch.setattr(send_queue, "SEND_QUEUE_DEPTH", DEFAULT_QUEUE)
         again = stub.Converse()
         await again.write(resume_request(created, last_seq))
         resumed = await read(again)

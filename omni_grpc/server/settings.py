@@ -33,7 +33,8 @@ class ServerSettings:
     handshake_timeout_s: float = 10.0
     # A connection with no call for this long is closed with GOAWAY (clients reconnect).
     max_connection_idle_s: float = 300.0
-    # Bound on concurrent Converse streams (gRPC maximum_concurrent_rpcs).
+    # Bound on concurrent streams of every kind: Converse calls, ConverseMany's streams and
+    # in-process ones together (stream_cap.py); also gRPC's maximum_concurrent_rpcs.
     max_concurrent_streams: int = 1024
     # Beyond one process (docs/deploy.md): this replica's routing key, handed to clients as
     # the ``x-omni-route`` metadata so a proxy can take their resumes back here ("" : none),

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from omni_grpc.client.channel import ChannelSettings, StreamBroken
-from omni_grpc.client.multiplex import METHOD, MultiplexedConnection
+from omni_grpc.client.multiplex import METHOD, MultiplexedConnection, MultiplexedStream
 from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import bearer_metadata
@@ -94,13 +94,17 @@ async def running_keyed() -> AsyncIterator[RunningServer]:
 async def _session_closes(connection: MultiplexedConnection, key: str) -> None:
     stream = connection.converse(bearer_metadata(key))
     await stream.write(OPEN)
-    created = await stream.read()
+    created = await _read(stream)
     assert created is not None and created.WhichOneof("event") == "session_created"
     await stream.write(CLOSE)
     kinds = []
-    while (event := await stream.read()) is not None:
+    while (event := await _read(stream)) is not None:
         kinds.append(event.WhichOneof("event"))
     assert kinds[-1] == "session_closed"
+
+
+async def _read(stream: MultiplexedStream) -> pb.ConverseResponse | None:
+    return await asyncio.wait_for(stream.read(), 10)
 
 
 async def test_the_bridge_link_keys_its_calls_and_a_wrong_key_fails_alone(
@@ -110,16 +114,16 @@ async def test_the_bridge_link_keys_its_calls_and_a_wrong_key_fails_alone(
     try:
         good = connection.converse(bearer_metadata("k1"))
         await good.write(OPEN)
-        assert await good.read() is not None
+        assert await _read(good) is not None
         # A wrong key gets a call of its own, refused whole; the good stream's call goes on.
         wrong = connection.converse(bearer_metadata("wrong"))
         await wrong.write(OPEN)
         with pytest.raises(StreamBroken) as refused:
-            await asyncio.wait_for(wrong.read(), 10)
+            await _read(wrong)
         assert refused.value.status is grpc.StatusCode.UNAUTHENTICATED
         await good.write(CLOSE)
         kinds = []
-        while (event := await good.read()) is not None:
+        while (event := await _read(good)) is not None:
             kinds.append(event.WhichOneof("event"))
         assert kinds[-1] == "session_closed"
         await asyncio.gather(_session_closes(connection, "k1"), _session_closes(connection, "k2"))

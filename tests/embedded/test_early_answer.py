@@ -59,6 +59,27 @@ class Asks:
                 await asyncio.sleep(0.01)
 
 
+class Said:
+    """Every phrase the engine's voice is asked to synthesize."""
+
+    def __init__(self, engine: EmbeddedEngine) -> None:
+        assert engine.runtime is not None
+        self.phrases: list[str] = []
+        self._voice = engine.runtime.tts
+        self._synthesize = self._voice.synthesize
+
+    def __enter__(self) -> Said:
+        async def synthesize(text: str, voice: str = "en-us") -> bytes:
+            self.phrases.append(text)
+            return await self._synthesize(text, voice)
+
+        self._voice.synthesize = synthesize  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        del self._voice.synthesize
+
+
 async def send_waiting(driver: Driver, pcm: bytes, at_ms: float, asks: Asks, count: int) -> None:
     """Sends ``pcm`` in 20 ms steps; at ``at_ms`` waits until ``count`` requests were made."""
     cut = int(at_ms) * IN_BYTES_PER_MS
@@ -78,7 +99,7 @@ async def test_the_answer_is_written_in_the_silence_and_spoken_once_the_turn_end
     assert smol_engine.runtime is not None and smol_engine.runtime.smol is not None
     scene = speech.Scene().pause(300).speak("What is the capital of France?").pause(900)
     ((_, speech_end, _),) = scene.segments
-    with Asks(smol_engine.runtime.smol) as asks:
+    with Asks(smol_engine.runtime.smol) as asks, Said(smol_engine) as voice:
         driver = asks.driver = await open_driver(smol_engine)
         try:
             # 250 ms into the silence: past the pause (~100 ms), before the stop (500 ms).
@@ -94,6 +115,9 @@ async def test_the_answer_is_written_in_the_silence_and_spoken_once_the_turn_end
     spoken = said(response_events(driver.seen, done.id))
     assert spoken and spoken == await direct_answer(smol_engine, request)
     assert done.output[0].content[0].transcript == spoken
+    # The first phrase was synthesized ahead, and the player took that audio: no phrase was
+    # synthesized twice.
+    assert "".join(voice.phrases) == spoken
 
 
 async def test_speech_after_the_pause_drops_the_early_answer(smol_engine: EmbeddedEngine) -> None:

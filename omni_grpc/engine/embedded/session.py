@@ -243,7 +243,10 @@ class EmbeddedSession(kit.ConversationSession):
             self._default_instructions(), [*self._conversation(), ("user", text)]
         )
         self._drop_early()
-        self._early = EarlyAnswer(speech_end_ms, request, responder.reply(request))
+        options = self._runtime.options
+        speaks = pb.MODALITY_AUDIO in self._modalities()
+        speaker = (self._runtime.tts, self.config.voice or options.voice) if speaks else None
+        self._early = EarlyAnswer(speech_end_ms, request, responder.reply(request), speaker)
 
     def _drop_early(self) -> None:
         if self._early is not None:
@@ -398,8 +401,9 @@ class EmbeddedSession(kit.ConversationSession):
         options = self._runtime.options
         request = self._request(answer.instructions, self._conversation())
         early, self._early = self._early, None
+        tts = self._runtime.tts
         if early is not None and early.fits(request):
-            stream, pieces = early.stream, early.pieces()
+            stream, pieces, tts = early.stream, early.pieces(), early.voice(tts)
         else:
             if early is not None:
                 early.stop()
@@ -412,7 +416,7 @@ class EmbeddedSession(kit.ConversationSession):
             pieces = _first_told(pieces, self.on_stage, answer.id)
         try:
             if answer.speaks:
-                await player.speak(pieces, self._runtime.tts, answer.voice or options.voice)
+                await player.speak(pieces, tts, answer.voice or options.voice)
             else:
                 await player.write(pieces)
         finally:

@@ -1,12 +1,15 @@
 """``ConverseMany``: many Converse streams on one gRPC call, for a bridge in its own process.
 
 Each stream of the call is an in-process stream (:mod:`omni_grpc.server.local`), so it opens,
-resumes, numbers and ends exactly as a Converse call does. Per stream a feeder hands its
-requests to the session in order (a stream held back by its rate limit holds back no other) and
-a pump takes its events. Events leave in batches: the writer sends, in one message, everything
-the pumps queued while its previous write was in flight, so a quiet call answers at once and a
-busy one sends few large messages. Events go out as the journal serialized them, framed by
-hand (a ``StreamEvent`` is its stream id and the event's bytes), never parsed again.
+resumes, numbers and ends exactly as a Converse call does: its own key is checked again (the
+call's was checked before it reached this, :mod:`omni_grpc.server.auth`) and it takes a place
+in the server's one stream cap (:mod:`omni_grpc.server.stream_cap`). Per stream a feeder
+hands its requests to the session in order (a stream held back by its rate limit holds back no
+other) and a pump takes its events. Events leave in batches: the writer sends, in one
+message, everything the pumps queued while its previous write was in flight, so a quiet call
+answers at once and a busy one sends few large messages. Events go out as the journal
+serialized them, framed by hand (a ``StreamEvent`` is its stream id and the event's bytes),
+never parsed again.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from omni_grpc.wire.keys import ROUTE_HEADER, bearer_metadata
 EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 METHOD = "ConverseMany"
 # Serialized events waiting for the writer beyond which the pumps wait (each stream's own
-# send queue then fills, and a stream whose client does not read is cut as on Converse).
+# send queue then fills, and a stream whose client does not read is cut as on Converse). Only
+# a client that stops reading the whole call gets here: the bridge's link always reads it and
+# bounds each stream's unread events itself (omni_grpc.client.multiplex).
 MAX_PENDING_BYTES = 8 * 1024 * 1024
 
 

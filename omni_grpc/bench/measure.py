@@ -144,7 +144,7 @@ async def measure(loads: Sequence[SteppedLoad], searches: Searches, *, quick: bo
     for load in loads:
         single[load.kind] = one = await load.step(1, 20, 1.0 if quick else 5.0)
         print(kit.single_line(load.kind, one), flush=True)
-    costs = await _fixed_costs(loads, (10,) if quick else FIXED_SESSIONS, trials, quick)
+    costs = await fixed_costs(loads, (10,) if quick else FIXED_SESSIONS, trials, quick)
     caps: dict[tuple[str, int], Capacity] = {}
     for chunk_ms, search in searches.items():
         print(f"capacity, {chunk_ms} ms chunks:", flush=True)
@@ -170,7 +170,7 @@ async def measure(loads: Sequence[SteppedLoad], searches: Searches, *, quick: bo
     return Results(single, costs, caps)
 
 
-async def _fixed_costs(
+async def fixed_costs(
     loads: Sequence[SteppedLoad], fixed: Sequence[int], trials: int, quick: bool
 ) -> dict[tuple[str, int], Cost]:
     costs: dict[tuple[str, int], Cost] = {}

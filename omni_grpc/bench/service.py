@@ -12,6 +12,7 @@ session.
     omni-grpc bench            # full run, about 2 to 4 minutes (or scripts/bench_grpc.py)
     omni-grpc bench --quick    # a smoke run of a few seconds
     omni-grpc bench --json     # the same, every figure as one JSON document on stdout
+    omni-grpc bench --cpu-only # only server CPU per chunk at 10 and 100 sessions (2 minutes)
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import grpc
 
 from omni_grpc.bench import kit
 from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, Load, append, serve_echo, serve_ours
-from omni_grpc.bench.measure import measure
+from omni_grpc.bench.measure import FIXED_SESSIONS, TRIALS, Cost, fixed_costs, measure
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import pcm16_bytes
@@ -139,21 +140,7 @@ async def bench(quick: bool, as_json: bool) -> int:
         rows.append(
             kit.capacity_row(chunk_ms, [e.cell(), o.cell()], ratio, TARGET_RATIO, quick=quick)
         )
-    for (kind, sessions), cost in results.costs.items():
-        if kind == "ours":
-            raw = results.costs[("echo", sessions)]
-            ratio = cost.us_per_chunk / raw.us_per_chunk if raw.us_per_chunk else 0.0
-            rows.extend(kit.cost_rows([raw.cells, cost.cells], sessions, ratio, TARGET_CPU_RATIO))
-            rows.append(
-                [
-                    f"load generator's CPU, {sessions} sessions",
-                    f"{raw.client_cpu:.0%}",
-                    f"{cost.client_cpu:.0%}",
-                    "-",
-                    "-",
-                    "-",
-                ]
-            )
+    rows.extend(_cost_rows(results.costs))
     for chunk_ms in searches:
         e, o = caps[("echo", chunk_ms)], caps[("ours", chunk_ms)]
         ratio = o.us_per_chunk / e.us_per_chunk if e.us_per_chunk else 0.0
@@ -215,6 +202,48 @@ async def bench(quick: bool, as_json: bool) -> int:
     return 1 if broken else 0
 
 
+def _cost_rows(costs: dict[tuple[str, int], Cost]) -> list[list[str]]:
+    """The table rows of server CPU per chunk at the fixed loads, ours against the echo."""
+    rows = []
+    for (kind, sessions), cost in costs.items():
+        if kind == "ours":
+            raw = costs[("echo", sessions)]
+            ratio = cost.us_per_chunk / raw.us_per_chunk if raw.us_per_chunk else 0.0
+            rows.extend(kit.cost_rows([raw.cells, cost.cells], sessions, ratio, TARGET_CPU_RATIO))
+            rows.append(
+                [
+                    f"load generator's CPU, {sessions} sessions",
+                    f"{raw.client_cpu:.0%}",
+                    f"{cost.client_cpu:.0%}",
+                    "-",
+                    "-",
+                    "-",
+                ]
+            )
+    return rows
+
+
+async def cpu_only() -> int:
+    """Only server CPU per chunk at the fixed loads (10 and 100 sessions, three interleaved
+    steps each, about two minutes): the figure to take again after a change to the hot path."""
+    kit.pin(kit.LOAD_CPU)
+    kit.raise_open_file_limit()
+    load_before = os.getloadavg()
+    echo, ours = kit.Child(SERVE_CHILD, "echo"), kit.Child(SERVE_CHILD, "ours")
+    loads = [
+        Load("echo", echo.ports[0], echo.pid),
+        Load("ours", ours.ports[0], ours.pid, ours.engine_cpu_s),
+    ]
+    try:
+        costs = await fixed_costs(loads, FIXED_SESSIONS, TRIALS, quick=False)
+    finally:
+        echo.stop()
+        ours.stop()
+    kit.print_table(["measure", "raw echo", "ours", "ratio", "target", "met"], _cost_rows(costs))
+    kit.print_load_average(load_before)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the benchmark (or, with a hidden flag, one of its servers); returns the status."""
     parser = argparse.ArgumentParser(
@@ -222,12 +251,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--json", action="store_true", help=kit.JSON_HELP)
+    parser.add_argument(
+        "--cpu-only",
+        action="store_true",
+        help="only server CPU per chunk at 10 and 100 paced sessions (about two minutes)",
+    )
     parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-ours", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_echo or args.serve_ours:
         kit.pin(kit.SERVER_CPU)
         return kit.run(serve_echo() if args.serve_echo else serve_ours())
+    if args.cpu_only:
+        return kit.run(cpu_only())
     with kit.progress_to_stderr(args.json):
         return kit.run(bench(args.quick, args.json))
 

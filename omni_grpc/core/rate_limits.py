@@ -58,7 +58,8 @@ class TokenBucket:
         server admits at all can always pass on a full bucket.
         """
         self._refill(now)
-        missing = min(cost, self.capacity) - self.tokens
+        capacity = self.capacity
+        missing = (cost if cost < capacity else capacity) - self.tokens
         if missing <= ROUNDING_TOKENS:
             return 0.0
         return missing / self.rate_per_s
@@ -74,8 +75,12 @@ class TokenBucket:
         self.tokens -= min(cost, self.capacity)
 
     def _refill(self, now: float) -> None:
-        elapsed = max(now - self.updated_at, 0.0)  # a clock never runs back; be safe if it does
-        self.tokens = min(self.capacity, self.tokens + elapsed * self.rate_per_s)
+        # Twice per command: comparisons, not calls of min and max. The tokens never exceed
+        # the capacity, so no time passing (or a clock that ran back) leaves them as they are.
+        elapsed = now - self.updated_at
+        if elapsed > 0:
+            tokens = self.tokens + elapsed * self.rate_per_s
+            self.tokens = tokens if tokens < self.capacity else self.capacity
         self.updated_at = now
 
 

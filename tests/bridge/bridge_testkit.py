@@ -94,7 +94,9 @@ async def running_bridge(target: str | RunningServer, **options: Any) -> AsyncIt
     Given the running service itself, the bridge reaches it in-process (as ``omni-grpc serve``
     does) instead of over gRPC."""
     if isinstance(target, RunningServer):
-        options["local"] = LocalService(target.sessions, api_keys=target.settings.api_keys)
+        # The entry point the launcher hands its bridge: the server's keys and stream cap.
+        assert isinstance(target.local, LocalService)
+        options["local"] = target.local
         target = target.target
     runner, port = await start_bridge(target, port=0, **options)
     try:

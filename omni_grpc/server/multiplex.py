@@ -33,6 +33,14 @@ METHOD = "ConverseMany"
 # a client that stops reading the whole call gets here: the bridge's link always reads it and
 # bounds each stream's unread events itself (omni_grpc.client.multiplex).
 MAX_PENDING_BYTES = 8 * 1024 * 1024
+# Requests of one stream held unread (its session paused by a rate limit, or busy) beyond which
+# the stream is cut. On a Converse call gRPC's flow control holds such a client back; a shared
+# call cannot hold back one stream alone without stalling the others, and an unbounded inbox
+# would let a client that ignores its rate limit grow the server's memory.
+MAX_UNREAD_REQUESTS = 256
+MAX_UNREAD_BYTES = 16 * 1024 * 1024
+# The retry hint of a stream cut for that: about what a rate limit's refusal asks.
+OVERRUN_RETRY_AFTER_S = 1.0
 
 
 def _framed(stream_id: int, event: bytes) -> bytes:
@@ -91,7 +99,8 @@ class _Call:
         try:
             while (batch := await self._context.read()) is not EOF:
                 for request in batch.requests:
-                    self._dispatch(request)
+                    if (overrun := self._dispatch(request)) is not None:
+                        await self.send(overrun)
         finally:
             # The client went (or half-closed): its streams go, their sessions stay resumable.
             for stream in list(self._streams.values()):
@@ -100,18 +109,19 @@ class _Call:
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
 
-    def _dispatch(self, request: pb.StreamRequest) -> None:
+    def _dispatch(self, request: pb.StreamRequest) -> bytes | None:
+        """Hands a request to its stream; the framed end of a stream it overran, if it did."""
         stream = self._streams.get(request.stream_id)
         if request.cancel:
             if stream is not None:
                 stream.cancel()
-            return
+            return None
         if stream is None:
             metadata: Sequence[tuple[str, str]] = bearer_metadata(request.api_key)
             local = self._local.converse(metadata, self._context.peer())
             stream = _Substream(self, request.stream_id, local)
             self._streams[request.stream_id] = stream
-        stream.inbox.put_nowait(request.request)
+        return None if stream.take(request.request) else stream.overrun()
 
     def forget(self, stream_id: int) -> None:
         self._streams.pop(stream_id, None)
@@ -142,7 +152,8 @@ class _Substream:
         self.id = stream_id
         self._call = call
         self._stream = stream
-        self.inbox: asyncio.Queue[pb.ConverseRequest] = asyncio.Queue()
+        self._inbox: asyncio.Queue[tuple[pb.ConverseRequest, int]] = asyncio.Queue()
+        self._unread_bytes = 0  # of the requests in the inbox and the one being handed on
         self._feeder = asyncio.create_task(self._feed())
         self._pump = asyncio.create_task(self._pump_events())
 
@@ -152,10 +163,38 @@ class _Substream:
         self._feeder.cancel()
         self._pump.cancel()
 
+    def take(self, request: pb.ConverseRequest) -> bool:
+        """Queues a request for the session; False if that would pass the unread bound."""
+        size = request.ByteSize()
+        if (
+            self._inbox.qsize() >= MAX_UNREAD_REQUESTS
+            or self._unread_bytes + size > MAX_UNREAD_BYTES
+        ):
+            return False
+        self._unread_bytes += size
+        self._inbox.put_nowait((request, size))
+        return True
+
+    def overrun(self) -> bytes:
+        """Cuts the stream whose client sent past the unread bound, as rate-limited: its
+        session waits, detached, for a resume (which replays what it missed, and after which
+        the client sends again what the session did not acknowledge). Requests the client had
+        already sent on this id reach a stream that never opened, and are refused there."""
+        self.cancel()
+        broken = StreamBroken(
+            "the stream sent more than its session had read: resume after the retry hint",
+            status=grpc.StatusCode.RESOURCE_EXHAUSTED,
+            code="rate_limit_exceeded",
+            retry_after_s=OVERRUN_RETRY_AFTER_S,
+        )
+        return _ended(self.id, broken)
+
     async def _feed(self) -> None:
         with contextlib.suppress(StreamBroken):
             while True:
-                await self._stream.write(await self.inbox.get())
+                request, size = await self._inbox.get()
+                await self._stream.write(request)
+                self._unread_bytes -= size
 
     async def _pump_events(self) -> None:
         broken: StreamBroken | None = None

@@ -1,0 +1,114 @@
+"""What a ConverseMany client sends faster than its session reads, against a real server and
+port: each stream's unread requests are bounded (by count and by bytes), a stream past its
+bound is cut as rate-limited, its session resumes, and the other stream on the call goes on.
+
+A Converse call's client is held back by gRPC's flow control when its session pauses for a
+rate limit; one stream of a shared call cannot be, so the server bounds what it holds for it.
+The server runs on a :class:`~tests.serving.FakeClock`: no bucket refills, so a flooded
+session pauses at every command it refuses and its requests pile up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from omni_grpc.client.multiplex import METHOD
+from omni_grpc.core import Limits, State
+from omni_grpc.server import multiplex
+from omni_grpc.wire import pb
+from tests.server.streams import pcm16
+from tests.serving import FakeClock, serving, settings
+
+LIMITS = Limits(disconnect_grace_s=5.0, session_commands_per_s=20.0, rate_burst_s=1.0)
+OPEN = pb.ConverseRequest(open_session=pb.OpenSession())
+HEARTBEAT = pb.ConverseRequest(heartbeat=pb.Heartbeat())  # its ack says what was applied
+FLOODER, BYSTANDER, RESUMED = 1, 2, 3
+
+
+def _append(seq: int, ms: int) -> pb.ConverseRequest:
+    return pb.ConverseRequest(
+        client_seq=seq, append_input_audio=pb.AppendInputAudio(audio=pcm16(ms))
+    )
+
+
+def _batch(stream_id: int, *requests: pb.ConverseRequest) -> pb.ConverseManyRequest:
+    return pb.ConverseManyRequest(
+        requests=[pb.StreamRequest(stream_id=stream_id, request=r) for r in requests]
+    )
+
+
+async def _next(call: grpc.aio.StreamStreamCall, stream_id: int, wanted: str) -> pb.StreamEvent:
+    """Reads the call until ``stream_id``'s event of kind ``wanted`` (or ``end``)."""
+    while True:
+        reply = await asyncio.wait_for(call.read(), 10)
+        assert reply is not grpc.aio.EOF  # type: ignore[attr-defined]
+        for event in reply.events:
+            if event.stream_id != stream_id:
+                continue
+            kind = "end" if event.HasField("end") else event.event.WhichOneof("event")
+            if kind in (wanted, "end"):
+                return event
+
+
+@pytest.mark.parametrize(
+    ("bound", "value", "appends", "ms"),
+    [
+        ("MAX_UNREAD_REQUESTS", 16, 60, 10),  # many small requests
+        ("MAX_UNREAD_BYTES", 64 * 1024, 40, 200),  # a few large ones (9.6 kB each)
+    ],
+)
+async def test_a_stream_sending_past_its_unread_bound_is_cut_and_the_call_goes_on(
+    monkeypatch: pytest.MonkeyPatch, bound: str, value: int, appends: int, ms: int
+) -> None:
+    monkeypatch.setattr(multiplex, bound, value)
+    clock = FakeClock()
+    async with (
+        serving(settings(limits=LIMITS), clock=clock) as running,
+        grpc.aio.insecure_channel(running.target) as channel,
+    ):
+        call = channel.stream_stream(
+            METHOD,
+            request_serializer=pb.ConverseManyRequest.SerializeToString,
+            response_deserializer=pb.ConverseManyResponse.FromString,
+        )()
+        await call.write(_batch(FLOODER, OPEN))
+        created = (await _next(call, FLOODER, "session_created")).event
+        await call.write(_batch(BYSTANDER, OPEN))
+        await _next(call, BYSTANDER, "session_created")
+
+        # More than the session's bucket (20 commands) and the bound together, a batch each:
+        # past the bucket the session pauses at every refusal, and the requests pile up.
+        for seq in range(1, appends + 1):
+            await call.write(_batch(FLOODER, _append(seq, ms)))
+        end = (await _next(call, FLOODER, "never")).end
+        assert end.status_code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], end
+        assert end.code == "rate_limit_exceeded"
+        assert end.retry_after.ToMilliseconds() == 1000
+
+        # The other stream on the call is untouched.
+        await call.write(_batch(BYSTANDER, _append(1, 100), HEARTBEAT))
+        answer = await _next(call, BYSTANDER, "heartbeat_ack")
+        assert answer.event.applied_client_seq == 1
+
+        # The flooder's session waits, detached, and resumes on a new stream: it applied what
+        # reached it before the cut (not all), and takes the next number, as a client resends.
+        session_id = created.session_created.session.id
+        [session] = [s for s in running.registry if s.id == session_id]
+        assert session.state is State.DETACHED
+        clock.advance(2.0)  # its bucket refills
+        resume = pb.ResumeSession(
+            session_id=session_id,
+            resume_token=created.session_created.resume_token,
+            last_received_seq=created.seq,
+        )
+        await call.write(_batch(RESUMED, pb.ConverseRequest(resume_session=resume)))
+        resumed = (await _next(call, RESUMED, "session_resumed")).event
+        applied = resumed.applied_client_seq
+        assert applied < appends
+        await call.write(_batch(RESUMED, _append(applied + 1, 10), HEARTBEAT))
+        again = await _next(call, RESUMED, "heartbeat_ack")
+        assert again.event.applied_client_seq == applied + 1
+        call.cancel()

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine
-from omni_grpc.engine.embedded.responder import Request, SmolResponder, TextStream
+from omni_grpc.engine.embedded.early_answer import EarlyAnswer
+from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder, TextStream
 from omni_grpc.wire import pb
 
 from .conftest import speech
@@ -78,6 +79,46 @@ class Said:
 
     def __exit__(self, *_: object) -> None:
         del self._voice.synthesize
+
+
+class Voice:
+    """A voice that makes a byte per character, and notes what it was asked."""
+
+    first_words = 4
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    async def synthesize(self, text: str, voice: str = "") -> bytes:
+        self.asked.append((text, voice))
+        return b"x" * len(text)
+
+
+def _asking(*turns: tuple[str, str], seed: int = 1) -> Request:
+    return Request(instructions="", turns=list(turns), max_tokens=50, temperature=0.0, seed=seed)
+
+
+async def test_an_early_answer_fits_only_the_same_request_to_the_same_responder() -> None:
+    echo, voice = EchoResponder(), Voice()
+    asked = _asking(("user", "what time is it"))
+    early = EarlyAnswer(1000.0, asked, echo, (voice, "en-gb"))
+    assert early.fits(_asking(("user", "what time is it"), seed=7), echo)  # any seed
+    assert not early.fits(_asking(("user", "what time is it now")), echo)
+    assert not early.fits(asked, EchoResponder())
+    text = "".join([piece async for piece in early.pieces()])
+    assert text == "You said: what time is it."
+    # Its first phrase was synthesized as it was written; the player's voice hands that out
+    # once, for the same text and voice name, and synthesizes everything else.
+    prepared = early.voice(voice)
+    assert await prepared.synthesize("You said: ", "en-gb") == b"x" * 10
+    assert voice.asked == [("You said: ", "en-gb")]
+    assert await prepared.synthesize("You said: ", "en-gb") == b"x" * 10
+    assert voice.asked == [("You said: ", "en-gb"), ("You said: ", "en-gb")]
+    another = Voice()  # another voice: what was made ahead is not its to hand out
+    assert await early.voice(another).synthesize("You said: ", "en-gb") == b"x" * 10
+    assert another.asked == [("You said: ", "en-gb")]
+    other = early.voice(voice)
+    assert await other.synthesize("what time is it.", "en-gb") == b"x" * 16
 
 
 async def send_waiting(driver: Driver, pcm: bytes, at_ms: float, asks: Asks, count: int) -> None:

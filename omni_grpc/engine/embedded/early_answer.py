@@ -22,7 +22,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from omni_grpc.engine.embedded.responder import Request, TextStream
+from omni_grpc.engine.embedded.responder import Request, Responder, TextStream
 from omni_grpc.engine.kit.tts import SentenceSplitter, Synthesizer
 
 
@@ -50,14 +50,15 @@ class EarlyAnswer:
         self,
         speech_end_ms: float,
         request: Request,
-        stream: TextStream,
+        responder: Responder,
         speaker: tuple[Synthesizer, str] | None,
     ) -> None:
         """``speaker``: the voice and voice name a spoken answer will be said with (None for
         one written only): its first phrase is synthesized ahead."""
         self.speech_end_ms = speech_end_ms  # the pause it was written at
         self.asked = Asked.of(request)
-        self.stream = stream
+        self.responder = responder
+        self.stream: TextStream = responder.reply(request)
         self._speaker = speaker
         self._first_phrase: tuple[str, asyncio.Task[bytes]] | None = None
         self._pieces: asyncio.Queue[str | None] = asyncio.Queue()
@@ -96,9 +97,9 @@ class EarlyAnswer:
         synthesis.cancel()
         return None
 
-    def fits(self, request: Request) -> bool:
-        """Whether this is the answer to ``request``."""
-        return Asked.of(request) == self.asked
+    def fits(self, request: Request, responder: Responder) -> bool:
+        """Whether this is ``responder``'s answer to ``request``."""
+        return responder is self.responder and Asked.of(request) == self.asked
 
     async def pieces(self) -> AsyncIterator[str]:
         """The answer's text: what was written ahead, then the rest as it comes."""
@@ -107,14 +108,18 @@ class EarlyAnswer:
                 yield piece
             await self._reader  # re-raises a failure of the model
         finally:
-            self.stop()
+            self._stop_writing()  # the first phrase's audio may still be wanted
 
     def stop(self) -> None:
-        """Stops the model at its next token; what was not read is dropped."""
-        self.stream.stop()
-        self._reader.cancel()
+        """Stops the model at its next token and the first phrase's synthesis; what was not
+        read is dropped."""
+        self._stop_writing()
         if self._first_phrase is not None:
             self._first_phrase[1].cancel()
+
+    def _stop_writing(self) -> None:
+        self.stream.stop()
+        self._reader.cancel()
 
 
 class _Prepared:

@@ -246,7 +246,7 @@ class EmbeddedSession(kit.ConversationSession):
         options = self._runtime.options
         speaks = pb.MODALITY_AUDIO in self._modalities()
         speaker = (self._runtime.tts, self.config.voice or options.voice) if speaks else None
-        self._early = EarlyAnswer(speech_end_ms, request, responder.reply(request), speaker)
+        self._early = EarlyAnswer(speech_end_ms, request, responder, speaker)
 
     def _drop_early(self) -> None:
         if self._early is not None:
@@ -401,13 +401,13 @@ class EmbeddedSession(kit.ConversationSession):
         options = self._runtime.options
         request = self._request(answer.instructions, self._conversation())
         early, self._early = self._early, None
-        tts = self._runtime.tts
-        if early is not None and early.fits(request):
+        responder, tts = self._runtime.responder(self._responder), self._runtime.tts
+        if early is not None and early.fits(request, responder):
             stream, pieces, tts = early.stream, early.pieces(), early.voice(tts)
         else:
             if early is not None:
                 early.stop()
-            stream = self._runtime.responder(self._responder).reply(request)
+            stream = responder.reply(request)
             pieces = stream.pieces
         player = kit.SpeechPlayer(
             self._events, answer, chunk_ms=options.chunk_ms, pacing=kit.Pacing(self._realtime)

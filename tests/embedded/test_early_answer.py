@@ -189,3 +189,33 @@ async def test_speech_after_the_pause_drops_the_early_answer(smol_engine: Embedd
     assert early.turns != final.turns
     spoken = said(response_events(driver.seen, done.id))
     assert spoken == await direct_answer(smol_engine, final)
+
+
+async def test_two_sessions_answered_early_at_once_each_get_their_own_answer(
+    smol_engine: EmbeddedEngine,
+) -> None:
+    """The sessions share one model and its cache of the last prompt: each early answer must
+    still be the model's answer to its own conversation."""
+    assert smol_engine.runtime is not None and smol_engine.runtime.smol is not None
+    scenes = [
+        speech.Scene().pause(300).speak(question).pause(900)
+        for question in ("What is the capital of Italy?", "How many days are there in a week?")
+    ]
+    with Asks(smol_engine.runtime.smol) as asks:
+        drivers = [await open_driver(smol_engine) for _ in scenes]
+        try:
+            cuts = [(int(s.segments[0][1]) + 250) * IN_BYTES_PER_MS for s in scenes]
+            sends = list(zip(drivers, [s.pcm16() for s in scenes], cuts, strict=True))
+            await asyncio.gather(*(d.stream(pcm[:cut], step=True) for d, pcm, cut in sends))
+            await asks.wait_for(2)  # both answers are being written, neither turn has ended
+            await asyncio.gather(*(d.stream(pcm[cut:], step=True) for d, pcm, cut in sends))
+            dones = [(await d.until("response_done")).response_done.response for d in drivers]
+        finally:
+            for driver in drivers:
+                await driver.close()
+    assert len(asks.made) == 2  # asked once each, at the pause
+    for driver, done in zip(drivers, dones, strict=True):
+        heard = driver.of("input_transcription")[0].input_transcription.transcript
+        (request,) = [asked for asked, _, _ in asks.made if asked.turns == [("user", heard)]]
+        spoken = said(response_events(driver.seen, done.id))
+        assert spoken and spoken == await direct_answer(smol_engine, request)

@@ -44,8 +44,9 @@ class EmbeddedOptions:
       separate program), ``piper`` (the neural voice "joe", :mod:`.piper_voice`, from the
       optional ``neural-voice`` extra), or ``auto``: Piper when its voice is installed, else
       espeak-ng. Piper is not the default because the licence of the data its voice was
-      fine-tuned from is unsettled for commercial use, and with SmolLM2 it does not keep end
-      of speech to first audio within 1 s (docs/licences.md, docs/engines.md).
+      fine-tuned from is unsettled for commercial use, and with SmolLM2 it keeps end of
+      speech to first audio within 1 s only on a quiet machine (docs/licences.md,
+      docs/engines.md).
     * ``voice``: the espeak-ng voice when a session names none it knows; default ``en-us``
       (the Piper voice has one speaker, whatever the name).
     * ``words_per_minute``: speaking rate, 80 to 450; default 175 (for Piper, its own

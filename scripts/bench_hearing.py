@@ -3,7 +3,7 @@
 per ASR configuration (model and decoding), next to the time each transcription takes.
 
     .venv/bin/python scripts/bench_hearing.py [--configs NAME,...] [--voices NAME,...]
-                                              [--errors FILE]
+                                              [--errors FILE] [--gain-db DB]
 
 Every clip of the set (scripts/speech_set.py: each request in each voice, cut as the engine
 cuts a turn) is transcribed by the same Transcriber the engine runs, on the engine's two
@@ -28,6 +28,13 @@ import word_error_rate
 from omni_grpc.engine.embedded.asr import WINDOW_FRAMES, Decoding, Transcriber
 
 FALLBACK = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # Whisper's own temperatures
+# Fixed initial prompts tried: generic, each without any word of speech_set.txt (a test checks
+# it), chosen on the even lines of the set and reported on both halves.
+PROMPTS = {
+    "hello": "Hello.",
+    "errands": "Hello. Okay, sure: quick questions, simple chores, small errands.",
+    "glad": "Hey there. Sure, glad; ask anything, anytime.",
+}
 # The configurations measured for docs/engines.md. "base" and "tiny.en" are the engine's
 # decoding (a beam of 5, the turn's log-mel padded with zeros to 10 s); the others change one
 # thing.
@@ -38,11 +45,21 @@ CONFIGS: dict[str, tuple[str, Decoding]] = {
     "base 30 s": ("base", Decoding(window_frames=WINDOW_FRAMES)),
     "base greedy fallback": ("base", Decoding(beam_size=1, temperatures=FALLBACK)),
     "base greedy prompt": ("base", Decoding(beam_size=1, prompt=True)),
+    "base unlevelled": ("base", Decoding(level_dbfs=None)),
+    "base timestamps": ("base", Decoding(timestamps=True)),
+    "base patience 2": ("base", Decoding(patience=2.0)),
+    "base repetition 1.1": ("base", Decoding(repetition_penalty=1.1)),
+    "base trailing 200 ms": ("base", Decoding(trailing_ms=200.0)),
+    **{f"base prompt {n}": ("base", Decoding(initial_prompt=p)) for n, p in PROMPTS.items()},
     "tiny.en": ("tiny.en", Decoding()),
     "tiny.en greedy": ("tiny.en", Decoding(beam_size=1)),
     "tiny.en silence-padded": ("tiny.en", Decoding(silence_padding=True)),
     "tiny.en 30 s": ("tiny.en", Decoding(window_frames=WINDOW_FRAMES)),
 }
+
+
+ESPEAK_NAMES = frozenset(voice.name for voice in speech_set.ESPEAK_VOICES)
+NONE = word_error_rate.Score(0, 0)
 
 
 @dataclass
@@ -53,6 +70,9 @@ class Measured:
     scores: dict[str, word_error_rate.Score] = field(default_factory=dict)
     seconds: list[float] = field(default_factory=list)
     misheard: list[tuple[str, str, str]] = field(default_factory=list)  # voice, said, heard
+    # The espeak-ng voices' score over the set's even and odd lines (0 and 1): a choice made
+    # on one half is checked on the other.
+    halves: dict[int, word_error_rate.Score] = field(default_factory=dict)
 
     def overall(self) -> word_error_rate.Score:
         return sum(self.scores.values(), word_error_rate.Score(0, 0))
@@ -63,7 +83,10 @@ class Measured:
 
 
 def measure(
-    transcriber: Transcriber, config: str, clips: dict[str, list[speech_set.Clip]]
+    transcriber: Transcriber,
+    config: str,
+    clips: dict[str, list[speech_set.Clip]],
+    gain_db: float = 0.0,
 ) -> Measured:
     """Transcribes every clip; each voice's clips run in order as one conversation, so the
     previous transcripts are there for a decoding that prompts with them."""
@@ -73,18 +96,25 @@ def measure(
         previous: list[str] = []
         for clip in voice_clips:
             start = time.perf_counter()
-            heard = transcriber.transcribe(clip.pcm16(), " ".join(previous[-2:]))
+            heard = transcriber.transcribe(clip.pcm16(gain_db), " ".join(previous[-2:]))
             measured.seconds.append(time.perf_counter() - start)
             previous.append(heard)
             pairs.append((clip.text, heard))
-            if word_error_rate.score(clip.text, heard).errors:
+            scored = word_error_rate.score(clip.text, heard)
+            if voice in ESPEAK_NAMES:
+                half = clip.index % 2
+                measured.halves[half] = measured.halves.get(half, NONE) + scored
+            if scored.errors:
                 measured.misheard.append((voice, clip.text, heard))
         measured.scores[voice] = word_error_rate.total(pairs)
     return measured
 
 
 def measure_configs(
-    configs: Sequence[str], voices: Sequence[speech_set.Voice], threads: int = 2
+    configs: Sequence[str],
+    voices: Sequence[speech_set.Voice],
+    threads: int = 2,
+    gain_db: float = 0.0,
 ) -> list[Measured]:
     """Each configuration over the set in ``voices``; a model is loaded once for all of its
     decodings."""
@@ -98,24 +128,22 @@ def measure_configs(
             loaded[model].transcribe(bytes(32000))  # CTranslate2's first-call warm-up
         transcriber = loaded[model]
         transcriber.decoding = decoding
-        results.append(measure(transcriber, config, clips))
+        results.append(measure(transcriber, config, clips, gain_db))
     return results
 
 
 def table(results: Sequence[Measured]) -> str:
     """Rows of configurations: WER over the espeak-ng voices and over each voice, time."""
-    espeak = {voice.name for voice in speech_set.ESPEAK_VOICES}
     voices = list(results[0].scores)
-    head = ["config", "WER espeak", *voices, "median ms", "p90 ms"]
+    head = ["config", "WER espeak", "even", "odd", *voices, "median ms", "p90 ms"]
     rows = [head]
     for result in results:
-        pooled = sum(
-            (s for v, s in result.scores.items() if v in espeak), word_error_rate.Score(0, 0)
-        )
+        pooled = sum((s for v, s in result.scores.items() if v in ESPEAK_NAMES), NONE)
         rows.append(
             [
                 result.config,
                 f"{100 * pooled.rate:.1f} %",
+                *(f"{100 * result.halves.get(half, NONE).rate:.1f}" for half in (0, 1)),
                 *(f"{100 * result.scores[v].rate:.1f}" for v in voices),
                 f"{statistics.median(result.seconds) * 1000:.0f}",
                 f"{result.percentile_ms(0.9):.0f}",
@@ -125,7 +153,11 @@ def table(results: Sequence[Measured]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     words = results[0].overall().words
-    return "\n".join([*lines, f"(WER per voice in %, {words} words per configuration)"])
+    note = (
+        f"(WER per voice in %, {words} words per configuration; even and odd: the espeak-ng"
+        " voices on the set's even and odd lines)"
+    )
+    return "\n".join([*lines, note])
 
 
 def main() -> int:
@@ -133,11 +165,14 @@ def main() -> int:
     parser.add_argument("--configs", default=",".join(CONFIGS), help="names from CONFIGS")
     parser.add_argument("--voices", default="", help="voice names (default: all)")
     parser.add_argument("--errors", default="", help="write every misheard clip to this file")
+    parser.add_argument(
+        "--gain-db", type=float, default=0.0, help="every clip this much louder (a quiet mic: -20)"
+    )
     args = parser.parse_args()
     configs = [name for name in args.configs.split(",") if name]
     wanted = {name for name in args.voices.split(",") if name}
     voices = [v for v in speech_set.voices() if not wanted or v.name in wanted]
-    results = measure_configs(configs, voices)
+    results = measure_configs(configs, voices, gain_db=args.gain_db)
     print(table(results))
     if args.errors:
         with open(args.errors, "w", encoding="utf-8") as out:

@@ -119,8 +119,10 @@ class Clip:
     voice: str
     signal: speech.Signal
 
-    def pcm16(self) -> bytes:
-        return (np.clip(self.signal, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+    def pcm16(self, gain_db: float = 0.0) -> bytes:
+        """The clip as canonical input; ``gain_db`` below 0 is a quieter microphone."""
+        louder = self.signal * 10 ** (gain_db / 20)
+        return (np.clip(louder, -1.0, 1.0) * 32767).astype("<i2").tobytes()
 
 
 def clip(voice: Voice, index: int, text: str) -> Clip:

@@ -3,9 +3,11 @@
 The normalizer is the one OpenAI wrote for Whisper's own evaluations (``whisper-normalizer``
 packages it): case, punctuation, contractions, British spellings, and numbers written as
 digits or words counted the same ("two" and "2", "seventy-two degrees" and "72 degrees").
-Two gaps of it are closed here, both about times, which the set says often: it reads "6:45"
-(and the British "6.45") as "6 45" but "six forty-five" as "645", and "p.m." as "p m" but "pm"
-as one word. The alignment is jiwer's.
+Three gaps of it are closed here. Two are about times, which the set says often: it reads
+"6:45" (and the British "6.45") as "6 45" but "six forty-five" as "645", and "p.m." as "p m" but
+"pm" as one word. The third: it keeps the symbols a number may hold (".", "$", "%"), and leaves
+the last dot of an ellipsis ("rainy...") as a word of its own, which is no word. The alignment
+is jiwer's.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ _normalizer = EnglishTextNormalizer()
 # A clock time; a decimal with two places reads the same, but the set says none.
 _CLOCK = re.compile(r"\b(\d{1,2})[:.]([0-5]\d)\b")
 _MERIDIEM = re.compile(r"\b([ap]) m\b")
+_SPOKEN = re.compile(r"\w")  # a word has a letter or a digit
 
 
 def normalize(text: str) -> str:
-    """``text`` as Whisper's evaluations compare it, times written one way."""
-    return _MERIDIEM.sub(r"\1m", _normalizer(_CLOCK.sub(r"\1\2", text)))
+    """``text`` as Whisper's evaluations compare it, times written one way, and no word
+    that is only a symbol."""
+    words = _MERIDIEM.sub(r"\1m", _normalizer(_CLOCK.sub(r"\1\2", text))).split()
+    return " ".join(word for word in words if _SPOKEN.search(word))
 
 
 @dataclass(frozen=True, slots=True)

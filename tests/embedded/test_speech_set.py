@@ -3,13 +3,15 @@ that the scorer counts what a listener would count as an error, and nothing else
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine
 from omni_grpc.wire import pb
 
-from .conftest import speech, speech_set, word_error_rate
+from .conftest import _load_script, speech, speech_set, word_error_rate
 from .driver import open_driver
 
 
@@ -56,6 +58,7 @@ def test_noise_is_seeded_and_at_the_voice_s_ratio() -> None:
         ("What is the capital of France?", "What's the capital of France"),
         ("Start at nine thirty p.m.", "Start at 9:30 PM."),
         ("The colour of the sky", "The color of the sky"),
+        ("The weather today is cold and rainy.", "The weather today is cold and rainy..."),
     ],
 )
 def test_case_punctuation_numbers_and_spelling_are_not_errors(said: str, heard: str) -> None:
@@ -84,6 +87,16 @@ def test_errors_are_counted_word_by_word(said: str, heard: str, errors: int) -> 
     result = word_error_rate.score(said, heard)
     assert result.errors == errors
     assert result.words == len(word_error_rate.normalize(said).split())
+
+
+def test_the_fixed_prompts_tried_hold_no_word_of_the_set() -> None:
+    """A prompt built from the set's own words would be fitted to it, not generic."""
+    bench_hearing = _load_script("bench_hearing")
+    said = {
+        word for text in speech_set.utterances() for word in re.findall(r"[a-z']+", text.lower())
+    }
+    for prompt in bench_hearing.PROMPTS.values():
+        assert not said & set(re.findall(r"[a-z']+", prompt.lower())), prompt
 
 
 def test_the_rate_pools_words_across_utterances() -> None:

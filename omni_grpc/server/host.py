@@ -269,6 +269,8 @@ class SessionHost:
         """Publishes one engine event (from the pump, or made at once by ``submit_now``)."""
         kind = event.WhichOneof("event")
         _HOT.events[kind] += 1
+        if kind == "output_audio_delta" and not self._edge.session_output(event.output_audio_delta):
+            return  # its audio is all still in the resampler: the next delta carries it
         if kind == "response_done":
             metrics.response_done(event)  # its latencies, into the histograms
         if self._turns is not None:
@@ -278,8 +280,6 @@ class SessionHost:
                 elapsed_s = perf_counter() - self._speech_ended_at
                 metrics.SPEECH_END_TO_AUDIO.observe(elapsed_s)
                 self._speech_ended_at = None
-            if not self._edge.session_output(event.output_audio_delta):
-                return  # its audio is all still in the resampler: the next delta carries it
         elif kind == "speech_stopped":
             self._speech_ended_at = perf_counter()
         elif kind in INPUT_TAKEN_EVENTS:

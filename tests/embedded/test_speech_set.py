@@ -110,10 +110,11 @@ def test_the_rate_pools_words_across_utterances() -> None:
 # A sample of the set for the suite: every fifth request, the espeak-ng voices taken in turn,
 # so each says two or three (scripts/bench_hearing.py runs the whole set in every voice).
 SAMPLE = range(0, 64, 5)
-# The engine's default (Whisper base, a beam of 5) got 14 of this sample's 92 words wrong on our
-# machine (15.2 %; the whole set's figures are in docs/engines.md), tiny.en 25 (27.2 %). The
-# bound leaves six words for another machine's int8 kernels, and still fails tiny.en.
-MAX_SAMPLE_WER = 0.22
+# The engine's default (Whisper base, a beam of 5, each turn levelled) got 13 of this sample's
+# 92 words wrong on our machine (14.1 %; 14 before levelling; the whole set's figures are in
+# docs/engines.md), tiny.en 25 (27.2 %). The bound leaves six words for another machine's int8
+# kernels (19 of 92 pass, 20 fail), and still fails tiny.en.
+MAX_SAMPLE_WER = 0.21
 
 
 def sample_clips() -> list[speech_set.Clip]:

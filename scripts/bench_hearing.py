@@ -46,6 +46,7 @@ CONFIGS: dict[str, tuple[str, Decoding]] = {
     "base greedy fallback": ("base", Decoding(beam_size=1, temperatures=FALLBACK)),
     "base greedy prompt": ("base", Decoding(beam_size=1, prompt=True)),
     "base unlevelled": ("base", Decoding(level_dbfs=None)),
+    "base no-speech 0.8": ("base", Decoding(no_speech_threshold=0.8)),
     "base timestamps": ("base", Decoding(timestamps=True)),
     "base patience 2": ("base", Decoding(patience=2.0)),
     "base repetition 1.1": ("base", Decoding(repetition_penalty=1.1)),

@@ -22,6 +22,7 @@ import orjson
 from bridge import inbound
 from bridge import inbound_events as ce
 from bridge.errors import DialectError
+from bridge.inbound_append import append_request
 from bridge.inbound_unhonoured import refuse_unhonoured
 from bridge.outbound import ServerDialect
 from bridge.vllm_omni_inbound import DuplexInbound
@@ -41,6 +42,10 @@ class Inbound(Protocol):
 
     def to_request(self, event: Any) -> pb.ConverseRequest: ...
 
+    def request(self, frame: str | bytes) -> pb.ConverseRequest:
+        """One frame's unnumbered command (decode, then to_request); raises DialectError."""
+        ...
+
     def open_request(self, event: ce.SessionUpdate | None, *, model: str) -> pb.ConverseRequest: ...
 
     def ends_handshake(self, error: DialectError) -> bool: ...
@@ -59,6 +64,11 @@ class OpenAIInbound:
 
     def to_request(self, event: Any) -> pb.ConverseRequest:
         return inbound.to_request(event)
+
+    def request(self, frame: str | bytes) -> pb.ConverseRequest:
+        # A plain audio append (most frames) skips the models: bridge.inbound_append.
+        fast = append_request(frame)
+        return fast if fast is not None else inbound.to_request(self.decode(frame))
 
     def open_request(self, event: ce.SessionUpdate | None, *, model: str) -> pb.ConverseRequest:
         return inbound.open_request(event.session if event is not None else None, model=model)

@@ -89,7 +89,8 @@ def _field_path(data: Any, loc: tuple[int | str, ...], *, missing: bool) -> str:
     return ".".join(parts)
 
 
-def _b64(text: str, param: str) -> bytes:
+def b64_audio(text: str, param: str) -> bytes:
+    """Decodes base64 audio; raises ``bad_audio`` on ``param``."""
     try:
         return binascii.a2b_base64(text, strict_mode=True)
     except (binascii.Error, ValueError):
@@ -140,7 +141,7 @@ def _session_update(event: ce.SessionUpdate) -> pb.ConverseRequest:
 
 
 def _append(event: ce.InputAudioAppend) -> pb.ConverseRequest:
-    append = pb.AppendInputAudio(audio=_b64(event.audio, "audio"))
+    append = pb.AppendInputAudio(audio=b64_audio(event.audio, "audio"))
     if event.format is not None:
         fmt = audio_format(event.format, "format")
         append.encoding = fmt.encoding

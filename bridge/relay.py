@@ -46,7 +46,7 @@ from bridge.outbound_events import (
     with_retry_hint,
 )
 from bridge.tracing import RelayTurns
-from bridge.transport import ServiceLink, ServiceStream
+from bridge.transport import InlineStream, ServiceLink, ServiceStream
 from omni_grpc.client.channel import StreamBroken
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import ROUTE_HEADER
@@ -169,6 +169,8 @@ class Relay:
         # After a rate-limit refusal, the loop time the service's retry hint runs out: the
         # reader forwards nothing before, so a flooding client meets TCP's flow control.
         self._hold_input_until = 0.0
+        # The close reason of the stream's end: the last terminal event's, if any.
+        self._end_reason = "stream_ended"
         # The event id of a session.update that opened the stream with the client's
         # configuration ("" when it had none), until the service has answered it.
         self._opening_update: str | None = None
@@ -353,14 +355,19 @@ class Relay:
                 return
             if pending is not None:
                 await self._write(stream, pending)
+            inline = stream if isinstance(stream, InlineStream) else None
             async for message in self.ws:
                 if message.type is WSMsgType.TEXT:
                     try:
-                        request = self._inbound.to_request(self._inbound.decode(message.data))
+                        request = self._inbound.request(message.data)
                     except DialectError as error:
                         await self._refuse(error)
                         continue
                     await self._write(stream, request)
+                    # What the command made at once (an echoed chunk) goes out from here: the
+                    # pump is not woken for it (bridge.transport.InlineStream).
+                    while inline is not None and (payload := inline.take_now()) is not None:
+                        await inline.write_out(self._deliver_serialized, payload)
                 elif message.type is WSMsgType.BINARY:
                     await self._send(error_json("bad_event", "send events as text frames"))
         except (StreamBroken, ConnectionError):
@@ -379,23 +386,35 @@ class Relay:
 
     # -- service → client ----------------------------------------------------------------
 
+    async def _deliver(self, response: pb.ConverseResponse) -> None:
+        """Acts on one contract event and sends its Realtime events."""
+        kind = response.WhichOneof("event")
+        if self._turns is not None:
+            self._turns.received(kind, response)
+        if kind in ("session_created", "session_resumed"):
+            self._next_seq = response.applied_client_seq + 1
+            if self.state is RelayState.ATTACHING:
+                self._move(RelayState.RELAYING)
+        self._end_reason = _TERMINAL.get(kind or "", self._end_reason)
+        if kind == "error" and response.error.code == RATE_LIMIT_CODE:
+            hint_s = response.error.retry_after.ToMilliseconds() / 1000
+            self._hold_input_until = asyncio.get_running_loop().time() + hint_s
+        for event in self._dialect.expand(response):
+            await self._send(event)
+
+    async def _deliver_serialized(self, payload: bytes) -> None:
+        await self._deliver(pb.ConverseResponse.FromString(payload))
+
     async def _pump(self, stream: ServiceStream) -> None:
-        reason = "stream_ended"
+        self._end_reason = "stream_ended"
         try:
-            while (response := await stream.read()) is not None:
-                kind = response.WhichOneof("event")
-                if self._turns is not None:
-                    self._turns.received(kind, response)
-                if kind in ("session_created", "session_resumed"):
-                    self._next_seq = response.applied_client_seq + 1
-                    if self.state is RelayState.ATTACHING:
-                        self._move(RelayState.RELAYING)
-                reason = _TERMINAL.get(kind or "", reason)
-                if kind == "error" and response.error.code == RATE_LIMIT_CODE:
-                    hint_s = response.error.retry_after.ToMilliseconds() / 1000
-                    self._hold_input_until = asyncio.get_running_loop().time() + hint_s
-                for event in self._dialect.expand(response):
-                    await self._send(event)
+            if isinstance(stream, InlineStream):
+                # Its events go out one at a time, in the order taken, with the reader's.
+                while (payload := await stream.read_serialized()) is not None:
+                    await stream.write_out(self._deliver_serialized, payload)
+            else:
+                while (response := await stream.read()) is not None:
+                    await self._deliver(response)
         except StreamBroken as broken:
             status = broken.status
             if status is None or status is grpc.StatusCode.CANCELLED:
@@ -432,13 +451,25 @@ class Relay:
             return
         except ConnectionError:
             return  # the client vanished mid-send
-        await self._close_ws(WSCloseCode.OK, reason)
+        await self._close_ws(WSCloseCode.OK, self._end_reason)
 
     async def _send(self, event: dict[str, Any]) -> None:
+        frame = orjson.dumps(event)
+        transport = self._transport
+        if (
+            transport is not None
+            and transport.get_write_buffer_size() == 0
+            and len(frame) < transport.get_write_buffer_limits()[1] // 2
+        ):
+            # Nothing waits in the socket and the frame fits far below its high-water mark, so
+            # the write cannot pause the connection and send_frame returns without waiting: no
+            # deadline to arm (arming one costs more than the rest of a small frame's send).
+            await self.ws.send_frame(frame, WSMsgType.TEXT)
+            return
         try:
             async with asyncio.timeout(self._send_deadline_s):
                 # The frame is in the socket's buffer at once; the wait is for it to drain.
-                await self.ws.send_frame(orjson.dumps(event), WSMsgType.TEXT)
+                await self.ws.send_frame(frame, WSMsgType.TEXT)
         except TimeoutError:
             raise ClientFellBehind from None
 

@@ -9,8 +9,8 @@ relay behaves the same over either.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 from omni_grpc.wire import pb
 
@@ -23,6 +23,22 @@ class ServiceStream(Protocol):
     async def read(self) -> pb.ConverseResponse | None: ...
 
     def cancel(self) -> None: ...
+
+
+@runtime_checkable
+class InlineStream(ServiceStream, Protocol):
+    """A stream whose events may be taken at once by the task that wrote the command that
+    made them (the in-process one): an echoed chunk goes back without waking the task that
+    reads the stream. Every event, taken or read serialized, goes out through ``write_out``,
+    one at a time, in the order taken."""
+
+    async def read_serialized(self) -> bytes | None: ...
+
+    def take_now(self) -> bytes | None: ...
+
+    async def write_out(
+        self, write: Callable[[bytes], Awaitable[None]], payload: bytes
+    ) -> None: ...
 
 
 class ServiceLink(Protocol):

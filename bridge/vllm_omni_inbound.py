@@ -181,6 +181,10 @@ class DuplexInbound:
         """Parses one frame; raises DialectError."""
         return decode_duplex_event(frame)
 
+    def request(self, frame: str | bytes) -> pb.ConverseRequest:
+        """One frame's unnumbered command; raises DialectError."""
+        return self.to_request(self.decode(frame))
+
     def ends_handshake(self, error: DialectError) -> bool:
         """Whether a refused first frame ends the connection, as the reference's does."""
         return error.code in FIRST_FRAME_FATAL or isinstance(error, NotAnObject)

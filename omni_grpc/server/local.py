@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 
@@ -141,6 +141,24 @@ class LocalStream:
         if payload is None:
             self._release()
         return payload
+
+    def take_now(self) -> bytes | None:
+        """An event that may go out at once, taken by the task whose command made it (so the
+        reading task is not woken for it); None when there is none or a write is in flight
+        (:meth:`SendQueue.take_now`). Whoever takes one writes it through :meth:`write_out`."""
+        queue = self._queue
+        if queue is None or self._cancelled or self._host is None:
+            return None
+        return queue.take_now()
+
+    async def write_out(self, write: Callable[[bytes], Awaitable[None]], payload: bytes) -> None:
+        """Writes one event with ``write`` as the stream's one write in flight, so that events
+        taken by :meth:`take_now` and by reads go out in the order they were taken."""
+        queue = self._queue
+        if queue is None:
+            await write(payload)
+        else:
+            await queue.write_out(write, payload)
 
     def cancel(self) -> None:
         """The client went away: the stream goes, the session waits for a resume."""

@@ -24,6 +24,8 @@ the bridge's ratio to raw, and the latency each hop adds at one session (p50/p99
     scripts/bench_bridge.py            # full run, about 3 to 4 minutes
     scripts/bench_bridge.py --quick    # a smoke run of a few seconds
     scripts/bench_bridge.py --json     # every figure as one JSON document on stdout
+    scripts/bench_bridge.py --cpu-only # only server CPU per chunk at 10 and 100 sessions, raw
+                                       # echo and bridge interleaved (about a minute and a half)
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from omni_grpc.bench import kit
 from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, ServiceSession, mirror_settings
-from omni_grpc.bench.measure import measure
+from omni_grpc.bench.measure import FIXED_SESSIONS, TRIALS, fixed_costs, measure
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.wire.audio import pcm16_bytes, pcm16_ms
 
@@ -281,16 +283,54 @@ async def bench(quick: bool, as_json: bool) -> int:
     return 1 if broken else 0
 
 
+async def cpu_only() -> int:
+    """Only server CPU per chunk at the fixed loads, raw echo and bridge in turn (three steps
+    each): the figure to take again after a change to the bridge's hot path."""
+    kit.pin(kit.LOAD_CPU)
+    kit.raise_open_file_limit()
+    load_before = os.getloadavg()
+    raw, ours = kit.Child(SERVE_CHILD, "raw"), kit.Child(SERVE_CHILD, "ours")
+    loads = [
+        Load("raw", raw.ports[0], raw.pid),
+        Load("bridge", ours.ports[1], ours.pid, ours.engine_cpu_s),
+    ]
+    try:
+        costs = await fixed_costs(loads, FIXED_SESSIONS, TRIALS, quick=False)
+    finally:
+        raw.stop()
+        ours.stop()
+    rows = []
+    for sessions in FIXED_SESSIONS:
+        fixed = [costs[("raw", sessions)], costs[("bridge", sessions)]]
+        ratio = fixed[1].us_per_chunk / fixed[0].us_per_chunk if fixed[0].us_per_chunk else 0.0
+        cost, engine = kit.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
+        rows.extend([[*cost[:-2], "-", "-"], engine])
+        label = f"load generator's CPU, {sessions} sessions"
+        rows.append([label, *(f"{c.client_cpu:.0%}" for c in fixed), "-", "-", "-"])
+    kit.print_table(
+        ["measure", "raw ws echo", "ours, bridge", "bridge / raw", "target", "met"], rows
+    )
+    kit.print_load_average(load_before)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--json", action="store_true", help=kit.JSON_HELP)
+    parser.add_argument(
+        "--cpu-only",
+        action="store_true",
+        help="only server CPU per chunk at 10 and 100 paced sessions (about a minute and a half)",
+    )
     parser.add_argument("--serve-raw", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-ours", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_raw or args.serve_ours:
         kit.pin(kit.SERVER_CPU)
         return kit.run(_serve_raw() if args.serve_raw else _serve_ours())
+    if args.cpu_only:
+        return kit.run(cpu_only())
     with kit.progress_to_stderr(args.json):
         return kit.run(bench(args.quick, args.json))
 

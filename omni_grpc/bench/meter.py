@@ -48,9 +48,10 @@ def _metered_table(
     return metered_handlers
 
 
-def metered(handler: Callable[..., Any]) -> Callable[..., Any]:
-    """``handler``, its CPU time counted as the engine's (the peer benchmark meters its stage
-    stand-in with it too)."""
+def metered(handler: Callable[..., Any], *, every: int = SAMPLE_EVERY) -> Callable[..., Any]:
+    """``handler``, its CPU time counted as the engine's, clocked one call in ``every`` (the
+    peer benchmark meters its stage stand-in with it too, every call: it runs once per second
+    of a session's input, too seldom to sample)."""
     if not _spent_ns:
         _spent_ns.append(0)
     # A coroutine handler stays one and a plain one plain: the worker tells them apart to
@@ -58,31 +59,31 @@ def metered(handler: Callable[..., Any]) -> Callable[..., Any]:
     if inspect.iscoroutinefunction(handler):
 
         async def run_async(*args: Any) -> Any:
-            if not _clock_this_one():
+            if not _clock_this_one(every):
                 return await handler(*args)
             began = time.thread_time_ns()
             try:
                 return await handler(*args)
             finally:
-                _spent_ns[0] += (time.thread_time_ns() - began) * SAMPLE_EVERY
+                _spent_ns[0] += (time.thread_time_ns() - began) * every
 
         return run_async
 
     def run(*args: Any) -> Any:
-        if not _clock_this_one():
+        if not _clock_this_one(every):
             return handler(*args)
         began = time.thread_time_ns()
         try:
             return handler(*args)
         finally:
-            _spent_ns[0] += (time.thread_time_ns() - began) * SAMPLE_EVERY
+            _spent_ns[0] += (time.thread_time_ns() - began) * every
 
     return run
 
 
-def _clock_this_one() -> bool:
+def _clock_this_one(every: int) -> bool:
     _calls[0] += 1
-    return _calls[0] % SAMPLE_EVERY == 0
+    return _calls[0] % every == 0
 
 
 def spent_s() -> float | None:

@@ -56,6 +56,16 @@ def check_rate(rate_hz: int) -> None:
         )
 
 
+def _check_samples(audio: bytes, encoding: int, rate_hz: int) -> None:
+    """Refuses a format this server does not take, or bytes that split a sample."""
+    check_format(encoding, rate_hz)
+    if len(audio) % SAMPLE_WIDTH[encoding]:
+        raise AudioFormatError(
+            "bad_audio",
+            f"{len(audio)} bytes is not a whole number of {SAMPLE_WIDTH[encoding]}-byte samples",
+        )
+
+
 def duration_ms(n_bytes: int, encoding: int, rate_hz: int) -> float:
     """The length in milliseconds of ``n_bytes`` of audio in the given format."""
     check_format(encoding, rate_hz)
@@ -80,12 +90,7 @@ def decode(audio: bytes, encoding: int, rate_hz: int) -> Samples:
     ``rate_hz`` is not needed to read samples but is checked, so that a bad format is refused
     where the bytes enter. Float input is clipped to [-1, 1] and NaN becomes silence.
     """
-    check_format(encoding, rate_hz)
-    if len(audio) % SAMPLE_WIDTH[encoding]:
-        raise AudioFormatError(
-            "bad_audio",
-            f"{len(audio)} bytes is not a whole number of {SAMPLE_WIDTH[encoding]}-byte samples",
-        )
+    _check_samples(audio, encoding, rate_hz)
     if encoding == PCM16:
         return pcm16_to_float(np.frombuffer(audio, dtype="<i2"))
     if encoding == PCM_F32:
@@ -101,12 +106,7 @@ def decode_pcm16(audio: bytes, encoding: int, rate_hz: int) -> Pcm16:
 
     For pcm16 the result is a read-only view of ``audio``, not a copy.
     """
-    check_format(encoding, rate_hz)
-    if len(audio) % SAMPLE_WIDTH[encoding]:
-        raise AudioFormatError(
-            "bad_audio",
-            f"{len(audio)} bytes is not a whole number of {SAMPLE_WIDTH[encoding]}-byte samples",
-        )
+    _check_samples(audio, encoding, rate_hz)
     if encoding == PCM16:
         return np.frombuffer(audio, dtype="<i2").astype(np.int16, copy=False)
     if encoding == G711_ULAW:

@@ -110,15 +110,22 @@ async def idle_memory_kib(port: int, pid: int, count: int) -> float:
 # -- main ---------------------------------------------------------------------------------
 
 
-async def bench(quick: bool, as_json: bool) -> int:
+def _start_servers() -> tuple[kit.Child, kit.Child, list[Load]]:
+    """Pins this load generator to its core, then starts the raw echo and our service, each in
+    a child process on the other core, with a load for each."""
     kit.pin(kit.LOAD_CPU)
     kit.raise_open_file_limit()
-    load_before = os.getloadavg()
     echo, ours = kit.Child(SERVE_CHILD, "echo"), kit.Child(SERVE_CHILD, "ours")
     loads = [
         Load("echo", echo.ports[0], echo.pid),
         Load("ours", ours.ports[0], ours.pid, ours.engine_cpu_s),
     ]
+    return echo, ours, loads
+
+
+async def bench(quick: bool, as_json: bool) -> int:
+    load_before = os.getloadavg()
+    echo, ours, loads = _start_servers()
     # (start, top) by kind: each search starts near the capacity measured before, to save
     # steps, and its top is far above any capacity measured, so it is found, not capped.
     searches = {
@@ -226,14 +233,8 @@ def _cost_rows(costs: dict[tuple[str, int], Cost]) -> list[list[str]]:
 async def cpu_only() -> int:
     """Only server CPU per chunk at the fixed loads (10 and 100 sessions, three interleaved
     steps each, about two minutes): the figure to take again after a change to the hot path."""
-    kit.pin(kit.LOAD_CPU)
-    kit.raise_open_file_limit()
     load_before = os.getloadavg()
-    echo, ours = kit.Child(SERVE_CHILD, "echo"), kit.Child(SERVE_CHILD, "ours")
-    loads = [
-        Load("echo", echo.ports[0], echo.pid),
-        Load("ours", ours.ports[0], ours.pid, ours.engine_cpu_s),
-    ]
+    echo, ours, loads = _start_servers()
     try:
         costs = await fixed_costs(loads, FIXED_SESSIONS, TRIALS, quick=False)
     finally:

@@ -81,6 +81,9 @@ _POLICY = WSCloseCode.POLICY_VIOLATION
 SLOW_CONSUMER = "slow_consumer"
 # How many times a resume sent on to its session's replica is tried (each after the hint).
 ELSEWHERE_ATTEMPTS = 40
+# Refusals of a resume that say "not here, not now" (the owner is another replica, or the
+# session store is away): the relay tries again after the hint instead of ending the session.
+_RESUME_RETRIED = frozenset({"session_elsewhere", "session_store_unavailable"})
 # Statuses with which the service refuses the configuration a stream opens with.
 _CONFIG_REFUSALS = frozenset(
     {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
@@ -419,7 +422,7 @@ class Relay:
             status = broken.status
             if status is None or status is grpc.StatusCode.CANCELLED:
                 return  # we cancelled it: the websocket is gone or closing
-            if self.state is RelayState.ATTACHING and broken.code == "session_elsewhere":
+            if self.state is RelayState.ATTACHING and broken.code in _RESUME_RETRIED:
                 self._elsewhere = broken  # run() resumes again, towards the owner
                 return
             if (

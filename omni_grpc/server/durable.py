@@ -89,6 +89,10 @@ def lease_key(route: str) -> str:
     return f"omni:replica:{route}"
 
 
+class StoreUnavailable(Exception):
+    """Redis did not answer: what it holds is unknown, which is not the same as absent."""
+
+
 @dataclass(slots=True)
 class Stored:
     """A session as the store holds it: its state, journal entries, items and owner."""
@@ -416,7 +420,9 @@ class DurableStore:
     # -- the adopter's side ----------------------------------------------------------------
 
     async def load(self, session_id: str) -> Stored | None:
-        """The stored session, or None when the store has none (or is away)."""
+        """The stored session, or None when the store has none; raises StoreUnavailable when
+        Redis does not answer (the session may well be there: a resume must not be told it is
+        unknown, which ends the client's session for good)."""
         try:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hgetall(session_key(session_id))
@@ -424,7 +430,7 @@ class DurableStore:
                 record, journal = await pipe.execute()
         except (RedisError, OSError) as error:
             self._went_down(error)
-            return None
+            raise StoreUnavailable(str(error)) from error
         if not record:
             return None
         try:
@@ -449,12 +455,13 @@ class DurableStore:
 
     async def claim(self, session_id: str, owner: str) -> int:
         """Makes this replica the owner, if ``owner`` still is: returns the session's new
-        epoch (its fencing token, see :meth:`adopted`), or 0 if a peer was first."""
+        epoch (its fencing token, see :meth:`adopted`), or 0 if a peer was first; raises
+        StoreUnavailable when Redis does not answer."""
         try:
             epoch = await self._claim(keys=[session_key(session_id)], args=[owner, self.route])
         except (RedisError, OSError) as error:
             self._went_down(error)
-            return 0
+            raise StoreUnavailable(str(error)) from error
         return int(epoch)
 
 
@@ -462,4 +469,13 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-__all__ = ["ADOPTIONS", "FENCED", "MODES", "MOVED", "DurableStore", "ItemLog", "Stored"]
+__all__ = [
+    "ADOPTIONS",
+    "FENCED",
+    "MODES",
+    "MOVED",
+    "DurableStore",
+    "ItemLog",
+    "StoreUnavailable",
+    "Stored",
+]

@@ -23,7 +23,7 @@ from omni_grpc.core.snapshot import adopt, check_adopted_cursor
 from omni_grpc.engine.base import Engine, EngineSession
 from omni_grpc.server import metrics
 from omni_grpc.server.budget import MemoryBudget, SessionCharge
-from omni_grpc.server.durable import ADOPTIONS, MOVED, DurableStore
+from omni_grpc.server.durable import ADOPTIONS, MOVED, DurableStore, StoreUnavailable
 from omni_grpc.server.host import SendQueue, SessionHost
 from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.wire import pb
@@ -37,6 +37,8 @@ MIN_TIMER_SLEEP_S = 0.005
 # A resume that reached a replica while the session's owner still lives (or still hands it
 # over) is asked to come back after this long; the proxy takes the retry to the owner.
 ELSEWHERE_RETRY_S = 0.25
+# A resume that needs the session store while it is away is asked to come back after this long.
+STORE_AWAY_RETRY_S = 0.5
 
 
 class SessionElsewhere(StreamRefused):
@@ -52,6 +54,21 @@ class SessionElsewhere(StreamRefused):
             retry_after_s=ELSEWHERE_RETRY_S,
         )
         self.route = route
+
+
+class SessionStoreAway(StreamRefused):
+    """A resume of a session this replica does not hold, while the session store (Redis) does
+    not answer: a peer may have written it there, so the client is told to retry, never that
+    the session is unknown (which would end it for good)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            Status.UNAVAILABLE,
+            "session_store_unavailable",
+            "the session store is away, so where the session lives is unknown: retry",
+            retryable=True,
+            retry_after_s=STORE_AWAY_RETRY_S,
+        )
 
 
 class ResumeFoundEnded(Exception):
@@ -208,10 +225,14 @@ class Sessions:
         """Rebuilds a stored session here when its owner is gone or handed it over.
 
         Returns without a session when the store has none (the resume is then refused as
-        unknown); raises StreamRefused (``session_elsewhere``, retryable) while the owner lives.
+        unknown); raises StreamRefused (``session_elsewhere``, retryable) while the owner lives,
+        and (``session_store_unavailable``, retryable) while the store does not answer.
         """
         assert self.store is not None
-        stored = await self.store.load(request.session_id)
+        try:
+            stored = await self.store.load(request.session_id)
+        except StoreUnavailable:
+            raise SessionStoreAway() from None
         if stored is None:
             return
         why = "handed_over" if not stored.route else "owner_lost"
@@ -221,7 +242,10 @@ class Sessions:
                 raise SessionElsewhere("the session lives on another replica", stored.route)
             if lease is not None:
                 raise SessionElsewhere("the session's replica is handing it over")
-        epoch = await self.store.claim(request.session_id, stored.route)
+        try:
+            epoch = await self.store.claim(request.session_id, stored.route)
+        except StoreUnavailable:
+            raise SessionStoreAway() from None
         if not epoch:
             raise SessionElsewhere("another replica is taking the session")
         self.store.adopted(request.session_id, epoch)  # this replica's writes carry the epoch

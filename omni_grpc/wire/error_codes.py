@@ -51,6 +51,7 @@ ERROR_CODES: dict[str, str] = {
     # -- the server and its engine (type SERVER) -------------------------------------------
     "server_shutting_down": "the server is draining: resume or open elsewhere",
     "session_elsewhere": "the session lives on another replica: retry (with x-omni-route)",
+    "session_store_unavailable": "a resume needs the session store (Redis), which is away: retry",
     "engine_error": "the engine failed to open the session or to serve a command",
     "internal_error": "a response failed inside the server",
     "model_request_failed": "the model could not serve the response's request (vllm)",

@@ -31,6 +31,10 @@ class ServerTruth:
         self._journals: dict[str, Journal] = {}
         self._journaled: dict[int, list[bytes]] = defaultdict(list)
         self.engine_input: dict[str, list[pb.ConverseRequest]] = defaultdict(list)
+        # How many commands the engine had received when each resume was granted: where a cut
+        # fell, read at the moment that counts (a test polling for the cut reads it later, by
+        # which time a quick client may have resent everything).
+        self.input_at_resume: dict[str, list[int]] = defaultdict(list)
         self.call_routes: list[str] = []  # the x-omni-route of each Converse call, in order
         record, open_session, resume = Journal.record, Registry.open, Registry.resume
         submit, submit_now = LoopbackSession.submit, LoopbackSession.submit_now
@@ -51,6 +55,9 @@ class ServerTruth:
         def resuming(registry: Registry, request: pb.ResumeSession, now: float, **kw: Any) -> Any:
             granted = resume(registry, request, now, **kw)  # raises when refused
             self.resumes[request.session_id] += 1
+            self.input_at_resume[request.session_id].append(
+                len(self.engine_input[request.session_id])
+            )
             return granted
 
         async def submitting(session: LoopbackSession, request: pb.ConverseRequest) -> None:

@@ -202,13 +202,13 @@ async def test_cuts_during_upload_and_reply_lose_and_double_nothing(
     proxy.cut_after_bytes(UPLOAD_CUT_BYTES, direction="up")
     process = await start(go_build, proxy.target, tmp_path / "in.wav", tmp_path / "reply.wav")
     await eventually(lambda: proxy.stats.cuts >= 1, timeout_s=20)
-    upload_cut_at = len(truth.engine_input[truth.opened[0]])
     proxy.cut_after_bytes(REPLY_CUT_BYTES, direction="down")
     run = await finish(process, tmp_path / "reply.wav")
     session_id = assert_server_agrees(truth, run, sent)
     assert proxy.stats.cuts >= 2, "the reply was never cut"
     # The first cut fell inside the upload (audio still to send), the second inside the reply:
     # some of its audio came before the last resume, and its end after.
+    upload_cut_at = truth.input_at_resume[session_id][0]  # commands in when the first resume came
     assert upload_cut_at < math.ceil(len(sent) / CHUNK_BYTES)
     last_resume = max(i for i, e in enumerate(run.events) if kind(e) == "session_resumed")
     before, after = run.events[:last_resume], run.events[last_resume:]

@@ -9,16 +9,22 @@ an owner which stalled while a peer adopted its session is fenced off the record
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from omni_grpc.cli.cluster import free_port, redis_command
-from omni_grpc.server.durable import DurableStore, ItemLog, journal_key
+from omni_grpc.client.channel import StreamBroken
+from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
+from omni_grpc.server.durable import DurableStore, ItemLog, StoreUnavailable, journal_key
 from omni_grpc.wire import pb
 from tests.cluster.local import wait_for
 from tests.core.helpers import ack, created, open_session
+from tests.server.streams import read
+from tests.serving import serving, settings
 
 GRACE_S = 30.0
 
@@ -180,11 +186,54 @@ async def test_sync_waits_for_the_write_and_not_for_a_redis_that_is_away(
             dead.mark(session, ItemLog())
             await wait_for(lambda: not dead.up, 20, "the store to say Redis is away")
             await asyncio.wait_for(dead.settled(session), 5)  # returns at once
-            assert await dead.load(session.id) is None
+            # Away is not absent: a lookup or a claim says so instead of "no such session".
+            with pytest.raises(StoreUnavailable):
+                await dead.load(session.id)
+            with pytest.raises(StoreUnavailable):
+                await dead.claim(session.id, "r1")
         finally:
             await dead.stop()
     finally:
         await store.stop()
+
+
+async def test_a_resume_while_redis_is_away_is_told_to_retry_not_that_the_session_is_unknown(
+    tmp_path: Path,
+) -> None:
+    """A replica asked to resume a session it does not hold looks it up in Redis; with Redis
+    away the session may well be there (written by a peer), so the refusal is retryable
+    UNAVAILABLE ``session_store_unavailable``, never NOT_FOUND, which ends a client's session for
+    good. Once Redis answers, a session it does not hold is unknown again."""
+    port = free_port()
+    durable = settings(durability="async", redis_url=f"redis://127.0.0.1:{port}/0", route="r1")
+    async with serving(durable) as running, grpc.aio.insecure_channel(running.target) as channel:
+        session_id = "sess_" + secrets.token_hex(16)
+        refusal = await _refused_resume(channel, session_id)
+        assert refusal == (grpc.StatusCode.UNAVAILABLE, "session_store_unavailable", 0.5)
+        redis = await asyncio.create_subprocess_exec(
+            *redis_command(port, tmp_path), stdout=asyncio.subprocess.DEVNULL
+        )
+        try:
+            await wait_for(lambda: running.sessions.store.up, 30, "the store to come up")
+            refusal = await _refused_resume(channel, session_id)
+            assert refusal == (grpc.StatusCode.NOT_FOUND, "session_resume_expired", 0.0)
+        finally:
+            redis.terminate()
+            await redis.wait()
+
+
+async def _refused_resume(
+    channel: grpc.aio.Channel, session_id: str
+) -> tuple[grpc.StatusCode | None, str, float]:
+    """Resumes ``session_id``; returns the refusal as the client reads it: status, error code
+    (ErrorInfo) and retry hint (RetryInfo, 0 when not retryable)."""
+    call = duplex_pb2_grpc.DuplexServiceStub(channel).Converse()
+    request = pb.ResumeSession(session_id=session_id, resume_token="t" * 43)
+    await call.write(pb.ConverseRequest(resume_session=request))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await read(call)
+    broken = StreamBroken.from_error(refused.value)
+    return broken.status, broken.code, broken.retry_after_s
 
 
 async def _head(store: DurableStore, session_id: str, head: int) -> bool:

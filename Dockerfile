@@ -9,13 +9,14 @@
 # Python and Debian release are the ones set-up and CI use (3.11, bookworm).
 
 # The wheel is built in a stage of its own, so the sources and the build tools stay out of the
-# image. These three paths are all `pip install .` needs (tests/test_packaging.py builds the
+# image. These four paths are all `pip install .` needs (tests/test_packaging.py builds the
 # wheel from them alone).
 FROM python:3.11.14-slim-bookworm AS wheel
 WORKDIR /src
 COPY pyproject.toml ./
 COPY omni_grpc ./omni_grpc
 COPY bridge ./bridge
+COPY omni_cli ./omni_cli
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM python:3.11.14-slim-bookworm

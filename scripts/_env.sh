@@ -37,7 +37,7 @@ _env_log() { printf '[env] %s\n' "$*" >&2; }
 _env_python_want() {
     cd "$ROOT" && {
         sha256sum pyproject.toml scripts/_env.sh
-        for d in omni_grpc bridge; do [[ -f "$d/__init__.py" ]] && echo "pkg $d"; done
+        for d in omni_grpc bridge omni_cli; do [[ -f "$d/__init__.py" ]] && echo "pkg $d"; done
     } | sha256sum | cut -d' ' -f1
 }
 

@@ -99,9 +99,9 @@ async def _serve_raw() -> None:
 
 
 async def _serve_ours() -> None:
+    from omni_cli.config import ServeSettings
+    from omni_cli.launch import start_service
     from omni_grpc.bench import meter
-    from omni_grpc.cli.config import ServeSettings
-    from omni_grpc.cli.launch import start_service
 
     meter.install()
     service = await start_service(ServeSettings(server=mirror_settings(), http_port=0))

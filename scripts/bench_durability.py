@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from omni_cli.cluster import free_port, haproxy_config, proxy_sees_all_up, redis_command
 from omni_grpc.bench import kit
 from omni_grpc.bench.grpc_load import Load, mirror_settings
-from omni_grpc.cli.cluster import free_port, haproxy_config, proxy_sees_all_up, redis_command
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = [sys.executable, os.path.abspath(__file__)]

@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="how long to flood")
     args, serve_args = parser.parse_known_args()
     grpc_port, http_port = free_port(), free_port()
-    command = [sys.executable, "-m", "omni_grpc.cli", "serve", "--engine", "loopback"]
+    command = [sys.executable, "-m", "omni_cli", "serve", "--engine", "loopback"]
     command += ["--grpc-port", str(grpc_port), "--http-port", str(http_port)]
     child = subprocess.Popen([*command, "--log-level", "warning", *serve_args], cwd=ROOT)
     try:

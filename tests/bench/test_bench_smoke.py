@@ -75,7 +75,7 @@ def _quick_run(
 
 @pytest.mark.slow
 def test_grpc_benchmark_runs_from_the_package() -> None:
-    table, _ = _quick_run([sys.executable, "-m", "omni_grpc.cli", "bench"], ("echo", "ours"))
+    table, _ = _quick_run([sys.executable, "-m", "omni_cli", "bench"], ("echo", "ours"))
     assert table[0].startswith("| measure | raw echo | ours |")
     for name in ("p50", "p99"):
         row = next(r for r in table if r.startswith(f"| chunk round trip {name}, 1 session"))

@@ -18,8 +18,8 @@ import pytest
 from bridge_testkit import realtime_socket, running_bridge, service_settings
 
 from bridge.gate import CONTENT_SECURITY_POLICY, DEFAULT_ALLOWED_ORIGINS
-from omni_grpc.cli import build_parser, resolve_bridge_settings, resolve_serve_settings
-from omni_grpc.cli.launch import start_service
+from omni_cli import build_parser, resolve_bridge_settings, resolve_serve_settings
+from omni_cli.launch import start_service
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb

@@ -22,8 +22,8 @@ import pytest
 from bridge_testkit import WITH_EXTENSIONS, realtime_socket, service_settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from omni_grpc.cli.config import ServeSettings
-from omni_grpc.cli.launch import Service, start_service
+from omni_cli.config import ServeSettings
+from omni_cli.launch import Service, start_service
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "omni-grpc.json"
 APPEND_100MS = {

@@ -17,9 +17,9 @@ from bridge_testkit import check_plain_event, service_settings
 from openai import AsyncOpenAI
 from openai.types.realtime import ResponseAudioDeltaEvent, ResponseDoneEvent, SessionCreatedEvent
 
+from omni_cli.config import ServeSettings
+from omni_cli.launch import start_service
 from omni_grpc import audio
-from omni_grpc.cli.config import ServeSettings
-from omni_grpc.cli.launch import start_service
 from omni_grpc.wire import pb
 
 

@@ -23,8 +23,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from bridge.app import BRIDGE
-from omni_grpc.cli.config import ServeSettings
-from omni_grpc.cli.launch import Service, start_service
+from omni_cli.config import ServeSettings
+from omni_cli.launch import Service, start_service
 from omni_grpc.server.host import SessionHost
 from omni_grpc.server.settings import ServerSettings
 from omni_grpc.wire import pb

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_grpc.cli.cluster import free_port, haproxy_config, proxy_sees_all_up, redis_command
+from omni_cli.cluster import free_port, haproxy_config, proxy_sees_all_up, redis_command
 from omni_grpc.core import Limits
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint

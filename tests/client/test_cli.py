@@ -21,7 +21,7 @@ import aiohttp
 import numpy as np
 import pytest
 
-from omni_grpc.cli import (
+from omni_cli import (
     ConfigError,
     build_parser,
     main,
@@ -32,7 +32,7 @@ from omni_grpc.client.wavio import read_audio
 from tests.serving import self_signed_certificate, serving, settings
 
 REPO = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "omni_grpc.cli"]
+CLI = [sys.executable, "-m", "omni_cli"]
 
 
 def serve_args(*flags: str) -> argparse.Namespace:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from omni_grpc.cli import build_parser
-from omni_grpc.cli.cluster import haproxy_config
-from omni_grpc.cli.config import ConfigError, resolve_serve_settings
+from omni_cli import build_parser
+from omni_cli.cluster import haproxy_config
+from omni_cli.config import ConfigError, resolve_serve_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

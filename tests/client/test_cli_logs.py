@@ -20,11 +20,11 @@ import numpy as np
 import orjson
 import pytest
 
-from omni_grpc.cli import ConfigError, build_parser, resolve_bridge_settings, resolve_serve_settings
+from omni_cli import ConfigError, build_parser, resolve_bridge_settings, resolve_serve_settings
 from omni_grpc.client import DuplexClient
 
 REPO = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "omni_grpc.cli"]
+CLI = [sys.executable, "-m", "omni_cli"]
 API_KEY = "sk-test-log-secret-8d1f0c"
 FORK_WARNING = "fork() handlers"
 

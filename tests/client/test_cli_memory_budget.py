@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from omni_grpc.cli import build_parser
-from omni_grpc.cli.config import MIB, ConfigError, resolve_serve_settings
+from omni_cli import build_parser
+from omni_cli.config import MIB, ConfigError, resolve_serve_settings
 from omni_grpc.core import Limits
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_grpc.cli import ConfigError, build_parser, resolve_serve_settings
+from omni_cli import ConfigError, build_parser, resolve_serve_settings
 
 
 def resolved(*flags: str, env: dict[str, str] | None = None) -> tuple[bool, bool]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omni_grpc.cli import build_parser
-from omni_grpc.cli.config import resolve_serve_settings
+from omni_cli import build_parser
+from omni_cli.config import resolve_serve_settings
 from omni_grpc.core import Limits
 
 

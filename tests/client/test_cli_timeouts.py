@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from omni_grpc.cli import build_parser
-from omni_grpc.cli.config import (
+from omni_cli import build_parser
+from omni_cli.config import (
     ConfigError,
     ServeSettings,
     resolve_bridge_settings,
     resolve_serve_settings,
 )
-from omni_grpc.cli.launch import start_service
+from omni_cli.launch import start_service
 from tests.serving import settings
 
 

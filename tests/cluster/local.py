@@ -1,6 +1,6 @@
 """A local cluster for tests: ``scripts/cluster``'s own runner, as a real child process.
 
-:class:`LocalCluster` starts ``python -m omni_grpc.cli.cluster`` (Redis, the replicas, HAProxy
+:class:`LocalCluster` starts ``python -m omni_cli.cluster`` (Redis, the replicas, HAProxy
 from deploy/haproxy, the bridge), waits for its state file, and stops it. Tests kill, signal and
 scrape the processes the state file names. Everything waits on conditions with generous
 deadlines, never on fixed sleeps: the suite runs on a loaded 2-core machine.
@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from omni_grpc.cli.cluster import free_port
+from omni_cli.cluster import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120.0
@@ -39,7 +39,7 @@ class LocalCluster:
         self._log = (tmp / "cluster.log").open("wb")
         self.process = subprocess.Popen(
             [
-                *(sys.executable, "-m", "omni_grpc.cli.cluster", "--replicas", str(replicas)),
+                *(sys.executable, "-m", "omni_cli.cluster", "--replicas", str(replicas)),
                 *("--grpc-port", str(self.grpc_port), "--http-port", str(self.http_port)),
                 *("--state-file", str(self.state_file), "--", *serve_args),
             ],

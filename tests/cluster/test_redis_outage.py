@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from omni_grpc.cli.cluster import redis_command
+from omni_cli.cluster import redis_command
 from tests.cluster.local import LocalCluster, wait_for
 from tests.cluster.speaker import Speaker, words
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from omni_grpc.cli.cluster import free_port, redis_command
+from omni_cli.cluster import free_port, redis_command
 from omni_grpc.client.channel import StreamBroken
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.durable import DurableStore, ItemLog, StoreUnavailable, journal_key

@@ -19,8 +19,8 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from omni_grpc.cli import build_parser
-from omni_grpc.cli.config import ConfigError, resolve_bridge_settings, resolve_serve_settings
+from omni_cli import build_parser
+from omni_cli.config import ConfigError, resolve_bridge_settings, resolve_serve_settings
 from omni_grpc.core import Limits
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import RunningServer

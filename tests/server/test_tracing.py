@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from omni_grpc.cli import build_parser, resolve_bridge_settings, resolve_serve_settings
+from omni_cli import build_parser, resolve_bridge_settings, resolve_serve_settings
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import start_server
 from omni_grpc.wire import pb
@@ -37,7 +37,7 @@ from tests.serving import settings
 from .streams import open_stream, pcm16, read_until
 
 REPO = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "omni_grpc.cli"]
+CLI = [sys.executable, "-m", "omni_cli"]
 TRACE_ID = 0x4BF92F3577B34DA6A3CE929D0E0E4736
 PARENT_ID = 0x00F067AA0BA902B7
 TRACEPARENT = f"00-{TRACE_ID:032x}-{PARENT_ID:016x}-01"

@@ -130,7 +130,7 @@ def haproxy_config(
 
 
 def _omni(*args: str) -> list[str]:
-    return [sys.executable, "-m", "omni_grpc.cli", *args]
+    return [sys.executable, "-m", "omni_cli", *args]
 
 
 def start_replica(cluster: Cluster, index: int, serve_args: Sequence[str]) -> Replica:

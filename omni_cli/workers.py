@@ -17,8 +17,8 @@ import multiprocessing
 import os
 from multiprocessing.process import BaseProcess
 
-from omni_grpc.cli.config import BridgeSettings
-from omni_grpc.cli.logs import configure_logging
+from omni_cli.config import BridgeSettings
+from omni_cli.logs import configure_logging
 
 STOP_WAIT_S = 15.0  # how long a stopping worker gets before it is killed
 
@@ -61,7 +61,7 @@ def work(settings: BridgeSettings, parent_pid: int) -> None:
     """A worker's life: the bridge on the shared port until SIGTERM or its parent goes."""
     import uvloop
 
-    from omni_grpc.cli.launch import run_bridge_worker
+    from omni_cli.launch import run_bridge_worker
 
     configure_logging(settings.log_level, settings.log_format)
     uvloop.run(run_bridge_worker(settings, parent_pid))

@@ -7,7 +7,7 @@ each start gRPC either pauses its threads until the fork is done or, when a call
 logs "Other threads are currently calling into gRPC, skipping fork() handlers". Starting
 subprocesses another way would quiet one caller and leave the hooks on every other fork.
 
-gRPC reads GRPC_ENABLE_FORK_SUPPORT once, when it is imported, so ``omni_grpc.cli`` imports
+gRPC reads GRPC_ENABLE_FORK_SUPPORT once, when it is imported, so ``omni_cli`` imports
 this module before anything else; the children inherit it. An operator's own value is kept.
 """
 

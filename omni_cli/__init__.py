@@ -1,7 +1,7 @@
 """The ``omni-grpc`` command: ``serve`` the service, run a ``bridge`` alone, ``talk``, ``bench``.
 
 The flags of each subcommand are here; how ``serve`` and ``bridge`` merge their settings is
-:mod:`omni_grpc.cli.config`, what they run is :mod:`omni_grpc.cli.launch`, and the benchmark is
+:mod:`omni_cli.config`, what they run is :mod:`omni_cli.launch`, and the benchmark is
 :mod:`omni_grpc.bench.service`. The gRPC server, the bridge and the benchmark are imported only
 when their subcommand runs.
 """
@@ -14,9 +14,9 @@ import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
+import omni_cli.grpc_fork  # noqa: F401  (first: gRPC reads its fork setting when imported)
 import omni_grpc
-import omni_grpc.cli.grpc_fork  # first: gRPC reads its fork setting when imported
-from omni_grpc.cli.config import (
+from omni_cli.config import (
     DEFAULT_HTTP_PORT,
     BridgeSettings,
     ConfigError,
@@ -25,7 +25,7 @@ from omni_grpc.cli.config import (
     resolve_bridge_settings,
     resolve_serve_settings,
 )
-from omni_grpc.cli.logs import LOG_FORMATS, configure_logging
+from omni_cli.logs import LOG_FORMATS, configure_logging
 from omni_grpc.client.talk_cli import LOG_LEVELS, add_talk_parser
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
@@ -63,13 +63,13 @@ def _run(
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from omni_grpc.cli import launch
+    from omni_cli import launch
 
     return _run_resolved("serve", args, resolve_serve_settings, launch.serve)
 
 
 def _run_bridge(args: argparse.Namespace) -> int:
-    from omni_grpc.cli import launch
+    from omni_cli import launch
 
     return _run_resolved("bridge", args, resolve_bridge_settings, launch.run_bridge)
 

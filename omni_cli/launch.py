@@ -6,7 +6,7 @@ its commands to the sessions in-process (no gRPC hop: :mod:`omni_grpc.server.loc
 SIGTERM or SIGINT. On that signal the service drains first (sessions are told ``going_away``,
 so clients of the bridge hear it too), then the bridge closes its websockets, then the service
 stops. With ``--bridge-workers N`` the bridge's port is served by N processes
-(:mod:`omni_grpc.cli.workers`): this one and N - 1 workers, which reach the service over gRPC.
+(:mod:`omni_cli.workers`): this one and N - 1 workers, which reach the service over gRPC.
 This is the one module that imports both the server and the
 bridge: the server knows nothing of the bridge.
 """
@@ -25,9 +25,9 @@ from aiohttp import web
 from opentelemetry.trace import TracerProvider
 
 from bridge.app import start_bridge
-from omni_grpc.cli.config import BridgeSettings, ServeSettings
-from omni_grpc.cli.tracing import otlp_tracer_provider
-from omni_grpc.cli.workers import BridgeWorkers, parent_gone
+from omni_cli.config import BridgeSettings, ServeSettings
+from omni_cli.tracing import otlp_tracer_provider
+from omni_cli.workers import BridgeWorkers, parent_gone
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
 

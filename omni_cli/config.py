@@ -17,8 +17,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS
-from omni_grpc.cli.logs import LOG_FORMATS
-from omni_grpc.cli.tracing import traces_endpoint
+from omni_cli.logs import LOG_FORMATS
+from omni_cli.tracing import traces_endpoint
 from omni_grpc.client.talk_cli import LOG_LEVELS
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines

@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import orjson
-
 from bridge import inbound
 from bridge import inbound_events as ce
 from bridge.errors import DialectError
@@ -55,20 +53,26 @@ class OpenAIInbound:
     """The OpenAI dialect's inbound side: :mod:`bridge.inbound` as it is."""
 
     def decode(self, frame: str | bytes) -> Any:
-        event = inbound.decode_client_event(frame)
-        if isinstance(event, ce.SessionUpdate | ce.ResponseCreate):
-            # Parsed again, for the few events that may set a GA field the service cannot
-            # honour: the models leave out what they do not carry (bridge.inbound_unhonoured).
-            refuse_unhonoured(orjson.loads(frame))
-        return event
+        return self._validated(inbound.parse_client_frame(frame))
 
     def to_request(self, event: Any) -> pb.ConverseRequest:
         return inbound.to_request(event)
 
     def request(self, frame: str | bytes) -> pb.ConverseRequest:
-        # A plain audio append (most frames) skips the models: bridge.inbound_append.
-        fast = append_request(frame)
-        return fast if fast is not None else inbound.to_request(self.decode(frame))
+        # Parsed once; a plain audio append (most frames) skips the models:
+        # bridge.inbound_append.
+        data = inbound.parse_client_frame(frame)
+        fast = append_request(data)
+        return fast if fast is not None else inbound.to_request(self._validated(data))
+
+    @staticmethod
+    def _validated(data: dict[str, Any]) -> Any:
+        event = inbound.validate_client_event(data)
+        if isinstance(event, ce.SessionUpdate | ce.ResponseCreate):
+            # The few events that may set a GA field the service cannot honour are read as
+            # sent: the models leave out what they do not carry (bridge.inbound_unhonoured).
+            refuse_unhonoured(data)
+        return event
 
     def open_request(self, event: ce.SessionUpdate | None, *, model: str) -> pb.ConverseRequest:
         return inbound.open_request(event.session if event is not None else None, model=model)

@@ -1,11 +1,12 @@
 """Inbound: Realtime client frames → Protobuf commands, as pure functions (no sockets, no clock).
 
 :func:`decode_client_event` parses one text frame into a typed client event
-(:mod:`bridge.inbound_events`) and :func:`to_request` turns it into one ``ConverseRequest``,
-unnumbered: the relay numbers commands (``client_seq``) for its gRPC stream, so a JSON client
-never sees numbering. ``session.resume`` is not a command but the handshake of a new
-connection, and :func:`resume_request` builds that. The other direction is
-:mod:`bridge.outbound`.
+(:mod:`bridge.inbound_events`; in two halves, :func:`parse_client_frame` and
+:func:`validate_client_event`, for a caller that reads the parsed frame first) and
+:func:`to_request` turns it into one ``ConverseRequest``, unnumbered: the relay numbers commands
+(``client_seq``) for its gRPC stream, so a JSON client never sees numbering. ``session.resume``
+is not a command but the handshake of a new connection, and :func:`resume_request` builds that.
+The other direction is :mod:`bridge.outbound`.
 
 Refusals raise :class:`DialectError` with the reference protocol's codes (``invalid_json``,
 ``bad_event``, ``unknown_event``, ``bad_audio``, ``unsupported_audio_format`` …); the relay
@@ -42,6 +43,13 @@ def decode_client_event(
 ) -> Any:
     """Parses one text frame; raises DialectError for bad JSON, shape or type. ``adapter`` and
     ``types`` are a dialect's events (the OpenAI dialect's unless given)."""
+    return validate_client_event(parse_client_frame(frame), adapter=adapter, types=types)
+
+
+def parse_client_frame(frame: str | bytes) -> dict[str, Any]:
+    """The first half of :func:`decode_client_event`: one text frame as a JSON object with a
+    string ``type``, parsed once, for a caller that looks at it before validating it (the
+    audio fast path, the unhonoured fields); raises DialectError for size, JSON and shape."""
     if len(frame) > MAX_EVENT_BYTES:
         raise DialectError("event_too_large", f"an event may have at most {MAX_EVENT_BYTES} bytes")
     try:
@@ -52,6 +60,17 @@ def decode_client_event(
         raise DialectError(
             "bad_event", "an event must be a JSON object with a string type", param="type"
         )
+    return data
+
+
+def validate_client_event(
+    data: dict[str, Any],
+    *,
+    adapter: TypeAdapter[Any] = ce.CLIENT_EVENT,
+    types: frozenset[str] = ce.CLIENT_EVENT_TYPES,
+) -> Any:
+    """The second half of :func:`decode_client_event`: a parsed frame as a typed client event;
+    raises DialectError for an unknown type or a bad field."""
     event_id = data.get("event_id")
     event_id = event_id if isinstance(event_id, str) else ""
     if data["type"] not in types:

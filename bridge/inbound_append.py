@@ -1,20 +1,21 @@
 """The inbound hot path: an ``input_audio_buffer.append`` in its plainest form, without pydantic.
 
 Nearly every frame a talking client sends is ``{"type": "input_audio_buffer.append", "audio":
-"…"}``, perhaps with an ``event_id``. :func:`append_request` turns exactly that shape into its
-command with one JSON parse and one base64 decode; any other frame (another type, another field,
-a value of the wrong type, a frame too large or not JSON) gets None, and the dialect's generic
-path reads it, so every refusal is the generic path's own. The one refusal made here, audio
+"…"}``, perhaps with an ``event_id``. :func:`append_request` turns exactly that shape, parsed
+once by :func:`bridge.inbound.parse_client_frame`, into its command with one base64 decode; any
+other event (another type, another field, a value of the wrong type) gets None, and the
+dialect's generic path validates the same parsed object, so every refusal is the generic path's
+own. The one refusal made here, audio
 that is not base64, is the one :func:`bridge.inbound.to_request` makes: ``bad_audio`` on
 ``audio`` with the event's id.
 """
 
 from __future__ import annotations
 
-import orjson
+from typing import Any
 
 from bridge.errors import DialectError
-from bridge.inbound import MAX_EVENT_BYTES, b64_audio
+from bridge.inbound import b64_audio
 from omni_grpc.wire import pb
 
 APPEND = "input_audio_buffer.append"
@@ -23,17 +24,10 @@ APPEND = "input_audio_buffer.append"
 _PLAIN_FIELDS = frozenset({"type", "audio", "event_id"})
 
 
-def append_request(frame: str | bytes) -> pb.ConverseRequest | None:
-    """The unnumbered command of a plain append frame, or None for any other frame."""
-    if len(frame) > MAX_EVENT_BYTES:
-        return None
-    try:
-        data = orjson.loads(frame)
-    except orjson.JSONDecodeError:
-        return None
+def append_request(data: dict[str, Any]) -> pb.ConverseRequest | None:
+    """The unnumbered command of a plain append event (a parsed frame), or None for any other."""
     if (
-        type(data) is not dict
-        or data.get("type") != APPEND
+        data["type"] != APPEND
         or type(data.get("audio")) is not str
         or not _PLAIN_FIELDS.issuperset(data)
     ):

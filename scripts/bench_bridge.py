@@ -26,6 +26,8 @@ the bridge's ratio to raw, and the latency each hop adds at one session (p50/p99
     scripts/bench_bridge.py --json     # every figure as one JSON document on stdout
     scripts/bench_bridge.py --cpu-only # only server CPU per chunk at 10 and 100 sessions, raw
                                        # echo and bridge interleaved (about a minute and a half)
+    scripts/bench_bridge.py --workers  # the bridge path in one process and in two
+                                       # (--bridge-workers 2), unpinned, side by side
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import contextlib
 import os
 import random
 import sys
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -50,7 +53,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from omni_grpc.bench import kit
 from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, ServiceSession, mirror_settings
-from omni_grpc.bench.measure import FIXED_SESSIONS, TRIALS, fixed_costs, measure
+from omni_grpc.bench.measure import FIXED_CHUNK_MS, FIXED_SESSIONS, TRIALS, fixed_costs, measure
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.wire.audio import pcm16_bytes, pcm16_ms
 
@@ -61,6 +64,8 @@ SERVE_CHILD = [sys.executable, os.path.abspath(__file__)]
 TARGET_RATIO = 0.6
 DELTA = "response.output_audio.delta"
 KINDS = ("raw", "grpc", "bridge")
+# --workers: the bridge path served by one process and by two (``--bridge-workers 2``).
+WORKER_KINDS = ("bridge-1", "bridge-2")
 
 
 # -- the two servers (child processes) ------------------------------------------------------
@@ -98,13 +103,14 @@ async def _serve_raw() -> None:
     await kit.serve_until_parent_gone()
 
 
-async def _serve_ours() -> None:
+async def _serve_ours(bridge_workers: int = 1) -> None:
     from omni_cli.config import ServeSettings
     from omni_cli.launch import start_service
     from omni_grpc.bench import meter
 
     meter.install()
-    service = await start_service(ServeSettings(server=mirror_settings(), http_port=0))
+    settings = ServeSettings(server=mirror_settings(), http_port=0, bridge_workers=bridge_workers)
+    service = await start_service(settings)
     kit.announce_ready(service.server.grpc_port, service.http_port or 0)
     await kit.serve_until_parent_gone()
     await service.stop()
@@ -164,7 +170,8 @@ class WsSession:
 
 
 class Load:
-    """Runs paced steps against one server; ``kind`` is one of KINDS."""
+    """Runs paced steps against one server; ``kind`` is one of KINDS (or of WORKER_KINDS, a
+    bridge of several processes, whose CPU is counted over all of them)."""
 
     def __init__(
         self,
@@ -176,6 +183,7 @@ class Load:
         self.kind, self.port, self.server_pid = kind, port, server_pid
         self.engine_meter = engine_meter
         self.rng = random.Random(0)
+        self.server_cpu_s = kit.tree_cpu_s if kind in WORKER_KINDS else kit.cpu_s
 
     async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> kit.Tally:
         audio = self.rng.randbytes(pcm16_bytes(chunk_ms, CLIENT_RATE_HZ))
@@ -195,10 +203,16 @@ class Load:
         # It acks what it read (server_event_seq): a client of the duplex extensions.
         url = f"http://127.0.0.1:{self.port}/v1/realtime?model=loopback&extensions=1"
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-            bridge = self.kind == "bridge"
+            bridge = self.kind != "raw"
             group = [WsSession(http, url, frame, bridge) for _ in range(sessions)]
             return await kit.drive(
-                group, period_s, duration_s, self.server_pid, self.rng, self.engine_meter
+                group,
+                period_s,
+                duration_s,
+                self.server_pid,
+                self.rng,
+                self.engine_meter,
+                server_cpu_s=self.server_cpu_s,
             )
 
 
@@ -314,6 +328,54 @@ async def cpu_only() -> int:
     return 0
 
 
+async def workers(quick: bool) -> int:
+    """The bridge path of ``omni-grpc serve`` with one bridge process and with two
+    (``--bridge-workers 2``: the second reaches the service over gRPC), side by side: sessions
+    sustained, server CPU per chunk over all its processes, and how a fixed load splits between
+    the processes. Neither server is pinned: both may use every core (so, on a small machine,
+    the load generator's too)."""
+    kit.pin(kit.LOAD_CPU)
+    kit.raise_open_file_limit()
+    load_before = os.getloadavg()
+    one, two = (kit.Child(SERVE_CHILD, kind) for kind in WORKER_KINDS)
+    loads = [
+        Load(WORKER_KINDS[0], one.ports[1], one.pid),
+        Load(WORKER_KINDS[1], two.ports[1], two.pid),
+    ]
+    searches = {20: dict.fromkeys(WORKER_KINDS, (64, 4096))}
+    try:
+        results = await measure(loads, searches, quick=quick)
+        split_at = 20 if quick else FIXED_SESSIONS[-1]
+        split = await _split(loads[1], split_at, 1.0 if quick else 4.0)
+    finally:
+        one.stop()
+        two.stop()
+    caps = [results.caps[(kind, 20)] for kind in WORKER_KINDS]
+    ratio = caps[1].sessions / caps[0].sessions if caps[0].sessions else 0.0
+    rows = [kit.capacity_row(20, [c.cell() for c in caps], ratio, 1.0, quick=quick)]
+    for sessions in sorted({n for _, n in results.costs}):
+        fixed = [results.costs[(kind, sessions)] for kind in WORKER_KINDS]
+        ratio = fixed[1].us_per_chunk / fixed[0].us_per_chunk if fixed[0].us_per_chunk else 0.0
+        cost, _ = kit.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
+        rows.append([*cost[:-2], "-", "-"])
+    label = f"CPU of each process, {split_at} sessions, 20 ms (service+bridge, worker)"
+    rows.append([label, "-", " / ".join(f"{share:.0%}" for share in split), "-", "-", "-"])
+    kit.print_table(["measure", "1 process", "2 processes", "2 / 1", "target", "met"], rows)
+    kit.print_load_average(load_before)
+    return 0
+
+
+async def _split(load: Load, sessions: int, duration_s: float) -> list[float]:
+    """Each process's share of a core while ``load`` runs a fixed step of ``sessions``."""
+    pids = [load.server_pid, *kit.descendants(load.server_pid)]
+    before = [kit.cpu_s(pid) for pid in pids]
+    started = time.perf_counter()
+    await load.step(sessions, FIXED_CHUNK_MS, duration_s)
+    window = time.perf_counter() - started
+    shares = [(kit.cpu_s(pid) - was) / window for pid, was in zip(pids, before, strict=True)]
+    return [share for share in shares if share >= 0.01]  # the worker, not multiprocessing's helper
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
@@ -323,12 +385,24 @@ def main() -> int:
         action="store_true",
         help="only server CPU per chunk at 10 and 100 paced sessions (about a minute and a half)",
     )
+    parser.add_argument(
+        "--workers",
+        action="store_true",
+        help="the bridge path with one process and with two (--bridge-workers 2), unpinned",
+    )
     parser.add_argument("--serve-raw", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-ours", action="store_true", help=argparse.SUPPRESS)
+    for kind in WORKER_KINDS:
+        parser.add_argument(f"--serve-{kind}", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_raw or args.serve_ours:
         kit.pin(kit.SERVER_CPU)
         return kit.run(_serve_raw() if args.serve_raw else _serve_ours())
+    for count, kind in enumerate(WORKER_KINDS, start=1):
+        if getattr(args, f"serve_{kind.replace('-', '_')}"):
+            return kit.run(_serve_ours(bridge_workers=count))
+    if args.workers:
+        return kit.run(workers(args.quick))
     if args.cpu_only:
         return kit.run(cpu_only())
     with kit.progress_to_stderr(args.json):

@@ -66,6 +66,29 @@ def cpu_s(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def descendants(pid: int) -> list[int]:
+    """The live processes ``pid`` started, and theirs (a server's worker processes)."""
+    found, pending = [], [pid]
+    while pending:
+        parent = pending.pop()
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{parent}/task"):
+                with open(f"/proc/{parent}/task/{task}/children") as children:
+                    pending += [int(child) for child in children.read().split()]
+        if parent != pid:
+            found.append(parent)
+    return found
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and of its live descendants together."""
+    total = cpu_s(pid)
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):
+            total += cpu_s(child)
+    return total
+
+
 def own_cpu_s() -> float:
     """CPU seconds this process has used."""
     return cpu_s(os.getpid())
@@ -261,10 +284,12 @@ async def drive(
     rng: random.Random,
     engine_meter: Callable[[], Awaitable[float]] | None = None,
     per_answer: int = 1,
+    server_cpu_s: Callable[[int], float] = cpu_s,
 ) -> Tally:
     """Opens every session, sends one chunk each per period for ``duration_s``, closes them.
 
-    ``engine_meter`` reads the server's engine CPU seconds (:meth:`Child.engine_cpu_s`).
+    ``engine_meter`` reads the server's engine CPU seconds (:meth:`Child.engine_cpu_s`);
+    ``server_cpu_s`` the server's own (:func:`tree_cpu_s` for a server of several processes).
     """
     gate = asyncio.Semaphore(CONNECT_WAVE)
 
@@ -279,14 +304,14 @@ async def drive(
     # Ramp-up (first chunks of every session, phases settling) is not measured.
     tally.warm_from = start + min(0.5, duration_s / 4) + period_s
     engine0 = await engine_meter() if engine_meter else float("nan")
-    cpu0, server0 = own_cpu_s(), cpu_s(server_pid)
+    cpu0, server0 = own_cpu_s(), server_cpu_s(server_pid)
     phases = [start + period_s * rng.random() for _ in group]
     await asyncio.gather(
         *(_paced(s, tally, t, period_s, duration_s) for s, t in zip(group, phases, strict=True))
     )
     window = time.perf_counter() - start
     tally.client_cpu = (own_cpu_s() - cpu0) / window
-    tally.server_cpu = (cpu_s(server_pid) - server0) / window
+    tally.server_cpu = (server_cpu_s(server_pid) - server0) / window
     if engine_meter:  # read after the window: what it costs is not the server's or ours
         tally.engine_cpu = (await engine_meter() - engine0) / window
     tally.done_sending = True

@@ -114,6 +114,35 @@ def test_bridge_benchmark_measures_every_path() -> None:
     )
 
 
+@pytest.mark.slow
+def test_bridge_benchmark_with_two_processes_puts_both_to_work() -> None:
+    """``--workers``: ``omni-grpc serve`` with one bridge process and with two
+    (``--bridge-workers 2``), side by side; with two, the kernel spreads the connections over
+    both processes, and each one's CPU is its own figure."""
+    script = str(REPO / "scripts" / "bench_bridge.py")
+    result = subprocess.run(
+        [sys.executable, script, "--workers", "--quick"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for kind in ("bridge-1", "bridge-2"):
+        match = re.search(
+            rf"^  {kind} *: p50 +{NUMBER} ms +p99 +{NUMBER} ms +got (\d+)/(\d+)$",
+            result.stdout,
+            re.M,
+        )
+        assert match and match[1] == match[2] and int(match[1]) > 0, result.stdout
+    table = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    assert table[0].startswith("| measure | 1 process | 2 processes | 2 / 1 |")
+    # 20 sessions over two processes: both carry some (all on one is a 2 ** -19 chance).
+    split = next(r for r in table if r.startswith("| CPU of each process, 20 sessions"))
+    shares = re.findall(r"(\d+)%", split)
+    assert len(shares) == 2 and all(int(share) > 0 for share in shares), split
+
+
 @pytest.fixture(scope="module")
 def peer_environment() -> None:
     """.venv-vllm-omni, where the peer (vLLM-Omni's own server) runs: made here when missing

@@ -106,6 +106,25 @@ def _add_log_format(parser: Any, default: str | None) -> None:
     )
 
 
+def _add_page_policy(parser: Any) -> None:
+    """Which web pages (Origin) and host names (Host) the bridge answers: serve and bridge."""
+    parser.add_argument(
+        "--allowed-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="a web origin whose pages may use the bridge, e.g. https://app.example or "
+        "http://localhost:* (any port); repeatable; '*' allows every page. Default: "
+        "localhost, 127.0.0.1 and [::1] on any port (the bridge's own origin always)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="a Host name the bridge answers to besides localhost and IP addresses (against "
+        "DNS rebinding); repeatable; '*' turns the check off",
+    )
+
+
 def _add_otlp_endpoint(parser: Any) -> None:
     parser.add_argument(
         "--otlp-endpoint",
@@ -224,21 +243,7 @@ def _add_serve(commands: Any) -> None:
     _add_otlp_endpoint(serve)
     serve.add_argument("--log-level", choices=LOG_LEVELS, help="log level (default info)")
     _add_log_format(serve, None)  # None: the file or the environment may set it
-    serve.add_argument(
-        "--allowed-origin",
-        action="append",
-        metavar="ORIGIN",
-        help="a web origin whose pages may use the bridge, e.g. https://app.example or "
-        "http://localhost:* (any port); repeatable; '*' allows every page. Default: "
-        "localhost, 127.0.0.1 and [::1] on any port (the bridge's own origin always)",
-    )
-    serve.add_argument(
-        "--allowed-host",
-        action="append",
-        metavar="NAME",
-        help="a Host name the bridge answers to besides localhost and IP addresses (against "
-        "DNS rebinding); repeatable; '*' turns the check off",
-    )
+    _add_page_policy(serve)
     _add_rate_limits(serve)
     _add_durability(serve)
 
@@ -364,21 +369,7 @@ def _add_bridge(commands: Any) -> None:
         help="close a websocket with 1013 slow_consumer when one frame has waited this long "
         "for the client to read (default 10); the session stays resumable",
     )
-    bridge.add_argument(
-        "--allowed-origin",
-        action="append",
-        metavar="ORIGIN",
-        help="a web origin whose pages may use the bridge, e.g. https://app.example or "
-        "http://localhost:* (any port); repeatable; '*' allows every page. Default: "
-        "localhost, 127.0.0.1 and [::1] on any port (the bridge's own origin always)",
-    )
-    bridge.add_argument(
-        "--allowed-host",
-        action="append",
-        metavar="NAME",
-        help="a Host name the bridge answers to besides localhost and IP addresses (against "
-        "DNS rebinding); repeatable; '*' turns the check off",
-    )
+    _add_page_policy(bridge)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,6 @@ changes the map, and tests/bridge/test_dialect_map.py fails until it is written 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +28,11 @@ END = "<!-- dialect-map:end -->"
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "scripts") not in sys.path:
+    sys.path.insert(0, str(ROOT / "scripts"))
 
 import orjson  # noqa: E402
+from doc_section import Section  # noqa: E402
 from google.protobuf.descriptor import FieldDescriptor  # noqa: E402
 from google.protobuf.message import Message  # noqa: E402
 
@@ -198,38 +200,16 @@ def table() -> str:
     return "\n".join(lines)
 
 
+SECTION = Section(DOC, BEGIN, END, table, "the dialect map", "scripts/dialect_map.py")
+
+
 def render(doc: str) -> str:
     """``doc`` with the map between the markers replaced by the current one."""
-    try:
-        head, rest = doc.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-    except ValueError:
-        raise SystemExit(f"{DOC.name} lacks the map markers {BEGIN!r} ... {END!r}") from None
-    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+    return SECTION.render(doc)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="update docs/dialects.md")
-    mode.add_argument("--check", action="store_true", help="fail if docs/dialects.md is stale")
-    args = parser.parse_args(argv)
-    if not (args.write or args.check):
-        print(table())
-        return 0
-    current = DOC.read_text(encoding="utf-8")
-    wanted = render(current)
-    if args.check:
-        if wanted != current:
-            print(
-                "docs/dialects.md: the dialect map is stale; run "
-                "`python scripts/dialect_map.py --write`",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    DOC.write_text(wanted, encoding="utf-8")
-    return 0
+    return SECTION.main(argv, __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ table sits in the doc between two HTML comments, which this script owns.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 from pathlib import Path
@@ -24,6 +23,10 @@ END = "<!-- engine-table:end -->"
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "scripts") not in sys.path:
+    sys.path.insert(0, str(ROOT / "scripts"))
+
+from doc_section import Section  # noqa: E402
 
 from omni_grpc.core.limits import EngineFeatures  # noqa: E402
 from omni_grpc.engine import known_engines  # noqa: E402
@@ -79,38 +82,16 @@ def table() -> str:
     return "\n".join(rows)
 
 
+SECTION = Section(DOC, BEGIN, END, table, "the capability table", "scripts/engine_table.py")
+
+
 def render(doc: str) -> str:
     """``doc`` with the table between the markers replaced by the current one."""
-    try:
-        head, rest = doc.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-    except ValueError:
-        raise SystemExit(f"{DOC.name} lacks the table markers {BEGIN!r} ... {END!r}") from None
-    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+    return SECTION.render(doc)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="update docs/engines.md")
-    mode.add_argument("--check", action="store_true", help="fail if docs/engines.md is stale")
-    args = parser.parse_args(argv)
-    if not (args.write or args.check):
-        print(table())
-        return 0
-    current = DOC.read_text(encoding="utf-8")
-    wanted = render(current)
-    if args.check:
-        if wanted != current:
-            print(
-                "docs/engines.md: the capability table is stale; run "
-                "`python scripts/engine_table.py --write`",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    DOC.write_text(wanted, encoding="utf-8")
-    return 0
+    return SECTION.main(argv, __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":

@@ -113,6 +113,8 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
+        # A checkout on PYTHONPATH (with its egg-info) would look installed already to pip.
+        env=outside_the_repo(),
         capture_output=True,
         text=True,
         timeout=600,

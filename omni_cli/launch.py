@@ -17,7 +17,7 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
@@ -130,6 +130,7 @@ async def start_service(
                 otlp_endpoint=settings.otlp_endpoint,
             )
             service.workers = BridgeWorkers.start(workers, settings.bridge_workers - 1)
+            await service.workers.listening()
     except BaseException:
         await service.stop()
         raise
@@ -208,6 +209,7 @@ async def _run_bridge(settings: BridgeSettings, tracer_provider: TracerProvider 
             # The workers share the bound port; /metrics stays this process's own.
             shared = replace(settings, port=port, bridge_workers=1, metrics_port=None)
             workers = BridgeWorkers.start(shared, count - 1)
+            await workers.listening()
         if settings.metrics_port is not None:
             metrics, metrics_port = await start_metrics_endpoint(
                 settings.host, settings.metrics_port
@@ -227,10 +229,14 @@ async def _run_bridge(settings: BridgeSettings, tracer_provider: TracerProvider 
             await metrics.cleanup()
 
 
-async def run_bridge_worker(settings: BridgeSettings, parent_pid: int) -> None:
-    """One bridge worker: the bridge on its parent's port until SIGTERM or the parent goes."""
+async def run_bridge_worker(
+    settings: BridgeSettings, parent_pid: int, listening: Callable[[], None]
+) -> None:
+    """One bridge worker: the bridge on its parent's port until SIGTERM or the parent goes;
+    calls ``listening`` once its socket listens."""
     async with traces_to(settings.otlp_endpoint) as tracer_provider:
         runner, _ = await _start_bridge_alone(settings, tracer_provider, reuse_port=True)
+        listening()
         try:
             ends = [
                 asyncio.ensure_future(stop_signalled()),

@@ -5,9 +5,11 @@ processes may carry any websocket. The first process binds the port with ``SO_RE
 (picking one when the port is 0); the workers then listen on that same port, and the kernel
 spreads new connections between them. Each worker is a fresh interpreter (``spawn``: no event
 loop, gRPC or engine state inherited from the parent) running the bridge alone, in front of
-the service over gRPC. They go with their parent: it sends them SIGTERM when it stops (each
-closes its websockets with 1001, as a stopping bridge does), and a worker whose parent died
-without saying so (SIGKILL) stops too, woken by the parent's pidfd.
+the service over gRPC. The parent says it is up only once every worker listens
+(:meth:`BridgeWorkers.listening`), so no client is told of a port some of whose processes are
+still starting. They go with their parent: it sends them SIGTERM when it stops (each closes its
+websockets with 1001, as a stopping bridge does), and a worker whose parent died without saying
+so (SIGKILL) stops too, woken by the parent's pidfd.
 """
 
 from __future__ import annotations
@@ -15,33 +17,59 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import time
 from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Event
 
 from omni_cli.config import BridgeSettings
 from omni_cli.logs import configure_logging
 
 STOP_WAIT_S = 15.0  # how long a stopping worker gets before it is killed
+LISTEN_WAIT_S = 120.0  # how long a starting worker may take to listen (imports on a busy box)
+
+
+class WorkerFailed(RuntimeError):
+    """A bridge worker ended, or did not listen in time, while starting."""
 
 
 class BridgeWorkers:
     """The worker processes of one bridge port."""
 
-    def __init__(self, processes: list[BaseProcess]) -> None:
+    def __init__(self, processes: list[BaseProcess], listening: list[Event]) -> None:
         self.processes = processes
+        self._listening = listening  # each set by its worker once its socket listens
 
     @classmethod
     def start(cls, settings: BridgeSettings, count: int) -> BridgeWorkers:
         """Starts ``count`` workers for ``settings`` (whose port is already bound)."""
         context = multiprocessing.get_context("spawn")
+        listening = [context.Event() for _ in range(count)]
         processes: list[BaseProcess] = [
             context.Process(
-                target=work, args=(settings, os.getpid()), name=f"bridge-worker-{n}", daemon=True
+                target=work,
+                args=(settings, os.getpid(), ready),
+                name=f"bridge-worker-{n}",
+                daemon=True,
             )
-            for n in range(1, count + 1)
+            for n, ready in enumerate(listening, start=1)
         ]
         for process in processes:
             process.start()
-        return cls(processes)
+        return cls(processes, listening)
+
+    async def listening(self, timeout_s: float = LISTEN_WAIT_S) -> None:
+        """Returns once every worker listens; raises WorkerFailed if one ended first or the
+        time ran out."""
+        await asyncio.to_thread(self._wait_listening, timeout_s)
+
+    def _wait_listening(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for process, ready in zip(self.processes, self._listening, strict=True):
+            while not ready.wait(0.1):
+                if not process.is_alive():
+                    raise WorkerFailed(f"{process.name} ended (exit {process.exitcode}) starting")
+                if time.monotonic() > deadline:
+                    raise WorkerFailed(f"{process.name} did not listen within {timeout_s:.0f} s")
 
     async def stop(self) -> None:
         """Stops every worker: SIGTERM, then SIGKILL for one that is still there."""
@@ -57,14 +85,15 @@ class BridgeWorkers:
                 process.join()
 
 
-def work(settings: BridgeSettings, parent_pid: int) -> None:
-    """A worker's life: the bridge on the shared port until SIGTERM or its parent goes."""
+def work(settings: BridgeSettings, parent_pid: int, listening: Event) -> None:
+    """A worker's life: the bridge on the shared port until SIGTERM or its parent goes;
+    ``listening`` is set once its socket listens."""
     import uvloop
 
     from omni_cli.launch import run_bridge_worker
 
     configure_logging(settings.log_level, settings.log_format)
-    uvloop.run(run_bridge_worker(settings, parent_pid))
+    uvloop.run(run_bridge_worker(settings, parent_pid, listening.set))
 
 
 async def parent_gone(parent_pid: int) -> None:

@@ -71,7 +71,8 @@ async def test_two_processes_share_the_port_and_both_carry_sessions() -> None:
         found = re.search(rb"websocket bridge on http://[\d.]+:(\d+)/", banner)
         assert found, banner
         port = int(found.group(1))
-        await _until_listening(port, 2)
+        # The banner comes only once both processes listen (the worker's start is waited for).
+        assert len(_tcp_on_port(port, LISTEN)) == 2
         # multiprocessing's spawned worker (its resource tracker is a child too).
         (worker,) = [pid for pid in _children(server.pid) if "spawn_main" in _cmdline(pid)]
         url = f"http://127.0.0.1:{port}/v1/realtime?model=loopback-test"
@@ -114,11 +115,3 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-async def _until_listening(port: int, count: int) -> None:
-    for _ in range(300):
-        if len(_tcp_on_port(port, LISTEN)) >= count:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"fewer than {count} sockets listen on {port}")

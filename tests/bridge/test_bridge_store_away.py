@@ -1,0 +1,58 @@
+"""A resume through the bridge while the session store (Redis) is away.
+
+The service refuses such a resume ``session_store_unavailable`` (retryable: the session may live
+on in Redis, written by a peer); the relay tries again after the hint, as it does
+``session_elsewhere``, instead of handing the client a refusal that would end its session. Here
+the session is one no replica ever held, so once Redis answers, the client gets the service's
+real answer, ``session_resume_expired``, and never the transient one. Both ways a bridge reaches
+the service are held to it: over gRPC, and in-process as under ``omni-grpc serve``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from pathlib import Path
+
+import pytest
+from bridge_testkit import realtime_socket, running_bridge, service_settings
+
+from omni_cli.cluster import free_port, redis_command
+from omni_grpc.server.app import RunningServer
+from tests.cluster.local import wait_for
+from tests.serving import serving
+
+
+@pytest.mark.parametrize("hop", ["grpc", "in-process"])
+async def test_a_resume_waits_out_the_store_and_gets_the_real_answer(
+    hop: str, tmp_path: Path
+) -> None:
+    redis_port = free_port()
+    durable = service_settings(
+        durability="async", redis_url=f"redis://127.0.0.1:{redis_port}/0", route="r1"
+    )
+    async with serving(durable) as running:
+        target: str | RunningServer = running.target if hop == "grpc" else running
+        async with running_bridge(target) as port, realtime_socket(port, "") as ws:
+            await ws.send(
+                {
+                    "type": "session.resume",
+                    "session_id": "sess_" + secrets.token_hex(16),
+                    "resume_token": secrets.token_urlsafe(32),
+                }
+            )
+            # Redis is away: the relay keeps trying, and the client hears nothing meanwhile.
+            with pytest.raises(TimeoutError):
+                await ws.recv(wait_s=2.0)
+            redis = await asyncio.create_subprocess_exec(
+                *redis_command(redis_port, tmp_path), stdout=asyncio.subprocess.DEVNULL
+            )
+            try:
+                await wait_for(lambda: running.sessions.store.up, 30, "the store to come up")
+                refused = await ws.recv(wait_s=30.0)
+                assert refused["type"] == "error"
+                assert refused["error"]["code"] == "session_resume_expired"
+                assert (await ws.closed())[0] == 1008
+            finally:
+                redis.terminate()
+                await redis.wait()

@@ -222,6 +222,11 @@ class Relay:
                 self._elsewhere = None
                 self._stream = stream = self._service.converse(self._metadata + route)
                 await self._relay(stream, first, pending)
+            if (refused := self._elsewhere) is not None and self.state is RelayState.ATTACHING:
+                # Refused "not here, not now" on every try: the client hears the last refusal
+                # (retryable, with its hint) instead of a bare close.
+                assert refused.status is not None
+                await self._end_refused(refused.status, refused)
             if self._config_refused is not None and self.state is RelayState.ATTACHING:
                 # The opening session.update asked for a configuration the service refused: like
                 # any refused update, it is answered in band and the session goes on, here with
@@ -436,25 +441,29 @@ class Relay:
                 refusal["error"]["event_id"] = self._opening_update or None
                 self._config_refused, self._opening_update = refusal, None
                 return
-            logger.info(
-                "session %s: stream ended with %s",
-                self.session_id,
-                status.name,
-                extra={"session_id": self.session_id},
-            )
-            event = status_error(status, broken)
-            ending = [event]
-            if retry_after_ms := event["error"].get("retry_after_ms", 0):
-                limits = rate_limits_updated("requests", retry_after_ms)
-                ending.append({**limits, "event_id": random_event_id()})
-            for each in self._dialect.shown(ending):
-                await self._send(each)
-            code = _CLOSE_CODES.get(status, WSCloseCode.INTERNAL_ERROR)
-            await self._close_ws(code, event["error"]["code"])
+            await self._end_refused(status, broken)
             return
         except ConnectionError:
             return  # the client vanished mid-send
         await self._close_ws(WSCloseCode.OK, self._end_reason)
+
+    async def _end_refused(self, status: grpc.StatusCode, broken: StreamBroken) -> None:
+        """Tells the client why the service ended (or refused) its stream, and closes."""
+        logger.info(
+            "session %s: stream ended with %s",
+            self.session_id,
+            status.name,
+            extra={"session_id": self.session_id},
+        )
+        event = status_error(status, broken)
+        ending = [event]
+        if retry_after_ms := event["error"].get("retry_after_ms", 0):
+            limits = rate_limits_updated("requests", retry_after_ms)
+            ending.append({**limits, "event_id": random_event_id()})
+        for each in self._dialect.shown(ending):
+            await self._send(each)
+        code = _CLOSE_CODES.get(status, WSCloseCode.INTERNAL_ERROR)
+        await self._close_ws(code, event["error"]["code"])
 
     async def _send(self, event: dict[str, Any]) -> None:
         frame = orjson.dumps(event)

@@ -4,8 +4,9 @@ The service refuses such a resume ``session_store_unavailable`` (retryable: the 
 on in Redis, written by a peer); the relay tries again after the hint, as it does
 ``session_elsewhere``, instead of handing the client a refusal that would end its session. Here
 the session is one no replica ever held, so once Redis answers, the client gets the service's
-real answer, ``session_resume_expired``, and never the transient one. Both ways a bridge reaches
-the service are held to it: over gRPC, and in-process as under ``omni-grpc serve``.
+real answer, ``session_resume_expired``, and never the transient one; and when the tries run
+out first, the client is told the last refusal, not closed without a word. Both ways a bridge
+reaches the service are held to it: over gRPC, and in-process as under ``omni-grpc serve``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from bridge_testkit import realtime_socket, running_bridge, service_settings
 
+from bridge import relay
 from omni_cli.cluster import free_port, redis_command
 from omni_grpc.server.app import RunningServer
 from tests.cluster.local import wait_for
@@ -56,3 +58,27 @@ async def test_a_resume_waits_out_the_store_and_gets_the_real_answer(
             finally:
                 redis.terminate()
                 await redis.wait()
+
+
+@pytest.mark.parametrize("hop", ["grpc", "in-process"])
+async def test_when_the_tries_run_out_the_client_hears_the_refusal(
+    hop: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(relay, "ELSEWHERE_ATTEMPTS", 2)
+    durable = service_settings(
+        durability="async", redis_url=f"redis://127.0.0.1:{free_port()}/0", route="r1"
+    )
+    async with serving(durable) as running:
+        target: str | RunningServer = running.target if hop == "grpc" else running
+        async with running_bridge(target) as port, realtime_socket(port, "") as ws:
+            await ws.send(
+                {
+                    "type": "session.resume",
+                    "session_id": "sess_" + secrets.token_hex(16),
+                    "resume_token": secrets.token_urlsafe(32),
+                }
+            )
+            refused = await ws.recv(wait_s=30.0)  # the first try and two more, 0.5 s apart
+            assert refused["type"] == "error"
+            assert refused["error"]["code"] == "session_store_unavailable"
+            assert (await ws.closed())[0] == 1012  # UNAVAILABLE: come back (SERVICE_RESTART)

@@ -224,7 +224,7 @@ class Relay:
                 await self._relay(stream, first, pending)
             if (refused := self._elsewhere) is not None and self.state is RelayState.ATTACHING:
                 # Refused "not here, not now" on every try: the client hears the last refusal
-                # (retryable, with its hint) instead of a bare close.
+                # and its status's close code instead of a bare close.
                 assert refused.status is not None
                 await self._end_refused(refused.status, refused)
             if self._config_refused is not None and self.state is RelayState.ATTACHING:

@@ -21,8 +21,23 @@ from bridge_testkit import realtime_socket, running_bridge, service_settings
 from bridge import relay
 from omni_cli.cluster import free_port, redis_command
 from omni_grpc.server.app import RunningServer
+from omni_grpc.server.settings import ServerSettings
 from tests.cluster.local import wait_for
 from tests.serving import serving
+
+# A session no replica ever held, so Redis (when it answers) has no record of it.
+RESUME_AN_UNKNOWN_SESSION = {
+    "type": "session.resume",
+    "session_id": "sess_" + secrets.token_hex(16),
+    "resume_token": secrets.token_urlsafe(32),
+}
+
+
+def _durable(redis_port: int) -> ServerSettings:
+    """A durable replica whose Redis is to listen on ``redis_port`` (nothing there yet)."""
+    return service_settings(
+        durability="async", redis_url=f"redis://127.0.0.1:{redis_port}/0", route="r1"
+    )
 
 
 @pytest.mark.parametrize("hop", ["grpc", "in-process"])
@@ -30,19 +45,10 @@ async def test_a_resume_waits_out_the_store_and_gets_the_real_answer(
     hop: str, tmp_path: Path
 ) -> None:
     redis_port = free_port()
-    durable = service_settings(
-        durability="async", redis_url=f"redis://127.0.0.1:{redis_port}/0", route="r1"
-    )
-    async with serving(durable) as running:
+    async with serving(_durable(redis_port)) as running:
         target: str | RunningServer = running.target if hop == "grpc" else running
         async with running_bridge(target) as port, realtime_socket(port, "") as ws:
-            await ws.send(
-                {
-                    "type": "session.resume",
-                    "session_id": "sess_" + secrets.token_hex(16),
-                    "resume_token": secrets.token_urlsafe(32),
-                }
-            )
+            await ws.send(RESUME_AN_UNKNOWN_SESSION)
             # Redis is away: the relay keeps trying, and the client hears nothing meanwhile.
             with pytest.raises(TimeoutError):
                 await ws.recv(wait_s=2.0)
@@ -65,19 +71,10 @@ async def test_when_the_tries_run_out_the_client_hears_the_refusal(
     hop: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(relay, "ELSEWHERE_ATTEMPTS", 2)
-    durable = service_settings(
-        durability="async", redis_url=f"redis://127.0.0.1:{free_port()}/0", route="r1"
-    )
-    async with serving(durable) as running:
+    async with serving(_durable(free_port())) as running:
         target: str | RunningServer = running.target if hop == "grpc" else running
         async with running_bridge(target) as port, realtime_socket(port, "") as ws:
-            await ws.send(
-                {
-                    "type": "session.resume",
-                    "session_id": "sess_" + secrets.token_hex(16),
-                    "resume_token": secrets.token_urlsafe(32),
-                }
-            )
+            await ws.send(RESUME_AN_UNKNOWN_SESSION)
             refused = await ws.recv(wait_s=30.0)  # the first try and two more, 0.5 s apart
             assert refused["type"] == "error"
             assert refused["error"]["code"] == "session_store_unavailable"

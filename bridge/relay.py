@@ -77,6 +77,7 @@ _TERMINAL = {
     "session_replaced": "session_replaced",
     "resync_required": "resync_required",
 }
+_ENDED = frozenset(_TERMINAL.values())
 _POLICY = WSCloseCode.POLICY_VIOLATION
 SLOW_CONSUMER = "slow_consumer"
 # How many times a resume sent on to its session's replica is tried (each after the hint).
@@ -364,7 +365,13 @@ class Relay:
             if pending is not None:
                 await self._write(stream, pending)
             inline = stream if isinstance(stream, InlineStream) else None
+            closing = False
             async for message in self.ws:
+                if closing or self._end_reason in _ENDED:
+                    # The client closed the session, or it ended, and the service ends the
+                    # stream next: a command now could not be applied, and writing one races
+                    # the stream's end. The websocket closes when the stream does.
+                    continue
                 if message.type is WSMsgType.TEXT:
                     try:
                         request = self._inbound.request(message.data)
@@ -372,6 +379,7 @@ class Relay:
                         await self._refuse(error)
                         continue
                     await self._write(stream, request)
+                    closing = request.HasField("close_session")
                     # What the command made at once (an echoed chunk) goes out from here: the
                     # pump is not woken for it (bridge.transport.InlineStream).
                     while inline is not None and (payload := inline.take_now()) is not None:
@@ -427,6 +435,11 @@ class Relay:
             status = broken.status
             if status is None or status is grpc.StatusCode.CANCELLED:
                 return  # we cancelled it: the websocket is gone or closing
+            if self._end_reason in _ENDED:
+                # The session's end was delivered; the stream ending badly after it is a write
+                # that raced that end (gRPC then reports the call as INTERNAL, not as it ended).
+                await self._close_ws(WSCloseCode.OK, self._end_reason)
+                return
             if self.state is RelayState.ATTACHING and broken.code in _RESUME_RETRIED:
                 self._elsewhere = broken  # run() resumes again, towards the owner
                 return

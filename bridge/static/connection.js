@@ -53,6 +53,7 @@ export class Connection {
       this.setStatus("closed");
       return;
     }
+    this.live = false; // nothing goes after session.close: the service is closing the socket
     setTimeout(() => ws.readyState < WebSocket.CLOSING && ws.close(1000, "stopped"), CLOSE_WAIT_MS);
   }
 
@@ -147,7 +148,9 @@ export class Connection {
       this.attached("resumed");
       setTimeout(() => omni.status === "resumed" && this.setStatus("live"), RESUMED_SHOWN_MS);
     } else if (TERMINAL.has(event.type)) {
+      // The service ends the stream after this: nothing more to send on it.
       this.terminal = true;
+      this.live = false;
     }
     this.onEvent(event);
   }

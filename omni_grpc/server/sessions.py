@@ -181,6 +181,8 @@ class Sessions:
                 self._adopting.add(request.session_id)
                 try:
                     await self._adopt(request)
+                except StoreUnavailable:
+                    raise SessionStoreAway() from None
                 finally:
                     self._adopting.discard(request.session_id)
         # A resume while a stream is attached takes the session over (counted apart).
@@ -226,13 +228,11 @@ class Sessions:
 
         Returns without a session when the store has none (the resume is then refused as
         unknown); raises StreamRefused (``session_elsewhere``, retryable) while the owner lives,
-        and (``session_store_unavailable``, retryable) while the store does not answer.
+        and StoreUnavailable while the store does not answer (the caller refuses the resume
+        ``session_store_unavailable``, retryable).
         """
         assert self.store is not None
-        try:
-            stored = await self.store.load(request.session_id)
-        except StoreUnavailable:
-            raise SessionStoreAway() from None
+        stored = await self.store.load(request.session_id)
         if stored is None:
             return
         why = "handed_over" if not stored.route else "owner_lost"
@@ -242,10 +242,7 @@ class Sessions:
                 raise SessionElsewhere("the session lives on another replica", stored.route)
             if lease is not None:
                 raise SessionElsewhere("the session's replica is handing it over")
-        try:
-            epoch = await self.store.claim(request.session_id, stored.route)
-        except StoreUnavailable:
-            raise SessionStoreAway() from None
+        epoch = await self.store.claim(request.session_id, stored.route)
         if not epoch:
             raise SessionElsewhere("another replica is taking the session")
         self.store.adopted(request.session_id, epoch)  # this replica's writes carry the epoch

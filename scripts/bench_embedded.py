@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/bench_embedded.py [--turns N] [--no-lm] [--tts piper|espeak]
                                                [--asr-model base|tiny.en] [--wer CONFIG,...]
+                                               [--asr-rescoring auto|on|off]
                                                [--partial-transcripts on|off] [--question TEXT]
 
 Stages, each timed on its own: model loading, Silero VAD per 32 ms window, Whisper on one
@@ -15,7 +16,8 @@ of answer audio, once with the echo responder and once with SmolLM2. Then the wo
 on the speech test set, per voice, for each ASR configuration in ``--wer`` (names from
 scripts/bench_hearing.py; the engine's models by default, "" for none), with the time each
 transcription takes. ``--partial-transcripts off`` measures the engine without the words it
-sends while a turn is spoken; ``--question`` speaks other words (a long turn, for that).
+sends while a turn is spoken; ``--question`` speaks other words (a long turn, for that);
+``--asr-rescoring off`` keeps Whisper's likeliest reading where SmolLM2 would choose.
 """
 
 from __future__ import annotations
@@ -184,7 +186,10 @@ async def main() -> int:
     parser.add_argument("--no-lm", action="store_true", help="skip SmolLM2")
     parser.add_argument("--tts", default="auto", help="the engine's tts option (piper, espeak)")
     parser.add_argument("--asr-model", default="base", help="the engine's asr_model option")
-    parser.add_argument("--wer", default="base,tiny.en", help="ASR configurations to score")
+    parser.add_argument("--asr-rescoring", default="auto", help="the engine's option (on, off)")
+    parser.add_argument(
+        "--wer", default="base rescored,base,tiny.en", help="ASR configurations to score"
+    )
     parser.add_argument("--partial-transcripts", default="on", help="the engine's option (off)")
     parser.add_argument("--question", default=QUESTION, help="the words the turns speak")
     args = parser.parse_args()
@@ -194,6 +199,7 @@ async def main() -> int:
             "responder": "echo" if args.no_lm else "auto",
             "tts": args.tts,
             "asr_model": args.asr_model,
+            "asr_rescoring": args.asr_rescoring,
             "partial_transcripts": args.partial_transcripts,
         }
     )

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 import speech_set
 import word_error_rate
 
+from omni_grpc.engine.embedded import rescoring
 from omni_grpc.engine.embedded.asr import WINDOW_FRAMES, Decoding, Transcriber
+from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
 
 FALLBACK = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # Whisper's own temperatures
 # Fixed initial prompts tried: generic, each without any word of speech_set.txt (a test checks
@@ -57,6 +59,16 @@ CONFIGS: dict[str, tuple[str, Decoding]] = {
     "tiny.en silence-padded": ("tiny.en", Decoding(silence_padding=True)),
     "tiny.en 30 s": ("tiny.en", Decoding(window_frames=WINDOW_FRAMES)),
 }
+# The configurations whose beam readings SmolLM2 re-ranks (omni_grpc/engine/embedded/
+# rescoring.py), at these weights of its score; "base rescored" is the engine's default when
+# the language model is loaded.
+RESCORED = {
+    "base rescored": rescoring.LM_WEIGHT,
+    "base rescored 0.3": 0.3,
+    "base rescored 1.0": 1.0,
+    "tiny.en rescored": rescoring.LM_WEIGHT,
+}
+CONFIGS.update({name: (name.split()[0], Decoding()) for name in RESCORED})
 
 
 ESPEAK_NAMES = frozenset(voice.name for voice in speech_set.ESPEAK_VOICES)
@@ -121,6 +133,7 @@ def measure_configs(
     decodings."""
     clips = {voice.name: speech_set.clips(voice) for voice in voices}
     loaded: dict[str, Transcriber] = {}
+    lm: SmolLM | None = None
     results = []
     for config in configs:
         model, decoding = CONFIGS[config]
@@ -129,6 +142,10 @@ def measure_configs(
             loaded[model].transcribe(bytes(32000))  # CTranslate2's first-call warm-up
         transcriber = loaded[model]
         transcriber.decoding = decoding
+        transcriber.reranker = None
+        if config in RESCORED:
+            lm = lm or SmolLM(find_smollm2())
+            transcriber.reranker = rescoring.LmRescorer(lm, RESCORED[config])
         results.append(measure(transcriber, config, clips, gain_db))
     return results
 

@@ -16,6 +16,7 @@ import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine
 from omni_grpc.engine.embedded.early_answer import EarlyAnswer
+from omni_grpc.engine.embedded.rescoring import LmRescorer
 from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder, TextStream
 from omni_grpc.wire import pb
 
@@ -29,6 +30,14 @@ def smol_engine() -> Iterator[EmbeddedEngine]:
     built.load()
     yield built
     asyncio.run(built.stop())
+
+
+def test_the_language_model_also_chooses_among_whisper_s_readings(
+    smol_engine: EmbeddedEngine,
+) -> None:
+    """asr_rescoring is auto: on wherever SmolLM2 is loaded for the answers."""
+    assert smol_engine.runtime is not None
+    assert isinstance(smol_engine.runtime.asr.reranker, LmRescorer)
 
 
 class Asks:

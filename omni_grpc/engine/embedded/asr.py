@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -152,6 +153,22 @@ class Decoding:
 
 
 @dataclass(frozen=True, slots=True)
+class Hypothesis:
+    """One reading of a turn from Whisper's beam: its text and Whisper's log-probability of
+    it (nats, the whole text's)."""
+
+    text: str
+    logprob: float
+
+
+class Reranker(Protocol):
+    """Chooses among the beam's readings of a turn (:mod:`.rescoring` asks the LM)."""
+
+    def choose(self, hypotheses: Sequence[Hypothesis]) -> int:
+        """The index of the reading to keep."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Decoded:
     text: str
     logprob: float
@@ -168,7 +185,12 @@ class Transcriber:
     """One Whisper model; ``transcribe`` blocks, so callers run it in a worker thread."""
 
     def __init__(
-        self, *, model: str = "base", cpu_threads: int = 2, decoding: Decoding | None = None
+        self,
+        *,
+        model: str = "base",
+        cpu_threads: int = 2,
+        decoding: Decoding | None = None,
+        reranker: Reranker | None = None,
     ) -> None:
         from faster_whisper import WhisperModel  # type: ignore[import-untyped]
         from faster_whisper.tokenizer import Tokenizer  # type: ignore[import-untyped]
@@ -176,6 +198,9 @@ class Transcriber:
         found = whisper_files(model)
         self.model = model
         self.decoding = decoding or Decoding()
+        # With a reranker, the beam's readings of a turn are all kept and it picks one;
+        # without, Whisper's likeliest is the text.
+        self.reranker = reranker
         self._whisper = WhisperModel(
             found.path,
             device="cpu",
@@ -291,6 +316,9 @@ class Transcriber:
             "length_penalty": self.decoding.length_penalty,
             "repetition_penalty": self.decoding.repetition_penalty,
         }
+        rerank = self.reranker is not None and temperature == 0 and self.decoding.beam_size > 1
+        if rerank:
+            options["num_hypotheses"] = self.decoding.beam_size
         if temperature > 0:
             import ctranslate2
 
@@ -310,10 +338,21 @@ class Transcriber:
             suppress_blank=True,
             **options,
         )[0]
-        # Sampling gives several hypotheses: the likeliest.
-        score, ids = max(zip(result.scores, result.sequences_ids, strict=True))
-        text: str = self._tokenizer.decode([t for t in ids if t < self._tokenizer.eot]).strip()
-        return _Decoded(text, float(score), float(result.no_speech_prob))
+        readings = [
+            (float(score), self._tokenizer.decode([t for t in ids if t < self._tokenizer.eot]))
+            for score, ids in zip(result.scores, result.sequences_ids, strict=True)
+        ]
+        if rerank and self.reranker is not None:
+            # A score is the text's log-probability over its length ** length_penalty, as
+            # faster-whisper reads it; the reranker weighs whole texts.
+            whole = [
+                Hypothesis(text.strip(), score * len(ids) ** self.decoding.length_penalty)
+                for (score, text), ids in zip(readings, result.sequences_ids, strict=True)
+            ]
+            score, text = readings[self.reranker.choose(whole)]
+        else:  # the beam's first; sampling's likeliest
+            score, text = max(readings)
+        return _Decoded(text.strip(), score, float(result.no_speech_prob))
 
     def _transcribe_long(self, audio: np.ndarray, previous: str) -> str:
         segments, _info = self._whisper.transcribe(

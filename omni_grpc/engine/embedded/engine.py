@@ -45,7 +45,8 @@ class EmbeddedEngine(Engine):
         self._loading = asyncio.Lock()
 
     async def start(self) -> None:
-        """Loads Silero, Whisper, the voice and (unless echo) SmolLM2, off the event loop."""
+        """Loads Silero, Whisper, the voice and SmolLM2 (unless echo without rescoring), off
+        the event loop."""
         async with self._loading:
             if self.runtime is not None:
                 return
@@ -64,30 +65,35 @@ class EmbeddedEngine(Engine):
     def _load(self) -> Runtime:
         from omni_grpc.engine.embedded.asr import Decoding, Transcriber
         from omni_grpc.engine.embedded.lm import ModelMissing, SmolLM, find_smollm2
+        from omni_grpc.engine.embedded.rescoring import LmRescorer
         from omni_grpc.engine.embedded.responder import EchoResponder, SmolResponder
         from omni_grpc.engine.embedded.tool_calls import CallWriter
         from omni_grpc.engine.embedded.vad import SileroVad
 
         tts = self._load_voice()
+        options = self.options
+        model: SmolLM | None = None
         smol: SmolResponder | None = None
         calls: CallWriter | None = None
-        if self.options.responder != "echo":
+        if options.responder != "echo" or options.asr_rescoring == "on":
             try:
                 model = SmolLM(find_smollm2())
-                smol = SmolResponder(model, self._executor)
-                calls = CallWriter(model)
-                smol.warm_up()
             except ModelMissing:
-                if self.options.responder == "smollm2":
+                if options.responder == "smollm2" or options.asr_rescoring == "on":
                     raise
                 logger.warning(
                     "SmolLM2 weights are not installed, so the embedded engine "
                     "answers with the echo responder"
                 )
+        if model is not None and options.responder != "echo":
+            smol = SmolResponder(model, self._executor)
+            calls = CallWriter(model)
+            smol.warm_up()
         asr = Transcriber(
-            model=self.options.asr_model,
-            cpu_threads=self.options.asr_threads,
-            decoding=Decoding(beam_size=self.options.asr_beam_size),
+            model=options.asr_model,
+            cpu_threads=options.asr_threads,
+            decoding=Decoding(beam_size=options.asr_beam_size),
+            reranker=LmRescorer(model) if model and options.asr_rescoring != "off" else None,
         )
         # The first decode of a process pays CTranslate2's warm-up; pay it here, not in a turn.
         asr.transcribe(bytes(pcm16_bytes(1000, CANONICAL_INPUT_RATE_HZ)))  # a second of silence

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 F32 = npt.NDArray[np.float32]
+SCORE_CONTEXT = 512  # tokens: logprobs_after's context and continuations together
 
 
 class ModelMissing(RuntimeError):
@@ -156,6 +157,11 @@ class SmolLM:
         shape = (self.n_layers, self.n_kv_heads, max_context, self.head_dim)
         self._cache = (np.zeros(shape, np.float32), np.zeros(shape, np.float32))
         self._cached: list[int] = []
+        # logprobs_after's own cache, small: a short context and the continuations scored.
+        shape = (self.n_layers, self.n_kv_heads, SCORE_CONTEXT, self.head_dim)
+        self._score_cache = (np.zeros(shape, np.float32), np.zeros(shape, np.float32))
+        self._score_cached: list[int] = []
+        self._score_lock = threading.Lock()
 
     # -- text ------------------------------------------------------------------------------
 
@@ -247,36 +253,102 @@ class SmolLM:
                 pos += 1
             return total
 
-    def _rope(self, x: F32, start: int) -> F32:
+    def logprobs_after(self, context: list[int], continuations: list[list[int]]) -> list[float]:
+        """The log-probability (nats) that the model writes each of ``continuations`` after
+        ``context``, all of them in one forward pass.
+
+        The continuations go into one block after the context, each from the same position
+        and seeing only the context and its own earlier tokens, so the block reads the
+        weights once (the cost of a forward pass here) however many there are. The context
+        stays in a cache of this method's own: scoring never evicts the conversation that
+        ``generate`` keeps, and does not wait for a generation to end.
+        """
+        if not context:
+            raise ValueError("a continuation is scored after some context")
+        with self._score_lock:
+            cache = self._score_cache
+            block = [context[-1], *(token for tokens in continuations for token in tokens)]
+            held = len(context) - 1  # the context's last token is the block's first
+            if held + len(block) > cache[0].shape[2]:
+                raise ValueError(f"{held + len(block)} tokens do not fit in {SCORE_CONTEXT}")
+            reuse = min(_common_prefix(context, self._score_cached), held)
+            if reuse < held:
+                self._forward(np.asarray(context[reuse:held]), reuse, cache)
+            self._score_cached = context[:held]  # the block overwrites the slots after it
+            positions = [held]
+            mask = np.full((len(block), len(block)), -np.inf, np.float32)
+            mask[:, 0] = 0.0  # every row sees the context's last token
+            firsts = []  # where each continuation starts in the block
+            for tokens in continuations:
+                first = len(positions)
+                firsts.append(first)
+                positions += range(held + 1, held + 1 + len(tokens))
+                own = slice(first, first + len(tokens))
+                mask[own, own] = np.triu(np.full((len(tokens),) * 2, -np.inf, np.float32), 1)
+            logits = self._forward(
+                np.asarray(block),
+                held,
+                cache,
+                positions=np.asarray(positions),
+                mask=mask,
+                every=True,
+            ).astype(np.float64)
+            logits -= logits.max(axis=1, keepdims=True)
+            logprobs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+            totals = []
+            for first, tokens in zip(firsts, continuations, strict=True):
+                # Row 0 predicts each continuation's first token; its own rows the rest.
+                predicting = [0, *range(first, first + len(tokens) - 1)][: len(tokens)]
+                totals.append(float(logprobs[predicting, tokens].sum()))
+            return totals
+
+    def _rope(self, x: F32, positions: npt.NDArray[np.int64]) -> F32:
         # x: (heads, T, head_dim); rotate adjacent pairs (llama.cpp's "normal" layout).
-        t = x.shape[1]
-        cos = self._cos[start : start + t][None]
-        sin = self._sin[start : start + t][None]
+        cos = self._cos[positions][None]
+        sin = self._sin[positions][None]
         even, odd = x[..., 0::2], x[..., 1::2]
         out = np.empty_like(x)
         out[..., 0::2] = even * cos - odd * sin
         out[..., 1::2] = even * sin + odd * cos
         return out
 
-    def _forward(self, tokens: npt.NDArray[np.int64], start: int, cache: tuple[F32, F32]) -> F32:
-        """Runs ``tokens`` at positions ``start..``; returns the logits of the last one."""
+    def _forward(
+        self,
+        tokens: npt.NDArray[np.int64],
+        start: int,
+        cache: tuple[F32, F32],
+        *,
+        positions: npt.NDArray[np.int64] | None = None,
+        mask: F32 | None = None,
+        every: bool = False,
+    ) -> F32:
+        """Runs ``tokens`` into cache slots ``start..``; returns the logits of the last one, or
+        of each with ``every``.
+
+        By default the tokens are one sequence: slot and position alike, each sees every
+        earlier one. ``positions`` and ``mask`` (the block's own, (T, T), 0 or -inf; earlier
+        slots are always seen) let one block hold several sequences that share the cache's
+        context, each from the same position on (``logprobs_after``).
+        """
         k_cache, v_cache = cache
         t = len(tokens)
         end = start + t
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv_heads
         group = nh // nkv
         x = self.embed[tokens]
-        # Causal mask over the new block; earlier positions are all visible.
-        mask = np.triu(np.full((t, t), -np.inf, np.float32), 1)
+        if positions is None:
+            positions = np.arange(start, end)
+        if mask is None:  # causal over the new block
+            mask = np.triu(np.full((t, t), -np.inf, np.float32), 1)
         for i, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.attn_norm, self.eps)
             qkv = _matmul(h, layer.wqkv)
             q = qkv[:, : nh * hd].reshape(t, nh, hd).transpose(1, 0, 2)
             k = qkv[:, nh * hd : (nh + nkv) * hd].reshape(t, nkv, hd).transpose(1, 0, 2)
             v = qkv[:, (nh + nkv) * hd :].reshape(t, nkv, hd).transpose(1, 0, 2)
-            k_cache[i, :, start:end] = self._rope(k, start)
+            k_cache[i, :, start:end] = self._rope(k, positions)
             v_cache[i, :, start:end] = v
-            q = self._rope(q, start).reshape(nkv, group * t, hd)
+            q = self._rope(q, positions).reshape(nkv, group * t, hd)
             keys, values = k_cache[i, :, :end], v_cache[i, :, :end]
             scores = (q @ keys.transpose(0, 2, 1)) / np.float32(np.sqrt(hd))
             scores = scores.reshape(nkv, group, t, end)
@@ -291,8 +363,11 @@ class SmolLM:
             gate_up = _matmul(h, layer.w_gate_up)
             gate, up = np.split(gate_up, 2, axis=-1)
             x = x + _matmul(_silu(gate) * up, layer.w_down)
+        if every:
+            logits: F32 = _matmul(_rms_norm(x, self.out_norm, self.eps), self.embed)
+            return logits
         last = _rms_norm(x[-1:], self.out_norm, self.eps)
-        logits: F32 = _matmul(last, self.embed)[0]
+        logits = _matmul(last, self.embed)[0]
         return logits
 
 

@@ -21,6 +21,7 @@ _CONVERTERS: Converters = {
     "asr_model": str,
     "asr_beam_size": int,
     "asr_threads": int,
+    "asr_rescoring": str,
     "min_speech_ms": float,
     "chunk_ms": int,
     "max_input_s": float,
@@ -55,6 +56,9 @@ class EmbeddedOptions:
       faster and less accurate (docs/engines.md has the word error rates and times).
     * ``asr_beam_size``: Whisper's beam, 1 (greedy) to 10; default 5.
     * ``asr_threads``: threads of the speech recognizer; default 2.
+    * ``asr_rescoring``: ``auto`` (the default) has SmolLM2 choose among the beam's readings
+      of each turn (:mod:`.rescoring`) when it is loaded for the responder; ``on`` loads it
+      for that even under the echo responder; ``off`` keeps Whisper's likeliest reading.
     * ``min_speech_ms``: speech shorter than this never starts a turn; default 64.
     * ``chunk_ms``: length of one output audio chunk, 20 to 200; default 100.
     * ``max_input_s``: the most input audio one turn may hold; default 120.
@@ -81,6 +85,7 @@ class EmbeddedOptions:
     asr_model: str = "base"
     asr_beam_size: int = 5
     asr_threads: int = 2
+    asr_rescoring: str = "auto"
     min_speech_ms: float = 64.0
     chunk_ms: int = 100
     max_input_s: float = 120.0
@@ -98,6 +103,7 @@ class EmbeddedOptions:
         check_choice("asr_model", self.asr_model, ASR_MODELS)
         check_range("asr_beam_size", self.asr_beam_size, 1, 10)
         check_range("asr_threads", self.asr_threads, 1, 16)
+        check_choice("asr_rescoring", self.asr_rescoring, ("auto", "on", "off"))
         check_range("min_speech_ms", self.min_speech_ms, 0, 1000)
         check_range("chunk_ms", self.chunk_ms, 20, 200)
         check_range("max_input_s", self.max_input_s, 1, 3600)

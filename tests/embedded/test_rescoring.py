@@ -1,0 +1,181 @@
+"""Whisper's beam readings re-ranked by SmolLM2 (omni_grpc.engine.embedded.rescoring), with the
+real models: the LM's batched scoring against its one-token-at-a-time path, the choice it makes,
+and a session that hears the speech set's sample through it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from omni_grpc.engine.embedded import EmbeddedEngine
+from omni_grpc.engine.embedded.asr import Hypothesis, Transcriber
+from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
+from omni_grpc.engine.embedded.rescoring import LmRescorer
+from omni_grpc.wire import pb
+
+from .conftest import speech, word_error_rate
+from .driver import open_driver
+from .test_speech_set import MAX_SAMPLE_WER, sample_clips
+
+
+@pytest.fixture(scope="module")
+def lm() -> SmolLM:
+    return SmolLM(find_smollm2())
+
+
+class CountingLm:
+    """The real model, counting what it is asked to score."""
+
+    def __init__(self, model: SmolLM) -> None:
+        self.model = model
+        self.tokenizer = model.tokenizer
+        self.scored: list[list[list[int]]] = []
+
+    def logprobs_after(self, context: list[int], continuations: list[list[int]]) -> list[float]:
+        self.scored.append(continuations)
+        return self.model.logprobs_after(context, continuations)
+
+
+def test_several_continuations_scored_at_once_score_as_one_at_a_time(lm: SmolLM) -> None:
+    encode = lm.tokenizer.encode
+    context = encode("<|im_start|>user\nWhat is the").ids
+    continuations = [
+        encode(" capital of France?<|im_end|>").ids,
+        encode(" capital and friends?<|im_end|>").ids,
+        encode(" time<|im_end|>").ids,
+        encode("?").ids,
+        [],  # nothing more: certain
+    ]
+    together = lm.logprobs_after(context, continuations)
+    alone = [lm.continuation_logprob(context, tokens) for tokens in continuations]
+    assert together == pytest.approx(alone, abs=1e-3)
+    assert together[0] > together[1]  # the model knows what people ask
+    # Again, with the context already held: the same figures.
+    assert lm.logprobs_after(context, continuations) == pytest.approx(alone, abs=1e-3)
+
+
+def test_scoring_leaves_the_conversation_the_model_is_writing_alone(lm: SmolLM) -> None:
+    prompt = lm.chat_prompt("Answer in one short sentence.", [("user", "Name a colour.")])
+
+    def answer() -> str:
+        pieces = lm.generate(prompt, max_tokens=12, temperature=0.0, seed=0, cancelled=bool)
+        return "".join(pieces)
+
+    first = answer()
+    lm.logprobs_after(lm.tokenizer.encode("<|im_start|>user\n").ids, [[42, 43, 44]] * 3)
+    assert answer() == first
+
+
+def test_the_lm_picks_what_a_person_would_say_over_a_slightly_likelier_mishearing(
+    lm: SmolLM,
+) -> None:
+    rescorer = LmRescorer(lm)
+    heard = [
+        Hypothesis("What is the capital and friends?", -3.0),
+        Hypothesis("What is the capital of France?", -3.5),
+    ]
+    assert rescorer.choose(heard) == 1
+
+
+def test_a_reading_the_audio_makes_far_likelier_keeps_its_place(lm: SmolLM) -> None:
+    rescorer = LmRescorer(lm)
+    heard = [
+        Hypothesis("Call Ngozi at noon.", -2.0),
+        Hypothesis("Call nobody at noon.", -40.0),
+    ]
+    assert rescorer.choose(heard) == 0
+    # With no weight on the LM, the audio's order is the choice.
+    assert LmRescorer(lm, weight=0.0).choose(list(reversed(heard))) == 1
+
+
+def test_readings_that_differ_in_case_or_punctuation_are_one_and_need_no_lm(
+    lm: SmolLM,
+) -> None:
+    counting = CountingLm(lm)
+    rescorer = LmRescorer(counting)  # type: ignore[arg-type]
+    heard = [
+        Hypothesis("Turn off the lights.", -2.0),
+        Hypothesis("Turn off the lights", -2.2),
+        Hypothesis("turn off the lights!", -1.9),
+    ]
+    assert rescorer.choose(heard) == 2  # the likeliest of the one reading
+    assert counting.scored == []
+    heard.append(Hypothesis("turn off the light!", -2.1))
+    rescorer.choose(heard)
+    # Two readings scored, each from where they part ("lights" / "light"), not from the start.
+    (scored,) = counting.scored
+    assert len(scored) == 2
+    assert all(len(tokens) <= 4 for tokens in scored), scored
+
+
+def test_a_transcriber_with_a_rescorer_asks_it_about_every_reading_of_the_beam(
+    lm: SmolLM,
+) -> None:
+    asked: list[list[Hypothesis]] = []
+
+    class Last:
+        def choose(self, hypotheses: list[Hypothesis]) -> int:
+            asked.append(list(hypotheses))
+            return len(hypotheses) - 1
+
+    transcriber = Transcriber(model="tiny.en", reranker=Last())
+    said = speech.say("please book a table for two at seven tonight")
+    audio = (np.clip(said, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+    heard = transcriber.transcribe(audio)
+    (readings,) = asked
+    assert len(readings) == transcriber.decoding.beam_size
+    assert heard == readings[-1].text
+    assert len({r.text for r in readings}) == len(readings)
+    assert all(r.logprob < 0 for r in readings)  # whole texts' log-probabilities
+    transcriber.reranker = None
+    assert transcriber.transcribe(audio) == readings[0].text
+
+
+@pytest.fixture(scope="module")
+def rescoring_engine() -> Iterator[EmbeddedEngine]:
+    """Echo answers, so only hearing is measured; SmolLM2 loaded to re-rank the beam."""
+    built = EmbeddedEngine({"responder": "echo", "asr_rescoring": "on"})
+    built.load()
+    yield built
+    asyncio.run(built.stop())
+
+
+# The sample of tests/embedded/test_speech_set.py, heard through a session with rescoring: 8 of
+# its 92 words wrong on our machine (8.7 %), 13 without it. The bound leaves four words for
+# another machine's int8 kernels (12 of 92 pass) and fails the engine without rescoring.
+MAX_RESCORED_SAMPLE_WER = 0.13
+
+
+async def test_the_engine_with_rescoring_hears_the_sample_better(
+    rescoring_engine: EmbeddedEngine,
+) -> None:
+    assert rescoring_engine.runtime is not None
+    assert isinstance(rescoring_engine.runtime.asr.reranker, LmRescorer)
+    clips = sample_clips()
+    listen_only = pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_SERVER_VAD, create_response=False)
+    driver = await open_driver(rescoring_engine, turn_detection=listen_only)
+    try:
+        for clip in clips:
+            await driver.stream(clip.pcm16() + bytes(2 * 16 * 400))
+        await driver.until(
+            "input_transcription",
+            lambda _: len(driver.of("input_transcription")) == len(clips),
+            timeout_s=120,
+        )
+    finally:
+        await driver.close()
+    heard = [e.input_transcription.transcript for e in driver.of("input_transcription")]
+    pairs = [(clip.text, text) for clip, text in zip(clips, heard, strict=True)]
+    assert MAX_RESCORED_SAMPLE_WER < MAX_SAMPLE_WER
+    assert word_error_rate.total(pairs).rate <= MAX_RESCORED_SAMPLE_WER, pairs
+
+
+def test_without_the_lm_whisper_s_likeliest_reading_is_the_text(engine: EmbeddedEngine) -> None:
+    """The shared engine answers with echo and leaves rescoring at auto: no LM, no rescorer."""
+    assert engine.options.asr_rescoring == "auto"
+    assert engine.runtime is not None and engine.runtime.asr.reranker is None
+    with pytest.raises(ValueError, match="asr_rescoring"):
+        EmbeddedEngine({"asr_rescoring": "maybe"})

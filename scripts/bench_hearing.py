@@ -61,14 +61,23 @@ CONFIGS: dict[str, tuple[str, Decoding]] = {
 }
 # The configurations whose beam readings SmolLM2 re-ranks (omni_grpc/engine/embedded/
 # rescoring.py), at these weights of its score; "base rescored" is the engine's default when
-# the language model is loaded.
+# the language model is loaded (its beam, RESCORED_BEAM, 8).
 RESCORED = {
     "base rescored": rescoring.LM_WEIGHT,
-    "base rescored 0.3": 0.3,
-    "base rescored 1.0": 1.0,
+    "base beam 5 rescored": rescoring.LM_WEIGHT,
+    "base beam 5 rescored 0.3": 0.3,
+    "base beam 5 rescored 1.0": 1.0,
+    "base beam 10 rescored": rescoring.LM_WEIGHT,
     "tiny.en rescored": rescoring.LM_WEIGHT,
 }
-CONFIGS.update({name: (name.split()[0], Decoding()) for name in RESCORED})
+CONFIGS.update(
+    {
+        name: (name.split()[0], Decoding(beam_size=int(name.split()[2])))
+        if " beam " in name
+        else (name.split()[0], Decoding(beam_size=rescoring.RESCORED_BEAM))
+        for name in RESCORED
+    }
+)
 
 
 ESPEAK_NAMES = frozenset(voice.name for voice in speech_set.ESPEAK_VOICES)

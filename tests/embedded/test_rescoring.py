@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine
-from omni_grpc.engine.embedded.asr import Hypothesis, Transcriber
+from omni_grpc.engine.embedded.asr import BEAM_SIZE, Hypothesis, Transcriber
 from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
-from omni_grpc.engine.embedded.rescoring import LmRescorer
+from omni_grpc.engine.embedded.rescoring import RESCORED_BEAM, LmRescorer
 from omni_grpc.wire import pb
 
 from .conftest import speech, word_error_rate
@@ -111,6 +111,17 @@ def test_readings_that_differ_in_case_or_punctuation_are_one_and_need_no_lm(
     assert all(len(tokens) <= 4 for tokens in scored), scored
 
 
+def test_readings_too_long_to_score_in_one_pass_keep_whisper_s_order(lm: SmolLM) -> None:
+    counting = CountingLm(lm)
+    rescorer = LmRescorer(counting)  # type: ignore[arg-type]
+    long = "I said a great many things that day about the weather. " * 12
+    # Readings that part at their first word: each is scored whole, four times 150 tokens.
+    heard = [Hypothesis("Fine. " + long, -90.0), Hypothesis("Fined. " + long, -80.0)]
+    heard += [Hypothesis(word + long, -95.0) for word in ("Find. ", "Fiend. ")]
+    assert rescorer.choose(heard) == 0
+    assert counting.scored == []
+
+
 def test_a_transcriber_with_a_rescorer_asks_it_about_every_reading_of_the_beam(
     lm: SmolLM,
 ) -> None:
@@ -154,6 +165,7 @@ async def test_the_engine_with_rescoring_hears_the_sample_better(
 ) -> None:
     assert rescoring_engine.runtime is not None
     assert isinstance(rescoring_engine.runtime.asr.reranker, LmRescorer)
+    assert rescoring_engine.runtime.asr.decoding.beam_size == RESCORED_BEAM
     clips = sample_clips()
     listen_only = pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_SERVER_VAD, create_response=False)
     driver = await open_driver(rescoring_engine, turn_detection=listen_only)
@@ -177,5 +189,6 @@ def test_without_the_lm_whisper_s_likeliest_reading_is_the_text(engine: Embedded
     """The shared engine answers with echo and leaves rescoring at auto: no LM, no rescorer."""
     assert engine.options.asr_rescoring == "auto"
     assert engine.runtime is not None and engine.runtime.asr.reranker is None
+    assert engine.runtime.asr.decoding.beam_size == BEAM_SIZE  # a wider beam would not pay
     with pytest.raises(ValueError, match="asr_rescoring"):
         EmbeddedEngine({"asr_rescoring": "maybe"})

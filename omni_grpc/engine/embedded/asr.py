@@ -30,6 +30,7 @@ WINDOW_FRAMES = 3000  # Whisper's window: 30 s, the only input length it was tra
 # of the time here, and on the speech set it heard as well as the full window (docs/engines.md).
 BUCKET_FRAMES = 1000
 MAX_TOKENS = 224
+BEAM_SIZE = 5  # Whisper's likeliest reading of a beam of 5 heard the set as well as of 10
 # Speech is at most ~5 tokens a second; a cap a little above that stops a decoder that
 # hallucinates in a loop (it does, on hums and tones) long before Whisper's own 224.
 TOKENS_PER_S = 6.0
@@ -137,7 +138,7 @@ class Decoding:
 
     window_frames: int = BUCKET_FRAMES
     silence_padding: bool = False
-    beam_size: int = 5
+    beam_size: int = BEAM_SIZE
     temperatures: tuple[float, ...] = (0.0,)
     compression_threshold: float = 2.4
     logprob_threshold: float = -1.0

@@ -63,9 +63,9 @@ class EmbeddedEngine(Engine):
         return self.runtime
 
     def _load(self) -> Runtime:
-        from omni_grpc.engine.embedded.asr import Decoding, Transcriber
+        from omni_grpc.engine.embedded.asr import BEAM_SIZE, Decoding, Transcriber
         from omni_grpc.engine.embedded.lm import ModelMissing, SmolLM, find_smollm2
-        from omni_grpc.engine.embedded.rescoring import LmRescorer
+        from omni_grpc.engine.embedded.rescoring import RESCORED_BEAM, LmRescorer
         from omni_grpc.engine.embedded.responder import EchoResponder, SmolResponder
         from omni_grpc.engine.embedded.tool_calls import CallWriter
         from omni_grpc.engine.embedded.vad import SileroVad
@@ -89,11 +89,13 @@ class EmbeddedEngine(Engine):
             smol = SmolResponder(model, self._executor)
             calls = CallWriter(model)
             smol.warm_up()
+        reranker = LmRescorer(model) if model and options.asr_rescoring != "off" else None
+        beam = options.asr_beam_size or (RESCORED_BEAM if reranker else BEAM_SIZE)
         asr = Transcriber(
             model=options.asr_model,
             cpu_threads=options.asr_threads,
-            decoding=Decoding(beam_size=options.asr_beam_size),
-            reranker=LmRescorer(model) if model and options.asr_rescoring != "off" else None,
+            decoding=Decoding(beam_size=beam),
+            reranker=reranker,
         )
         # The first decode of a process pays CTranslate2's warm-up; pay it here, not in a turn.
         asr.transcribe(bytes(pcm16_bytes(1000, CANONICAL_INPUT_RATE_HZ)))  # a second of silence

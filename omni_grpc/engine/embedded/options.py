@@ -54,7 +54,8 @@ class EmbeddedOptions:
       rate scaled by words_per_minute / 175).
     * ``asr_model``: the Whisper that hears turns: ``base`` (the default) or ``tiny.en``,
       faster and less accurate (docs/engines.md has the word error rates and times).
-    * ``asr_beam_size``: Whisper's beam, 1 (greedy) to 10; default 5.
+    * ``asr_beam_size``: Whisper's beam, 1 (greedy) to 10; by default (0) 8 where SmolLM2
+      re-ranks its readings (more to choose from) and 5 where it does not (docs/engines.md).
     * ``asr_threads``: threads of the speech recognizer; default 2.
     * ``asr_rescoring``: ``auto`` (the default) has SmolLM2 choose among the beam's readings
       of each turn (:mod:`.rescoring`) when it is loaded for the responder; ``on`` loads it
@@ -83,7 +84,7 @@ class EmbeddedOptions:
     voice: str = "en-us"
     words_per_minute: int = 175
     asr_model: str = "base"
-    asr_beam_size: int = 5
+    asr_beam_size: int = 0
     asr_threads: int = 2
     asr_rescoring: str = "auto"
     min_speech_ms: float = 64.0
@@ -101,7 +102,7 @@ class EmbeddedOptions:
         check_choice("tts", self.tts, SYNTHESIZERS)
         check_range("words_per_minute", self.words_per_minute, 80, 450)
         check_choice("asr_model", self.asr_model, ASR_MODELS)
-        check_range("asr_beam_size", self.asr_beam_size, 1, 10)
+        check_range("asr_beam_size", self.asr_beam_size, 0, 10)
         check_range("asr_threads", self.asr_threads, 1, 16)
         check_choice("asr_rescoring", self.asr_rescoring, ("auto", "on", "off"))
         check_range("min_speech_ms", self.min_speech_ms, 0, 1000)

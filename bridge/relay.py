@@ -85,6 +85,12 @@ ELSEWHERE_ATTEMPTS = 40
 # Refusals of a resume that say "not here, not now" (the owner is another replica, or the
 # session store is away): the relay tries again after the hint instead of ending the session.
 _RESUME_RETRIED = frozenset({"session_elsewhere", "session_store_unavailable"})
+# A resume's stream that ended without a word from the service (no code) ended in the transport:
+# a proxy's 503 for a replica that just died, a reset connection. grpc.aio reports that as
+# UNAVAILABLE, or as INTERNAL ("Internal error from Core") when the resume's write raced the end.
+# A resume is safe to send again, so the relay tries again, this long apart when no hint came.
+_TRANSPORT_ENDS = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL})
+TRANSPORT_RETRY_S = 0.25
 # Statuses with which the service refuses the configuration a stream opens with.
 _CONFIG_REFUSALS = frozenset(
     {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
@@ -183,6 +189,7 @@ class Relay:
         # A resume that reached a replica its session does not live on (several replicas behind
         # a proxy): retried with the owner's routing key, when the refusal named it.
         self._elsewhere: StreamBroken | None = None
+        self._resuming = False  # the stream opens with a resume (safe to send again)
         # The span of each turn and its context for the service; None when tracing is off.
         self._turns = RelayTurns(tracer) if tracer is not None else None
 
@@ -212,13 +219,14 @@ class Relay:
             if handshake is None or self.state is RelayState.CLOSED:
                 return
             first, pending = handshake
+            self._resuming = first.HasField("resume_session")
             self._stream = stream = self._service.converse(self._metadata)
             self._move(RelayState.ATTACHING)
             await self._relay(stream, first, pending)
             for _ in range(ELSEWHERE_ATTEMPTS):
                 if self._elsewhere is None or self.state is not RelayState.ATTACHING:
                     break
-                await asyncio.sleep(self._elsewhere.retry_after_s)
+                await asyncio.sleep(self._elsewhere.retry_after_s or TRANSPORT_RETRY_S)
                 route = ((ROUTE_HEADER, self._elsewhere.route),) if self._elsewhere.route else ()
                 self._elsewhere = None
                 self._stream = stream = self._service.converse(self._metadata + route)
@@ -440,8 +448,8 @@ class Relay:
                 # that raced that end (gRPC then reports the call as INTERNAL, not as it ended).
                 await self._close_ws(WSCloseCode.OK, self._end_reason)
                 return
-            if self.state is RelayState.ATTACHING and broken.code in _RESUME_RETRIED:
-                self._elsewhere = broken  # run() resumes again, towards the owner
+            if self.state is RelayState.ATTACHING and self._tries_again(broken):
+                self._elsewhere = broken  # run() resumes again, towards the owner if named
                 return
             if (
                 self.state is RelayState.ATTACHING
@@ -459,6 +467,13 @@ class Relay:
         except ConnectionError:
             return  # the client vanished mid-send
         await self._close_ws(WSCloseCode.OK, self._end_reason)
+
+    def _tries_again(self, broken: StreamBroken) -> bool:
+        """Whether the attaching stream's end says "not here, not now": a resume refused for
+        now, or one lost in the transport. A new session is never opened twice."""
+        if broken.code in _RESUME_RETRIED:
+            return True
+        return self._resuming and not broken.code and broken.status in _TRANSPORT_ENDS
 
     async def _end_refused(self, status: grpc.StatusCode, broken: StreamBroken) -> None:
         """Tells the client why the service ended (or refused) its stream, and closes."""

@@ -14,11 +14,9 @@ from omni_grpc.engine.embedded import EmbeddedEngine
 from omni_grpc.engine.embedded.asr import BEAM_SIZE, Hypothesis, Transcriber
 from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
 from omni_grpc.engine.embedded.rescoring import RESCORED_BEAM, LmRescorer
-from omni_grpc.wire import pb
 
 from .conftest import speech, word_error_rate
-from .driver import open_driver
-from .test_speech_set import MAX_SAMPLE_WER, sample_clips
+from .test_speech_set import MAX_SAMPLE_WER, hear_sample
 
 
 @pytest.fixture(scope="module")
@@ -166,21 +164,7 @@ async def test_the_engine_with_rescoring_hears_the_sample_better(
     assert rescoring_engine.runtime is not None
     assert isinstance(rescoring_engine.runtime.asr.reranker, LmRescorer)
     assert rescoring_engine.runtime.asr.decoding.beam_size == RESCORED_BEAM
-    clips = sample_clips()
-    listen_only = pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_SERVER_VAD, create_response=False)
-    driver = await open_driver(rescoring_engine, turn_detection=listen_only)
-    try:
-        for clip in clips:
-            await driver.stream(clip.pcm16() + bytes(2 * 16 * 400))
-        await driver.until(
-            "input_transcription",
-            lambda _: len(driver.of("input_transcription")) == len(clips),
-            timeout_s=120,
-        )
-    finally:
-        await driver.close()
-    heard = [e.input_transcription.transcript for e in driver.of("input_transcription")]
-    pairs = [(clip.text, text) for clip, text in zip(clips, heard, strict=True)]
+    pairs = await hear_sample(rescoring_engine)
     assert MAX_RESCORED_SAMPLE_WER < MAX_SAMPLE_WER
     assert word_error_rate.total(pairs).rate <= MAX_RESCORED_SAMPLE_WER, pairs
 

@@ -126,8 +126,9 @@ def sample_clips() -> list[speech_set.Clip]:
     ]
 
 
-async def test_the_engine_hears_a_sample_of_the_set(engine: EmbeddedEngine) -> None:
-    """Through a real session: server VAD cuts each turn, Whisper writes it down."""
+async def hear_sample(engine: EmbeddedEngine) -> list[tuple[str, str]]:
+    """The sample through a real session: server VAD cuts each turn, Whisper writes it down;
+    (said, heard) for each clip."""
     clips = sample_clips()
     listen_only = pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_SERVER_VAD, create_response=False)
     driver = await open_driver(engine, turn_detection=listen_only)
@@ -143,5 +144,9 @@ async def test_the_engine_hears_a_sample_of_the_set(engine: EmbeddedEngine) -> N
     finally:
         await driver.close()
     heard = [e.input_transcription.transcript for e in driver.of("input_transcription")]
-    pairs = [(clip.text, text) for clip, text in zip(clips, heard, strict=True)]
+    return [(clip.text, text) for clip, text in zip(clips, heard, strict=True)]
+
+
+async def test_the_engine_hears_a_sample_of_the_set(engine: EmbeddedEngine) -> None:
+    pairs = await hear_sample(engine)
     assert word_error_rate.total(pairs).rate <= MAX_SAMPLE_WER, pairs

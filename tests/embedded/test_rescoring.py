@@ -13,7 +13,13 @@ import pytest
 from omni_grpc.engine.embedded import EmbeddedEngine
 from omni_grpc.engine.embedded.asr import BEAM_SIZE, Hypothesis, Transcriber
 from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
-from omni_grpc.engine.embedded.rescoring import RESCORED_BEAM, LmRescorer
+from omni_grpc.engine.embedded.rescoring import (
+    CONTEXT,
+    END_OF_TURN,
+    MAX_PER_TOKEN_GAP,
+    RESCORED_BEAM,
+    LmRescorer,
+)
 
 from .conftest import speech, word_error_rate
 from .test_speech_set import MAX_SAMPLE_WER, hear_sample
@@ -22,6 +28,12 @@ from .test_speech_set import MAX_SAMPLE_WER, hear_sample
 @pytest.fixture(scope="module")
 def lm() -> SmolLM:
     return SmolLM(find_smollm2())
+
+
+def as_user_turn(lm: SmolLM, text: str) -> float:
+    """SmolLM2's log-probability of ``text`` as a user's whole turn, as the rescorer asks it."""
+    context = list(lm.tokenizer.encode(CONTEXT).ids)
+    return lm.logprobs_after(context, [list(lm.tokenizer.encode(text + END_OF_TURN).ids)])[0]
 
 
 class CountingLm:
@@ -72,21 +84,43 @@ def test_the_lm_picks_what_a_person_would_say_over_a_slightly_likelier_mishearin
 ) -> None:
     rescorer = LmRescorer(lm)
     heard = [
-        Hypothesis("What is the capital and friends?", -3.0),
-        Hypothesis("What is the capital of France?", -3.5),
+        Hypothesis("What is the capital and friends?", -3.0, 9),
+        Hypothesis("What is the capital of France?", -3.5, 8),
     ]
     assert rescorer.choose(heard) == 1
 
 
 def test_a_reading_the_audio_makes_far_likelier_keeps_its_place(lm: SmolLM) -> None:
     rescorer = LmRescorer(lm)
+    # Far down the beam token by token: no candidate, whatever the LM thinks of it.
     heard = [
-        Hypothesis("Call Ngozi at noon.", -2.0),
-        Hypothesis("Call nobody at noon.", -40.0),
+        Hypothesis("Call Ngozi at noon.", -2.0, 7),
+        Hypothesis("Call nobody at noon.", -40.0, 6),
     ]
     assert rescorer.choose(heard) == 0
-    # With no weight on the LM, the audio's order is the choice.
-    assert LmRescorer(lm, weight=0.0).choose(list(reversed(heard))) == 1
+    # Close in the beam, the LM's word counts; with no weight on it, the audio's order decides.
+    close = [
+        Hypothesis("Call nobody at noon.", -2.5, 6),
+        Hypothesis("Call Ngozi at noon.", -2.0, 7),
+    ]
+    assert rescorer.choose(close) == 0
+    assert LmRescorer(lm, weight=0.0).choose(close) == 1
+
+
+def test_a_reading_cut_short_does_not_win_on_its_length(lm: SmolLM) -> None:
+    """Heard by Whisper base with a beam of 8 from the Piper voice: summed, the fragment's
+    log-probabilities are the highest, but the audio makes it unlikely token by token."""
+    rescorer = LmRescorer(lm)
+    heard = [
+        Hypothesis("Call my mother on her mobile.", -0.85, 9),
+        Hypothesis("Call my mother on her", -5.92, 7),
+        Hypothesis("call", -6.41, 2),
+    ]
+    assert rescorer.choose(heard) == 0
+    # Without the floor, the fragment would have won: that is what the floor is for.
+    assert heard[0].per_token - heard[2].per_token > MAX_PER_TOKEN_GAP
+    whole, fragment = (h.logprob + rescorer.weight * as_user_turn(lm, h.text) for h in heard[::2])
+    assert fragment > whole
 
 
 def test_readings_that_differ_in_case_or_punctuation_are_one_and_need_no_lm(
@@ -95,13 +129,13 @@ def test_readings_that_differ_in_case_or_punctuation_are_one_and_need_no_lm(
     counting = CountingLm(lm)
     rescorer = LmRescorer(counting)  # type: ignore[arg-type]
     heard = [
-        Hypothesis("Turn off the lights.", -2.0),
-        Hypothesis("Turn off the lights", -2.2),
-        Hypothesis("turn off the lights!", -1.9),
+        Hypothesis("Turn off the lights.", -2.0, 6),
+        Hypothesis("Turn off the lights", -2.2, 5),
+        Hypothesis("turn off the lights!", -1.9, 6),
     ]
     assert rescorer.choose(heard) == 2  # the likeliest of the one reading
     assert counting.scored == []
-    heard.append(Hypothesis("turn off the light!", -2.1))
+    heard.append(Hypothesis("turn off the light!", -2.1, 6))
     rescorer.choose(heard)
     # Two readings scored, each from where they part ("lights" / "light"), not from the start.
     (scored,) = counting.scored
@@ -114,8 +148,8 @@ def test_readings_too_long_to_score_in_one_pass_keep_whisper_s_order(lm: SmolLM)
     rescorer = LmRescorer(counting)  # type: ignore[arg-type]
     long = "I said a great many things that day about the weather. " * 12
     # Readings that part at their first word: each is scored whole, four times 150 tokens.
-    heard = [Hypothesis("Fine. " + long, -90.0), Hypothesis("Fined. " + long, -80.0)]
-    heard += [Hypothesis(word + long, -95.0) for word in ("Find. ", "Fiend. ")]
+    heard = [Hypothesis("Fine. " + long, -90.0, 150), Hypothesis("Fined. " + long, -80.0, 150)]
+    heard += [Hypothesis(word + long, -95.0, 150) for word in ("Find. ", "Fiend. ")]
     assert rescorer.choose(heard) == 0
     assert counting.scored == []
 

@@ -155,11 +155,16 @@ class Decoding:
 
 @dataclass(frozen=True, slots=True)
 class Hypothesis:
-    """One reading of a turn from Whisper's beam: its text and Whisper's log-probability of
-    it (nats, the whole text's)."""
+    """One reading of a turn from Whisper's beam: its text, Whisper's log-probability of it
+    (nats, the whole text's) and how many tokens it took."""
 
     text: str
     logprob: float
+    tokens: int
+
+    @property
+    def per_token(self) -> float:
+        return self.logprob / max(self.tokens, 1)
 
 
 class Reranker(Protocol):
@@ -347,7 +352,7 @@ class Transcriber:
             # A score is the text's log-probability over its length ** length_penalty, as
             # faster-whisper reads it; the reranker weighs whole texts.
             whole = [
-                Hypothesis(text.strip(), score * len(ids) ** self.decoding.length_penalty)
+                Hypothesis(text.strip(), score * len(ids) ** self.decoding.length_penalty, len(ids))
                 for (score, text), ids in zip(readings, result.sequences_ids, strict=True)
             ]
             score, text = readings[self.reranker.choose(whole)]

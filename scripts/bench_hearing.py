@@ -70,12 +70,15 @@ RESCORED = {
     "base beam 10 rescored": rescoring.LM_WEIGHT,
     "tiny.en rescored": rescoring.LM_WEIGHT,
 }
+_RESCORED_BEAM = Decoding(beam_size=rescoring.RESCORED_BEAM)
 CONFIGS.update(
     {
-        name: (name.split()[0], Decoding(beam_size=int(name.split()[2])))
-        if " beam " in name
-        else (name.split()[0], Decoding(beam_size=rescoring.RESCORED_BEAM))
-        for name in RESCORED
+        "base rescored": ("base", _RESCORED_BEAM),
+        "base beam 5 rescored": ("base", Decoding(beam_size=5)),
+        "base beam 5 rescored 0.3": ("base", Decoding(beam_size=5)),
+        "base beam 5 rescored 1.0": ("base", Decoding(beam_size=5)),
+        "base beam 10 rescored": ("base", Decoding(beam_size=10)),
+        "tiny.en rescored": ("tiny.en", _RESCORED_BEAM),
     }
 )
 

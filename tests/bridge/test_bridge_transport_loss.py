@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 
 from bridge_testkit import WITH_EXTENSIONS, realtime_socket, running_bridge, service_settings
 
@@ -68,53 +69,55 @@ class Forwarder:
         self._open.discard(sink)
 
 
-async def test_a_resume_lost_in_the_transport_is_tried_again_until_it_lands() -> None:
+@contextlib.asynccontextmanager
+async def bridge_through_forwarder() -> AsyncIterator[tuple[Forwarder, int]]:
+    """A real service, a forwarder in front of it, and a bridge that reaches the service
+    through the forwarder; yields the forwarder and the bridge's port."""
     async with serving(service_settings()) as running:
         forwarder = Forwarder(int(running.target.rsplit(":", 1)[1]))
         port = await forwarder.start()
         try:
             async with running_bridge(f"127.0.0.1:{port}") as bridge_port:
-                async with realtime_socket(bridge_port, WITH_EXTENSIONS) as ws:
-                    created = await ws.recv()
-                    assert created["type"] == "session.created"
-                # The service is lost for a while: the bridge's connection is reset, and so is
-                # every new one.
-                forwarder.cut()
-                async with realtime_socket(bridge_port, "") as ws:
-                    await ws.send(
-                        {
-                            "type": "session.resume",
-                            "session_id": created["session"]["id"],
-                            "resume_token": created["resume_token"],
-                        }
-                    )
-                    # The relay keeps trying, and the client hears nothing meanwhile.
-                    with_no_word = asyncio.create_task(ws.recv(wait_s=1.5))
-                    await asyncio.wait({with_no_word})
-                    assert isinstance(with_no_word.exception(), TimeoutError), with_no_word
-                    assert forwarder.reset >= 1  # the bridge did try, and was reset
-                    forwarder.resetting = False
-                    resumed = await ws.recv(wait_s=relay.ELSEWHERE_ATTEMPTS * 0.5)
-                    assert resumed["type"] == "session.resumed", resumed
-                    assert resumed["session"]["id"] == created["session"]["id"]
+                yield forwarder, bridge_port
         finally:
             await forwarder.stop()
+
+
+async def test_a_resume_lost_in_the_transport_is_tried_again_until_it_lands() -> None:
+    async with bridge_through_forwarder() as (forwarder, bridge_port):
+        async with realtime_socket(bridge_port, WITH_EXTENSIONS) as ws:
+            created = await ws.recv()
+            assert created["type"] == "session.created"
+        # The service is lost for a while: the bridge's connection is reset, and so is
+        # every new one.
+        forwarder.cut()
+        async with realtime_socket(bridge_port, "") as ws:
+            await ws.send(
+                {
+                    "type": "session.resume",
+                    "session_id": created["session"]["id"],
+                    "resume_token": created["resume_token"],
+                }
+            )
+            # The relay keeps trying, and the client hears nothing meanwhile.
+            with_no_word = asyncio.create_task(ws.recv(wait_s=1.5))
+            await asyncio.wait({with_no_word})
+            assert isinstance(with_no_word.exception(), TimeoutError), with_no_word
+            assert forwarder.reset >= 1  # the bridge did try, and was reset
+            forwarder.resetting = False
+            resumed = await ws.recv(wait_s=relay.ELSEWHERE_ATTEMPTS * 0.5)
+            assert resumed["type"] == "session.resumed", resumed
+            assert resumed["session"]["id"] == created["session"]["id"]
 
 
 async def test_a_new_session_lost_in_the_transport_is_not_opened_again() -> None:
     """Opening twice could leave two sessions: the client is told, and opens again itself."""
-    async with serving(service_settings()) as running:
-        forwarder = Forwarder(int(running.target.rsplit(":", 1)[1]))
-        port = await forwarder.start()
-        try:
-            async with running_bridge(f"127.0.0.1:{port}") as bridge_port:
-                forwarder.cut()
-                async with realtime_socket(bridge_port, WITH_EXTENSIONS) as ws:
-                    # At once: tries again would take ELSEWHERE_ATTEMPTS * TRANSPORT_RETRY_S (10 s).
-                    refused = await ws.recv(wait_s=5.0)
-                    assert refused["type"] == "error", refused
-                    assert refused["error"]["code"] == "service_unavailable", refused
-                    assert await ws.closed() == (1012, "service_unavailable")
-                assert forwarder.reset >= 1
-        finally:
-            await forwarder.stop()
+    async with bridge_through_forwarder() as (forwarder, bridge_port):
+        forwarder.cut()
+        async with realtime_socket(bridge_port, WITH_EXTENSIONS) as ws:
+            # At once: tries again would take ELSEWHERE_ATTEMPTS * TRANSPORT_RETRY_S (10 s).
+            refused = await ws.recv(wait_s=5.0)
+            assert refused["type"] == "error", refused
+            assert refused["error"]["code"] == "service_unavailable", refused
+            assert await ws.closed() == (1012, "service_unavailable")
+        assert forwarder.reset >= 1

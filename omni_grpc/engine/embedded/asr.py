@@ -322,8 +322,9 @@ class Transcriber:
             "length_penalty": self.decoding.length_penalty,
             "repetition_penalty": self.decoding.repetition_penalty,
         }
-        rerank = self.reranker is not None and temperature == 0 and self.decoding.beam_size > 1
-        if rerank:
+        # The beam's readings, when there is a beam and a reranker to choose among them.
+        reranker = self.reranker if temperature == 0 and self.decoding.beam_size > 1 else None
+        if reranker is not None:
             options["num_hypotheses"] = self.decoding.beam_size
         if temperature > 0:
             import ctranslate2
@@ -348,14 +349,14 @@ class Transcriber:
             (float(score), self._tokenizer.decode([t for t in ids if t < self._tokenizer.eot]))
             for score, ids in zip(result.scores, result.sequences_ids, strict=True)
         ]
-        if rerank and self.reranker is not None:
+        if reranker is not None:
             # A score is the text's log-probability over its length ** length_penalty, as
             # faster-whisper reads it; the reranker weighs whole texts.
             whole = [
                 Hypothesis(text.strip(), score * len(ids) ** self.decoding.length_penalty, len(ids))
                 for (score, text), ids in zip(readings, result.sequences_ids, strict=True)
             ]
-            score, text = readings[self.reranker.choose(whole)]
+            score, text = readings[reranker.choose(whole)]
         else:  # the beam's first; sampling's likeliest
             score, text = max(readings)
         return _Decoded(text.strip(), score, float(result.no_speech_prob))

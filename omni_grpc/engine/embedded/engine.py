@@ -89,7 +89,9 @@ class EmbeddedEngine(Engine):
             smol = SmolResponder(model, self._executor)
             calls = CallWriter(model)
             smol.warm_up()
-        reranker = LmRescorer(model) if model and options.asr_rescoring != "off" else None
+        reranker = None
+        if model is not None and options.asr_rescoring != "off":
+            reranker = LmRescorer(model)
         beam = options.asr_beam_size or (RESCORED_BEAM if reranker else BEAM_SIZE)
         asr = Transcriber(
             model=options.asr_model,

@@ -61,9 +61,9 @@ class LmRescorer:
         for index, hypothesis in enumerate(hypotheses):
             if hypothesis.per_token < floor:
                 continue
-            best = distinct.setdefault(_words(hypothesis.text), index)
-            if hypothesis.logprob > hypotheses[best].logprob:
-                distinct[_words(hypothesis.text)] = index
+            words = _words(hypothesis.text)
+            if words not in distinct or hypothesis.logprob > hypotheses[distinct[words]].logprob:
+                distinct[words] = index
         if len(distinct) < 2:
             return next(iter(distinct.values()), 0)
         indices = list(distinct.values())

@@ -4,6 +4,8 @@ sentence splitter, the responders and the options."""
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -256,6 +258,70 @@ async def test_a_stopped_reply_stops_the_model_thread(smol: SmolLM, engine: Embe
     rest = [piece async for piece in reply.pieces]  # ends promptly: the thread stopped
     assert reply.finish == "cancelled"
     assert len(rest) < 10 and reply.tokens < 20
+
+
+def _text_alone(smol: SmolLM, prompt: list[int]) -> str:
+    return "".join(
+        smol.generate(prompt, max_tokens=16, temperature=0.0, seed=0, cancelled=lambda: False)
+    )
+
+
+def _in_a_thread(function: Callable[[], str]) -> tuple[threading.Thread, list[str]]:
+    out: list[str] = []
+    thread = threading.Thread(target=lambda: out.append(function()), daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_two_answers_are_written_side_by_side_each_as_it_would_be_alone(smol: SmolLM) -> None:
+    first = smol.chat_prompt("Answer in one sentence.", [("user", "Name a large animal.")])
+    second = smol.chat_prompt("Answer in one sentence.", [("user", "What is two plus two?")])
+    expected = (_text_alone(smol, first), _text_alone(smol, second))
+    writing = smol.generate(first, max_tokens=16, temperature=0.0, seed=0, cancelled=bool)
+    opening = next(writing)  # the first answer holds its cache, half written
+    # A second answer is written meanwhile: it does not wait for the first to end.
+    thread, out = _in_a_thread(lambda: _text_alone(smol, second))
+    thread.join(60)
+    assert not thread.is_alive() and out == [expected[1]]
+    # And the first goes on where it was, its cache untouched by the second.
+    assert opening + "".join(writing) == expected[0]
+
+
+def test_a_caller_beyond_the_caches_waits_for_one_to_be_given_back(smol: SmolLM) -> None:
+    prompts = [
+        smol.chat_prompt("Answer in one sentence.", [("user", question)])
+        for question in ("Name a colour.", "Name a fruit.", "Name a city.")
+    ]
+    expected = _text_alone(smol, prompts[2])
+    holding = [
+        smol.generate(prompt, max_tokens=16, temperature=0.0, seed=0, cancelled=bool)
+        for prompt in prompts[:2]
+    ]
+    for writing in holding:
+        next(writing)  # both caches lent
+    thread, out = _in_a_thread(lambda: _text_alone(smol, prompts[2]))
+    thread.join(0.5)
+    assert thread.is_alive() and not out  # waiting, not writing into a cache in use
+    holding[0].close()  # the first caller gives its cache back
+    thread.join(60)
+    assert not thread.is_alive() and out == [expected]
+    holding[1].close()
+
+
+def test_a_prompt_prefilled_into_every_cache_is_reused_as_if_computed(smol: SmolLM) -> None:
+    prompt = smol.chat_prompt("You are terse.", [("user", "Say a greeting.")])
+    expected = _text_alone(smol, smol.chat_prompt("You are kind.", [("user", "Hi.")]))
+    smol.prefill(prompt)
+    # One caller holds a cache; the next gets the other, which holds the prompt by copy: only
+    # the prompt's last token is computed there, after the copied keys and values.
+    writing = smol.generate(prompt, max_tokens=16, temperature=0.0, seed=0, cancelled=bool)
+    opening = next(writing)
+    thread, out = _in_a_thread(lambda: _text_alone(smol, prompt))
+    thread.join(60)
+    assert not thread.is_alive()
+    assert out == [opening + "".join(writing)]
+    # The caches hold other turns afterwards and still answer as before.
+    assert _text_alone(smol, smol.chat_prompt("You are kind.", [("user", "Hi.")])) == expected
 
 
 def test_options_are_checked() -> None:

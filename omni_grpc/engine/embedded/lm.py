@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import importlib.util
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -92,15 +93,86 @@ class _Layer:
     w_down: F32
 
 
+@dataclass(slots=True, eq=False)
+class _Cache:
+    """The keys and values of one token sequence, layer by layer: slot i holds token i's."""
+
+    keys: F32  # (layers, kv heads, slots, head dim)
+    values: F32
+    tokens: list[int]  # the tokens whose keys and values the slots hold, in order
+    lent: bool = False
+
+    def copy_from(self, other: _Cache) -> None:
+        held = len(other.tokens)
+        self.keys[:, :, :held] = other.keys[:, :, :held]
+        self.values[:, :, :held] = other.values[:, :, :held]
+        self.tokens = list(other.tokens)
+
+
+class _CachePool:
+    """Caches for sequences computed at the same time, each lent to one caller at a time.
+
+    A caller gets the free cache that already holds the longest start of its tokens, so a
+    conversation's earlier turns, or at least the system prompt every turn starts with, are not
+    computed again. With as many caches as the engine has model threads, two sessions' answers
+    are computed side by side instead of the second waiting for the whole of the first.
+    """
+
+    def __init__(self, count: int, shape: tuple[int, int, int, int]) -> None:
+        self._caches = [
+            _Cache(np.zeros(shape, np.float32), np.zeros(shape, np.float32), [])
+            for _ in range(count)
+        ]
+        self._returned = threading.Condition()
+
+    @property
+    def slots(self) -> int:
+        return self._caches[0].keys.shape[2]
+
+    @contextmanager
+    def lend(self, tokens: list[int]) -> Iterator[_Cache]:
+        with self._returned:
+            while not (free := [cache for cache in self._caches if not cache.lent]):
+                self._returned.wait()
+            cache = max(free, key=lambda cache: _common_prefix(tokens, cache.tokens))
+            cache.lent = True
+        try:
+            yield cache
+        finally:
+            with self._returned:
+                cache.lent = False
+                self._returned.notify()
+
+    @contextmanager
+    def lend_all(self) -> Iterator[list[_Cache]]:
+        with self._returned:
+            while any(cache.lent for cache in self._caches):
+                self._returned.wait()
+            for cache in self._caches:
+                cache.lent = True
+        try:
+            yield list(self._caches)
+        finally:
+            with self._returned:
+                for cache in self._caches:
+                    cache.lent = False
+                self._returned.notify_all()
+
+
 def _rms_norm(x: F32, weight: F32, eps: float) -> F32:
     scale = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
     return (x * scale * weight).astype(np.float32, copy=False)
 
 
 class SmolLM:
-    """Weights, tokenizer and a greedy/top-p sampler; thread-safe for one caller at a time."""
+    """Weights, tokenizer and a greedy/top-p sampler; thread-safe.
 
-    def __init__(self, path: Path, max_context: int = 2048) -> None:
+    ``parallel`` sequences are computed at once, each in a key/value cache of its own (about
+    90 MB at 2048 positions): as many as the engine's model threads, so that two sessions'
+    answers are computed side by side. More callers wait for a cache.
+    """
+
+    def __init__(self, path: Path, max_context: int = 2048, parallel: int = 2) -> None:
         from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
         # One BLAS thread for the process. Decoding multiplies one row by each matrix, which is
@@ -152,16 +224,13 @@ class SmolLM:
         self._cos = np.cos(angles).astype(np.float32)
         self._sin = np.sin(angles).astype(np.float32)
         self.tokenizer = _tokenizer(model.metadata)
-        self._lock = threading.Lock()
-        # One key/value cache (about 90 MB at 2048 positions), and the tokens it holds.
-        shape = (self.n_layers, self.n_kv_heads, max_context, self.head_dim)
-        self._cache = (np.zeros(shape, np.float32), np.zeros(shape, np.float32))
-        self._cached: list[int] = []
-        # logprobs_after's own cache, small: a short context and the continuations scored.
-        shape = (self.n_layers, self.n_kv_heads, SCORE_CONTEXT, self.head_dim)
-        self._score_cache = (np.zeros(shape, np.float32), np.zeros(shape, np.float32))
-        self._score_cached: list[int] = []
-        self._score_lock = threading.Lock()
+        self._conversations = _CachePool(
+            parallel, (self.n_layers, self.n_kv_heads, max_context, self.head_dim)
+        )
+        # logprobs_after's own caches, small: a short context and the continuations scored.
+        self._scoring = _CachePool(
+            parallel, (self.n_layers, self.n_kv_heads, SCORE_CONTEXT, self.head_dim)
+        )
 
     # -- text ------------------------------------------------------------------------------
 
@@ -189,23 +258,19 @@ class SmolLM:
         cancelled: Callable[[], bool],
         stats: GenerationStats | None = None,
         constraint: TokenConstraint | None = None,
-    ) -> Iterator[str]:
-        """Yields text pieces until end of turn, ``max_tokens`` or ``cancelled()``.
+    ) -> Generator[str, None, None]:
+        """Yields text pieces until end of turn, ``max_tokens`` or ``cancelled()``; closing the
+        generator early gives its cache back.
 
         ``stats``, when given, is kept up to date with the token count and why it stopped.
         ``constraint``, when given, masks each step's logits and ends the text once complete.
         """
         stats = stats if stats is not None else GenerationStats()
-        with self._lock:
-            budget = self.max_context - max_tokens
-            prompt = prompt[-budget:] if len(prompt) > budget else prompt
+        budget = self.max_context - max_tokens
+        prompt = prompt[-budget:] if len(prompt) > budget else prompt
+        with self._conversations.lend(prompt) as cache:
             rng = np.random.default_rng(seed)
-            # The keys and values of the tokens this prompt shares with the last sequence
-            # (the system prompt, and in a conversation every earlier turn) are already in
-            # the cache: only the rest is computed. At least one token is, for its logits.
-            reuse = min(_common_prefix(prompt, self._cached), len(prompt) - 1)
-            logits = self._forward(np.asarray(prompt[reuse:]), reuse, self._cache)
-            self._cached = list(prompt)
+            logits = self._extend(cache, prompt)
             pos = len(prompt)
             out: list[int] = []
             emitted = ""
@@ -224,7 +289,6 @@ class SmolLM:
                 if constraint is not None:
                     constraint.accept(token)
                 out.append(token)
-                self._cached.append(token)
                 stats.tokens = len(out)
                 text = self.decode(out)
                 # Hold back an incomplete UTF-8 sequence until its last byte arrives.
@@ -234,72 +298,95 @@ class SmolLM:
                 if constraint is not None and constraint.done:
                     stats.finish = "stop"
                     break
-                logits = self._forward(np.asarray([token]), pos, self._cache)
+                logits = self._forward(np.asarray([token]), pos, cache)
+                cache.tokens.append(token)
                 pos += 1
 
     def continuation_logprob(self, prompt: list[int], continuation: list[int]) -> float:
         """The log-probability (nats) that the model writes ``continuation`` after ``prompt``."""
-        with self._lock:
-            prompt = prompt[-(self.max_context - len(continuation)) :]
-            reuse = min(_common_prefix(prompt, self._cached), len(prompt) - 1)
-            logits = self._forward(np.asarray(prompt[reuse:]), reuse, self._cache)
-            self._cached = list(prompt)
+        prompt = prompt[-(self.max_context - len(continuation)) :]
+        with self._conversations.lend(prompt) as cache:
+            logits = self._extend(cache, prompt)
             total, pos = 0.0, len(prompt)
             for token in continuation:
                 shifted = logits.astype(np.float64) - logits.max()
                 total += float(shifted[token] - np.log(np.exp(shifted).sum()))
-                logits = self._forward(np.asarray([token]), pos, self._cache)
-                self._cached.append(token)
+                logits = self._forward(np.asarray([token]), pos, cache)
+                cache.tokens.append(token)
                 pos += 1
             return total
+
+    def prefill(self, prompt: list[int]) -> None:
+        """Leaves ``prompt`` in every conversation cache: at start-up, the system prompt that
+        every turn begins with, so that no session's first turn computes it."""
+        with self._conversations.lend_all() as caches:
+            first, *rest = caches
+            self._extend(first, prompt)
+            for cache in rest:
+                cache.copy_from(first)
+
+    def _extend(self, cache: _Cache, prompt: list[int]) -> F32:
+        """Makes ``cache`` hold ``prompt``; returns the logits after its last token.
+
+        The tokens this prompt shares with the cache's last sequence (the system prompt, and in
+        a conversation every earlier turn) are already there: only the rest is computed, at
+        least one token for its logits.
+        """
+        reuse = min(_common_prefix(prompt, cache.tokens), len(prompt) - 1)
+        del cache.tokens[reuse:]  # what follows is overwritten, and may be half-written
+        logits = self._forward(np.asarray(prompt[reuse:]), reuse, cache)
+        cache.tokens = list(prompt)
+        return logits
 
     def logprobs_after(self, context: list[int], continuations: list[list[int]]) -> list[float]:
         """The log-probability (nats) that the model writes each of ``continuations`` after
         ``context``, all of them in one forward pass.
 
-        The continuations go into one block after the context, each from the same position
-        and seeing only the context and its own earlier tokens, so the block reads the
-        weights once (the cost of a forward pass here) however many there are. The context
-        stays in a cache of this method's own: scoring never evicts the conversation that
-        ``generate`` keeps, and does not wait for a generation to end.
+        The block of that pass is the context's rest (what its cache does not hold yet, at
+        least its last token, whose logits predict each continuation's first) and then every
+        continuation, each from the same position, seeing the context and its own earlier
+        tokens. So a turn's readings cost one read of the weights (the cost of a forward pass
+        here), however many there are. The context stays in a cache of this method's own:
+        scoring never evicts a conversation that ``generate`` keeps, nor waits for one.
         """
         if not context:
             raise ValueError("a continuation is scored after some context")
-        with self._score_lock:
-            cache = self._score_cache
-            block = [context[-1], *(token for tokens in continuations for token in tokens)]
-            held = len(context) - 1  # the context's last token is the block's first
-            if held + len(block) > cache[0].shape[2]:
-                raise ValueError(f"{held + len(block)} tokens do not fit in {SCORE_CONTEXT}")
-            reuse = min(_common_prefix(context, self._score_cached), held)
-            if reuse < held:
-                self._forward(np.asarray(context[reuse:held]), reuse, cache)
-            self._score_cached = context[:held]  # the block overwrites the slots after it
-            positions = [held]
+        length = len(context) + sum(map(len, continuations))
+        if length > SCORE_CONTEXT:
+            raise ValueError(f"{length} tokens do not fit in {SCORE_CONTEXT}")
+        with self._scoring.lend(context) as cache:
+            reuse = min(_common_prefix(context, cache.tokens), len(context) - 1)
+            del cache.tokens[reuse:]  # the block overwrites the slots from here
+            rest = len(context) - reuse
+            block = [*context[reuse:], *(token for tokens in continuations for token in tokens)]
+            positions = list(range(reuse, len(context)))
             mask = np.full((len(block), len(block)), -np.inf, np.float32)
-            mask[:, 0] = 0.0  # every row sees the context's last token
+            mask[:rest, :rest] = np.triu(np.full((rest, rest), -np.inf, np.float32), 1)
+            mask[rest:, :rest] = 0.0  # every continuation sees the whole context
             firsts = []  # where each continuation starts in the block
             for tokens in continuations:
                 first = len(positions)
                 firsts.append(first)
-                positions += range(held + 1, held + 1 + len(tokens))
+                positions += range(len(context), len(context) + len(tokens))
                 own = slice(first, first + len(tokens))
                 mask[own, own] = np.triu(np.full((len(tokens),) * 2, -np.inf, np.float32), 1)
+            last = rest - 1  # the context's last token: its row predicts every first token
             logits = self._forward(
                 np.asarray(block),
-                held,
+                reuse,
                 cache,
                 positions=np.asarray(positions),
                 mask=mask,
-                every=True,
+                rows=slice(last, None),
             ).astype(np.float64)
+            cache.tokens = list(context)
             logits -= logits.max(axis=1, keepdims=True)
             logprobs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
             totals = []
             for first, tokens in zip(firsts, continuations, strict=True):
-                # Row 0 predicts each continuation's first token; its own rows the rest.
-                predicting = [0, *range(first, first + len(tokens) - 1)][: len(tokens)]
-                totals.append(float(logprobs[predicting, tokens].sum()))
+                predicting = [last, *range(first, first + len(tokens) - 1)][: len(tokens)]
+                rows = [row - last for row in predicting]
+                totals.append(float(logprobs[rows, tokens].sum()))
             return totals
 
     def _rope(self, x: F32, positions: npt.NDArray[np.int64]) -> F32:
@@ -316,21 +403,22 @@ class SmolLM:
         self,
         tokens: npt.NDArray[np.int64],
         start: int,
-        cache: tuple[F32, F32],
+        cache: _Cache,
         *,
         positions: npt.NDArray[np.int64] | None = None,
         mask: F32 | None = None,
-        every: bool = False,
+        rows: slice | None = None,
     ) -> F32:
         """Runs ``tokens`` into cache slots ``start..``; returns the logits of the last one, or
-        of each with ``every``.
+        of the block's ``rows`` (a row each).
 
         By default the tokens are one sequence: slot and position alike, each sees every
         earlier one. ``positions`` and ``mask`` (the block's own, (T, T), 0 or -inf; earlier
         slots are always seen) let one block hold several sequences that share the cache's
-        context, each from the same position on (``logprobs_after``).
+        context, each from the same position on (``logprobs_after``). The caller keeps
+        ``cache.tokens``.
         """
-        k_cache, v_cache = cache
+        k_cache, v_cache = cache.keys, cache.values
         t = len(tokens)
         end = start + t
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv_heads
@@ -363,8 +451,8 @@ class SmolLM:
             gate_up = _matmul(h, layer.w_gate_up)
             gate, up = np.split(gate_up, 2, axis=-1)
             x = x + _matmul(_silu(gate) * up, layer.w_down)
-        if every:
-            logits: F32 = _matmul(_rms_norm(x, self.out_norm, self.eps), self.embed)
+        if rows is not None:
+            logits: F32 = _matmul(_rms_norm(x[rows], self.out_norm, self.eps), self.embed)
             return logits
         last = _rms_norm(x[-1:], self.out_norm, self.eps)
         logits = _matmul(last, self.embed)[0]

@@ -120,13 +120,10 @@ class SmolResponder(Responder):
         self._executor = executor
 
     def warm_up(self) -> None:
-        """One token for a first turn: pays the first call's costs and leaves the default
-        system prompt and examples in the model's cache, so the first real turn starts sooner."""
-        prompt = self._prompt("", [("user", "Hello.")])
-        for _ in self._model.generate(
-            prompt, max_tokens=1, temperature=0.0, seed=0, cancelled=lambda: False
-        ):
-            pass
+        """Computes a first turn's prompt into each of the model's caches: pays the first
+        call's costs and leaves the default system prompt and examples there, so that no
+        session's first turn waits for them."""
+        self._model.prefill(self._prompt("", [("user", "Hello.")]))
 
     def _prompt(self, instructions: str, turns: list[tuple[str, str]]) -> list[int]:
         if instructions and instructions != DEFAULT_INSTRUCTIONS:

@@ -131,6 +131,12 @@ pip_install() {
     local rc=0
     "$VENV/bin/python" -m pip install --quiet --no-compile "$@" 2>&1 |
         { grep -v "^WARNING: Location 'file:" >&2 || true; } || rc=$?
+    if [[ $rc -ne 0 ]]; then
+        # A cold environment takes 4-5 GB, and pip unpacks torch in the temporary folder
+        # first: "No space left on device" is the usual failure, so say what is left.
+        log "pip failed; free space where it writes:"
+        df -h "$VENV" "${TMPDIR:-/tmp}" >&2 || true
+    fi
     return "$rc"
 }
 log "installing ${PACKAGES[*]} and the project (a cold install takes minutes)"

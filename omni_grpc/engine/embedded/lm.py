@@ -125,10 +125,6 @@ class _CachePool:
         ]
         self._returned = threading.Condition()
 
-    @property
-    def slots(self) -> int:
-        return self._caches[0].keys.shape[2]
-
     @contextmanager
     def lend(self, tokens: list[int]) -> Iterator[_Cache]:
         with self._returned:

@@ -12,7 +12,7 @@ import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine
 from omni_grpc.engine.embedded.asr import BEAM_SIZE, Hypothesis, Transcriber
-from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
+from omni_grpc.engine.embedded.lm import SmolLM, _PrefixTree, find_smollm2
 from omni_grpc.engine.embedded.rescoring import (
     CONTEXT,
     END_OF_TURN,
@@ -58,6 +58,8 @@ def test_several_continuations_scored_at_once_score_as_one_at_a_time(lm: SmolLM)
         encode(" time<|im_end|>").ids,
         encode("?").ids,
         [],  # nothing more: certain
+        encode(" capital of Spain?<|im_end|>").ids,  # its start shared with France's
+        encode(" capital of France?<|im_end|>").ids,  # twice: the same rows
     ]
     together = lm.logprobs_after(context, continuations)
     alone = [lm.continuation_logprob(context, tokens) for tokens in continuations]
@@ -65,6 +67,21 @@ def test_several_continuations_scored_at_once_score_as_one_at_a_time(lm: SmolLM)
     assert together[0] > together[1]  # the model knows what people ask
     # Again, with the context already held: the same figures.
     assert lm.logprobs_after(context, continuations) == pytest.approx(alone, abs=1e-3)
+
+
+def test_continuations_that_start_alike_share_those_rows() -> None:
+    tree = _PrefixTree([[7, 8, 9], [7, 8, 10], [11], [], [7, 8, 9]])
+    assert tree.tokens == [7, 8, 9, 10, 11]  # five rows for eleven tokens
+    assert tree.depths == [0, 1, 2, 2, 0]
+    assert tree.paths == [[0, 1, 2], [0, 1, 3], [4], [], [0, 1, 2]]
+    # A row sees itself and its ancestors only: 10 does not see 9, nor 11 anything before it.
+    assert tree.sees.astype(int).tolist() == [
+        [1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 0, 0],
+        [1, 1, 0, 1, 0],
+        [0, 0, 0, 0, 1],
+    ]
 
 
 def test_scoring_leaves_the_conversation_the_model_is_writing_alone(lm: SmolLM) -> None:

@@ -155,6 +155,36 @@ class _CachePool:
                 self._returned.notify_all()
 
 
+class _PrefixTree:
+    """Token sequences as a tree: a node per distinct start, in an order where a node comes
+    after its parent."""
+
+    def __init__(self, sequences: list[list[int]]) -> None:
+        self.tokens: list[int] = []
+        self.depths: list[int] = []
+        self.paths: list[list[int]] = []  # each sequence's nodes, token by token
+        parents: list[int] = []
+        nodes: dict[tuple[int, int], int] = {}  # (parent, token) -> node; -1 is the root
+        for sequence in sequences:
+            parent, path = -1, []
+            for token in sequence:
+                node = nodes.get((parent, token))
+                if node is None:
+                    node = nodes[(parent, token)] = len(self.tokens)
+                    self.tokens.append(token)
+                    self.depths.append(self.depths[parent] + 1 if parent >= 0 else 0)
+                    parents.append(parent)
+                path.append(node)
+                parent = node
+            self.paths.append(path)
+        # sees[i, j]: node j is node i or one of its ancestors.
+        self.sees = np.zeros((len(self.tokens),) * 2, bool)
+        for node, parent in enumerate(parents):
+            if parent >= 0:
+                self.sees[node] = self.sees[parent]
+            self.sees[node, node] = True
+
+
 def _rms_norm(x: F32, weight: F32, eps: float) -> F32:
     scale = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
     return (x * scale * weight).astype(np.float32, copy=False)
@@ -339,10 +369,11 @@ class SmolLM:
         ``context``, all of them in one forward pass.
 
         The block of that pass is the context's rest (what its cache does not hold yet, at
-        least its last token, whose logits predict each continuation's first) and then every
-        continuation, each from the same position, seeing the context and its own earlier
-        tokens. So a turn's readings cost one read of the weights (the cost of a forward pass
-        here), however many there are. The context stays in a cache of this method's own:
+        least its last token, whose logits predict each continuation's first) and then the
+        continuations as a prefix tree: continuations that start alike share those tokens'
+        rows, and each row sees the context and its own earlier tokens. So a turn's readings
+        cost one read of the weights (the cost of a forward pass here) and a row per distinct
+        start, however many there are. The context stays in a cache of this method's own:
         scoring never evicts a conversation that ``generate`` keeps, nor waits for one.
         """
         if not context:
@@ -350,39 +381,33 @@ class SmolLM:
         length = len(context) + sum(map(len, continuations))
         if length > SCORE_CONTEXT:
             raise ValueError(f"{length} tokens do not fit in {SCORE_CONTEXT}")
+        tree = _PrefixTree(continuations)
         with self._scoring.lend(context) as cache:
             reuse = min(_common_prefix(context, cache.tokens), len(context) - 1)
             del cache.tokens[reuse:]  # the block overwrites the slots from here
             rest = len(context) - reuse
-            block = [*context[reuse:], *(token for tokens in continuations for token in tokens)]
-            positions = list(range(reuse, len(context)))
-            mask = np.full((len(block), len(block)), -np.inf, np.float32)
+            size = rest + len(tree.tokens)
+            mask = np.full((size, size), -np.inf, np.float32)
             mask[:rest, :rest] = np.triu(np.full((rest, rest), -np.inf, np.float32), 1)
             mask[rest:, :rest] = 0.0  # every continuation sees the whole context
-            firsts = []  # where each continuation starts in the block
-            for tokens in continuations:
-                first = len(positions)
-                firsts.append(first)
-                positions += range(len(context), len(context) + len(tokens))
-                own = slice(first, first + len(tokens))
-                mask[own, own] = np.triu(np.full((len(tokens),) * 2, -np.inf, np.float32), 1)
-            last = rest - 1  # the context's last token: its row predicts every first token
+            mask[rest:, rest:][tree.sees] = 0.0
+            positions = [*range(reuse, len(context)), *(len(context) + d for d in tree.depths)]
             logits = self._forward(
-                np.asarray(block),
+                np.asarray([*context[reuse:], *tree.tokens]),
                 reuse,
                 cache,
                 positions=np.asarray(positions),
                 mask=mask,
-                rows=slice(last, None),
+                rows=slice(rest - 1, None),  # the context's last row, then the tree's
             ).astype(np.float64)
             cache.tokens = list(context)
             logits -= logits.max(axis=1, keepdims=True)
             logprobs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
             totals = []
-            for first, tokens in zip(firsts, continuations, strict=True):
-                predicting = [last, *range(first, first + len(tokens) - 1)][: len(tokens)]
-                rows = [row - last for row in predicting]
-                totals.append(float(logprobs[rows, tokens].sum()))
+            for tokens, nodes in zip(continuations, tree.paths, strict=True):
+                # Row 0 predicts every first token; a node's row (1 + node) the token after it.
+                predicting = [0, *(1 + node for node in nodes[:-1])][: len(tokens)]
+                totals.append(float(logprobs[predicting, tokens].sum()))
             return totals
 
     def _rope(self, x: F32, positions: npt.NDArray[np.int64]) -> F32:

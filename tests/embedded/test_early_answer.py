@@ -10,11 +10,15 @@ what these tests are about.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import Any
 
 import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine
+from omni_grpc.engine.embedded.asr import Hypothesis
 from omni_grpc.engine.embedded.early_answer import EarlyAnswer
 from omni_grpc.engine.embedded.rescoring import LmRescorer
 from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder, TextStream
@@ -44,14 +48,18 @@ class Asks:
     """Every request the engine's SmolLM2 responder gets, with the stream it returned and
     whether speech_stopped had been sent by then."""
 
-    def __init__(self, responder: SmolResponder) -> None:
+    def __init__(self, responder: SmolResponder, said: Said | None = None) -> None:
         self.made: list[tuple[Request, TextStream, bool]] = []
         self.driver: Driver | None = None
+        # How many phrases ``said`` had been asked to synthesize before each request.
+        self.said_before: list[int] = []
+        self._said = said
         self._responder = responder
         self._reply = responder.reply
 
     def __enter__(self) -> Asks:
         def reply(request: Request) -> TextStream:
+            self.said_before.append(len(self._said.phrases) if self._said else 0)
             stream = self._reply(request)
             stopped = self.driver is not None and bool(self.driver.of("speech_stopped"))
             self.made.append((request, stream, stopped))
@@ -64,9 +72,41 @@ class Asks:
         del self._responder.reply
 
     async def wait_for(self, count: int) -> None:
-        async with asyncio.timeout(30):
-            while len(self.made) < count:  # noqa: ASYNC110 (the model thread answers no event)
-                await asyncio.sleep(0.01)
+        await until(lambda: len(self.made) >= count)
+
+    def answer_to(self, heard: Heard) -> bool:
+        """Whether a transcription ended and an answer to its text was asked."""
+        return bool(heard.texts) and any(
+            request.turns[-1] == ("user", heard.texts[-1]) for request, _, _ in self.made
+        )
+
+
+async def until(ready: Callable[[], bool]) -> None:
+    async with asyncio.timeout(30):
+        while not ready():  # noqa: ASYNC110 (the model threads answer no event)
+            await asyncio.sleep(0.01)
+
+
+class Heard:
+    """Every transcript the engine's recognizer returned, in order."""
+
+    def __init__(self, engine: EmbeddedEngine) -> None:
+        assert engine.runtime is not None
+        self.texts: list[str] = []
+        self._asr = engine.runtime.asr
+        self._transcribe = self._asr.transcribe
+
+    def __enter__(self) -> Heard:
+        def transcribe(*args: Any, **kwargs: Any) -> str:
+            text = self._transcribe(*args, **kwargs)
+            self.texts.append(text)
+            return text
+
+        self._asr.transcribe = transcribe  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        del self._asr.transcribe
 
 
 class Said:
@@ -130,11 +170,11 @@ async def test_an_early_answer_fits_only_the_same_request_to_the_same_responder(
     assert await other.synthesize("what time is it.", "en-gb") == b"x" * 16
 
 
-async def send_waiting(driver: Driver, pcm: bytes, at_ms: float, asks: Asks, count: int) -> None:
-    """Sends ``pcm`` in 20 ms steps; at ``at_ms`` waits until ``count`` requests were made."""
+async def send_waiting(driver: Driver, pcm: bytes, at_ms: float, ready: Callable[[], bool]) -> None:
+    """Sends ``pcm`` in 20 ms steps; at ``at_ms`` waits until ``ready()``."""
     cut = int(at_ms) * IN_BYTES_PER_MS
     await driver.stream(pcm[:cut], step=True)
-    await asks.wait_for(count)
+    await until(ready)
     await driver.stream(pcm[cut:], step=True)
 
 
@@ -149,25 +189,77 @@ async def test_the_answer_is_written_in_the_silence_and_spoken_once_the_turn_end
     assert smol_engine.runtime is not None and smol_engine.runtime.smol is not None
     scene = speech.Scene().pause(300).speak("What is the capital of France?").pause(900)
     ((_, speech_end, _),) = scene.segments
-    with Asks(smol_engine.runtime.smol) as asks, Said(smol_engine) as voice:
+    with (
+        Said(smol_engine) as voice,
+        Asks(smol_engine.runtime.smol, voice) as asks,
+        Heard(smol_engine) as heard,
+    ):
         driver = asks.driver = await open_driver(smol_engine)
         try:
-            # 250 ms into the silence: past the pause (~100 ms), before the stop (500 ms).
-            await send_waiting(driver, scene.pcm16(), speech_end + 250, asks, 1)
+            # 250 ms into the silence: past the pause (~100 ms), before the stop (500 ms),
+            # once the pause's transcript is ready and its answer asked for.
+            ready = partial(asks.answer_to, heard)
+            await send_waiting(driver, scene.pcm16(), speech_end + 250, ready)
             done = (await driver.until("response_done")).response_done.response
         finally:
             await driver.close()
-    ((request, _, stopped_then),) = asks.made  # asked once, at the pause, not again
-    assert not stopped_then
-    heard = driver.of("input_transcription")[0].input_transcription.transcript
-    assert request.turns == [("user", heard)]
+    # Asked at the pause only, never after the turn ended: first Whisper's likeliest reading
+    # (beam-first, "What is the capital and friends?" here), then, while the silence lasts,
+    # the transcript the language model chose, if that is another.
+    assert not any(stopped_then for *_, stopped_then in asks.made)
+    *dropped, (request, _, _) = asks.made
+    heard_text = driver.of("input_transcription")[0].input_transcription.transcript
+    assert request.turns == [("user", heard_text)]
+    assert len(dropped) <= 1 and all(stream._stop.is_set() for _, stream, _ in dropped)
     assert done.status == pb.RESPONSE_STATUS_COMPLETED
     spoken = said(response_events(driver.seen, done.id))
     assert spoken and spoken == await direct_answer(smol_engine, request)
     assert done.output[0].content[0].transcript == spoken
-    # The first phrase was synthesized ahead, and the player took that audio: no phrase was
-    # synthesized twice.
-    assert "".join(voice.phrases) == spoken
+    # The answer's first phrase was synthesized ahead, and the player took that audio: no
+    # phrase of it was synthesized twice.
+    assert "".join(voice.phrases[asks.said_before[-1] :]) == spoken
+
+
+async def test_the_answer_starts_on_whisper_s_likeliest_reading_while_the_lm_chooses(
+    smol_engine: EmbeddedEngine,
+) -> None:
+    """Where SmolLM2 re-ranks Whisper's readings, the early answer does not wait for it."""
+    runtime = smol_engine.runtime
+    assert runtime is not None and runtime.smol is not None and runtime.asr.reranker is not None
+    reranker = runtime.asr.reranker
+    choose = reranker.choose
+    asked_before_choosing: list[tuple[str, str]] = []
+    likeliest: list[str] = []
+
+    def choose_once_asked(hypotheses: Sequence[Hypothesis]) -> int:
+        # On the model thread: holds the choice until an answer was asked (for 10 s at most,
+        # on the previous code it never was), and notes what that answer was asked about.
+        if not likeliest:
+            likeliest.append(hypotheses[0].text)
+            deadline = time.monotonic() + 10
+            while not asks.made and time.monotonic() < deadline:
+                time.sleep(0.01)
+            asked_before_choosing.extend(request.turns[-1] for request, _, _ in asks.made)
+        return choose(hypotheses)
+
+    scene = speech.Scene().pause(300).speak("What is the capital of France?").pause(900)
+    ((_, speech_end, _),) = scene.segments
+    with Asks(runtime.smol) as asks, Heard(smol_engine) as heard:
+        reranker.choose = choose_once_asked  # type: ignore[method-assign]
+        try:
+            driver = asks.driver = await open_driver(smol_engine)
+            try:
+                ready = partial(asks.answer_to, heard)
+                await send_waiting(driver, scene.pcm16(), speech_end + 250, ready)
+                await driver.until("response_done")
+            finally:
+                await driver.close()
+        finally:
+            del reranker.choose
+    assert asked_before_choosing == [("user", likeliest[0])]
+    heard_text = driver.of("input_transcription")[0].input_transcription.transcript
+    assert asks.made[-1][0].turns == [("user", heard_text)]
+    assert not any(stopped_then for *_, stopped_then in asks.made)
 
 
 async def test_speech_after_the_pause_drops_the_early_answer(smol_engine: EmbeddedEngine) -> None:
@@ -182,20 +274,23 @@ async def test_speech_after_the_pause_drops_the_early_answer(smol_engine: Embedd
     )
     (_, first_end, _), _ = scene.segments
     detection = pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_SERVER_VAD, silence_duration_ms=1200)
-    with Asks(smol_engine.runtime.smol) as asks:
+    with Asks(smol_engine.runtime.smol) as asks, Heard(smol_engine) as heard:
         driver = asks.driver = await open_driver(smol_engine, turn_detection=detection)
         try:
-            await send_waiting(driver, scene.pcm16(), first_end + 400, asks, 1)
+            ready = partial(asks.answer_to, heard)
+            await send_waiting(driver, scene.pcm16(), first_end + 400, ready)
             done = (await driver.until("response_done")).response_done.response
         finally:
             await driver.close()
-    (early, early_stream, _), (final, _, stopped_then) = asks.made
-    assert early_stream._stop.is_set()  # the model was told to stop writing it
+    # At the pause: Whisper's likeliest reading, and the chosen transcript if another.
+    *early, (final, _, stopped_then) = asks.made
+    assert 1 <= len(early) <= 2
+    assert all(stream._stop.is_set() for _, stream, _ in early)  # the model was told to stop
     assert len(driver.of("speech_stopped")) == 1
     assert stopped_then
-    heard = driver.of("input_transcription")[0].input_transcription.transcript
-    assert final.turns == [("user", heard)]
-    assert early.turns != final.turns
+    heard_text = driver.of("input_transcription")[0].input_transcription.transcript
+    assert final.turns == [("user", heard_text)]
+    assert all(request.turns != final.turns for request, _, _ in early)
     spoken = said(response_events(driver.seen, done.id))
     assert spoken == await direct_answer(smol_engine, final)
 
@@ -203,8 +298,8 @@ async def test_speech_after_the_pause_drops_the_early_answer(smol_engine: Embedd
 async def test_two_sessions_answered_early_at_once_each_get_their_own_answer(
     smol_engine: EmbeddedEngine,
 ) -> None:
-    """The sessions share one model and its cache of the last prompt: each early answer must
-    still be the model's answer to its own conversation."""
+    """The sessions share one model and its caches: each early answer must still be the
+    model's answer to its own conversation."""
     assert smol_engine.runtime is not None and smol_engine.runtime.smol is not None
     scenes = [
         speech.Scene().pause(300).speak(question).pause(900)

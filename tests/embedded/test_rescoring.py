@@ -184,14 +184,20 @@ def test_a_transcriber_with_a_rescorer_asks_it_about_every_reading_of_the_beam(
     transcriber = Transcriber(model="tiny.en", reranker=Last())
     said = speech.say("please book a table for two at seven tonight")
     audio = (np.clip(said, -1.0, 1.0) * 32767).astype("<i2").tobytes()
-    heard = transcriber.transcribe(audio)
+    told: list[tuple[str, int]] = []  # Whisper's likeliest, and how many choices were made
+    heard = transcriber.transcribe(
+        audio, first_reading=lambda text: told.append((text, len(asked)))
+    )
     (readings,) = asked
     assert len(readings) == transcriber.decoding.beam_size
     assert heard == readings[-1].text
     assert len({r.text for r in readings}) == len(readings)
     assert all(r.logprob < 0 for r in readings)  # whole texts' log-probabilities
+    # The likeliest reading was told before the reranker chose (here, another).
+    assert told == [(readings[0].text, 0)]
     transcriber.reranker = None
-    assert transcriber.transcribe(audio) == readings[0].text
+    assert transcriber.transcribe(audio, first_reading=told.append) == readings[0].text
+    assert len(told) == 1  # nothing to tell ahead without a reranker: the text is the answer
 
 
 @pytest.fixture(scope="module")

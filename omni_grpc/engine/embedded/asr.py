@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -223,9 +223,19 @@ class Transcriber:
         self._start = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
         self._timed_start = list(self._tokenizer.sot_sequence)
 
-    def transcribe(self, pcm16: bytes, previous: str = "") -> str:
+    def transcribe(
+        self,
+        pcm16: bytes,
+        previous: str = "",
+        first_reading: Callable[[str], None] | None = None,
+    ) -> str:
         """The text of one turn of canonical input (Whisper's own 16 kHz); empty for silence
-        or noise. ``previous`` is the conversation so far, used when ``decoding.prompt``."""
+        or noise. ``previous`` is the conversation so far, used when ``decoding.prompt``.
+
+        ``first_reading``, when given, is told Whisper's likeliest reading as soon as the beam
+        has it, while the reranker still weighs the others: the transcript, wherever the
+        reranker keeps it, so an answer can start on it. Never told without a reranker.
+        """
         duration_ms = pcm16_ms(len(pcm16), CANONICAL_INPUT_RATE_HZ)
         if duration_ms < MIN_AUDIO_MS:
             return ""
@@ -241,7 +251,7 @@ class Transcriber:
         max_length = len(prompt) + min(MAX_TOKENS, spoken_tokens)
         best: _Decoded | None = None
         for temperature in self.decoding.temperatures:
-            decoded = self._decode(encoded, prompt, max_length, temperature)
+            decoded = self._decode(encoded, prompt, max_length, temperature, first_reading)
             # Whisper's rule for "nothing was said": likely silence and an unsure decode.
             if (
                 decoded.no_speech > self.decoding.no_speech_threshold
@@ -314,7 +324,12 @@ class Transcriber:
         return [self._tokenizer.sot_prev, *context, *start]
 
     def _decode(
-        self, encoded: Any, prompt: list[int], max_length: int, temperature: float
+        self,
+        encoded: Any,
+        prompt: list[int],
+        max_length: int,
+        temperature: float,
+        first_reading: Callable[[str], None] | None = None,
     ) -> _Decoded:
         options: dict[str, Any] = {
             "beam_size": self.decoding.beam_size,
@@ -356,6 +371,11 @@ class Transcriber:
                 Hypothesis(text.strip(), score * len(ids) ** self.decoding.length_penalty, len(ids))
                 for (score, text), ids in zip(readings, result.sequences_ids, strict=True)
             ]
+            likeliest = _Decoded(readings[0][1].strip(), readings[0][0], 0.0)
+            if first_reading is not None and not likeliest.fails(self.decoding):
+                # What transcribe returns if the reranker keeps it (no fallback follows a
+                # reading that does not fail, and one that does not fail is not silence).
+                first_reading(drop_repeat(likeliest.text))
             score, text = readings[reranker.choose(whole)]
         else:  # the beam's first; sampling's likeliest
             score, text = max(readings)

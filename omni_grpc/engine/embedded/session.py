@@ -18,6 +18,7 @@ and speaks it sentence by sentence while the rest is being written (the kit's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -211,21 +212,48 @@ class EmbeddedSession(kit.ConversationSession):
         if self._guess is not None and not self._guess[1].done():
             return
         loop = asyncio.get_running_loop()
+        likeliest: asyncio.Future[str] = loop.create_future()
+
+        def heard(text: str) -> None:  # on the model thread, before the reranker chooses
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
+                loop.call_soon_threadsafe(_settle, likeliest, text)
+
+        transcribe = self._runtime.asr.transcribe
         job = loop.run_in_executor(
-            self._runtime.executor, self._runtime.asr.transcribe, pause.audio
+            self._runtime.executor, lambda: transcribe(pause.audio, first_reading=heard)
         )
         job.add_done_callback(lambda done: done.cancelled() or done.exception())
         self._guess = (pause.speech_end_ms, job)
         if self._runtime.options.answer_at_pause == "on":
-            self._spawn(self._answer_early(pause.speech_end_ms, job))
+            self._spawn(self._answer_early(pause.speech_end_ms, likeliest, job))
 
-    async def _answer_early(self, speech_end_ms: float, job: asyncio.Future[str]) -> None:
+    async def _answer_early(
+        self, speech_end_ms: float, likeliest: asyncio.Future[str], job: asyncio.Future[str]
+    ) -> None:
         """Starts the answer to the transcript guessed at a pause, if the silence still lasts
-        when it is ready and the turn's response would be a language model's text."""
+        when it is ready and the turn's response would be a language model's text.
+
+        Where the language model re-ranks Whisper's readings, the answer starts on Whisper's
+        likeliest while the reranker weighs the others (the two run on the two model
+        threads); most turns keep that reading, and one that does not is answered again on
+        the transcript (the response takes only an answer asked with its own transcript),
+        unless that first answer was dropped meanwhile: the user spoke on.
+        """
+        early = None
         try:
+            await asyncio.wait((likeliest, job), return_when=asyncio.FIRST_COMPLETED)
+            if likeliest.done() and self._start_early(speech_end_ms, likeliest.result()):
+                early = self._early
             text = await job
         except Exception:
             return  # the turn's own transcription reports it
+        finally:
+            likeliest.cancel()
+        if early is None or (self._early is early and early.asked.turns[-1] != ("user", text)):
+            self._start_early(speech_end_ms, text)
+
+    def _start_early(self, speech_end_ms: float, text: str) -> bool:
+        """Starts an early answer to ``text``, replacing any other; whether it did."""
         responder = self._runtime.responder(self._responder)
         guess = self._guess
         if (
@@ -238,7 +266,7 @@ class EmbeddedSession(kit.ConversationSession):
             or not self._creates_response()
             or self.config.tools.tools
         ):
-            return
+            return False
         request = self._request(
             self._default_instructions(), [*self._conversation(), ("user", text)]
         )
@@ -247,6 +275,7 @@ class EmbeddedSession(kit.ConversationSession):
         speaks = pb.MODALITY_AUDIO in self._modalities()
         speaker = (self._runtime.tts, self.config.voice or options.voice) if speaks else None
         self._early = EarlyAnswer(speech_end_ms, request, responder, speaker)
+        return True
 
     def _drop_early(self) -> None:
         if self._early is not None:
@@ -462,3 +491,8 @@ async def _first_told(
             on_stage("first_token", response_id)
             told = True
         yield piece
+
+
+def _settle(future: asyncio.Future[str], value: str) -> None:
+    if not future.done():
+        future.set_result(value)

@@ -57,16 +57,24 @@ def tone(path: Path) -> None:
         wav.writeframes(samples.tobytes())
 
 
-async def drain_the_owner(cluster: LocalCluster, process: asyncio.subprocess.Process) -> str:
-    """Waits for the client's session to open on a live replica, and drains that replica."""
+def opened_so_far(cluster: LocalCluster) -> dict[str, float]:
+    """How many sessions each live replica has opened. Read before the client starts: a client
+    that opens its session before this is read would never be seen to open it."""
     live = [r["route"] for r in cluster.state["replicas"] if cluster.alive(r["route"])]
-    before = {route: cluster.metric(route, "omni_grpc_sessions_opened_total") for route in live}
+    return {route: cluster.metric(route, "omni_grpc_sessions_opened_total") for route in live}
+
+
+async def drain_the_owner(
+    cluster: LocalCluster, process: asyncio.subprocess.Process, before: dict[str, float]
+) -> str:
+    """Waits for the client's session to open on a live replica (counted in ``before``, read
+    before the client started), and drains that replica."""
 
     def opened() -> list[str]:
         return [
             route
-            for route in live
-            if cluster.metric(route, "omni_grpc_sessions_opened_total") > before[route]
+            for route, count in before.items()
+            if cluster.metric(route, "omni_grpc_sessions_opened_total") > count
         ]
 
     await wait_for(lambda: len(opened()) == 1 or process.returncode is not None, 60, "the open")
@@ -86,13 +94,14 @@ async def test_the_node_client_follows_its_session_to_the_adopter(
     tmp_path: Path,
 ) -> None:
     tone(tmp_path / "in.wav")
+    before = opened_so_far(cluster)
     process = await asyncio.create_subprocess_exec(
         *("node", str(stream_wav), "--target", cluster.target, "--wav", str(tmp_path / "in.wav")),
         *("--out", str(tmp_path / "reply.wav"), "--timeout", "60"),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    owner = await drain_the_owner(cluster, process)
+    owner = await drain_the_owner(cluster, process, before)
     stdout, stderr = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode == 0, stderr.decode()
     summary = json.loads(stderr.decode().splitlines()[-1])
@@ -109,13 +118,14 @@ async def test_the_go_client_follows_its_session_to_the_adopter(
     tmp_path: Path,
 ) -> None:
     tone(tmp_path / "in.wav")
+    before = opened_so_far(cluster)
     process = await asyncio.create_subprocess_exec(
         *(str(go_build.binary), "--target", cluster.target, "--wav", str(tmp_path / "in.wav")),
         *("--out", str(tmp_path / "reply.wav"), "--realtime", "--timeout", "60s"),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    owner = await drain_the_owner(cluster, process)
+    owner = await drain_the_owner(cluster, process, before)
     stdout, stderr = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode == 0, stderr.decode()
     events = [json_format.Parse(line, pb.ConverseResponse()) for line in stdout.splitlines()]

@@ -371,11 +371,12 @@ class Transcriber:
                 Hypothesis(text.strip(), score * len(ids) ** self.decoding.length_penalty, len(ids))
                 for (score, text), ids in zip(readings, result.sequences_ids, strict=True)
             ]
-            likeliest = _Decoded(readings[0][1].strip(), readings[0][0], 0.0)
-            if first_reading is not None and not likeliest.fails(self.decoding):
+            if first_reading is not None:
+                likeliest = _Decoded(readings[0][1].strip(), readings[0][0], 0.0)
                 # What transcribe returns if the reranker keeps it (no fallback follows a
                 # reading that does not fail, and one that does not fail is not silence).
-                first_reading(drop_repeat(likeliest.text))
+                if not likeliest.fails(self.decoding):
+                    first_reading(drop_repeat(likeliest.text))
             score, text = readings[reranker.choose(whole)]
         else:  # the beam's first; sampling's likeliest
             score, text = max(readings)

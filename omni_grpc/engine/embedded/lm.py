@@ -102,6 +102,13 @@ class _Cache:
     tokens: list[int]  # the tokens whose keys and values the slots hold, in order
     lent: bool = False
 
+    def keep_start_of(self, tokens: list[int]) -> int:
+        """How many of ``tokens`` (all but the last at most, which a pass needs for its
+        logits) the slots hold already; forgets the rest, which the caller overwrites."""
+        held = min(_common_prefix(tokens, self.tokens), len(tokens) - 1)
+        del self.tokens[held:]  # a pass that fails leaves no claim to half-written slots
+        return held
+
     def copy_from(self, other: _Cache) -> None:
         held = len(other.tokens)
         self.keys[:, :, :held] = other.keys[:, :, :held]
@@ -358,8 +365,7 @@ class SmolLM:
         a conversation every earlier turn) are already there: only the rest is computed, at
         least one token for its logits.
         """
-        reuse = min(_common_prefix(prompt, cache.tokens), len(prompt) - 1)
-        del cache.tokens[reuse:]  # what follows is overwritten, and may be half-written
+        reuse = cache.keep_start_of(prompt)
         logits = self._forward(np.asarray(prompt[reuse:]), reuse, cache)
         cache.tokens = list(prompt)
         return logits
@@ -383,8 +389,7 @@ class SmolLM:
             raise ValueError(f"{length} tokens do not fit in {SCORE_CONTEXT}")
         tree = _PrefixTree(continuations)
         with self._scoring.lend(context) as cache:
-            reuse = min(_common_prefix(context, cache.tokens), len(context) - 1)
-            del cache.tokens[reuse:]  # the block overwrites the slots from here
+            reuse = cache.keep_start_of(context)
             rest = len(context) - reuse
             size = rest + len(tree.tokens)
             mask = np.full((size, size), -np.inf, np.float32)

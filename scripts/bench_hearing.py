@@ -69,6 +69,8 @@ RESCORED = {
     "base beam 5 rescored 1.0": 1.0,
     "base beam 10 rescored": rescoring.LM_WEIGHT,
     "tiny.en rescored": rescoring.LM_WEIGHT,
+    "base rescored prompt": rescoring.LM_WEIGHT,
+    **{f"base rescored prompt {n}": rescoring.LM_WEIGHT for n in PROMPTS},
 }
 _RESCORED_BEAM = Decoding(beam_size=rescoring.RESCORED_BEAM)
 CONFIGS.update(
@@ -79,6 +81,14 @@ CONFIGS.update(
         "base beam 5 rescored 1.0": ("base", Decoding(beam_size=5)),
         "base beam 10 rescored": ("base", Decoding(beam_size=10)),
         "tiny.en rescored": ("tiny.en", _RESCORED_BEAM),
+        "base rescored prompt": ("base", Decoding(beam_size=rescoring.RESCORED_BEAM, prompt=True)),
+        **{
+            f"base rescored prompt {n}": (
+                "base",
+                Decoding(beam_size=rescoring.RESCORED_BEAM, initial_prompt=p),
+            )
+            for n, p in PROMPTS.items()
+        },
     }
 )
 

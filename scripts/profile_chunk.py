@@ -1,0 +1,159 @@
+"""Python calls per chunk on the service's hot path, counted by cProfile, in one process.
+
+The gRPC transport's ``Converse`` (the real servicer, sessions, host, core, edge and the
+loopback engine in mirror mode) is driven over a stand-in for grpc.aio's servicer context, so
+what is counted is our Python per chunk and none of gRPC's: a session opens, then ``--chunks``
+appends of 20 ms of pcm16 at 24 kHz (as the benchmark's clients send them) each come back as an
+output audio delta, with an acknowledgement every 50 events, as ``omni-grpc bench`` paces them.
+The count is deterministic (no clock in it), so a change's effect is read off one run:
+
+    .venv/bin/python scripts/profile_chunk.py              # calls per chunk, and ours
+    .venv/bin/python scripts/profile_chunk.py --top 40     # and the functions, by calls
+
+``--transport local`` drives the in-process entry point (what ``omni-grpc serve``'s bridge
+uses) instead of the gRPC servicer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import sys
+from collections.abc import Sequence
+
+import grpc
+
+from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, append, mirror_settings
+from omni_grpc.core import Registry
+from omni_grpc.engine import create_engine
+from omni_grpc.server.local import LocalService
+from omni_grpc.server.servicer import DuplexServicer
+from omni_grpc.server.sessions import Sessions
+from omni_grpc.wire import pb
+from omni_grpc.wire.audio import pcm16_bytes
+
+EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
+ACK_EVERY = 50
+CHUNK_MS = 20
+OURS = tuple(os.sep + name + os.sep for name in ("omni_grpc", "bridge", "omni_cli"))
+
+
+class Context:
+    """What the servicer uses of grpc.aio's ServicerContext: ``read`` hands out the requests
+    given at once (a client that always has its next chunk ready), ``write`` counts."""
+
+    def __init__(self, requests: list[bytes], now: list[float]) -> None:
+        self._requests = iter(requests)
+        self._now = now
+        self.written = 0
+        self.done = asyncio.get_running_loop().create_future()
+
+    async def read(self) -> bytes | object:
+        request = next(self._requests, None)
+        self._now[0] += CHUNK_MS / 1000
+        if request is None:
+            self.done.set_result(None)
+            return await asyncio.Future()  # the client waits; the call is cancelled
+        return request
+
+    async def write(self, payload: bytes) -> None:
+        self.written += 1
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+    async def send_initial_metadata(self, metadata: object) -> None:
+        return None
+
+    async def abort(self, code: object, details: str = "", metadata: object = ()) -> None:
+        raise RuntimeError(f"aborted: {code} {details}")
+
+
+def _requests(chunks: int) -> list[pb.ConverseRequest]:
+    """The client's side, built before the profile starts: its work is not the server's."""
+    audio = bytes(pcm16_bytes(CHUNK_MS, CLIENT_RATE_HZ))
+    requests = [pb.ConverseRequest(open_session=pb.OpenSession())]
+    for seq in range(1, chunks + 1):
+        requests.append(append(seq, audio))
+        if seq % ACK_EVERY == 0:  # the events so far: session_created and one delta a chunk
+            requests.append(pb.ConverseRequest(ack_events=pb.AckEvents(seq=seq + 1)))
+    return requests
+
+
+async def _session(transport: str, chunks: int, profile: cProfile.Profile) -> int:
+    """Runs one session of ``chunks`` appends under ``profile``; returns the events written."""
+    settings = mirror_settings()
+    engine = create_engine(settings.engine, dict(settings.engine_options))
+    await engine.start()
+    # The clock moves by a chunk's length per request, as a paced client's would.
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    sessions = Sessions(Registry(settings.limits, engine.features), engine, clock)
+    requests = _requests(chunks)
+    written = 0
+    if transport == "grpc":
+        context = Context([request.SerializeToString() for request in requests], now)
+        servicer = DuplexServicer(sessions)
+        profile.enable()
+        call = asyncio.create_task(servicer.converse(None, context))  # type: ignore[arg-type]
+        await context.done
+        await asyncio.sleep(0)
+        profile.disable()
+        written = context.written
+        call.cancel()
+    else:
+        stream = LocalService(sessions).converse()
+        profile.enable()
+        for request in requests:
+            now[0] += CHUNK_MS / 1000
+            await stream.write(request)
+            while (payload := stream.take_now()) is not None:
+                written += bool(payload)
+        profile.disable()
+        stream.cancel()
+    await sessions.abandon()
+    await engine.stop()
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chunks", type=int, default=2000)
+    parser.add_argument("--transport", choices=("grpc", "local"), default="grpc")
+    parser.add_argument("--top", type=int, default=0, help="list this many functions")
+    args = parser.parse_args(argv)
+    profile = cProfile.Profile()
+    written = asyncio.run(_session(args.transport, args.chunks, profile))
+    if written < args.chunks:
+        print(f"error: {written} events for {args.chunks} chunks", file=sys.stderr)
+        return 1
+    stats = pstats.Stats(profile)
+    total = sum(entry[1] for entry in stats.stats.values())  # type: ignore[attr-defined]
+    per_chunk = {
+        func: entry[1] / args.chunks
+        for func, entry in stats.stats.items()  # type: ignore[attr-defined]
+    }
+    ours = {f: n for f, n in per_chunk.items() if any(part in f[0] for part in OURS)}
+    hot_ours = {f: n for f, n in ours.items() if n >= 0.5}
+    print(f"transport: {args.transport}, {args.chunks} chunks of {CHUNK_MS} ms")
+    print(f"Python calls per chunk: {total / args.chunks:.1f}")
+    print(f"of which in our code: {sum(ours.values()):.1f}")
+    print(f"functions of ours on every chunk's path: {len(hot_ours)}")
+    if args.top:
+        ranked = sorted(per_chunk.items(), key=lambda item: -item[1])[: args.top]
+        for (filename, line, name), count in ranked:
+            print(f"{count:7.2f}  {name}  ({os.path.basename(filename)}:{line})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 
 import grpc
+import uvloop
 
 from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, append, mirror_settings
 from omni_grpc.core import Registry
@@ -52,6 +53,7 @@ class Context:
         self.done = asyncio.get_running_loop().create_future()
 
     async def read(self) -> bytes | object:
+        await asyncio.sleep(0)  # a read waits for the network: other tasks run meanwhile
         request = next(self._requests, None)
         self._now[0] += CHUNK_MS / 1000
         if request is None:
@@ -73,6 +75,12 @@ class Context:
 
     async def abort(self, code: object, details: str = "", metadata: object = ()) -> None:
         raise RuntimeError(f"aborted: {code} {details}")
+
+
+async def _echo(request_iterator: object, context: Context) -> None:
+    """The raw echo of ``omni-grpc bench``: the harness's own calls per chunk."""
+    while (message := await context.read()) is not EOF:
+        await context.write(message)  # type: ignore[arg-type]
 
 
 def _requests(chunks: int) -> list[pb.ConverseRequest]:
@@ -100,11 +108,11 @@ async def _session(transport: str, chunks: int, profile: cProfile.Profile) -> in
     sessions = Sessions(Registry(settings.limits, engine.features), engine, clock)
     requests = _requests(chunks)
     written = 0
-    if transport == "grpc":
+    if transport in ("grpc", "echo"):
         context = Context([request.SerializeToString() for request in requests], now)
-        servicer = DuplexServicer(sessions)
+        converse = DuplexServicer(sessions).converse if transport == "grpc" else _echo
         profile.enable()
-        call = asyncio.create_task(servicer.converse(None, context))  # type: ignore[arg-type]
+        call = asyncio.create_task(converse(None, context))  # type: ignore[arg-type]
         await context.done
         await asyncio.sleep(0)
         profile.disable()
@@ -116,8 +124,14 @@ async def _session(transport: str, chunks: int, profile: cProfile.Profile) -> in
         for request in requests:
             now[0] += CHUNK_MS / 1000
             await stream.write(request)
-            while (payload := stream.take_now()) is not None:
-                written += bool(payload)
+            if request.HasField("ack_events"):
+                continue
+            # As the bridge's relay does: what the command made, taken by the task that wrote
+            # it; else the next event read from the stream (the open's session_created).
+            payload = stream.take_now()
+            if payload is None:
+                payload = await stream.read_serialized()
+            written += payload is not None
         profile.disable()
         stream.cancel()
     await sessions.abandon()
@@ -128,11 +142,11 @@ async def _session(transport: str, chunks: int, profile: cProfile.Profile) -> in
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", type=int, default=2000)
-    parser.add_argument("--transport", choices=("grpc", "local"), default="grpc")
+    parser.add_argument("--transport", choices=("grpc", "local", "echo"), default="grpc")
     parser.add_argument("--top", type=int, default=0, help="list this many functions")
     args = parser.parse_args(argv)
     profile = cProfile.Profile()
-    written = asyncio.run(_session(args.transport, args.chunks, profile))
+    written = uvloop.run(_session(args.transport, args.chunks, profile))
     if written < args.chunks:
         print(f"error: {written} events for {args.chunks} chunks", file=sys.stderr)
         return 1

@@ -18,12 +18,13 @@ from dataclasses import replace
 from types import TracebackType
 
 from omni_grpc.client.bookkeeping import CommandJournal
-from omni_grpc.client.channel import ChannelSettings, Connection, StreamBroken
+from omni_grpc.client.channel import ChannelSettings, Connection
 from omni_grpc.client.commands import Commands
 from omni_grpc.client.errors import CommandTooLarge, DuplexClientError, SessionClosed
 from omni_grpc.client.link import End, SessionLink
 from omni_grpc.client.options import ClientOptions, ResumeHandle
 from omni_grpc.wire import pb
+from omni_grpc.wire.stream_end import StreamBroken
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,6 @@ from omni_grpc.client.channel import (
     TRANSIENT_STATUSES,
     Connection,
     Stream,
-    StreamBroken,
 )
 from omni_grpc.client.errors import (
     ConnectionLost,
@@ -33,6 +32,7 @@ from omni_grpc.client.errors import (
     SessionClosed,
 )
 from omni_grpc.wire import pb
+from omni_grpc.wire.stream_end import StreamBroken
 
 logger = logging.getLogger(__name__)
 

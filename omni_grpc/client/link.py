@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass
 
 from omni_grpc.client.bookkeeping import CommandJournal, EventCursor, EventGap
-from omni_grpc.client.channel import Connection, Stream, StreamBroken
+from omni_grpc.client.channel import Connection, Stream
 from omni_grpc.client.dialer import Dialer, ResumeRequest
 from omni_grpc.client.errors import (
     DuplexClientError,
@@ -32,6 +32,7 @@ from omni_grpc.client.errors import (
 )
 from omni_grpc.client.options import ClientOptions, ClientStats
 from omni_grpc.wire import pb
+from omni_grpc.wire.stream_end import StreamBroken
 
 logger = logging.getLogger(__name__)
 

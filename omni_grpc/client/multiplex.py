@@ -39,10 +39,11 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
-from omni_grpc.client.channel import ChannelSettings, StreamBroken
+from omni_grpc.client.channel import ChannelSettings
 from omni_grpc.wire import pb
 from omni_grpc.wire.framing import length_field, varint_field
 from omni_grpc.wire.keys import ROUTE_HEADER, bearer_key, bearer_metadata, route_of
+from omni_grpc.wire.stream_end import StreamBroken
 
 CALLS = 4  # calls the streams without a routing key are spread over
 MOVES = 3  # how many broken calls an unanswered stream is moved away from

@@ -7,10 +7,22 @@ The rules held here:
   ``client_seq_gap`` without consuming the number. Only the stream commands of
   ``UNNUMBERED_COMMANDS`` (heartbeat, ack) may come unnumbered, and the handshake commands only
   as the first message of a stream.
-* **Bounded pending input.** When the client commits its own turns, input it appended and
-  has not yet committed or cleared counts against ``max_pending_input_bytes``; past it an
-  append is refused as retryable ``input_backpressure``, and committing nothing is refused.
-  With server VAD the engine owns the buffer, commits on its own and bounds it itself.
+* **Admitted once, trusted after.** A command bound for the engine is checked here once and
+  handed on as an :class:`Admitted` command that carries what later layers need: its kind and,
+  for an append, its audio (read once: protobuf's upb makes a new ``bytes`` object at every read
+  of a bytes field), its format resolved against the session's, and whether the engine takes
+  that format as it is. The edge converts only what this says it must; engines trust the
+  canonical form they get.
+* **Bounded pending input, in one ledger.** When the client commits its own turns, audio it
+  appended and has not yet committed or cleared waits in the engine. It is counted here, once,
+  in the bytes the engine keeps (canonical pcm16, or pcm16 at a rate the engine takes natively:
+  8 kHz G.711 counts four times its wire size), against the session's own share
+  (``max_pending_input_bytes``) and then the server's memory budget (``budget.py``). An append
+  past either is refused as retryable ``input_backpressure`` (with a ``retry_after`` when the
+  server is full) before it is converted or reaches the engine, and committing nothing is
+  refused. A commit, a clear, a cancel, the engine's input_committed or input_cleared, and the
+  session's end give the bytes back. With server VAD the engine owns the buffer, commits on its
+  own and bounds it itself (``max_input_s``).
 * **Idle expiry.** An attached session idles out ``idle_timeout`` after its last activity:
   its creation, a command from the attached stream (even one refused), a resume, or the end of
   a response. While a response runs there is no idle deadline (see
@@ -20,9 +32,11 @@ The rules held here:
 from __future__ import annotations
 
 from omni_grpc.core import tools, validation
+from omni_grpc.core.budget import BUDGET_RETRY_AFTER_S, MemoryBudget
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
 from omni_grpc.wire import pb
+from omni_grpc.wire.audio import canonical_input_bytes
 from omni_grpc.wire.kinds import HANDSHAKE_COMMANDS, UNNUMBERED_COMMANDS
 
 # The code that refuses each handshake command sent on a stream that is already open.
@@ -34,27 +48,83 @@ HANDSHAKE_REFUSALS = {
 INPUT_ENDING_COMMANDS = frozenset({"commit_input_audio", "clear_input_audio", "cancel_input"})
 # Events from the engine that say the input buffer became an item or was dropped.
 INPUT_TAKEN_EVENTS = frozenset({"input_committed", "input_cleared"})
+_PCM16 = pb.AUDIO_ENCODING_PCM16
+_SERVER_VAD = pb.TURN_DETECTION_TYPE_SERVER_VAD
+
+
+class Admitted:
+    """A command the session applied, on its way to the engine with what later layers need.
+
+    ``audio`` is the append's audio as read once here (empty for other commands), in
+    ``encoding`` at ``rate_hz`` (the session's input format where the append names none);
+    ``native`` says the engine takes that form as it is, so the edge passes it through.
+    """
+
+    __slots__ = ("audio", "encoding", "kind", "native", "rate_hz", "request")
+
+    def __init__(
+        self,
+        kind: str,
+        request: pb.ConverseRequest,
+        audio: bytes = b"",
+        encoding: pb.AudioEncoding.ValueType = pb.AUDIO_ENCODING_UNSPECIFIED,
+        rate_hz: int = 0,
+        native: bool = True,
+    ) -> None:
+        self.kind = kind
+        self.request = request
+        self.audio = audio
+        self.encoding = encoding
+        self.rate_hz = rate_hz
+        self.native = native
+
+    def __repr__(self) -> str:
+        return f"Admitted({self.kind}, client_seq={self.request.client_seq})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Admitted):
+            return NotImplemented
+        return (
+            self.kind == other.kind
+            and self.request == other.request
+            and self.audio == other.audio
+            and (self.encoding, self.rate_hz, self.native)
+            == (other.encoding, other.rate_hz, other.native)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # a mutable command inside: not hashable
 
 
 class Admission:
     """The client's numbering, its uncommitted input and its last activity, for one session."""
 
-    __slots__ = ("_engine", "_limits", "applied_client_seq", "last_activity", "pending_input_bytes")
+    __slots__ = (
+        "budget",
+        "_engine",
+        "_limits",
+        "_native_rates_hz",
+        "applied_client_seq",
+        "last_activity",
+        "pending_input_bytes",
+    )
 
-    def __init__(self, limits: Limits, engine: EngineFeatures, now: float) -> None:
+    def __init__(
+        self, limits: Limits, engine: EngineFeatures, now: float, budget: MemoryBudget
+    ) -> None:
         self._limits = limits
         self._engine = engine
+        self._native_rates_hz = frozenset(engine.native_input_rates_hz)
+        self.budget = budget
         self.applied_client_seq = 0
-        self.pending_input_bytes = 0
+        self.pending_input_bytes = 0  # held in the budget too, in the engine's bytes
         self.last_activity = now
 
-    def number(self, request: pb.ConverseRequest) -> str | None:
+    def number(self, request: pb.ConverseRequest, kind: str | None) -> str | None:
         """Checks the command's kind and number; returns the kind, or None for a repeat.
 
         Raises CommandError for a command that is not one, a handshake, a missing number or
         a gap. A number that passes is consumed, whatever becomes of the command after.
         """
-        kind = request.WhichOneof("command")
         seq = request.client_seq
         if kind is None:
             raise CommandError("bad_event", "the request carries no command")
@@ -62,57 +132,81 @@ class Admission:
             raise CommandError(
                 HANDSHAKE_REFUSALS[kind], f"{kind} must be the first message of a new stream"
             )
-        if seq == 0 and kind not in UNNUMBERED_COMMANDS:
-            raise CommandError("bad_event", f"{kind} needs a client_seq", param="client_seq")
-        if seq:
-            if seq <= self.applied_client_seq:
-                return None  # applied before: a resend after a resume
-            if seq != self.applied_client_seq + 1:
-                raise CommandError(
-                    "client_seq_gap",
-                    f"expected client_seq {self.applied_client_seq + 1}, got {seq}",
-                    param="client_seq",
-                )
-            self.applied_client_seq = seq
+        if seq == 0:
+            if kind not in UNNUMBERED_COMMANDS:
+                raise CommandError("bad_event", f"{kind} needs a client_seq", param="client_seq")
+            return kind
+        if seq <= self.applied_client_seq:
+            return None  # applied before: a resend after a resume
+        if seq != self.applied_client_seq + 1:
+            raise CommandError(
+                "client_seq_gap",
+                f"expected client_seq {self.applied_client_seq + 1}, got {seq}",
+                param="client_seq",
+            )
+        self.applied_client_seq = seq
         return kind
 
-    def check_size(self, request: pb.ConverseRequest) -> None:
-        """Refuses a command larger than ``max_message_bytes``."""
-        if request.ByteSize() > self._limits.max_message_bytes:
-            raise CommandError(
-                "event_too_large",
-                f"a command may have at most {self._limits.max_message_bytes} bytes",
-            )
-
-    def admit(self, kind: str, request: pb.ConverseRequest, config: pb.SessionConfig) -> None:
-        """Checks a command bound for the engine and accounts for the input it adds or ends."""
+    def admit(self, kind: str, request: pb.ConverseRequest, config: pb.SessionConfig) -> Admitted:
+        """Checks a command bound for the engine (not an append) and ends the pending input
+        for the commands that end it."""
         validation.check_command(request, kind, self._limits, self._engine)
         if kind == "create_response":
             tools.check_create_tools(request.create_response, config)
-        elif kind == "append_input_audio":
-            self._admit_audio(request.append_input_audio, config)
         elif kind in INPUT_ENDING_COMMANDS:
-            committing = kind == "commit_input_audio" and _client_commits(config)
+            committing = kind == "commit_input_audio" and client_commits(config)
             if committing and not self.pending_input_bytes:
                 raise CommandError("input_audio_buffer_empty", "there is no input audio to commit")
-            self.pending_input_bytes = 0
+            self.input_taken()
+        return Admitted(kind, request)
 
-    def _admit_audio(self, append: pb.AppendInputAudio, config: pb.SessionConfig) -> None:
-        validation.check_append(append, config, self._limits, self._engine)
-        if not _client_commits(config):
-            return
-        size = validation.media_bytes(append)
+    def admit_audio(
+        self,
+        request: pb.ConverseRequest,
+        append: pb.AppendInputAudio,
+        audio: bytes,
+        config: pb.SessionConfig,
+    ) -> Admitted:
+        """Checks an append (its ``audio`` read once by the caller) and holds what it adds to
+        the pending input; raises CommandError when it is refused, holding nothing."""
+        if request.trace_context:  # any command may carry one; bounded like other maps
+            validation.check_metadata(request.trace_context, "trace_context")
+        encoding, rate_hz = validation.check_append(
+            append, audio, config, self._limits, self._engine
+        )
+        native = encoding == _PCM16 and rate_hz in self._native_rates_hz
+        if config.turn_detection.type != _SERVER_VAD:  # the client commits: input is held
+            size = len(audio)
+            if not native:
+                size = canonical_input_bytes(size, encoding, rate_hz)
+            if append.video_frames:
+                size += sum(len(frame.data) for frame in append.video_frames)
+            self._hold(size)
+        return Admitted("append_input_audio", request, audio, encoding, rate_hz, native)
+
+    def _hold(self, size: int) -> None:
         if self.pending_input_bytes + size > self._limits.max_pending_input_bytes:
             raise CommandError(
                 "input_backpressure",
                 "too much uncommitted input; commit or clear first",
                 retryable=True,
             )
+        budget = self.budget
+        if budget.held + size > budget.capacity_bytes:
+            raise CommandError(
+                "input_backpressure",
+                "the server holds as much input audio as it may; commit or clear, or retry",
+                retryable=True,
+                retry_after_s=BUDGET_RETRY_AFTER_S,
+            )
+        budget.held += size
         self.pending_input_bytes += size
 
     def input_taken(self) -> None:
-        """The engine committed or cleared the input buffer: nothing is pending any more."""
-        self.pending_input_bytes = 0
+        """The input buffer was committed, cleared or dropped: its bytes go back."""
+        if self.pending_input_bytes:
+            self.budget.held -= self.pending_input_bytes
+            self.pending_input_bytes = 0
 
     def touch(self, now: float) -> None:
         """Something happened that restarts the idle timeout."""
@@ -123,6 +217,6 @@ class Admission:
         return self.last_activity + config.idle_timeout.ToMilliseconds() / 1000
 
 
-def _client_commits(config: pb.SessionConfig) -> bool:
-    # With server VAD the engine owns the buffer and commits on its own; it bounds it.
-    return config.turn_detection.type != pb.TURN_DETECTION_TYPE_SERVER_VAD
+def client_commits(config: pb.SessionConfig) -> bool:
+    """Whether the client ends its own turns (with server VAD the engine owns the buffer)."""
+    return config.turn_detection.type != _SERVER_VAD

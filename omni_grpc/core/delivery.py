@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from omni_grpc.core.admission import Admitted
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.journal import Journal
 from omni_grpc.wire import pb
@@ -27,8 +28,8 @@ class Effects:
 
     # (attachment generation, serialized ConverseResponse), in the order to write them.
     sends: list[tuple[int, bytes]] = field(default_factory=list)
-    # Commands for the engine, in order.
-    engine: list[pb.ConverseRequest] = field(default_factory=list)
+    # Commands for the engine, in order, as the session admitted them.
+    engine: list[Admitted] = field(default_factory=list)
     # (generation, reason): end that stream once its sends are written.
     end_streams: list[tuple[int, str]] = field(default_factory=list)
     # The session is over: close its engine session and free its slot.
@@ -57,11 +58,12 @@ class Delivery:
     ) -> Effects:
         """Journals ``event`` (unless the journal overflowed) and sends it to ``to``, if any."""
         event.applied_client_seq = applied_client_seq
+        journal = self.journal
         effects = Effects()
-        if not self.journal.overflowed:
-            event.seq = self.journal.next_seq
+        if not journal.overflowed:
+            event.seq = journal.next_seq
             payload = event.SerializeToString()
-            if self.journal.record(payload, now):
+            if journal.record(payload, now):
                 if to is not None:
                     effects.sends.append((to, payload))
                 return effects

@@ -39,7 +39,7 @@ class Journal:
 
     __slots__ = (
         "_entries",
-        "_next_seq",
+        "next_seq",
         "_bytes",
         "_dropped_through",
         "overflowed",
@@ -52,21 +52,16 @@ class Journal:
         self.max_bytes = max_bytes
         # (seq, produced_at, payload); seq is contiguous, so entry i has seq first_seq + i.
         self._entries: deque[tuple[int, float, bytes]] = deque()
-        self._next_seq = 1
+        self.next_seq = 1  # the seq the next recorded event gets
         self._bytes = 0
         # Every seq at or below this has left the journal; replaying from before it is a gap.
         self._dropped_through = 0
         self.overflowed = False
 
     @property
-    def next_seq(self) -> int:
-        """The seq the next recorded event gets."""
-        return self._next_seq
-
-    @property
     def head(self) -> int:
         """The seq of the newest event ever numbered (0 before the first)."""
-        return self._next_seq - 1
+        return self.next_seq - 1
 
     @property
     def retained_bytes(self) -> int:
@@ -99,7 +94,7 @@ class Journal:
             self._bytes += len(payload)
             expected += 1
         self._dropped_through = dropped_through
-        self._next_seq = expected
+        self.next_seq = expected
 
     def record(self, payload: bytes, now: float) -> bool:
         """Keeps ``payload`` as event ``next_seq``; False (and overflowed) if it does not fit.
@@ -108,13 +103,16 @@ class Journal:
         """
         if self.overflowed:
             return False
-        self._prune(now)
-        if self._bytes + len(payload) > self.max_bytes:
+        entries = self._entries
+        if entries and entries[0][1] < now - self.ttl_s:  # the usual event finds none too old
+            self._prune(now)
+        size = len(payload)
+        if self._bytes + size > self.max_bytes:
             self.overflowed = True
             return False
-        self._entries.append((self._next_seq, now, payload))
-        self._next_seq += 1
-        self._bytes += len(payload)
+        entries.append((self.next_seq, now, payload))
+        self.next_seq += 1
+        self._bytes += size
         return True
 
     def ack(self, seq: int) -> int:

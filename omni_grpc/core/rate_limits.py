@@ -22,7 +22,6 @@ import math
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import Limits
-from omni_grpc.core.validation import media_bytes
 from omni_grpc.wire import pb
 
 RATE_LIMIT_CODE = "rate_limit_exceeded"
@@ -110,6 +109,39 @@ class Allowance:
         if audio:
             self.audio_bytes.spend(audio)
 
+    def take(self, audio: int, now: float) -> tuple[float, str]:
+        """:meth:`wait_s`, then :meth:`spend` when it said 0, in one call: what a session
+        without a key's allowance pays per command (the buckets' arithmetic written out here,
+        as :meth:`TokenBucket.wait_s` has it, because every command runs it)."""
+        commands, audio_bytes = self.commands, self.audio_bytes
+        wait, param = 0.0, COMMANDS_PARAM
+        elapsed = now - commands.updated_at
+        if elapsed > 0:
+            tokens = commands.tokens + elapsed * commands.rate_per_s
+            commands.tokens = tokens if tokens < commands.capacity else commands.capacity
+        commands.updated_at = now
+        one = 1.0 if commands.capacity > 1.0 else commands.capacity
+        missing = one - commands.tokens
+        if missing > ROUNDING_TOKENS:
+            wait = missing / commands.rate_per_s
+        if audio:
+            elapsed = now - audio_bytes.updated_at
+            if elapsed > 0:
+                tokens = audio_bytes.tokens + elapsed * audio_bytes.rate_per_s
+                audio_bytes.tokens = (
+                    tokens if tokens < audio_bytes.capacity else audio_bytes.capacity
+                )
+            audio_bytes.updated_at = now
+            cost = audio if audio < audio_bytes.capacity else audio_bytes.capacity
+            missing = cost - audio_bytes.tokens
+            if missing > ROUNDING_TOKENS and missing / audio_bytes.rate_per_s > wait:
+                wait, param = missing / audio_bytes.rate_per_s, AUDIO_PARAM
+            if not wait:
+                audio_bytes.tokens -= cost
+        if not wait:
+            commands.tokens -= one
+        return wait, param
+
     @classmethod
     def for_session(cls, limits: Limits, now: float) -> Allowance:
         """The allowance of one session."""
@@ -143,23 +175,37 @@ class Throttle:
         # When the retry hint of the last refusal runs out; before it, input only meets refusals.
         self.retry_at = 0.0
 
-    def charge(self, request: pb.ConverseRequest, now: float, kind: str | None = None) -> None:
-        """Takes one command and its audio bytes, or raises CommandError and takes nothing.
+    def charge(
+        self,
+        request: pb.ConverseRequest,
+        now: float,
+        kind: str | None = None,
+        media_bytes: int | None = None,
+    ) -> None:
+        """Takes one command and its input media bytes, or raises CommandError and takes
+        nothing.
 
-        ``kind`` is the command's, when the caller has it already (it is read once per command).
+        ``kind`` and ``media_bytes`` (an append's audio and video frame bytes) are the
+        command's, when the caller has them already (each is read once per command).
         """
         if kind is None:
             kind = request.WhichOneof("command")
         if kind in UNTHROTTLED_COMMANDS:
             return
-        audio = media_bytes(request.append_input_audio) if kind == "append_input_audio" else 0
-        own, key = self.own, self.key
-        # Every command runs this: the buckets are asked directly, no tuples built to loop over.
-        wait, param = own.wait_s(audio, now)
-        if key is not None:
-            key_wait, key_param = key.wait_s(audio, now)
+        if media_bytes is None:
+            media_bytes = _media_bytes(request) if kind == "append_input_audio" else 0
+        key = self.key
+        if key is None:
+            wait, param = self.own.take(media_bytes, now)
+        else:
+            # Both allowances are asked before either is charged: a refusal takes nothing.
+            wait, param = self.own.wait_s(media_bytes, now)
+            key_wait, key_param = key.wait_s(media_bytes, now)
             if key_wait > wait:
                 wait, param = key_wait, key_param
+            if not wait:
+                self.own.spend(media_bytes)
+                key.spend(media_bytes)
         if wait:
             # Whole milliseconds on the wire, rounded up so that a retry on time passes.
             retry_after_s = max(math.ceil(wait * 1000) / 1000, MIN_RETRY_AFTER_S)
@@ -172,9 +218,11 @@ class Throttle:
                 retryable=True,
                 retry_after_s=retry_after_s,
             )
-        own.spend(audio)
-        if key is not None:
-            key.spend(audio)
+
+
+def _media_bytes(request: pb.ConverseRequest) -> int:
+    append = request.append_input_audio
+    return len(append.audio) + sum(len(frame.data) for frame in append.video_frames)
 
 
 class KeyAllowances:

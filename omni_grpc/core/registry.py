@@ -23,6 +23,7 @@ import collections
 import secrets
 from collections.abc import Iterator
 
+from omni_grpc.core.budget import MemoryBudget
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.credentials import SessionLock
 from omni_grpc.core.delivery import Effects
@@ -39,6 +40,8 @@ class Registry:
         self.limits = limits
         self.engine = engine
         self.capabilities = capabilities(limits, engine)
+        # Input audio and queued output of every session together (see budget.py).
+        self.budget = MemoryBudget(limits.memory_budget_bytes)
         self._sessions: dict[str, Session] = {}
         self._ended: collections.OrderedDict[str, Session] = collections.OrderedDict()
         self.accepting = True
@@ -72,6 +75,7 @@ class Registry:
             capabilities=self.capabilities,
             now=now,
             owner_key=key,
+            budget=self.budget,
         )
         session.route = self.route
         self._sessions[session_id] = session

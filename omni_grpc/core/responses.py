@@ -117,6 +117,11 @@ class Responses:
 
     def accept(self, kind: str | None, event: pb.ConverseResponse) -> bool:
         """Tracks one event from the engine; False (and counted) if it is stale output."""
+        if kind == "output_audio_delta":  # the usual event: its response looked up inline
+            if event.output_audio_delta.response_id in self._finished:
+                self.dropped_stale_events += 1
+                return False
+            return True
         response_id = _response_id(kind, event)
         if response_id is not None and response_id in self._finished:
             self.dropped_stale_events += 1

@@ -34,7 +34,8 @@ The rules held here:
 
 from __future__ import annotations
 
-from omni_grpc.core.admission import INPUT_TAKEN_EVENTS, Admission
+from omni_grpc.core.admission import INPUT_TAKEN_EVENTS, Admission, Admitted
+from omni_grpc.core.budget import MemoryBudget
 from omni_grpc.core.config import merge_config
 from omni_grpc.core.credentials import SessionLock
 from omni_grpc.core.delivery import Delivery, Effects
@@ -53,6 +54,10 @@ class ResumeGap(Exception):
     def __init__(self, payload: bytes, message: str) -> None:
         super().__init__(message)
         self.payload = payload
+
+
+def _too_large(limit: int) -> CommandError:
+    return CommandError("event_too_large", f"a command may have at most {limit} bytes")
 
 
 def resume_refused() -> StreamRefused:
@@ -77,6 +82,7 @@ class Session:
         capabilities: pb.Capabilities,
         now: float,
         owner_key: str = "",
+        budget: MemoryBudget | None = None,
     ) -> None:
         self.id = session_id
         self.config = config
@@ -87,12 +93,14 @@ class Session:
         # The error code of the last command's refusal ("" when it was applied): the transport
         # reads it after each ``receive`` to count refusals by code.
         self.last_refusal = ""
-        self.admission = Admission(limits, engine, now)
+        # The server's memory budget (the registry's); a session made alone has one of its own.
+        if budget is None:
+            budget = MemoryBudget(limits.memory_budget_bytes)
+        self.admission = Admission(limits, engine, now, budget)
         self.throttle = Throttle(Allowance.for_session(limits, now))
         self.responses = Responses()
-        self.delivery = Delivery(
-            session_id, Journal(ttl_s=limits.journal_ttl_s, max_bytes=limits.journal_max_bytes)
-        )
+        self.journal = Journal(ttl_s=limits.journal_ttl_s, max_bytes=limits.journal_max_bytes)
+        self.delivery = Delivery(session_id, self.journal)
         self._limits = limits
         self._engine = engine
         self._capabilities = capabilities
@@ -107,11 +115,6 @@ class Session:
         return f"Session({self.id}, {self.state.name}, generation={self.generation})"
 
     # -- views ---------------------------------------------------------------------------
-
-    @property
-    def journal(self) -> Journal:
-        """The journal of the session's numbered events."""
-        return self.delivery.journal
 
     @property
     def applied_client_seq(self) -> int:
@@ -300,6 +303,7 @@ class Session:
         self.state = next_state(self.state, trigger)
         self.ended_at = now
         self._activating = None
+        self.admission.input_taken()  # the engine session and its buffer go
         return self.delivery.terminate(
             event,
             to=attached,
@@ -310,8 +314,20 @@ class Session:
 
     # -- commands and engine output ------------------------------------------------------
 
-    def receive(self, generation: int, request: pb.ConverseRequest, now: float) -> Effects:
-        """Applies one command from the stream of ``generation``."""
+    def receive(
+        self,
+        generation: int,
+        request: pb.ConverseRequest,
+        now: float,
+        kind: str | None = None,
+        size: int = 0,
+    ) -> Effects:
+        """Applies one command from the stream of ``generation``.
+
+        ``kind`` is the command's ``oneof`` field and ``size`` its length on the wire, when the
+        transport has them already (each is read once per command; 0 and None: found here).
+        A command bound for the engine comes back in ``Effects.engine``, admitted.
+        """
         self.last_refusal = ""
         # Every command comes through here: the checks below are the helpers' bodies, inline.
         if self.state is not State.ATTACHED or generation != self.generation:
@@ -320,14 +336,29 @@ class Session:
             # A client speaks on a resumed stream only after reading session_resumed, so it
             # holds the rotated token now and the one it presented can retire.
             self.activation_delivered(generation)
-        self.admission.last_activity = now  # any command touches the session
+        admission = self.admission
+        admission.last_activity = now  # any command touches the session
+        if kind is None:
+            kind = request.WhichOneof("command")
         try:
-            kind = self.admission.number(request)
-            if kind is None:
+            if admission.number(request, kind) is None:
                 return Effects()
-            # Past the limit: refused, its number used up.
-            self.throttle.charge(request, now, kind)
-            return self._apply(kind, request, now)
+            limit = self._limits.max_message_bytes
+            if kind == "append_input_audio":  # the usual command, its audio read once here
+                append = request.append_input_audio
+                audio = append.audio
+                media = len(audio)
+                if append.video_frames:
+                    media += sum(len(frame.data) for frame in append.video_frames)
+                # Past the limit: refused, its number used up.
+                self.throttle.charge(request, now, kind, media)
+                if (size or request.ByteSize()) > limit:
+                    raise _too_large(limit)
+                return Effects(engine=[admission.admit_audio(request, append, audio, self.config)])
+            self.throttle.charge(request, now, kind, 0)
+            if (size or request.ByteSize()) > limit:
+                raise _too_large(limit)
+            return self._apply(kind, request, now)  # type: ignore[arg-type]  # number() said
         except CommandError as error:
             self.last_refusal = error.code
             body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)
@@ -340,7 +371,6 @@ class Session:
         return self._emit(pb.ConverseResponse(error=error.to_error()), now)
 
     def _apply(self, kind: str, request: pb.ConverseRequest, now: float) -> Effects:
-        self.admission.check_size(request)
         if kind == "heartbeat":
             ack = pb.ConverseResponse(heartbeat_ack=pb.HeartbeatAck(session_id=self.id))
             return self._emit(ack, now)
@@ -349,10 +379,10 @@ class Session:
             return Effects()
         if kind == "close_session":
             return self.close(request.close_session.reason or "client_close", now)
-        self.admission.admit(kind, request, self.config)
+        admitted = self.admission.admit(kind, request, self.config)
         if kind == "update_session":
             return self._update(request, now)
-        return Effects(engine=[request])
+        return Effects(engine=[admitted])
 
     def _update(self, request: pb.ConverseRequest, now: float) -> Effects:
         self.config = merge_config(
@@ -361,27 +391,33 @@ class Session:
         updated = pb.ConverseResponse(session_updated=pb.SessionUpdated(session=self.view()))
         effects = self._emit(updated, now)
         # The engine gets the whole configuration in force, not the patch.
-        effects.engine.append(
-            pb.ConverseRequest(
-                client_seq=request.client_seq,
-                event_id=request.event_id,
-                update_session=pb.UpdateSession(config=self.config),
-            )
+        whole = pb.ConverseRequest(
+            client_seq=request.client_seq,
+            event_id=request.event_id,
+            update_session=pb.UpdateSession(config=self.config),
         )
+        effects.engine.append(Admitted("update_session", whole))
         return effects
 
-    def publish(self, event: pb.ConverseResponse, now: float) -> Effects:
-        """Numbers, journals and routes one event from the engine."""
-        if self.state.terminal:
+    def publish(self, event: pb.ConverseResponse, now: float, kind: str | None = None) -> Effects:
+        """Numbers, journals and routes one event from the engine (``kind``: its ``oneof``
+        field, when the caller has read it already)."""
+        if self.state is State.CLOSED or self.state is State.EXPIRED:  # ended (no enum hash)
             return Effects()
-        kind = event.WhichOneof("event")
+        if kind is None:
+            kind = event.WhichOneof("event")
         if not self.responses.accept(kind, event):
             return Effects()  # stale output of a finished response
         if kind in INPUT_TAKEN_EVENTS:
             self.admission.input_taken()
         elif kind == "response_done":
             self.admission.touch(now)  # the end of a response counts as activity
-        return self._emit(event, now)
+        return self.delivery.emit(
+            event,
+            to=self.generation if self.state is State.ATTACHED else None,
+            applied_client_seq=self.admission.applied_client_seq,
+            now=now,
+        )
 
     # -- delivery ------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from omni_grpc.core.budget import MemoryBudget
 from omni_grpc.core.credentials import SessionLock
 from omni_grpc.core.delivery import Effects
 from omni_grpc.core.limits import EngineFeatures, Limits
@@ -117,6 +118,7 @@ def adopt(
     engine: EngineFeatures,
     capabilities: pb.Capabilities,
     now: float,
+    budget: MemoryBudget | None = None,
 ) -> tuple[Session, Effects]:
     """Rebuilds a stored session, detached; the effects journal the end of a cut response.
 
@@ -129,6 +131,7 @@ def adopt(
         engine=engine,
         capabilities=capabilities,
         now=now,
+        budget=budget,
     )
     session.lock = SessionLock.unseal(state.owner_digest, state.token_digest, state.recovery_digest)
     session.generation = state.generation

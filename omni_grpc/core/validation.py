@@ -9,7 +9,7 @@ and lengths, durations within their span.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from google.protobuf import duration_pb2, struct_pb2
 
@@ -32,45 +32,55 @@ _IMAGE_TYPES = ("image/jpeg", "image/png")
 
 
 def check_append(
-    append: pb.AppendInputAudio, config: pb.SessionConfig, limits: Limits, engine: EngineFeatures
-) -> None:
-    """Refuses audio the session cannot take: unknown format, torn samples, bad frames."""
-    if not append.audio and not append.video_frames:
-        raise CommandError("bad_event", "an append needs audio or video frames", param="audio")
+    append: pb.AppendInputAudio,
+    audio: bytes,
+    config: pb.SessionConfig,
+    limits: Limits,
+    engine: EngineFeatures,
+) -> tuple[pb.AudioEncoding.ValueType, int]:
+    """Refuses audio the session cannot take: unknown format, torn samples, bad frames.
+
+    ``audio`` is the append's audio, read once by the caller. Returns its format, resolved
+    against the session's input format (an append may name its own).
+    """
     encoding = append.encoding or config.input_audio_format.encoding
-    rate = append.sample_rate_hz or config.input_audio_format.sample_rate_hz
+    rate_hz = append.sample_rate_hz or config.input_audio_format.sample_rate_hz
+    if not audio and not append.video_frames:
+        raise CommandError("bad_event", "an append needs audio or video frames", param="audio")
     if encoding not in engine.input_encodings:
         raise CommandError(
             "unsupported_audio_format", "input encoding not accepted", param="encoding"
         )
-    if rate not in engine.input_sample_rates_hz:
+    if rate_hz not in engine.input_sample_rates_hz:
         raise CommandError(
-            "unsupported_audio_format", f"input rate {rate} Hz not accepted", param="sample_rate_hz"
+            "unsupported_audio_format",
+            f"input rate {rate_hz} Hz not accepted",
+            param="sample_rate_hz",
         )
-    if len(append.audio) % SAMPLE_WIDTH[encoding]:
+    if len(audio) % SAMPLE_WIDTH[encoding]:
         raise CommandError(
             "bad_audio", "audio length is not a whole number of samples", param="audio"
         )
-    if len(append.video_frames) > limits.max_video_frames:
+    if append.video_frames:  # most appends have none
+        check_video_frames(append.video_frames, limits)
+    if append.HasField("hints"):  # most appends have none: no walk of an empty Struct
+        check_struct(append.hints, "hints")
+    return encoding, rate_hz
+
+
+def check_video_frames(frames: Sequence[pb.VideoFrame], limits: Limits) -> None:
+    """Refuses more frames than an append may carry, or frames that are not images."""
+    if len(frames) > limits.max_video_frames:
         raise CommandError(
             "invalid_video_frames",
             f"at most {limits.max_video_frames} frames per append",
             param="video_frames",
         )
-    for frame in append.video_frames:
+    for frame in frames:
         if frame.mime_type not in _IMAGE_TYPES or not frame.data:
             raise CommandError(
                 "invalid_video_frames", "frames must be non-empty JPEG or PNG", param="video_frames"
             )
-    if append.HasField("hints"):  # most appends have none: no walk of an empty Struct
-        check_struct(append.hints, "hints")
-
-
-def media_bytes(append: pb.AppendInputAudio) -> int:
-    """The input media bytes an append carries: its audio and its video frames."""
-    if not append.video_frames:  # the usual append: no generator, no empty sum per chunk
-        return len(append.audio)
-    return len(append.audio) + sum(len(frame.data) for frame in append.video_frames)
 
 
 def check_struct(struct: struct_pb2.Struct, param: str) -> None:

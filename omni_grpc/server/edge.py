@@ -2,24 +2,20 @@
 
 Engines take pcm16 at the rates they declare native (``EngineFeatures.native_input_rates_hz``;
 :data:`CANONICAL_INPUT` unless they say more) and produce :data:`CANONICAL_OUTPUT` unless a
-delta names its own format. An append already in a native form goes to the engine untouched;
-any other is converted to canonical input here, as the stream's reader hands it to the engine.
-Output chunks are converted to the session's ``output_audio_format`` before they are
-journaled, and only when their format differs from it, with one resampler stream per
-response (:mod:`.edge_output`).
+delta names its own format. The core decided, when it admitted an append, whether its format is
+native (``Admitted.native``): such an append goes to the engine untouched; any other is
+converted to canonical input here, as the stream's reader hands it to the engine. Output chunks
+are converted to the session's ``output_audio_format`` before they are journaled, and only when
+their format differs from it, with one resampler stream per response (:mod:`.edge_output`).
 """
 
 from __future__ import annotations
 
 from omni_grpc import audio
+from omni_grpc.core.admission import Admitted
 from omni_grpc.server.edge_output import OUTPUT_ENDING_EVENTS, ResponseOutput
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import (
-    CANONICAL_INPUT,
-    CANONICAL_INPUT_RATE_HZ,
-    PCM16_WIDTH,
-    SAMPLE_WIDTH,
-)
+from omni_grpc.wire.audio import CANONICAL_INPUT, SAMPLE_WIDTH
 
 PCM16 = pb.AUDIO_ENCODING_PCM16
 # Appends above this many bytes are converted slice by slice (a multiple of every sample width).
@@ -33,48 +29,31 @@ def _same(encoding: int, rate_hz: int, fmt: pb.AudioFormat) -> bool:
 class AudioEdge:
     """Converts one session's audio between its wire formats and the canonical ones."""
 
-    def __init__(
-        self,
-        config: pb.SessionConfig,
-        native_rates_hz: tuple[int, ...] = (CANONICAL_INPUT_RATE_HZ,),
-    ) -> None:
+    def __init__(self, config: pb.SessionConfig) -> None:
         self.config = config
-        self._native_rates_hz = native_rates_hz
         # Keeps resampler state across appends so chunk seams stay clean.
         self._input = audio.InputConverter()
         self._converting = False
         self._output = ResponseOutput()
 
-    def _native(self, encoding: int, rate: int) -> bool:
-        return encoding == PCM16 and rate in self._native_rates_hz
-
-    def canonical_size(self, request: pb.ConverseRequest) -> int:
-        """How many bytes the append's audio takes once in the form the engine gets."""
-        append = request.append_input_audio
-        encoding = append.encoding or self.config.input_audio_format.encoding
-        rate = append.sample_rate_hz or self.config.input_audio_format.sample_rate_hz
-        if self._native(encoding, rate):
-            return len(append.audio)
-        return canonical_input_bytes(len(append.audio), encoding, rate)
-
-    def canonical_input(self, request: pb.ConverseRequest) -> pb.ConverseRequest:
-        """Returns the append with its audio in a form the engine takes: as it came when that
-        is native to the engine, else converted to the canonical input form.
-
-        Raises ValueError (``audio.AudioFormatError``) for audio that cannot be decoded.
-        """
-        append = request.append_input_audio
-        encoding = append.encoding or self.config.input_audio_format.encoding
-        rate = append.sample_rate_hz or self.config.input_audio_format.sample_rate_hz
-        if self._native(encoding, rate):
-            append.encoding, append.sample_rate_hz = encoding, rate
-            return request
-        if append.audio and not _same(encoding, rate, CANONICAL_INPUT):
-            append.audio = self._convert(append.audio, encoding, rate)
+    def engine_input(self, admitted: Admitted) -> bool:
+        """Puts the admitted append's audio in the form the engine gets, in its request: as it
+        came when the core found it native, else converted to the canonical input form. False
+        when the audio cannot be decoded after all (the caller refuses the append)."""
+        append = admitted.request.append_input_audio
+        if admitted.native:
+            append.encoding, append.sample_rate_hz = admitted.encoding, admitted.rate_hz
+            return True
+        encoding, rate = admitted.encoding, admitted.rate_hz
+        if admitted.audio and not _same(encoding, rate, CANONICAL_INPUT):
+            try:
+                append.audio = self._convert(admitted.audio, encoding, rate)
+            except ValueError:  # audio.AudioFormatError: the core's checks should prevent it
+                return False
             self._converting = True
         append.encoding = CANONICAL_INPUT.encoding
         append.sample_rate_hz = CANONICAL_INPUT.sample_rate_hz
-        return request
+        return True
 
     def _convert(self, data: bytes, encoding: int, rate: int) -> bytes:
         # A large append goes through in slices: the float copies decoding and resampling make
@@ -115,7 +94,14 @@ class AudioEdge:
     def session_output(self, delta: pb.OutputAudioDelta) -> bool:
         """Rewrites an output chunk in place into the session's output format; False when
         none of its audio is ready yet (the resampler holds it), so it is not to be sent."""
-        return self._output.convert(delta, self.config.output_audio_format)
+        target = self.config.output_audio_format
+        if (
+            self._output.converter is None
+            and delta.encoding == target.encoding
+            and delta.sample_rate_hz == target.sample_rate_hz
+        ):
+            return True  # the usual chunk: already in the session's format, nothing held back
+        return self._output.convert(delta, target)
 
     def output_tail(self, kind: str, event: pb.ConverseResponse) -> pb.ConverseResponse | None:
         """At a response's end (``kind`` in :data:`OUTPUT_ENDING_EVENTS`): the audio its
@@ -123,10 +109,4 @@ class AudioEdge:
         return self._output.end(kind, event)
 
 
-def canonical_input_bytes(size: int, encoding: int, rate_hz: int) -> int:
-    """How many bytes ``size`` bytes of client audio take once made canonical input."""
-    samples = size // SAMPLE_WIDTH[encoding]
-    return -(-samples * CANONICAL_INPUT_RATE_HZ // rate_hz) * PCM16_WIDTH
-
-
-__all__ = ["CONVERT_SLICE_BYTES", "OUTPUT_ENDING_EVENTS", "AudioEdge", "canonical_input_bytes"]
+__all__ = ["CONVERT_SLICE_BYTES", "OUTPUT_ENDING_EVENTS", "AudioEdge"]

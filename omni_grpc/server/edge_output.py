@@ -26,10 +26,11 @@ OUTPUT_ENDING_EVENTS = frozenset({"response_done", "output_audio_cleared"})
 class ResponseOutput:
     """The output stream of the response whose audio is being converted, if any."""
 
-    __slots__ = ("_converter", "_item_id", "_origin_ms", "_response_id", "_samples")
+    __slots__ = ("converter", "_item_id", "_origin_ms", "_response_id", "_samples")
 
     def __init__(self) -> None:
-        self._converter: audio.OutputConverter | None = None
+        # The resampler of the response being converted; None when none is (nothing held back).
+        self.converter: audio.OutputConverter | None = None
         self._response_id = ""
         self._item_id = ""
         self._origin_ms = 0.0  # where the response's converted audio starts on its clock
@@ -40,14 +41,14 @@ class ResponseOutput:
         yet (the filter holds all of it until the response's next chunk or its end)."""
         encoding = delta.encoding or PCM16
         rate = delta.sample_rate_hz or CANONICAL_OUTPUT_RATE_HZ
-        stream = self._converter
+        stream = self.converter
         if stream is not None and (
             delta.response_id != self._response_id
             or (stream.encoding, stream.rate_hz) != (target.encoding, target.sample_rate_hz)
         ):
             # A response that never said it ended, or a session update that changed the
             # output format mid-response: that stream's few held-back milliseconds are lost.
-            stream = self._converter = None
+            stream = self.converter = None
         if stream is None and (encoding, rate) == (target.encoding, target.sample_rate_hz):
             delta.encoding, delta.sample_rate_hz = encoding, rate
             return True
@@ -58,7 +59,7 @@ class ResponseOutput:
             held = stream.flush()  # the engine changed its form: the old tail goes first
             stream = None
         if stream is None:
-            stream = self._converter = audio.OutputConverter(
+            stream = self.converter = audio.OutputConverter(
                 target.encoding, target.sample_rate_hz, rate, encoding
             )
         self._item_id = delta.item_id
@@ -68,7 +69,7 @@ class ResponseOutput:
     def end(self, kind: str, event: pb.ConverseResponse) -> pb.ConverseResponse | None:
         """After ``kind`` in :data:`OUTPUT_ENDING_EVENTS`: drops the response's stream and
         returns its held-back tail as a last delta to send before ``event``, if it completed."""
-        stream = self._converter
+        stream = self.converter
         if stream is None:
             return None
         if kind == "response_done":
@@ -78,7 +79,7 @@ class ResponseOutput:
             response_id, said = event.output_audio_cleared.response_id, False
         if response_id and response_id != self._response_id:
             return None  # another response's end: this stream goes on
-        self._converter = None
+        self.converter = None
         tail = stream.flush() if said else b""
         if not tail:
             return None

@@ -19,22 +19,24 @@ from collections.abc import Callable
 from time import perf_counter
 
 from omni_grpc.core import Effects, Session
-from omni_grpc.core.admission import INPUT_ENDING_COMMANDS, INPUT_TAKEN_EVENTS
+from omni_grpc.core.admission import INPUT_ENDING_COMMANDS, Admitted
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.base import EngineSession
 from omni_grpc.server import metrics
-from omni_grpc.server.budget import SessionCharge
 from omni_grpc.server.durable import DurableStore, ItemLog
 from omni_grpc.server.edge import OUTPUT_ENDING_EVENTS, AudioEdge
 from omni_grpc.server.send_queue import SendQueue
 from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
 
 logger = logging.getLogger(__name__)
 
 # Bumped per command and per engine event as plain ints, read at scrape time (hot_metrics.py).
 _HOT = metrics.HOT_COUNTS
+# One append in this many (a session's first, then every this many) is timed for the histogram
+# of the host's time per append: a sample tells the distribution as well (its quantiles are
+# what the dashboard shows), without two clock reads and a bucket on every chunk.
+APPEND_TIMING_EVERY = 16
 
 
 class SessionHost:
@@ -46,23 +48,21 @@ class SessionHost:
         engine: EngineSession,
         on_ended: Callable[[Session], None],
         clock: Callable[[], float],
-        charge: SessionCharge,
         turns: TurnTraces | None = None,
         store: DurableStore | None = None,
-        native_input_rates_hz: tuple[int, ...] = (CANONICAL_INPUT_RATE_HZ,),
     ) -> None:
         self.session = session
         self.engine = engine
-        self.charge = charge
         self._on_ended = on_ended
         self._clock = clock
         self._queues: dict[int, SendQueue] = {}
-        self._edge = AudioEdge(session.config, native_input_rates_hz)
+        self._edge = AudioEdge(session.config)
         self._tasks = [asyncio.create_task(self._pump_loop())]
         self.ended = False
         # Why the session expires, should it: set by whoever expires it (for the metrics).
         self.expiry_reason = "idle_timeout"
         self._overflow_counted = False
+        self._appends = 0  # appends received, for the timing sample (APPEND_TIMING_EVERY)
         # When the engine last said the user stopped speaking, until the first audio after it.
         self._speech_ended_at: float | None = None
         # The session's turns as spans; None when tracing is off (one check per message).
@@ -84,7 +84,7 @@ class SessionHost:
     def attach(self, generation: int) -> SendQueue:
         """Registers the send queue of a stream that now owns (or resumes) the session."""
         barrier = self._settled if self.store is not None and self.store.mode == "sync" else None
-        queue = SendQueue(generation, self.charge, barrier)
+        queue = SendQueue(generation, self.session.admission.budget, barrier)
         self._queues[generation] = queue
         return queue
 
@@ -111,37 +111,42 @@ class SessionHost:
 
     # -- core calls ------------------------------------------------------------------------
 
-    async def receive(self, generation: int, request: pb.ConverseRequest) -> None:
+    async def receive(self, generation: int, request: pb.ConverseRequest, size: int = 0) -> float:
         """Feeds one command into the core and carries out what it says.
 
-        After a refusal for rate it returns only once the retry hint has run out: the stream's
-        reader takes nothing more meanwhile, so flow control pushes a flood back to its sender
-        instead of the server spending a refusal on every message.
+        ``size`` is the command's length on the wire when the transport read it (0: the core
+        measures it). A command the core admitted goes to the engine from here, in order.
+        Returns how long the stream's reader takes nothing more: after a refusal for rate, the
+        retry hint, so flow control pushes a flood back to its sender instead of the server
+        spending a refusal on every message (0 otherwise, with no clock read).
         """
         kind = request.WhichOneof("command")
         _HOT.commands[kind] += 1
         if self._turns is not None:
             self._turns.command(request)
         session = self.session
-        # Host time per append, not the session clock (0: another command, not timed).
-        started = perf_counter() if kind == "append_input_audio" else 0.0
-        effects = session.receive(generation, request, self._clock())
-        # Sends first, then the engine's commands (awaiting room): inline, one coroutine less.
-        self.deliver(effects)
-        for command in effects.engine:
+        started = 0.0
+        if kind == "append_input_audio":
+            self._appends += 1
+            if self._appends % APPEND_TIMING_EVERY == 1:
+                started = perf_counter()  # host time, not the session clock
+        now = self._clock()
+        effects = session.receive(generation, request, now, kind, size)
+        if effects.sends or effects.end_streams or effects.ended:
+            self.deliver(effects)
+        elif self.store is not None and self.items is not None:
+            self.store.mark(session, self.items)  # the command's number is the session's now
+        for admitted in effects.engine:
             if self.ended:
                 break
-            await self._submit(command)
+            await self._submit(admitted, now)
         if started:
             _HOT.append_handled(perf_counter() - started)
         if session.last_refusal:
             # The codes are the core's own closed set, never client text.
             metrics.COMMAND_REFUSALS.labels(session.last_refusal).inc()
-        # Zero until a refusal for rate: no clock read per command otherwise.
-        if retry_at := session.throttle.retry_at:
-            pause_s = retry_at - self._clock()
-            if pause_s > 0:
-                await asyncio.sleep(pause_s)
+        retry_at = session.throttle.retry_at
+        return retry_at - self._clock() if retry_at else 0.0
 
     def go_away(self, time_left_s: float, reason: str) -> None:
         """Tells the attached stream that the server stops in ``time_left_s`` (a drain)."""
@@ -180,8 +185,6 @@ class SessionHost:
         if self.session.journal.overflowed and not self._overflow_counted:
             self._overflow_counted = True
             metrics.JOURNAL_OVERFLOWS.inc()
-        if self.session.config is not self._edge.config:
-            self._edge.config = self.session.config  # an update_session changed the formats
         if self.store is not None and self.items is not None and not effects.ended:
             self.store.mark(self.session, self.items)
         if effects.ended and not self.ended:
@@ -189,31 +192,23 @@ class SessionHost:
             metrics.session_ended(self.session, self.expiry_reason)
             if self._turns is not None:
                 self._turns.close()
-            self.charge.input_taken()  # the engine session and its buffer go
             self._on_ended(self.session)
             asyncio.get_running_loop().create_task(self._shut_engine())
 
     # -- engine ----------------------------------------------------------------------------
 
-    async def _submit(self, request: pb.ConverseRequest) -> None:
-        """Hands one command to the engine, with its audio in the canonical form.
+    async def _submit(self, admitted: Admitted, now: float) -> None:
+        """Hands one admitted command to the engine, its audio in a form the engine takes.
 
         Called from the stream's reader, in command order: when the engine falls behind, its
-        full mailbox stops the reader, and gRPC flow control pushes back on the client.
+        full mailbox stops the reader, and gRPC flow control pushes back on the client. What
+        the engine makes at once is published at ``now``, the command's time.
         """
-        kind = request.WhichOneof("command")
+        request, kind = admitted.request, admitted.kind
         if kind == "append_input_audio":  # the usual command first
-            try:
-                # Charged before it is converted: audio past the budget costs no copy at all.
-                if self._client_commits():
-                    self.charge.admit_input(self._edge.canonical_size(request))
-                request = self._edge.canonical_input(request)
-            except CommandError as error:
-                self._answer(request, error)
-                return
-            except ValueError as error:
-                # Undecodable audio is the client's error; the session goes on.
-                self._answer(request, CommandError("bad_audio", str(error)))
+            if not self._edge.engine_input(admitted):
+                self.session.admission.input_taken()  # what the core held for it goes back
+                self._answer(request, CommandError("bad_audio", "the audio cannot be decoded"))
                 return
         elif kind in INPUT_ENDING_COMMANDS:
             if kind == "commit_input_audio":
@@ -221,7 +216,8 @@ class SessionHost:
                     await self.engine.submit(tail)
             else:  # clear_input_audio, cancel_input
                 self._edge.drop_input()
-            self.charge.input_taken()
+        elif kind == "update_session":
+            self._edge.config = self.session.config  # the formats may have changed
         try:
             # The fast path: a cheap command the engine applies at once, its events published
             # here, with no mailbox and no pump between (None: the engine queues it).
@@ -230,7 +226,7 @@ class SessionHost:
                 await self.engine.submit(request)
             else:
                 for event in made:
-                    self._engine_event(event)
+                    self._engine_event(event, now)
         except Exception:
             logger.exception(
                 "session %s: engine refused a command",
@@ -239,10 +235,6 @@ class SessionHost:
             )
             self.expiry_reason = "engine_failure"
             self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
-
-    def _client_commits(self) -> bool:
-        # With server VAD the engine owns the buffer, drops silence and bounds it itself.
-        return self.session.config.turn_detection.type != pb.TURN_DETECTION_TYPE_SERVER_VAD
 
     def _answer(self, request: pb.ConverseRequest, error: CommandError) -> None:
         """Refuses an append the core admitted but the host cannot take, with an error event."""
@@ -265,30 +257,30 @@ class SessionHost:
             self.expiry_reason = "engine_failure"
             self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
 
-    def _engine_event(self, event: pb.ConverseResponse) -> None:
-        """Publishes one engine event (from the pump, or made at once by ``submit_now``)."""
+    def _engine_event(self, event: pb.ConverseResponse, now: float | None = None) -> None:
+        """Publishes one engine event (from the pump, or made at once by ``submit_now`` at
+        ``now``, the command's time)."""
         kind = event.WhichOneof("event")
         _HOT.events[kind] += 1
-        if kind == "output_audio_delta" and not self._edge.session_output(event.output_audio_delta):
-            return  # its audio is all still in the resampler: the next delta carries it
-        if kind == "response_done":
-            metrics.response_done(event)  # its latencies, into the histograms
-        if self._turns is not None:
-            self._turns.event(kind, event)
         if kind == "output_audio_delta":
+            if not self._edge.session_output(event.output_audio_delta):
+                return  # its audio is all still in the resampler: the next delta carries it
             if self._speech_ended_at is not None:
-                elapsed_s = perf_counter() - self._speech_ended_at
-                metrics.SPEECH_END_TO_AUDIO.observe(elapsed_s)
+                metrics.SPEECH_END_TO_AUDIO.observe(perf_counter() - self._speech_ended_at)
                 self._speech_ended_at = None
+        elif kind == "response_done":
+            metrics.response_done(event)  # its latencies, into the histograms
         elif kind == "speech_stopped":
             self._speech_ended_at = perf_counter()
-        elif kind in INPUT_TAKEN_EVENTS:
-            self.charge.input_taken()
-        elif kind in OUTPUT_ENDING_EVENTS and (tail := self._edge.output_tail(kind, event)):
-            self.deliver(self.session.publish(tail, self._clock()))  # the response's last audio
+        if self._turns is not None:
+            self._turns.event(kind, event)
+        if now is None:
+            now = self._clock()
+        if kind in OUTPUT_ENDING_EVENTS and (tail := self._edge.output_tail(kind, event)):
+            self.deliver(self.session.publish(tail, now))  # the response's last audio
         if self.items is not None:
             self.items.observe(kind, event)
-        self.deliver(self.session.publish(event, self._clock()))
+        self.deliver(self.session.publish(event, now, kind))
 
     async def abandon(self) -> None:
         """Stops the session's tasks and engine without any event (server shutdown)."""

@@ -2,12 +2,12 @@
 without a gRPC hop.
 
 :class:`LocalService` stands beside :class:`~omni_grpc.server.servicer.DuplexServicer` and
-offers what the bridge uses of a gRPC connection (``converse`` opening one stream), with the
-same semantics: the first message opens or resumes through
-:class:`~omni_grpc.server.sessions.Sessions`; every later command goes to the session host from
-the caller's task, in order, as the servicer's reader hands it on; events come from the
-stream's send queue. A refused stream fails its reads with the
-:class:`~omni_grpc.client.channel.StreamBroken` a gRPC client would have read from the status
+offers what the bridge uses of a gRPC connection (``converse`` opening one stream). Each
+:class:`LocalStream` adapts a :class:`~omni_grpc.server.stream.ServerStream`, the one way into
+the sessions, to a gRPC client stream's reads and writes: the first write opens or resumes;
+every later command goes to the session host from the caller's task, in order; events come
+from the stream's send queue. A refused stream fails its reads with the
+:class:`~omni_grpc.wire.stream_end.StreamBroken` a gRPC client would have read from the status
 (code, retry hint, owner's route); ``cancel`` is the client going away, and the session waits
 detached for a resume. What it saves per chunk is a gRPC client write and read and the server's
 read and write, with their serializing and the HTTP/2 framing between them.
@@ -21,31 +21,17 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 
-from omni_grpc.client.channel import StreamBroken
-from omni_grpc.core import ResumeGap, StreamRefused
-from omni_grpc.core.errors import Status
-from omni_grpc.server import metrics
-from omni_grpc.server.host import SendQueue, SessionHost
-from omni_grpc.server.refusals import RefusalLog
+from omni_grpc.core import StreamRefused
 from omni_grpc.server.servicer import SLOW_CONSUMER
-from omni_grpc.server.sessions import ResumeFoundEnded, SessionElsewhere, Sessions
-from omni_grpc.server.status import rich_status, unauthenticated
+from omni_grpc.server.sessions import Sessions
+from omni_grpc.server.status import unauthenticated
+from omni_grpc.server.stream import ServerStream, broken
 from omni_grpc.server.stream_cap import TOO_MANY_STREAMS, StreamCap
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import bearer_key, key_matches
+from omni_grpc.wire.stream_end import StreamBroken
 
 PEER = "in-process"  # what the refusal log names as the peer of an in-process stream
-
-
-def broken(refusal: StreamRefused, route: str = "") -> StreamBroken:
-    """The failure a gRPC client reads from the status of a refused stream."""
-    return StreamBroken(
-        f"{rich_status(refusal).code.name}: {refusal.code}: {refusal.message}",
-        status=rich_status(refusal).code,
-        code=refusal.code,
-        retry_after_s=refusal.retry_after_s if refusal.retryable else 0.0,
-        route=route,
-    )
 
 
 class LocalService:
@@ -64,7 +50,6 @@ class LocalService:
         # The server's one bound on streams, shared with its Converse calls (see stream_cap);
         # a cap of its own (``max_streams``) when none is given.
         self.cap = cap if cap is not None else StreamCap(max_streams)
-        self.refusals = RefusalLog(sessions.clock)
 
     @property
     def streams(self) -> int:
@@ -84,40 +69,34 @@ class LocalService:
 class LocalStream:
     """One stream into the sessions, with the reads and writes of a gRPC client's stream."""
 
-    __slots__ = (
-        "_backlog",
-        "_cancelled",
-        "_host",
-        "_metadata",
-        "_peer",
-        "_queue",
-        "_service",
-        "_started",
-    )
+    __slots__ = ("_backlog", "_cancelled", "_metadata", "_service", "_started", "_stream")
 
     def __init__(
         self, service: LocalService, metadata: tuple[tuple[str, str], ...], peer: str
     ) -> None:
-        self._peer = peer  # who the refusal log names (a ConverseMany stream: its call's peer)
         self._service = service
         self._metadata = metadata
-        self._host: SessionHost | None = None
-        self._queue: SendQueue | None = None
+        # The refusal log names ``peer`` (a ConverseMany stream: its call's peer).
+        self._stream = ServerStream(service.sessions, bearer_key(metadata), peer)
         # Set once the first message was taken (or refused, as its exception).
         self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # What a stream with no session to attach to still sends (a resume's gap or ending).
         self._backlog: deque[bytes] = deque()
         self._cancelled = False
 
-    async def write(self, request: pb.ConverseRequest) -> None:
-        """Hands one request on; the first opens or resumes the session."""
+    async def write(self, request: pb.ConverseRequest, size: int = 0) -> None:
+        """Hands one request on (``size``: its length on the wire, when it came by one); the
+        first opens or resumes the session."""
         if self._cancelled:
             raise StreamBroken("the stream was cancelled")
         if not self._started.done():
             await self._start(request)
-        elif (queue := self._queue) is not None and queue.end_reason is None:
-            assert self._host is not None
-            await self._host.receive(queue.generation, request)
+        elif (queue := self._stream.queue) is not None and queue.end_reason is None:
+            pause_s = await self._stream.command(request, size)
+            if pause_s > 0:
+                # Refused for rate: the writer is held back until the hint has run out, as
+                # gRPC's flow control holds back a Converse client whose reader pauses.
+                await asyncio.sleep(pause_s)
         # Otherwise the service reads no more (as a gRPC server whose reader returned).
 
     async def read(self) -> pb.ConverseResponse | None:
@@ -129,7 +108,7 @@ class LocalStream:
         """The next event as the journal keeps it (serialized), or None at the stream's end."""
         if not self._started.done() or self._started.exception() is not None:
             await self._started  # a refused stream raises its StreamBroken here
-        queue = self._queue
+        queue = self._stream.queue
         if queue is None:
             return self._backlog.popleft() if self._backlog else None
         payload = await queue.next()
@@ -146,15 +125,15 @@ class LocalStream:
         """An event that may go out at once, taken by the task whose command made it (so the
         reading task is not woken for it); None when there is none or a write is in flight
         (:meth:`SendQueue.take_now`). Whoever takes one writes it through :meth:`write_out`."""
-        queue = self._queue
-        if queue is None or self._cancelled or self._host is None:
+        queue = self._stream.queue
+        if queue is None or self._cancelled or self._stream.host is None:
             return None
         return queue.take_now()
 
     async def write_out(self, write: Callable[[bytes], Awaitable[None]], payload: bytes) -> None:
         """Writes one event with ``write`` as the stream's one write in flight, so that events
         taken by :meth:`take_now` and by reads go out in the order they were taken."""
-        queue = self._queue
+        queue = self._stream.queue
         if queue is None:
             await write(payload)
         else:
@@ -166,16 +145,15 @@ class LocalStream:
             return
         self._cancelled = True
         self._refused(StreamBroken("the stream was cancelled"))
-        queue = self._queue
+        queue = self._stream.queue
         if queue is not None:
             self._release()
             queue.end("cancelled")  # wakes a read waiting for the next event
 
     def _release(self) -> None:
-        if self._queue is not None and self._host is not None:
-            self._service.sessions.release(self._host, self._queue)
+        if self._stream.host is not None:
+            self._stream.release()
             self._service.cap.give()
-            self._host = None
 
     async def _start(self, first: pb.ConverseRequest) -> None:
         service = self._service
@@ -187,7 +165,6 @@ class LocalStream:
             return
         # A copy: the caller may send the same first message again on a retry.
         first = pb.ConverseRequest.FromString(first.SerializeToString())
-        resume = first.resume_session if first.HasField("resume_session") else None
         # The place is taken before the open (which awaits), so no two streams take the last.
         if not service.cap.take():
             exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -196,54 +173,20 @@ class LocalStream:
             return
         attached = False
         try:
-            attached = await self._attach(first, resume)
+            ending = await self._stream.attach(first)
+            if ending is None:
+                attached = True
+                if self._cancelled:  # the client went while the session opened
+                    self._release()  # gives the place back
+            else:
+                self._backlog.extend(ending)
+        except StreamRefused as refusal:
+            self._refused(broken(refusal))
         finally:
             if not attached:
                 service.cap.give()
         if not self._started.done():
             self._started.set_result(None)
-
-    async def _attach(self, first: pb.ConverseRequest, resume: pb.ResumeSession | None) -> bool:
-        """Opens or resumes; True when the stream attached to a session (its place held)."""
-        service, sessions = self._service, self._service.sessions
-        key = bearer_key(self._metadata)
-        try:
-            if first.client_seq != 0 or first.WhichOneof("command") not in (
-                "open_session",
-                "resume_session",
-            ):
-                raise StreamRefused(
-                    Status.INVALID_ARGUMENT,
-                    "bad_first_message",
-                    "the first message must be open_session or resume_session, unnumbered",
-                )
-            if resume is None:
-                host, queue = await sessions.open(first.open_session, key)
-            else:
-                host, queue = await sessions.resume(resume, key)
-        except StreamRefused as refusal:
-            # Counted and logged as the servicer does.
-            what = "resume" if resume else "stream"
-            metrics.STREAM_REFUSALS.labels(what, refusal.code).inc()
-            if resume:
-                metrics.RESUMES.labels("refused").inc()
-            session_id = resume.session_id if resume else ""
-            service.refusals.refused(what, session_id, self._peer, refusal.code)
-            owner = refusal.route if isinstance(refusal, SessionElsewhere) else ""
-            self._refused(broken(refusal, owner))
-            return False
-        except ResumeGap as gap:
-            metrics.RESUMES.labels("gap").inc()
-            self._backlog.append(gap.payload)  # resync_required; the client must start over
-            return False
-        except ResumeFoundEnded as ended:
-            metrics.RESUMES.labels("ended").inc()
-            self._backlog.extend(payload for _, payload in ended.effects.sends)
-            return False
-        self._host, self._queue = host, queue
-        if self._cancelled:  # the client went while the session opened
-            self._release()  # gives the place back
-        return True
 
     def _refused(self, failure: StreamBroken) -> None:
         if not self._started.done():

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 
 import grpc
 
-from omni_grpc.client.channel import StreamBroken
 from omni_grpc.server.local import LocalService, LocalStream
 from omni_grpc.wire import pb
 from omni_grpc.wire.framing import length_field, varint_field
 from omni_grpc.wire.keys import ROUTE_HEADER, bearer_metadata
+from omni_grpc.wire.stream_end import StreamBroken
 
 EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 METHOD = "ConverseMany"
@@ -193,7 +193,7 @@ class _Substream:
         with contextlib.suppress(StreamBroken):
             while True:
                 request, size = await self._inbox.get()
-                await self._stream.write(request)
+                await self._stream.write(request, size)
                 self._unread_bytes -= size
 
     async def _pump_events(self) -> None:

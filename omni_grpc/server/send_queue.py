@@ -1,10 +1,12 @@
 """The bounded queue of serialized events for one attached stream, and who writes them.
 
 Two parties write a stream's events: its reader, at once, what its own command made (the fast
-path: an echoed chunk goes out without a hop), and the writer task the rest (engine output,
-backlog, the end). The writer task sleeps while the queue is empty, and is woken on the loop's
-next turn after a put, not at once: by then the reader has usually taken what its command made,
-and the writer sleeps on instead of running a step per chunk for nothing.
+path: an echoed chunk goes out without a hop, see :meth:`SendQueue.flush`), and the writer task
+the rest (engine output, backlog, the end). One write is in flight at a time, whoever makes it,
+and events go out in the order they were queued. The writer task sleeps while the queue is
+empty, and is woken on the loop's next turn after a put, not at once: by then the reader has
+usually written what its command made, and the writer sleeps on instead of running a step per
+chunk for nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from omni_grpc.server.budget import SessionCharge
+from omni_grpc.core.budget import MemoryBudget
 
 SEND_QUEUE_DEPTH = 2048  # events waiting for one stream's writer; beyond it the stream is cut
 
@@ -23,19 +25,19 @@ class SendQueue:
 
     It never blocks the session: when the stream's reader falls :data:`SEND_QUEUE_DEPTH` events
     behind, ``put`` refuses and the host cuts that stream (the journal keeps the events for a
-    resume). ``end`` finishes the stream after what is already queued. Queued bytes are
-    charged to the session's memory budget until the writer takes them (or ``discard`` drops
+    resume). ``end`` finishes the stream after what is already queued. Queued bytes count
+    against the server's memory budget until they are taken for writing (or ``discard`` drops
     them when the stream is gone).
     """
 
     def __init__(
         self,
         generation: int,
-        charge: SessionCharge,
+        budget: MemoryBudget,
         barrier: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.generation = generation
-        self._charge = charge
+        self._budget = budget
         # Awaited before each event goes out (durability sync: the store holds it first).
         self._barrier = barrier
         # Events, then None once the stream must finish (the end marker).
@@ -48,10 +50,12 @@ class SendQueue:
         self._last_word: bytes | None = None
         # Set when the reader fell behind: the servicer ends the stream at once with a status.
         self.fell_behind = asyncio.Event()
-        # Held while an event is being written: the stream's reader writes what its own command
-        # made (the fast path) and the writer task the rest, one at a time, in the order they
-        # took their events (the lock is fair: a waiting writer goes before a new taker).
-        self._writing = asyncio.Lock()
+        # True while an event is being written: the stream's reader writes what its own command
+        # made (the fast path) and the writer task the rest, one at a time; nobody takes an
+        # event while another is in flight, so they go out in the order they were queued.
+        self.writing = False
+        # What ``written`` waits on while a write is in flight (made only when someone waits).
+        self._write_done: asyncio.Future[None] | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -63,8 +67,9 @@ class SendQueue:
         if len(self._items) >= SEND_QUEUE_DEPTH:
             return False
         self._items.append(payload)
-        self._charge.output_queued(len(payload))
-        self._wake_soon()
+        self._budget.held += len(payload)
+        if self._waiter is not None and not self._wake_due:
+            self._wake_soon()
         return True
 
     def end(self, reason: str) -> None:
@@ -92,41 +97,66 @@ class SendQueue:
         self._items.append(None)
         self._wake_soon()
 
-    @property
-    def writing(self) -> bool:
-        """Whether an event is being written now (by the reader or the writer task)."""
-        return self._writing.locked()
-
     def take_now(self) -> bytes | None:
         """The next event, when it may go out at once without the writer task: queued, the
-        stream not ending, and no durability barrier to wait for first; else None."""
-        if (
-            not self._items
-            or self.writing
-            or self.end_reason is not None
-            or self._barrier is not None
-        ):
+        stream not ending, no write in flight, and no durability barrier to wait for first;
+        else None. Whoever takes one writes it through :meth:`write_out` straight after."""
+        if not self._items or self.writing or self.end_reason is not None or self._barrier:
             return None
         payload = self._items.popleft()
         assert payload is not None  # the end marker only follows an end_reason
-        self._charge.output_sent(len(payload))
+        self._budget.held -= len(payload)
         return payload
 
+    async def flush(self, write: Callable[[bytes], Awaitable[None]]) -> None:
+        """The reader's fast path: writes with ``write``, at once, the events queued now (what
+        its command made), when :meth:`take_now` would give them; else leaves them to the
+        writer task, which is woken for them."""
+        items = self._items
+        if not items or self.writing or self.end_reason is not None or self._barrier:
+            return
+        self.writing = True
+        try:
+            for _ in range(len(items)):
+                if not items or self.end_reason is not None:
+                    break  # the stream began to end meanwhile: the writer task finishes it
+                payload = items.popleft()
+                assert payload is not None
+                self._budget.held -= len(payload)
+                await write(payload)
+        finally:
+            self._written()
+
     async def write_out(self, write: Callable[[bytes], Awaitable[None]], payload: bytes) -> None:
-        """Writes one event with ``write``, as the one write in flight."""
-        async with self._writing:
+        """Writes one event taken by :meth:`take_now` or :meth:`next`, as the one write in
+        flight."""
+        self.writing = True
+        try:
             await write(payload)
+        finally:
+            self._written()
+
+    def _written(self) -> None:
+        self.writing = False
+        if self._items and self._waiter is not None:
+            self._wake_soon()  # queued while the write was in flight: the writer task's now
+        if (done := self._write_done) is not None:
+            self._write_done = None
+            if not done.done():
+                done.set_result(None)
 
     async def written(self) -> None:
         """Returns once no write is in flight."""
-        async with self._writing:
-            pass
+        while self.writing:
+            if self._write_done is None:
+                self._write_done = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._write_done)
 
     async def next(self) -> bytes | None:
         """The next event to write, or None once the stream must finish."""
         if self._last_word == b"":
             return None  # the last word went out: the stream is over
-        while not self._items:
+        while not self._items or self.writing:
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
@@ -134,7 +164,7 @@ class SendQueue:
                 self._waiter = None
         payload = self._items.popleft()
         if payload is not None:
-            self._charge.output_sent(len(payload))
+            self._budget.held -= len(payload)
             if self._barrier is not None:
                 await self._barrier()
         if self._last_word is not None:
@@ -146,10 +176,10 @@ class SendQueue:
         """The stream is gone: what it never wrote leaves the budget (the journal keeps it)."""
         while self._items:
             if (payload := self._items.popleft()) is not None:
-                self._charge.output_sent(len(payload))
+                self._budget.held -= len(payload)
 
     def _wake_soon(self) -> None:
-        # On the loop's next turn: a reader that takes the event at once (``take_now``) leaves
+        # On the loop's next turn: a reader that writes the event at once (``flush``) leaves
         # the sleeping writer nothing to do by then, and it is not woken at all.
         if self._waiter is not None and not self._wake_due:
             self._wake_due = True
@@ -157,8 +187,9 @@ class SendQueue:
 
     def _wake(self) -> None:
         self._wake_due = False
-        if self._items and self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        waiter = self._waiter
+        if self._items and not self.writing and waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 __all__ = ["SEND_QUEUE_DEPTH", "SendQueue"]

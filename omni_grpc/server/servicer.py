@@ -1,9 +1,10 @@
 """The gRPC transport: it only reads and writes streams, and hands everything else on.
 
-Each Converse stream has exactly one reader and one writer. The first message names what the
-stream is for (open or resume); :class:`~omni_grpc.server.sessions.Sessions` does that and hands
-back the stream's send queue. Then the reader takes requests with ``context.read()`` and gives
-them to the session host; the writer drains the send queue with ``context.write()``. A client
+Each Converse stream has exactly one reader and one writer. Its first message is read here
+(within ``FIRST_MESSAGE_TIMEOUT_S``) and given to a :class:`~omni_grpc.server.stream.ServerStream`,
+the one way into the sessions, which opens or resumes and says what the stream gets. Then the
+reader takes requests with ``context.read()`` and hands them on with their length on the wire;
+the writer drains the stream's send queue with ``context.write()``. A client
 that reads so little that its send queue fills is cut: the call ends with RESOURCE_EXHAUSTED
 (``slow_consumer``) and the session waits, detached, for a resume. Responses
 are pre-serialized bytes (the journal keeps exactly what went out, and a replay resends it), so
@@ -20,13 +21,12 @@ import logging
 import grpc
 from google.protobuf.message import DecodeError
 
-from omni_grpc.core import ResumeGap, StreamRefused
-from omni_grpc.core.errors import CommandError, Status
-from omni_grpc.server import metrics
-from omni_grpc.server.host import SendQueue, SessionHost
-from omni_grpc.server.refusals import RefusalLog
-from omni_grpc.server.sessions import ResumeFoundEnded, SessionElsewhere, Sessions
+from omni_grpc.core import StreamRefused
+from omni_grpc.core.errors import Status
+from omni_grpc.server.host import SendQueue
+from omni_grpc.server.sessions import SessionElsewhere, Sessions
 from omni_grpc.server.status import rich_status
+from omni_grpc.server.stream import ServerStream
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import REFUSAL_HEADER, ROUTE_HEADER, bearer_key, resume_token
 
@@ -55,7 +55,6 @@ class DuplexServicer:
         self.sessions = sessions
         # Sent as initial metadata on every call: the key a proxy routes back to this replica.
         self._route_metadata = ((ROUTE_HEADER, route),) if route else ()
-        self.refusals = RefusalLog(sessions.clock)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The method handlers, with requests parsed by protobuf and responses sent as bytes."""
@@ -96,7 +95,9 @@ class DuplexServicer:
                 request.session_id, resume_token(metadata), key=bearer_key(metadata)
             )
         except StreamRefused as refusal:
-            self.refusals.refused("GetSession", request.session_id, context.peer(), refusal.code)
+            self.sessions.refusals.refused(
+                "GetSession", request.session_id, context.peer(), refusal.code
+            )
             await _abort(context, refusal)
             raise  # unreachable: abort raises
         if self._route_metadata:
@@ -108,49 +109,34 @@ class DuplexServicer:
         )
 
     async def converse(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:
-        first: pb.ConverseRequest | None = None
+        # The key was checked by the interceptor; the session is bound and charged to it.
+        key = bearer_key(tuple(context.invocation_metadata() or ()))
+        stream = ServerStream(self.sessions, key, context.peer())
         try:
-            first = await _first_request(context)
-            # The key was checked by the interceptor; the session is bound and charged to it.
-            key = bearer_key(tuple(context.invocation_metadata() or ()))
-            if first.WhichOneof("command") == "open_session":
-                host, queue = await self.sessions.open(first.open_session, key)
-            else:
-                host, queue = await self.sessions.resume(first.resume_session, key)
+            try:
+                first = await _first_request(context)
+            except StreamRefused as refusal:
+                stream.refused(refusal)  # refused here, before the stream could say anything
+                raise
+            ending = await stream.attach(first)
         except StreamRefused as refusal:
-            resume = first.resume_session if first and first.HasField("resume_session") else None
-            # The codes are the server's own closed set (docs/protocol.md), never client text.
-            metrics.STREAM_REFUSALS.labels("resume" if resume else "stream", refusal.code).inc()
-            if resume:
-                metrics.RESUMES.labels("refused").inc()
-            self.refusals.refused(
-                "resume" if resume else "stream",
-                resume.session_id if resume else "",
-                context.peer(),
-                refusal.code,
-            )
             owner = refusal.route if isinstance(refusal, SessionElsewhere) else ""
             await _refuse_stream(context, refusal, ((ROUTE_HEADER, owner),) if owner else ())
             return
-        except ResumeGap as gap:
-            metrics.RESUMES.labels("gap").inc()
-            await context.write(gap.payload)  # resync_required; the client must start over
-            return
-        except ResumeFoundEnded as ended:
-            metrics.RESUMES.labels("ended").inc()
-            for _, payload in ended.effects.sends:  # the missed ending of a closed session
+        if ending is not None:  # a resume's gap, or the missed ending of a closed session
+            for payload in ending:
                 await context.write(payload)
             return
         try:
             if self._route_metadata:
                 await context.send_initial_metadata(self._route_metadata)
-            await _pump_stream(host, queue, context)
+            await _pump_stream(stream, context)
         finally:
-            self.sessions.release(host, queue)
+            stream.release()
 
 
-async def _first_request(context: grpc.aio.ServicerContext) -> pb.ConverseRequest:
-    """The stream's first message, which must be an unnumbered open or resume."""
+async def _first_request(context: grpc.aio.ServicerContext) -> pb.ConverseRequest | None:
+    """The stream's first message (None when it is no ConverseRequest), read in time."""
     try:
         raw = await asyncio.wait_for(context.read(), FIRST_MESSAGE_TIMEOUT_S)
     except TimeoutError:
@@ -159,27 +145,13 @@ async def _first_request(context: grpc.aio.ServicerContext) -> pb.ConverseReques
         ) from None
     if raw is EOF:
         raise StreamRefused(Status.INVALID_ARGUMENT, "bad_event", "the stream ended early")
-    first = _parse(raw)
-    if first is None:
-        raise StreamRefused(
-            Status.INVALID_ARGUMENT, "invalid_message", "the first message is not a ConverseRequest"
-        )
-    if first.client_seq != 0 or first.WhichOneof("command") not in (
-        "open_session",
-        "resume_session",
-    ):
-        raise StreamRefused(
-            Status.INVALID_ARGUMENT,
-            "bad_first_message",
-            "the first message must be open_session or resume_session, unnumbered",
-        )
-    return first
+    return _parse(raw)
 
 
-async def _pump_stream(
-    host: SessionHost, queue: SendQueue, context: grpc.aio.ServicerContext
-) -> None:
-    reader = asyncio.create_task(_read(host, queue, context))
+async def _pump_stream(stream: ServerStream, context: grpc.aio.ServicerContext) -> None:
+    queue = stream.queue
+    assert queue is not None
+    reader = asyncio.create_task(_read(stream, context))
     writer = asyncio.create_task(_write(queue, context))
     behind = asyncio.create_task(queue.fell_behind.wait())
     try:
@@ -211,27 +183,22 @@ async def _pump_stream(
         await _abort(context, SLOW_CONSUMER)
 
 
-async def _read(host: SessionHost, queue: SendQueue, context: grpc.aio.ServicerContext) -> None:
-    while True:
-        raw = await context.read()
-        if raw is EOF:
-            return
+async def _read(stream: ServerStream, context: grpc.aio.ServicerContext) -> None:
+    queue = stream.queue
+    assert queue is not None
+    read, write, command = context.read, context.write, stream.command
+    while (raw := await read()) is not EOF:
+        size = len(raw)
         request = _parse(raw)
         del raw  # a large append would otherwise be held twice while the host takes it
-        if request is None:
-            host.refuse(
-                queue.generation,
-                CommandError("invalid_message", "the message is not a ConverseRequest"),
-            )
-        else:
-            await host.receive(queue.generation, request)
+        # What the command made (an echoed chunk, an error) goes out from here, when no write
+        # is in flight, without a hop to the writer task.
+        pause_s = await command(request, size, write)
         del request  # not held while waiting for the next message
-        # The fast path: what the command made (an echoed chunk, an error) goes out from here,
-        # when no write is in flight, without a hop to the writer task.
-        while (payload := queue.take_now()) is not None:
-            await queue.write_out(context.write, payload)
         if queue.end_reason is not None:
             return
+        if pause_s > 0:
+            await asyncio.sleep(pause_s)  # refused for rate: nothing is read meanwhile
 
 
 async def _write(queue: SendQueue, context: grpc.aio.ServicerContext) -> None:

@@ -22,9 +22,9 @@ from omni_grpc.core.rate_limits import KeyAllowances
 from omni_grpc.core.snapshot import adopt, check_adopted_cursor
 from omni_grpc.engine.base import Engine, EngineSession
 from omni_grpc.server import metrics
-from omni_grpc.server.budget import MemoryBudget, SessionCharge
 from omni_grpc.server.durable import ADOPTIONS, MOVED, DurableStore, StoreUnavailable
 from omni_grpc.server.host import SendQueue, SessionHost
+from omni_grpc.server.refusals import RefusalLog
 from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.wire import pb
 
@@ -97,8 +97,10 @@ class Sessions:
         self.clock = clock
         # The rate allowance of each API key, shared by every session it opens or resumes.
         self._key_allowances = KeyAllowances(tuple(api_keys), registry.limits, clock())
-        # Input audio and queued output of every session together (see server/budget.py).
-        self.budget = MemoryBudget(registry.limits.memory_budget_bytes)
+        # Input audio and queued output of every session together (see core/budget.py).
+        self.budget = registry.budget
+        # Refused streams and lookups, whichever transport they came by (see refusals.py).
+        self.refusals = RefusalLog(clock)
         self._hosts: dict[str, SessionHost] = {}
         # Set whenever a stream lets go of its session, so a drain can wait for the last one.
         self._released = asyncio.Event()
@@ -147,18 +149,8 @@ class Sessions:
         return host, queue
 
     def _host(self, session: Session, engine_session: EngineSession) -> SessionHost:
-        charge = SessionCharge(self.budget, self.registry.limits.max_pending_input_bytes)
         turns = TurnTraces(self._tracer, session.id) if self._tracer is not None else None
-        host = SessionHost(
-            session,
-            engine_session,
-            self._forget,
-            self.clock,
-            charge,
-            turns,
-            self.store,
-            native_input_rates_hz=self.engine.features.native_input_rates_hz,
-        )
+        host = SessionHost(session, engine_session, self._forget, self.clock, turns, self.store)
         self._hosts[session.id] = host
         return host
 
@@ -254,6 +246,7 @@ class Sessions:
             engine=self.registry.engine,
             capabilities=self.registry.capabilities,
             now=self.clock(),
+            budget=self.registry.budget,
         )
         self.registry.take(session)
         try:

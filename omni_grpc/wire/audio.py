@@ -45,3 +45,9 @@ def pcm16_ms(n_bytes: int, rate_hz: int) -> float:
 def pcm16_bytes(duration_ms: float, rate_hz: int) -> int:
     """The size in bytes of ``duration_ms`` of mono pcm16 at ``rate_hz`` (whole samples)."""
     return int(duration_ms * rate_hz / 1000) * PCM16_WIDTH
+
+
+def canonical_input_bytes(size: int, encoding: int, rate_hz: int) -> int:
+    """How many bytes ``size`` bytes of client audio take once made canonical input."""
+    samples = size // SAMPLE_WIDTH[encoding]
+    return -(-samples * CANONICAL_INPUT_RATE_HZ // rate_hz) * PCM16_WIDTH

@@ -93,7 +93,8 @@ async def test_a_conversation_moves_the_counters_and_histograms(service: Service
         assert grew(before, answered, kinds, kind="commit_input_audio") == 2
         refusals = "omni_grpc_command_refusals_total"
         assert grew(before, answered, refusals, code="input_audio_buffer_empty") == 1
-        assert grew(before, answered, "omni_grpc_append_handling_seconds_count") == 3
+        # Sampled: the session's first append is timed, then one in 16 (omni_grpc.server.host).
+        assert grew(before, answered, "omni_grpc_append_handling_seconds_count") == 1
         assert grew(before, answered, "omni_grpc_append_handling_seconds_sum") > 0
         events = "omni_grpc_engine_events_total"
         assert grew(before, answered, events, kind="response_done") == 1

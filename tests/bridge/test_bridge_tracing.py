@@ -47,9 +47,11 @@ def commands(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, str]]
     seen: list[tuple[str, dict[str, str]]] = []
     receive = SessionHost.receive
 
-    async def recording(host: SessionHost, generation: int, request: pb.ConverseRequest) -> None:
+    async def recording(
+        host: SessionHost, generation: int, request: pb.ConverseRequest, size: int = 0
+    ) -> float:
         seen.append((str(request.WhichOneof("command")), dict(request.trace_context)))
-        await receive(host, generation, request)
+        return await receive(host, generation, request, size)
 
     monkeypatch.setattr(SessionHost, "receive", recording)
     return seen

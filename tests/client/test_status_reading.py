@@ -10,9 +10,9 @@ import grpc
 from google.rpc import status_pb2
 from grpc_status import rpc_status
 
-from omni_grpc.client.channel import StreamBroken
 from omni_grpc.core import Status, StreamRefused
 from omni_grpc.server.status import rich_status, unauthenticated
+from omni_grpc.wire.stream_end import StreamBroken
 
 
 def failed_call(status: grpc.Status) -> grpc.aio.AioRpcError:

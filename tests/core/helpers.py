@@ -28,6 +28,11 @@ def decode(effects: Effects, generation: int | None = None) -> list[pb.ConverseR
     ]
 
 
+def requests(effects: Effects) -> list[pb.ConverseRequest]:
+    """The requests of the commands ``effects`` hand on to the engine, admitted, in order."""
+    return [admitted.request for admitted in effects.engine]
+
+
 def kinds(events: Iterable[pb.ConverseResponse]) -> list[str | None]:
     """The oneof name of each event."""
     return [event.WhichOneof("event") for event in events]

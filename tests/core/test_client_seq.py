@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from omni_grpc.core import Effects
+from omni_grpc.core.admission import Admitted
 from omni_grpc.wire import pb
 
-from .helpers import ack, append, cmd, decode, heartbeat, open_session, text
+from .helpers import ack, append, cmd, decode, heartbeat, open_session, requests, text
 
 
 def gap_error(expected: int, got: int, event_id: str = "") -> pb.ErrorReport:
@@ -25,7 +26,8 @@ def test_the_next_number_is_applied_and_forwarded() -> None:
     s = open_session().session
     for client_seq in (1, 2, 3):
         effects = s.receive(1, text(client_seq, f"t{client_seq}"), now=0.0)
-        assert effects == Effects(engine=[text(client_seq, f"t{client_seq}")])
+        handed_on = Admitted("append_input_text", text(client_seq, f"t{client_seq}"))
+        assert effects == Effects(engine=[handed_on])
         assert s.applied_client_seq == client_seq
 
 
@@ -45,13 +47,13 @@ def test_a_jump_ahead_is_refused_and_echoes_the_offender(jump: int) -> None:
     effects = s.receive(
         1, cmd(jump, "ev-7", append_input_text=pb.AppendInputText(text="x")), now=0.0
     )
-    assert effects.engine == []
+    assert requests(effects) == []
     assert decode(effects) == [
         pb.ConverseResponse(seq=1, applied_client_seq=0, error=gap_error(1, jump, "ev-7"))
     ]
     assert s.applied_client_seq == 0
     # The refused number was not consumed: the client can send the right one next.
-    assert s.receive(1, text(1), now=0.0).engine == [text(1)]
+    assert requests(s.receive(1, text(1), now=0.0)) == [text(1)]
 
 
 @pytest.mark.parametrize("request_", [heartbeat(), ack(0)], ids=["heartbeat", "ack_events"])
@@ -87,7 +89,7 @@ def test_other_commands_need_a_number(request_: pb.ConverseRequest, kind: str) -
     s = open_session().session
     request_.event_id = "ev-0"
     effects = s.receive(1, request_, now=0.0)
-    assert effects.engine == [] and not effects.ended
+    assert requests(effects) == [] and not effects.ended
     assert decode(effects) == [
         pb.ConverseResponse(
             seq=1,
@@ -120,7 +122,7 @@ def test_a_refused_command_still_uses_up_its_number() -> None:
     assert refused[0].error.code == "bad_audio"
     assert (refused[0].applied_client_seq, s.applied_client_seq) == (1, 1)
     assert s.receive(1, append(1), now=0.0) == Effects()
-    assert s.receive(1, append(2), now=0.0).engine == [append(2)]
+    assert requests(s.receive(1, append(2), now=0.0)) == [append(2)]
 
 
 def test_every_event_reports_the_last_applied_client_seq() -> None:
@@ -142,4 +144,4 @@ def test_commands_from_a_replaced_generation_are_ignored_even_when_in_order() ->
     s.resume(opened.token, 0, now=0.0)
     assert s.receive(1, text(1), now=0.0) == Effects()
     assert s.applied_client_seq == 0
-    assert s.receive(2, text(1), now=0.0).engine == [text(1)]
+    assert requests(s.receive(2, text(1), now=0.0)) == [text(1)]

@@ -11,7 +11,7 @@ from omni_grpc.core import CommandError, EngineFeatures, Limits
 from omni_grpc.core.config import merge_config, resolve_config
 from omni_grpc.wire import pb
 
-from .helpers import ENGINE, VAD_ENGINE, cmd, decode, open_session
+from .helpers import ENGINE, VAD_ENGINE, cmd, decode, open_session, requests
 
 LIMITS = Limits()
 PCM16, F32 = pb.AUDIO_ENCODING_PCM16, pb.AUDIO_ENCODING_PCM_F32
@@ -319,7 +319,7 @@ def test_session_update_announces_and_forwards_the_complete_config() -> None:
             seq=1, applied_client_seq=1, session_updated=pb.SessionUpdated(session=s.view())
         )
     ]
-    assert effects.engine == [cmd(1, "ev-u", update_session=pb.UpdateSession(config=s.config))]
+    assert requests(effects) == [cmd(1, "ev-u", update_session=pb.UpdateSession(config=s.config))]
 
 
 def test_a_refused_update_changes_nothing() -> None:
@@ -329,6 +329,6 @@ def test_a_refused_update_changes_nothing() -> None:
     effects = s.receive(
         1, cmd(1, update_session=pb.UpdateSession(config=pb.SessionConfig(model="other"))), now=0.0
     )
-    assert effects.engine == []
+    assert requests(effects) == []
     assert [event.error.code for event in decode(effects)] == ["model_update_unsupported"]
     assert s.config == before

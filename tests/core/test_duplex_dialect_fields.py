@@ -29,7 +29,7 @@ def hints(value: dict[str, Any]) -> struct_pb2.Struct:
 
 def test_an_append_with_hints_within_bounds_passes() -> None:
     given = hints({"is_speech": True, "vad": {"speech_probability": 0.9}, "transcript": "hi"})
-    check_append(pb.AppendInputAudio(audio=b"\0\0", hints=given), CONFIG, LIMITS, ENGINE)
+    check_append(pb.AppendInputAudio(audio=b"\0\0", hints=given), b"\0\0", CONFIG, LIMITS, ENGINE)
 
 
 def test_hints_nested_too_deep_are_refused_naming_hints() -> None:
@@ -38,7 +38,7 @@ def test_hints_nested_too_deep_are_refused_naming_hints() -> None:
         deep = {"a": deep}
     with pytest.raises(CommandError) as refused:
         chunk = pb.AppendInputAudio(audio=b"\0\0", hints=hints(deep))
-        check_append(chunk, CONFIG, LIMITS, ENGINE)
+        check_append(chunk, chunk.audio, CONFIG, LIMITS, ENGINE)
     assert (refused.value.code, refused.value.param) == ("bad_event", "hints")
 
 

@@ -30,7 +30,7 @@ from omni_grpc.core import Effects, ResumeGap, Status, StreamRefused
 from omni_grpc.core.responses import TurnState
 from omni_grpc.wire import pb
 
-from .helpers import TERMINAL_KINDS, cmd, created, delta, done, transcript
+from .helpers import TERMINAL_KINDS, cmd, created, delta, done, requests, transcript
 from .model import LIMITS, Ended, Pending, SessionModel, key, window_start
 
 # CI's 3,000 examples take a minute and a half, three times that under coverage tracing:
@@ -394,7 +394,7 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
         assert [e.seq for e in events[1:]] == list(range(cursor + 1, head + 1))
         assert [key(e) for e in events[1:]] == ended.expected[cursor:]
         assert effects.end_streams == [(generation, "session_ended")]
-        assert not effects.engine and not effects.ended
+        assert not requests(effects) and not effects.ended
         ended.last_seq = head
 
     # -- invariants --------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from .helpers import (
     decode,
     heartbeat,
     open_session,
+    requests,
     resume,
     stamped,
     text,
@@ -130,7 +131,7 @@ def test_resume_after_the_end_replays_the_missed_ending_and_ends_the_stream() ->
     assert [payload for _, payload in effects.sends[1:]] == missed
     assert decode(effects)[-1].session_expired.reason == pb.EXPIRY_REASON_DISCONNECT_GRACE
     assert effects.end_streams == [(generation, "session_ended")]
-    assert (effects.engine, effects.ended, s.state.name) == ([], False, "EXPIRED")
+    assert (requests(effects), effects.ended, s.state.name) == ([], False, "EXPIRED")
 
 
 def test_an_ended_session_is_forgotten_after_one_grace() -> None:

@@ -21,6 +21,7 @@ from .helpers import (
     heartbeat,
     kinds,
     open_session,
+    requests,
     resume,
     stamped,
     text,
@@ -87,7 +88,7 @@ def test_takeover_replaces_the_old_stream_and_ignores_it_afterwards() -> None:
     for late in (text(2), close(2), heartbeat(0)):
         assert s.receive(1, late, now=3.0) == Effects()
     assert (s.applied_client_seq, s.state.name) == (1, "ATTACHED")
-    assert s.receive(2, text(2), now=4.0).engine == [text(2)]
+    assert requests(s.receive(2, text(2), now=4.0)) == [text(2)]
 
 
 def test_detach_of_a_stale_generation_is_a_no_op() -> None:
@@ -261,7 +262,7 @@ def test_a_client_close_ends_the_stream_after_session_closed() -> None:
         )
     ]
     assert effects.end_streams == [(1, "client_close")]
-    assert effects.ended and effects.engine == []
+    assert effects.ended and requests(effects) == []
 
 
 def test_an_ended_session_ignores_everything() -> None:
@@ -300,7 +301,7 @@ def test_errors_keep_the_session_usable(request_: pb.ConverseRequest, code: str)
     refused = decode(s.receive(1, request_, now=0.0))
     assert [event.error.code for event in refused] == [code]
     assert s.state.name == "ATTACHED"
-    assert s.receive(1, append(s.applied_client_seq + 1), now=0.0).engine == [
+    assert requests(s.receive(1, append(s.applied_client_seq + 1), now=0.0)) == [
         append(s.applied_client_seq)
     ]
 

@@ -19,7 +19,7 @@ from omni_grpc.wire.bounds import (
     MAX_TOOLS,
 )
 
-from .helpers import ENGINE, LIMITS, cmd, decode, open_session, text
+from .helpers import ENGINE, LIMITS, cmd, decode, open_session, requests, text
 
 WEATHER_SCHEMA = json.dumps(
     {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -162,7 +162,7 @@ def test_a_response_is_checked_against_its_own_or_the_sessions_tools(
     s = open_session(config=pb.SessionConfig(tools=toolset(tool()))).session
     s.receive(1, text(1), now=0.0)
     effects = s.receive(1, request_, now=0.0)
-    assert (effects.engine == [request_]) is passes
+    assert (requests(effects) == [request_]) is passes
     errors = [event.error for event in decode(effects) if event.HasField("error")]
     assert [error.code for error in errors] == ([] if passes else ["bad_event"])
 
@@ -218,6 +218,6 @@ def test_call_items_missing_their_tie_or_over_bounds_are_refused(
     s = open_session().session
     request = cmd(1, create_conversation_item=pb.CreateConversationItem(item=item))
     effects = s.receive(1, request, now=0.0)
-    assert effects.engine == []
+    assert requests(effects) == []
     [event] = decode(effects)
     assert (event.error.code, event.error.param) == ("bad_event", param)

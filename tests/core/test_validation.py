@@ -11,7 +11,7 @@ from omni_grpc.core.config import resolve_config
 from omni_grpc.core.validation import check_append, check_command
 from omni_grpc.wire import pb
 
-from .helpers import ENGINE, append, cmd, decode, open_session
+from .helpers import ENGINE, append, cmd, decode, open_session, requests
 
 LIMITS = Limits()
 CONFIG = resolve_config(pb.SessionConfig(), LIMITS, ENGINE)  # PCM16 at 24 kHz
@@ -62,7 +62,7 @@ def test_bad_appends(
     append_: pb.AppendInputAudio, engine: EngineFeatures, code: str, param: str
 ) -> None:
     with pytest.raises(CommandError) as refused:
-        check_append(append_, CONFIG, LIMITS, engine)
+        check_append(append_, append_.audio, CONFIG, LIMITS, engine)
     assert (refused.value.code, refused.value.param) == (code, param)
 
 
@@ -78,7 +78,7 @@ def test_bad_appends(
     ids=["pcm16", "ulaw", "f32", "frame-only", "two-frames"],
 )
 def test_good_appends(append_: pb.AppendInputAudio) -> None:
-    check_append(append_, CONFIG, LIMITS, ENGINE)
+    check_append(append_, append_.audio, CONFIG, LIMITS, ENGINE)
 
 
 BAD_COMMANDS: list[tuple[pb.ConverseRequest, EngineFeatures, str, str]] = [
@@ -168,7 +168,7 @@ def test_the_session_refuses_through_an_error_event_and_forwards_nothing() -> No
         ),
         now=0.0,
     )
-    assert effects.engine == []
+    assert requests(effects) == []
     assert decode(effects) == [
         pb.ConverseResponse(
             seq=1,
@@ -191,5 +191,6 @@ def test_the_session_refuses_through_an_error_event_and_forwards_nothing() -> No
 def test_append_uses_its_own_format_over_the_session_one() -> None:
     s = open_session().session
     ulaw = append(1, b"\0", encoding=pb.AUDIO_ENCODING_G711_ULAW, sample_rate_hz=8000)
-    assert s.receive(1, ulaw, now=0.0).engine == [ulaw]
-    assert s.admission.pending_input_bytes == 1
+    assert requests(s.receive(1, ulaw, now=0.0)) == [ulaw]
+    # One G.711 sample at 8 kHz: two pcm16 samples of canonical input at 16 kHz.
+    assert s.admission.pending_input_bytes == 4

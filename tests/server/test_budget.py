@@ -56,7 +56,8 @@ async def _open(
 
 
 def _input_held(server: RunningServer, stream: Stream) -> int:
-    return next(h for h in server.sessions if h.session.id == stream.session_id).charge.input_bytes
+    host = next(h for h in server.sessions if h.session.id == stream.session_id)
+    return host.session.admission.pending_input_bytes
 
 
 async def test_appends_past_the_budget_are_refused_and_the_budget_comes_back() -> None:

@@ -17,10 +17,10 @@ import grpc
 import pytest
 
 from omni_cli.cluster import free_port, redis_command
-from omni_grpc.client.channel import StreamBroken
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.durable import DurableStore, ItemLog, StoreUnavailable, journal_key
 from omni_grpc.wire import pb
+from omni_grpc.wire.stream_end import StreamBroken
 from tests.cluster.local import wait_for
 from tests.core.helpers import ack, created, open_session
 from tests.server.streams import read

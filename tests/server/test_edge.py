@@ -1,6 +1,7 @@
 """The audio edge: a large append is converted in slices with the same result as whole, the
-size it is charged to the memory budget is the size the engine gets, and a response's output
-goes through one resampler stream whose tail comes before the response's end."""
+size the core charges to the memory budget is the size the engine gets, an append the core
+found native passes untouched, and a response's output goes through one resampler stream whose
+tail comes before the response's end."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from omni_grpc import audio as audio_
+from omni_grpc.core.admission import Admitted
 from omni_grpc.server.edge import CONVERT_SLICE_BYTES, AudioEdge
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import (
@@ -17,6 +19,7 @@ from omni_grpc.wire.audio import (
     PCM16_WIDTH,
     SAMPLE_WIDTH,
     SUPPORTED_RATES_HZ,
+    canonical_input_bytes,
 )
 from tests.server.streams import open_stream, pcm16, read_until
 
@@ -32,6 +35,17 @@ def _append(audio: bytes, encoding: int, rate_hz: int) -> pb.ConverseRequest:
     )
 
 
+def _admitted(audio: bytes, encoding: int, rate_hz: int, *, native: bool = False) -> Admitted:
+    """An append as the core hands it on: its audio, its format, and whether it is native."""
+    request = _append(audio, encoding, rate_hz)
+    return Admitted("append_input_audio", request, audio, encoding, rate_hz, native)  # type: ignore[arg-type]
+
+
+def _engine_input(edge: AudioEdge, admitted: Admitted) -> pb.AppendInputAudio:
+    assert edge.engine_input(admitted)
+    return admitted.request.append_input_audio
+
+
 def _noise(size: int) -> bytes:
     return np.random.default_rng(7).integers(0, 256, size, dtype=np.uint8).tobytes()
 
@@ -42,7 +56,7 @@ def test_a_large_append_converted_in_slices_equals_the_whole(encoding: int) -> N
     audio = _noise(3 * CONVERT_SLICE_BYTES + 10 * SAMPLE_WIDTH[encoding])
     sliced = AudioEdge(pb.SessionConfig())
     whole = AudioEdge(pb.SessionConfig())
-    got = sliced.canonical_input(_append(audio, encoding, rate)).append_input_audio.audio
+    got = _engine_input(sliced, _admitted(audio, encoding, rate)).audio
     # The whole append through the converter in one call, as before slicing: the same length,
     # and both the one-shot conversion of the whole but for the resampler's 16-bit dither
     # (tests/audio/test_resample.py), so they may differ by a step each way.
@@ -57,25 +71,23 @@ def test_a_large_append_converted_in_slices_equals_the_whole(encoding: int) -> N
 def test_the_charged_size_is_what_the_engine_gets_by_the_commit(encoding: int) -> None:
     rate = CANONICAL_OUTPUT_RATE_HZ if encoding == PCM16 else min(SUPPORTED_RATES_HZ)
     edge = AudioEdge(pb.SessionConfig())
-    request = _append(_noise(2 * CONVERT_SLICE_BYTES), encoding, rate)
-    charged = edge.canonical_size(request)
-    converted = edge.canonical_input(request).append_input_audio.audio
+    audio = _noise(2 * CONVERT_SLICE_BYTES)
+    charged = canonical_input_bytes(len(audio), encoding, rate)  # what the core holds
+    converted = _engine_input(edge, _admitted(audio, encoding, rate)).audio
     tail = edge.input_tail(pb.ConverseRequest(client_seq=2))
     produced = len(converted) + (len(tail.append_input_audio.audio) if tail else 0)
     assert abs(charged - produced) <= PCM16_WIDTH
 
 
-def test_an_append_in_a_form_native_to_the_engine_passes_untouched() -> None:
-    edge = AudioEdge(pb.SessionConfig(), native_rates_hz=(16000, 24000))
+def test_an_append_the_core_found_native_passes_untouched() -> None:
+    edge = AudioEdge(pb.SessionConfig())
     audio = _noise(960)
-    request = _append(audio, PCM16, 24000)
-    assert edge.canonical_size(request) == len(audio)
-    append = edge.canonical_input(request).append_input_audio
+    append = _engine_input(edge, _admitted(audio, PCM16, 24000, native=True))
     assert (append.audio, append.encoding, append.sample_rate_hz) == (audio, PCM16, 24000)
     assert edge.input_tail(pb.ConverseRequest(client_seq=2)) is None  # nothing held back
-    # Any other form is still made canonical: 48 kHz is not native here, nor is G.711.
+    # Any other form is made canonical: 48 kHz pcm16, G.711.
     for encoding, rate in ((PCM16, 48000), (ULAW, 8000)):
-        converted = edge.canonical_input(_append(audio, encoding, rate)).append_input_audio
+        converted = _engine_input(edge, _admitted(audio, encoding, rate))
         assert (converted.encoding, converted.sample_rate_hz) == (PCM16, 16000)
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from omni_grpc.client.channel import ChannelSettings, Connection, StreamBroken
+from omni_grpc.client.channel import ChannelSettings, Connection
 from omni_grpc.server.app import RunningServer
 from omni_grpc.server.local import LocalService
 from omni_grpc.wire import pb
+from omni_grpc.wire.stream_end import StreamBroken
 from tests.serving import serving, settings
 
 OPEN = pb.ConverseRequest(open_session=pb.OpenSession())

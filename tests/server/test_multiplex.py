@@ -8,11 +8,12 @@ import asyncio
 import grpc
 import pytest
 
-from omni_grpc.client.channel import ChannelSettings, Connection, StreamBroken
+from omni_grpc.client.channel import ChannelSettings, Connection
 from omni_grpc.client.multiplex import MultiplexedConnection
 from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import bearer_metadata
+from omni_grpc.wire.stream_end import StreamBroken
 from tests.client.proxy import ChaosProxy
 from tests.serving import serving, settings
 

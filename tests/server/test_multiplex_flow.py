@@ -16,10 +16,11 @@ import grpc
 import pytest
 
 from omni_grpc.client import multiplex
-from omni_grpc.client.channel import ChannelSettings, StreamBroken
+from omni_grpc.client.channel import ChannelSettings
 from omni_grpc.client.multiplex import MultiplexedConnection, MultiplexedStream
 from omni_grpc.core import State
 from omni_grpc.wire import pb
+from omni_grpc.wire.stream_end import StreamBroken
 from tests.server.streams import pcm16
 from tests.serving import eventually, serving, settings
 

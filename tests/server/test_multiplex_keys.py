@@ -10,11 +10,12 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from omni_grpc.client.channel import ChannelSettings, StreamBroken
+from omni_grpc.client.channel import ChannelSettings
 from omni_grpc.client.multiplex import METHOD, MultiplexedConnection, MultiplexedStream
 from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import bearer_metadata
+from omni_grpc.wire.stream_end import StreamBroken
 from tests.serving import serving, settings
 
 OPEN = pb.ConverseRequest(open_session=pb.OpenSession())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from omni_grpc.server.budget import MemoryBudget, SessionCharge
+from omni_grpc.core.budget import MemoryBudget
 from omni_grpc.server.host import SendQueue
 
 
@@ -17,7 +17,7 @@ async def test_a_moved_stream_sends_only_its_last_word() -> None:
     async def barrier() -> None:  # the store has not said it holds the event yet
         await released.wait()
 
-    queue = SendQueue(1, SessionCharge(budget, 1 << 20), barrier)
+    queue = SendQueue(1, budget, barrier)
     assert queue.put(b"stale-1") and queue.put(b"stale-2")
     writer = asyncio.create_task(queue.next())  # takes stale-1, waits at the barrier
     await asyncio.sleep(0)
@@ -31,7 +31,7 @@ async def test_a_moved_stream_sends_only_its_last_word() -> None:
 
 
 async def test_a_stream_already_ending_still_ends_after_the_move() -> None:
-    queue = SendQueue(1, SessionCharge(MemoryBudget(1 << 20), 1 << 20))
+    queue = SendQueue(1, MemoryBudget(1 << 20))
     queue.put(b"session_ended event")
     queue.end("session_ended")
     queue.move(b"moved")

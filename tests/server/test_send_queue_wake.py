@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-from omni_grpc.server.budget import MemoryBudget, SessionCharge
+from omni_grpc.core.budget import MemoryBudget
 from omni_grpc.server.send_queue import SendQueue
 
 
 def _queue() -> SendQueue:
-    return SendQueue(1, SessionCharge(MemoryBudget(1 << 20), 1 << 20))
+    return SendQueue(1, MemoryBudget(1 << 20))
 
 
 async def _turns(count: int = 3) -> None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from omni_grpc.client.channel import StreamBroken
 from omni_grpc.core import State
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server import send_queue
 from omni_grpc.wire import pb
+from omni_grpc.wire.stream_end import StreamBroken
 from tests.server.streams import open_stream, pcm16, read, resume_request
 from tests.serving import eventually, serving, settings
 

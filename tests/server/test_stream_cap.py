@@ -11,11 +11,12 @@ import grpc
 import pytest
 
 from bridge.transport import ServiceStream
-from omni_grpc.client.channel import ChannelSettings, Connection, StreamBroken
+from omni_grpc.client.channel import ChannelSettings, Connection
 from omni_grpc.client.multiplex import MultiplexedConnection
 from omni_grpc.server.app import RunningServer
 from omni_grpc.server.local import LocalService
 from omni_grpc.wire import pb
+from omni_grpc.wire.stream_end import StreamBroken
 from tests.serving import eventually, serving, settings
 
 OPEN = pb.ConverseRequest(open_session=pb.OpenSession())

@@ -139,8 +139,8 @@ class EmbeddedSession(kit.ConversationSession):
 
     async def _hear(self, request: pb.ConverseRequest) -> None:
         append = request.append_input_audio
-        kit.check_canonical_input(append)
         pcm = append.audio
+        kit.assert_canonical_input(append, pcm)
         if not self._vad():
             if len(self._listener.buffer.audio) + len(pcm) > self._max_input_bytes:
                 raise CommandError(

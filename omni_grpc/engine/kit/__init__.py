@@ -29,7 +29,7 @@ from omni_grpc.engine.kit.answers import (
 from omni_grpc.engine.kit.conversation import (
     ConversationSession,
     SessionOptions,
-    check_canonical_input,
+    assert_canonical_input,
 )
 from omni_grpc.engine.kit.event_queue import EventQueue
 from omni_grpc.engine.kit.history import History, item_text, user_item
@@ -53,8 +53,8 @@ __all__ = [
     "SpeechPlayer",
     "UserInput",
     "WorkerSession",
+    "assert_canonical_input",
     "audio_delta",
-    "check_canonical_input",
     "item_text",
     "new_id",
     "turn_latency",

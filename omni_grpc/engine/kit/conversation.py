@@ -25,18 +25,16 @@ from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, PCM16_WIDTH, pcm16_byt
 PENDING_KEPT = 32  # committed user items waiting for an answer
 
 
-def check_canonical_input(append: pb.AppendInputAudio) -> None:
-    """Refuses audio that is not canonical input; the core should not have let it through."""
-    encoding = append.encoding or pb.AUDIO_ENCODING_PCM16
-    rate_hz = append.sample_rate_hz or CANONICAL_INPUT_RATE_HZ
-    if encoding != pb.AUDIO_ENCODING_PCM16 or rate_hz != CANONICAL_INPUT_RATE_HZ:
-        raise CommandError(
-            "unsupported_audio_format",
-            "engines take canonical input: pcm16 at 16 kHz",
-            param="encoding",
-        )
-    if len(append.audio) % PCM16_WIDTH:
-        raise CommandError("bad_audio", "pcm16 needs an even number of bytes", param="audio")
+def assert_canonical_input(append: pb.AppendInputAudio, audio: bytes) -> None:
+    """Asserts (a debug check, not a validation) that an append is canonical input.
+
+    The core admitted the append once, format and whole samples included, and the edge made it
+    canonical (``omni_grpc.core.admission``): an engine trusts that, and anything else reaching
+    it is a bug of the server's, not the client's error.
+    """
+    assert (append.encoding or pb.AUDIO_ENCODING_PCM16) == pb.AUDIO_ENCODING_PCM16, append.encoding
+    assert (append.sample_rate_hz or CANONICAL_INPUT_RATE_HZ) == CANONICAL_INPUT_RATE_HZ
+    assert not len(audio) % PCM16_WIDTH, "torn pcm16 samples"
 
 
 class SessionOptions(Protocol):
@@ -90,11 +88,13 @@ class ConversationSession(ResponseSession):
         self.config = request.update_session.config
 
     def _on_append_input_audio(self, request: pb.ConverseRequest) -> None:
-        append = request.append_input_audio
-        check_canonical_input(append)
-        if len(self._input) + len(append.audio) > self._max_input_bytes:
+        audio = request.append_input_audio.audio
+        assert_canonical_input(request.append_input_audio, audio)
+        # A hard cap of the engine's own, not the pending-input rule (the core's, in one
+        # ledger): it holds where the core counts nothing (server VAD) and against a bug.
+        if len(self._input) + len(audio) > self._max_input_bytes:
             raise CommandError("input_backpressure", "too much uncommitted input", retryable=True)
-        self._input += append.audio
+        self._input += audio
 
     async def _on_commit_input_audio(self, request: pb.ConverseRequest) -> None:
         turn_started = time.monotonic()

@@ -19,8 +19,6 @@ from omni_grpc.wire import pb
 from omni_grpc.wire.audio import (
     CANONICAL_INPUT_RATE_HZ,
     PCM16_WIDTH,
-    SUPPORTED_RATES_HZ,
-    pcm16_ms,
 )
 
 
@@ -83,18 +81,16 @@ class LoopbackSession(kit.ConversationSession):
 
     def _reflect_now(self, request: pb.ConverseRequest) -> list[pb.ConverseResponse]:
         """Mirror mode: the appended audio comes straight back as one output chunk, as it came
-        (same bytes, same rate), so a mirrored chunk costs the engine no conversion at all."""
+        (same bytes, same rate), so a mirrored chunk costs the engine no conversion at all.
+        The server hands it pcm16 at a rate the engine declared native (the core checked it),
+        so nothing is checked again here but the mirror's own bound."""
         append = request.append_input_audio
+        # Unset fields mean canonical input, as the seam has it (omni_grpc.engine.base).
+        assert append.encoding in (0, pb.AUDIO_ENCODING_PCM16), "the edge hands engines pcm16"
+        audio = append.audio
         rate_hz = append.sample_rate_hz or CANONICAL_INPUT_RATE_HZ
-        if (append.encoding or pb.AUDIO_ENCODING_PCM16) != pb.AUDIO_ENCODING_PCM16 or (
-            rate_hz not in SUPPORTED_RATES_HZ
-        ):
-            raise CommandError(
-                "unsupported_audio_format", "the mirror takes pcm16 input", param="encoding"
-            )
-        if len(append.audio) % PCM16_WIDTH:
-            raise CommandError("bad_audio", "pcm16 needs an even number of bytes", param="audio")
-        length_ms = pcm16_ms(len(append.audio), rate_hz)
+        assert not len(audio) % PCM16_WIDTH, "torn pcm16 samples"
+        length_ms = len(audio) / PCM16_WIDTH * 1000.0 / rate_hz  # as pcm16_ms has it
         if length_ms > self._options.max_input_s * 1000:
             raise CommandError("input_backpressure", "too much uncommitted input", retryable=True)
         events = []
@@ -105,7 +101,7 @@ class LoopbackSession(kit.ConversationSession):
                 pb.ConverseResponse(response_created=pb.ResponseCreated(response=response))
             )
         delta = pb.OutputAudioDelta(
-            audio=append.audio,
+            audio=audio,
             encoding=pb.AUDIO_ENCODING_PCM16,
             sample_rate_hz=rate_hz,
             start_ms=self._mirror_ms,

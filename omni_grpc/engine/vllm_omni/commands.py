@@ -15,6 +15,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from omni_grpc.core.errors import CommandError
+from omni_grpc.engine import kit
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
 
@@ -159,12 +160,7 @@ def command_for(
     kind = request.WhichOneof("command")
     if kind == "append_input_audio":
         append = request.append_input_audio
-        if (append.encoding or pb.AUDIO_ENCODING_PCM16) != pb.AUDIO_ENCODING_PCM16 or (
-            append.sample_rate_hz or CANONICAL_INPUT_RATE_HZ
-        ) != CANONICAL_INPUT_RATE_HZ:
-            raise CommandError(
-                "unsupported_audio_format", "engines take canonical input", param="encoding"
-            )
+        kit.assert_canonical_input(append, append.audio)  # the core and edge saw to it
         hints = _plain(json_format.MessageToDict(append.hints))
         is_speech = hints.get("is_speech")
         return commands.AppendAudio(

@@ -1,0 +1,145 @@
+"""One way into the sessions: every transport's streams attach, speak and end through here.
+
+A stream comes as a ``Converse`` call (:mod:`.servicer`), as a stream of a ``ConverseMany`` call
+(:mod:`.multiplex`), or from a bridge in the service's own process (:mod:`.local`). Each wraps
+its stream in a :class:`ServerStream` and only moves bytes; the rules of a stream are here, once:
+
+* **The first message** must be an unnumbered open or resume; anything else is refused before
+  a session is touched (``bad_first_message``; ``invalid_message`` when it is no
+  ``ConverseRequest`` at all).
+* **Attaching** opens or resumes the session through :class:`~.sessions.Sessions`. A refusal is
+  counted (``omni_grpc_stream_refusals``, ``omni_grpc_resumes``) and logged with the peer
+  (:mod:`.refusals`), then raised for the transport to end the stream with; a resume that
+  found a gap or its session ended gets what it must still read, and the stream ends after it.
+* **Commands** go to the session host from the stream's reader, in order, with their length on
+  the wire when the transport read it; what a command made goes out from the reader at once
+  (the send queue's fast path) and the rest through the stream's writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from omni_grpc.core import ResumeGap, StreamRefused
+from omni_grpc.core.errors import CommandError, Status
+from omni_grpc.server import metrics
+from omni_grpc.server.host import SendQueue, SessionHost
+from omni_grpc.server.sessions import ResumeFoundEnded, SessionElsewhere, Sessions
+from omni_grpc.server.status import rich_status
+from omni_grpc.wire import pb
+from omni_grpc.wire.stream_end import StreamBroken
+
+FIRST_COMMANDS = ("open_session", "resume_session")
+NOT_A_REQUEST = "the message is not a ConverseRequest"
+
+
+def first_message_refused(first: pb.ConverseRequest | None) -> StreamRefused | None:
+    """The refusal of a stream whose first message is not an unnumbered open or resume
+    (None: the message could not be parsed); None when it is one."""
+    if first is None:
+        return StreamRefused(Status.INVALID_ARGUMENT, "invalid_message", NOT_A_REQUEST)
+    if first.client_seq != 0 or first.WhichOneof("command") not in FIRST_COMMANDS:
+        return StreamRefused(
+            Status.INVALID_ARGUMENT,
+            "bad_first_message",
+            "the first message must be open_session or resume_session, unnumbered",
+        )
+    return None
+
+
+def broken(refusal: StreamRefused) -> StreamBroken:
+    """The failure a gRPC client reads from the status of a refused stream."""
+    status = rich_status(refusal)
+    return StreamBroken(
+        f"{status.code.name}: {refusal.code}: {refusal.message}",
+        status=status.code,
+        code=refusal.code,
+        retry_after_s=refusal.retry_after_s if refusal.retryable else 0.0,
+        route=refusal.route if isinstance(refusal, SessionElsewhere) else "",
+    )
+
+
+class ServerStream:
+    """One stream into the sessions, whichever transport carries it (see the module)."""
+
+    __slots__ = ("_key", "_peer", "_sessions", "host", "queue")
+
+    def __init__(self, sessions: Sessions, key: str, peer: str) -> None:
+        self._sessions = sessions
+        self._key = key  # checked by the transport; the session is bound and charged to it
+        self._peer = peer  # who the refusal log names
+        self.host: SessionHost | None = None
+        # The attached stream's send queue: its writer drains it (see send_queue.py).
+        self.queue: SendQueue | None = None
+
+    async def attach(self, first: pb.ConverseRequest | None) -> list[bytes] | None:
+        """Opens or resumes the session the first message names (None: it was no
+        ``ConverseRequest``); None once attached (:attr:`host` and :attr:`queue` set).
+
+        Raises StreamRefused, counted and logged, when the stream is refused; returns the
+        events to write before the stream ends when a resume found a gap (resync_required) or
+        its session ended since (what the client missed, the ending included).
+        """
+        resume = first.resume_session if first and first.HasField("resume_session") else None
+        try:
+            if (refusal := first_message_refused(first)) is not None:
+                raise refusal
+            assert first is not None
+            sessions = self._sessions
+            if resume is None:
+                self.host, self.queue = await sessions.open(first.open_session, self._key)
+            else:
+                self.host, self.queue = await sessions.resume(resume, self._key)
+        except StreamRefused as refusal:
+            self.refused(refusal, resume)
+            raise
+        except ResumeGap as gap:
+            metrics.RESUMES.labels("gap").inc()
+            return [gap.payload]
+        except ResumeFoundEnded as ended:
+            metrics.RESUMES.labels("ended").inc()
+            return [payload for _, payload in ended.effects.sends]
+        return None
+
+    def refused(self, refusal: StreamRefused, resume: pb.ResumeSession | None = None) -> None:
+        """Counts and logs a refused stream (the transport's own refusals come here too)."""
+        what = "resume" if resume is not None else "stream"
+        # The codes are the server's own closed set (docs/protocol.md), never client text.
+        metrics.STREAM_REFUSALS.labels(what, refusal.code).inc()
+        if resume is not None:
+            metrics.RESUMES.labels("refused").inc()
+        session_id = resume.session_id if resume is not None else ""
+        self._sessions.refusals.refused(what, session_id, self._peer, refusal.code)
+
+    async def command(
+        self,
+        request: pb.ConverseRequest | None,
+        size: int,
+        write: Callable[[bytes], Awaitable[None]] | None = None,
+    ) -> float:
+        """Hands one message of the attached stream to its session (None: it was no
+        ``ConverseRequest``, answered with a typed error); ``size`` is its length on the wire
+        (0: unknown). With ``write``, what the command made goes out through it at once.
+
+        Returns how long the reader takes nothing more: the retry hint of a refusal for rate,
+        so flow control pushes a flood back to its sender (0 almost always).
+        """
+        host, queue = self.host, self.queue
+        assert host is not None and queue is not None
+        pause_s = 0.0
+        if request is None:
+            host.refuse(queue.generation, CommandError("invalid_message", NOT_A_REQUEST))
+        else:
+            pause_s = await host.receive(queue.generation, request, size)
+        if write is not None:
+            await queue.flush(write)
+        return pause_s
+
+    def release(self) -> None:
+        """The stream is gone: its session waits, detached, for a resume (or expires)."""
+        if self.host is not None and self.queue is not None:
+            self._sessions.release(self.host, self.queue)
+            self.host = None
+
+
+__all__ = ["ServerStream", "broken", "first_message_refused"]

@@ -2,7 +2,7 @@
 """Benchmark: the websocket bridge against a raw aiohttp websocket echo, side by side, in one run.
 
 Both servers run as child processes and are driven by the same load generator with the same
-frames and pacing (the shared kit is omni_grpc/bench/kit.py): each session sends an
+frames and pacing (the shared harness is omni_grpc/bench/harness.py): each session sends an
 ``input_audio_buffer.append`` event (JSON, pcm16 at 24 kHz in base64) every chunk and times the
 answer to it.
 
@@ -51,7 +51,7 @@ from aiohttp import WSMsgType, web
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from omni_grpc.bench import kit
+from omni_grpc.bench import harness
 from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, ServiceSession, mirror_settings
 from omni_grpc.bench.measure import FIXED_CHUNK_MS, FIXED_SESSIONS, TRIALS, fixed_costs, measure
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
@@ -99,8 +99,8 @@ async def _serve_raw() -> None:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
     await site.start()
-    kit.announce_ready(runner.addresses[0][1])
-    await kit.serve_until_parent_gone()
+    harness.announce_ready(runner.addresses[0][1])
+    await harness.serve_until_parent_gone()
 
 
 async def _serve_ours(bridge_workers: int = 1) -> None:
@@ -111,8 +111,8 @@ async def _serve_ours(bridge_workers: int = 1) -> None:
     meter.install()
     settings = ServeSettings(server=mirror_settings(), http_port=0, bridge_workers=bridge_workers)
     service = await start_service(settings)
-    kit.announce_ready(service.server.grpc_port, service.http_port or 0)
-    await kit.serve_until_parent_gone()
+    harness.announce_ready(service.server.grpc_port, service.http_port or 0)
+    await harness.serve_until_parent_gone()
     await service.stop()
 
 
@@ -145,7 +145,7 @@ class WsSession:
             await self.ws.send_frame(orjson.dumps(ack), WSMsgType.TEXT)
         await self.ws.send_frame(self.frame, WSMsgType.TEXT)
 
-    async def read(self, tally: kit.Tally) -> None:
+    async def read(self, tally: harness.Tally) -> None:
         assert self.ws is not None
         async for message in self.ws:
             if message.type is not WSMsgType.TEXT:
@@ -155,7 +155,7 @@ class WsSession:
             if kind == DELTA:
                 tally.answer(self.sent)
                 seq = event.get("server_event_seq", 0)
-                if self.bridge and seq % kit.ACK_EVERY == 0:
+                if self.bridge and seq % harness.ACK_EVERY == 0:
                     self.ack = seq
             elif kind == "error":
                 tally.errors.append(str(event.get("error")))
@@ -183,18 +183,18 @@ class Load:
         self.kind, self.port, self.server_pid = kind, port, server_pid
         self.engine_meter = engine_meter
         self.rng = random.Random(0)
-        self.server_cpu_s = kit.tree_cpu_s if kind in WORKER_KINDS else kit.cpu_s
+        self.server_cpu_s = harness.tree_cpu_s if kind in WORKER_KINDS else harness.cpu_s
 
-    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> kit.Tally:
+    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> harness.Tally:
         audio = self.rng.randbytes(pcm16_bytes(chunk_ms, CLIENT_RATE_HZ))
         period_s = chunk_ms / 1000
-        group: list[kit.LoadSession]
+        group: list[harness.LoadSession]
         if self.kind == "grpc":
             # All streams on one channel, as the bridge itself does.
             async with grpc.aio.insecure_channel(f"127.0.0.1:{self.port}") as channel:
                 stub: DuplexServiceAsyncStub = duplex_pb2_grpc.DuplexServiceStub(channel)
                 group = [ServiceSession(stub, audio) for _ in range(sessions)]
-                return await kit.drive(
+                return await harness.drive(
                     group, period_s, duration_s, self.server_pid, self.rng, self.engine_meter
                 )
         frame = orjson.dumps(
@@ -205,7 +205,7 @@ class Load:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             bridge = self.kind != "raw"
             group = [WsSession(http, url, frame, bridge) for _ in range(sessions)]
-            return await kit.drive(
+            return await harness.drive(
                 group,
                 period_s,
                 duration_s,
@@ -220,10 +220,10 @@ class Load:
 
 
 async def bench(quick: bool, as_json: bool) -> int:
-    kit.pin(kit.LOAD_CPU)
-    kit.raise_open_file_limit()
+    harness.pin(harness.LOAD_CPU)
+    harness.raise_open_file_limit()
     load_before = os.getloadavg()
-    raw, ours = kit.Child(SERVE_CHILD, "raw"), kit.Child(SERVE_CHILD, "ours")
+    raw, ours = harness.Child(SERVE_CHILD, "raw"), harness.Child(SERVE_CHILD, "ours")
     grpc_port, http_port = ours.ports
     loads = [
         Load("raw", raw.ports[0], raw.pid),
@@ -247,19 +247,19 @@ async def bench(quick: bool, as_json: bool) -> int:
         r, b = caps[("raw", chunk_ms)].sessions, caps[("bridge", chunk_ms)].sessions
         ratio = b / r if r else 0.0
         cells = [caps[(kind, chunk_ms)].cell() for kind in KINDS]
-        rows.append(kit.capacity_row(chunk_ms, cells, ratio, TARGET_RATIO, quick=quick))
+        rows.append(harness.capacity_row(chunk_ms, cells, ratio, TARGET_RATIO, quick=quick))
     for sessions in sorted({n for _, n in results.costs}):
         fixed = [results.costs[(kind, sessions)] for kind in KINDS]
         ratio = fixed[2].us_per_chunk / fixed[0].us_per_chunk if fixed[0].us_per_chunk else 0.0
         # The issue sets no CPU target for the bridge: its ratio is told, not judged.
-        cost, engine = kit.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
+        cost, engine = harness.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
         rows.extend([[*cost[:-2], "-", "-"], engine])
         label = f"load generator's CPU, {sessions} sessions"
         rows.append([label, *(f"{c.client_cpu:.0%}" for c in fixed), "-", "-", "-"])
     for chunk_ms in searches:
         costs = [caps[(kind, chunk_ms)] for kind in KINDS]
         ratio = costs[0].us_per_chunk / costs[2].us_per_chunk if costs[2].us_per_chunk else 0.0
-        rows.append(kit.cpu_row(chunk_ms, costs, ratio))
+        rows.append(harness.cpu_row(chunk_ms, costs, ratio))
     quantiles = {name: [getattr(single[kind], name) for kind in KINDS] for name in ("p50", "p99")}
     for name, (r, g, b) in quantiles.items():
         rows.append(
@@ -286,10 +286,12 @@ async def bench(quick: bool, as_json: bool) -> int:
             ]
         )
     header = ["measure", "raw ws echo", "ours, gRPC", "ours, bridge", "bridge / raw"]
-    kit.print_table([*header, "target", "met"], rows)
-    kit.print_load_average(load_before)
+    harness.print_table([*header, "target", "met"], rows)
+    harness.print_load_average(load_before)
     if as_json:
-        kit.print_json(results.document("bridge", [*header, "target", "met"], rows, load_before))
+        harness.print_json(
+            results.document("bridge", [*header, "target", "met"], rows, load_before)
+        )
     # A single session must get every chunk back: anything else is a broken path, not load.
     broken = [kind for kind, one in single.items() if one.errors or one.received != one.sent]
     if broken:
@@ -300,10 +302,10 @@ async def bench(quick: bool, as_json: bool) -> int:
 async def cpu_only() -> int:
     """Only server CPU per chunk at the fixed loads, raw echo and bridge in turn (three steps
     each): the figure to take again after a change to the bridge's hot path."""
-    kit.pin(kit.LOAD_CPU)
-    kit.raise_open_file_limit()
+    harness.pin(harness.LOAD_CPU)
+    harness.raise_open_file_limit()
     load_before = os.getloadavg()
-    raw, ours = kit.Child(SERVE_CHILD, "raw"), kit.Child(SERVE_CHILD, "ours")
+    raw, ours = harness.Child(SERVE_CHILD, "raw"), harness.Child(SERVE_CHILD, "ours")
     loads = [
         Load("raw", raw.ports[0], raw.pid),
         Load("bridge", ours.ports[1], ours.pid, ours.engine_cpu_s),
@@ -317,14 +319,14 @@ async def cpu_only() -> int:
     for sessions in FIXED_SESSIONS:
         fixed = [costs[("raw", sessions)], costs[("bridge", sessions)]]
         ratio = fixed[1].us_per_chunk / fixed[0].us_per_chunk if fixed[0].us_per_chunk else 0.0
-        cost, engine = kit.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
+        cost, engine = harness.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
         rows.extend([[*cost[:-2], "-", "-"], engine])
         label = f"load generator's CPU, {sessions} sessions"
         rows.append([label, *(f"{c.client_cpu:.0%}" for c in fixed), "-", "-", "-"])
-    kit.print_table(
+    harness.print_table(
         ["measure", "raw ws echo", "ours, bridge", "bridge / raw", "target", "met"], rows
     )
-    kit.print_load_average(load_before)
+    harness.print_load_average(load_before)
     return 0
 
 
@@ -334,10 +336,10 @@ async def workers(quick: bool) -> int:
     sustained, server CPU per chunk over all its processes, and how a fixed load splits between
     the processes. Neither server is pinned: both may use every core (so, on a small machine,
     the load generator's too)."""
-    kit.pin(kit.LOAD_CPU)
-    kit.raise_open_file_limit()
+    harness.pin(harness.LOAD_CPU)
+    harness.raise_open_file_limit()
     load_before = os.getloadavg()
-    one, two = (kit.Child(SERVE_CHILD, kind) for kind in WORKER_KINDS)
+    one, two = (harness.Child(SERVE_CHILD, kind) for kind in WORKER_KINDS)
     loads = [
         Load(WORKER_KINDS[0], one.ports[1], one.pid),
         Load(WORKER_KINDS[1], two.ports[1], two.pid),
@@ -352,34 +354,34 @@ async def workers(quick: bool) -> int:
         two.stop()
     caps = [results.caps[(kind, 20)] for kind in WORKER_KINDS]
     ratio = caps[1].sessions / caps[0].sessions if caps[0].sessions else 0.0
-    rows = [kit.capacity_row(20, [c.cell() for c in caps], ratio, 1.0, quick=quick)]
+    rows = [harness.capacity_row(20, [c.cell() for c in caps], ratio, 1.0, quick=quick)]
     for sessions in sorted({n for _, n in results.costs}):
         fixed = [results.costs[(kind, sessions)] for kind in WORKER_KINDS]
         ratio = fixed[1].us_per_chunk / fixed[0].us_per_chunk if fixed[0].us_per_chunk else 0.0
-        cost, _ = kit.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
+        cost, _ = harness.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
         rows.append([*cost[:-2], "-", "-"])
     label = f"CPU of each process, {split_at} sessions, 20 ms (service+bridge, worker)"
     rows.append([label, "-", " / ".join(f"{share:.0%}" for share in split), "-", "-", "-"])
-    kit.print_table(["measure", "1 process", "2 processes", "2 / 1", "target", "met"], rows)
-    kit.print_load_average(load_before)
+    harness.print_table(["measure", "1 process", "2 processes", "2 / 1", "target", "met"], rows)
+    harness.print_load_average(load_before)
     return 0
 
 
 async def _split(load: Load, sessions: int, duration_s: float) -> list[float]:
     """Each process's share of a core while ``load`` runs a fixed step of ``sessions``."""
-    pids = [load.server_pid, *kit.descendants(load.server_pid)]
-    before = [kit.cpu_s(pid) for pid in pids]
+    pids = [load.server_pid, *harness.descendants(load.server_pid)]
+    before = [harness.cpu_s(pid) for pid in pids]
     started = time.perf_counter()
     await load.step(sessions, FIXED_CHUNK_MS, duration_s)
     window = time.perf_counter() - started
-    shares = [(kit.cpu_s(pid) - was) / window for pid, was in zip(pids, before, strict=True)]
+    shares = [(harness.cpu_s(pid) - was) / window for pid, was in zip(pids, before, strict=True)]
     return [share for share in shares if share >= 0.01]  # the worker, not multiprocessing's helper
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--json", action="store_true", help=kit.JSON_HELP)
+    parser.add_argument("--json", action="store_true", help=harness.JSON_HELP)
     parser.add_argument(
         "--cpu-only",
         action="store_true",
@@ -396,17 +398,17 @@ def main() -> int:
         parser.add_argument(f"--serve-{kind}", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_raw or args.serve_ours:
-        kit.pin(kit.SERVER_CPU)
-        return kit.run(_serve_raw() if args.serve_raw else _serve_ours())
+        harness.pin(harness.SERVER_CPU)
+        return harness.run(_serve_raw() if args.serve_raw else _serve_ours())
     for count, kind in enumerate(WORKER_KINDS, start=1):
         if getattr(args, f"serve_{kind.replace('-', '_')}"):
-            return kit.run(_serve_ours(bridge_workers=count))
+            return harness.run(_serve_ours(bridge_workers=count))
     if args.workers:
-        return kit.run(workers(args.quick))
+        return harness.run(workers(args.quick))
     if args.cpu_only:
-        return kit.run(cpu_only())
-    with kit.progress_to_stderr(args.json):
-        return kit.run(bench(args.quick, args.json))
+        return harness.run(cpu_only())
+    with harness.progress_to_stderr(args.json):
+        return harness.run(bench(args.quick, args.json))
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_bridge import Load as BridgeLoad  # noqa: E402 - this script's folder
 
-from omni_grpc.bench import kit  # noqa: E402
+from omni_grpc.bench import harness  # noqa: E402
 from omni_grpc.bench.measure import SteppedLoad, measure  # noqa: E402
 from omni_grpc.wire.audio import pcm16_bytes  # noqa: E402
 
@@ -104,8 +104,8 @@ async def _serve_peer() -> None:
     serving = asyncio.create_task(server.serve(sockets=[listener]))
     while not server.started:  # noqa: ASYNC110 - uvicorn tells it by a flag, not an event
         await asyncio.sleep(0.01)
-    kit.announce_ready(listener.getsockname()[1])
-    await kit.serve_until_parent_gone()
+    harness.announce_ready(listener.getsockname()[1])
+    await harness.serve_until_parent_gone()
     server.should_exit = True
     await serving
 
@@ -247,7 +247,7 @@ class PeerSession:
         assert self.ws is not None
         await self.ws.send_frame(self.frame, WSMsgType.TEXT)
 
-    async def read(self, tally: kit.Tally) -> None:
+    async def read(self, tally: harness.Tally) -> None:
         assert self.ws is not None
         async for message in self.ws:
             if message.type is not WSMsgType.TEXT:
@@ -283,7 +283,7 @@ class PeerLoad:
         self.min_answers = 0 if quick else MIN_ANSWERS  # a quick run measures nothing
         self.rng = random.Random(0)
 
-    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> kit.Tally:
+    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> harness.Tally:
         audio = self.rng.randbytes(pcm16_bytes(chunk_ms, PEER_RATE_HZ))
         frame = orjson.dumps(
             {"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode()}
@@ -296,11 +296,11 @@ class PeerLoad:
         duration_s = max(duration_s, min(enough_s, MAX_STEP_S))
         url = f"http://127.0.0.1:{self.port}/v1/realtime?duplex=1"
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-            group: list[kit.LoadSession] = [
+            group: list[harness.LoadSession] = [
                 PeerSession(http, url, frame, unit, self.rng.randrange(unit))
                 for _ in range(sessions)
             ]
-            return await kit.drive(
+            return await harness.drive(
                 group,
                 chunk_ms / 1000,
                 duration_s,
@@ -320,11 +320,11 @@ VOICE_URI = _voice_uri()
 async def bench(quick: bool, as_json: bool) -> int:
     if not PEER_PYTHON.exists():
         raise SystemExit("no .venv-vllm-omni: build it with scripts/vllm_env.sh")
-    kit.pin(kit.LOAD_CPU)
-    kit.raise_open_file_limit()
+    harness.pin(harness.LOAD_CPU)
+    harness.raise_open_file_limit()
     load_before = os.getloadavg()
-    peer = kit.Child([str(PEER_PYTHON), __file__], "peer")
-    ours = kit.Child([sys.executable, str(ROOT / "scripts" / "bench_bridge.py")], "ours")
+    peer = harness.Child([str(PEER_PYTHON), __file__], "peer")
+    ours = harness.Child([sys.executable, str(ROOT / "scripts" / "bench_bridge.py")], "ours")
     loads: list[SteppedLoad] = [
         PeerLoad(peer.ports[0], peer.pid, peer.engine_cpu_s, quick=quick),
         BridgeLoad("bridge", ours.ports[1], ours.pid, ours.engine_cpu_s),
@@ -340,7 +340,7 @@ async def bench(quick: bool, as_json: bool) -> int:
     for sessions in sorted({n for _, n in results.costs}):
         theirs, mine = (results.costs[(kind, sessions)] for kind in KINDS)
         ratio = mine.us_per_chunk / theirs.us_per_chunk if theirs.us_per_chunk else 0.0
-        rows.extend(kit.cost_rows([theirs.cells, mine.cells], sessions, ratio, 1.0))
+        rows.extend(harness.cost_rows([theirs.cells, mine.cells], sessions, ratio, 1.0))
         label = f"load generator's CPU, {sessions} sessions"
         rows.append([label, f"{theirs.client_cpu:.0%}", f"{mine.client_cpu:.0%}", "-", "-", "-"])
     for chunk_ms in searches:
@@ -362,10 +362,10 @@ async def bench(quick: bool, as_json: bool) -> int:
         label = f"answer latency {name}, 1 session, 20 ms chunks"
         rows.append([label, f"{theirs_ms:.2f} ms", f"{mine_ms:.2f} ms", "-", "-", "-"])
     header = ["measure", "vLLM-Omni", "ours, bridge", "ours / vLLM-Omni", "target", "met"]
-    kit.print_table(header, rows)
-    kit.print_load_average(load_before)
+    harness.print_table(header, rows)
+    harness.print_load_average(load_before)
     if as_json:
-        kit.print_json(results.document("peer", header, rows, load_before))
+        harness.print_json(results.document("peer", header, rows, load_before))
     # One session must get every answer owed: anything else is a broken path, not load.
     broken = [k for k, t in results.single.items() if t.errors or t.received < t.owed]
     if broken:
@@ -376,14 +376,14 @@ async def bench(quick: bool, as_json: bool) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--json", action="store_true", help=kit.JSON_HELP)
+    parser.add_argument("--json", action="store_true", help=harness.JSON_HELP)
     parser.add_argument("--serve-peer", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_peer:
-        kit.pin(kit.SERVER_CPU)
-        return kit.run(_serve_peer())
-    with kit.progress_to_stderr(args.json):
-        return kit.run(bench(args.quick, args.json))
+        harness.pin(harness.SERVER_CPU)
+        return harness.run(_serve_peer())
+    with harness.progress_to_stderr(args.json):
+        return harness.run(bench(args.quick, args.json))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Benchmarks of the transports: each runs the real thing next to a raw baseline, in one run.
 
-:mod:`omni_grpc.bench.kit` is what every transport benchmark shares (server child processes,
+:mod:`omni_grpc.bench.harness` is what every transport benchmark shares (server child processes,
 CPU pinning, paced load, the table), :mod:`omni_grpc.bench.measure` runs one (interleaved, with
 repeated trials and the capacity searches of :mod:`omni_grpc.bench.search`), and
 :mod:`omni_grpc.bench.meter` counts the mirror engine's own CPU inside a server.

@@ -1,4 +1,4 @@
-"""What every transport benchmark shares: servers in child processes, paced load, the table.
+"""The harness every transport benchmark runs on: child servers, paced load, tallies, the table.
 
 A benchmark runs each server under test as a child process (pinned to CPU 0 where the machine
 allows) and drives it from its own process, the load generator (pinned to CPU 1), with the same

@@ -33,36 +33,33 @@ the bridge's ratio to raw, and the latency each hop adds at one session (p50/p99
 from __future__ import annotations
 
 import argparse
-import base64
 import binascii
-import contextlib
 import os
-import random
 import sys
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 import aiohttp
-import grpc
 import orjson
 from aiohttp import WSMsgType, web
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from omni_grpc.bench import harness
-from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, ServiceSession, mirror_settings
-from omni_grpc.bench.measure import FIXED_CHUNK_MS, FIXED_SESSIONS, TRIALS, fixed_costs, measure
-from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
+from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, mirror_settings
+from omni_grpc.bench.grpc_load import Load as GrpcLoad
+from omni_grpc.bench.measure import (
+    FIXED_CHUNK_MS,
+    FIXED_SESSIONS,
+    TRIALS,
+    SteppedLoad,
+    fixed_costs,
+    measure,
+)
+from omni_grpc.bench.ws_load import DELTA, WsSession, append_frame
 from omni_grpc.wire.audio import pcm16_bytes, pcm16_ms
-
-if TYPE_CHECKING:
-    from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub
 
 SERVE_CHILD = [sys.executable, os.path.abspath(__file__)]
 TARGET_RATIO = 0.6
-DELTA = "response.output_audio.delta"
 KINDS = ("raw", "grpc", "bridge")
 # --workers: the bridge path served by one process and by two (``--bridge-workers 2``).
 WORKER_KINDS = ("bridge-1", "bridge-2")
@@ -119,101 +116,37 @@ async def _serve_ours(bridge_workers: int = 1) -> None:
 # -- load ---------------------------------------------------------------------------------
 
 
-class WsSession:
-    """A websocket session, of the raw echo or of the bridge."""
+class RawSession(WsSession):
+    """A session of the raw echo, which keeps no session to close."""
 
-    def __init__(self, http: aiohttp.ClientSession, url: str, frame: bytes, bridge: bool) -> None:
-        self.http, self.url, self.frame, self.bridge = http, url, frame, bridge
-        self.sent: deque[float] = deque()
-        self.ack = 0  # the server_event_seq to acknowledge with the next chunk
-        self.ws: aiohttp.ClientWebSocketResponse | None = None
+    closes_session = False
+
+
+class BridgeSession(WsSession):
+    """A session of our bridge, as a client of the duplex extensions (``extensions=1``): it
+    acknowledges what it read."""
+
+    acks = True
 
     async def open(self) -> None:
-        self.ws = await self.http.ws_connect(
-            self.url, max_msg_size=0, timeout=aiohttp.ClientWSTimeout(ws_close=2.0)
-        )
-        if self.bridge:  # the session opens on connect (?model=); wait until it has
-            first = orjson.loads((await self.ws.receive()).data)
-            if first.get("type") != "session.created":
-                raise SystemExit(f"the bridge answered the connect with {first}")
-
-    async def send(self) -> None:
-        assert self.ws is not None
-        if self.ack:
-            ack = {"type": "session.event_ack", "server_event_seq": self.ack}
-            self.ack = 0
-            await self.ws.send_frame(orjson.dumps(ack), WSMsgType.TEXT)
-        await self.ws.send_frame(self.frame, WSMsgType.TEXT)
-
-    async def read(self, tally: harness.Tally) -> None:
-        assert self.ws is not None
-        async for message in self.ws:
-            if message.type is not WSMsgType.TEXT:
-                break
-            event = orjson.loads(message.data)
-            kind = event["type"]
-            if kind == DELTA:
-                tally.answer(self.sent)
-                seq = event.get("server_event_seq", 0)
-                if self.bridge and seq % harness.ACK_EVERY == 0:
-                    self.ack = seq
-            elif kind == "error":
-                tally.errors.append(str(event.get("error")))
-
-    async def close(self) -> None:
-        assert self.ws is not None
-        if self.bridge and not self.ws.closed:
-            # Close the session, not just the socket: a dropped socket leaves it resumable.
-            with contextlib.suppress(ConnectionError):
-                await self.ws.send_frame(b'{"type":"session.close"}', WSMsgType.TEXT)
-        await self.ws.close()
+        ws = await self.connect()
+        # The session opens on connect (?model=): wait until it has.
+        first = orjson.loads((await ws.receive()).data)
+        if first.get("type") != "session.created":
+            raise SystemExit(f"the bridge answered the connect with {first}")
 
 
-class Load:
-    """Runs paced steps against one server; ``kind`` is one of KINDS (or of WORKER_KINDS, a
-    bridge of several processes, whose CPU is counted over all of them)."""
-
-    def __init__(
-        self,
-        kind: str,
-        port: int,
-        server_pid: int,
-        engine_meter: Callable[[], Awaitable[float]] | None = None,
-    ) -> None:
-        self.kind, self.port, self.server_pid = kind, port, server_pid
-        self.engine_meter = engine_meter
-        self.rng = random.Random(0)
-        self.server_cpu_s = harness.tree_cpu_s if kind in WORKER_KINDS else harness.cpu_s
+class Load(harness.PacedLoad):
+    """Paced steps of websocket sessions against one server: the raw echo when ``kind`` is
+    "raw", our bridge under any other name."""
 
     async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> harness.Tally:
-        audio = self.rng.randbytes(pcm16_bytes(chunk_ms, CLIENT_RATE_HZ))
-        period_s = chunk_ms / 1000
-        group: list[harness.LoadSession]
-        if self.kind == "grpc":
-            # All streams on one channel, as the bridge itself does.
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{self.port}") as channel:
-                stub: DuplexServiceAsyncStub = duplex_pb2_grpc.DuplexServiceStub(channel)
-                group = [ServiceSession(stub, audio) for _ in range(sessions)]
-                return await harness.drive(
-                    group, period_s, duration_s, self.server_pid, self.rng, self.engine_meter
-                )
-        frame = orjson.dumps(
-            {"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode()}
-        )
-        # It acks what it read (server_event_seq): a client of the duplex extensions.
+        frame = append_frame(self.rng.randbytes(pcm16_bytes(chunk_ms, CLIENT_RATE_HZ)))
         url = f"http://127.0.0.1:{self.port}/v1/realtime?model=loopback&extensions=1"
+        session = RawSession if self.kind == "raw" else BridgeSession
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-            bridge = self.kind != "raw"
-            group = [WsSession(http, url, frame, bridge) for _ in range(sessions)]
-            return await harness.drive(
-                group,
-                period_s,
-                duration_s,
-                self.server_pid,
-                self.rng,
-                self.engine_meter,
-                server_cpu_s=self.server_cpu_s,
-            )
+            group = [session(http, url, frame) for _ in range(sessions)]
+            return await self.paced(group, chunk_ms, duration_s)
 
 
 # -- main ---------------------------------------------------------------------------------
@@ -225,9 +158,9 @@ async def bench(quick: bool, as_json: bool) -> int:
     load_before = os.getloadavg()
     raw, ours = harness.Child(SERVE_CHILD, "raw"), harness.Child(SERVE_CHILD, "ours")
     grpc_port, http_port = ours.ports
-    loads = [
+    loads: list[SteppedLoad] = [
         Load("raw", raw.ports[0], raw.pid),
-        Load("grpc", grpc_port, ours.pid, ours.engine_cpu_s),
+        GrpcLoad("grpc", grpc_port, ours.pid, ours.engine_cpu_s),
         Load("bridge", http_port, ours.pid, ours.engine_cpu_s),
     ]
     # (start, top) by kind: each search starts near the capacity measured before, to save
@@ -340,9 +273,10 @@ async def workers(quick: bool) -> int:
     harness.raise_open_file_limit()
     load_before = os.getloadavg()
     one, two = (harness.Child(SERVE_CHILD, kind) for kind in WORKER_KINDS)
+    # A bridge of several processes: its CPU is counted over all of them.
     loads = [
-        Load(WORKER_KINDS[0], one.ports[1], one.pid),
-        Load(WORKER_KINDS[1], two.ports[1], two.pid),
+        Load(kind, child.ports[1], child.pid, server_cpu_s=harness.tree_cpu_s)
+        for kind, child in zip(WORKER_KINDS, (one, two), strict=True)
     ]
     searches = {20: dict.fromkeys(WORKER_KINDS, (64, 4096))}
     try:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import contextlib
 import io
 import os
 import random
@@ -52,7 +51,6 @@ from typing import Any
 
 import aiohttp
 import orjson
-from aiohttp import WSMsgType
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -61,6 +59,7 @@ from bench_bridge import Load as BridgeLoad  # noqa: E402 - this script's folder
 
 from omni_grpc.bench import harness  # noqa: E402
 from omni_grpc.bench.measure import SteppedLoad, measure  # noqa: E402
+from omni_grpc.bench.ws_load import WsSession, append_frame  # noqa: E402
 from omni_grpc.wire.audio import pcm16_bytes  # noqa: E402
 
 PEER_PYTHON = ROOT / ".venv-vllm-omni" / "bin" / "python"
@@ -69,7 +68,6 @@ UNIT_MS = 1000  # MiniCPM-o's model unit: one second of input
 MAX_SESSIONS = 10_000
 MIN_ANSWERS, MAX_STEP_S = 100, 15.0  # see PeerLoad.step
 KINDS = ("vllm-omni", "bridge")
-DELTA = "response.output_audio.delta"
 
 
 # -- vLLM-Omni's server (a child process, in its own environment) ------------------------------
@@ -208,31 +206,27 @@ def _voice_uri() -> str:
     return "data:audio/wav;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-class PeerSession:
+class PeerSession(WsSession):
     """A vLLM-Omni duplex session: opened with turn detection off and auto response on, so
     the model hears every unit as it comes and answers it."""
 
     def __init__(
         self, http: aiohttp.ClientSession, url: str, frame: bytes, unit: int, lead: int
     ) -> None:
-        self.http, self.url, self.frame, self.lead = http, url, frame, lead
-        self.sent: deque[float] = UnitEnds(unit, lead)
-        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        super().__init__(http, url, frame)
+        self.lead = lead
+        self.sent = UnitEnds(unit, lead)
 
     async def open(self) -> None:
-        self.ws = await self.http.ws_connect(
-            self.url, max_msg_size=0, timeout=aiohttp.ClientWSTimeout(ws_close=2.0)
-        )
+        ws = await self.connect()
         session = {
             "model": "openbmb/MiniCPM-o-4_5",
             "turn_detection": None,
             "extra_body": {"auto_response": True, "ref_audio": VOICE_URI},
         }
-        await self.ws.send_str(
-            orjson.dumps({"type": "session.update", "session": session}).decode()
-        )
+        await ws.send_str(orjson.dumps({"type": "session.update", "session": session}).decode())
         while True:
-            event = orjson.loads((await self.ws.receive()).data)
+            event = orjson.loads((await ws.receive()).data)
             if event.get("type") == "session.created":
                 break
             if event.get("type") == "error":
@@ -243,34 +237,8 @@ class PeerSession:
         for _ in range(self.lead):
             await self.send()
 
-    async def send(self) -> None:
-        assert self.ws is not None
-        await self.ws.send_frame(self.frame, WSMsgType.TEXT)
 
-    async def read(self, tally: harness.Tally) -> None:
-        assert self.ws is not None
-        async for message in self.ws:
-            if message.type is not WSMsgType.TEXT:
-                break
-            event = orjson.loads(message.data)
-            kind = event.get("type")
-            if kind == DELTA:
-                tally.answer(self.sent)
-            elif kind == "error":
-                tally.errors.append(str(event.get("error") or event))
-
-    async def close(self) -> None:
-        assert self.ws is not None
-        if not self.ws.closed:
-            # Close the session, not just the socket: a dropped socket leaves it resumable.
-            with contextlib.suppress(ConnectionError):
-                await self.ws.send_frame(b'{"type":"session.close"}', WSMsgType.TEXT)
-        await self.ws.close()
-
-
-class PeerLoad:
-    kind = "vllm-omni"
-
+class PeerLoad(harness.PacedLoad):
     def __init__(
         self,
         port: int,
@@ -279,15 +247,11 @@ class PeerLoad:
         *,
         quick: bool,
     ) -> None:
-        self.port, self.server_pid, self.engine_meter = port, server_pid, engine_meter
+        super().__init__("vllm-omni", port, server_pid, engine_meter)
         self.min_answers = 0 if quick else MIN_ANSWERS  # a quick run measures nothing
-        self.rng = random.Random(0)
 
     async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> harness.Tally:
-        audio = self.rng.randbytes(pcm16_bytes(chunk_ms, PEER_RATE_HZ))
-        frame = orjson.dumps(
-            {"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode()}
-        )
+        frame = append_frame(self.rng.randbytes(pcm16_bytes(chunk_ms, PEER_RATE_HZ)))
         unit = max(1, UNIT_MS // chunk_ms)
         # The p99 of a few answers is their largest, which one stall of a shared machine sets:
         # a step of a few sessions, each answered once a second, lasts until it has MIN_ANSWERS
@@ -300,15 +264,7 @@ class PeerLoad:
                 PeerSession(http, url, frame, unit, self.rng.randrange(unit))
                 for _ in range(sessions)
             ]
-            return await harness.drive(
-                group,
-                chunk_ms / 1000,
-                duration_s,
-                self.server_pid,
-                self.rng,
-                self.engine_meter,
-                per_answer=unit,
-            )
+            return await self.paced(group, chunk_ms, duration_s, per_answer=unit)
 
 
 VOICE_URI = _voice_uri()

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 from collections import deque
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import grpc
@@ -166,20 +164,9 @@ class ServiceSession:
         self.call.cancel()
 
 
-class Load:
-    """Runs paced steps against one server; ``kind`` is one of KINDS. ``engine_meter`` reads
-    the server's engine CPU (:meth:`harness.Child.engine_cpu_s`), where it has one."""
-
-    def __init__(
-        self,
-        kind: str,
-        port: int,
-        server_pid: int,
-        engine_meter: Callable[[], Awaitable[float]] | None = None,
-    ) -> None:
-        self.kind, self.port, self.server_pid = kind, port, server_pid
-        self.engine_meter = engine_meter
-        self.rng = random.Random(0)
+class Load(harness.PacedLoad):
+    """Paced steps of gRPC streams against one server: the raw echo's when ``kind`` is "echo",
+    our service's under any other name."""
 
     async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> harness.Tally:
         audio = self.rng.randbytes(pcm16_bytes(chunk_ms, CLIENT_RATE_HZ))
@@ -192,6 +179,4 @@ class Load:
             else:
                 stub: DuplexServiceAsyncStub = duplex_pb2_grpc.DuplexServiceStub(channel)
                 group = [ServiceSession(stub, audio) for _ in range(sessions)]
-            return await harness.drive(
-                group, chunk_ms / 1000, duration_s, self.server_pid, self.rng, self.engine_meter
-            )
+            return await self.paced(group, chunk_ms, duration_s)

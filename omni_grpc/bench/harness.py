@@ -328,6 +328,46 @@ async def drive(
     return tally
 
 
+class PacedLoad:
+    """Paced steps of one kind of load against one server: a benchmark's load makes the
+    sessions of a step and hands them to :meth:`paced`.
+
+    ``engine_meter`` reads the server's engine CPU seconds (:meth:`Child.engine_cpu_s`), where
+    it has one; ``server_cpu_s`` the server's own (:func:`tree_cpu_s` for a server of several
+    processes). Each load draws its chunks and the sessions' phases from a random source of
+    its own, seeded alike, so every run sends the same bytes at the same offsets.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        port: int,
+        server_pid: int,
+        engine_meter: Callable[[], Awaitable[float]] | None = None,
+        *,
+        server_cpu_s: Callable[[int], float] = cpu_s,
+    ) -> None:
+        self.kind, self.port, self.server_pid = kind, port, server_pid
+        self.engine_meter = engine_meter
+        self.server_cpu_s = server_cpu_s
+        self.rng = random.Random(0)
+
+    async def paced(
+        self, group: Sequence[LoadSession], chunk_ms: int, duration_s: float, per_answer: int = 1
+    ) -> Tally:
+        """One step: :func:`drive` of ``group``, a chunk every ``chunk_ms``."""
+        return await drive(
+            group,
+            chunk_ms / 1000,
+            duration_s,
+            self.server_pid,
+            self.rng,
+            self.engine_meter,
+            per_answer,
+            self.server_cpu_s,
+        )
+
+
 def step_line(kind: str, chunk_ms: int, tally: Tally) -> str:
     """One load step as a line of the benchmark's progress output."""
     return (

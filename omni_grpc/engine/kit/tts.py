@@ -19,10 +19,8 @@ import struct
 from collections.abc import Sequence
 from typing import Protocol
 
-import numpy as np
-
 from omni_grpc import audio
-from omni_grpc.audio.formats import float_to_pcm16, pcm16_to_float
+from omni_grpc.audio.formats import samples_from_pcm16, samples_to_pcm16
 from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ
 
 DEFAULT_VOICE = "en-us"
@@ -103,9 +101,8 @@ class Espeak:
         rate, pcm = _parse_wav(wav)
         if not pcm:
             return b""
-        samples = pcm16_to_float(np.frombuffer(pcm, dtype="<i2"))
-        resampled = audio.resample(samples, rate, CANONICAL_OUTPUT_RATE_HZ)
-        return float_to_pcm16(resampled).astype("<i2").tobytes()
+        resampled = audio.resample(samples_from_pcm16(pcm), rate, CANONICAL_OUTPUT_RATE_HZ)
+        return samples_to_pcm16(resampled)
 
     async def _run(self, text: str, voice: str) -> bytes:
         wpm = str(self.words_per_minute)

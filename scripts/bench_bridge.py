@@ -37,6 +37,7 @@ import binascii
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 import aiohttp
 import orjson
@@ -51,6 +52,7 @@ from omni_grpc.bench.measure import (
     FIXED_CHUNK_MS,
     FIXED_SESSIONS,
     TRIALS,
+    Cost,
     SteppedLoad,
     fixed_costs,
     measure,
@@ -153,9 +155,7 @@ class Load(harness.PacedLoad):
 
 
 async def bench(quick: bool, as_json: bool) -> int:
-    harness.pin(harness.LOAD_CPU)
-    harness.raise_open_file_limit()
-    load_before = os.getloadavg()
+    load_before = harness.start_run()
     raw, ours = harness.Child(SERVE_CHILD, "raw"), harness.Child(SERVE_CHILD, "ours")
     grpc_port, http_port = ours.ports
     loads: list[SteppedLoad] = [
@@ -182,13 +182,7 @@ async def bench(quick: bool, as_json: bool) -> int:
         cells = [caps[(kind, chunk_ms)].cell() for kind in KINDS]
         rows.append(harness.capacity_row(chunk_ms, cells, ratio, TARGET_RATIO, quick=quick))
     for sessions in sorted({n for _, n in results.costs}):
-        fixed = [results.costs[(kind, sessions)] for kind in KINDS]
-        ratio = fixed[2].us_per_chunk / fixed[0].us_per_chunk if fixed[0].us_per_chunk else 0.0
-        # The issue sets no CPU target for the bridge: its ratio is told, not judged.
-        cost, engine = harness.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
-        rows.extend([[*cost[:-2], "-", "-"], engine])
-        label = f"load generator's CPU, {sessions} sessions"
-        rows.append([label, *(f"{c.client_cpu:.0%}" for c in fixed), "-", "-", "-"])
+        rows += _cost_rows(sessions, [results.costs[(kind, sessions)] for kind in KINDS])
     for chunk_ms in searches:
         costs = [caps[(kind, chunk_ms)] for kind in KINDS]
         ratio = costs[0].us_per_chunk / costs[2].us_per_chunk if costs[2].us_per_chunk else 0.0
@@ -219,25 +213,26 @@ async def bench(quick: bool, as_json: bool) -> int:
             ]
         )
     header = ["measure", "raw ws echo", "ours, gRPC", "ours, bridge", "bridge / raw"]
-    harness.print_table([*header, "target", "met"], rows)
-    harness.print_load_average(load_before)
-    if as_json:
-        harness.print_json(
-            results.document("bridge", [*header, "target", "met"], rows, load_before)
-        )
-    # A single session must get every chunk back: anything else is a broken path, not load.
-    broken = [kind for kind, one in single.items() if one.errors or one.received != one.sent]
-    if broken:
-        print(f"error: lost or refused chunks at one session: {', '.join(broken)}")
-    return 1 if broken else 0
+    header += ["target", "met"]
+    document = results.document("bridge", header, rows, load_before) if as_json else None
+    harness.finish_run(header, rows, load_before, document)
+    return harness.lost_at_one_session(single)
+
+
+def _cost_rows(sessions: int, fixed: Sequence[Cost]) -> list[list[str]]:
+    """Server CPU per chunk at a fixed load, ours (the last) against the raw echo (the first),
+    with the engine's own share and the load generator's. The issue sets no CPU target for the
+    bridge: its ratio is told, not judged."""
+    ratio = fixed[-1].us_per_chunk / fixed[0].us_per_chunk if fixed[0].us_per_chunk else 0.0
+    cost, engine = harness.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
+    client = harness.client_cpu_row(sessions, [c.client_cpu for c in fixed])
+    return [[*cost[:-2], "-", "-"], engine, client]
 
 
 async def cpu_only() -> int:
     """Only server CPU per chunk at the fixed loads, raw echo and bridge in turn (three steps
     each): the figure to take again after a change to the bridge's hot path."""
-    harness.pin(harness.LOAD_CPU)
-    harness.raise_open_file_limit()
-    load_before = os.getloadavg()
+    load_before = harness.start_run()
     raw, ours = harness.Child(SERVE_CHILD, "raw"), harness.Child(SERVE_CHILD, "ours")
     loads = [
         Load("raw", raw.ports[0], raw.pid),
@@ -250,16 +245,9 @@ async def cpu_only() -> int:
         ours.stop()
     rows = []
     for sessions in FIXED_SESSIONS:
-        fixed = [costs[("raw", sessions)], costs[("bridge", sessions)]]
-        ratio = fixed[1].us_per_chunk / fixed[0].us_per_chunk if fixed[0].us_per_chunk else 0.0
-        cost, engine = harness.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
-        rows.extend([[*cost[:-2], "-", "-"], engine])
-        label = f"load generator's CPU, {sessions} sessions"
-        rows.append([label, *(f"{c.client_cpu:.0%}" for c in fixed), "-", "-", "-"])
-    harness.print_table(
-        ["measure", "raw ws echo", "ours, bridge", "bridge / raw", "target", "met"], rows
-    )
-    harness.print_load_average(load_before)
+        rows += _cost_rows(sessions, [costs[("raw", sessions)], costs[("bridge", sessions)]])
+    header = ["measure", "raw ws echo", "ours, bridge", "bridge / raw", "target", "met"]
+    harness.finish_run(header, rows, load_before)
     return 0
 
 
@@ -269,9 +257,7 @@ async def workers(quick: bool) -> int:
     sustained, server CPU per chunk over all its processes, and how a fixed load splits between
     the processes. Neither server is pinned: both may use every core (so, on a small machine,
     the load generator's too)."""
-    harness.pin(harness.LOAD_CPU)
-    harness.raise_open_file_limit()
-    load_before = os.getloadavg()
+    load_before = harness.start_run()
     one, two = (harness.Child(SERVE_CHILD, kind) for kind in WORKER_KINDS)
     # A bridge of several processes: its CPU is counted over all of them.
     loads = [
@@ -296,8 +282,8 @@ async def workers(quick: bool) -> int:
         rows.append([*cost[:-2], "-", "-"])
     label = f"CPU of each process, {split_at} sessions, 20 ms (service+bridge, worker)"
     rows.append([label, "-", " / ".join(f"{share:.0%}" for share in split), "-", "-", "-"])
-    harness.print_table(["measure", "1 process", "2 processes", "2 / 1", "target", "met"], rows)
-    harness.print_load_average(load_before)
+    header = ["measure", "1 process", "2 processes", "2 / 1", "target", "met"]
+    harness.finish_run(header, rows, load_before)
     return 0
 
 

@@ -39,7 +39,6 @@ import argparse
 import asyncio
 import base64
 import io
-import os
 import random
 import socket
 import sys
@@ -276,9 +275,7 @@ VOICE_URI = _voice_uri()
 async def bench(quick: bool, as_json: bool) -> int:
     if not PEER_PYTHON.exists():
         raise SystemExit("no .venv-vllm-omni: build it with scripts/vllm_env.sh")
-    harness.pin(harness.LOAD_CPU)
-    harness.raise_open_file_limit()
-    load_before = os.getloadavg()
+    load_before = harness.start_run()
     peer = harness.Child([str(PEER_PYTHON), __file__], "peer")
     ours = harness.Child([sys.executable, str(ROOT / "scripts" / "bench_bridge.py")], "ours")
     loads: list[SteppedLoad] = [
@@ -297,8 +294,7 @@ async def bench(quick: bool, as_json: bool) -> int:
         theirs, mine = (results.costs[(kind, sessions)] for kind in KINDS)
         ratio = mine.us_per_chunk / theirs.us_per_chunk if theirs.us_per_chunk else 0.0
         rows.extend(harness.cost_rows([theirs.cells, mine.cells], sessions, ratio, 1.0))
-        label = f"load generator's CPU, {sessions} sessions"
-        rows.append([label, f"{theirs.client_cpu:.0%}", f"{mine.client_cpu:.0%}", "-", "-", "-"])
+        rows.append(harness.client_cpu_row(sessions, [theirs.client_cpu, mine.client_cpu]))
     for chunk_ms in searches:
         theirs_cap, mine_cap = (results.caps[(kind, chunk_ms)] for kind in KINDS)
         ratio = mine_cap.sessions / theirs_cap.sessions if theirs_cap.sessions else 0.0
@@ -318,15 +314,9 @@ async def bench(quick: bool, as_json: bool) -> int:
         label = f"answer latency {name}, 1 session, 20 ms chunks"
         rows.append([label, f"{theirs_ms:.2f} ms", f"{mine_ms:.2f} ms", "-", "-", "-"])
     header = ["measure", "vLLM-Omni", "ours, bridge", "ours / vLLM-Omni", "target", "met"]
-    harness.print_table(header, rows)
-    harness.print_load_average(load_before)
-    if as_json:
-        harness.print_json(results.document("peer", header, rows, load_before))
-    # One session must get every answer owed: anything else is a broken path, not load.
-    broken = [k for k, t in results.single.items() if t.errors or t.received < t.owed]
-    if broken:
-        print(f"error: lost or refused answers at one session: {', '.join(broken)}")
-    return 1 if broken else 0
+    document = results.document("peer", header, rows, load_before) if as_json else None
+    harness.finish_run(header, rows, load_before, document)
+    return harness.lost_at_one_session(results.single, "answers")
 
 
 def main() -> int:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -108,6 +108,15 @@ def raise_open_file_limit() -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def start_run() -> tuple[float, float, float]:
+    """Makes this process a run's load generator (pinned to :data:`LOAD_CPU`, with sockets
+    enough); returns the machine's load average before the run, for :func:`finish_run`."""
+    load_before = os.getloadavg()
+    pin(LOAD_CPU)
+    raise_open_file_limit()
+    return load_before
 
 
 class Child:
@@ -465,6 +474,17 @@ def cost_rows(
     ]
 
 
+def client_cpu_row(sessions: int, shares: Sequence[float]) -> list[str]:
+    """The table row of the load generator's share of its core, one cell per server."""
+    return [
+        f"load generator's CPU, {sessions} sessions",
+        *(f"{s:.0%}" for s in shares),
+        "-",
+        "-",
+        "-",
+    ]
+
+
 # -- report -------------------------------------------------------------------------------
 
 
@@ -497,3 +517,25 @@ def print_load_average(before: tuple[float, float, float]) -> None:
     after = os.getloadavg()
     loads = " / ".join(f"{a:.2f} {b:.2f} {c:.2f}" for a, b, c in (before, after))
     print(f"\nload average (1, 5, 15 min) before / after: {loads}")
+
+
+def finish_run(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    load_before: tuple[float, float, float],
+    document: dict[str, object] | None = None,
+) -> None:
+    """Prints a run's table and the load around it, then the ``--json`` document if any."""
+    print_table(header, rows)
+    print_load_average(load_before)
+    if document is not None:
+        print_json(document)
+
+
+def lost_at_one_session(single: Mapping[str, Tally], what: str = "chunks") -> int:
+    """1, saying where, when one session on some path lost ``what`` it was owed or was
+    refused: that is a broken path, not load; else 0."""
+    broken = [kind for kind, one in single.items() if one.errors or one.received < one.owed]
+    if broken:
+        print(f"error: lost or refused {what} at one session: {', '.join(broken)}")
+    return 1 if broken else 0

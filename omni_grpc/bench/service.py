@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import time
@@ -111,10 +110,8 @@ async def idle_memory_kib(port: int, pid: int, count: int) -> float:
 
 
 def _start_servers() -> tuple[harness.Child, harness.Child, list[Load]]:
-    """Pins this load generator to its core, then starts the raw echo and our service, each in
-    a child process on the other core, with a load for each."""
-    harness.pin(harness.LOAD_CPU)
-    harness.raise_open_file_limit()
+    """Starts the raw echo and our service, each in a child process on the server core, with
+    a load for each."""
     echo, ours = harness.Child(SERVE_CHILD, "echo"), harness.Child(SERVE_CHILD, "ours")
     loads = [
         Load("echo", echo.ports[0], echo.pid),
@@ -124,7 +121,7 @@ def _start_servers() -> tuple[harness.Child, harness.Child, list[Load]]:
 
 
 async def bench(quick: bool, as_json: bool) -> int:
-    load_before = os.getloadavg()
+    load_before = harness.start_run()
     echo, ours, loads = _start_servers()
     # (start, top) by kind: each search starts near the capacity measured before, to save
     # steps, and its top is far above any capacity measured, so it is found, not capped.
@@ -196,17 +193,12 @@ async def bench(quick: bool, as_json: bool) -> int:
         ]
     )
     header = ["measure", "raw echo", "ours", "ratio / added", "target", "met"]
-    harness.print_table(header, rows)
-    harness.print_load_average(load_before)
+    document = None
     if as_json:
         document = results.document("grpc", header, rows, load_before)
         document["resume_p50_ms"], document["idle_session_kib"] = r50, idle_kib
-        harness.print_json(document)
-    # A single session must get every chunk back: anything else is a broken path, not load.
-    broken = [kind for kind, one in single.items() if one.errors or one.received != one.sent]
-    if broken:
-        print(f"error: lost or refused chunks at one session: {', '.join(broken)}")
-    return 1 if broken else 0
+    harness.finish_run(header, rows, load_before, document)
+    return harness.lost_at_one_session(single)
 
 
 def _cost_rows(costs: dict[tuple[str, int], Cost]) -> list[list[str]]:
@@ -219,33 +211,22 @@ def _cost_rows(costs: dict[tuple[str, int], Cost]) -> list[list[str]]:
             rows.extend(
                 harness.cost_rows([raw.cells, cost.cells], sessions, ratio, TARGET_CPU_RATIO)
             )
-            rows.append(
-                [
-                    f"load generator's CPU, {sessions} sessions",
-                    f"{raw.client_cpu:.0%}",
-                    f"{cost.client_cpu:.0%}",
-                    "-",
-                    "-",
-                    "-",
-                ]
-            )
+            rows.append(harness.client_cpu_row(sessions, [raw.client_cpu, cost.client_cpu]))
     return rows
 
 
 async def cpu_only() -> int:
     """Only server CPU per chunk at the fixed loads (10 and 100 sessions, three interleaved
     steps each, about two minutes): the figure to take again after a change to the hot path."""
-    load_before = os.getloadavg()
+    load_before = harness.start_run()
     echo, ours, loads = _start_servers()
     try:
         costs = await fixed_costs(loads, FIXED_SESSIONS, TRIALS, quick=False)
     finally:
         echo.stop()
         ours.stop()
-    harness.print_table(
-        ["measure", "raw echo", "ours", "ratio", "target", "met"], _cost_rows(costs)
-    )
-    harness.print_load_average(load_before)
+    header = ["measure", "raw echo", "ours", "ratio", "target", "met"]
+    harness.finish_run(header, _cost_rows(costs), load_before)
     return 0
 
 

@@ -81,7 +81,7 @@ ESPEAK_VOICES: tuple[Voice, ...] = (
 def neural_voices() -> tuple[Voice, ...]:
     """The engine's neural voice (Piper's "joe") when it is installed. Its model samples noise
     as it speaks, so its clips, unlike espeak-ng's, differ a little from run to run."""
-    from omni_grpc.engine.embedded.piper_voice import VoiceMissing, find_joe
+    from omni_grpc.engine.embedded.models.piper_voice import VoiceMissing, find_joe
 
     try:
         find_joe()
@@ -92,7 +92,7 @@ def neural_voices() -> tuple[Voice, ...]:
 
 @cache
 def _piper() -> object:
-    from omni_grpc.engine.embedded.piper_voice import PiperVoice, find_joe
+    from omni_grpc.engine.embedded.models.piper_voice import PiperVoice, find_joe
 
     return PiperVoice(*find_joe(), ThreadPoolExecutor(1))
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from omni_grpc import audio
 from omni_grpc.audio.formats import samples_to_pcm16
-from omni_grpc.engine.embedded.phonemes import espeak_ipa
+from omni_grpc.engine.embedded.models.phonemes import espeak_ipa
 from omni_grpc.engine.kit.tts import DEFAULT_WPM
 from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ
 

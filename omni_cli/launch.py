@@ -20,12 +20,14 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+from multiprocessing.synchronize import Event
 
 from aiohttp import web
 from opentelemetry.trace import TracerProvider
 
 from bridge.app import start_bridge
 from omni_cli.config import BridgeSettings, ServeSettings
+from omni_cli.logs import configure_logging
 from omni_cli.tracing import otlp_tracer_provider
 from omni_cli.workers import BridgeWorkers, parent_gone
 from omni_grpc.server.app import RunningServer, start_server
@@ -129,7 +131,9 @@ async def start_service(
                 send_deadline_s=settings.send_deadline_s,
                 otlp_endpoint=settings.otlp_endpoint,
             )
-            service.workers = BridgeWorkers.start(workers, settings.bridge_workers - 1)
+            service.workers = BridgeWorkers.start(
+                workers, settings.bridge_workers - 1, bridge_worker
+            )
             await service.workers.listening()
     except BaseException:
         await service.stop()
@@ -208,7 +212,7 @@ async def _run_bridge(settings: BridgeSettings, tracer_provider: TracerProvider 
         if count > 1:
             # The workers share the bound port; /metrics stays this process's own.
             shared = replace(settings, port=port, bridge_workers=1, metrics_port=None)
-            workers = BridgeWorkers.start(shared, count - 1)
+            workers = BridgeWorkers.start(shared, count - 1, bridge_worker)
             await workers.listening()
         if settings.metrics_port is not None:
             metrics, metrics_port = await start_metrics_endpoint(
@@ -227,6 +231,16 @@ async def _run_bridge(settings: BridgeSettings, tracer_provider: TracerProvider 
         await runner.cleanup()
         if metrics is not None:
             await metrics.cleanup()
+
+
+def bridge_worker(settings: BridgeSettings, parent_pid: int, listening: Event) -> None:
+    """A worker process's life (:class:`~omni_cli.workers.BridgeWorkers` starts it): the
+    bridge on the shared port until SIGTERM or its parent goes; ``listening`` is set once its
+    socket listens."""
+    import uvloop
+
+    configure_logging(settings.log_level, settings.log_format)
+    uvloop.run(run_bridge_worker(settings, parent_pid, listening.set))
 
 
 async def run_bridge_worker(

@@ -9,7 +9,11 @@ the service over gRPC. The parent says it is up only once every worker listens
 (:meth:`BridgeWorkers.listening`), so no client is told of a port some of whose processes are
 still starting. They go with their parent: it sends them SIGTERM when it stops (each closes its
 websockets with 1001, as a stopping bridge does), and a worker whose parent died without saying
-so (SIGKILL) stops too, woken by the parent's pidfd.
+so (SIGKILL) stops too, woken by the parent's pidfd (:func:`parent_gone`).
+
+What a worker runs is not here but given to :meth:`BridgeWorkers.start` by its caller
+(:func:`omni_cli.launch.bridge_worker`): the worker runs the bridge as the launcher does, so
+this module importing the launcher would make the two import each other.
 """
 
 from __future__ import annotations
@@ -18,14 +22,18 @@ import asyncio
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
 
 from omni_cli.config import BridgeSettings
-from omni_cli.logs import configure_logging
 
 STOP_WAIT_S = 15.0  # how long a stopping worker gets before it is killed
 LISTEN_WAIT_S = 120.0  # how long a starting worker may take to listen (imports on a busy box)
+
+# A worker's life: (settings, the parent's pid, set once its socket listens). A module-level
+# function, so that ``spawn`` can name it to the fresh interpreter.
+WorkerMain = Callable[[BridgeSettings, int, Event], None]
 
 
 class WorkerFailed(RuntimeError):
@@ -40,13 +48,14 @@ class BridgeWorkers:
         self._listening = listening  # each set by its worker once its socket listens
 
     @classmethod
-    def start(cls, settings: BridgeSettings, count: int) -> BridgeWorkers:
-        """Starts ``count`` workers for ``settings`` (whose port is already bound)."""
+    def start(cls, settings: BridgeSettings, count: int, main: WorkerMain) -> BridgeWorkers:
+        """Starts ``count`` workers running ``main`` for ``settings`` (whose port is already
+        bound)."""
         context = multiprocessing.get_context("spawn")
         listening = [context.Event() for _ in range(count)]
         processes: list[BaseProcess] = [
             context.Process(
-                target=work,
+                target=main,
                 args=(settings, os.getpid(), ready),
                 name=f"bridge-worker-{n}",
                 daemon=True,
@@ -83,17 +92,6 @@ class BridgeWorkers:
             if process.is_alive():
                 process.kill()
                 process.join()
-
-
-def work(settings: BridgeSettings, parent_pid: int, listening: Event) -> None:
-    """A worker's life: the bridge on the shared port until SIGTERM or its parent goes;
-    ``listening`` is set once its socket listens."""
-    import uvloop
-
-    from omni_cli.launch import run_bridge_worker
-
-    configure_logging(settings.log_level, settings.log_format)
-    uvloop.run(run_bridge_worker(settings, parent_pid, listening.set))
 
 
 async def parent_gone(parent_pid: int) -> None:

@@ -2,7 +2,7 @@
 """Benchmark: the websocket bridge against a raw aiohttp websocket echo, side by side, in one run.
 
 Both servers run as child processes and are driven by the same load generator with the same
-frames and pacing (the shared kit is omni_grpc/bench/kit.py): each session sends an
+frames and pacing (the shared harness is omni_grpc/bench/harness.py): each session sends an
 ``input_audio_buffer.append`` event (JSON, pcm16 at 24 kHz in base64) every chunk and times the
 answer to it.
 
@@ -33,36 +33,35 @@ the bridge's ratio to raw, and the latency each hop adds at one session (p50/p99
 from __future__ import annotations
 
 import argparse
-import base64
 import binascii
-import contextlib
 import os
-import random
 import sys
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import aiohttp
-import grpc
 import orjson
 from aiohttp import WSMsgType, web
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from omni_grpc.bench import kit
-from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, ServiceSession, mirror_settings
-from omni_grpc.bench.measure import FIXED_CHUNK_MS, FIXED_SESSIONS, TRIALS, fixed_costs, measure
-from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
+from omni_grpc.bench import harness
+from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, mirror_settings
+from omni_grpc.bench.grpc_load import Load as GrpcLoad
+from omni_grpc.bench.measure import (
+    FIXED_CHUNK_MS,
+    FIXED_SESSIONS,
+    TRIALS,
+    Cost,
+    SteppedLoad,
+    fixed_costs,
+    measure,
+)
+from omni_grpc.bench.ws_load import DELTA, WsSession, append_frame
 from omni_grpc.wire.audio import pcm16_bytes, pcm16_ms
-
-if TYPE_CHECKING:
-    from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub
 
 SERVE_CHILD = [sys.executable, os.path.abspath(__file__)]
 TARGET_RATIO = 0.6
-DELTA = "response.output_audio.delta"
 KINDS = ("raw", "grpc", "bridge")
 # --workers: the bridge path served by one process and by two (``--bridge-workers 2``).
 WORKER_KINDS = ("bridge-1", "bridge-2")
@@ -99,8 +98,8 @@ async def _serve_raw() -> None:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
     await site.start()
-    kit.announce_ready(runner.addresses[0][1])
-    await kit.serve_until_parent_gone()
+    harness.announce_ready(runner.addresses[0][1])
+    await harness.serve_until_parent_gone()
 
 
 async def _serve_ours(bridge_workers: int = 1) -> None:
@@ -111,123 +110,57 @@ async def _serve_ours(bridge_workers: int = 1) -> None:
     meter.install()
     settings = ServeSettings(server=mirror_settings(), http_port=0, bridge_workers=bridge_workers)
     service = await start_service(settings)
-    kit.announce_ready(service.server.grpc_port, service.http_port or 0)
-    await kit.serve_until_parent_gone()
+    harness.announce_ready(service.server.grpc_port, service.http_port or 0)
+    await harness.serve_until_parent_gone()
     await service.stop()
 
 
 # -- load ---------------------------------------------------------------------------------
 
 
-class WsSession:
-    """A websocket session, of the raw echo or of the bridge."""
+class RawSession(WsSession):
+    """A session of the raw echo, which keeps no session to close."""
 
-    def __init__(self, http: aiohttp.ClientSession, url: str, frame: bytes, bridge: bool) -> None:
-        self.http, self.url, self.frame, self.bridge = http, url, frame, bridge
-        self.sent: deque[float] = deque()
-        self.ack = 0  # the server_event_seq to acknowledge with the next chunk
-        self.ws: aiohttp.ClientWebSocketResponse | None = None
+    closes_session = False
+
+
+class BridgeSession(WsSession):
+    """A session of our bridge, as a client of the duplex extensions (``extensions=1``): it
+    acknowledges what it read."""
+
+    acks = True
 
     async def open(self) -> None:
-        self.ws = await self.http.ws_connect(
-            self.url, max_msg_size=0, timeout=aiohttp.ClientWSTimeout(ws_close=2.0)
-        )
-        if self.bridge:  # the session opens on connect (?model=); wait until it has
-            first = orjson.loads((await self.ws.receive()).data)
-            if first.get("type") != "session.created":
-                raise SystemExit(f"the bridge answered the connect with {first}")
-
-    async def send(self) -> None:
-        assert self.ws is not None
-        if self.ack:
-            ack = {"type": "session.event_ack", "server_event_seq": self.ack}
-            self.ack = 0
-            await self.ws.send_frame(orjson.dumps(ack), WSMsgType.TEXT)
-        await self.ws.send_frame(self.frame, WSMsgType.TEXT)
-
-    async def read(self, tally: kit.Tally) -> None:
-        assert self.ws is not None
-        async for message in self.ws:
-            if message.type is not WSMsgType.TEXT:
-                break
-            event = orjson.loads(message.data)
-            kind = event["type"]
-            if kind == DELTA:
-                tally.answer(self.sent)
-                seq = event.get("server_event_seq", 0)
-                if self.bridge and seq % kit.ACK_EVERY == 0:
-                    self.ack = seq
-            elif kind == "error":
-                tally.errors.append(str(event.get("error")))
-
-    async def close(self) -> None:
-        assert self.ws is not None
-        if self.bridge and not self.ws.closed:
-            # Close the session, not just the socket: a dropped socket leaves it resumable.
-            with contextlib.suppress(ConnectionError):
-                await self.ws.send_frame(b'{"type":"session.close"}', WSMsgType.TEXT)
-        await self.ws.close()
+        ws = await self.connect()
+        # The session opens on connect (?model=): wait until it has.
+        first = orjson.loads((await ws.receive()).data)
+        if first.get("type") != "session.created":
+            raise SystemExit(f"the bridge answered the connect with {first}")
 
 
-class Load:
-    """Runs paced steps against one server; ``kind`` is one of KINDS (or of WORKER_KINDS, a
-    bridge of several processes, whose CPU is counted over all of them)."""
+class Load(harness.PacedLoad):
+    """Paced steps of websocket sessions against one server: the raw echo when ``kind`` is
+    "raw", our bridge under any other name."""
 
-    def __init__(
-        self,
-        kind: str,
-        port: int,
-        server_pid: int,
-        engine_meter: Callable[[], Awaitable[float]] | None = None,
-    ) -> None:
-        self.kind, self.port, self.server_pid = kind, port, server_pid
-        self.engine_meter = engine_meter
-        self.rng = random.Random(0)
-        self.server_cpu_s = kit.tree_cpu_s if kind in WORKER_KINDS else kit.cpu_s
-
-    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> kit.Tally:
-        audio = self.rng.randbytes(pcm16_bytes(chunk_ms, CLIENT_RATE_HZ))
-        period_s = chunk_ms / 1000
-        group: list[kit.LoadSession]
-        if self.kind == "grpc":
-            # All streams on one channel, as the bridge itself does.
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{self.port}") as channel:
-                stub: DuplexServiceAsyncStub = duplex_pb2_grpc.DuplexServiceStub(channel)
-                group = [ServiceSession(stub, audio) for _ in range(sessions)]
-                return await kit.drive(
-                    group, period_s, duration_s, self.server_pid, self.rng, self.engine_meter
-                )
-        frame = orjson.dumps(
-            {"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode()}
-        )
-        # It acks what it read (server_event_seq): a client of the duplex extensions.
+    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> harness.Tally:
+        frame = append_frame(self.rng.randbytes(pcm16_bytes(chunk_ms, CLIENT_RATE_HZ)))
         url = f"http://127.0.0.1:{self.port}/v1/realtime?model=loopback&extensions=1"
+        session = RawSession if self.kind == "raw" else BridgeSession
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-            bridge = self.kind != "raw"
-            group = [WsSession(http, url, frame, bridge) for _ in range(sessions)]
-            return await kit.drive(
-                group,
-                period_s,
-                duration_s,
-                self.server_pid,
-                self.rng,
-                self.engine_meter,
-                server_cpu_s=self.server_cpu_s,
-            )
+            group = [session(http, url, frame) for _ in range(sessions)]
+            return await self.paced(group, chunk_ms, duration_s)
 
 
 # -- main ---------------------------------------------------------------------------------
 
 
 async def bench(quick: bool, as_json: bool) -> int:
-    kit.pin(kit.LOAD_CPU)
-    kit.raise_open_file_limit()
-    load_before = os.getloadavg()
-    raw, ours = kit.Child(SERVE_CHILD, "raw"), kit.Child(SERVE_CHILD, "ours")
+    load_before = harness.start_run()
+    raw, ours = harness.Child(SERVE_CHILD, "raw"), harness.Child(SERVE_CHILD, "ours")
     grpc_port, http_port = ours.ports
-    loads = [
+    loads: list[SteppedLoad] = [
         Load("raw", raw.ports[0], raw.pid),
-        Load("grpc", grpc_port, ours.pid, ours.engine_cpu_s),
+        GrpcLoad("grpc", grpc_port, ours.pid, ours.engine_cpu_s),
         Load("bridge", http_port, ours.pid, ours.engine_cpu_s),
     ]
     # (start, top) by kind: each search starts near the capacity measured before, to save
@@ -247,19 +180,13 @@ async def bench(quick: bool, as_json: bool) -> int:
         r, b = caps[("raw", chunk_ms)].sessions, caps[("bridge", chunk_ms)].sessions
         ratio = b / r if r else 0.0
         cells = [caps[(kind, chunk_ms)].cell() for kind in KINDS]
-        rows.append(kit.capacity_row(chunk_ms, cells, ratio, TARGET_RATIO, quick=quick))
+        rows.append(harness.capacity_row(chunk_ms, cells, ratio, TARGET_RATIO, quick=quick))
     for sessions in sorted({n for _, n in results.costs}):
-        fixed = [results.costs[(kind, sessions)] for kind in KINDS]
-        ratio = fixed[2].us_per_chunk / fixed[0].us_per_chunk if fixed[0].us_per_chunk else 0.0
-        # The issue sets no CPU target for the bridge: its ratio is told, not judged.
-        cost, engine = kit.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
-        rows.extend([[*cost[:-2], "-", "-"], engine])
-        label = f"load generator's CPU, {sessions} sessions"
-        rows.append([label, *(f"{c.client_cpu:.0%}" for c in fixed), "-", "-", "-"])
+        rows += _cost_rows(sessions, [results.costs[(kind, sessions)] for kind in KINDS])
     for chunk_ms in searches:
         costs = [caps[(kind, chunk_ms)] for kind in KINDS]
         ratio = costs[0].us_per_chunk / costs[2].us_per_chunk if costs[2].us_per_chunk else 0.0
-        rows.append(kit.cpu_row(chunk_ms, costs, ratio))
+        rows.append(harness.cpu_row(chunk_ms, costs, ratio))
     quantiles = {name: [getattr(single[kind], name) for kind in KINDS] for name in ("p50", "p99")}
     for name, (r, g, b) in quantiles.items():
         rows.append(
@@ -286,24 +213,27 @@ async def bench(quick: bool, as_json: bool) -> int:
             ]
         )
     header = ["measure", "raw ws echo", "ours, gRPC", "ours, bridge", "bridge / raw"]
-    kit.print_table([*header, "target", "met"], rows)
-    kit.print_load_average(load_before)
-    if as_json:
-        kit.print_json(results.document("bridge", [*header, "target", "met"], rows, load_before))
-    # A single session must get every chunk back: anything else is a broken path, not load.
-    broken = [kind for kind, one in single.items() if one.errors or one.received != one.sent]
-    if broken:
-        print(f"error: lost or refused chunks at one session: {', '.join(broken)}")
-    return 1 if broken else 0
+    header += ["target", "met"]
+    document = results.document("bridge", header, rows, load_before) if as_json else None
+    harness.finish_run(header, rows, load_before, document)
+    return harness.lost_at_one_session(single)
+
+
+def _cost_rows(sessions: int, fixed: Sequence[Cost]) -> list[list[str]]:
+    """Server CPU per chunk at a fixed load, ours (the last) against the raw echo (the first),
+    with the engine's own share and the load generator's. The issue sets no CPU target for the
+    bridge: its ratio is told, not judged."""
+    ratio = fixed[-1].us_per_chunk / fixed[0].us_per_chunk if fixed[0].us_per_chunk else 0.0
+    cost, engine = harness.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
+    client = harness.client_cpu_row(sessions, [c.client_cpu for c in fixed])
+    return [[*cost[:-2], "-", "-"], engine, client]
 
 
 async def cpu_only() -> int:
     """Only server CPU per chunk at the fixed loads, raw echo and bridge in turn (three steps
     each): the figure to take again after a change to the bridge's hot path."""
-    kit.pin(kit.LOAD_CPU)
-    kit.raise_open_file_limit()
-    load_before = os.getloadavg()
-    raw, ours = kit.Child(SERVE_CHILD, "raw"), kit.Child(SERVE_CHILD, "ours")
+    load_before = harness.start_run()
+    raw, ours = harness.Child(SERVE_CHILD, "raw"), harness.Child(SERVE_CHILD, "ours")
     loads = [
         Load("raw", raw.ports[0], raw.pid),
         Load("bridge", ours.ports[1], ours.pid, ours.engine_cpu_s),
@@ -315,16 +245,9 @@ async def cpu_only() -> int:
         ours.stop()
     rows = []
     for sessions in FIXED_SESSIONS:
-        fixed = [costs[("raw", sessions)], costs[("bridge", sessions)]]
-        ratio = fixed[1].us_per_chunk / fixed[0].us_per_chunk if fixed[0].us_per_chunk else 0.0
-        cost, engine = kit.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
-        rows.extend([[*cost[:-2], "-", "-"], engine])
-        label = f"load generator's CPU, {sessions} sessions"
-        rows.append([label, *(f"{c.client_cpu:.0%}" for c in fixed), "-", "-", "-"])
-    kit.print_table(
-        ["measure", "raw ws echo", "ours, bridge", "bridge / raw", "target", "met"], rows
-    )
-    kit.print_load_average(load_before)
+        rows += _cost_rows(sessions, [costs[("raw", sessions)], costs[("bridge", sessions)]])
+    header = ["measure", "raw ws echo", "ours, bridge", "bridge / raw", "target", "met"]
+    harness.finish_run(header, rows, load_before)
     return 0
 
 
@@ -334,13 +257,12 @@ async def workers(quick: bool) -> int:
     sustained, server CPU per chunk over all its processes, and how a fixed load splits between
     the processes. Neither server is pinned: both may use every core (so, on a small machine,
     the load generator's too)."""
-    kit.pin(kit.LOAD_CPU)
-    kit.raise_open_file_limit()
-    load_before = os.getloadavg()
-    one, two = (kit.Child(SERVE_CHILD, kind) for kind in WORKER_KINDS)
+    load_before = harness.start_run()
+    one, two = (harness.Child(SERVE_CHILD, kind) for kind in WORKER_KINDS)
+    # A bridge of several processes: its CPU is counted over all of them.
     loads = [
-        Load(WORKER_KINDS[0], one.ports[1], one.pid),
-        Load(WORKER_KINDS[1], two.ports[1], two.pid),
+        Load(kind, child.ports[1], child.pid, server_cpu_s=harness.tree_cpu_s)
+        for kind, child in zip(WORKER_KINDS, (one, two), strict=True)
     ]
     searches = {20: dict.fromkeys(WORKER_KINDS, (64, 4096))}
     try:
@@ -352,34 +274,34 @@ async def workers(quick: bool) -> int:
         two.stop()
     caps = [results.caps[(kind, 20)] for kind in WORKER_KINDS]
     ratio = caps[1].sessions / caps[0].sessions if caps[0].sessions else 0.0
-    rows = [kit.capacity_row(20, [c.cell() for c in caps], ratio, 1.0, quick=quick)]
+    rows = [harness.capacity_row(20, [c.cell() for c in caps], ratio, 1.0, quick=quick)]
     for sessions in sorted({n for _, n in results.costs}):
         fixed = [results.costs[(kind, sessions)] for kind in WORKER_KINDS]
         ratio = fixed[1].us_per_chunk / fixed[0].us_per_chunk if fixed[0].us_per_chunk else 0.0
-        cost, _ = kit.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
+        cost, _ = harness.cost_rows([c.cells for c in fixed], sessions, ratio, float("inf"))
         rows.append([*cost[:-2], "-", "-"])
     label = f"CPU of each process, {split_at} sessions, 20 ms (service+bridge, worker)"
     rows.append([label, "-", " / ".join(f"{share:.0%}" for share in split), "-", "-", "-"])
-    kit.print_table(["measure", "1 process", "2 processes", "2 / 1", "target", "met"], rows)
-    kit.print_load_average(load_before)
+    header = ["measure", "1 process", "2 processes", "2 / 1", "target", "met"]
+    harness.finish_run(header, rows, load_before)
     return 0
 
 
 async def _split(load: Load, sessions: int, duration_s: float) -> list[float]:
     """Each process's share of a core while ``load`` runs a fixed step of ``sessions``."""
-    pids = [load.server_pid, *kit.descendants(load.server_pid)]
-    before = [kit.cpu_s(pid) for pid in pids]
+    pids = [load.server_pid, *harness.descendants(load.server_pid)]
+    before = [harness.cpu_s(pid) for pid in pids]
     started = time.perf_counter()
     await load.step(sessions, FIXED_CHUNK_MS, duration_s)
     window = time.perf_counter() - started
-    shares = [(kit.cpu_s(pid) - was) / window for pid, was in zip(pids, before, strict=True)]
+    shares = [(harness.cpu_s(pid) - was) / window for pid, was in zip(pids, before, strict=True)]
     return [share for share in shares if share >= 0.01]  # the worker, not multiprocessing's helper
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--json", action="store_true", help=kit.JSON_HELP)
+    parser.add_argument("--json", action="store_true", help=harness.JSON_HELP)
     parser.add_argument(
         "--cpu-only",
         action="store_true",
@@ -396,17 +318,17 @@ def main() -> int:
         parser.add_argument(f"--serve-{kind}", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_raw or args.serve_ours:
-        kit.pin(kit.SERVER_CPU)
-        return kit.run(_serve_raw() if args.serve_raw else _serve_ours())
+        harness.pin(harness.SERVER_CPU)
+        return harness.run(_serve_raw() if args.serve_raw else _serve_ours())
     for count, kind in enumerate(WORKER_KINDS, start=1):
         if getattr(args, f"serve_{kind.replace('-', '_')}"):
-            return kit.run(_serve_ours(bridge_workers=count))
+            return harness.run(_serve_ours(bridge_workers=count))
     if args.workers:
-        return kit.run(workers(args.quick))
+        return harness.run(workers(args.quick))
     if args.cpu_only:
-        return kit.run(cpu_only())
-    with kit.progress_to_stderr(args.json):
-        return kit.run(bench(args.quick, args.json))
+        return harness.run(cpu_only())
+    with harness.progress_to_stderr(args.json):
+        return harness.run(bench(args.quick, args.json))
 
 
 if __name__ == "__main__":

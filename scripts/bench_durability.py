@@ -11,7 +11,7 @@ scripts/bench_durability.py --quick    # a smoke run of half a minute
 2. **Sessions sustained.** The most paced sessions (20 ms chunks, p99 < 50 ms) that one replica
    and two replicas behind HAProxy keep up, durability async (the cluster's setting). The
    servers are child processes pinned to their CPUs (with two replicas, one per CPU) and the
-   load runs in this process, as in the other benchmarks (omni_grpc/bench/kit.py).
+   load runs in this process, as in the other benchmarks (omni_grpc/bench/harness.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from omni_cli.cluster import free_port, haproxy_config, proxy_sees_all_up, redis_command
-from omni_grpc.bench import kit
+from omni_grpc.bench import harness
 from omni_grpc.bench.grpc_load import Load, mirror_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ async def serve(mode: str, route: str, cpu: int) -> None:
     from omni_grpc.server.app import start_server
     from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
 
-    kit.pin(cpu)
+    harness.pin(cpu)
     settings = dataclasses.replace(
         mirror_settings(),
         durability=mode,
@@ -57,8 +57,8 @@ async def serve(mode: str, route: str, cpu: int) -> None:
     )
     running = await start_server(settings)
     metrics, metrics_port = await start_metrics_endpoint("127.0.0.1", 0, running.readiness)
-    kit.announce_ready(running.grpc_port, metrics_port)
-    await kit.serve_until_parent_gone()
+    harness.announce_ready(running.grpc_port, metrics_port)
+    await harness.serve_until_parent_gone()
     await running.stop()
     await metrics.cleanup()
 
@@ -95,22 +95,22 @@ async def cost_per_chunk(quick: bool) -> list[list[str]]:
     """One paced step per durability mode; the rows of the cost table."""
     rows = []
     for mode in MODES:
-        child = kit.Child([*CHILD, "--mode", mode, "--cpu", str(kit.SERVER_CPU)], "replica")
+        child = harness.Child([*CHILD, "--mode", mode, "--cpu", str(harness.SERVER_CPU)], "replica")
         try:
             load = Load("ours", child.ports[0], child.pid)
             redis_pid = int(os.environ["OMNI_BENCH_REDIS_PID"])
-            await kit.settle(child.pid)
-            redis0 = kit.cpu_s(redis_pid)
+            await harness.settle(child.pid)
+            redis0 = harness.cpu_s(redis_pid)
             started = time.perf_counter()
             tally = await load.step(COST_SESSIONS, COST_CHUNK_MS, 1.0 if quick else 6.0)
             window = time.perf_counter() - started
-            print(kit.step_line(mode, COST_CHUNK_MS, tally), flush=True)
+            print(harness.step_line(mode, COST_CHUNK_MS, tally), flush=True)
         finally:
             child.stop()
         chunks = max(tally.sent, 1)
         sent_window = COST_SESSIONS * 1000 / COST_CHUNK_MS  # chunks per second
         server_us = tally.server_cpu * 1e6 / sent_window
-        redis_us = (kit.cpu_s(redis_pid) - redis0) * 1e6 / chunks
+        redis_us = (harness.cpu_s(redis_pid) - redis0) * 1e6 / chunks
         rows.append(
             [
                 mode,
@@ -127,26 +127,26 @@ async def cost_per_chunk(quick: bool) -> list[list[str]]:
 
 class ProxiedLoad:
     """Paced steps through HAProxy in front of replicas, with the CPU all of them used per
-    chunk (the kit's own figure reads one server) at the largest step kept up."""
+    chunk (the harness's own figure reads one server) at the largest step kept up."""
 
     def __init__(self, kind: str, port: int, pids: Sequence[int]) -> None:
         self.kind, self.server_pid, self.pids = kind, pids[0], pids
         self._load = Load("ours", port, pids[0])
         self.us_per_chunk = float("nan")
 
-    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> kit.Tally:
-        before = [kit.cpu_s(pid) for pid in self.pids]
+    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> harness.Tally:
+        before = [harness.cpu_s(pid) for pid in self.pids]
         tally = await self._load.step(sessions, chunk_ms, duration_s)
-        used = sum(kit.cpu_s(pid) for pid in self.pids) - sum(before)
+        used = sum(harness.cpu_s(pid) for pid in self.pids) - sum(before)
         if tally.kept_up or self.us_per_chunk != self.us_per_chunk:  # nan: nothing yet
             self.us_per_chunk = used * 1e6 / max(tally.received, 1)
         return tally
 
 
-async def sustained(replicas: int, workdir: Path, quick: bool) -> tuple[kit.Capacity, float]:
+async def sustained(replicas: int, workdir: Path, quick: bool) -> tuple[harness.Capacity, float]:
     """The most paced 20 ms sessions ``replicas`` replicas behind HAProxy keep up."""
     children = [
-        kit.Child(
+        harness.Child(
             [*CHILD, "--mode", "async", "--route", f"r{i + 1}", "--cpu", str(i % 2)], "replica"
         )
         for i in range(replicas)
@@ -170,7 +170,7 @@ async def sustained(replicas: int, workdir: Path, quick: bool) -> tuple[kit.Capa
             await asyncio.sleep(0.1)
         load = ProxiedLoad(f"{replicas}x", ports[0], [c.pid for c in children])
         start, top = (8, 8) if quick else (32, 1024)
-        cap = await kit.capacity(
+        cap = await harness.capacity(
             lambda sessions: load.step(sessions, 20, 1.0 if quick else 3.0),
             kind=load.kind,
             chunk_ms=20,
@@ -188,13 +188,13 @@ async def sustained(replicas: int, workdir: Path, quick: bool) -> tuple[kit.Capa
 
 
 async def bench(quick: bool) -> int:
-    kit.raise_open_file_limit()
+    harness.raise_open_file_limit()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="omni-bench-") as tmp:
         redis = Redis(Path(tmp))
         os.environ["OMNI_BENCH_REDIS_PID"] = str(redis.process.pid)
         try:
-            kit.pin(kit.LOAD_CPU)
+            harness.pin(harness.LOAD_CPU)
             print(f"cost per chunk, {COST_SESSIONS} sessions x {COST_CHUNK_MS} ms chunks:")
             costs = await cost_per_chunk(quick)
             os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))  # replicas use both CPUs
@@ -202,7 +202,7 @@ async def bench(quick: bool) -> int:
             caps = {n: await sustained(n, Path(tmp), quick) for n in (1, 2)}
         finally:
             redis.stop()
-    kit.print_table(
+    harness.print_table(
         [
             "durability",
             "server CPU per chunk",
@@ -220,7 +220,7 @@ async def bench(quick: bool) -> int:
         per_core = 0.7e6 / (us * 1000 / 20) if us == us and us else 0.0  # 70% of a core
         ratio = "1.00x" if n == 1 else f"{two / one:.2f}x" if one else "-"
         rows.append([str(n), cap.cell(), ratio, f"{us:.0f} us", f"{per_core * n:.0f}"])
-    kit.print_table(
+    harness.print_table(
         [
             "replicas behind HAProxy",
             "sessions kept up (p99 < 50 ms)",
@@ -230,7 +230,7 @@ async def bench(quick: bool) -> int:
         ],
         rows,
     )
-    kit.print_load_average(load_before)
+    harness.print_load_average(load_before)
     return 0
 
 
@@ -240,11 +240,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--serve-replica", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="off", help=argparse.SUPPRESS)
     parser.add_argument("--route", default="r1", help=argparse.SUPPRESS)
-    parser.add_argument("--cpu", type=int, default=kit.SERVER_CPU, help=argparse.SUPPRESS)
+    parser.add_argument("--cpu", type=int, default=harness.SERVER_CPU, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_replica:
-        return kit.run(serve(args.mode, args.route, args.cpu))
-    return kit.run(bench(args.quick))
+        return harness.run(serve(args.mode, args.route, args.cpu))
+    return harness.run(bench(args.quick))
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 import speech_set
 import word_error_rate
 
-from omni_grpc.engine.embedded import rescoring
-from omni_grpc.engine.embedded.asr import WINDOW_FRAMES, Decoding, Transcriber
-from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
+from omni_grpc.engine.embedded.models import rescoring
+from omni_grpc.engine.embedded.models.asr import WINDOW_FRAMES, Decoding, Transcriber
+from omni_grpc.engine.embedded.models.lm import SmolLM, find_smollm2
 
 FALLBACK = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # Whisper's own temperatures
 # Fixed initial prompts tried: generic, each without any word of speech_set.txt (a test checks

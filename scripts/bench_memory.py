@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import grpc
 
-from omni_grpc.bench import kit
+from omni_grpc.bench import harness
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ
 
@@ -38,8 +38,8 @@ async def serve(budget_mib: int) -> None:
 
     limits = Limits(memory_budget_bytes=budget_mib * 1024 * 1024) if budget_mib else Limits()
     running = await start_server(ServerSettings(grpc_port=0, engine="loopback", limits=limits))
-    kit.announce_ready(running.grpc_port)
-    await kit.serve_until_parent_gone()
+    harness.announce_ready(running.grpc_port)
+    await harness.serve_until_parent_gone()
     await running.stop()
 
 
@@ -64,28 +64,28 @@ async def append_one(stub: object, audio: bytes) -> tuple[grpc.aio.StreamStreamC
 async def bench(sessions: int, mib: int, budget_mib: int) -> int:
     from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 
-    child = kit.Child([sys.executable, SELF, f"--budget-mib={budget_mib}"], "loopback")
+    child = harness.Child([sys.executable, SELF, f"--budget-mib={budget_mib}"], "loopback")
     audio = bytes(mib * 1024 * 1024)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{child.ports[0]}") as channel:
             stub = duplex_pb2_grpc.DuplexServiceStub(channel)
             await asyncio.sleep(SETTLE_S)
-            before = kit.rss_kib(child.pid)
+            before = harness.rss_kib(child.pid)
             results = [await append_one(stub, audio) for _ in range(sessions)]
             await asyncio.sleep(SETTLE_S)
-            after = kit.rss_kib(child.pid)
+            after = harness.rss_kib(child.pid)
             for call, _ in results:  # the sessions end, and what they held goes back
                 await call.write(pb.ConverseRequest(client_seq=3, close_session=pb.CloseSession()))
                 while await call.read() != grpc.aio.EOF:
                     pass
             await asyncio.sleep(SETTLE_S)
-            ended = kit.rss_kib(child.pid)
+            ended = harness.rss_kib(child.pid)
     finally:
         child.stop()
     refused = sum(1 for _, code in results if code)
     codes = sorted({code for _, code in results if code})
     budget = f"{budget_mib} MiB" if budget_mib else "default"
-    kit.print_table(
+    harness.print_table(
         [
             "sessions x append",
             "budget",
@@ -118,8 +118,8 @@ def main() -> int:
     parser.add_argument("--serve-loopback", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_loopback:
-        return kit.run(serve(args.budget_mib))
-    return kit.run(bench(args.sessions, args.mib, args.budget_mib))
+        return harness.run(serve(args.budget_mib))
+    return harness.run(bench(args.sessions, args.mib, args.budget_mib))
 
 
 if __name__ == "__main__":

@@ -38,9 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import contextlib
 import io
-import os
 import random
 import socket
 import sys
@@ -52,15 +50,15 @@ from typing import Any
 
 import aiohttp
 import orjson
-from aiohttp import WSMsgType
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench_bridge import Load as BridgeLoad  # noqa: E402 - this script's folder
 
-from omni_grpc.bench import kit  # noqa: E402
+from omni_grpc.bench import harness  # noqa: E402
 from omni_grpc.bench.measure import SteppedLoad, measure  # noqa: E402
+from omni_grpc.bench.ws_load import WsSession, append_frame  # noqa: E402
 from omni_grpc.wire.audio import pcm16_bytes  # noqa: E402
 
 PEER_PYTHON = ROOT / ".venv-vllm-omni" / "bin" / "python"
@@ -69,7 +67,6 @@ UNIT_MS = 1000  # MiniCPM-o's model unit: one second of input
 MAX_SESSIONS = 10_000
 MIN_ANSWERS, MAX_STEP_S = 100, 15.0  # see PeerLoad.step
 KINDS = ("vllm-omni", "bridge")
-DELTA = "response.output_audio.delta"
 
 
 # -- vLLM-Omni's server (a child process, in its own environment) ------------------------------
@@ -104,8 +101,8 @@ async def _serve_peer() -> None:
     serving = asyncio.create_task(server.serve(sockets=[listener]))
     while not server.started:  # noqa: ASYNC110 - uvicorn tells it by a flag, not an event
         await asyncio.sleep(0.01)
-    kit.announce_ready(listener.getsockname()[1])
-    await kit.serve_until_parent_gone()
+    harness.announce_ready(listener.getsockname()[1])
+    await harness.serve_until_parent_gone()
     server.should_exit = True
     await serving
 
@@ -208,31 +205,27 @@ def _voice_uri() -> str:
     return "data:audio/wav;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-class PeerSession:
+class PeerSession(WsSession):
     """A vLLM-Omni duplex session: opened with turn detection off and auto response on, so
     the model hears every unit as it comes and answers it."""
 
     def __init__(
         self, http: aiohttp.ClientSession, url: str, frame: bytes, unit: int, lead: int
     ) -> None:
-        self.http, self.url, self.frame, self.lead = http, url, frame, lead
-        self.sent: deque[float] = UnitEnds(unit, lead)
-        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        super().__init__(http, url, frame)
+        self.lead = lead
+        self.sent = UnitEnds(unit, lead)
 
     async def open(self) -> None:
-        self.ws = await self.http.ws_connect(
-            self.url, max_msg_size=0, timeout=aiohttp.ClientWSTimeout(ws_close=2.0)
-        )
+        ws = await self.connect()
         session = {
             "model": "openbmb/MiniCPM-o-4_5",
             "turn_detection": None,
             "extra_body": {"auto_response": True, "ref_audio": VOICE_URI},
         }
-        await self.ws.send_str(
-            orjson.dumps({"type": "session.update", "session": session}).decode()
-        )
+        await ws.send_str(orjson.dumps({"type": "session.update", "session": session}).decode())
         while True:
-            event = orjson.loads((await self.ws.receive()).data)
+            event = orjson.loads((await ws.receive()).data)
             if event.get("type") == "session.created":
                 break
             if event.get("type") == "error":
@@ -243,34 +236,8 @@ class PeerSession:
         for _ in range(self.lead):
             await self.send()
 
-    async def send(self) -> None:
-        assert self.ws is not None
-        await self.ws.send_frame(self.frame, WSMsgType.TEXT)
 
-    async def read(self, tally: kit.Tally) -> None:
-        assert self.ws is not None
-        async for message in self.ws:
-            if message.type is not WSMsgType.TEXT:
-                break
-            event = orjson.loads(message.data)
-            kind = event.get("type")
-            if kind == DELTA:
-                tally.answer(self.sent)
-            elif kind == "error":
-                tally.errors.append(str(event.get("error") or event))
-
-    async def close(self) -> None:
-        assert self.ws is not None
-        if not self.ws.closed:
-            # Close the session, not just the socket: a dropped socket leaves it resumable.
-            with contextlib.suppress(ConnectionError):
-                await self.ws.send_frame(b'{"type":"session.close"}', WSMsgType.TEXT)
-        await self.ws.close()
-
-
-class PeerLoad:
-    kind = "vllm-omni"
-
+class PeerLoad(harness.PacedLoad):
     def __init__(
         self,
         port: int,
@@ -279,15 +246,11 @@ class PeerLoad:
         *,
         quick: bool,
     ) -> None:
-        self.port, self.server_pid, self.engine_meter = port, server_pid, engine_meter
+        super().__init__("vllm-omni", port, server_pid, engine_meter)
         self.min_answers = 0 if quick else MIN_ANSWERS  # a quick run measures nothing
-        self.rng = random.Random(0)
 
-    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> kit.Tally:
-        audio = self.rng.randbytes(pcm16_bytes(chunk_ms, PEER_RATE_HZ))
-        frame = orjson.dumps(
-            {"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode()}
-        )
+    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> harness.Tally:
+        frame = append_frame(self.rng.randbytes(pcm16_bytes(chunk_ms, PEER_RATE_HZ)))
         unit = max(1, UNIT_MS // chunk_ms)
         # The p99 of a few answers is their largest, which one stall of a shared machine sets:
         # a step of a few sessions, each answered once a second, lasts until it has MIN_ANSWERS
@@ -296,19 +259,11 @@ class PeerLoad:
         duration_s = max(duration_s, min(enough_s, MAX_STEP_S))
         url = f"http://127.0.0.1:{self.port}/v1/realtime?duplex=1"
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-            group: list[kit.LoadSession] = [
+            group: list[harness.LoadSession] = [
                 PeerSession(http, url, frame, unit, self.rng.randrange(unit))
                 for _ in range(sessions)
             ]
-            return await kit.drive(
-                group,
-                chunk_ms / 1000,
-                duration_s,
-                self.server_pid,
-                self.rng,
-                self.engine_meter,
-                per_answer=unit,
-            )
+            return await self.paced(group, chunk_ms, duration_s, per_answer=unit)
 
 
 VOICE_URI = _voice_uri()
@@ -320,11 +275,9 @@ VOICE_URI = _voice_uri()
 async def bench(quick: bool, as_json: bool) -> int:
     if not PEER_PYTHON.exists():
         raise SystemExit("no .venv-vllm-omni: build it with scripts/vllm_env.sh")
-    kit.pin(kit.LOAD_CPU)
-    kit.raise_open_file_limit()
-    load_before = os.getloadavg()
-    peer = kit.Child([str(PEER_PYTHON), __file__], "peer")
-    ours = kit.Child([sys.executable, str(ROOT / "scripts" / "bench_bridge.py")], "ours")
+    load_before = harness.start_run()
+    peer = harness.Child([str(PEER_PYTHON), __file__], "peer")
+    ours = harness.Child([sys.executable, str(ROOT / "scripts" / "bench_bridge.py")], "ours")
     loads: list[SteppedLoad] = [
         PeerLoad(peer.ports[0], peer.pid, peer.engine_cpu_s, quick=quick),
         BridgeLoad("bridge", ours.ports[1], ours.pid, ours.engine_cpu_s),
@@ -340,9 +293,8 @@ async def bench(quick: bool, as_json: bool) -> int:
     for sessions in sorted({n for _, n in results.costs}):
         theirs, mine = (results.costs[(kind, sessions)] for kind in KINDS)
         ratio = mine.us_per_chunk / theirs.us_per_chunk if theirs.us_per_chunk else 0.0
-        rows.extend(kit.cost_rows([theirs.cells, mine.cells], sessions, ratio, 1.0))
-        label = f"load generator's CPU, {sessions} sessions"
-        rows.append([label, f"{theirs.client_cpu:.0%}", f"{mine.client_cpu:.0%}", "-", "-", "-"])
+        rows.extend(harness.cost_rows([theirs.cells, mine.cells], sessions, ratio, 1.0))
+        rows.append(harness.client_cpu_row(sessions, [theirs.client_cpu, mine.client_cpu]))
     for chunk_ms in searches:
         theirs_cap, mine_cap = (results.caps[(kind, chunk_ms)] for kind in KINDS)
         ratio = mine_cap.sessions / theirs_cap.sessions if theirs_cap.sessions else 0.0
@@ -362,28 +314,22 @@ async def bench(quick: bool, as_json: bool) -> int:
         label = f"answer latency {name}, 1 session, 20 ms chunks"
         rows.append([label, f"{theirs_ms:.2f} ms", f"{mine_ms:.2f} ms", "-", "-", "-"])
     header = ["measure", "vLLM-Omni", "ours, bridge", "ours / vLLM-Omni", "target", "met"]
-    kit.print_table(header, rows)
-    kit.print_load_average(load_before)
-    if as_json:
-        kit.print_json(results.document("peer", header, rows, load_before))
-    # One session must get every answer owed: anything else is a broken path, not load.
-    broken = [k for k, t in results.single.items() if t.errors or t.received < t.owed]
-    if broken:
-        print(f"error: lost or refused answers at one session: {', '.join(broken)}")
-    return 1 if broken else 0
+    document = results.document("peer", header, rows, load_before) if as_json else None
+    harness.finish_run(header, rows, load_before, document)
+    return harness.lost_at_one_session(results.single, "answers")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--json", action="store_true", help=kit.JSON_HELP)
+    parser.add_argument("--json", action="store_true", help=harness.JSON_HELP)
     parser.add_argument("--serve-peer", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_peer:
-        kit.pin(kit.SERVER_CPU)
-        return kit.run(_serve_peer())
-    with kit.progress_to_stderr(args.json):
-        return kit.run(bench(args.quick, args.json))
+        harness.pin(harness.SERVER_CPU)
+        return harness.run(_serve_peer())
+    with harness.progress_to_stderr(args.json):
+        return harness.run(bench(args.quick, args.json))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import make_test_speech as speech
 import numpy as np
 import soxr
 
+from omni_grpc.audio.formats import samples_from_pcm16
+
 UTTERANCES_PATH = Path(__file__).with_name("speech_set.txt")
 BEFORE_MS = 300.0
 AFTER_MS = 500.0
@@ -79,7 +81,7 @@ ESPEAK_VOICES: tuple[Voice, ...] = (
 def neural_voices() -> tuple[Voice, ...]:
     """The engine's neural voice (Piper's "joe") when it is installed. Its model samples noise
     as it speaks, so its clips, unlike espeak-ng's, differ a little from run to run."""
-    from omni_grpc.engine.embedded.piper_voice import VoiceMissing, find_joe
+    from omni_grpc.engine.embedded.models.piper_voice import VoiceMissing, find_joe
 
     try:
         find_joe()
@@ -90,7 +92,7 @@ def neural_voices() -> tuple[Voice, ...]:
 
 @cache
 def _piper() -> object:
-    from omni_grpc.engine.embedded.piper_voice import PiperVoice, find_joe
+    from omni_grpc.engine.embedded.models.piper_voice import PiperVoice, find_joe
 
     return PiperVoice(*find_joe(), ThreadPoolExecutor(1))
 
@@ -101,7 +103,7 @@ def _piper_say(text: str) -> speech.Signal:
     voice: Any = _piper()
     with ThreadPoolExecutor(1) as thread:
         pcm = thread.submit(asyncio.run, voice.synthesize(text)).result()
-    samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+    samples = samples_from_pcm16(pcm)
     return np.asarray(soxr.resample(samples, 24000, speech.RATE_HZ), dtype=np.float32)
 
 
@@ -122,7 +124,7 @@ class Clip:
     def pcm16(self, gain_db: float = 0.0) -> bytes:
         """The clip as canonical input; ``gain_db`` below 0 is a quieter microphone."""
         louder = self.signal * 10 ** (gain_db / 20)
-        return (np.clip(louder, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+        return (np.clip(louder, -1.0, 1.0) * 32767).astype("<i2").tobytes()  # as the scenes
 
 
 def clip(voice: Voice, index: int, text: str) -> Clip:

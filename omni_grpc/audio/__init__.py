@@ -1,10 +1,15 @@
 """Audio formats and rates, in one place: decoding, encoding, G.711 and resampling.
 
-Nothing else in the project knows how samples are laid out in bytes. Clients send and receive
-any :data:`SUPPORTED_RATES_HZ` rate in pcm16, pcm_f32 or G.711 µ-law/A-law; engines see pcm16
-at 16 kHz and produce pcm16 at 24 kHz; the transport converts between the two with this
-package, using :class:`InputConverter` and :class:`OutputConverter` for streams. Resampling is
-libsoxr's; nothing here loops over samples in Python.
+Clients send and receive any :data:`SUPPORTED_RATES_HZ` rate in pcm16, pcm_f32 or G.711
+µ-law/A-law; engines see pcm16 at 16 kHz and produce pcm16 at 24 kHz; the transport converts
+between the two with this package, using :class:`InputConverter` and :class:`OutputConverter`
+for streams. Resampling is libsoxr's; nothing here loops over samples in Python.
+
+Nothing else in the service knows how samples are laid out in bytes: the engines and the talk
+command turn pcm16 into float samples and back with :func:`samples_from_pcm16` and
+:func:`samples_to_pcm16`, and read WAV's integer layouts with :func:`samples_from_pcm_frames`.
+(The test speech scripts write their clips at a scale of their own: see
+``scripts/make_test_speech.py``.)
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from omni_grpc.audio.formats import (
     duration_ms,
     encode,
     encode_pcm16,
+    samples_from_pcm16,
+    samples_from_pcm_frames,
+    samples_to_pcm16,
 )
 from omni_grpc.audio.resample import StreamResampler, resample
 from omni_grpc.wire.audio import (
@@ -51,5 +59,8 @@ __all__ = [
     "encode_pcm16",
     "from_canonical_output",
     "resample",
+    "samples_from_pcm16",
+    "samples_from_pcm_frames",
+    "samples_to_pcm16",
     "to_canonical_input",
 ]

@@ -5,10 +5,14 @@ them and :func:`encode` turns them back. PCM16 maps ``x / 32768`` so that a PCM1
 lossless; on the way back samples are clipped to [-1, 1] and rounded, so that full scale +1.0
 becomes 32767 rather than wrapping to -32768. Streams go through 16-bit samples instead
 (:func:`decode_pcm16`, :func:`encode_pcm16`): every wire format but pcm_f32 is 16-bit or less,
-so a chunk of them is resampled without a float copy on either side.
+so a chunk of them is resampled without a float copy on either side. Inside the service,
+pcm16 bytes become float samples and back with :func:`samples_from_pcm16` and
+:func:`samples_to_pcm16` (the same scaling and rounding).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -77,11 +81,46 @@ def pcm16_to_float(pcm: npt.NDArray[np.int16]) -> Samples:
     return pcm.astype(np.float32) / np.float32(32768.0)
 
 
-def float_to_pcm16(samples: Samples) -> npt.NDArray[np.int16]:
-    """float32 samples to 16-bit, clipped and rounded to the nearest step."""
+def float_to_pcm16(samples: npt.NDArray[np.floating[Any]]) -> Pcm16:
+    """Float samples to 16-bit, clipped and rounded to the nearest step (float64 samples are
+    scaled and rounded in float64)."""
     # One clip after scaling (not one before and one after): this runs on every chunk.
     scaled = np.clip(samples * np.float32(32768.0), np.float32(-32768.0), np.float32(32767.0))
     return np.rint(scaled).astype(np.int16)
+
+
+def samples_from_pcm16(data: bytes) -> Samples:
+    """Mono pcm16 bytes to float32 samples in [-1, 1), as :func:`pcm16_to_float`."""
+    return pcm16_to_float(np.frombuffer(data, dtype="<i2"))
+
+
+def samples_to_pcm16(samples: npt.NDArray[np.floating[Any]]) -> bytes:
+    """Mono float samples to pcm16 bytes, as :func:`float_to_pcm16`."""
+    return float_to_pcm16(samples).astype("<i2", copy=False).tobytes()
+
+
+def samples_from_pcm_frames(frames: bytes, width: int, channels: int) -> npt.NDArray[np.float64]:
+    """Integer PCM frames as WAV lays them out (``width`` bytes a sample: 8-bit unsigned, 16,
+    24 or 32-bit signed little-endian; ``channels`` interleaved) to float64 samples in
+    [-1, 1), the channels averaged. Each width is scaled by a power of two, so the samples are
+    exact; float64 keeps 24 and 32-bit samples whole, and an average of channels close.
+    """
+    if width == 1:
+        samples = (np.frombuffer(frames, dtype=np.uint8).astype(np.float64) - 128) / 128
+    elif width == 2:
+        samples = samples_from_pcm16(frames).astype(np.float64)
+    elif width == 3:
+        raw = np.frombuffer(frames, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
+        value = raw[:, 0] | (raw[:, 1] << 8) | (raw[:, 2] << 16)
+        samples = np.where(value >= 1 << 23, value - (1 << 24), value) / float(1 << 23)
+    elif width == 4:
+        samples = np.frombuffer(frames, dtype="<i4").astype(np.float64) / float(1 << 31)
+    else:
+        raise AudioFormatError(
+            "unsupported_audio_format", f"unsupported sample width: {width} bytes"
+        )
+    mono: npt.NDArray[np.float64] = samples.reshape(-1, channels).mean(axis=1)
+    return mono
 
 
 def decode(audio: bytes, encoding: int, rate_hz: int) -> Samples:
@@ -92,7 +131,7 @@ def decode(audio: bytes, encoding: int, rate_hz: int) -> Samples:
     """
     _check_samples(audio, encoding, rate_hz)
     if encoding == PCM16:
-        return pcm16_to_float(np.frombuffer(audio, dtype="<i2"))
+        return samples_from_pcm16(audio)
     if encoding == PCM_F32:
         raw = np.frombuffer(audio, dtype="<f4").astype(np.float32)
         return np.clip(np.nan_to_num(raw, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 from collections import deque
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import grpc
 
-from omni_grpc.bench import kit
+from omni_grpc.bench import harness
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes
@@ -55,8 +53,8 @@ async def serve_echo() -> None:
     )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    kit.announce_ready(port)
-    await kit.serve_until_parent_gone()
+    harness.announce_ready(port)
+    await harness.serve_until_parent_gone()
     await server.stop(0)
 
 
@@ -84,8 +82,8 @@ async def serve_ours() -> None:
     meter.install()
     settings = mirror_settings()
     running = await start_server(settings)
-    kit.announce_ready(running.grpc_port)
-    await kit.serve_until_parent_gone()
+    harness.announce_ready(running.grpc_port)
+    await harness.serve_until_parent_gone()
     await running.stop()
 
 
@@ -115,7 +113,7 @@ class EchoSession:
     async def send(self) -> None:
         await self.call.write(self.message)
 
-    async def read(self, tally: kit.Tally) -> None:
+    async def read(self, tally: harness.Tally) -> None:
         while (await self.call.read()) is not grpc.aio.EOF:  # type: ignore[attr-defined]
             tally.answer(self.sent)
 
@@ -148,12 +146,12 @@ class ServiceSession:
         self.seq += 1
         await self.call.write(append(self.seq, self.audio))
 
-    async def read(self, tally: kit.Tally) -> None:
+    async def read(self, tally: harness.Tally) -> None:
         while isinstance(event := await self.call.read(), pb.ConverseResponse):
             kind = event.WhichOneof("event")
             if kind == "output_audio_delta":
                 tally.answer(self.sent)
-                if event.seq % kit.ACK_EVERY == 0:
+                if event.seq % harness.ACK_EVERY == 0:
                     self.ack = event.seq
             elif kind == "error":
                 tally.errors.append(f"{event.error.code}: {event.error.message}")
@@ -166,32 +164,19 @@ class ServiceSession:
         self.call.cancel()
 
 
-class Load:
-    """Runs paced steps against one server; ``kind`` is one of KINDS. ``engine_meter`` reads
-    the server's engine CPU (:meth:`kit.Child.engine_cpu_s`), where it has one."""
+class Load(harness.PacedLoad):
+    """Paced steps of gRPC streams against one server: the raw echo's when ``kind`` is "echo",
+    our service's under any other name."""
 
-    def __init__(
-        self,
-        kind: str,
-        port: int,
-        server_pid: int,
-        engine_meter: Callable[[], Awaitable[float]] | None = None,
-    ) -> None:
-        self.kind, self.port, self.server_pid = kind, port, server_pid
-        self.engine_meter = engine_meter
-        self.rng = random.Random(0)
-
-    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> kit.Tally:
+    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> harness.Tally:
         audio = self.rng.randbytes(pcm16_bytes(chunk_ms, CLIENT_RATE_HZ))
         # All streams on one channel, as the bridge does.
         async with grpc.aio.insecure_channel(f"127.0.0.1:{self.port}") as channel:
-            group: list[kit.LoadSession]
+            group: list[harness.LoadSession]
             if self.kind == "echo":
                 message = append(1, audio).SerializeToString()
                 group = [EchoSession(channel, message) for _ in range(sessions)]
             else:
                 stub: DuplexServiceAsyncStub = duplex_pb2_grpc.DuplexServiceStub(channel)
                 group = [ServiceSession(stub, audio) for _ in range(sessions)]
-            return await kit.drive(
-                group, chunk_ms / 1000, duration_s, self.server_pid, self.rng, self.engine_meter
-            )
+            return await self.paced(group, chunk_ms, duration_s)

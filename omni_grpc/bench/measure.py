@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from omni_grpc.bench import kit
+from omni_grpc.bench import harness
 from omni_grpc.bench.search import Capacity, Search, us_per_chunk
 
 FIXED_SESSIONS = (10, 100)
@@ -37,7 +37,7 @@ class SteppedLoad(Protocol):
     kind: str
     server_pid: int
 
-    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> kit.Tally: ...
+    async def step(self, sessions: int, chunk_ms: int, duration_s: float) -> harness.Tally: ...
 
 
 # Where each capacity search starts and stops, by chunk length and load kind.
@@ -60,7 +60,7 @@ class Cost:
 
     @property
     def cells(self) -> tuple[float, float, bool]:
-        """What :func:`kit.cost_rows` shows of it."""
+        """What :func:`harness.cost_rows` shows of it."""
         return self.us_per_chunk, self.engine_us_per_chunk, self.saturated
 
     @property
@@ -73,7 +73,7 @@ class Cost:
 
 @dataclass
 class Results:
-    single: dict[str, kit.Tally]  # by kind
+    single: dict[str, harness.Tally]  # by kind
     costs: dict[tuple[str, int], Cost]  # by (kind, sessions)
     caps: dict[tuple[str, int], Capacity]  # by (kind, chunk ms)
 
@@ -123,7 +123,7 @@ class Results:
         }
 
 
-def _saturated(tally: kit.Tally) -> bool:
+def _saturated(tally: harness.Tally) -> bool:
     return tally.server_cpu >= SATURATED or tally.received < 0.99 * tally.owed
 
 
@@ -139,11 +139,11 @@ async def measure(loads: Sequence[SteppedLoad], searches: Searches, *, quick: bo
     trials = 1 if quick else TRIALS
     if quick:
         searches = {chunk: {load.kind: (4, 4) for load in loads} for chunk in searches}
-    single: dict[str, kit.Tally] = {}
+    single: dict[str, harness.Tally] = {}
     print("one session, 20 ms chunks:")
     for load in loads:
         single[load.kind] = one = await load.step(1, 20, 1.0 if quick else 5.0)
-        print(kit.single_line(load.kind, one), flush=True)
+        print(harness.single_line(load.kind, one), flush=True)
     costs = await fixed_costs(loads, (10,) if quick else FIXED_SESSIONS, trials, quick)
     caps: dict[tuple[str, int], Capacity] = {}
     for chunk_ms, search in searches.items():
@@ -162,9 +162,9 @@ async def measure(loads: Sequence[SteppedLoad], searches: Searches, *, quick: bo
             for load in pending:  # one trial each, in turn
                 at = running[load.kind].at
                 assert at is not None
-                await kit.settle(load.server_pid)
+                await harness.settle(load.server_pid)
                 tally = await load.step(at, chunk_ms, 1.0 if quick else 3.0)
-                print(kit.step_line(load.kind, chunk_ms, tally), flush=True)
+                print(harness.step_line(load.kind, chunk_ms, tally), flush=True)
                 running[load.kind].record(tally)
         caps.update({(kind, chunk_ms): s.capacity for kind, s in running.items()})
     return Results(single, costs, caps)
@@ -176,12 +176,12 @@ async def fixed_costs(
     costs: dict[tuple[str, int], Cost] = {}
     for sessions in fixed:
         print(f"server CPU per chunk, {sessions} sessions x {FIXED_CHUNK_MS} ms:", flush=True)
-        steps: dict[str, list[kit.Tally]] = {load.kind: [] for load in loads}
+        steps: dict[str, list[harness.Tally]] = {load.kind: [] for load in loads}
         for _ in range(trials):
             for load in loads:
-                await kit.settle(load.server_pid)
+                await harness.settle(load.server_pid)
                 tally = await load.step(sessions, FIXED_CHUNK_MS, 1.0 if quick else 4.0)
-                print(kit.step_line(load.kind, FIXED_CHUNK_MS, tally), flush=True)
+                print(harness.step_line(load.kind, FIXED_CHUNK_MS, tally), flush=True)
                 steps[load.kind].append(tally)
         for kind, tallies in steps.items():
             per_chunk = FIXED_CHUNK_MS / (sessions * 1000) * 1e6  # share of a core -> us/chunk

@@ -20,7 +20,7 @@ CLIENT_BOUND = 0.9  # a load generator using this much of its core may be what f
 
 
 class Trial(Protocol):
-    """What a search reads of one paced step (a :class:`~omni_grpc.bench.kit.Tally`)."""
+    """What a search reads of one paced step (a :class:`~omni_grpc.bench.harness.Tally`)."""
 
     sessions: int
     server_cpu: float

@@ -1,7 +1,7 @@
 """Benchmark: our gRPC service against a raw grpc.aio echo, side by side, in one run.
 
 Both servers run as child processes and are driven by the same load generator with the same
-message sizes and pacing (:mod:`omni_grpc.bench.kit`; the servers and the sessions that load
+message sizes and pacing (:mod:`omni_grpc.bench.harness`; the servers and the sessions that load
 them are :mod:`omni_grpc.bench.grpc_load`).
 
 Reported: sessions sustained with p99 chunk round trip under 50 ms (20 ms and 100 ms chunks) and
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from omni_grpc.bench import kit
+from omni_grpc.bench import harness
 from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, Load, append, serve_echo, serve_ours
 from omni_grpc.bench.measure import FIXED_SESSIONS, TRIALS, Cost, fixed_costs, measure
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
@@ -98,10 +97,10 @@ async def idle_memory_kib(port: int, pid: int, count: int) -> float:
 
         await open_some(10)  # warm the allocator and code paths first
         await asyncio.sleep(0.5)
-        before = kit.rss_kib(pid)
+        before = harness.rss_kib(pid)
         await open_some(count)
         await asyncio.sleep(0.5)
-        after = kit.rss_kib(pid)
+        after = harness.rss_kib(pid)
         for call in calls:
             call.cancel()
     return (after - before) / count
@@ -110,12 +109,10 @@ async def idle_memory_kib(port: int, pid: int, count: int) -> float:
 # -- main ---------------------------------------------------------------------------------
 
 
-def _start_servers() -> tuple[kit.Child, kit.Child, list[Load]]:
-    """Pins this load generator to its core, then starts the raw echo and our service, each in
-    a child process on the other core, with a load for each."""
-    kit.pin(kit.LOAD_CPU)
-    kit.raise_open_file_limit()
-    echo, ours = kit.Child(SERVE_CHILD, "echo"), kit.Child(SERVE_CHILD, "ours")
+def _start_servers() -> tuple[harness.Child, harness.Child, list[Load]]:
+    """Starts the raw echo and our service, each in a child process on the server core, with
+    a load for each."""
+    echo, ours = harness.Child(SERVE_CHILD, "echo"), harness.Child(SERVE_CHILD, "ours")
     loads = [
         Load("echo", echo.ports[0], echo.pid),
         Load("ours", ours.ports[0], ours.pid, ours.engine_cpu_s),
@@ -124,7 +121,7 @@ def _start_servers() -> tuple[kit.Child, kit.Child, list[Load]]:
 
 
 async def bench(quick: bool, as_json: bool) -> int:
-    load_before = os.getloadavg()
+    load_before = harness.start_run()
     echo, ours, loads = _start_servers()
     # (start, top) by kind: each search starts near the capacity measured before, to save
     # steps, and its top is far above any capacity measured, so it is found, not capped.
@@ -145,13 +142,13 @@ async def bench(quick: bool, as_json: bool) -> int:
         e, o = caps[("echo", chunk_ms)], caps[("ours", chunk_ms)]
         ratio = o.sessions / e.sessions if e.sessions else 0.0
         rows.append(
-            kit.capacity_row(chunk_ms, [e.cell(), o.cell()], ratio, TARGET_RATIO, quick=quick)
+            harness.capacity_row(chunk_ms, [e.cell(), o.cell()], ratio, TARGET_RATIO, quick=quick)
         )
     rows.extend(_cost_rows(results.costs))
     for chunk_ms in searches:
         e, o = caps[("echo", chunk_ms)], caps[("ours", chunk_ms)]
         ratio = o.us_per_chunk / e.us_per_chunk if e.us_per_chunk else 0.0
-        rows.append(kit.cpu_row(chunk_ms, (e, o), ratio))
+        rows.append(harness.cpu_row(chunk_ms, (e, o), ratio))
     base, mine = single["echo"], single["ours"]
     added50, added99 = mine.p50 - base.p50, mine.p99 - base.p99
     rows.append(
@@ -196,17 +193,12 @@ async def bench(quick: bool, as_json: bool) -> int:
         ]
     )
     header = ["measure", "raw echo", "ours", "ratio / added", "target", "met"]
-    kit.print_table(header, rows)
-    kit.print_load_average(load_before)
+    document = None
     if as_json:
         document = results.document("grpc", header, rows, load_before)
         document["resume_p50_ms"], document["idle_session_kib"] = r50, idle_kib
-        kit.print_json(document)
-    # A single session must get every chunk back: anything else is a broken path, not load.
-    broken = [kind for kind, one in single.items() if one.errors or one.received != one.sent]
-    if broken:
-        print(f"error: lost or refused chunks at one session: {', '.join(broken)}")
-    return 1 if broken else 0
+    harness.finish_run(header, rows, load_before, document)
+    return harness.lost_at_one_session(single)
 
 
 def _cost_rows(costs: dict[tuple[str, int], Cost]) -> list[list[str]]:
@@ -216,32 +208,25 @@ def _cost_rows(costs: dict[tuple[str, int], Cost]) -> list[list[str]]:
         if kind == "ours":
             raw = costs[("echo", sessions)]
             ratio = cost.us_per_chunk / raw.us_per_chunk if raw.us_per_chunk else 0.0
-            rows.extend(kit.cost_rows([raw.cells, cost.cells], sessions, ratio, TARGET_CPU_RATIO))
-            rows.append(
-                [
-                    f"load generator's CPU, {sessions} sessions",
-                    f"{raw.client_cpu:.0%}",
-                    f"{cost.client_cpu:.0%}",
-                    "-",
-                    "-",
-                    "-",
-                ]
+            rows.extend(
+                harness.cost_rows([raw.cells, cost.cells], sessions, ratio, TARGET_CPU_RATIO)
             )
+            rows.append(harness.client_cpu_row(sessions, [raw.client_cpu, cost.client_cpu]))
     return rows
 
 
 async def cpu_only() -> int:
     """Only server CPU per chunk at the fixed loads (10 and 100 sessions, three interleaved
     steps each, about two minutes): the figure to take again after a change to the hot path."""
-    load_before = os.getloadavg()
+    load_before = harness.start_run()
     echo, ours, loads = _start_servers()
     try:
         costs = await fixed_costs(loads, FIXED_SESSIONS, TRIALS, quick=False)
     finally:
         echo.stop()
         ours.stop()
-    kit.print_table(["measure", "raw echo", "ours", "ratio", "target", "met"], _cost_rows(costs))
-    kit.print_load_average(load_before)
+    header = ["measure", "raw echo", "ours", "ratio", "target", "met"]
+    harness.finish_run(header, _cost_rows(costs), load_before)
     return 0
 
 
@@ -251,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="omni-grpc bench", description=(__doc__ or "").split("\n\n")[0]
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--json", action="store_true", help=kit.JSON_HELP)
+    parser.add_argument("--json", action="store_true", help=harness.JSON_HELP)
     parser.add_argument(
         "--cpu-only",
         action="store_true",
@@ -261,12 +246,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--serve-ours", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_echo or args.serve_ours:
-        kit.pin(kit.SERVER_CPU)
-        return kit.run(serve_echo() if args.serve_echo else serve_ours())
+        harness.pin(harness.SERVER_CPU)
+        return harness.run(serve_echo() if args.serve_echo else serve_ours())
     if args.cpu_only:
-        return kit.run(cpu_only())
-    with kit.progress_to_stderr(args.json):
-        return kit.run(bench(args.quick, args.json))
+        return harness.run(cpu_only())
+    with harness.progress_to_stderr(args.json):
+        return harness.run(bench(args.quick, args.json))
 
 
 if __name__ == "__main__":

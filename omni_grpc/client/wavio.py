@@ -1,8 +1,8 @@
 """Reading the talk command's input (WAV or raw pcm16) and writing its reply as WAV.
 
 Input becomes mono pcm16 at a rate the protocol accepts: channels are averaged, 8/24/32-bit
-samples are scaled to 16 bits, and a rate the server would refuse is resampled to the canonical
-input rate (what engines take anyway).
+samples are scaled to 16 bits (the layouts are :mod:`omni_grpc.audio`'s), and a rate the server
+would refuse is resampled to the canonical input rate (what engines take anyway).
 """
 
 from __future__ import annotations
@@ -15,6 +15,12 @@ import numpy as np
 import numpy.typing as npt
 import soxr
 
+from omni_grpc.audio.formats import (
+    AudioFormatError,
+    samples_from_pcm16,
+    samples_from_pcm_frames,
+    samples_to_pcm16,
+)
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, SUPPORTED_RATES_HZ, pcm16_ms
 
 FALLBACK_RATE_HZ = CANONICAL_INPUT_RATE_HZ
@@ -41,27 +47,18 @@ class PcmAudio:
         return [self.pcm16[i : i + step] for i in range(0, len(self.pcm16), step)]
 
 
-def _to_int16(frames: bytes, width: int, channels: int) -> npt.NDArray[np.float64]:
-    if width == 1:  # WAV 8-bit is unsigned
-        samples = (np.frombuffer(frames, dtype=np.uint8).astype(np.float64) - 128) * 256
-    elif width == 2:
-        samples = np.frombuffer(frames, dtype="<i2").astype(np.float64)
-    elif width == 3:
-        raw = np.frombuffer(frames, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
-        value = raw[:, 0] | (raw[:, 1] << 8) | (raw[:, 2] << 16)
-        samples = (np.where(value >= 1 << 23, value - (1 << 24), value) / 256).astype(np.float64)
-    elif width == 4:
-        samples = np.frombuffer(frames, dtype="<i4").astype(np.float64) / 65536
-    else:
-        raise AudioInputError(f"unsupported sample width: {width} bytes")
-    return samples.reshape(-1, channels).mean(axis=1)
+def _samples(frames: bytes, width: int, channels: int) -> npt.NDArray[np.float64]:
+    try:
+        return samples_from_pcm_frames(frames, width, channels)
+    except AudioFormatError as error:
+        raise AudioInputError(str(error)) from None
 
 
 def _normalize(samples: npt.NDArray[np.float64], rate_hz: int) -> PcmAudio:
     if rate_hz not in SUPPORTED_RATES_HZ:
-        samples = soxr.resample(samples / 32768.0, rate_hz, FALLBACK_RATE_HZ) * 32768.0
+        samples = soxr.resample(samples, rate_hz, FALLBACK_RATE_HZ)
         rate_hz = FALLBACK_RATE_HZ
-    pcm = np.clip(np.rint(samples), -32768, 32767).astype("<i2").tobytes()
+    pcm = samples_to_pcm16(samples)
     if not pcm:
         raise AudioInputError("the input holds no audio")
     return PcmAudio(pcm, rate_hz)
@@ -77,7 +74,7 @@ def read_audio(path: str | Path, *, raw_rate_hz: int | None = None) -> PcmAudio:
                 raise AudioInputError(f"{path}: raw pcm16 needs an even number of bytes")
             if raw_rate_hz <= 0:
                 raise AudioInputError("the raw sample rate must be positive")
-            return _normalize(np.frombuffer(data, dtype="<i2").astype(np.float64), raw_rate_hz)
+            return _normalize(samples_from_pcm16(data).astype(np.float64), raw_rate_hz)
         with wave.open(str(path), "rb") as wav:
             channels, width, rate = wav.getnchannels(), wav.getsampwidth(), wav.getframerate()
             frames = wav.readframes(wav.getnframes())
@@ -87,7 +84,7 @@ def read_audio(path: str | Path, *, raw_rate_hz: int | None = None) -> PcmAudio:
         ) from None
     except OSError as error:
         raise AudioInputError(f"{path}: {error.strerror or error}") from None
-    return _normalize(_to_int16(frames, width, channels), rate)
+    return _normalize(_samples(frames, width, channels), rate)
 
 
 def write_wav(path: str | Path, pcm16: bytes, rate_hz: int) -> None:

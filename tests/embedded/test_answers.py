@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 
-from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
+from omni_grpc.engine.embedded.models.lm import SmolLM, find_smollm2
 from omni_grpc.engine.embedded.responder import (
     DEFAULT_INSTRUCTIONS,
     DEFAULT_MAX_TOKENS,

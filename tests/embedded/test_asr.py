@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omni_grpc.engine.embedded.asr import (
+from omni_grpc.engine.embedded.models.asr import (
     HOP_SAMPLES,
     MAX_GAIN_DB,
     level_to,

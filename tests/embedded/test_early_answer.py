@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine
-from omni_grpc.engine.embedded.asr import Hypothesis
 from omni_grpc.engine.embedded.early_answer import EarlyAnswer
-from omni_grpc.engine.embedded.rescoring import LmRescorer
+from omni_grpc.engine.embedded.models.asr import Hypothesis
+from omni_grpc.engine.embedded.models.rescoring import LmRescorer
 from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder, TextStream
 from omni_grpc.wire import pb
 

@@ -13,23 +13,23 @@ import numpy as np
 import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine, EmbeddedOptions
-from omni_grpc.engine.embedded.asr import drop_repeat
-from omni_grpc.engine.embedded.gguf_file import GgufError, GgufFile
-from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
-from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder
-from omni_grpc.engine.embedded.turn_detection import (
-    SpeechPause,
-    SpeechStart,
-    SpeechStop,
-    TurnDetector,
-)
-from omni_grpc.engine.embedded.whisper_models import (
+from omni_grpc.engine.embedded.models.asr import drop_repeat
+from omni_grpc.engine.embedded.models.gguf_file import GgufError, GgufFile
+from omni_grpc.engine.embedded.models.lm import SmolLM, find_smollm2
+from omni_grpc.engine.embedded.models.whisper_models import (
     BASE_SHA256,
     TINY_EN_SHA256,
     base_files,
     mend_merges,
     tiny_en_dir,
     whisper_files,
+)
+from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder
+from omni_grpc.engine.embedded.turn_detection import (
+    SpeechPause,
+    SpeechStart,
+    SpeechStop,
+    TurnDetector,
 )
 from omni_grpc.engine.kit.tts import SentenceSplitter, voice_name
 

@@ -1,6 +1,6 @@
-"""Whisper's beam readings re-ranked by SmolLM2 (omni_grpc.engine.embedded.rescoring), with the
-real models: the LM's batched scoring against its one-token-at-a-time path, the choice it makes,
-and a session that hears the speech set's sample through it."""
+"""Whisper's beam readings re-ranked by SmolLM2 (omni_grpc.engine.embedded.models.rescoring),
+with the real models: the LM's batched scoring against its one-token-at-a-time path, the choice
+it makes, and a session that hears the speech set's sample through it."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine
-from omni_grpc.engine.embedded.asr import BEAM_SIZE, Hypothesis, Transcriber
-from omni_grpc.engine.embedded.lm import SmolLM, _PrefixTree, find_smollm2
-from omni_grpc.engine.embedded.rescoring import (
+from omni_grpc.engine.embedded.models.asr import BEAM_SIZE, Hypothesis, Transcriber
+from omni_grpc.engine.embedded.models.lm import SmolLM, _PrefixTree, find_smollm2
+from omni_grpc.engine.embedded.models.rescoring import (
     CONTEXT,
     END_OF_TURN,
     MAX_PER_TOKEN_GAP,

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import jsonschema
 import pytest
 
-from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
+from omni_grpc.engine.embedded.models.lm import SmolLM, find_smollm2
 from omni_grpc.engine.embedded.tool_calls import CallWriter, choose_call
 from omni_grpc.engine.kit import Answer, UserInput
 from omni_grpc.wire import pb

@@ -15,10 +15,10 @@ import pytest
 from omni_grpc.engine import kit
 from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.embedded import EmbeddedEngine
-from omni_grpc.engine.embedded import piper_voice as piper_module
+from omni_grpc.engine.embedded.models import piper_voice as piper_module
+from omni_grpc.engine.embedded.models.phonemes import clauses, espeak_ipa
+from omni_grpc.engine.embedded.models.piper_voice import PiperVoice, VoiceMissing
 from omni_grpc.engine.embedded.options import EmbeddedOptions
-from omni_grpc.engine.embedded.phonemes import clauses, espeak_ipa
-from omni_grpc.engine.embedded.piper_voice import PiperVoice, VoiceMissing
 from omni_grpc.engine.kit.tts import Espeak, Synthesizer
 from omni_grpc.wire import pb
 

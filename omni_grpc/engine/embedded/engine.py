@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from omni_grpc.core.limits import EngineFeatures
 from omni_grpc.engine.base import Engine, EngineError
-from omni_grpc.engine.embedded.models import Runtime
 from omni_grpc.engine.embedded.options import EmbeddedOptions
+from omni_grpc.engine.embedded.runtime import Runtime
 from omni_grpc.engine.embedded.session import EmbeddedSession
 from omni_grpc.engine.kit.tts import Synthesizer
 from omni_grpc.wire import pb
@@ -63,12 +63,12 @@ class EmbeddedEngine(Engine):
         return self.runtime
 
     def _load(self) -> Runtime:
-        from omni_grpc.engine.embedded.asr import BEAM_SIZE, Decoding, Transcriber
-        from omni_grpc.engine.embedded.lm import ModelMissing, SmolLM, find_smollm2
-        from omni_grpc.engine.embedded.rescoring import RESCORED_BEAM, LmRescorer
+        from omni_grpc.engine.embedded.models.asr import BEAM_SIZE, Decoding, Transcriber
+        from omni_grpc.engine.embedded.models.lm import ModelMissing, SmolLM, find_smollm2
+        from omni_grpc.engine.embedded.models.rescoring import RESCORED_BEAM, LmRescorer
+        from omni_grpc.engine.embedded.models.vad import SileroVad
         from omni_grpc.engine.embedded.responder import EchoResponder, SmolResponder
         from omni_grpc.engine.embedded.tool_calls import CallWriter
-        from omni_grpc.engine.embedded.vad import SileroVad
 
         tts = self._load_voice()
         options = self.options
@@ -115,7 +115,7 @@ class EmbeddedEngine(Engine):
 
     def _load_voice(self) -> Synthesizer:
         """The Piper voice (``tts`` piper, or auto when it is installed), else espeak-ng."""
-        from omni_grpc.engine.embedded.piper_voice import PiperVoice, VoiceMissing, find_joe
+        from omni_grpc.engine.embedded.models.piper_voice import PiperVoice, VoiceMissing, find_joe
         from omni_grpc.engine.kit.tts import Espeak
 
         wpm = self.options.words_per_minute

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from omni_grpc.engine.embedded.models.vad import WINDOW_MS, SileroVad, VadStream
 from omni_grpc.engine.embedded.turn_detection import (
     RELEASE_GAP,
     SpeechPause,
@@ -19,7 +20,6 @@ from omni_grpc.engine.embedded.turn_detection import (
     SpeechStop,
     TurnDetector,
 )
-from omni_grpc.engine.embedded.vad import WINDOW_MS, SileroVad, VadStream
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_bytes, pcm16_ms
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from omni_grpc.engine.embedded.whisper_models import MODELS as ASR_MODELS
+from omni_grpc.engine.embedded.models.whisper_models import MODELS as ASR_MODELS
 from omni_grpc.engine.kit.options import Converters, check_choice, check_range, parse_options
 
 RESPONDERS = ("auto", "echo", "smollm2")
@@ -42,7 +42,7 @@ class EmbeddedOptions:
     * ``pace``: ``realtime`` (default) releases audio no faster than it plays, so a
       barge-in finds the response still running; ``fast`` releases it as it is made.
     * ``tts``: ``espeak`` (the default: espeak-ng, robotic, the fastest, GPL only as a
-      separate program), ``piper`` (the neural voice "joe", :mod:`.piper_voice`, from the
+      separate program), ``piper`` (the neural voice "joe", :mod:`.models.piper_voice`, from the
       optional ``neural-voice`` extra), or ``auto``: Piper when its voice is installed, else
       espeak-ng. Piper is not the default because the licence of the data its voice was
       fine-tuned from is unsettled for commercial use, and with SmolLM2 it keeps end of
@@ -58,7 +58,7 @@ class EmbeddedOptions:
       re-ranks its readings (more to choose from) and 5 where it does not (docs/engines.md).
     * ``asr_threads``: threads of the speech recognizer; default 2.
     * ``asr_rescoring``: ``auto`` (the default) has SmolLM2 choose among the beam's readings
-      of each turn (:mod:`.rescoring`) when it is loaded for the responder; ``on`` loads it
+      of each turn (:mod:`.models.rescoring`) when it is loaded for the responder; ``on`` loads it
       for that even under the echo responder; ``off`` keeps Whisper's likeliest reading.
     * ``min_speech_ms``: speech shorter than this never starts a turn; default 64.
     * ``chunk_ms``: length of one output audio chunk, 20 to 200; default 100.

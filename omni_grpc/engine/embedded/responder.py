@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
-from omni_grpc.engine.embedded.lm import GenerationStats, SmolLM
+from omni_grpc.engine.embedded.models.lm import GenerationStats, SmolLM
 
 # The prompt and sampling were chosen on a set of short questions (scripts/lm_questions.py; the
 # scores in docs/engines.md): asking for English stops SmolLM2 from answering "the capital of

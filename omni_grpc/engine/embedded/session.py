@@ -27,7 +27,6 @@ from omni_grpc.core.errors import CommandError
 from omni_grpc.engine import kit
 from omni_grpc.engine.embedded.early_answer import EarlyAnswer
 from omni_grpc.engine.embedded.listening import Listener, Pause, SpeechStart, Turn
-from omni_grpc.engine.embedded.models import Runtime
 from omni_grpc.engine.embedded.options import PACES, RESPONDERS
 from omni_grpc.engine.embedded.partials import StableWords
 from omni_grpc.engine.embedded.responder import (
@@ -36,6 +35,7 @@ from omni_grpc.engine.embedded.responder import (
     Request,
     next_seed,
 )
+from omni_grpc.engine.embedded.runtime import Runtime
 from omni_grpc.engine.embedded.tool_calls import choose_call
 from omni_grpc.engine.kit.tools import emit_call
 from omni_grpc.wire import pb

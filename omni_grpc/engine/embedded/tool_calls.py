@@ -34,7 +34,7 @@ from llguidance.numpy import (
 )
 
 from omni_grpc.core.tools import tool_schema
-from omni_grpc.engine.embedded.lm import F32, GenerationStats, SmolLM
+from omni_grpc.engine.embedded.models.lm import F32, GenerationStats, SmolLM
 from omni_grpc.engine.kit import Answer
 from omni_grpc.engine.kit.tools import (
     answers_a_call,

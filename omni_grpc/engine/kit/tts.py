@@ -16,12 +16,11 @@ import asyncio
 import re
 import shutil
 import struct
+from collections.abc import Sequence
 from typing import Protocol
 
-import numpy as np
-
 from omni_grpc import audio
-from omni_grpc.audio.formats import float_to_pcm16, pcm16_to_float
+from omni_grpc.audio.formats import samples_from_pcm16, samples_to_pcm16
 from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ
 
 DEFAULT_VOICE = "en-us"
@@ -102,36 +101,39 @@ class Espeak:
         rate, pcm = _parse_wav(wav)
         if not pcm:
             return b""
-        samples = pcm16_to_float(np.frombuffer(pcm, dtype="<i2"))
-        resampled = audio.resample(samples, rate, CANONICAL_OUTPUT_RATE_HZ)
-        return float_to_pcm16(resampled).astype("<i2").tobytes()
+        resampled = audio.resample(samples_from_pcm16(pcm), rate, CANONICAL_OUTPUT_RATE_HZ)
+        return samples_to_pcm16(resampled)
 
     async def _run(self, text: str, voice: str) -> bytes:
-        # The text goes through stdin, never argv, so no text can be taken for an option.
-        process = await asyncio.create_subprocess_exec(
-            self._program,
-            "-v",
-            voice,
-            "-s",
-            str(self.words_per_minute),
-            "--stdout",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        wpm = str(self.words_per_minute)
+        # A WAV header alone (44 bytes) is no speech.
+        return await run_espeak(self._program, ["-v", voice, "-s", wpm, "--stdout"], text, 45)
+
+
+async def run_espeak(program: str, options: Sequence[str], text: str, min_bytes: int = 0) -> bytes:
+    """What espeak-ng (``program``) writes to stdout for ``text``; TtsUnavailable if it fails
+    or writes fewer than ``min_bytes``. The kit's voice runs it for speech, the embedded
+    engine for the phonemes of its Piper voice."""
+    # The text goes through stdin, never argv, so no text can be taken for an option.
+    process = await asyncio.create_subprocess_exec(
+        program,
+        *options,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await process.communicate(text.encode("utf-8"))
+    except asyncio.CancelledError:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        raise
+    if process.returncode != 0 or len(out) < min_bytes:
+        raise TtsUnavailable(
+            f"espeak-ng failed ({process.returncode}): {err.decode(errors='replace').strip()[:200]}"
         )
-        try:
-            out, err = await process.communicate(text.encode("utf-8"))
-        except asyncio.CancelledError:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-            raise
-        if process.returncode != 0 or len(out) <= 44:
-            raise TtsUnavailable(
-                f"espeak-ng failed ({process.returncode}): "
-                f"{err.decode(errors='replace').strip()[:200]}"
-            )
-        return out
+    return out
 
 
 def _parse_wav(wav: bytes) -> tuple[int, bytes]:

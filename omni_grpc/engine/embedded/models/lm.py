@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from omni_grpc.engine.embedded.gguf_file import GgufFile
+from omni_grpc.engine.embedded.models.gguf_file import GgufFile
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

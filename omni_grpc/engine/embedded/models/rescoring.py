@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from omni_grpc.engine.embedded.asr import Hypothesis
-from omni_grpc.engine.embedded.lm import SCORE_CONTEXT, SmolLM
+from omni_grpc.engine.embedded.models.asr import Hypothesis
+from omni_grpc.engine.embedded.models.lm import SCORE_CONTEXT, SmolLM
 
 # Chosen on the speech set's even lines and checked on its odd ones (docs/engines.md): from
 # 0.3 to 1.0 the rate moved by a word or two in a thousand.

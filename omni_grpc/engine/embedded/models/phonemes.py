@@ -3,16 +3,16 @@
 Piper voices read espeak-ng's IPA, clause by clause, with each clause's closing punctuation
 kept as a phoneme of its own (the model pauses and sets the tone on it). The espeak-ng
 program prints one line of IPA per clause but drops the punctuation, so the text is cut at
-the same places here and the punctuation put back. espeak-ng runs as a subprocess, as the
-kit's voice does, so the GPL program stays a separate work from ours.
+the same places here and the punctuation put back. espeak-ng runs as a subprocess (the kit's
+:func:`~omni_grpc.engine.kit.tts.run_espeak`, as for the kit's voice), so the GPL program stays
+a separate work from ours.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 
-from omni_grpc.engine.kit.tts import TtsUnavailable, espeak_path
+from omni_grpc.engine.kit.tts import espeak_path, run_espeak
 
 # espeak-ng ends a clause at these marks when a space or the end follows ("7:30" is one).
 _CLAUSE = re.compile(r"([^,.!?;:]*(?:[,.!?;:](?!\s|$)[^,.!?;:]*)*)([,.!?;:]*)(?:\s+|$)")
@@ -42,26 +42,5 @@ async def espeak_ipa(text: str, voice: str = "en-us") -> str:
 
 
 async def _run(text: str, voice: str) -> list[str]:
-    # The text goes through stdin, never argv, so no text can be taken for an option.
-    process = await asyncio.create_subprocess_exec(
-        espeak_path(),
-        "-q",
-        "--ipa",
-        "-v",
-        voice,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await process.communicate(text.encode("utf-8"))
-    except asyncio.CancelledError:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-        raise
-    if process.returncode != 0:
-        raise TtsUnavailable(
-            f"espeak-ng failed ({process.returncode}): {err.decode(errors='replace').strip()[:200]}"
-        )
+    out = await run_espeak(espeak_path(), ["-q", "--ipa", "-v", voice], text)
     return [line.strip() for line in out.decode("utf-8").splitlines() if line.strip()]

@@ -15,6 +15,7 @@ import os
 import numpy as np
 import numpy.typing as npt
 
+from omni_grpc.audio.formats import samples_from_pcm16
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
 
 # Silero's 16 kHz model reads canonical input as it is.
@@ -82,7 +83,7 @@ class VadStream:
 
     def feed(self, pcm16: bytes) -> list[float]:
         """Scores every whole window the new audio completes; returns their probabilities."""
-        samples = np.frombuffer(pcm16, dtype="<i2").astype(np.float32) / 32768.0
+        samples = samples_from_pcm16(pcm16)
         data = np.concatenate([self._pending, samples]) if self._pending.size else samples
         whole = data.size - data.size % WINDOW_SAMPLES
         probs: list[float] = []

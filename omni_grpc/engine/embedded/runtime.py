@@ -5,11 +5,11 @@ from __future__ import annotations
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from omni_grpc.engine.embedded.asr import Transcriber
+from omni_grpc.engine.embedded.models.asr import Transcriber
+from omni_grpc.engine.embedded.models.vad import SileroVad
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.responder import EchoResponder, Responder, SmolResponder
 from omni_grpc.engine.embedded.tool_calls import CallWriter
-from omni_grpc.engine.embedded.vad import SileroVad
 from omni_grpc.engine.kit.tts import Synthesizer
 
 

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from omni_grpc.engine.embedded.whisper_models import whisper_files
+from omni_grpc.audio.formats import samples_from_pcm16
+from omni_grpc.engine.embedded.models.whisper_models import whisper_files
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_ms
 
 # Whisper hallucinates on very short clips; a turn shorter than this is not worth decoding.
@@ -294,7 +295,7 @@ class Transcriber:
 
     def _front(self, pcm16: bytes) -> np.ndarray:
         """The turn's samples as Whisper is given them: trimmed and levelled as decided."""
-        audio = np.frombuffer(pcm16, dtype="<i2").astype(np.float32) / 32768.0
+        audio = samples_from_pcm16(pcm16)
         if self.decoding.trailing_ms is not None:
             audio = trim_trailing_silence(audio, self.decoding.trailing_ms)
         if self.decoding.level_dbfs is not None:

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from omni_grpc import audio
-from omni_grpc.audio.formats import float_to_pcm16
-from omni_grpc.engine.embedded.phonemes import espeak_ipa
+from omni_grpc.audio.formats import samples_to_pcm16
+from omni_grpc.engine.embedded.models.phonemes import espeak_ipa
 from omni_grpc.engine.kit.tts import DEFAULT_WPM
 from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ
 
@@ -113,7 +113,7 @@ class PiperVoice:
         samples = await loop.run_in_executor(self._executor, self.infer, ids)
         samples = self.trim(samples, ends_sentence=bool(_SENTENCE_END.search(text)))
         resampled = audio.resample(samples, self.rate_hz, CANONICAL_OUTPUT_RATE_HZ)
-        return float_to_pcm16(resampled).astype("<i2").tobytes()
+        return samples_to_pcm16(resampled)
 
     def trim(self, samples: np.ndarray, *, ends_sentence: bool) -> np.ndarray:
         """``samples`` without the model's silence before, and after a phrase mid-sentence."""

@@ -1,4 +1,4 @@
-"""What every transport benchmark shares: servers in child processes, paced load, the table.
+"""The harness every transport benchmark runs on: child servers, paced load, tallies, the table.
 
 A benchmark runs each server under test as a child process (pinned to CPU 0 where the machine
 allows) and drives it from its own process, the load generator (pinned to CPU 1), with the same
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -108,6 +108,15 @@ def raise_open_file_limit() -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def start_run() -> tuple[float, float, float]:
+    """Makes this process a run's load generator (pinned to :data:`LOAD_CPU`, with sockets
+    enough); returns the machine's load average before the run, for :func:`finish_run`."""
+    load_before = os.getloadavg()
+    pin(LOAD_CPU)
+    raise_open_file_limit()
+    return load_before
 
 
 class Child:
@@ -328,6 +337,46 @@ async def drive(
     return tally
 
 
+class PacedLoad:
+    """Paced steps of one kind of load against one server: a benchmark's load makes the
+    sessions of a step and hands them to :meth:`paced`.
+
+    ``engine_meter`` reads the server's engine CPU seconds (:meth:`Child.engine_cpu_s`), where
+    it has one; ``server_cpu_s`` the server's own (:func:`tree_cpu_s` for a server of several
+    processes). Each load draws its chunks and the sessions' phases from a random source of
+    its own, seeded alike, so every run sends the same bytes at the same offsets.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        port: int,
+        server_pid: int,
+        engine_meter: Callable[[], Awaitable[float]] | None = None,
+        *,
+        server_cpu_s: Callable[[int], float] = cpu_s,
+    ) -> None:
+        self.kind, self.port, self.server_pid = kind, port, server_pid
+        self.engine_meter = engine_meter
+        self.server_cpu_s = server_cpu_s
+        self.rng = random.Random(0)
+
+    async def paced(
+        self, group: Sequence[LoadSession], chunk_ms: int, duration_s: float, per_answer: int = 1
+    ) -> Tally:
+        """One step: :func:`drive` of ``group``, a chunk every ``chunk_ms``."""
+        return await drive(
+            group,
+            chunk_ms / 1000,
+            duration_s,
+            self.server_pid,
+            self.rng,
+            self.engine_meter,
+            per_answer,
+            self.server_cpu_s,
+        )
+
+
 def step_line(kind: str, chunk_ms: int, tally: Tally) -> str:
     """One load step as a line of the benchmark's progress output."""
     return (
@@ -425,6 +474,17 @@ def cost_rows(
     ]
 
 
+def client_cpu_row(sessions: int, shares: Sequence[float]) -> list[str]:
+    """The table row of the load generator's share of its core, one cell per server."""
+    return [
+        f"load generator's CPU, {sessions} sessions",
+        *(f"{s:.0%}" for s in shares),
+        "-",
+        "-",
+        "-",
+    ]
+
+
 # -- report -------------------------------------------------------------------------------
 
 
@@ -457,3 +517,25 @@ def print_load_average(before: tuple[float, float, float]) -> None:
     after = os.getloadavg()
     loads = " / ".join(f"{a:.2f} {b:.2f} {c:.2f}" for a, b, c in (before, after))
     print(f"\nload average (1, 5, 15 min) before / after: {loads}")
+
+
+def finish_run(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    load_before: tuple[float, float, float],
+    document: dict[str, object] | None = None,
+) -> None:
+    """Prints a run's table and the load around it, then the ``--json`` document if any."""
+    print_table(header, rows)
+    print_load_average(load_before)
+    if document is not None:
+        print_json(document)
+
+
+def lost_at_one_session(single: Mapping[str, Tally], what: str = "chunks") -> int:
+    """1, saying where, when one session on some path lost ``what`` it was owed or was
+    refused: that is a broken path, not load; else 0."""
+    broken = [kind for kind, one in single.items() if one.errors or one.received < one.owed]
+    if broken:
+        print(f"error: lost or refused {what} at one session: {', '.join(broken)}")
+    return 1 if broken else 0

@@ -26,6 +26,7 @@ from opentelemetry.trace import TracerProvider
 from omni_grpc.core import Registry
 from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import Engine
+from omni_grpc.server import metrics
 from omni_grpc.server.allocator import return_large_blocks
 from omni_grpc.server.auth import ApiKeyInterceptor, open_services
 from omni_grpc.server.durable import DurableStore
@@ -33,6 +34,7 @@ from omni_grpc.server.local import LocalService
 from omni_grpc.server.multiplex import METHOD as CONVERSE_MANY
 from omni_grpc.server.multiplex import MultiplexServicer
 from omni_grpc.server.servicer import SERVICE, DuplexServicer
+from omni_grpc.server.session_gauges import SESSION_GAUGES
 from omni_grpc.server.sessions import Sessions
 from omni_grpc.server.settings import ServerSettings
 from omni_grpc.server.stream_cap import CappedConverse, StreamCap
@@ -137,6 +139,7 @@ async def start_server(
     :mod:`omni_grpc.server.tracing`); without one, nothing is.
     """
     return_large_blocks()  # freed audio leaves the process (see allocator.py)
+    metrics.register_collectors(SESSION_GAUGES)  # scrape-time counts, once per process
     engine = create_engine(settings.engine, dict(settings.engine_options))
     await engine.start()
     store = None

@@ -7,7 +7,8 @@ the number of series stays bounded. What every command and engine event bumps (c
 events by kind, the host's time per append) is counted in plain ints and read at scrape time
 (:mod:`omni_grpc.server.hot_metrics`); the rarer counters here are prometheus-client's own. The
 gauges of attached and detached sessions are computed only when ``/metrics`` is scraped, by
-:class:`SessionGauges` walking the live sessions.
+:class:`~omni_grpc.server.session_gauges.SessionGauges` walking the live sessions; it and the
+hot counts are registered when a server starts (:func:`register_collectors`), not at import.
 
 The metrics live in prometheus-client's process-wide registry, as is usual: the bridge's
 ``/metrics`` (and ``--metrics-port``) expose them with the bridge's own in one scrape.
@@ -15,20 +16,12 @@ The metrics live in prometheus-client's process-wide registry, as is usual: the 
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol
-
 from prometheus_client import REGISTRY, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from omni_grpc.core import Session, State
 from omni_grpc.server.hot_metrics import HotCounts
 from omni_grpc.wire import pb
-
-if TYPE_CHECKING:
-    from omni_grpc.server.host import SessionHost
 
 # Latency buckets in seconds, from a fast loopback turn to a slow CPU speech loop.
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -86,11 +79,23 @@ SPEECH_END_TO_AUDIO = Histogram(
     "server's clock.",
     buckets=LATENCY_BUCKETS_S,
 )
-# Commands and engine events by kind, the host's time per append: bumped as plain ints.
+# Commands and engine events by kind, the host's time per append: bumped as plain ints, read
+# by the collector registered when a server starts (register_collectors).
 HOT_COUNTS = HotCounts()
-REGISTRY.register(HOT_COUNTS)
 ENDING_REASONS = ("closed", "disconnect_grace", "idle_timeout", "engine_failure")
 _ENDED = {reason: SESSIONS_ENDED.labels(reason) for reason in ENDING_REASONS}
+
+
+def register_collectors(*collectors: Collector) -> None:
+    """Registers the scrape-time collectors of a server that starts (the hot counts, and
+    ``collectors``), once per process: a second server in the process shares them."""
+    for collector in (HOT_COUNTS, *collectors):
+        if collector not in _REGISTERED:
+            REGISTRY.register(collector)
+            _REGISTERED.append(collector)
+
+
+_REGISTERED: list[Collector] = []
 
 
 def session_ended(session: Session, expiry_reason: str) -> None:
@@ -112,62 +117,6 @@ def response_done(event: pb.ConverseResponse) -> None:
         RTF.observe(latency.real_time_factor)
 
 
-class _HasSessions(Protocol):
-    def __iter__(self) -> Iterator[SessionHost]: ...
-
-
-class SessionGauges(Collector):
-    """What every live server in the process holds, read at scrape time: sessions attached and
-    detached, journal bytes, events queued for writers, the engine sessions' queues."""
-
-    def __init__(self) -> None:
-        self._servers: weakref.WeakSet[_HasSessions] = weakref.WeakSet()
-
-    def watch(self, sessions: _HasSessions) -> None:
-        self._servers.add(sessions)
-
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        counts = {State.ATTACHED: 0, State.DETACHED: 0}
-        journal_bytes = queued_events = engine_commands = engine_events = 0
-        for server in list(self._servers):
-            for host in server:
-                state = host.session.state
-                if state in counts:
-                    counts[state] += 1
-                journal_bytes += host.session.journal.retained_bytes
-                queued_events += host.queued_events
-                commands, events = host.engine.queue_depths()
-                engine_commands += commands
-                engine_events += events
-        for state, count in counts.items():
-            name = state.name.lower()
-            yield GaugeMetricFamily(f"omni_grpc_sessions_{name}", f"Sessions {name} now.", count)
-        yield GaugeMetricFamily(
-            "omni_grpc_journal_bytes", "Event bytes the sessions' journals hold.", journal_bytes
-        )
-        yield GaugeMetricFamily(
-            "omni_grpc_engine_commands_queued",
-            "Commands waiting in the engine sessions' mailboxes.",
-            engine_commands,
-        )
-        yield GaugeMetricFamily(
-            "omni_grpc_engine_events_queued",
-            "Events the engine sessions produced that the server has not taken yet.",
-            engine_events,
-        )
-        yield GaugeMetricFamily(
-            "omni_grpc_send_queue_events",
-            "Events queued for the streams' writers, all sessions together.",
-            queued_events,
-        )
-
-    def describe(self) -> Iterable[GaugeMetricFamily]:
-        return []  # computed at scrape time only
-
-
-SESSION_GAUGES = SessionGauges()
-REGISTRY.register(SESSION_GAUGES)
-
 __all__ = [
     "COMMAND_REFUSALS",
     "ENDING_REASONS",
@@ -175,9 +124,9 @@ __all__ = [
     "JOURNAL_OVERFLOWS",
     "RESUMES",
     "SESSIONS_OPENED",
-    "SESSION_GAUGES",
     "SPEECH_END_TO_AUDIO",
     "STREAM_REFUSALS",
+    "register_collectors",
     "response_done",
     "session_ended",
 ]

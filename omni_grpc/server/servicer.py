@@ -187,9 +187,13 @@ async def _read(stream: ServerStream, context: grpc.aio.ServicerContext) -> None
     queue = stream.queue
     assert queue is not None
     read, write, command = context.read, context.write, stream.command
+    parse = pb.ConverseRequest.FromString
     while (raw := await read()) is not EOF:
         size = len(raw)
-        request = _parse(raw)
+        try:
+            request: pb.ConverseRequest | None = parse(raw)
+        except DecodeError:
+            request = None  # answered with a typed error, and the stream goes on
         del raw  # a large append would otherwise be held twice while the host takes it
         # What the command made (an echoed chunk, an error) goes out from here, when no write
         # is in flight, without a hop to the writer task.

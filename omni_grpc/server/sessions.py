@@ -25,6 +25,7 @@ from omni_grpc.server import metrics
 from omni_grpc.server.durable import ADOPTIONS, MOVED, DurableStore, StoreUnavailable
 from omni_grpc.server.host import SendQueue, SessionHost
 from omni_grpc.server.refusals import RefusalLog
+from omni_grpc.server.session_gauges import SESSION_GAUGES
 from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.wire import pb
 
@@ -110,7 +111,7 @@ class Sessions:
         self._adopting: set[str] = set()  # ids being adopted here now (one adoption at a time)
         if store is not None:
             store.on_fenced = self._moved
-        metrics.SESSION_GAUGES.watch(self)  # attached and detached, counted at scrape time
+        SESSION_GAUGES.watch(self)  # attached and detached, counted at scrape time
 
     def __iter__(self) -> Iterator[SessionHost]:
         return iter(list(self._hosts.values()))

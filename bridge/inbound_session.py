@@ -21,6 +21,7 @@ from bridge.inbound_events import (
 from bridge.tools import tool_choice, toolset
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import G711_RATE_HZ
+from omni_grpc.wire.names import OVERLAP_POLICIES
 
 _PCM16 = pb.AUDIO_ENCODING_PCM16
 _F32 = pb.AUDIO_ENCODING_PCM_F32
@@ -50,10 +51,6 @@ ENCODINGS: dict[str, pb.AudioEncoding.ValueType] = {
 MODALITIES: dict[str, pb.Modality.ValueType] = {
     "audio": pb.MODALITY_AUDIO,
     "text": pb.MODALITY_TEXT,
-}
-OVERLAP_POLICIES = {
-    "listen_only": pb.OVERLAP_POLICY_LISTEN_ONLY,
-    "barge_in_on_speech": pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH,
 }
 COMMIT_POLICIES = {
     "commit_all_on_done": pb.PLAYBACK_COMMIT_POLICY_COMMIT_ALL_ON_DONE,

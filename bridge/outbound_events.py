@@ -15,6 +15,12 @@ from typing import Any
 from bridge.outbound_session import MODALITY_NAMES, session_json
 from bridge.tools import CALL_ITEM_TYPES, call_item_json
 from omni_grpc.wire import pb
+from omni_grpc.wire.names import (
+    ITEM_STATUSES,
+    OVERLAP_ACTIONS,
+    OVERLAP_POLICIES,
+    RESPONSE_STATUSES,
+)
 
 Event = dict[str, Any]
 
@@ -29,22 +35,14 @@ _ERROR_TYPES = {
 # (``limit`` is left out, so no unit is claimed).
 RATE_LIMIT_CODE = "rate_limit_exceeded"
 _RATE_LIMIT_NAMES = {"commands": "requests", "audio": "tokens"}
+_ITEM_STATUS = {status: name for name, status in ITEM_STATUSES.items()}
+_RESPONSE_STATUS = {status: name for name, status in RESPONSE_STATUSES.items()}
+_OVERLAP_POLICY = {policy: name for name, policy in OVERLAP_POLICIES.items()}
+_OVERLAP_ACTION = {action: name for name, action in OVERLAP_ACTIONS.items()}
 _ROLE_NAMES = {
     pb.ITEM_ROLE_USER: "user",
     pb.ITEM_ROLE_ASSISTANT: "assistant",
     pb.ITEM_ROLE_SYSTEM: "system",
-}
-_ITEM_STATUS = {
-    pb.ITEM_STATUS_IN_PROGRESS: "in_progress",
-    pb.ITEM_STATUS_COMPLETED: "completed",
-    pb.ITEM_STATUS_INCOMPLETE: "incomplete",
-}
-_RESPONSE_STATUS = {
-    pb.RESPONSE_STATUS_IN_PROGRESS: "in_progress",
-    pb.RESPONSE_STATUS_COMPLETED: "completed",
-    pb.RESPONSE_STATUS_CANCELLED: "cancelled",
-    pb.RESPONSE_STATUS_FAILED: "failed",
-    pb.RESPONSE_STATUS_INCOMPLETE: "incomplete",
 }
 # Our status reasons in OpenAI's vocabulary; the exact one travels as `detail`.
 _REASONS = {
@@ -62,15 +60,6 @@ _EXPIRY = {
 _RESYNC = {
     pb.RESYNC_REASON_JOURNAL_GAP: "journal_gap",
     pb.RESYNC_REASON_JOURNAL_OVERFLOW: "journal_overflow",
-}
-_OVERLAP_POLICY = {
-    pb.OVERLAP_POLICY_LISTEN_ONLY: "listen_only",
-    pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH: "barge_in_on_speech",
-}
-_OVERLAP_ACTION = {
-    pb.OVERLAP_ACTION_DROP: "drop",
-    pb.OVERLAP_ACTION_LISTEN: "listen",
-    pb.OVERLAP_ACTION_BARGE_IN: "barge_in",
 }
 
 

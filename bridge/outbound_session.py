@@ -13,9 +13,10 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from bridge.inbound_session import COMMIT_POLICIES, ENCODINGS, MODALITIES, OVERLAP_POLICIES
+from bridge.inbound_session import COMMIT_POLICIES, ENCODINGS, MODALITIES
 from bridge.tools import session_tools_json
 from omni_grpc.wire import pb
+from omni_grpc.wire.names import OVERLAP_POLICIES
 
 # The GA MIME type of each encoding: its one "audio/" spelling among those clients may send.
 _FORMAT_TYPES = {value: name for name, value in ENCODINGS.items() if name.startswith("audio/")}

@@ -27,6 +27,7 @@ import orjson
 from bridge.errors import DialectError
 from bridge.tool_events import ToolChoiceJson, ToolChoiceSpec, ToolJson
 from omni_grpc.wire import pb
+from omni_grpc.wire.names import ITEM_STATUSES
 
 Event = dict[str, Any]
 
@@ -37,11 +38,7 @@ _CHOICE_MODES = {
     "required": pb.TOOL_CHOICE_MODE_REQUIRED,
 }
 _CHOICE_NAMES = {mode: name for name, mode in _CHOICE_MODES.items()}
-_STATUS_NAMES = {
-    pb.ITEM_STATUS_IN_PROGRESS: "in_progress",
-    pb.ITEM_STATUS_COMPLETED: "completed",
-    pb.ITEM_STATUS_INCOMPLETE: "incomplete",
-}
+_STATUS_NAMES = {status: name for name, status in ITEM_STATUSES.items()}
 
 
 # -- inbound ------------------------------------------------------------------------------

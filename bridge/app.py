@@ -6,7 +6,7 @@ Stock clients connect as they would to OpenAI: the Python SDK with ``Authorizati
 the upgrade :mod:`bridge.gate` checks the Host, the Origin and, with keys configured, the key
 (403 or 401), so that web pages the user visits cannot use a local bridge. With keys, a backend
 mints short-lived client secrets for its pages at ``POST /v1/realtime/client_secrets``
-(:mod:`bridge.client_secrets`).
+(:mod:`bridge.minting`, :mod:`bridge.client_secrets`).
 The key a client presented travels on to the service as ``authorization`` metadata, so a
 bridge in front of a keyed service needs no keys of its own; a bridge given a ``service_key``
 presents that one instead.
@@ -30,11 +30,12 @@ from pathlib import Path
 from aiohttp import WSCloseCode, web
 from opentelemetry.trace import Tracer, TracerProvider
 
-from bridge.client_secrets import ClientSecrets, minting_handler
+from bridge.client_secrets import ClientSecrets
 from bridge.dialects import dialect_name
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS, Gate, add_security_headers, host_middleware
 from bridge.inbound import MAX_EVENT_BYTES
 from bridge.metrics import CONNECTIONS, REFUSALS, metrics_handler
+from bridge.minting import minting_handler
 from bridge.outbound import MAX_AUDIO_DELTA_BYTES
 from bridge.relay import Relay
 from bridge.tracing import bridge_tracer

@@ -28,11 +28,10 @@ from pydantic import TypeAdapter, ValidationError
 from bridge import inbound_events as ce
 from bridge.errors import DialectError
 from bridge.inbound_session import MODALITIES, audio_format, config_from_patch
+from bridge.options import MAX_EVENT_BYTES
 from bridge.tools import call_item, tool_choice, toolset
 from omni_grpc.wire import pb
 from omni_grpc.wire.kinds import UNNUMBERED_COMMANDS
-
-MAX_EVENT_BYTES = 15 * 1024 * 1024  # OpenAI's cap on one client event, the reference's too
 
 
 def decode_client_event(

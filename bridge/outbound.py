@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.options import MAX_AUDIO_DELTA_BYTES
 from bridge.outbound_events import STATELESS, Event, item_json, random_event_id, response_json
 from bridge.outbound_plain import plain
 from bridge.outbound_session import capabilities_json, session_json
@@ -43,11 +44,7 @@ from bridge.tools import (
     call_item_json,
 )
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes
 
-# Raw audio bytes per outbound delta: 2 s of canonical output pcm16 (128 KB of base64 at 24 kHz),
-# well under the 1 MiB frame cap of older SDKs.
-MAX_AUDIO_DELTA_BYTES = pcm16_bytes(2000, CANONICAL_OUTPUT_RATE_HZ)
 _OPEN_RESPONSES_KEPT = 16
 _INPUT_ITEMS_KEPT = 64
 

@@ -38,6 +38,7 @@ from bridge import inbound_events as ce
 from bridge.dialects import OPENAI, make_dialect
 from bridge.errors import DialectError
 from bridge.inbound import is_numbered, resume_request
+from bridge.options import BridgeOptions
 from bridge.outbound_events import (
     RATE_LIMIT_CODE,
     error_json,
@@ -146,13 +147,11 @@ class Relay:
         self,
         ws: web.WebSocketResponse,
         service: ServiceLink,
+        options: BridgeOptions,
         *,
         metadata: Sequence[tuple[str, str]],
         model: str,
         autostart: bool,
-        config_timeout_s: float,
-        max_audio_delta_bytes: int,
-        send_deadline_s: float,
         transport: asyncio.Transport | None = None,
         tracer: Tracer | None = None,
         extensions: bool = False,
@@ -160,16 +159,16 @@ class Relay:
     ) -> None:
         self.ws = ws
         self._transport = transport  # the client's connection, dropped if it never reads again
-        self._send_deadline_s = send_deadline_s
+        self._send_deadline_s = options.send_deadline_s
         self.state = RelayState.HANDSHAKE
         self._service = service
         self._metadata = tuple(metadata)
         self._model = model
         self._autostart = autostart
-        self._config_timeout_s = config_timeout_s
+        self._config_timeout_s = options.config_timeout_s
         # The connection's dialect (bridge.dialects): its inbound and outbound translation.
         made = make_dialect(
-            dialect, max_audio_delta_bytes=max_audio_delta_bytes, extensions=extensions
+            dialect, max_audio_delta_bytes=options.max_audio_delta_bytes, extensions=extensions
         )
         self._inbound, self._dialect = made.inbound, made.outbound
         self._stream: ServiceStream | None = None

@@ -23,7 +23,8 @@ from typing import Any
 from google.protobuf import json_format
 
 from bridge.inbound_session import ENCODINGS, MODALITIES
-from bridge.outbound import MAX_AUDIO_DELTA_BYTES, ServerDialect
+from bridge.options import MAX_AUDIO_DELTA_BYTES
+from bridge.outbound import ServerDialect
 from bridge.outbound_events import Event
 from bridge.outbound_session import session_json
 from omni_grpc.wire import pb

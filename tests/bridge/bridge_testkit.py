@@ -22,6 +22,7 @@ from openai.types.realtime import RealtimeServerEvent
 from pydantic import BaseModel, TypeAdapter
 
 from bridge.app import start_bridge
+from bridge.options import BridgeOptions
 from omni_grpc import audio
 from omni_grpc.server.app import RunningServer
 from omni_grpc.server.local import LocalService
@@ -89,16 +90,17 @@ def service_settings(**overrides: Any) -> ServerSettings:
 
 @contextlib.asynccontextmanager
 async def running_bridge(target: str | RunningServer, **options: Any) -> AsyncIterator[int]:
-    """A bridge for ``target`` on a free port; yields the port and stops it afterwards.
+    """A bridge for ``target`` on a free port, with ``options`` (fields of BridgeOptions);
+    yields the port and stops it afterwards.
 
     Given the running service itself, the bridge reaches it in-process (as ``omni-grpc serve``
     does) instead of over gRPC."""
+    local = None
     if isinstance(target, RunningServer):
         # The entry point the launcher hands its bridge: the server's keys and stream cap.
         assert isinstance(target.local, LocalService)
-        options["local"] = target.local
-        target = target.target
-    runner, port = await start_bridge(target, port=0, **options)
+        local, target = target.local, target.target
+    runner, port = await start_bridge(target, BridgeOptions(port=0, **options), local=local)
     try:
         yield port
     finally:

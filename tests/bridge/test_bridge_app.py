@@ -10,6 +10,7 @@ import pytest
 from bridge_testkit import WITH_EXTENSIONS, realtime_socket, running_bridge, service_settings
 
 from bridge.app import BRIDGE, start_bridge
+from bridge.options import BridgeOptions
 from bridge.relay import RelayState
 from omni_grpc.server.app import RunningServer, start_server
 
@@ -97,7 +98,7 @@ async def test_another_first_event_opens_a_default_session_then_applies(bridge_p
 async def test_a_relay_goes_from_handshake_to_relaying_and_ends_closed(
     service: RunningServer,
 ) -> None:
-    runner, port = await start_bridge(service.target, port=0)
+    runner, port = await start_bridge(service.target, BridgeOptions(port=0))
     try:
         async with realtime_socket(port, "") as ws:
             # Answered from the handshake: the relay exists and waits for a first event.

@@ -179,17 +179,17 @@ async def test_the_flags_reach_the_bridge_that_serve_starts(tmp_path: Path) -> N
         ["serve", *flags, str(config), "--allowed-origin", "https://app.example"]
     )
     settings = resolve_serve_settings(args, {})
-    assert settings.allowed_origins == ("https://app.example",)
-    assert settings.allowed_hosts == ("bridge.example",)
+    assert settings.bridge.allowed_origins == ("https://app.example",)
+    assert settings.bridge.allowed_hosts == ("bridge.example",)
     env = {"OMNI_GRPC_ALLOWED_ORIGINS": "https://a.example, https://b.example"}
     from_env = resolve_serve_settings(build_parser().parse_args(["serve"]), env)
-    assert from_env.allowed_origins == ("https://a.example", "https://b.example")
-    assert resolve_serve_settings(build_parser().parse_args(["serve"]), {}).allowed_origins == (
-        DEFAULT_ALLOWED_ORIGINS
-    )
+    assert from_env.bridge.allowed_origins == ("https://a.example", "https://b.example")
+    assert resolve_serve_settings(
+        build_parser().parse_args(["serve"]), {}
+    ).bridge.allowed_origins == (DEFAULT_ALLOWED_ORIGINS)
     bridge_args = ["bridge", "--grpc-target", "h:1", "--allowed-origin", "*", "--allowed-host", "*"]
     alone = resolve_bridge_settings(build_parser().parse_args(bridge_args), {})
-    assert (alone.allowed_origins, alone.allowed_hosts) == (("*",), ("*",))
+    assert (alone.bridge.allowed_origins, alone.bridge.allowed_hosts) == (("*",), ("*",))
     service = await start_service(dataclasses.replace(settings, http_port=0))  # 0: any port
     try:
         assert service.http_port is not None

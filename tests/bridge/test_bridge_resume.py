@@ -22,6 +22,7 @@ from bridge_testkit import (
 )
 
 from bridge.app import start_bridge
+from bridge.options import BridgeOptions
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.wire import pb
@@ -67,7 +68,7 @@ async def start_turn(ws: RealtimeSocket, speech: bytes) -> None:
 async def test_resume_through_a_fresh_bridge_misses_nothing_and_repeats_nothing(
     paced_service: RunningServer, speech: bytes
 ) -> None:
-    runner, first_port = await start_bridge(paced_service.target, port=0)
+    runner, first_port = await start_bridge(paced_service.target, BridgeOptions(port=0))
     async with realtime_socket(first_port, WITH_EXTENSIONS) as ws:
         created = await ws.recv()
         await start_turn(ws, speech)

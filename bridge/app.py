@@ -127,7 +127,7 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     model = query.get("model", "")
     # The duplex extensions go to a client that asks for them (?extensions=1); a stock OpenAI
     # client, which checks every event against the GA schema, gets that schema only
-    # (bridge.outbound_plain). The vLLM-Omni dialect has them always.
+    # (bridge.realtime.plain). The vLLM-Omni dialect has them always.
     extensions = query.get("extensions", "").lower() in _TRUE
     assert bridge.service is not None, "the channel opens before the first request"
     relay = Relay(

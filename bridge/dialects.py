@@ -1,10 +1,10 @@
 """The two dialects the bridge speaks, and which one a connection gets.
 
 * ``openai``: OpenAI's Realtime API (GA names, beta spellings accepted), on ``/v1/realtime``;
-  :mod:`bridge.inbound` and :mod:`bridge.outbound`.
+  :mod:`bridge.realtime.inbound` and :mod:`bridge.realtime.outbound`.
 * ``vllm-omni``: vLLM-Omni's duplex serving, on ``/v1/duplex`` and on
   ``/v1/realtime?duplex=1`` (the URL vLLM-Omni's clients build), so its clients work unchanged;
-  :mod:`bridge.vllm_omni_inbound` and :mod:`bridge.vllm_omni_outbound`.
+  :mod:`bridge.vllm_omni.inbound` and :mod:`bridge.vllm_omni.outbound`.
 
 A :class:`Dialect` pairs a connection's inbound translation with its outbound expansion. The
 map of every contract command and event to its JSON events in each dialect is
@@ -17,19 +17,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bridge import inbound
-from bridge import inbound_events as ce
 from bridge.errors import DialectError
-from bridge.inbound_append import append_request
-from bridge.inbound_unhonoured import refuse_unhonoured
-from bridge.outbound import ServerDialect
-from bridge.vllm_omni_inbound import DuplexInbound
-from bridge.vllm_omni_outbound import VllmOmniDialect
+from bridge.realtime import client_events as ce
+from bridge.realtime import inbound
+from bridge.realtime.fast_append import append_request
+from bridge.realtime.outbound import RealtimeOutbound
+from bridge.realtime.unhonoured import refuse_unhonoured
+from bridge.vllm_omni.inbound import VllmOmniInbound
+from bridge.vllm_omni.outbound import VllmOmniOutbound
 from omni_grpc.wire import pb
 
 OPENAI = "openai"
 VLLM_OMNI = "vllm-omni"
-DUPLEX_PATH = "/v1/duplex"
+VLLM_OMNI_PATH = "/v1/duplex"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 
@@ -49,8 +49,8 @@ class Inbound(Protocol):
     def ends_handshake(self, error: DialectError) -> bool: ...
 
 
-class OpenAIInbound:
-    """The OpenAI dialect's inbound side: :mod:`bridge.inbound` as it is."""
+class RealtimeInbound:
+    """The OpenAI dialect's inbound side: :mod:`bridge.realtime.inbound` as it is."""
 
     def decode(self, frame: str | bytes) -> Any:
         return self._validated(inbound.parse_client_frame(frame))
@@ -60,7 +60,7 @@ class OpenAIInbound:
 
     def request(self, frame: str | bytes) -> pb.ConverseRequest:
         # Parsed once; a plain audio append (most frames) skips the models:
-        # bridge.inbound_append.
+        # bridge.realtime.fast_append.
         data = inbound.parse_client_frame(frame)
         fast = append_request(data)
         return fast if fast is not None else inbound.to_request(self._validated(data))
@@ -70,7 +70,7 @@ class OpenAIInbound:
         event = inbound.validate_client_event(data)
         if isinstance(event, ce.SessionUpdate | ce.ResponseCreate):
             # The few events that may set a GA field the service cannot honour are read as
-            # sent: the models leave out what they do not carry (bridge.inbound_unhonoured).
+            # sent: the models leave out what they do not carry (bridge.realtime.unhonoured).
             refuse_unhonoured(data)
         return event
 
@@ -87,12 +87,12 @@ class Dialect:
 
     name: str
     inbound: Inbound
-    outbound: ServerDialect
+    outbound: RealtimeOutbound
 
 
 def dialect_name(path: str, query: Mapping[str, str]) -> str:
     """The dialect of a connection to ``path`` with ``query``."""
-    if path == DUPLEX_PATH or query.get("duplex", "").lower() in _TRUE:
+    if path == VLLM_OMNI_PATH or query.get("duplex", "").lower() in _TRUE:
         return VLLM_OMNI
     return OPENAI
 
@@ -101,8 +101,8 @@ def make_dialect(name: str, *, max_audio_delta_bytes: int, extensions: bool = Fa
     """A fresh dialect (its outbound side holds one session's state); ``extensions`` says
     whether an OpenAI-dialect client asked for the duplex extensions."""
     if name == VLLM_OMNI:
-        duplex = VllmOmniDialect(max_audio_delta_bytes=max_audio_delta_bytes)
-        return Dialect(VLLM_OMNI, DuplexInbound(duplex), duplex)
-    outbound = ServerDialect(max_audio_delta_bytes=max_audio_delta_bytes)
+        reference = VllmOmniOutbound(max_audio_delta_bytes=max_audio_delta_bytes)
+        return Dialect(VLLM_OMNI, VllmOmniInbound(reference), reference)
+    outbound = RealtimeOutbound(max_audio_delta_bytes=max_audio_delta_bytes)
     outbound.extensions = extensions
-    return Dialect(OPENAI, OpenAIInbound(), outbound)
+    return Dialect(OPENAI, RealtimeInbound(), outbound)

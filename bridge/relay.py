@@ -34,12 +34,12 @@ import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 from opentelemetry.trace import Tracer
 
-from bridge import inbound_events as ce
 from bridge.dialects import OPENAI, make_dialect
 from bridge.errors import DialectError
-from bridge.inbound import is_numbered, resume_request
 from bridge.options import BridgeOptions
-from bridge.outbound_events import (
+from bridge.realtime import client_events as ce
+from bridge.realtime.inbound import is_numbered, resume_request
+from bridge.realtime.server_events import (
     RATE_LIMIT_CODE,
     error_json,
     random_event_id,

@@ -36,12 +36,12 @@ from doc_section import Section  # noqa: E402
 from google.protobuf.descriptor import FieldDescriptor  # noqa: E402
 from google.protobuf.message import Message  # noqa: E402
 
-from bridge import inbound_events as ce  # noqa: E402
-from bridge import vllm_omni_events as ve  # noqa: E402
 from bridge.dialects import OPENAI, VLLM_OMNI, Dialect, make_dialect  # noqa: E402
 from bridge.errors import DialectError  # noqa: E402
-from bridge.inbound import resume_request  # noqa: E402
-from bridge.vllm_omni_inbound import SIGNALLED_EVENTS  # noqa: E402
+from bridge.realtime import client_events as ce  # noqa: E402
+from bridge.realtime.inbound import resume_request  # noqa: E402
+from bridge.vllm_omni import client_events as ve  # noqa: E402
+from bridge.vllm_omni.inbound import SIGNALLED_EVENTS  # noqa: E402
 from omni_grpc.wire import pb  # noqa: E402
 
 # The columns of the events: (heading, dialect, whether the client asked for the extensions).
@@ -74,7 +74,7 @@ _SIGNAL_PAYLOADS: dict[str, dict[str, Any]] = {
 }
 _UNION: dict[str, Any] = {
     OPENAI: get_args(ce.ClientEvent)[0],
-    VLLM_OMNI: get_args(ve.DuplexClientEvent)[0],
+    VLLM_OMNI: get_args(ve.VllmOmniClientEvent)[0],
 }
 
 

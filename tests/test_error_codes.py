@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from bridge import outbound_events, relay
+from bridge import relay
 from bridge.errors import BRIDGE_ERROR_CODES
+from bridge.realtime import server_events
 from omni_grpc.core import admission, rate_limits
 from omni_grpc.core.errors import RATE_LIMIT_CODES, SERVER_CODES
 from omni_grpc.engine.vllm.session import Failure
@@ -145,7 +146,7 @@ def test_every_computed_code_is_a_known_forwarding_place() -> None:
 def test_the_forwarded_sources_are_in_the_set() -> None:
     assert set(admission.HANDSHAKE_REFUSALS.values()) <= set(ERROR_CODES)
     assert rate_limits.RATE_LIMIT_CODE in ERROR_CODES
-    assert outbound_events.RATE_LIMIT_CODE == rate_limits.RATE_LIMIT_CODE
+    assert server_events.RATE_LIMIT_CODE == rate_limits.RATE_LIMIT_CODE
     assert {failure.value[0] for failure in Failure} <= set(ERROR_CODES)
     relay_codes = {*relay._DIALECT_CODES.values(), *relay._FALLBACK_CODES.values()}
     assert relay_codes | {"stream_failed"} <= set(BRIDGE_ERROR_CODES)

@@ -31,9 +31,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import AliasChoices, BaseModel
 
-from bridge import inbound_events as ce
 from bridge.errors import DialectError
-from bridge.inbound import open_request, to_request
+from bridge.realtime import client_events as ce
+from bridge.realtime.inbound import open_request, to_request
 from omni_grpc.wire.bounds import (
     MAX_DURATION_S,
     MAX_METADATA_KEY_CHARS,

@@ -9,8 +9,8 @@ import orjson
 import pytest
 from google.protobuf import json_format
 
-from bridge import inbound_events as ce
-from bridge.inbound import (
+from bridge.realtime import client_events as ce
+from bridge.realtime.inbound import (
     MAX_EVENT_BYTES,
     DialectError,
     decode_client_event,

@@ -1,4 +1,4 @@
-"""The inbound hot path for audio appends (bridge.inbound_append) against the generic path.
+"""The inbound hot path for audio appends (bridge.realtime.fast_append) against the generic path.
 
 Every frame the fast path takes must become the very command the models make of it, every
 refusal must be the generic path's own, and every other frame must be left to the generic path.
@@ -13,8 +13,8 @@ import pytest
 
 from bridge.dialects import OPENAI, make_dialect
 from bridge.errors import DialectError
-from bridge.inbound import MAX_EVENT_BYTES, parse_client_frame
-from bridge.inbound_append import append_request
+from bridge.realtime.fast_append import append_request
+from bridge.realtime.inbound import MAX_EVENT_BYTES, parse_client_frame
 
 AUDIO = base64.b64encode(bytes(range(256)) * 4).decode()
 

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from bridge.outbound import ServerDialect
-from bridge.outbound_events import error_json
+from bridge.realtime.outbound import RealtimeOutbound
+from bridge.realtime.server_events import error_json
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import EngineFeatures, Limits, capabilities
 from omni_grpc.wire import pb
@@ -105,7 +105,7 @@ def response_events(
 
 
 def expand_all(
-    dialect: ServerDialect, events: list[pb.ConverseResponse], check: Check
+    dialect: RealtimeOutbound, events: list[pb.ConverseResponse], check: Check
 ) -> list[dict[str, Any]]:
     out = []
     for event in events:
@@ -118,7 +118,7 @@ def expand_all(
 
 
 def test_a_response_expands_into_openais_full_sequence(check_event: Check) -> None:
-    dialect = ServerDialect(extensions=True)
+    dialect = RealtimeOutbound(extensions=True)
     dialect.expand(created())
     events = expand_all(dialect, response_events(), check_event)
     assert [e["type"] for e in events] == [
@@ -174,7 +174,7 @@ def test_a_response_expands_into_openais_full_sequence(check_event: Check) -> No
 
 
 def test_event_ids_are_deterministic_so_a_replay_carries_the_same_ids(check_event: Check) -> None:
-    first, second = ServerDialect(extensions=True), ServerDialect(extensions=True)
+    first, second = RealtimeOutbound(extensions=True), RealtimeOutbound(extensions=True)
     first.expand(created())
     second.expand(created())
     original = expand_all(first, response_events(), check_event)
@@ -188,7 +188,7 @@ def test_event_ids_are_deterministic_so_a_replay_carries_the_same_ids(check_even
 def test_a_fresh_bridge_renders_the_rest_of_a_response_it_never_saw_start(
     check_event: Check,
 ) -> None:
-    full, fresh = ServerDialect(extensions=True), ServerDialect(extensions=True)
+    full, fresh = RealtimeOutbound(extensions=True), RealtimeOutbound(extensions=True)
     full.expand(created())
     fresh.expand(created())
     events = response_events()
@@ -199,7 +199,7 @@ def test_a_fresh_bridge_renders_the_rest_of_a_response_it_never_saw_start(
 
 
 def test_without_output_in_response_done_the_transcript_is_accumulated(check_event: Check) -> None:
-    dialect = ServerDialect(extensions=True)
+    dialect = RealtimeOutbound(extensions=True)
     dialect.expand(created())
     events = expand_all(dialect, response_events(done_with_output=False), check_event)
     done = {e["type"]: e for e in events}
@@ -211,7 +211,7 @@ def test_without_output_in_response_done_the_transcript_is_accumulated(check_eve
 
 def test_big_audio_is_split_into_small_contiguous_deltas(check_event: Check) -> None:
     pcm = bytes(range(256)) * 1000  # 256 000 bytes, 5.33 s at 24 kHz
-    dialect = ServerDialect(extensions=True)
+    dialect = RealtimeOutbound(extensions=True)
     dialect.expand(created())
     events = expand_all(dialect, response_events(pcm=pcm)[:2], check_event)
     deltas = [e for e in events if e["type"] == "response.output_audio.delta"]
@@ -225,13 +225,13 @@ def test_big_audio_is_split_into_small_contiguous_deltas(check_event: Check) -> 
 
 
 def test_split_points_keep_whole_samples() -> None:
-    dialect = ServerDialect(max_audio_delta_bytes=1001, extensions=True)
+    dialect = RealtimeOutbound(max_audio_delta_bytes=1001, extensions=True)
     deltas = dialect.expand(response_events(pcm=b"\x00" * 4000)[1])
     assert [len(base64.b64decode(d["delta"])) for d in deltas] == [1000, 1000, 1000, 1000]
 
 
 def test_cancelled_and_failed_responses_carry_openai_status_details(check_event: Check) -> None:
-    dialect = ServerDialect(extensions=True)
+    dialect = RealtimeOutbound(extensions=True)
     dialect.expand(created())
     expand_all(dialect, response_events()[:1], check_event)
     cancelled = pb.Response(id=RID, status=pb.RESPONSE_STATUS_CANCELLED, status_reason="barge_in")
@@ -262,7 +262,7 @@ def test_cancelled_and_failed_responses_carry_openai_status_details(check_event:
 
 
 def test_a_listen_that_ends_an_announced_response_closes_it(check_event: Check) -> None:
-    dialect = ServerDialect(extensions=True)
+    dialect = RealtimeOutbound(extensions=True)
     dialect.expand(created())
     expand_all(dialect, response_events()[:1], check_event)
     listen = pb.ConverseResponse(
@@ -282,7 +282,7 @@ def test_a_listen_that_ends_an_announced_response_closes_it(check_event: Check) 
 
 
 def test_user_items_pass_and_announced_assistant_items_are_not_repeated(check_event: Check) -> None:
-    dialect = ServerDialect(extensions=True)
+    dialect = RealtimeOutbound(extensions=True)
     dialect.expand(created())
     user = pb.ConversationItem(
         id="item_u1",
@@ -320,7 +320,7 @@ def test_user_items_pass_and_announced_assistant_items_are_not_repeated(check_ev
 
 
 def test_session_events(check_event: Check) -> None:
-    dialect = ServerDialect(extensions=True)
+    dialect = RealtimeOutbound(extensions=True)
     first = expand_all(dialect, [created()], check_event)[0]
     assert first["type"] == "session.created" and "server_event_seq" not in first
     assert first["resume_token"] == "tok" and first["attachment_generation"] == 1
@@ -347,7 +347,7 @@ def test_session_events(check_event: Check) -> None:
 
 
 def test_extension_events_match_their_schema(check_event: Check) -> None:
-    dialect = ServerDialect(extensions=True)
+    dialect = RealtimeOutbound(extensions=True)
     time_left = pb.GoingAway(reason="shutdown")
     time_left.time_left.FromMilliseconds(5000)
     events = [
@@ -413,7 +413,7 @@ def test_extension_events_match_their_schema(check_event: Check) -> None:
 
 
 def test_errors_use_openais_nested_shape(check_event: Check) -> None:
-    dialect = ServerDialect(extensions=True)
+    dialect = RealtimeOutbound(extensions=True)
     dialect.expand(created())
     retry = pb.ErrorReport(
         code="input_backpressure",
@@ -446,7 +446,7 @@ def test_errors_use_openais_nested_shape(check_event: Check) -> None:
 
 
 def test_unjournaled_events_get_fresh_random_ids() -> None:
-    dialect = ServerDialect(extensions=True)
+    dialect = RealtimeOutbound(extensions=True)
     first, second = dialect.expand(created())[0], dialect.expand(created())[0]
     assert first["event_id"] != second["event_id"]
     assert dialect.expand(pb.ConverseResponse()) == []

@@ -19,8 +19,8 @@ from bridge_testkit import (
     speech_pcm24,
 )
 
-from bridge.outbound import ServerDialect
-from bridge.vllm_omni_outbound import VllmOmniDialect
+from bridge.realtime.outbound import RealtimeOutbound
+from bridge.vllm_omni.outbound import VllmOmniOutbound
 from omni_grpc.wire import pb
 from tests.serving import serving
 
@@ -35,7 +35,7 @@ def partial(seq: int, text: str) -> pb.ConverseResponse:
 
 @pytest.mark.parametrize("extensions", [False, True])
 def test_a_partial_is_openais_ga_delta_event(extensions: bool) -> None:
-    dialect = ServerDialect(extensions=extensions)
+    dialect = RealtimeOutbound(extensions=extensions)
     rendered = [orjson.loads(orjson.dumps(e)) for e in dialect.expand(partial(3, "Please book"))]
     (event,) = rendered
     check = check_server_event if extensions else check_plain_event
@@ -49,7 +49,7 @@ def test_a_partial_is_openais_ga_delta_event(extensions: bool) -> None:
 
 
 def test_the_vllm_omni_dialect_sends_no_partials() -> None:
-    assert VllmOmniDialect().expand(partial(3, "Please book")) == []
+    assert VllmOmniOutbound().expand(partial(3, "Please book")) == []
 
 
 @pytest.mark.slow

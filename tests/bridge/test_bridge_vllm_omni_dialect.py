@@ -12,10 +12,10 @@ from google.protobuf import json_format
 
 from bridge.dialects import OPENAI, VLLM_OMNI, dialect_name, make_dialect
 from bridge.errors import DialectError
-from bridge.inbound_events import SessionUpdate
-from bridge.inbound_session import audio_format
-from bridge.vllm_omni_inbound import DuplexInbound
-from bridge.vllm_omni_outbound import VllmOmniDialect
+from bridge.realtime.client_events import SessionUpdate
+from bridge.realtime.session_config import audio_format
+from bridge.vllm_omni.inbound import VllmOmniInbound
+from bridge.vllm_omni.outbound import VllmOmniOutbound
 from omni_grpc.wire import pb
 
 JPEG = b"\xff\xd8\xff\xe0 a frame"
@@ -23,12 +23,12 @@ PNG = b"\x89PNG\r\n\x1a\n a frame"
 
 
 def translate(event: dict[str, Any]) -> pb.ConverseRequest:
-    inbound = DuplexInbound()
+    inbound = VllmOmniInbound()
     return inbound.to_request(inbound.decode(orjson.dumps(event)))
 
 
 def refusal(event: dict[str, Any] | str) -> DialectError:
-    inbound = DuplexInbound()
+    inbound = VllmOmniInbound()
     frame = event if isinstance(event, str) else orjson.dumps(event)
     with pytest.raises(DialectError) as caught:
         inbound.to_request(inbound.decode(frame))
@@ -36,7 +36,7 @@ def refusal(event: dict[str, Any] | str) -> DialectError:
 
 
 def opening(session: dict[str, Any] | None) -> pb.SessionConfig:
-    inbound = DuplexInbound()
+    inbound = VllmOmniInbound()
     event = None
     if session is not None:
         event = inbound.decode(orjson.dumps({"type": "session.update", "session": session}))
@@ -208,7 +208,7 @@ def test_a_playback_ack_may_name_the_references_item_id() -> None:
 def test_a_malformed_resume_is_invalid_session_resume_and_ends_the_handshake() -> None:
     error = refusal({"type": "session.resume", "session_id": "s"})
     assert error.code == "invalid_session_resume"
-    inbound = DuplexInbound()
+    inbound = VllmOmniInbound()
     assert inbound.ends_handshake(error)
     assert inbound.ends_handshake(refusal("{not json"))
     assert inbound.ends_handshake(refusal("[1]"))
@@ -249,7 +249,7 @@ def created(**caps: Any) -> pb.ConverseResponse:
 
 
 def test_the_session_object_carries_the_references_fields_and_capabilities() -> None:
-    dialect = VllmOmniDialect()
+    dialect = VllmOmniOutbound()
     config = session().config
     config.engine_options.update(
         {"ref_audio": "data:x", "extra_body": {"auto_response": True}, "responder": "echo"}
@@ -294,7 +294,7 @@ def test_a_session_opened_by_update_is_also_announced_by_session_updated() -> No
 
 
 def test_responses_name_their_id_and_audio_says_its_format_rate_and_duration() -> None:
-    dialect = VllmOmniDialect()
+    dialect = VllmOmniOutbound()
     dialect.expand(created())
     response = pb.Response(id="resp_1", status=pb.RESPONSE_STATUS_IN_PROGRESS)
     first = dialect.expand(
@@ -325,7 +325,7 @@ def test_responses_name_their_id_and_audio_says_its_format_rate_and_duration() -
 
 
 def test_listen_and_playback_acknowledged_are_nested_as_the_reference_nests_them() -> None:
-    dialect = VllmOmniDialect()
+    dialect = VllmOmniOutbound()
     dialect.expand(created())
     (alone,) = dialect.expand(
         pb.ConverseResponse(seq=1, response_listen=pb.ResponseListen(reason="model_listen"))
@@ -361,7 +361,7 @@ def test_listen_and_playback_acknowledged_are_nested_as_the_reference_nests_them
 
 
 def test_items_are_announced_in_both_spellings_and_the_seq_stays_last() -> None:
-    dialect = VllmOmniDialect()
+    dialect = VllmOmniOutbound()
     dialect.expand(created())
     item = pb.ConversationItem(id="it_u", role=pb.ITEM_ROLE_USER)
     events = dialect.expand(pb.ConverseResponse(seq=7, item_added=pb.ItemAdded(item=item)))
@@ -373,7 +373,7 @@ def test_items_are_announced_in_both_spellings_and_the_seq_stays_last() -> None:
 
 
 def test_response_done_is_followed_by_rate_limits_and_expiry_has_the_references_reasons() -> None:
-    dialect = VllmOmniDialect()
+    dialect = VllmOmniOutbound()
     dialect.expand(created())
     done = dialect.expand(
         pb.ConverseResponse(

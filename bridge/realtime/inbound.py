@@ -1,12 +1,12 @@
 """Inbound: Realtime client frames → Protobuf commands, as pure functions (no sockets, no clock).
 
 :func:`decode_client_event` parses one text frame into a typed client event
-(:mod:`bridge.inbound_events`; in two halves, :func:`parse_client_frame` and
+(:mod:`bridge.realtime.client_events`; in two halves, :func:`parse_client_frame` and
 :func:`validate_client_event`, for a caller that reads the parsed frame first) and
 :func:`to_request` turns it into one ``ConverseRequest``, unnumbered: the relay numbers commands
 (``client_seq``) for its gRPC stream, so a JSON client never sees numbering. ``session.resume``
 is not a command but the handshake of a new connection, and :func:`resume_request` builds that.
-The other direction is :mod:`bridge.outbound`.
+The other direction is :mod:`bridge.realtime.outbound`.
 
 Refusals raise :class:`DialectError` with the reference protocol's codes (``invalid_json``,
 ``bad_event``, ``unknown_event``, ``bad_audio``, ``unsupported_audio_format`` …); the relay
@@ -25,11 +25,11 @@ import orjson
 from google.protobuf.message import Error as ProtobufError
 from pydantic import TypeAdapter, ValidationError
 
-from bridge import inbound_events as ce
 from bridge.errors import DialectError
-from bridge.inbound_session import MODALITIES, audio_format, config_from_patch
 from bridge.options import MAX_EVENT_BYTES
-from bridge.tools import call_item, tool_choice, toolset
+from bridge.realtime import client_events as ce
+from bridge.realtime.session_config import MODALITIES, audio_format, config_from_patch
+from bridge.realtime.tools import call_item, tool_choice, toolset
 from omni_grpc.wire import pb
 from omni_grpc.wire.kinds import UNNUMBERED_COMMANDS
 

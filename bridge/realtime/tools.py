@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from bridge.errors import DialectError
-from bridge.tool_events import ToolChoiceJson, ToolChoiceSpec, ToolJson
+from bridge.realtime.tool_models import ToolChoiceJson, ToolChoiceSpec, ToolJson
 from omni_grpc.wire import pb
 from omni_grpc.wire.names import ITEM_STATUSES
 

@@ -3,7 +3,7 @@
 ``session.tools`` and ``response.tools`` list function tools (GA shape: ``type``, ``name``,
 ``description``, ``parameters``); ``tool_choice`` is ``"auto"``, ``"none"``, ``"required"`` or
 ``{"type": "function", "name": ...}``. They are models of their own so that
-:mod:`bridge.inbound_events` only names them; :mod:`bridge.tools` translates them.
+:mod:`bridge.realtime.client_events` only names them; :mod:`bridge.realtime.tools` translates them.
 """
 
 from __future__ import annotations

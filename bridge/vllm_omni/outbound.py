@@ -1,7 +1,7 @@
-"""Outbound, vLLM-Omni dialect: contract events → the duplex endpoint's server events.
+"""Outbound, vLLM-Omni dialect: contract events → the server events of vLLM-Omni's endpoint.
 
-:class:`VllmOmniDialect` renders what :class:`bridge.outbound.ServerDialect` renders, in the
-shapes vLLM-Omni's duplex serving gives them, where its clients read them:
+:class:`VllmOmniOutbound` renders what :class:`bridge.realtime.outbound.RealtimeOutbound`
+renders, in the shapes vLLM-Omni's own serving gives them, where its clients read them:
 
 * the ``session`` object also carries the reference's fields: ``capabilities`` (under the
   reference's names: ``supports_session_resume``, ``chunk_period_ms`` …), the beta format
@@ -22,11 +22,11 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from bridge.inbound_session import ENCODINGS, MODALITIES
 from bridge.options import MAX_AUDIO_DELTA_BYTES
-from bridge.outbound import ServerDialect
-from bridge.outbound_events import Event
-from bridge.outbound_session import session_json
+from bridge.realtime.outbound import RealtimeOutbound
+from bridge.realtime.server_events import Event
+from bridge.realtime.session_config import ENCODINGS, MODALITIES
+from bridge.realtime.session_json import session_json
 from omni_grpc.wire import pb
 
 # The reference's (beta) name of each encoding.
@@ -120,12 +120,12 @@ def vllm_omni_session_json(
     return out
 
 
-class VllmOmniDialect(ServerDialect):
-    """Expands contract events into the duplex endpoint's events."""
+class VllmOmniOutbound(RealtimeOutbound):
+    """Expands contract events into the events of vLLM-Omni's endpoint."""
 
     def __init__(self, *, max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES) -> None:
         super().__init__(max_audio_delta_bytes=max_audio_delta_bytes)
-        self.extensions = True  # the duplex events and fields are this dialect's own
+        self.extensions = True  # the extension events and fields are this dialect's own
         # Set when the connection opened with a session.update, which session.updated answers.
         self.opened_by_update = False
         self._capabilities: pb.Capabilities | None = None  # kept for every later session object
@@ -133,14 +133,14 @@ class VllmOmniDialect(ServerDialect):
         self._items: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._handlers.update(
             {
-                "session_created": self._session_created_duplex,
-                "session_resumed": self._session_resumed_duplex,
+                "session_created": self._session_created_vllm_omni,
+                "session_resumed": self._session_resumed_vllm_omni,
                 "session_updated": self._session_updated,
-                "response_created": self._response_created_duplex,
-                "output_audio_delta": self._audio_delta_duplex,
-                "response_listen": self._response_listen_duplex,
+                "response_created": self._response_created_vllm_omni,
+                "output_audio_delta": self._audio_delta_vllm_omni,
+                "response_listen": self._response_listen_vllm_omni,
                 "playback_acknowledged": self._playback_acknowledged,
-                "response_done": self._response_done_duplex,
+                "response_done": self._response_done_vllm_omni,
                 "session_expired": self._session_expired,
             }
         )
@@ -164,7 +164,7 @@ class VllmOmniDialect(ServerDialect):
     def _session(self, session: pb.Session) -> dict[str, Any]:
         return vllm_omni_session_json(session, self._capabilities)
 
-    def _session_created_duplex(self, e: pb.SessionCreated) -> list[Event]:
+    def _session_created_vllm_omni(self, e: pb.SessionCreated) -> list[Event]:
         self._capabilities = e.capabilities
         (created,) = self._session_created(e)
         created.pop("capabilities", None)  # inside the session object here
@@ -174,7 +174,7 @@ class VllmOmniDialect(ServerDialect):
             out.append({"type": "session.updated", "session": created["session"]})
         return out
 
-    def _session_resumed_duplex(self, e: pb.SessionResumed) -> list[Event]:
+    def _session_resumed_vllm_omni(self, e: pb.SessionResumed) -> list[Event]:
         (resumed,) = self._session_resumed(e)
         resumed["session"] = self._session(e.session)
         return [resumed]
@@ -186,7 +186,7 @@ class VllmOmniDialect(ServerDialect):
         """Whether ``item_id`` is the item of a response this connection announced."""
         return item_id in self._items
 
-    def _response_created_duplex(self, e: pb.ResponseCreated) -> list[Event]:
+    def _response_created_vllm_omni(self, e: pb.ResponseCreated) -> list[Event]:
         self._items[e.item_id] = None
         if len(self._items) > _ITEMS_KEPT:
             self._items.popitem(last=False)
@@ -194,7 +194,7 @@ class VllmOmniDialect(ServerDialect):
         out[0]["response_id"] = e.response.id
         return out
 
-    def _audio_delta_duplex(self, e: pb.OutputAudioDelta) -> list[Event]:
+    def _audio_delta_vllm_omni(self, e: pb.OutputAudioDelta) -> list[Event]:
         out = self._audio_delta(e)
         for delta in out:
             delta["format"] = FORMAT_NAMES.get(e.encoding, "pcm16")
@@ -206,7 +206,7 @@ class VllmOmniDialect(ServerDialect):
             }
         return out
 
-    def _response_listen_duplex(self, e: pb.ResponseListen) -> list[Event]:
+    def _response_listen_vllm_omni(self, e: pb.ResponseListen) -> list[Event]:
         out = self._response_listen(e)
         response: Event = {
             "object": "realtime.response",
@@ -228,7 +228,7 @@ class VllmOmniDialect(ServerDialect):
         out[0] = listen
         return out
 
-    def _response_done_duplex(self, e: pb.ResponseDone) -> list[Event]:
+    def _response_done_vllm_omni(self, e: pb.ResponseDone) -> list[Event]:
         out = self._response_done(e.response)
         done = out[-1]
         done["response_id"] = e.response.id

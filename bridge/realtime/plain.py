@@ -7,7 +7,7 @@ extension client sends; the vLLM-Omni dialect of ``/v1/duplex`` always has them)
 GA events and fields only: :func:`plain` drops the extension events and removes the extension
 fields the bridge puts on GA events. The exceptions, fields the GA types tolerate: a format
 object at a rate or encoding GA cannot name keeps ``sample_rate_hz`` and ``encoding``
-(:func:`bridge.outbound_session.format_json`), so that the session never claims a rate that
+(:func:`bridge.realtime.session_json.format_json`), so that the session never claims a rate that
 is not in force; and the session keeps ``id`` and ``object``, which OpenAI's server sends too.
 """
 

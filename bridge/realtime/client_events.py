@@ -1,7 +1,7 @@
 """Inbound: the client events of the Realtime dialect, as strict pydantic models on ``type``.
 
 These are the only pydantic models on the inbound path: a frame is parsed once into one of
-them and then translated into a Protobuf command by :mod:`bridge.inbound`. They accept what
+them and then translated into a Protobuf command by :mod:`bridge.realtime.inbound`. They accept what
 stock clients send: the GA event and field names, the beta spellings of the session fields
 (``modalities``, ``input_audio_format``, ``turn_detection`` …), and the duplex extensions of
 the reference protocol (``session.resume``, ``playback.ack``, ``barge_in`` …) with their
@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
-from bridge.tool_events import ToolChoiceSpec, ToolJson
+from bridge.realtime.tool_models import ToolChoiceSpec, ToolJson
 from omni_grpc.wire.bounds import (
     MAX_DURATION_S,
     MAX_METADATA_KEY_CHARS,
@@ -99,7 +99,7 @@ class TurnDetectionJson(_Model):
     silence_duration_ms: UInt32 | None = None
     create_response: bool | None = None
     interrupt_response: bool | None = None
-    # semantic_vad's: how soon a turn ends (bridge.inbound_session maps it to a silence).
+    # semantic_vad's: how soon a turn ends (bridge.realtime.session_config maps it to a silence).
     eagerness: Literal["low", "medium", "high", "auto"] | None = None
 
 
@@ -166,7 +166,7 @@ class SessionPatch(_Model):
     idle_timeout_ms: int | None = Field(default=None, gt=0, le=MAX_DURATION_S * 1000)
     idle_timeout_s: float | None = Field(default=None, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
     engine_options: FreeFormObject | None = None
-    # Function tools (bridge.tool_events).
+    # Function tools (bridge.realtime.tool_models).
     tools: list[ToolJson] | None = None
     tool_choice: ToolChoiceSpec | None = None
 
@@ -258,7 +258,7 @@ class ItemJson(_Model):
     role: Literal["user", "assistant", "system"] = "user"
     status: str | None = None
     content: list[ContentJson] = []
-    # A function_call's or function_call_output's fields (bridge.tools).
+    # A function_call's or function_call_output's fields (bridge.realtime.tools).
     call_id: str | None = None
     name: str | None = None
     arguments: str | None = None

@@ -2,12 +2,11 @@
 
 Nearly every frame a talking client sends is ``{"type": "input_audio_buffer.append", "audio":
 "…"}``, perhaps with an ``event_id``. :func:`append_request` turns exactly that shape, parsed
-once by :func:`bridge.inbound.parse_client_frame`, into its command with one base64 decode; any
-other event (another type, another field, a value of the wrong type) gets None, and the
-dialect's generic path validates the same parsed object, so every refusal is the generic path's
-own. The one refusal made here, audio
-that is not base64, is the one :func:`bridge.inbound.to_request` makes: ``bad_audio`` on
-``audio`` with the event's id.
+once by :func:`bridge.realtime.inbound.parse_client_frame`, into its command with one base64
+decode; any other event (another type, another field, a value of the wrong type) gets None, and
+the dialect's generic path validates the same parsed object, so every refusal is the generic
+path's own. The one refusal made here, audio that is not base64, is the one
+:func:`bridge.realtime.inbound.to_request` makes: ``bad_audio`` on ``audio`` with the event's id.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.errors import DialectError
-from bridge.inbound import b64_audio
+from bridge.realtime.inbound import b64_audio
 from omni_grpc.wire import pb
 
 APPEND = "input_audio_buffer.append"

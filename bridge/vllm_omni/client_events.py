@@ -1,8 +1,9 @@
-"""Inbound, vLLM-Omni dialect: the client events of the duplex endpoint, as pydantic models.
+"""Inbound, vLLM-Omni dialect: the client events of vLLM-Omni's endpoint, as pydantic models.
 
-The duplex endpoint (``/v1/duplex``, or ``/v1/realtime?duplex=1``) speaks the dialect of
-vLLM-Omni's own duplex serving, so that its clients work unchanged. Its events are those of
-:mod:`bridge.inbound_events` plus what vLLM-Omni's clients send beyond OpenAI's:
+The vLLM-Omni endpoint (``/v1/duplex``, or ``/v1/realtime?duplex=1``: the reference's own wire
+names) speaks the dialect of vLLM-Omni's own serving, so that its clients work unchanged. Its
+events are those of :mod:`bridge.realtime.client_events` plus what vLLM-Omni's clients send
+beyond OpenAI's:
 
 * ``session.update`` with the session's input rate (``sample_rate_hz``,
   ``audio.input.sample_rate_hz``), the output rate (``audio.output.sample_rate_hz``),
@@ -13,8 +14,9 @@ vLLM-Omni's own duplex serving, so that its clients work unchanged. Its events a
 * ``push_text`` (the reference's alias of ``input.text.append``) and ``turn.signal`` /
   ``signal_turn``, which carries another event inside (``event`` and its ``payload``).
 
-Each model here is a subclass of its OpenAI-dialect model, so :func:`bridge.inbound.to_request`
-translates its common part and :mod:`bridge.vllm_omni_inbound` adds the rest.
+Each model here is a subclass of its OpenAI-dialect model, so
+:func:`bridge.realtime.inbound.to_request` translates its common part and
+:mod:`bridge.vllm_omni.inbound` adds the rest.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import AliasChoices, Field, TypeAdapter, model_validator
 
-from bridge import inbound_events as ce
-from bridge.inbound_events import Finite, FreeFormObject, PositiveUInt32, _Model
+from bridge.realtime import client_events as ce
+from bridge.realtime.client_events import Finite, FreeFormObject, PositiveUInt32, _Model
 
 # The reference's cap on frames per append and on one frame's base64 text.
 MAX_VIDEO_FRAMES = 2
@@ -51,7 +53,7 @@ class SessionExtras(_Model):
     extra_body: FreeFormObject | None = None
 
 
-class DuplexSessionUpdate(ce.SessionUpdate):
+class VllmOmniSessionUpdate(ce.SessionUpdate):
     """``session.update``; ``extras`` holds the session's vLLM-Omni fields."""
 
     extras: SessionExtras = SessionExtras()
@@ -81,7 +83,7 @@ class VadHint(_Model):
     silence_rms: Finite | None = None
 
 
-class DuplexAppend(ce.InputAudioAppend):
+class VllmOmniAppend(ce.InputAudioAppend):
     """An append with camera frames (bare base64 JPEG or PNG) and speech hints."""
 
     format: ce.FormatSpec | None = Field(
@@ -127,7 +129,7 @@ class DuplexAppend(ce.InputAudioAppend):
         return self.model_dump(include=set(self.HINTS), exclude_none=True)
 
 
-class DuplexCommit(ce.InputAudioCommit):
+class VllmOmniCommit(ce.InputAudioCommit):
     """A commit; ``final`` and ``is_speech`` are the reference's."""
 
     final: bool = True
@@ -149,10 +151,10 @@ class TurnSignal(ce._Event):
     payload: FreeFormObject = Field(default_factory=dict)
 
 
-DuplexClientEvent = Annotated[
-    DuplexSessionUpdate
-    | DuplexAppend
-    | DuplexCommit
+VllmOmniClientEvent = Annotated[
+    VllmOmniSessionUpdate
+    | VllmOmniAppend
+    | VllmOmniCommit
     | ce.InputAudioClear
     | ce.OutputAudioClear
     | ce.ResponseCreate
@@ -173,11 +175,11 @@ DuplexClientEvent = Annotated[
     | TurnSignal,
     Field(discriminator="type"),
 ]
-DUPLEX_CLIENT_EVENT: TypeAdapter[DuplexClientEvent] = TypeAdapter(DuplexClientEvent)
+VLLM_OMNI_CLIENT_EVENT: TypeAdapter[VllmOmniClientEvent] = TypeAdapter(VllmOmniClientEvent)
 
 
 def _event_types() -> frozenset[str]:
-    union = get_args(DuplexClientEvent)[0]
+    union = get_args(VllmOmniClientEvent)[0]
     return frozenset(
         name
         for model in get_args(union)
@@ -185,5 +187,5 @@ def _event_types() -> frozenset[str]:
     )
 
 
-# Every `type` the duplex endpoint accepts, aliases included.
-DUPLEX_EVENT_TYPES = _event_types()
+# Every `type` vLLM-Omni's endpoint accepts, aliases included.
+VLLM_OMNI_EVENT_TYPES = _event_types()

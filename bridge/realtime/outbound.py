@@ -1,7 +1,7 @@
 """Outbound: contract events → Realtime server events, for one websocket.
 
 The contract is compact: a response is ``response_created``, deltas, ``response_done``. Stock
-clients expect OpenAI's full sequence, so :class:`ServerDialect` expands::
+clients expect OpenAI's full sequence, so :class:`RealtimeOutbound` expands::
 
     response_created → response.created, conversation.item.added,
                        response.output_item.added, response.content_part.added
@@ -33,10 +33,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.options import MAX_AUDIO_DELTA_BYTES
-from bridge.outbound_events import STATELESS, Event, item_json, random_event_id, response_json
-from bridge.outbound_plain import plain
-from bridge.outbound_session import capabilities_json, session_json
-from bridge.tools import (
+from bridge.realtime.plain import plain
+from bridge.realtime.server_events import (
+    STATELESS,
+    Event,
+    item_json,
+    random_event_id,
+    response_json,
+)
+from bridge.realtime.session_json import capabilities_json, session_json
+from bridge.realtime.tools import (
     CALL_ITEM_TYPES,
     arguments_delta,
     arguments_done,
@@ -60,7 +66,7 @@ class _Response:
     text: list[str] = field(default_factory=list)
 
 
-class ServerDialect:
+class RealtimeOutbound:
     """Expands the contract events of one session's stream into Realtime events."""
 
     def __init__(
@@ -68,7 +74,7 @@ class ServerDialect:
     ) -> None:
         self.session_id = ""
         # Whether the client asked for the duplex extensions; without them it gets OpenAI's
-        # GA events and fields only (bridge.outbound_plain).
+        # GA events and fields only (bridge.realtime.plain).
         self.extensions = extensions
         self._tag = ""
         # Whole samples of every encoding (at most 4 bytes each) in every split delta.

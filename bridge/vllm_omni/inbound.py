@@ -1,7 +1,7 @@
-"""Inbound, vLLM-Omni dialect: the duplex endpoint's client frames → Protobuf commands.
+"""Inbound, vLLM-Omni dialect: the client frames of vLLM-Omni's endpoint → Protobuf commands.
 
-:class:`DuplexInbound` does for the duplex endpoint what :mod:`bridge.inbound` does for the
-OpenAI one, whose translation it reuses for everything the two share. What differs:
+:class:`VllmOmniInbound` does for vLLM-Omni's endpoint what :mod:`bridge.realtime.inbound` does
+for the OpenAI one, whose translation it reuses for everything the two share. What differs:
 
 * **Rates.** ``pcm16`` (and any PCM format that names no rate) means 16 kHz, the reference's
   input default, and a session opens at pcm16 16 kHz unless it says otherwise; the session's
@@ -28,11 +28,11 @@ from typing import Any
 
 import orjson
 
-from bridge import inbound_events as ce
-from bridge import vllm_omni_events as ve
 from bridge.errors import DialectError
-from bridge.inbound import decode_client_event, open_request, to_request
-from bridge.vllm_omni_outbound import VllmOmniDialect
+from bridge.realtime import client_events as ce
+from bridge.realtime.inbound import decode_client_event, open_request, to_request
+from bridge.vllm_omni import client_events as ve
+from bridge.vllm_omni.outbound import VllmOmniOutbound
 from omni_grpc.wire import pb
 
 # The reference's default input: pcm16 at 16 kHz.
@@ -65,11 +65,11 @@ class NotAnObject(DialectError):
     for a first event it can apply."""
 
 
-def decode_duplex_event(frame: str | bytes) -> Any:
-    """Parses one frame of the duplex endpoint; raises DialectError."""
+def decode_vllm_omni_event(frame: str | bytes) -> Any:
+    """Parses one frame of vLLM-Omni's endpoint; raises DialectError."""
     try:
         return decode_client_event(
-            frame, adapter=ve.DUPLEX_CLIENT_EVENT, types=ve.DUPLEX_EVENT_TYPES
+            frame, adapter=ve.VLLM_OMNI_CLIENT_EVENT, types=ve.VLLM_OMNI_EVENT_TYPES
         )
     except DialectError as error:
         if error.code == "bad_event" and not isinstance(_parsed(frame), dict):
@@ -146,7 +146,7 @@ def _video_frame(text: str, index: int) -> pb.VideoFrame:
     raise DialectError("invalid_video_frames", "frames must be JPEG or PNG", param=param)
 
 
-def _append(event: ve.DuplexAppend, request: pb.ConverseRequest) -> None:
+def _append(event: ve.VllmOmniAppend, request: pb.ConverseRequest) -> None:
     frames = event.video_frames or []
     if len(frames) > ve.MAX_VIDEO_FRAMES:
         raise DialectError(
@@ -169,17 +169,17 @@ def _playback_ack(request: pb.ConverseRequest, known_item: bool) -> None:
         ack.response_id, ack.item_id = named, ""
 
 
-class DuplexInbound:
-    """The duplex endpoint's inbound translation (the relay's view of a dialect). With the
+class VllmOmniInbound:
+    """The inbound translation of vLLM-Omni's endpoint (the relay's view of a dialect). With the
     connection's ``outbound`` side, it tells that side how the session opened, and asks it
     which item ids the engine named."""
 
-    def __init__(self, outbound: VllmOmniDialect | None = None) -> None:
+    def __init__(self, outbound: VllmOmniOutbound | None = None) -> None:
         self._outbound = outbound
 
     def decode(self, frame: str | bytes) -> Any:
         """Parses one frame; raises DialectError."""
-        return decode_duplex_event(frame)
+        return decode_vllm_omni_event(frame)
 
     def request(self, frame: str | bytes) -> pb.ConverseRequest:
         """One frame's unnumbered command; raises DialectError."""
@@ -195,7 +195,7 @@ class DuplexInbound:
             self._outbound.opened_by_update = event is not None
         patch = event.session if event is not None else None
         request = open_request(patch, model=model)
-        extras = event.extras if isinstance(event, ve.DuplexSessionUpdate) else ve.SessionExtras()
+        extras = event.extras if isinstance(event, ve.VllmOmniSessionUpdate) else ve.SessionExtras()
         apply_session_extras(request.open_session.config, extras, opening=True)
         return request
 
@@ -215,11 +215,11 @@ class DuplexInbound:
         if isinstance(event, ve.TurnSignal):
             return self._signal(event)
         request = to_request(event)
-        if isinstance(event, ve.DuplexSessionUpdate):
+        if isinstance(event, ve.VllmOmniSessionUpdate):
             apply_session_extras(request.update_session.config, event.extras, opening=False)
-        elif isinstance(event, ve.DuplexAppend):
+        elif isinstance(event, ve.VllmOmniAppend):
             _append(event, request)
-        elif isinstance(event, ve.DuplexCommit) and event.create_response is None:
+        elif isinstance(event, ve.VllmOmniCommit) and event.create_response is None:
             if event.type == "input_audio_buffer.commit":
                 request.commit_input_audio.ClearField("create_response")
         elif isinstance(event, ce.PlaybackAck):

@@ -3,14 +3,14 @@
 Only what the client named is set, because the service lays an update over the configuration
 in force. The GA spellings (``audio.input.format`` objects, ``output_modalities``) win over the
 beta ones (``input_audio_format`` strings, ``modalities``) when a client sends both. The tables
-of names here are the dialect's names for contract values; :mod:`bridge.outbound_session`
+of names here are the dialect's names for contract values; :mod:`bridge.realtime.session_json`
 renders the other way with the same tables turned around.
 """
 
 from __future__ import annotations
 
 from bridge.errors import DialectError
-from bridge.inbound_events import (
+from bridge.realtime.client_events import (
     FormatObject,
     FormatSpec,
     SessionPatch,
@@ -18,7 +18,7 @@ from bridge.inbound_events import (
     TurnDetectionJson,
     VoiceId,
 )
-from bridge.tools import tool_choice, toolset
+from bridge.realtime.tools import tool_choice, toolset
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import G711_RATE_HZ
 from omni_grpc.wire.names import OVERLAP_POLICIES

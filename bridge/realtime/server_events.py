@@ -1,7 +1,7 @@
 """Outbound: the Realtime server events that one contract event renders on its own, with no state.
 
-:class:`bridge.outbound.ServerDialect` uses :data:`STATELESS` for every event whose Realtime
-form follows from the event alone, and the helpers here (:func:`item_json`,
+:class:`bridge.realtime.outbound.RealtimeOutbound` uses :data:`STATELESS` for every event whose
+Realtime form follows from the event alone, and the helpers here (:func:`item_json`,
 :func:`response_json`) for the ones it expands itself. :func:`error_json` renders the refusals
 the bridge makes itself, in the same shape as the service's errors.
 """
@@ -12,8 +12,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bridge.outbound_session import MODALITY_NAMES, session_json
-from bridge.tools import CALL_ITEM_TYPES, call_item_json
+from bridge.realtime.session_json import MODALITY_NAMES, session_json
+from bridge.realtime.tools import CALL_ITEM_TYPES, call_item_json
 from omni_grpc.wire import pb
 from omni_grpc.wire.names import (
     ITEM_STATUSES,

@@ -4,7 +4,7 @@ The resolved configuration is rendered in the GA ``session`` shape, plus the dup
 (``overlap_policy``, ``playback_commit_policy``, ``idle_timeout_ms``) and the session's state.
 OpenAI's schema knows pcm16 at one rate only; a session at another rate or in float PCM is
 rendered in fields the GA format object tolerates (:func:`format_json`). Names are those of
-:mod:`bridge.inbound_session`, turned around, so the two directions cannot drift apart.
+:mod:`bridge.realtime.session_config`, turned around, so the two directions cannot drift apart.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from bridge.inbound_session import COMMIT_POLICIES, ENCODINGS, MODALITIES
-from bridge.tools import session_tools_json
+from bridge.realtime.session_config import COMMIT_POLICIES, ENCODINGS, MODALITIES
+from bridge.realtime.tools import session_tools_json
 from omni_grpc.wire import pb
 from omni_grpc.wire.names import OVERLAP_POLICIES
 

@@ -31,7 +31,7 @@ from aiohttp import WSCloseCode, web
 from opentelemetry.trace import Tracer, TracerProvider
 
 from bridge.client_secrets import ClientSecrets
-from bridge.dialects import dialect_name
+from bridge.dialects import VLLM_OMNI_PATH, dialect_name, make_dialect
 from bridge.gate import Gate, add_security_headers, host_middleware
 from bridge.metrics import CONNECTIONS, REFUSALS, metrics_handler
 from bridge.minting import minting_handler
@@ -128,7 +128,11 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     # The duplex extensions go to a client that asks for them (?extensions=1); a stock OpenAI
     # client, which checks every event against the GA schema, gets that schema only
     # (bridge.realtime.plain). The vLLM-Omni dialect has them always.
-    extensions = query.get("extensions", "").lower() in _TRUE
+    dialect = make_dialect(
+        dialect_name(request.path, query),
+        max_audio_delta_bytes=options.max_audio_delta_bytes,
+        extensions=query.get("extensions", "").lower() in _TRUE,
+    )
     assert bridge.service is not None, "the channel opens before the first request"
     relay = Relay(
         ws,
@@ -137,10 +141,9 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         metadata=bearer_metadata(options.service_key or key),
         model=model,
         autostart=bool(model) and not resume_only,
+        dialect=dialect,
         transport=request.transport,
         tracer=bridge.tracer,
-        extensions=extensions,
-        dialect=dialect_name(request.path, query),
     )
     bridge.relays.add(relay)
     CONNECTIONS.inc()
@@ -178,7 +181,7 @@ def create_app(
     app.cleanup_ctx.append(bridge.connect)
     app.on_shutdown.append(bridge.shutdown)
     app.router.add_get("/v1/realtime", realtime)
-    app.router.add_get("/v1/duplex", realtime)
+    app.router.add_get(VLLM_OMNI_PATH, realtime)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics_handler)
     if bridge.gate.client_secrets is not None:

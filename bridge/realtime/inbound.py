@@ -31,7 +31,6 @@ from bridge.realtime import client_events as ce
 from bridge.realtime.session_config import MODALITIES, audio_format, config_from_patch
 from bridge.realtime.tools import call_item, tool_choice, toolset
 from omni_grpc.wire import pb
-from omni_grpc.wire.kinds import UNNUMBERED_COMMANDS
 
 
 def decode_client_event(
@@ -145,11 +144,6 @@ def resume_request(event: ce.SessionResume) -> pb.ConverseRequest:
             last_received_seq=event.last_received_server_event_seq,
         ),
     )
-
-
-def is_numbered(request: pb.ConverseRequest) -> bool:
-    """Says whether the request needs a ``client_seq`` (heartbeats and acks do not)."""
-    return request.WhichOneof("command") not in UNNUMBERED_COMMANDS
 
 
 def _session_update(event: ce.SessionUpdate) -> pb.ConverseRequest:

@@ -3,7 +3,8 @@
 :class:`bridge.realtime.outbound.RealtimeOutbound` uses :data:`STATELESS` for every event whose
 Realtime form follows from the event alone, and the helpers here (:func:`item_json`,
 :func:`response_json`) for the ones it expands itself. :func:`error_json` renders the refusals
-the bridge makes itself, in the same shape as the service's errors.
+the bridge makes itself, in the same shape as the service's errors, and
+:func:`refusal_events` those the relay reports.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from bridge.errors import RATE_LIMIT_CODE, Refusal
 from bridge.realtime.session_json import MODALITY_NAMES, session_json
 from bridge.realtime.tools import CALL_ITEM_TYPES, call_item_json
 from omni_grpc.wire import pb
@@ -29,11 +31,9 @@ _ERROR_TYPES = {
     pb.ERROR_TYPE_RATE_LIMIT: "rate_limit_error",
     pb.ERROR_TYPE_SERVER: "server_error",
 }
-# The service's rate-limit refusal (omni_grpc.core.rate_limits), and the Realtime name of the
-# limit its ``param`` names. The GA schema knows only "requests" and "tokens": commands are
-# requests, and input audio, which OpenAI meters in tokens and the service in bytes, is "tokens"
-# (``limit`` is left out, so no unit is claimed).
-RATE_LIMIT_CODE = "rate_limit_exceeded"
+# The Realtime name of the limit a rate-limit refusal's ``param`` names. The GA schema knows
+# only "requests" and "tokens": commands are requests, and input audio, which OpenAI meters in
+# tokens and the service in bytes, is "tokens" (``limit`` is left out, so no unit is claimed).
 _RATE_LIMIT_NAMES = {"commands": "requests", "audio": "tokens"}
 _ITEM_STATUS = {status: name for name, status in ITEM_STATUSES.items()}
 _RESPONSE_STATUS = {status: name for name, status in RESPONSE_STATUSES.items()}
@@ -193,6 +193,25 @@ def _error(e: pb.ErrorReport) -> list[Event]:
             )
         )
     return out
+
+
+def refusal_events(refusal: Refusal) -> list[Event]:
+    """An error the bridge tells of itself (a refused event, a stream's end), as OpenAI's nested
+    error event. A retry hint is said in words too, as on any rate-limit error, and followed by
+    ``rate_limits.updated``: the limit spent is the service's on requests."""
+    retry_after_ms = refusal.retry_after_ms
+    event = error_json(
+        refusal.code,
+        with_retry_hint(refusal.message, retry_after_ms),
+        error_type=refusal.error_type,
+        param=refusal.param,
+        event_id=refusal.event_id,
+    )
+    if not retry_after_ms:
+        return [event]
+    event["error"].update(retryable=True, retry_after_ms=retry_after_ms)
+    limits = rate_limits_updated("requests", retry_after_ms)
+    return [event, {**limits, "event_id": random_event_id()}]
 
 
 def rate_limits_updated(name: str, reset_ms: int) -> Event:

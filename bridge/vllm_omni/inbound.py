@@ -30,7 +30,12 @@ import orjson
 
 from bridge.errors import DialectError
 from bridge.realtime import client_events as ce
-from bridge.realtime.inbound import decode_client_event, open_request, to_request
+from bridge.realtime.inbound import (
+    decode_client_event,
+    open_request,
+    resume_request,
+    to_request,
+)
 from bridge.vllm_omni import client_events as ve
 from bridge.vllm_omni.outbound import VllmOmniOutbound
 from omni_grpc.wire import pb
@@ -198,6 +203,10 @@ class VllmOmniInbound:
         extras = event.extras if isinstance(event, ve.VllmOmniSessionUpdate) else ve.SessionExtras()
         apply_session_extras(request.open_session.config, extras, opening=True)
         return request
+
+    def resume_request(self, event: ce.SessionResume) -> pb.ConverseRequest:
+        """The ``resume_session`` of a connection whose first event resumes."""
+        return resume_request(event)
 
     def to_request(self, event: Any) -> pb.ConverseRequest:
         """Translates one event into its unnumbered command; raises DialectError."""

@@ -14,11 +14,11 @@ from bridge.realtime.inbound import (
     MAX_EVENT_BYTES,
     DialectError,
     decode_client_event,
-    is_numbered,
     open_request,
     resume_request,
     to_request,
 )
+from bridge.relay import is_numbered
 from omni_grpc.wire import pb
 from omni_grpc.wire.bounds import (
     MAX_METADATA_KEY_CHARS,

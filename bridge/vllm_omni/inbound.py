@@ -37,6 +37,7 @@ from bridge.realtime.inbound import (
     to_request,
 )
 from bridge.vllm_omni import client_events as ve
+from bridge.vllm_omni.numbering import covered
 from bridge.vllm_omni.outbound import VllmOmniOutbound
 from omni_grpc.wire import pb
 
@@ -205,8 +206,11 @@ class VllmOmniInbound:
         return request
 
     def resume_request(self, event: ce.SessionResume) -> pb.ConverseRequest:
-        """The ``resume_session`` of a connection whose first event resumes."""
-        return resume_request(event)
+        """The ``resume_session`` of a connection whose first event resumes, from the contract
+        event the client saw whole (bridge.vllm_omni.numbering)."""
+        request = resume_request(event)
+        request.resume_session.last_received_seq = covered(event.last_received_server_event_seq)
+        return request
 
     def to_request(self, event: Any) -> pb.ConverseRequest:
         """Translates one event into its unnumbered command; raises DialectError."""
@@ -223,6 +227,10 @@ class VllmOmniInbound:
             return pb.ConverseRequest(append_input_text=pb.AppendInputText(text=event.text))
         if isinstance(event, ve.TurnSignal):
             return self._signal(event)
+        if isinstance(event, ce.SessionEventAck):
+            # Up to the contract event the client saw whole (bridge.vllm_omni.numbering).
+            seen = covered(event.server_event_seq)
+            return pb.ConverseRequest(ack_events=pb.AckEvents(seq=seen))
         request = to_request(event)
         if isinstance(event, ve.VllmOmniSessionUpdate):
             apply_session_extras(request.update_session.config, event.extras, opening=False)

@@ -27,6 +27,7 @@ from bridge.realtime.outbound import RealtimeOutbound
 from bridge.realtime.server_events import Event
 from bridge.realtime.session_config import ENCODINGS, MODALITIES
 from bridge.realtime.session_json import session_json
+from bridge.vllm_omni.numbering import number
 from omni_grpc.wire import pb
 
 # The reference's (beta) name of each encoding.
@@ -40,6 +41,11 @@ assert all(ENCODINGS[name] == value for value, name in FORMAT_NAMES.items())
 _MODALITY_NAMES = {value: name for name, value in MODALITIES.items()}
 _PCM = frozenset({pb.AUDIO_ENCODING_PCM16, pb.AUDIO_ENCODING_PCM_F32})
 _ITEMS_KEPT = 64
+# The chunk period of an engine that takes input of any length (the contract's 0). The reference
+# has no word for "any": its client reads a positive whole number of milliseconds and takes
+# anything else, null among it, for 1000. Every whole millisecond of input is a whole number of
+# 1 ms units, the finest the field can say.
+ANY_LENGTH_PERIOD_MS = 1
 # The reference's session states: a session lives "open" until it is closed, attached or not.
 _STATES = {
     pb.SESSION_STATE_ATTACHED: "open",
@@ -70,7 +76,7 @@ def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
         "supports_multi_session": caps.max_sessions > 1,
         "input_modes": ["append_audio_chunk"],
         "required_input_modalities": ["audio"],
-        "chunk_period_ms": caps.chunk_period_ms or None,
+        "chunk_period_ms": caps.chunk_period_ms or ANY_LENGTH_PERIOD_MS,
         # Ours, which the reference has no name for.
         "engine": caps.engine,
         "protocol_version": caps.protocol_version,
@@ -149,16 +155,16 @@ class VllmOmniOutbound(RealtimeOutbound):
 
     def expand(self, event: pb.ConverseResponse) -> list[Event]:
         """As the OpenAI dialect expands, with ``conversation.item.created`` after every
-        ``conversation.item.added``: the reference sends both spellings."""
+        ``conversation.item.added`` (the reference sends both spellings), and every event
+        numbered as the reference numbers them (:mod:`bridge.vllm_omni.numbering`)."""
         out: list[Event] = []
         for rendered in super().expand(event):
+            rendered.pop("server_event_seq", None)  # OpenAI's numbering: the group's last only
             out.append(rendered)
             if rendered["type"] == "conversation.item.added":
-                twin = {**rendered, "type": "conversation.item.created"}
-                twin["event_id"] = f"{rendered['event_id']}_created"
-                if "server_event_seq" in twin:
-                    del rendered["server_event_seq"]  # the group's last event carries it
-                out.append(twin)
+                twin_id = f"{rendered['event_id']}_created"
+                out.append({**rendered, "type": "conversation.item.created", "event_id": twin_id})
+        number(out, event.seq)
         return out
 
     def _session(self, session: pb.Session) -> dict[str, Any]:

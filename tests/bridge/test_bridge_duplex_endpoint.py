@@ -79,7 +79,7 @@ async def test_a_reference_client_opens_speaks_and_acks_at_its_own_rates(bridge_
         session = created["session"]
         assert "capabilities" not in created
         assert session["capabilities"]["supports_session_resume"] is True
-        assert session["capabilities"]["chunk_period_ms"] is None  # loopback: any length
+        assert session["capabilities"]["chunk_period_ms"] == 1  # loopback: any length
         assert (session["input_audio_format"], session["sample_rate_hz"]) == ("pcm16", 16000)
         assert session["extra_body"] == {"auto_response": True}
         assert updated["session"] == session
@@ -178,3 +178,43 @@ async def test_an_append_that_names_no_rate_is_at_the_sessions_rate(bridge_port:
         )
         said = re.search(r"you said ([0-9.]+) seconds", transcript)
         assert said and float(said.group(1)) == pytest.approx(0.5, abs=0.01), transcript
+
+
+async def speak_half_a_second(ws: Any) -> list[dict[str, Any]]:
+    for _ in range(5):
+        await send(ws, {"type": "input_audio_buffer.append", "audio": tone(0.1)})
+    await send(ws, {"type": "input_audio_buffer.commit", "final": True})
+    return await until(ws, "rate_limits.updated")
+
+
+async def test_every_event_is_numbered_and_a_resume_inside_a_group_misses_nothing(
+    bridge_port: int,
+) -> None:
+    # As vLLM-Omni's client counts: it keeps an event only if its server_event_seq is above the
+    # last it saw, and resumes from the last it saw.
+    async with duplex_socket(bridge_port) as ws:
+        await send(ws, REFERENCE_OPEN)
+        created, updated = await recv(ws), await recv(ws)
+        turn = await speak_half_a_second(ws)
+    assert "server_event_seq" not in created  # outside the journal, as in the reference
+    numbered = [updated, *turn]
+    assert not [e["type"] for e in numbered if not isinstance(e.get("server_event_seq"), int)]
+    seqs = [e["server_event_seq"] for e in numbered]
+    assert seqs == sorted(set(seqs))
+    # The connection drops right after response.created, inside the group that announces the
+    # response (conversation.item.added and .created, output_item.added ... follow it).
+    cut = [e["type"] for e in turn].index("response.created")
+    cursor = turn[cut]["server_event_seq"]
+    async with duplex_socket(bridge_port) as ws:
+        await send(ws, {"type": "session.resume", "session_id": created["session"]["id"],
+                        "resume_token": created["resume_token"],
+                        "last_received_server_event_seq": cursor})  # fmt: skip
+        resumed = await recv(ws)
+        assert resumed["type"] == "session.resumed", resumed
+        replayed = await until(ws, "rate_limits.updated")
+    # What the client keeps of the replay is what it missed: the same events, by id and number.
+    kept = [e for e in replayed if e.get("server_event_seq", 0) > cursor]
+    missed = turn[cut + 1 :]
+    assert [(e["event_id"], e["type"], e["server_event_seq"]) for e in kept] == [
+        (e["event_id"], e["type"], e["server_event_seq"]) for e in missed
+    ]

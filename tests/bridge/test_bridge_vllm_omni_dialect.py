@@ -14,6 +14,7 @@ from bridge.dialects import OPENAI, VLLM_OMNI, dialect_name, make_dialect
 from bridge.errors import DialectError
 from bridge.realtime.client_events import SessionUpdate
 from bridge.realtime.session_config import audio_format
+from bridge.vllm_omni.dialect import vllm_omni_dialect
 from bridge.vllm_omni.inbound import VllmOmniInbound
 from bridge.vllm_omni.outbound import VllmOmniOutbound
 from omni_grpc.wire import pb
@@ -360,15 +361,17 @@ def test_listen_and_playback_acknowledged_are_nested_as_the_reference_nests_them
     assert "played_ms" not in ack
 
 
-def test_items_are_announced_in_both_spellings_and_the_seq_stays_last() -> None:
-    dialect = VllmOmniOutbound()
-    dialect.expand(created())
+def test_items_are_announced_in_both_spellings_each_numbered() -> None:
+    dialect = vllm_omni_dialect(max_audio_delta_bytes=1 << 16)
+    dialect.outbound.expand(created())
     item = pb.ConversationItem(id="it_u", role=pb.ITEM_ROLE_USER)
     events = dialect.expand(pb.ConverseResponse(seq=7, item_added=pb.ItemAdded(item=item)))
     assert [e["type"] for e in events] == ["conversation.item.added", "conversation.item.created"]
     assert events[0]["item"] == events[1]["item"]
-    assert "server_event_seq" not in events[0]
-    assert events[1]["server_event_seq"] == 7
+    assert events[0]["server_event_seq"] < events[1]["server_event_seq"]
+    # Only the group's last covers contract event 7: a client that saw it saw both.
+    ack = {"type": "session.event_ack", "server_event_seq": events[1]["server_event_seq"]}
+    assert dialect.request(orjson.dumps(ack)).ack_events.seq == 7
     assert events[0]["event_id"] != events[1]["event_id"]
 
 
@@ -429,3 +432,81 @@ def test_an_ack_naming_the_engines_own_item_id_is_passed_as_it_is() -> None:
     # The reference's form for the same response.
     theirs = ack(played_ms=1, item_id="item_resp_1")
     assert (theirs.response_id, theirs.item_id) == ("resp_1", "")
+
+
+def turn_events() -> list[pb.ConverseResponse]:
+    """A turn as the service journals it: the user's item, a response with audio, its end."""
+    user = pb.ConversationItem(id="it_u", role=pb.ITEM_ROLE_USER)
+    response = pb.Response(id="resp_1", status=pb.RESPONSE_STATUS_IN_PROGRESS)
+    delta = pb.OutputAudioDelta(
+        audio=b"\0\0" * 1200, response_id="resp_1", item_id="it_1", sample_rate_hz=24000
+    )
+    done = pb.Response(id="resp_1", status=pb.RESPONSE_STATUS_COMPLETED)
+    return [
+        pb.ConverseResponse(seq=5, item_added=pb.ItemAdded(item=user)),
+        pb.ConverseResponse(
+            seq=6, response_created=pb.ResponseCreated(response=response, item_id="it_1")
+        ),
+        pb.ConverseResponse(seq=7, output_audio_delta=delta),
+        pb.ConverseResponse(seq=8, response_done=pb.ResponseDone(response=done)),
+    ]
+
+
+def test_every_journaled_event_has_a_number_of_its_own_as_the_reference_gives() -> None:
+    # vLLM-Omni's client drops an event whose server_event_seq is not above the last it saw,
+    # and acks each one it keeps: the reference numbers every journaled event, so every event
+    # the bridge renders from one (conversation.item.created beside .added, the events of a
+    # response's start and end, rate_limits.updated) needs a number of its own, rising.
+    dialect = vllm_omni_dialect(max_audio_delta_bytes=1000)  # the delta goes out in three
+    update = dialect.inbound.decode(orjson.dumps({"type": "session.update", "session": {}}))
+    dialect.inbound.open_request(update, model="m")
+    created_event, opening_update = dialect.outbound.expand(created())
+    assert "server_event_seq" not in created_event  # outside the journal, as in the reference
+    events = [opening_update, *(e for each in turn_events() for e in dialect.outbound.expand(each))]
+    unnumbered = [e["type"] for e in events if not isinstance(e.get("server_event_seq"), int)]
+    assert not unnumbered
+    seqs = [e["server_event_seq"] for e in events]
+    assert seqs == sorted(set(seqs)) and seqs[0] > 0
+    assert len(events) > len(turn_events()) + 1  # groups of several events, each numbered
+
+
+def test_an_ack_or_a_resume_cursor_inside_a_group_covers_only_the_events_before_it() -> None:
+    # A client that saw part of a contract event's group has not seen that contract event: an
+    # ack of it acknowledges the one before, and a resume from it replays the whole group (the
+    # client drops what it already saw by its number).
+    dialect = vllm_omni_dialect(max_audio_delta_bytes=1 << 16)
+    dialect.outbound.expand(created())
+    groups = [dialect.outbound.expand(event) for event in turn_events()]
+    started = groups[1]  # contract event 6: response.created and the events announcing it
+    assert len(started) > 1
+    first, last = started[0]["server_event_seq"], started[-1]["server_event_seq"]
+
+    def acked(seq: int) -> int:
+        ack = {"type": "session.event_ack", "server_event_seq": seq}
+        return dialect.inbound.to_request(dialect.inbound.decode(orjson.dumps(ack))).ack_events.seq
+
+    def resumed_after(seq: int) -> int:
+        resume = {
+            "type": "session.resume",
+            "session_id": "sess_1",
+            "resume_token": "tok",
+            "last_received_server_event_seq": seq,
+        }
+        event = dialect.inbound.decode(orjson.dumps(resume))
+        return dialect.inbound.resume_request(event).resume_session.last_received_seq
+
+    assert (acked(last), acked(first)) == (6, 5)
+    assert (resumed_after(last), resumed_after(first), resumed_after(0)) == (6, 5, 0)
+    assert acked(groups[-1][-1]["server_event_seq"]) == 8
+
+
+def test_the_capabilities_say_a_chunk_period_the_reference_client_can_read() -> None:
+    # vLLM-Omni's client reads session.capabilities.chunk_period_ms as a positive whole number
+    # of milliseconds and takes anything else (null among them) for 1000: an engine that takes
+    # input of any length must say a unit every length is a whole number of, 1 ms.
+    def period(**caps: Any) -> object:
+        (only,) = VllmOmniOutbound().expand(created(**caps))
+        return only["session"]["capabilities"]["chunk_period_ms"]
+
+    assert period(chunk_period_ms=1000) == 1000
+    assert period() == 1  # the contract's 0: input of any length

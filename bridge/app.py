@@ -9,7 +9,7 @@ mints short-lived client secrets for its pages at ``POST /v1/realtime/client_sec
 (:mod:`bridge.minting`, :mod:`bridge.client_secrets`).
 The key a client presented travels on to the service as ``authorization`` metadata, so a
 bridge in front of a keyed service needs no keys of its own; a bridge given a ``service_key``
-presents that one instead.
+presents that one instead. Every setting is a field of :class:`bridge.options.BridgeOptions`.
 
 All websockets share one gRPC channel (one HTTP/2 connection, multiplexed), with the client
 package's channel options, created when the application starts and closed when it stops; a
@@ -220,13 +220,14 @@ async def start_bridge(
     tracer_provider: TracerProvider | None = None,
     local: ServiceLink | None = None,
 ) -> tuple[web.AppRunner, int]:
-    """Starts the bridge; returns its runner (``cleanup()`` stops it) and its port.
+    """Starts the bridge with ``options``; returns its runner (``cleanup()`` stops it) and its
+    port.
 
-    With a TLS certificate the bridge serves ``wss://`` and, unless ``grpc_plaintext``, also
-    reaches the service over TLS, trusting ``grpc_root_cert_file`` or else the same
-    certificate (the case of a bridge started next to the service, sharing its files).
-    ``service_key``, when given, is presented to the service instead of each client's key.
-    ``allowed_origins`` and ``allowed_hosts`` are :class:`bridge.gate.Gate`'s. With a
+    With a TLS certificate (``options.tls_cert_file``) the bridge serves ``wss://`` and, unless
+    ``grpc_plaintext``, also reaches the service over TLS, trusting ``grpc_root_cert_file`` or
+    else the same certificate (the case of a bridge started next to the service, sharing its
+    files). ``service_key``, when given, is presented to the service instead of each client's
+    key. ``allowed_origins`` and ``allowed_hosts`` are :class:`bridge.gate.Gate`'s. With a
     ``tracer_provider`` each turn is traced (:mod:`bridge.tracing`); without one, nothing is.
     With ``local`` (the service's in-process entry point) the streams go to it, not to
     ``grpc_target``; with ``multiplex`` they share a few ``ConverseMany`` calls to it instead

@@ -3,9 +3,9 @@
 These are the only pydantic models on the inbound path: a frame is parsed once into one of
 them and then translated into a Protobuf command by :mod:`bridge.realtime.inbound`. They accept what
 stock clients send: the GA event and field names, the beta spellings of the session fields
-(``modalities``, ``input_audio_format``, ``turn_detection`` …), and the duplex extensions of
-the reference protocol (``session.resume``, ``playback.ack``, ``barge_in`` …) with their
-aliases. Unknown fields are ignored, as OpenAI's server ignores them; wrong types are not
+(``modalities``, ``input_audio_format``, ``turn_detection`` …), and our duplex extensions,
+named as vLLM-Omni's protocol names them (``session.resume``, ``playback.ack``, ``barge_in`` …),
+with their aliases. Unknown fields are ignored, as OpenAI's server ignores them; wrong types are not
 coerced (``"12"`` is not a number here), so a bad event is refused instead of guessed at.
 
 Every number is held to what its contract field can carry (:mod:`omni_grpc.wire.bounds`):

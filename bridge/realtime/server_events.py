@@ -13,18 +13,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from bridge.dialect import Event
 from bridge.errors import RATE_LIMIT_CODE, Refusal
-from bridge.realtime.session_json import MODALITY_NAMES, session_json
-from bridge.realtime.tools import CALL_ITEM_TYPES, call_item_json
+from bridge.realtime.session_json import MODALITY_NAMES, OVERLAP_POLICY_NAMES, session_json
+from bridge.realtime.tools import CALL_ITEM_TYPES, ITEM_STATUS_NAMES, call_item_json
 from omni_grpc.wire import pb
-from omni_grpc.wire.names import (
-    ITEM_STATUSES,
-    OVERLAP_ACTIONS,
-    OVERLAP_POLICIES,
-    RESPONSE_STATUSES,
-)
-
-Event = dict[str, Any]
+from omni_grpc.wire.names import OVERLAP_ACTIONS, RESPONSE_STATUSES
 
 _ERROR_TYPES = {
     pb.ERROR_TYPE_INVALID_REQUEST: "invalid_request_error",
@@ -35,9 +29,7 @@ _ERROR_TYPES = {
 # only "requests" and "tokens": commands are requests, and input audio, which OpenAI meters in
 # tokens and the service in bytes, is "tokens" (``limit`` is left out, so no unit is claimed).
 _RATE_LIMIT_NAMES = {"commands": "requests", "audio": "tokens"}
-_ITEM_STATUS = {status: name for name, status in ITEM_STATUSES.items()}
 _RESPONSE_STATUS = {status: name for name, status in RESPONSE_STATUSES.items()}
-_OVERLAP_POLICY = {policy: name for name, policy in OVERLAP_POLICIES.items()}
 _OVERLAP_ACTION = {action: name for name, action in OVERLAP_ACTIONS.items()}
 _ROLE_NAMES = {
     pb.ITEM_ROLE_USER: "user",
@@ -111,8 +103,8 @@ def item_json(item: pb.ConversationItem) -> Event:
         "role": _ROLE_NAMES.get(item.role, "user"),
         "content": content,
     }
-    if item.status in _ITEM_STATUS:
-        out["status"] = _ITEM_STATUS[item.status]
+    if item.status in ITEM_STATUS_NAMES:
+        out["status"] = ITEM_STATUS_NAMES[item.status]
     return out
 
 
@@ -292,7 +284,7 @@ STATELESS: dict[str, Callable[[Any], list[Event]]] = {
     ),
     "overlap_decision": lambda e: _one(
         "overlap.decision",
-        policy=_OVERLAP_POLICY.get(e.policy),
+        policy=OVERLAP_POLICY_NAMES.get(e.policy),
         action=_OVERLAP_ACTION.get(e.action),
         reason=e.reason,
     ),

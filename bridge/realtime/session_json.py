@@ -26,7 +26,7 @@ _FIXED_RATE = frozenset({pb.AUDIO_ENCODING_G711_ULAW, pb.AUDIO_ENCODING_G711_ALA
 GA_PCM_RATE_HZ = 24000
 F32_ENCODING = "pcm_f32le"
 MODALITY_NAMES = {value: name for name, value in MODALITIES.items()}
-_OVERLAP_NAMES = {value: name for name, value in OVERLAP_POLICIES.items()}
+OVERLAP_POLICY_NAMES = {value: name for name, value in OVERLAP_POLICIES.items()}
 _COMMIT_NAMES = {value: name for name, value in COMMIT_POLICIES.items()}
 _STATE_NAMES = {
     pb.SESSION_STATE_ATTACHED: "attached",
@@ -107,7 +107,7 @@ def session_json(session: pb.Session) -> dict[str, Any]:
         "max_output_tokens": (
             config.max_output_tokens if config.HasField("max_output_tokens") else "inf"
         ),
-        "overlap_policy": _OVERLAP_NAMES.get(config.overlap_policy),
+        "overlap_policy": OVERLAP_POLICY_NAMES.get(config.overlap_policy),
         "playback_commit_policy": _COMMIT_NAMES.get(config.playback_commit_policy),
         "idle_timeout_ms": config.idle_timeout.ToMilliseconds(),
         "state": _STATE_NAMES.get(session.state),

@@ -20,16 +20,13 @@ and the call item sits in ``response.done``'s output after the message.
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
+from bridge.dialect import Event
 from bridge.errors import DialectError
 from bridge.realtime.tool_models import ToolChoiceJson, ToolChoiceSpec, ToolJson
 from omni_grpc.wire import pb
 from omni_grpc.wire.names import ITEM_STATUSES
-
-Event = dict[str, Any]
 
 CALL_ITEM_TYPES = frozenset({pb.ITEM_TYPE_FUNCTION_CALL, pb.ITEM_TYPE_FUNCTION_CALL_OUTPUT})
 _CHOICE_MODES = {
@@ -38,7 +35,7 @@ _CHOICE_MODES = {
     "required": pb.TOOL_CHOICE_MODE_REQUIRED,
 }
 _CHOICE_NAMES = {mode: name for name, mode in _CHOICE_MODES.items()}
-_STATUS_NAMES = {status: name for name, status in ITEM_STATUSES.items()}
+ITEM_STATUS_NAMES = {status: name for name, status in ITEM_STATUSES.items()}
 
 
 # -- inbound ------------------------------------------------------------------------------
@@ -134,8 +131,8 @@ def call_item_json(item: pb.ConversationItem) -> Event:
         out.update(type="function_call", name=item.name, arguments=item.arguments)
     else:
         out.update(type="function_call_output", output=item.output)
-    if item.status in _STATUS_NAMES:
-        out["status"] = _STATUS_NAMES[item.status]
+    if item.status in ITEM_STATUS_NAMES:
+        out["status"] = ITEM_STATUS_NAMES[item.status]
     return out
 
 

@@ -22,11 +22,11 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from bridge.dialect import Event
 from bridge.options import MAX_AUDIO_DELTA_BYTES
 from bridge.realtime.outbound import RealtimeOutbound
-from bridge.realtime.server_events import Event
-from bridge.realtime.session_config import ENCODINGS, MODALITIES
-from bridge.realtime.session_json import session_json
+from bridge.realtime.session_config import ENCODINGS
+from bridge.realtime.session_json import MODALITY_NAMES, session_json
 from bridge.vllm_omni.numbering import number
 from omni_grpc.wire import pb
 
@@ -38,7 +38,6 @@ FORMAT_NAMES = {
     pb.AUDIO_ENCODING_G711_ALAW: "g711_alaw",
 }
 assert all(ENCODINGS[name] == value for value, name in FORMAT_NAMES.items())
-_MODALITY_NAMES = {value: name for name, value in MODALITIES.items()}
 _PCM = frozenset({pb.AUDIO_ENCODING_PCM16, pb.AUDIO_ENCODING_PCM_F32})
 _ITEMS_KEPT = 64
 # The chunk period of an engine that takes input of any length (the contract's 0). The reference
@@ -105,7 +104,7 @@ def vllm_omni_session_json(
         {
             "state": _STATES.get(session.state, "open"),
             "modalities": [
-                _MODALITY_NAMES[m] for m in config.output_modalities if m in _MODALITY_NAMES
+                MODALITY_NAMES[m] for m in config.output_modalities if m in MODALITY_NAMES
             ],
             "input_audio_format": FORMAT_NAMES.get(in_fmt.encoding, "pcm16"),
             "output_audio_format": FORMAT_NAMES.get(out_fmt.encoding, "pcm16"),

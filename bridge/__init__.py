@@ -1,17 +1,23 @@
-"""The OpenAI-Realtime websocket bridge: browsers and stock Realtime clients reach the service.
+"""The websocket bridge: browsers and stock Realtime clients reach the service.
 
 The bridge is a gRPC client of the duplex service (browser → bridge → gRPC → engine), built on
 the client package's channel and status reading, and keeps no session state beyond what one
 websocket needs, so any bridge process can carry a session that another one started.
 
-* :mod:`bridge.app`: the aiohttp application and :func:`bridge.app.start_bridge`;
-* :mod:`bridge.relay`: one websocket ⇄ one ``Converse`` stream, with its explicit state;
-* inbound, client JSON → contract: :mod:`bridge.inbound` (frames to commands),
-  :mod:`bridge.inbound_events` (the client events' schema), :mod:`bridge.inbound_session`
-  (``session.update`` to a session config), :mod:`bridge.errors` (refusals);
-* outbound, contract → client JSON: :mod:`bridge.outbound` (a session's event stream),
-  :mod:`bridge.outbound_events` (events that render alone), :mod:`bridge.outbound_session`
-  (sessions and capabilities).
+It speaks two JSON dialects of the one contract, each a package of its own:
+
+* :mod:`bridge.realtime`: OpenAI's Realtime API (GA names, beta spellings accepted), with our
+  duplex extensions for a client that asks for them, on ``/v1/realtime``;
+* :mod:`bridge.vllm_omni`: vLLM-Omni's dialect, on ``/v1/duplex`` and ``?duplex=1`` (the
+  reference's wire names), built on OpenAI's with the reference's differences.
+
+The rest is shared and names no dialect: :mod:`bridge.app` (the aiohttp application and
+:func:`bridge.app.start_bridge`), :mod:`bridge.options` (every setting, in one value),
+:mod:`bridge.relay` (one websocket ⇄ one ``Converse`` stream, with its explicit state),
+:mod:`bridge.gate` (what a request must show), :mod:`bridge.client_secrets` and
+:mod:`bridge.minting` (short-lived secrets for pages), :mod:`bridge.transport` (the seam to the
+service), :mod:`bridge.errors`, :mod:`bridge.metrics` and :mod:`bridge.tracing`.
+:mod:`bridge.dialects` is the one place that chooses a connection's dialect.
 
 The translation modules are pure: no sockets, no clock.
 """

@@ -6,10 +6,10 @@ Stock clients connect as they would to OpenAI: the Python SDK with ``Authorizati
 the upgrade :mod:`bridge.gate` checks the Host, the Origin and, with keys configured, the key
 (403 or 401), so that web pages the user visits cannot use a local bridge. With keys, a backend
 mints short-lived client secrets for its pages at ``POST /v1/realtime/client_secrets``
-(:mod:`bridge.client_secrets`).
+(:mod:`bridge.minting`, :mod:`bridge.client_secrets`).
 The key a client presented travels on to the service as ``authorization`` metadata, so a
 bridge in front of a keyed service needs no keys of its own; a bridge given a ``service_key``
-presents that one instead.
+presents that one instead. Every setting is a field of :class:`bridge.options.BridgeOptions`.
 
 All websockets share one gRPC channel (one HTTP/2 connection, multiplexed), with the client
 package's channel options, created when the application starts and closed when it stops; a
@@ -30,12 +30,12 @@ from pathlib import Path
 from aiohttp import WSCloseCode, web
 from opentelemetry.trace import Tracer, TracerProvider
 
-from bridge.client_secrets import ClientSecrets, minting_handler
-from bridge.dialects import dialect_name
-from bridge.gate import DEFAULT_ALLOWED_ORIGINS, Gate, add_security_headers, host_middleware
-from bridge.inbound import MAX_EVENT_BYTES
+from bridge.client_secrets import ClientSecrets
+from bridge.dialects import VLLM_OMNI_PATH, dialect_name, make_dialect
+from bridge.gate import Gate, add_security_headers, host_middleware
 from bridge.metrics import CONNECTIONS, REFUSALS, metrics_handler
-from bridge.outbound import MAX_AUDIO_DELTA_BYTES
+from bridge.minting import minting_handler
+from bridge.options import MAX_EVENT_BYTES, BridgeOptions
 from bridge.relay import Relay
 from bridge.tracing import bridge_tracer
 from bridge.transport import ServiceLink
@@ -56,26 +56,22 @@ class Bridge:
     def __init__(
         self,
         service_settings: ChannelSettings,
+        options: BridgeOptions,
         *,
-        gate: Gate,
-        service_key: str,
-        config_timeout_s: float,
-        heartbeat_s: float,
-        send_deadline_s: float,
-        max_audio_delta_bytes: int,
         tracer: Tracer | None = None,
         local: ServiceLink | None = None,
-        multiplex: bool = False,
     ) -> None:
         self.service_settings = service_settings
-        self.multiplex = multiplex  # the streams share a few ConverseMany calls
+        self.options = options
         self.local = local  # the service's in-process entry point, when it shares the process
-        self.gate = gate  # what a request must show before it is served
-        self.service_key = service_key  # presented to the service instead of the client's key
-        self.config_timeout_s = config_timeout_s
-        self.heartbeat_s = heartbeat_s
-        self.send_deadline_s = send_deadline_s  # a client that reads nothing for so long goes
-        self.max_audio_delta_bytes = max_audio_delta_bytes
+        # What a request must show before it is served.
+        self.gate = Gate(
+            allowed_origins=options.allowed_origins,
+            allowed_hosts=options.allowed_hosts,
+            bound_host=options.host,
+            api_keys=options.api_keys,
+            client_secrets=ClientSecrets() if options.api_keys else None,
+        )
         self.relays: set[Relay] = set()
         self.tracer = tracer  # each turn's span and its context for the service; None: off
         self.service: ServiceLink | None = None  # the channel, while the application runs
@@ -85,7 +81,7 @@ class Bridge:
         for its whole life."""
         if self.local is not None:
             self.service = self.local
-        elif self.multiplex:
+        elif self.options.multiplex:
             self.service = MultiplexedConnection(self.service_settings)
         else:
             self.service = Connection(self.service_settings)
@@ -116,9 +112,10 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         REFUSALS.labels(str(admitted.status)).inc()
         return admitted
     key = admitted  # the client's key, or the one its client secret stands for
+    options = bridge.options
     ws = web.WebSocketResponse(
         protocols=("realtime",),
-        heartbeat=bridge.heartbeat_s,
+        heartbeat=options.heartbeat_s,
         max_msg_size=MAX_MESSAGE_BYTES,
         compress=False,
     )
@@ -130,22 +127,23 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     model = query.get("model", "")
     # The duplex extensions go to a client that asks for them (?extensions=1); a stock OpenAI
     # client, which checks every event against the GA schema, gets that schema only
-    # (bridge.outbound_plain). The vLLM-Omni dialect has them always.
-    extensions = query.get("extensions", "").lower() in _TRUE
+    # (bridge.realtime.plain). The vLLM-Omni dialect has them always.
+    dialect = make_dialect(
+        dialect_name(request.path, query),
+        max_audio_delta_bytes=options.max_audio_delta_bytes,
+        extensions=query.get("extensions", "").lower() in _TRUE,
+    )
     assert bridge.service is not None, "the channel opens before the first request"
     relay = Relay(
         ws,
         bridge.service,
-        metadata=bearer_metadata(bridge.service_key or key),
+        options,
+        metadata=bearer_metadata(options.service_key or key),
         model=model,
         autostart=bool(model) and not resume_only,
-        config_timeout_s=bridge.config_timeout_s,
-        send_deadline_s=bridge.send_deadline_s,
+        dialect=dialect,
         transport=request.transport,
-        max_audio_delta_bytes=bridge.max_audio_delta_bytes,
         tracer=bridge.tracer,
-        extensions=extensions,
-        dialect=dialect_name(request.path, query),
     )
     bridge.relays.add(relay)
     CONNECTIONS.inc()
@@ -169,47 +167,21 @@ async def index(request: web.Request) -> web.FileResponse:
 
 def create_app(
     service_settings: ChannelSettings,
+    options: BridgeOptions,
     *,
-    api_keys: tuple[str, ...] = (),
-    service_key: str = "",
-    config_timeout_s: float = 10.0,
-    heartbeat_s: float = 30.0,
-    send_deadline_s: float = 10.0,
-    max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES,
-    allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS,
-    allowed_hosts: tuple[str, ...] = (),
-    bound_host: str = "127.0.0.1",
     tracer_provider: TracerProvider | None = None,
     local: ServiceLink | None = None,
-    multiplex: bool = False,
 ) -> web.Application:
     """Builds the bridge application for the service that ``service_settings`` reach; with a
     ``tracer_provider``, each turn is traced and its context goes to the service."""
-    bridge = Bridge(
-        service_settings,
-        gate=Gate(
-            allowed_origins=tuple(allowed_origins),
-            allowed_hosts=tuple(allowed_hosts),
-            bound_host=bound_host,
-            api_keys=tuple(api_keys),
-            client_secrets=ClientSecrets() if api_keys else None,
-        ),
-        service_key=service_key,
-        config_timeout_s=config_timeout_s,
-        heartbeat_s=heartbeat_s,
-        send_deadline_s=send_deadline_s,
-        max_audio_delta_bytes=max_audio_delta_bytes,
-        tracer=bridge_tracer(tracer_provider),
-        local=local,
-        multiplex=multiplex,
-    )
+    bridge = Bridge(service_settings, options, tracer=bridge_tracer(tracer_provider), local=local)
     app = web.Application(middlewares=[host_middleware(bridge.gate)])
     app[BRIDGE] = bridge
     app.on_response_prepare.append(add_security_headers)
     app.cleanup_ctx.append(bridge.connect)
     app.on_shutdown.append(bridge.shutdown)
     app.router.add_get("/v1/realtime", realtime)
-    app.router.add_get("/v1/duplex", realtime)
+    app.router.add_get(VLLM_OMNI_PATH, realtime)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics_handler)
     if bridge.gate.client_secrets is not None:
@@ -243,70 +215,47 @@ def _server_ssl(cert_file: str | None, key_file: str | None) -> ssl.SSLContext |
 
 async def start_bridge(
     grpc_target: str,
+    options: BridgeOptions,
     *,
-    host: str = "127.0.0.1",
-    port: int = 8080,
-    api_keys: tuple[str, ...] = (),
-    service_key: str = "",
-    tls_cert_file: str | None = None,
-    tls_key_file: str | None = None,
-    grpc_root_cert_file: str | None = None,
-    grpc_plaintext: bool = False,
-    header_timeout_s: float = 10.0,
-    config_timeout_s: float = 10.0,
-    heartbeat_s: float = 30.0,
-    send_deadline_s: float = 10.0,
-    max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES,
-    allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS,
-    allowed_hosts: tuple[str, ...] = (),
     tracer_provider: TracerProvider | None = None,
     local: ServiceLink | None = None,
-    reuse_port: bool = False,
-    multiplex: bool = False,
 ) -> tuple[web.AppRunner, int]:
-    """Starts the bridge; returns its runner (``cleanup()`` stops it) and its port.
+    """Starts the bridge with ``options``; returns its runner (``cleanup()`` stops it) and its
+    port.
 
-    With a TLS certificate the bridge serves ``wss://`` and, unless ``grpc_plaintext``, also
-    reaches the service over TLS, trusting ``grpc_root_cert_file`` or else the same
-    certificate (the case of a bridge started next to the service, sharing its files).
-    ``service_key``, when given, is presented to the service instead of each client's key.
-    ``allowed_origins`` and ``allowed_hosts`` are :class:`bridge.gate.Gate`'s. With a
+    With a TLS certificate (``options.tls_cert_file``) the bridge serves ``wss://`` and, unless
+    ``grpc_plaintext``, also reaches the service over TLS, trusting ``grpc_root_cert_file`` or
+    else the same certificate (the case of a bridge started next to the service, sharing its
+    files). ``service_key``, when given, is presented to the service instead of each client's
+    key. ``allowed_origins`` and ``allowed_hosts`` are :class:`bridge.gate.Gate`'s. With a
     ``tracer_provider`` each turn is traced (:mod:`bridge.tracing`); without one, nothing is.
     With ``local`` (the service's in-process entry point) the streams go to it, not to
     ``grpc_target``; with ``multiplex`` they share a few ``ConverseMany`` calls to it instead
     of a Converse call each. ``reuse_port`` lets several bridge processes listen on one port
     (``SO_REUSEPORT``: the kernel spreads the connections between them).
     """
-    root = grpc_root_cert_file or (tls_cert_file if not grpc_plaintext else None)
+    tls_cert = options.tls_cert_file
+    root = options.grpc_root_cert_file or (tls_cert if not options.grpc_plaintext else None)
     app = create_app(
         _channel_settings(grpc_target, root),
-        api_keys=api_keys,
-        service_key=service_key,
-        config_timeout_s=config_timeout_s,
-        heartbeat_s=heartbeat_s,
-        send_deadline_s=send_deadline_s,
-        max_audio_delta_bytes=max_audio_delta_bytes,
-        allowed_origins=allowed_origins,
-        allowed_hosts=allowed_hosts,
-        bound_host=host,
+        options,
         tracer_provider=tracer_provider,
         local=local,
-        multiplex=multiplex,
     )
     # aiohttp's keep-alive timer runs from the moment a connection is accepted and closes it
     # while no whole request has arrived: it is the header read timeout (half-sent requests
     # are closed) as well as the idle timeout between requests. An upgraded websocket is not
     # idle in its sense, so it is not closed by it.
     runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, keepalive_timeout=header_timeout_s
+        app, handle_signals=False, access_log=None, keepalive_timeout=options.header_timeout_s
     )
     await runner.setup()
     site = web.TCPSite(
         runner,
-        host,
-        port,
-        ssl_context=_server_ssl(tls_cert_file, tls_key_file),
-        reuse_port=reuse_port or None,
+        options.host,
+        options.port,
+        ssl_context=_server_ssl(tls_cert, options.tls_key_file),
+        reuse_port=options.reuse_port or None,
     )
     await site.start()
     bound = runner.addresses[0][1]

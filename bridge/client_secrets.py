@@ -1,9 +1,8 @@
 """Short-lived client secrets: what an app's backend mints so that a browser never holds its key.
 
-``POST /v1/realtime/client_secrets`` with ``Authorization: Bearer <api key>`` (one of the
-bridge's keys) answers ``{"value": "ek_…", "expires_at": <unix s>}``, as OpenAI's endpoint of
-that name does. The page then opens the websocket with the subprotocol
-``openai-insecure-api-key.ek_…``. A secret:
+The backend mints one at ``POST /v1/realtime/client_secrets`` (:mod:`bridge.minting`); the page
+then opens the websocket with the subprotocol ``openai-insecure-api-key.ek_…``, and
+:mod:`bridge.gate` redeems it. This module is the store of the secrets minted. A secret:
 
 * lives ``expires_after.seconds`` of the request's body (10 s to 2 h; 60 s when not given);
 * opens one websocket: it is used up by the upgrade it admits, so a resume needs a new one;
@@ -11,25 +10,17 @@ that name does. The page then opens the websocket with the subprotocol
   session is bound to it (a resume with another secret of the same key finds the session);
 * is kept only as its SHA-256 digest and compared in constant time, and is never logged.
 
-At most ``MAX_OUTSTANDING`` secrets wait to be used; past that, minting answers 429.
+At most ``MAX_OUTSTANDING`` secrets wait to be used; past that, minting is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import orjson
-from aiohttp import web
-from aiohttp.typedefs import Handler
-
-from bridge.gate import Gate, unauthorized
-from omni_grpc.wire.keys import bearer_credentials, key_matches
 
 PREFIX = "ek_"
 DEFAULT_TTL_S = 60.0
@@ -91,54 +82,3 @@ class ClientSecrets:
         now = self._clock()
         for digest in [d for d, minted in self._minted.items() if minted.expires_at <= now]:
             del self._minted[digest]
-
-
-def minting_handler(gate: Gate, client_secrets: ClientSecrets) -> Handler:
-    """``POST /v1/realtime/client_secrets``: one secret for a caller that holds a bridge key."""
-
-    async def mint(request: web.Request) -> web.Response:
-        refusal = gate.page_refusal(request)
-        if refusal is not None:
-            return refusal
-        # Only a real key mints (in the header: a backend, not a page's subprotocol).
-        key = bearer_credentials(request.headers.get("Authorization", ""))
-        if not key_matches(key, gate.api_keys):
-            return unauthorized()
-        try:
-            ttl_s = _requested_ttl_s(await request.read())
-            value, expires_at = client_secrets.mint(key, ttl_s)
-        except ValueError as error:
-            return _json(400, {"error": {"type": "invalid_request_error", "message": str(error)}})
-        except TooManySecrets:
-            message = "too many client secrets wait to be used"
-            return _json(429, {"error": {"type": "rate_limit_exceeded", "message": message}})
-        return _json(200, {"value": value, "expires_at": math.floor(expires_at)})
-
-    return mint
-
-
-def _requested_ttl_s(body: bytes) -> float:
-    """``expires_after.seconds`` of the request's JSON body; the default for an empty body."""
-    if not body.strip():
-        return DEFAULT_TTL_S
-    try:
-        request = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise ValueError("the body is not JSON") from None
-    expires_after = request.get("expires_after", {}) if isinstance(request, dict) else None
-    if not isinstance(expires_after, dict):
-        raise ValueError("expires_after must be an object")
-    seconds = expires_after.get("seconds", DEFAULT_TTL_S)
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise ValueError("expires_after.seconds must be a number")
-    return float(seconds)
-
-
-def _json(status: int, body: object) -> web.Response:
-    # A secret must not be cached on the way (proxies, the browser's cache).
-    return web.Response(
-        status=status,
-        body=orjson.dumps(body),
-        content_type="application/json",
-        headers={"Cache-Control": "no-store"},
-    )

@@ -1,108 +1,42 @@
-"""The two dialects the bridge speaks, and which one a connection gets.
+"""Which dialect a connection speaks: the one place in the bridge that names the dialects.
 
 * ``openai``: OpenAI's Realtime API (GA names, beta spellings accepted), on ``/v1/realtime``;
-  :mod:`bridge.inbound` and :mod:`bridge.outbound`.
-* ``vllm-omni``: vLLM-Omni's duplex serving, on ``/v1/duplex`` and on
-  ``/v1/realtime?duplex=1`` (the URL vLLM-Omni's clients build), so its clients work unchanged;
-  :mod:`bridge.vllm_omni_inbound` and :mod:`bridge.vllm_omni_outbound`.
+  :mod:`bridge.realtime`.
+* ``vllm-omni``: vLLM-Omni's dialect, on ``/v1/duplex`` and on ``/v1/realtime?duplex=1`` (the
+  URL vLLM-Omni's clients build), so its clients work unchanged; :mod:`bridge.vllm_omni`.
 
-A :class:`Dialect` pairs a connection's inbound translation with its outbound expansion. The
-map of every contract command and event to its JSON events in each dialect is
-``docs/dialects.md``, generated from these by ``scripts/dialect_map.py``.
+Everything else in the bridge sees a connection's dialect only as a
+:class:`bridge.dialect.Dialect` (``.importlinter`` holds that). The map of every contract
+command and event to its JSON events in each dialect is ``docs/dialects.md``, generated from
+the dialects by ``scripts/dialect_map.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
 
-from bridge import inbound
-from bridge import inbound_events as ce
-from bridge.errors import DialectError
-from bridge.inbound_append import append_request
-from bridge.inbound_unhonoured import refuse_unhonoured
-from bridge.outbound import ServerDialect
-from bridge.vllm_omni_inbound import DuplexInbound
-from bridge.vllm_omni_outbound import VllmOmniDialect
-from omni_grpc.wire import pb
+from bridge.dialect import Dialect
+from bridge.realtime.dialect import openai_dialect
+from bridge.vllm_omni.dialect import vllm_omni_dialect
 
 OPENAI = "openai"
 VLLM_OMNI = "vllm-omni"
-DUPLEX_PATH = "/v1/duplex"
+# The reference's wire names for its endpoint: the path, and the query its clients add.
+VLLM_OMNI_PATH = "/v1/duplex"
+VLLM_OMNI_QUERY = "duplex"
 _TRUE = frozenset({"1", "true", "yes", "on"})
-
-
-class Inbound(Protocol):
-    """What a relay asks of a dialect's inbound side."""
-
-    def decode(self, frame: str | bytes) -> Any: ...
-
-    def to_request(self, event: Any) -> pb.ConverseRequest: ...
-
-    def request(self, frame: str | bytes) -> pb.ConverseRequest:
-        """One frame's unnumbered command (decode, then to_request); raises DialectError."""
-        ...
-
-    def open_request(self, event: ce.SessionUpdate | None, *, model: str) -> pb.ConverseRequest: ...
-
-    def ends_handshake(self, error: DialectError) -> bool: ...
-
-
-class OpenAIInbound:
-    """The OpenAI dialect's inbound side: :mod:`bridge.inbound` as it is."""
-
-    def decode(self, frame: str | bytes) -> Any:
-        return self._validated(inbound.parse_client_frame(frame))
-
-    def to_request(self, event: Any) -> pb.ConverseRequest:
-        return inbound.to_request(event)
-
-    def request(self, frame: str | bytes) -> pb.ConverseRequest:
-        # Parsed once; a plain audio append (most frames) skips the models:
-        # bridge.inbound_append.
-        data = inbound.parse_client_frame(frame)
-        fast = append_request(data)
-        return fast if fast is not None else inbound.to_request(self._validated(data))
-
-    @staticmethod
-    def _validated(data: dict[str, Any]) -> Any:
-        event = inbound.validate_client_event(data)
-        if isinstance(event, ce.SessionUpdate | ce.ResponseCreate):
-            # The few events that may set a GA field the service cannot honour are read as
-            # sent: the models leave out what they do not carry (bridge.inbound_unhonoured).
-            refuse_unhonoured(data)
-        return event
-
-    def open_request(self, event: ce.SessionUpdate | None, *, model: str) -> pb.ConverseRequest:
-        return inbound.open_request(event.session if event is not None else None, model=model)
-
-    def ends_handshake(self, error: DialectError) -> bool:
-        return False  # a refused first event is answered in band; the client may try again
-
-
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    """One connection's translation, both ways."""
-
-    name: str
-    inbound: Inbound
-    outbound: ServerDialect
 
 
 def dialect_name(path: str, query: Mapping[str, str]) -> str:
     """The dialect of a connection to ``path`` with ``query``."""
-    if path == DUPLEX_PATH or query.get("duplex", "").lower() in _TRUE:
+    if path == VLLM_OMNI_PATH or query.get(VLLM_OMNI_QUERY, "").lower() in _TRUE:
         return VLLM_OMNI
     return OPENAI
 
 
 def make_dialect(name: str, *, max_audio_delta_bytes: int, extensions: bool = False) -> Dialect:
-    """A fresh dialect (its outbound side holds one session's state); ``extensions`` says
+    """A fresh dialect (its outbound half holds one session's state); ``extensions`` says
     whether an OpenAI-dialect client asked for the duplex extensions."""
     if name == VLLM_OMNI:
-        duplex = VllmOmniDialect(max_audio_delta_bytes=max_audio_delta_bytes)
-        return Dialect(VLLM_OMNI, DuplexInbound(duplex), duplex)
-    outbound = ServerDialect(max_audio_delta_bytes=max_audio_delta_bytes)
-    outbound.extensions = extensions
-    return Dialect(OPENAI, OpenAIInbound(), outbound)
+        return vllm_omni_dialect(max_audio_delta_bytes=max_audio_delta_bytes)
+    return openai_dialect(max_audio_delta_bytes=max_audio_delta_bytes, extensions=extensions)

@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from multidict import CIMultiDict
 
+from bridge.client_secrets import ClientSecrets
 from omni_grpc.wire.keys import bearer_credentials, key_matches
-
-if TYPE_CHECKING:
-    from bridge.client_secrets import ClientSecrets
 
 KEY_PROTOCOL_PREFIX = "openai-insecure-api-key."
 ANY = "*"

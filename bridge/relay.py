@@ -7,13 +7,17 @@ that configuration, anything else opens a default session and is then applied). 
 ``ATTACHING`` the first request is on the stream and commands wait for its answer, which says
 how many commands the service already applied. In ``RELAYING`` two tasks run until either ends:
 
-* the **reader** takes frames, translates them, numbers the commands (``client_seq`` is the
-  bridge's business, never the JSON client's) and writes them to the gRPC stream;
-* the **pump** reads contract events, expands them into Realtime events and sends them.
+* the **reader** takes frames, has its dialect translate them, numbers the commands
+  (``client_seq`` is the bridge's business, never the JSON client's) and writes them to the
+  gRPC stream;
+* the **pump** reads contract events, has its dialect expand them into JSON events and sends
+  them.
 
+The relay names no dialect: it sees its connection's as a :class:`bridge.dialect.Dialect`.
 Bridge refusals (bad JSON, bad base64 …) are answered in-band and the socket stays open. When
-the service ends the stream the websocket closes with a code a client can act on: 1000 after a
-terminal event, 1008 for a refused handshake, 1012/1013 to come back later. When the client
+the service ends the stream the websocket closes with a code a client can act on
+(:mod:`bridge.stream_ends`): 1000 after a terminal event, 1008 for a refused handshake,
+1012/1013 to come back later. When the client
 goes, the gRPC call is cancelled, so the service detaches the session and keeps it resumable.
 A client that stops reading is the same: once one frame has waited ``send_deadline_s`` for room
 in the socket, the gRPC call is cancelled and the websocket closes with 1013 ``slow_consumer``
@@ -27,29 +31,29 @@ import asyncio
 import enum
 import logging
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
 
 import grpc
-import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 from opentelemetry.trace import Tracer
 
-from bridge import inbound_events as ce
-from bridge.dialects import OPENAI, make_dialect
-from bridge.errors import DialectError
-from bridge.inbound import is_numbered, resume_request
-from bridge.outbound_events import (
-    RATE_LIMIT_CODE,
-    error_json,
-    random_event_id,
-    rate_limits_updated,
-    with_retry_hint,
+from bridge.client_socket import ClientFellBehind, ClientSocket
+from bridge.dialect import Dialect
+from bridge.errors import RATE_LIMIT_CODE, DialectError, Refusal
+from bridge.options import BridgeOptions
+from bridge.stream_ends import (
+    TRANSPORT_RETRY_S,
+    close_code,
+    refuses_config,
+    status_refusal,
+    tried_again,
 )
 from bridge.tracing import RelayTurns
 from bridge.transport import InlineStream, ServiceLink, ServiceStream
-from omni_grpc.client.channel import StreamBroken
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import ROUTE_HEADER
+from omni_grpc.wire.kinds import UNNUMBERED_COMMANDS
+from omni_grpc.wire.stream_end import StreamBroken
 
 logger = logging.getLogger(__name__)
 
@@ -78,65 +82,14 @@ _TERMINAL = {
     "resync_required": "resync_required",
 }
 _ENDED = frozenset(_TERMINAL.values())
-_POLICY = WSCloseCode.POLICY_VIOLATION
 SLOW_CONSUMER = "slow_consumer"
 # How many times a resume sent on to its session's replica is tried (each after the hint).
 ELSEWHERE_ATTEMPTS = 40
-# Refusals of a resume that say "not here, not now" (the owner is another replica, or the
-# session store is away): the relay tries again after the hint instead of ending the session.
-_RESUME_RETRIED = frozenset({"session_elsewhere", "session_store_unavailable"})
-# A resume's stream that ended without a word from the service (no code) ended in the transport:
-# a proxy's 503 for a replica that just died, a reset connection. grpc.aio reports that as
-# UNAVAILABLE, or as INTERNAL ("Internal error from Core") when the resume's write raced the end.
-# A resume is safe to send again, so the relay tries again, this long apart when no hint came.
-_TRANSPORT_ENDS = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL})
-TRANSPORT_RETRY_S = 0.25
-# Statuses with which the service refuses the configuration a stream opens with.
-_CONFIG_REFUSALS = frozenset(
-    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
-)
-# How a gRPC status that ends the stream closes the websocket.
-_CLOSE_CODES = {
-    grpc.StatusCode.UNAVAILABLE: WSCloseCode.SERVICE_RESTART,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: WSCloseCode.TRY_AGAIN_LATER,
-    grpc.StatusCode.INVALID_ARGUMENT: _POLICY,
-    grpc.StatusCode.NOT_FOUND: _POLICY,
-    grpc.StatusCode.PERMISSION_DENIED: _POLICY,
-    grpc.StatusCode.FAILED_PRECONDITION: _POLICY,
-    grpc.StatusCode.UNAUTHENTICATED: _POLICY,
-}
-# Statuses the dialect has a name for: a key the service refused is what OpenAI clients know
-# as invalid_api_key (the bridge's own key check says the same).
-_DIALECT_CODES = {grpc.StatusCode.UNAUTHENTICATED: "invalid_api_key"}
-# Codes for statuses that came without one of the service's own (the transport's).
-_FALLBACK_CODES = {
-    grpc.StatusCode.UNAVAILABLE: "service_unavailable",
-    grpc.StatusCode.DEADLINE_EXCEEDED: "timeout",
-}
 
 
-class ClientFellBehind(Exception):
-    """A frame waited longer than the send deadline for room in the client's socket."""
-
-
-def status_error(status: grpc.StatusCode, broken: StreamBroken) -> dict[str, Any]:
-    """Renders the status that ended the stream as an error event, with the service's code."""
-    code = (
-        _DIALECT_CODES.get(status) or broken.code or _FALLBACK_CODES.get(status) or "stream_failed"
-    )
-    if status is grpc.StatusCode.RESOURCE_EXHAUSTED:
-        # OpenAI's clients back off on a rate_limit_error; the hint says for how long.
-        retry_after_ms = round(broken.retry_after_s * 1000)
-        event = error_json(
-            code, with_retry_hint(str(broken), retry_after_ms), error_type="rate_limit_error"
-        )
-        if retry_after_ms:
-            event["error"].update(retryable=True, retry_after_ms=retry_after_ms)
-        return event
-    policy = _CLOSE_CODES.get(status) is _POLICY
-    return error_json(
-        code, str(broken), error_type="invalid_request_error" if policy else "server_error"
-    )
+def is_numbered(request: pb.ConverseRequest) -> bool:
+    """Says whether the request needs a ``client_seq`` (heartbeats and acks do not)."""
+    return request.WhichOneof("command") not in UNNUMBERED_COMMANDS
 
 
 class Relay:
@@ -146,32 +99,26 @@ class Relay:
         self,
         ws: web.WebSocketResponse,
         service: ServiceLink,
+        options: BridgeOptions,
         *,
         metadata: Sequence[tuple[str, str]],
         model: str,
         autostart: bool,
-        config_timeout_s: float,
-        max_audio_delta_bytes: int,
-        send_deadline_s: float,
+        dialect: Dialect,
         transport: asyncio.Transport | None = None,
         tracer: Tracer | None = None,
-        extensions: bool = False,
-        dialect: str = OPENAI,
     ) -> None:
         self.ws = ws
-        self._transport = transport  # the client's connection, dropped if it never reads again
-        self._send_deadline_s = send_deadline_s
+        # Every frame goes out through it, within the send deadline.
+        self._socket = ClientSocket(ws, transport, options.send_deadline_s)
+        self._send = self._socket.send
         self.state = RelayState.HANDSHAKE
         self._service = service
         self._metadata = tuple(metadata)
         self._model = model
         self._autostart = autostart
-        self._config_timeout_s = config_timeout_s
-        # The connection's dialect (bridge.dialects): its inbound and outbound translation.
-        made = make_dialect(
-            dialect, max_audio_delta_bytes=max_audio_delta_bytes, extensions=extensions
-        )
-        self._inbound, self._dialect = made.inbound, made.outbound
+        self._config_timeout_s = options.config_timeout_s
+        self._dialect = dialect  # the connection's translation, both ways (bridge.dialects)
         self._stream: ServiceStream | None = None
         self._reader: asyncio.Task[None] | None = None  # the client → service task, if running
         self._next_seq = 1
@@ -185,7 +132,7 @@ class Relay:
         # configuration ("" when it had none), until the service has answered it.
         self._opening_update: str | None = None
         # The in-band answer to an opening configuration the service refused (see run()).
-        self._config_refused: dict[str, Any] | None = None
+        self._config_refused: Refusal | None = None
         # A resume that reached a replica its session does not live on (several replicas behind
         # a proxy): retried with the owner's routing key, when the refusal named it.
         self._elsewhere: StreamBroken | None = None
@@ -240,9 +187,9 @@ class Relay:
                 # The opening session.update asked for a configuration the service refused: like
                 # any refused update, it is answered in band and the session goes on, here with
                 # the defaults it would have had before the update.
-                await self._send(self._config_refused)
+                await self._tell(self._config_refused)
                 self._stream = stream = self._service.converse(self._metadata)
-                await self._relay(stream, self._inbound.open_request(None, model=self._model), None)
+                await self._relay(stream, self._dialect.open_request(model=self._model), None)
         except ClientFellBehind:
             await self._close_behind()
         finally:
@@ -274,7 +221,7 @@ class Relay:
         await self._close_ws(WSCloseCode.TRY_AGAIN_LATER, SLOW_CONSUMER)
 
     async def _close_ws(self, code: int, reason: str) -> None:
-        """Closes the websocket, dropping the connection if the close frame cannot go out."""
+        """Closes the websocket (the reader stopped first)."""
         reader = self._reader
         if reader is not None and reader is not asyncio.current_task() and not reader.done():
             # aiohttp drops the connection right after the close frame when another task waits
@@ -282,14 +229,7 @@ class Relay:
             # stops first, so the close waits for the client's answer (the closing handshake).
             reader.cancel()
             await asyncio.wait({reader})
-        try:
-            async with asyncio.timeout(self._send_deadline_s):
-                await self.ws.close(code=code, message=reason.encode()[:120])
-        except TimeoutError:
-            # The close frame still waits behind unread frames: a client that does not read
-            # cannot be told anything, and its connection would otherwise stay forever.
-            if self._transport is not None:
-                self._transport.abort()
+        await self._socket.close(code, reason)
 
     async def _relay(
         self, stream: ServiceStream, first: pb.ConverseRequest, pending: pb.ConverseRequest | None
@@ -319,15 +259,15 @@ class Relay:
     async def _handshake(self) -> tuple[pb.ConverseRequest, pb.ConverseRequest | None] | None:
         """The first request, and a command to send right after it; None if the socket went."""
         if self._autostart:
-            return self._inbound.open_request(None, model=self._model), None
+            return self._dialect.open_request(model=self._model), None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._config_timeout_s
         while True:
             try:
                 message = await self.ws.receive(timeout=max(deadline - loop.time(), 0.001))
             except TimeoutError:
-                await self._send(error_json("config_timeout", "no first event in time"))
-                await self._close_ws(_POLICY, "config_timeout")
+                await self._tell(Refusal("config_timeout", "no first event in time"))
+                await self._close_ws(WSCloseCode.POLICY_VIOLATION, "config_timeout")
                 return None
             if message.type is not WSMsgType.TEXT:
                 if message.type in (
@@ -337,27 +277,19 @@ class Relay:
                     WSMsgType.ERROR,
                 ):
                     return None
-                await self._send(error_json("bad_event", "send events as text frames"))
+                await self._tell(Refusal("bad_event", "send events as text frames"))
                 continue
             try:
-                event = self._inbound.decode(message.data)
-                if isinstance(event, ce.SessionResume):
-                    # Only a client of the duplex protocol resumes: it gets its extensions.
-                    self._dialect.extensions = True
-                    return resume_request(event), None
-                if isinstance(event, ce.SessionUpdate):
-                    first = self._inbound.open_request(event, model=self._model)
-                    first.event_id = event.event_id
-                    self._opening_update = event.event_id or ""
-                    return first, None
-                first = self._inbound.open_request(None, model=self._model)
-                return first, self._inbound.to_request(event)
+                opening = self._dialect.opening(message.data, model=self._model)
             except DialectError as error:
-                await self._refuse(error)
-                if self._inbound.ends_handshake(error):
+                await self._tell(error.refusal())
+                if self._dialect.ends_handshake(error):
                     # The vLLM-Omni dialect's handshake ends on a first frame it cannot read.
                     await self._close_ws(WSCloseCode.OK, error.code)
                     return None
+                continue
+            self._opening_update = opening.update_id
+            return opening.request, opening.then
 
     # -- client → service ----------------------------------------------------------------
 
@@ -382,9 +314,9 @@ class Relay:
                     continue
                 if message.type is WSMsgType.TEXT:
                     try:
-                        request = self._inbound.request(message.data)
+                        request = self._dialect.request(message.data)
                     except DialectError as error:
-                        await self._refuse(error)
+                        await self._tell(error.refusal())
                         continue
                     await self._write(stream, request)
                     closing = request.HasField("close_session")
@@ -393,7 +325,7 @@ class Relay:
                     while inline is not None and (payload := inline.take_now()) is not None:
                         await inline.write_out(self._deliver_serialized, payload)
                 elif message.type is WSMsgType.BINARY:
-                    await self._send(error_json("bad_event", "send events as text frames"))
+                    await self._tell(Refusal("bad_event", "send events as text frames"))
         except (StreamBroken, ConnectionError):
             return  # the stream or the socket ended under us; the pump tells the client why
 
@@ -411,7 +343,7 @@ class Relay:
     # -- service → client ----------------------------------------------------------------
 
     async def _deliver(self, response: pb.ConverseResponse) -> None:
-        """Acts on one contract event and sends its Realtime events."""
+        """Acts on one contract event and sends its JSON events."""
         kind = response.WhichOneof("event")
         if self._turns is not None:
             self._turns.received(kind, response)
@@ -448,18 +380,14 @@ class Relay:
                 # that raced that end (gRPC then reports the call as INTERNAL, not as it ended).
                 await self._close_ws(WSCloseCode.OK, self._end_reason)
                 return
-            if self.state is RelayState.ATTACHING and self._tries_again(broken):
+            attaching = self.state is RelayState.ATTACHING
+            if attaching and tried_again(broken, resuming=self._resuming):
                 self._elsewhere = broken  # run() resumes again, towards the owner if named
                 return
-            if (
-                self.state is RelayState.ATTACHING
-                and self._opening_update is not None
-                and status in _CONFIG_REFUSALS
-            ):
+            if attaching and self._opening_update is not None and refuses_config(status):
                 # The service refused the configuration the client opened with; run() answers
                 # it in band and opens with the defaults.
-                refusal = status_error(status, broken)
-                refusal["error"]["event_id"] = self._opening_update or None
+                refusal = replace(status_refusal(status, broken), event_id=self._opening_update)
                 self._config_refused, self._opening_update = refusal, None
                 return
             await self._end_refused(status, broken)
@@ -467,13 +395,6 @@ class Relay:
         except ConnectionError:
             return  # the client vanished mid-send
         await self._close_ws(WSCloseCode.OK, self._end_reason)
-
-    def _tries_again(self, broken: StreamBroken) -> bool:
-        """Whether the attaching stream's end says "not here, not now": a resume refused for
-        now, or one lost in the transport. A new session is never opened twice."""
-        if broken.code in _RESUME_RETRIED:
-            return True
-        return self._resuming and not broken.code and broken.status in _TRANSPORT_ENDS
 
     async def _end_refused(self, status: grpc.StatusCode, broken: StreamBroken) -> None:
         """Tells the client why the service ended (or refused) its stream, and closes."""
@@ -483,43 +404,11 @@ class Relay:
             status.name,
             extra={"session_id": self.session_id},
         )
-        event = status_error(status, broken)
-        ending = [event]
-        if retry_after_ms := event["error"].get("retry_after_ms", 0):
-            limits = rate_limits_updated("requests", retry_after_ms)
-            ending.append({**limits, "event_id": random_event_id()})
-        for each in self._dialect.shown(ending):
-            await self._send(each)
-        code = _CLOSE_CODES.get(status, WSCloseCode.INTERNAL_ERROR)
-        await self._close_ws(code, event["error"]["code"])
+        refusal = status_refusal(status, broken)
+        await self._tell(refusal)
+        await self._close_ws(close_code(status), refusal.code)
 
-    async def _send(self, event: dict[str, Any]) -> None:
-        frame = orjson.dumps(event)
-        transport = self._transport
-        if (
-            transport is not None
-            and transport.get_write_buffer_size() == 0
-            and len(frame) < transport.get_write_buffer_limits()[1] // 2
-        ):
-            # Nothing waits in the socket and the frame fits far below its high-water mark, so
-            # the write cannot pause the connection and send_frame returns without waiting: no
-            # deadline to arm (arming one costs more than the rest of a small frame's send).
-            await self.ws.send_frame(frame, WSMsgType.TEXT)
-            return
-        try:
-            async with asyncio.timeout(self._send_deadline_s):
-                # The frame is in the socket's buffer at once; the wait is for it to drain.
-                await self.ws.send_frame(frame, WSMsgType.TEXT)
-        except TimeoutError:
-            raise ClientFellBehind from None
-
-    async def _refuse(self, error: DialectError) -> None:
-        await self._send(
-            error_json(
-                error.code,
-                error.message,
-                error_type=error.error_type,
-                param=error.param,
-                event_id=error.event_id,
-            )
-        )
+    async def _tell(self, refusal: Refusal) -> None:
+        """Tells the client of an error the bridge reports itself, in its dialect."""
+        for event in self._dialect.error_events(refusal):
+            await self._send(event)

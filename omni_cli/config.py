@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS
+from bridge.options import BridgeOptions
 from omni_cli.logs import LOG_FORMATS
 from omni_cli.tracing import traces_endpoint
 from omni_grpc.client.talk_cli import LOG_LEVELS
@@ -42,9 +43,9 @@ class ServeSettings:
     http_port: int | None  # the bridge's port (0 picks one); None runs gRPC alone
     log_level: str = "info"
     log_format: str = "text"  # or "json": one object per line
-    allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS  # pages that may use the bridge
-    allowed_hosts: tuple[str, ...] = ()  # Host names besides localhost and addresses
-    send_deadline_s: float = 10.0  # a websocket client that takes no frame for so long goes
+    # The bridge's own options; its address, port, keys, certificate and header timeout are
+    # the service's, laid over these when it starts (omni_cli.launch.start_service).
+    bridge: BridgeOptions = field(default_factory=BridgeOptions)
     metrics_port: int | None = None  # /metrics on a port of its own (0 picks one); None: off
     otlp_endpoint: str | None = None  # OTLP/gRPC collector for traces; None: tracing off
     bridge_workers: int = 1  # processes serving the bridge's port (SO_REUSEPORT)
@@ -55,24 +56,13 @@ class BridgeSettings:
     """What ``bridge`` runs: the websocket bridge alone, in front of a running service."""
 
     grpc_target: str
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_HTTP_PORT
-    api_keys: tuple[str, ...] = ()  # keys clients must present; empty: no check
-    service_key: str = ""  # the key presented to the service; empty: the client's own key
-    tls_cert_file: str | None = None  # wss:// (and, by default, TLS to the service)
-    tls_key_file: str | None = None
-    grpc_root_cert_file: str | None = None  # trust this CA for a TLS service
-    grpc_plaintext: bool = False  # plaintext to the service even when serving wss://
+    # Everything the bridge itself reads; its streams share a few ConverseMany calls by default.
+    bridge: BridgeOptions = field(default_factory=lambda: BridgeOptions(multiplex=True))
     log_level: str = "info"
     log_format: str = "text"  # or "json": one object per line
-    allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS  # pages that may use the bridge
-    allowed_hosts: tuple[str, ...] = ()  # Host names besides localhost and addresses
-    header_timeout_s: float = 10.0  # a connection that has not sent its request by then goes
-    send_deadline_s: float = 10.0  # a websocket client that takes no frame for so long goes
     metrics_port: int | None = None  # /metrics on a port of its own (0 picks one); None: off
     otlp_endpoint: str | None = None  # OTLP/gRPC collector for traces; None: tracing off
     bridge_workers: int = 1  # processes serving the port (SO_REUSEPORT)
-    multiplex: bool = True  # the streams share a few ConverseMany calls; False: a call each
 
 
 def default_engine() -> str:
@@ -346,9 +336,11 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         http_port=http_port or None,  # 0 turns the websocket bridge off
         log_level=_log_level(merged.get("log_level", "info")),
         log_format=_log_format(merged.get("log_format", "text")),
-        allowed_origins=tuple(map(str, merged.get("allowed_origins", DEFAULT_ALLOWED_ORIGINS))),
-        allowed_hosts=tuple(map(str, merged.get("allowed_hosts", ()))),
-        send_deadline_s=_seconds(merged, "send_deadline_s", 10.0),
+        bridge=BridgeOptions(
+            allowed_origins=tuple(map(str, merged.get("allowed_origins", DEFAULT_ALLOWED_ORIGINS))),
+            allowed_hosts=tuple(map(str, merged.get("allowed_hosts", ()))),
+            send_deadline_s=_seconds(merged, "send_deadline_s", 10.0),
+        ),
         metrics_port=_optional_port(merged.get("metrics_port"), "metrics_port"),
         otlp_endpoint=traces_endpoint(merged.get("otlp_endpoint"), environ),
         bridge_workers=_workers(merged.get("bridge_workers", 1)),
@@ -362,8 +354,7 @@ def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]
     if args.grpc_plaintext and args.grpc_root_cert:
         raise ConfigError("--grpc-plaintext and --grpc-root-cert contradict each other")
     api_keys = args.api_key or _split(environ.get(ENV_PREFIX + "API_KEYS", ""))
-    return BridgeSettings(
-        grpc_target=args.grpc_target,
+    bridge = BridgeOptions(
         host=args.host,
         port=_port(args.port, "port"),
         api_keys=tuple(api_keys),
@@ -372,14 +363,18 @@ def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]
         tls_key_file=args.tls_key,
         grpc_root_cert_file=args.grpc_root_cert,
         grpc_plaintext=args.grpc_plaintext,
-        log_level=_log_level(args.log_level),
-        log_format=_log_format(args.log_format),
         allowed_origins=tuple(args.allowed_origin or DEFAULT_ALLOWED_ORIGINS),
         allowed_hosts=tuple(args.allowed_host or ()),
         header_timeout_s=_seconds(vars(args), "handshake_timeout_s", 10.0),
         send_deadline_s=_seconds(vars(args), "send_deadline_s", 10.0),
+        multiplex=not args.no_multiplex,
+    )
+    return BridgeSettings(
+        grpc_target=args.grpc_target,
+        bridge=bridge,
+        log_level=_log_level(args.log_level),
+        log_format=_log_format(args.log_format),
         metrics_port=_optional_port(getattr(args, "metrics_port", None), "metrics_port"),
         otlp_endpoint=traces_endpoint(getattr(args, "otlp_endpoint", None), environ),
         bridge_workers=_workers(args.bridge_workers),
-        multiplex=not args.no_multiplex,
     )

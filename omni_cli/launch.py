@@ -97,38 +97,33 @@ async def start_service(
         return service
     host = settings.server.host
     # The bridge reaches the service on loopback when it listens on every address.
-    target_host = "127.0.0.1" if host in WILDCARD_HOSTS else host
+    target = f"{'127.0.0.1' if host in WILDCARD_HOSTS else host}:{running.grpc_port}"
+    # The service's address, keys and certificate are the bridge's too; served with the
+    # service's certificate, the bridge trusts it for the gRPC hop.
+    options = replace(
+        settings.bridge,
+        host=host,
+        port=settings.http_port,
+        api_keys=settings.server.api_keys,
+        tls_cert_file=settings.server.tls_cert_file,
+        tls_key_file=settings.server.tls_key_file,
+        header_timeout_s=settings.server.handshake_timeout_s,
+        reuse_port=settings.bridge_workers > 1,
+    )
     try:
         service.bridge, service.http_port = await start_bridge(
-            f"{target_host}:{running.grpc_port}",
-            host=host,
-            port=settings.http_port,
-            api_keys=settings.server.api_keys,
-            allowed_origins=settings.allowed_origins,
-            allowed_hosts=settings.allowed_hosts,
-            # Served with the service's certificate, the bridge trusts it for the gRPC hop.
-            tls_cert_file=settings.server.tls_cert_file,
-            tls_key_file=settings.server.tls_key_file,
-            header_timeout_s=settings.server.handshake_timeout_s,
-            send_deadline_s=settings.send_deadline_s,
+            target,
+            options,
             tracer_provider=tracer_provider,
             local=running.local,  # the same process: no gRPC hop
-            reuse_port=settings.bridge_workers > 1,
         )
         if settings.bridge_workers > 1:
             workers = BridgeSettings(
-                grpc_target=f"{target_host}:{running.grpc_port}",
-                host=host,
-                port=service.http_port,
-                api_keys=settings.server.api_keys,
-                tls_cert_file=settings.server.tls_cert_file,
-                tls_key_file=settings.server.tls_key_file,
+                grpc_target=target,
+                # The workers reach the service over gRPC, on a few ConverseMany calls.
+                bridge=replace(options, port=service.http_port, multiplex=True),
                 log_level=settings.log_level,
                 log_format=settings.log_format,
-                allowed_origins=settings.allowed_origins,
-                allowed_hosts=settings.allowed_hosts,
-                header_timeout_s=settings.server.handshake_timeout_s,
-                send_deadline_s=settings.send_deadline_s,
                 otlp_endpoint=settings.otlp_endpoint,
             )
             service.workers = BridgeWorkers.start(
@@ -183,24 +178,8 @@ async def run_bridge(settings: BridgeSettings) -> None:
 async def _start_bridge_alone(
     settings: BridgeSettings, tracer_provider: TracerProvider | None, *, reuse_port: bool
 ) -> tuple[web.AppRunner, int]:
-    return await start_bridge(
-        settings.grpc_target,
-        host=settings.host,
-        port=settings.port,
-        api_keys=settings.api_keys,
-        service_key=settings.service_key,
-        tls_cert_file=settings.tls_cert_file,
-        tls_key_file=settings.tls_key_file,
-        grpc_root_cert_file=settings.grpc_root_cert_file,
-        grpc_plaintext=settings.grpc_plaintext,
-        allowed_origins=settings.allowed_origins,
-        allowed_hosts=settings.allowed_hosts,
-        header_timeout_s=settings.header_timeout_s,
-        send_deadline_s=settings.send_deadline_s,
-        tracer_provider=tracer_provider,
-        reuse_port=reuse_port,
-        multiplex=settings.multiplex,
-    )
+    options = replace(settings.bridge, reuse_port=reuse_port)
+    return await start_bridge(settings.grpc_target, options, tracer_provider=tracer_provider)
 
 
 async def _run_bridge(settings: BridgeSettings, tracer_provider: TracerProvider | None) -> None:
@@ -211,17 +190,18 @@ async def _run_bridge(settings: BridgeSettings, tracer_provider: TracerProvider 
     try:
         if count > 1:
             # The workers share the bound port; /metrics stays this process's own.
-            shared = replace(settings, port=port, bridge_workers=1, metrics_port=None)
+            bridge = replace(settings.bridge, port=port)
+            shared = replace(settings, bridge=bridge, bridge_workers=1, metrics_port=None)
             workers = BridgeWorkers.start(shared, count - 1, bridge_worker)
             await workers.listening()
         if settings.metrics_port is not None:
             metrics, metrics_port = await start_metrics_endpoint(
-                settings.host, settings.metrics_port
+                settings.bridge.host, settings.metrics_port
             )
-            logger.info("metrics on %s:%s/metrics", settings.host, metrics_port)
-        scheme = "https" if settings.tls_cert_file else "http"
+            logger.info("metrics on %s:%s/metrics", settings.bridge.host, metrics_port)
+        host, scheme = settings.bridge.host, "https" if settings.bridge.tls_cert_file else "http"
         print(
-            f"omni-grpc bridge on {scheme}://{settings.host}:{port}/ for {settings.grpc_target}",
+            f"omni-grpc bridge on {scheme}://{host}:{port}/ for {settings.grpc_target}",
             flush=True,
         )
         await stop_signalled()

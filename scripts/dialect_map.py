@@ -36,12 +36,13 @@ from doc_section import Section  # noqa: E402
 from google.protobuf.descriptor import FieldDescriptor  # noqa: E402
 from google.protobuf.message import Message  # noqa: E402
 
-from bridge import inbound_events as ce  # noqa: E402
-from bridge import vllm_omni_events as ve  # noqa: E402
-from bridge.dialects import OPENAI, VLLM_OMNI, Dialect, make_dialect  # noqa: E402
+from bridge.dialects import OPENAI, VLLM_OMNI  # noqa: E402
 from bridge.errors import DialectError  # noqa: E402
-from bridge.inbound import resume_request  # noqa: E402
-from bridge.vllm_omni_inbound import SIGNALLED_EVENTS  # noqa: E402
+from bridge.realtime import client_events as ce  # noqa: E402
+from bridge.realtime.dialect import RealtimeDialect, openai_dialect  # noqa: E402
+from bridge.vllm_omni import client_events as ve  # noqa: E402
+from bridge.vllm_omni.dialect import vllm_omni_dialect  # noqa: E402
+from bridge.vllm_omni.inbound import SIGNALLED_EVENTS  # noqa: E402
 from omni_grpc.wire import pb  # noqa: E402
 
 # The columns of the events: (heading, dialect, whether the client asked for the extensions).
@@ -74,7 +75,7 @@ _SIGNAL_PAYLOADS: dict[str, dict[str, Any]] = {
 }
 _UNION: dict[str, Any] = {
     OPENAI: get_args(ce.ClientEvent)[0],
-    VLLM_OMNI: get_args(ve.DuplexClientEvent)[0],
+    VLLM_OMNI: get_args(ve.VllmOmniClientEvent)[0],
 }
 
 
@@ -92,7 +93,14 @@ def _sample(kind: str, model: type[Any]) -> dict[str, Any]:
     return event
 
 
-def _commands(dialect: Dialect, name: str) -> dict[str, list[str]]:
+def make_dialect(name: str, *, extensions: bool = False) -> RealtimeDialect:
+    """A fresh dialect of ``name``, with both its halves in reach."""
+    if name == VLLM_OMNI:
+        return vllm_omni_dialect(max_audio_delta_bytes=1 << 20)
+    return openai_dialect(max_audio_delta_bytes=1 << 20, extensions=extensions)
+
+
+def _commands(dialect: RealtimeDialect, name: str) -> dict[str, list[str]]:
     """Contract command → the client events that become it, in the order the union lists them."""
     found: dict[str, list[str]] = {}
     inbound = dialect.inbound
@@ -104,7 +112,7 @@ def _commands(dialect: Dialect, name: str) -> dict[str, list[str]]:
                 f"`{kind}` (first event)"
             )
         if kind == "session.resume":
-            resumed = resume_request(event).WhichOneof("command")
+            resumed = inbound.resume_request(event).WhichOneof("command")
             found.setdefault(str(resumed), []).append(f"`{kind}` (first event)")
             continue  # later on a connection it is refused
         if kind in ("turn.signal", "signal_turn"):
@@ -145,7 +153,7 @@ def _filled(message: Message, depth: int = 0) -> Message:
     return message
 
 
-def _events(dialect: Dialect, oneof: str) -> list[str]:
+def _events(dialect: RealtimeDialect, oneof: str) -> list[str]:
     """The JSON event types one contract event becomes, in order, each once."""
     event = pb.ConverseResponse(seq=1)
     getattr(event, oneof).SetInParent()  # chosen even when it has no fields to fill
@@ -157,8 +165,8 @@ def _events(dialect: Dialect, oneof: str) -> list[str]:
     return types
 
 
-def _dialect(name: str, extensions: bool) -> Dialect:
-    dialect = make_dialect(name, max_audio_delta_bytes=1 << 20, extensions=extensions)
+def _dialect(name: str, extensions: bool) -> RealtimeDialect:
+    dialect = make_dialect(name, extensions=extensions)
     # Most sessions open with a session.update; the map shows what that open looks like.
     update = dialect.inbound.decode(orjson.dumps({"type": "session.update", "session": {}}))
     dialect.inbound.open_request(update, model="")
@@ -175,10 +183,7 @@ def _oneof(message: type[Message], name: str) -> list[str]:
 
 def table() -> str:
     """The map, in Markdown: one table of commands, one of events."""
-    commands = [
-        _commands(make_dialect(name, max_audio_delta_bytes=1 << 20), name)
-        for _, name in COMMAND_COLUMNS
-    ]
+    commands = [_commands(make_dialect(name), name) for _, name in COMMAND_COLUMNS]
     lines = [
         "### Commands (client → service)",
         "",

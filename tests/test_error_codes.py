@@ -3,8 +3,8 @@
 ``ErrorReport.code`` in the proto lists every code with its meaning; ``ERROR_CODES`` is the same
 list in Python. The scan reads every module of the service and the bridge (not the generated
 code) and finds each place an error is made: the code argument of ``CommandError``,
-``StreamRefused``, the bridge's ``DialectError`` and ``error_json``, and ``code=`` of an
-``ErrorReport``. A literal there must be in the set; a code computed from something else is
+``StreamRefused``, the bridge's ``DialectError``, ``Refusal`` and ``error_json``, and ``code=``
+of an ``ErrorReport``. A literal there must be in the set; a code computed from something else is
 allowed only at the places listed in ``_FORWARDED``, whose sources are checked one by one below.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge import outbound_events, relay
-from bridge.errors import BRIDGE_ERROR_CODES
+from bridge import stream_ends
+from bridge.errors import BRIDGE_ERROR_CODES, RATE_LIMIT_CODE
 from omni_grpc.core import admission, rate_limits
 from omni_grpc.core.errors import RATE_LIMIT_CODES, SERVER_CODES
 from omni_grpc.engine.vllm.session import Failure
@@ -29,7 +29,13 @@ SOURCES = ("omni_grpc", "bridge", "omni_cli")
 GENERATED = ROOT / "omni_grpc" / "gen"
 
 # Callee name -> index of its code argument.
-_MAKERS = {"CommandError": 0, "StreamRefused": 1, "DialectError": 0, "error_json": 0}
+_MAKERS = {
+    "CommandError": 0,
+    "StreamRefused": 1,
+    "DialectError": 0,
+    "Refusal": 0,
+    "error_json": 0,
+}
 # The module whose local helper wraps CommandError with the code first.
 _WRAPPERS = {("omni_grpc/core/config.py", "_refuse"): 0}
 # Code arguments that are not literals, by (module, source text), and why each is safe.
@@ -46,10 +52,12 @@ _FORWARDED = {
     ("omni_grpc/engine/vllm/session.py", "code"): "Failure enum",
     # The reference engine's code after known_code(), which maps it into the set.
     ("omni_grpc/engine/vllm_omni/events.py", "ours"): "known_code",
-    # A DialectError rendered as JSON keeps its (scanned) code.
-    ("bridge/relay.py", "error.code"): "re-render",
-    # A stream's end: the service's code, or the relay's own tables, checked below.
-    ("bridge/relay.py", "code"): "status_error",
+    # A DialectError told as a Refusal keeps its (scanned) code.
+    ("bridge/errors.py", "self.code"): "re-tell",
+    # A Refusal rendered as JSON keeps its (scanned) code.
+    ("bridge/realtime/server_events.py", "refusal.code"): "re-render",
+    # A stream's end: the service's code, or the bridge's own tables, checked below.
+    ("bridge/stream_ends.py", "code"): "status_refusal",
     # CommandError.to_error renders its own (scanned) code.
     ("omni_grpc/core/errors.py", "self.code"): "render",
 }
@@ -145,10 +153,10 @@ def test_every_computed_code_is_a_known_forwarding_place() -> None:
 def test_the_forwarded_sources_are_in_the_set() -> None:
     assert set(admission.HANDSHAKE_REFUSALS.values()) <= set(ERROR_CODES)
     assert rate_limits.RATE_LIMIT_CODE in ERROR_CODES
-    assert outbound_events.RATE_LIMIT_CODE == rate_limits.RATE_LIMIT_CODE
+    assert RATE_LIMIT_CODE == rate_limits.RATE_LIMIT_CODE
     assert {failure.value[0] for failure in Failure} <= set(ERROR_CODES)
-    relay_codes = {*relay._DIALECT_CODES.values(), *relay._FALLBACK_CODES.values()}
-    assert relay_codes | {"stream_failed"} <= set(BRIDGE_ERROR_CODES)
+    ends = {*stream_ends._DIALECT_CODES.values(), *stream_ends._FALLBACK_CODES.values()}
+    assert ends | {"stream_failed"} <= set(BRIDGE_ERROR_CODES)
     classified = RATE_LIMIT_CODES | SERVER_CODES
     assert classified <= set(ERROR_CODES)
 

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from omni_grpc.audio import formats
-from omni_grpc.wire import audio, kinds, pb
+from omni_grpc.wire import audio, kinds, names, pb
 from omni_grpc.wire.keys import bearer_key, bearer_metadata, key_matches
 
 
@@ -46,3 +46,18 @@ def test_keys_match_only_a_configured_key() -> None:
     assert bearer_key(bearer_metadata("secret")) == "secret"
     assert bearer_key([("authorization", "Basic x")]) == ""
     assert bearer_metadata("") == ()
+
+
+@pytest.mark.parametrize(
+    ("table", "enum"),
+    [
+        (names.OVERLAP_POLICIES, pb.OverlapPolicy),
+        (names.OVERLAP_ACTIONS, pb.OverlapAction),
+        (names.RESPONSE_STATUSES, pb.ResponseStatus),
+        (names.ITEM_STATUSES, pb.ItemStatus),
+    ],
+    ids=["overlap_policies", "overlap_actions", "response_statuses", "item_statuses"],
+)
+def test_every_enum_value_has_one_realtime_name(table, enum) -> None:
+    named = {value for name, value in enum.items() if not name.endswith("_UNSPECIFIED")}
+    assert sorted(table.values()) == sorted(named)  # each value once, none left out

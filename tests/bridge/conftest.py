@@ -1,4 +1,4 @@
-"""Fixtures of the bridge tests; the helpers they use live in ``bridge_testkit``."""
+"""Fixtures of the bridge tests; the helpers they use live in ``tests.bridge.testkit``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from bridge_testkit import check_server_event, running_bridge, service_settings, speech_pcm24
 
 from omni_grpc.server.app import RunningServer
+from tests.bridge.testkit import check_server_event, running_bridge, service_settings, speech_pcm24
 from tests.serving import serving
 
 

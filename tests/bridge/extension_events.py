@@ -5,7 +5,7 @@ stock clients. Every other event the bridge sends validates against OpenAI's own
 ``RealtimeServerEvent`` union; the extra fields it puts on those are listed in
 :data:`STANDARD_EVENT_EXTRAS` (``server_event_seq``, the resume cursor, on every one). The
 models are strict and forbid unknown fields, and every event the bridge tests receive is
-checked against them (``bridge_testkit.check_server_event``), so the tests notice when the
+checked against them (``tests.bridge.testkit.check_server_event``), so the tests notice when the
 bridge and this description drift apart.
 """
 

@@ -87,14 +87,17 @@ def test_bridge_settings_take_keys_from_flags_or_the_environment() -> None:
     env = {"OMNI_GRPC_API_KEYS": "a, b", "OMNI_GRPC_SERVICE_KEY": "svc"}
     from_env = resolve_bridge_settings(bridge_args(), env)
     assert from_env.grpc_target == "10.0.0.1:50051"
-    assert (from_env.host, from_env.port) == ("127.0.0.1", 8080)
-    assert from_env.api_keys == ("a", "b") and from_env.service_key == "svc"
+    assert (from_env.bridge.host, from_env.bridge.port) == ("127.0.0.1", 8080)
+    assert from_env.bridge.api_keys == ("a", "b") and from_env.bridge.service_key == "svc"
     flagged = resolve_bridge_settings(
         bridge_args("--api-key", "c", "--service-key", "s2", "--port", "0"), env
     )
-    assert flagged.api_keys == ("c",) and flagged.service_key == "s2" and flagged.port == 0
+    flagged_bridge = flagged.bridge
+    assert flagged_bridge.api_keys == ("c",) and flagged_bridge.service_key == "s2"
+    assert flagged_bridge.port == 0
     bare = resolve_bridge_settings(bridge_args(), {})
-    assert bare.api_keys == () and bare.service_key == "" and not bare.grpc_plaintext
+    assert bare.bridge.api_keys == () and bare.bridge.service_key == ""
+    assert not bare.bridge.grpc_plaintext
 
 
 @pytest.mark.parametrize(
@@ -121,8 +124,8 @@ def test_bridge_workers_come_from_flags_or_the_environment() -> None:
 
 
 def test_the_bridge_multiplexes_unless_told_not_to() -> None:
-    assert resolve_bridge_settings(bridge_args(), {}).multiplex
-    assert not resolve_bridge_settings(bridge_args("--no-multiplex"), {}).multiplex
+    assert resolve_bridge_settings(bridge_args(), {}).bridge.multiplex
+    assert not resolve_bridge_settings(bridge_args("--no-multiplex"), {}).bridge.multiplex
 
 
 def test_bridge_needs_a_target(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,23 +24,23 @@ def test_serve_timeouts_default_and_layer(tmp_path: Path) -> None:
     defaults = resolve_serve_settings(build_parser().parse_args(["serve"]), {})
     assert defaults.server.handshake_timeout_s == 10.0
     assert defaults.server.max_connection_idle_s == 300.0
-    assert defaults.send_deadline_s == 10.0
+    assert defaults.bridge.send_deadline_s == 10.0
     config = tmp_path / "omni.toml"
     config.write_text("handshake_timeout_s = 4\nmax_connection_idle_s = 60\nsend_deadline_s = 3\n")
     args = build_parser().parse_args(["serve", "--config", str(config), "--send-deadline-s", "2"])
     resolved = resolve_serve_settings(args, {"OMNI_GRPC_MAX_CONNECTION_IDLE_S": "30"})
     assert resolved.server.handshake_timeout_s == 4.0  # the file
     assert resolved.server.max_connection_idle_s == 30.0  # the environment beats the file
-    assert resolved.send_deadline_s == 2.0  # the flag beats both
+    assert resolved.bridge.send_deadline_s == 2.0  # the flag beats both
 
 
 def test_bridge_timeouts() -> None:
     target = ["bridge", "--grpc-target", "10.0.0.1:50051"]
     bare = resolve_bridge_settings(build_parser().parse_args(target), {})
-    assert (bare.header_timeout_s, bare.send_deadline_s) == (10.0, 10.0)
+    assert (bare.bridge.header_timeout_s, bare.bridge.send_deadline_s) == (10.0, 10.0)
     flags = ["--handshake-timeout-s", "2.5", "--send-deadline-s", "1"]
     flagged = resolve_bridge_settings(build_parser().parse_args([*target, *flags]), {})
-    assert (flagged.header_timeout_s, flagged.send_deadline_s) == (2.5, 1.0)
+    assert (flagged.bridge.header_timeout_s, flagged.bridge.send_deadline_s) == (2.5, 1.0)
 
 
 @pytest.mark.parametrize("flags", [["--send-deadline-s", "0"], ["--handshake-timeout-s", "-1"]])

@@ -35,22 +35,15 @@ from omni_grpc.engine.vllm_omni.commands import conversation_item
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_ms
 from omni_grpc.wire.error_codes import known_code
+from omni_grpc.wire.names import OVERLAP_ACTIONS, OVERLAP_POLICIES, RESPONSE_STATUSES
 
 TERMINAL = frozenset({"session.closed", "session.expired"})
+# How a response.done says its response ended: "in_progress" is no end, so it is read as
+# failed, like a status this side does not know.
 _STATUSES = {
-    "completed": pb.RESPONSE_STATUS_COMPLETED,
-    "cancelled": pb.RESPONSE_STATUS_CANCELLED,
-    "failed": pb.RESPONSE_STATUS_FAILED,
-    "incomplete": pb.RESPONSE_STATUS_INCOMPLETE,
-}
-_POLICIES = {
-    "listen_only": pb.OVERLAP_POLICY_LISTEN_ONLY,
-    "barge_in_on_speech": pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH,
-}
-_ACTIONS = {
-    "listen": pb.OVERLAP_ACTION_LISTEN,
-    "barge_in": pb.OVERLAP_ACTION_BARGE_IN,
-    "drop": pb.OVERLAP_ACTION_DROP,
+    name: status
+    for name, status in RESPONSE_STATUSES.items()
+    if status != pb.RESPONSE_STATUS_IN_PROGRESS
 }
 Wire = dict[str, object]
 
@@ -302,8 +295,8 @@ class EventTranslator:
 
     def _overlap(self, wire: Wire) -> list[pb.ConverseResponse]:
         body = pb.OverlapDecision(
-            policy=_POLICIES.get(_text(wire, "policy"), pb.OVERLAP_POLICY_UNSPECIFIED),
-            action=_ACTIONS.get(_text(wire, "action"), pb.OVERLAP_ACTION_UNSPECIFIED),
+            policy=OVERLAP_POLICIES.get(_text(wire, "policy"), pb.OVERLAP_POLICY_UNSPECIFIED),
+            action=OVERLAP_ACTIONS.get(_text(wire, "action"), pb.OVERLAP_ACTION_UNSPECIFIED),
             reason=_text(wire, "reason"),
         )
         return [pb.ConverseResponse(overlap_decision=body)]

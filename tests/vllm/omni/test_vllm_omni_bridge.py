@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import base64
 import collections
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,14 +20,10 @@ from omni_grpc.engine.vllm_omni import VllmOmniEngine
 from omni_grpc.server.app import start_server
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
+from tests.bridge.testkit import realtime_socket, running_bridge, service_settings
 from tests.engine.conformance import voice_like
 
 from .test_vllm_omni import OMNI_WARNING_FILTERS, ref_audio_uri
-
-# The bridge tests' kit imports its neighbours as top-level modules (pytest puts its folder
-# on the path for the bridge tests; this module is not among them).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
-from bridge_testkit import realtime_socket, running_bridge, service_settings
 
 pytestmark = [
     pytest.mark.vllm,

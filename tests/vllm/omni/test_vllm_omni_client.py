@@ -16,14 +16,13 @@ import asyncio
 import math
 import re
 import struct
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from omni_grpc.server.app import start_server
+from tests.bridge.testkit import running_bridge, service_settings
 
 from .test_vllm_omni import OMNI_WARNING_FILTERS
 
@@ -31,10 +30,6 @@ from .test_vllm_omni import OMNI_WARNING_FILTERS
 # of test_vllm_omni_bridge.py, used by the second test.
 from .test_vllm_omni_bridge import bridge_port as omni_bridge_port  # noqa: F401
 from .test_vllm_omni_bridge import layer  # noqa: F401
-
-# The bridge tests' kit is imported as a top-level module (see test_vllm_omni_bridge.py).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bridge"))
-from bridge_testkit import running_bridge, service_settings
 
 pytestmark = [
     pytest.mark.vllm,

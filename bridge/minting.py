@@ -1,0 +1,70 @@
+"""``POST /v1/realtime/client_secrets``: a client secret for a backend that holds a bridge key.
+
+With ``Authorization: Bearer <api key>`` (one of the bridge's keys) the endpoint answers
+``{"value": "ek_…", "expires_at": <unix s>}``, as OpenAI's endpoint of that name does; the body
+may ask for ``expires_after.seconds`` (10 s to 2 h; 60 s when not given). Too many secrets
+waiting to be used is 429. The store of the secrets is :mod:`bridge.client_secrets`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from bridge.client_secrets import DEFAULT_TTL_S, ClientSecrets, TooManySecrets
+from bridge.gate import Gate, unauthorized
+from omni_grpc.wire.keys import bearer_credentials, key_matches
+
+
+def minting_handler(gate: Gate, client_secrets: ClientSecrets) -> Handler:
+    """``POST /v1/realtime/client_secrets``: one secret for a caller that holds a bridge key."""
+
+    async def mint(request: web.Request) -> web.Response:
+        refusal = gate.page_refusal(request)
+        if refusal is not None:
+            return refusal
+        # Only a real key mints (in the header: a backend, not a page's subprotocol).
+        key = bearer_credentials(request.headers.get("Authorization", ""))
+        if not key_matches(key, gate.api_keys):
+            return unauthorized()
+        try:
+            ttl_s = _requested_ttl_s(await request.read())
+            value, expires_at = client_secrets.mint(key, ttl_s)
+        except ValueError as error:
+            return _json(400, {"error": {"type": "invalid_request_error", "message": str(error)}})
+        except TooManySecrets:
+            message = "too many client secrets wait to be used"
+            return _json(429, {"error": {"type": "rate_limit_exceeded", "message": message}})
+        return _json(200, {"value": value, "expires_at": math.floor(expires_at)})
+
+    return mint
+
+
+def _requested_ttl_s(body: bytes) -> float:
+    """``expires_after.seconds`` of the request's JSON body; the default for an empty body."""
+    if not body.strip():
+        return DEFAULT_TTL_S
+    try:
+        request = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ValueError("the body is not JSON") from None
+    expires_after = request.get("expires_after", {}) if isinstance(request, dict) else None
+    if not isinstance(expires_after, dict):
+        raise ValueError("expires_after must be an object")
+    seconds = expires_after.get("seconds", DEFAULT_TTL_S)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise ValueError("expires_after.seconds must be a number")
+    return float(seconds)
+
+
+def _json(status: int, body: object) -> web.Response:
+    # A secret must not be cached on the way (proxies, the browser's cache).
+    return web.Response(
+        status=status,
+        body=orjson.dumps(body),
+        content_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )

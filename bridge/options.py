@@ -1,0 +1,50 @@
+"""How a bridge serves: its options, in one frozen value from the command line to each relay.
+
+``omni-grpc serve`` and ``omni-grpc bridge`` build a :class:`BridgeOptions` from their settings
+(``omni_cli.config``); :func:`bridge.app.start_bridge` takes it whole, the application keeps it,
+and every :class:`bridge.relay.Relay` reads its own part of it. What is not a setting but a
+live object (the tracer, the service's in-process entry point) is passed beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bridge.gate import DEFAULT_ALLOWED_ORIGINS
+from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes
+
+# The largest client event the bridge takes: OpenAI's cap on one client event, the reference's too.
+MAX_EVENT_BYTES = 15 * 1024 * 1024
+# Raw audio bytes per outbound delta: 2 s of canonical output pcm16 (128 KB of base64 at 24 kHz),
+# well under the 1 MiB frame cap of older SDKs.
+MAX_AUDIO_DELTA_BYTES = pcm16_bytes(2000, CANONICAL_OUTPUT_RATE_HZ)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BridgeOptions:
+    """Every setting of a bridge; the defaults are those of a bridge for local use."""
+
+    # Where it listens.
+    host: str = "127.0.0.1"
+    port: int = 8080  # 0 picks a free one
+    reuse_port: bool = False  # several processes on one port (SO_REUSEPORT)
+    tls_cert_file: str | None = None  # serves wss:// (and, by default, TLS to the service)
+    tls_key_file: str | None = None
+    # Who may use it (bridge.gate).
+    api_keys: tuple[str, ...] = ()  # keys clients must present; empty: no check
+    allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS  # pages that may use it
+    allowed_hosts: tuple[str, ...] = ()  # Host names besides localhost and addresses
+    # The service behind it.
+    service_key: str = ""  # presented to the service; empty: each client's own key
+    grpc_root_cert_file: str | None = None  # trust this CA for a TLS service
+    grpc_plaintext: bool = False  # plaintext to the service even when serving wss://
+    multiplex: bool = False  # the streams share a few ConverseMany calls; False: a call each
+    # Each connection (bridge.relay).
+    header_timeout_s: float = 10.0  # a connection that has not sent its request by then goes
+    config_timeout_s: float = 10.0  # for the first event, when the URL names no model
+    heartbeat_s: float = 30.0  # websocket pings
+    send_deadline_s: float = 10.0  # a client that takes no frame for so long goes
+    max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES  # raw audio per outbound delta
+
+
+__all__ = ["MAX_AUDIO_DELTA_BYTES", "MAX_EVENT_BYTES", "BridgeOptions"]

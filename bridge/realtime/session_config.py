@@ -1,0 +1,184 @@
+"""Inbound: a ``session.update`` body (Realtime JSON) → a partial ``pb.SessionConfig``.
+
+Only what the client named is set, because the service lays an update over the configuration
+in force. The GA spellings (``audio.input.format`` objects, ``output_modalities``) win over the
+beta ones (``input_audio_format`` strings, ``modalities``) when a client sends both. The tables
+of names here are the dialect's names for contract values; :mod:`bridge.realtime.session_json`
+renders the other way with the same tables turned around.
+"""
+
+from __future__ import annotations
+
+from bridge.errors import DialectError
+from bridge.realtime.client_events import (
+    FormatObject,
+    FormatSpec,
+    SessionPatch,
+    TranscriptionJson,
+    TurnDetectionJson,
+    VoiceId,
+)
+from bridge.realtime.tools import tool_choice, toolset
+from omni_grpc.wire import pb
+from omni_grpc.wire.audio import G711_RATE_HZ
+from omni_grpc.wire.names import OVERLAP_POLICIES
+
+_PCM16 = pb.AUDIO_ENCODING_PCM16
+_F32 = pb.AUDIO_ENCODING_PCM_F32
+_ULAW = pb.AUDIO_ENCODING_G711_ULAW
+_ALAW = pb.AUDIO_ENCODING_G711_ALAW
+# Every spelling of an encoding that clients use: GA MIME types, beta names, and the
+# reference's aliases. Our own name for float PCM, which OpenAI lacks, is "audio/pcm-f32le".
+ENCODINGS: dict[str, pb.AudioEncoding.ValueType] = {
+    "audio/pcm": _PCM16,
+    "pcm16": _PCM16,
+    "pcm": _PCM16,
+    "pcm_s16le": _PCM16,
+    "s16le": _PCM16,
+    "audio/pcm-f32le": _F32,
+    "pcm_f32le": _F32,
+    "f32le": _F32,
+    "audio/pcmu": _ULAW,
+    "g711_ulaw": _ULAW,
+    "ulaw": _ULAW,
+    "mulaw": _ULAW,
+    "g711-ulaw": _ULAW,
+    "audio/pcma": _ALAW,
+    "g711_alaw": _ALAW,
+    "alaw": _ALAW,
+    "g711-alaw": _ALAW,
+}
+MODALITIES: dict[str, pb.Modality.ValueType] = {
+    "audio": pb.MODALITY_AUDIO,
+    "text": pb.MODALITY_TEXT,
+}
+COMMIT_POLICIES = {
+    "commit_all_on_done": pb.PLAYBACK_COMMIT_POLICY_COMMIT_ALL_ON_DONE,
+    "ack_only": pb.PLAYBACK_COMMIT_POLICY_ACK_ONLY,
+}
+_VAD_TYPES = {
+    "server_vad": pb.TURN_DETECTION_TYPE_SERVER_VAD,
+    "semantic_vad": pb.TURN_DETECTION_TYPE_SEMANTIC_VAD,
+}
+# No engine detects the end of a thought, so the service resolves semantic VAD to the engine's
+# VAD (or to client commits where it has none); its eagerness becomes the silence that ends a
+# turn: OpenAI's "low" lets the user take their time, "high" answers as soon as it can.
+_EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 500, "auto": 500, "high": 300}
+
+
+def audio_format(spec: FormatSpec, param: str) -> pb.AudioFormat:
+    """Reads a format object or string; raises ``unsupported_audio_format`` for others."""
+    if isinstance(spec, FormatObject):
+        name, rate = spec.encoding or spec.type, spec.rate or spec.sample_rate_hz or 0
+        if spec.rate and spec.sample_rate_hz and spec.rate != spec.sample_rate_hz:
+            raise DialectError(
+                "unsupported_audio_format", "rate and sample_rate_hz disagree", param=param
+            )
+    else:
+        name, rate = spec, 0
+    encoding = ENCODINGS.get(name.lower())
+    if encoding is None:
+        raise DialectError(
+            "unsupported_audio_format", f"unknown audio format {name!r}", param=param
+        )
+    if encoding in (_ULAW, _ALAW):
+        # G.711 is 8 kHz by definition, and its GA object names no rate; said outright, so
+        # that an update from another format does not keep that format's rate.
+        rate = rate or G711_RATE_HZ
+    return pb.AudioFormat(encoding=encoding, sample_rate_hz=rate)
+
+
+def _turn_detection(td: TurnDetectionJson | None) -> pb.TurnDetection:
+    if td is None:
+        return pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_NONE)
+    if td.type not in _VAD_TYPES:
+        raise DialectError(
+            "unsupported_turn_detection",
+            f"unknown turn detection {td.type!r}",
+            param="turn_detection.type",
+        )
+    silence_ms = td.silence_duration_ms or _EAGERNESS_SILENCE_MS.get(td.eagerness or "", 0)
+    out = pb.TurnDetection(
+        type=_VAD_TYPES[td.type],
+        threshold=td.threshold or 0.0,
+        prefix_padding_ms=td.prefix_padding_ms or 0,
+        silence_duration_ms=silence_ms,
+    )
+    if td.create_response is not None:
+        out.create_response = td.create_response
+    if td.interrupt_response is not None:
+        out.interrupt_response = td.interrupt_response
+    return out
+
+
+def _transcription(tr: TranscriptionJson | None) -> pb.InputTranscriptionConfig:
+    if tr is None:
+        return pb.InputTranscriptionConfig(enabled=False)
+    return pb.InputTranscriptionConfig(
+        enabled=True, model=tr.model or "", language=tr.language or ""
+    )
+
+
+def config_from_patch(patch: SessionPatch) -> pb.SessionConfig:
+    """Translates a ``session.update`` body into the fields of a partial SessionConfig."""
+    if patch.type not in (None, "realtime"):
+        raise DialectError(
+            "unsupported_session_type",
+            f"session type {patch.type!r} is not served here",
+            param="session.type",
+        )
+    config = pb.SessionConfig(model=patch.model or "")
+    modalities = patch.output_modalities or patch.modalities or []
+    config.output_modalities.extend(MODALITIES[name] for name in modalities)
+    if patch.instructions is not None:
+        config.instructions = patch.instructions
+    audio_in = patch.audio.input if patch.audio else None
+    audio_out = patch.audio.output if patch.audio else None
+    in_format = (audio_in.format if audio_in else None) or patch.input_audio_format
+    if in_format is not None:
+        config.input_audio_format.CopyFrom(audio_format(in_format, "session.audio.input.format"))
+    out_format = (audio_out.format if audio_out else None) or patch.output_audio_format
+    if out_format is not None:
+        config.output_audio_format.CopyFrom(audio_format(out_format, "session.audio.output.format"))
+    voice = (audio_out.voice if audio_out else None) or patch.voice
+    if voice is not None:
+        config.voice = voice.id if isinstance(voice, VoiceId) else voice
+    # null turns these off and absence leaves them alone, so ask which fields were sent.
+    if audio_in is not None and "turn_detection" in audio_in.model_fields_set:
+        config.turn_detection.CopyFrom(_turn_detection(audio_in.turn_detection))
+    elif "turn_detection" in patch.model_fields_set:
+        config.turn_detection.CopyFrom(_turn_detection(patch.turn_detection))
+    if audio_in is not None and "transcription" in audio_in.model_fields_set:
+        config.input_transcription.CopyFrom(_transcription(audio_in.transcription))
+    elif "input_audio_transcription" in patch.model_fields_set:
+        config.input_transcription.CopyFrom(_transcription(patch.input_audio_transcription))
+    max_tokens = (
+        patch.max_output_tokens
+        if patch.max_output_tokens is not None
+        else patch.max_response_output_tokens
+    )
+    if isinstance(max_tokens, int):  # "inf" is the default: nothing to cap
+        if max_tokens <= 0:
+            raise DialectError(
+                "invalid_session_config",
+                "max_output_tokens must be positive",
+                param="session.max_output_tokens",
+            )
+        config.max_output_tokens = max_tokens
+    if patch.temperature is not None:
+        config.temperature = patch.temperature
+    if patch.overlap_policy is not None:
+        config.overlap_policy = OVERLAP_POLICIES[patch.overlap_policy]
+    if patch.playback_commit_policy is not None:
+        config.playback_commit_policy = COMMIT_POLICIES[patch.playback_commit_policy]
+    if patch.idle_timeout_ms is not None:
+        config.idle_timeout.FromMilliseconds(patch.idle_timeout_ms)
+    elif patch.idle_timeout_s is not None:
+        config.idle_timeout.FromMilliseconds(round(patch.idle_timeout_s * 1000))
+    if patch.engine_options:
+        config.engine_options.update(patch.engine_options)
+    if patch.tools is not None:  # an empty list is sent too: it removes every tool
+        config.tools.CopyFrom(toolset(patch.tools, "session.tools"))
+    if patch.tool_choice is not None:
+        config.tool_choice.CopyFrom(tool_choice(patch.tool_choice, "session.tool_choice"))
+    return config

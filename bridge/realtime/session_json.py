@@ -1,0 +1,147 @@
+"""Outbound: a ``pb.Session`` and ``pb.Capabilities`` → the Realtime JSON shapes.
+
+The resolved configuration is rendered in the GA ``session`` shape, plus the duplex extensions
+(``overlap_policy``, ``playback_commit_policy``, ``idle_timeout_ms``) and the session's state.
+OpenAI's schema knows pcm16 at one rate only; a session at another rate or in float PCM is
+rendered in fields the GA format object tolerates (:func:`format_json`). Names are those of
+:mod:`bridge.realtime.session_config`, turned around, so the two directions cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format
+
+from bridge.realtime.session_config import COMMIT_POLICIES, ENCODINGS, MODALITIES
+from bridge.realtime.tools import session_tools_json
+from omni_grpc.wire import pb
+from omni_grpc.wire.names import OVERLAP_POLICIES
+
+# The GA MIME type of each encoding: its one "audio/" spelling among those clients may send.
+_FORMAT_TYPES = {value: name for name, value in ENCODINGS.items() if name.startswith("audio/")}
+# G.711 has a fixed rate, so its format object names none.
+_FIXED_RATE = frozenset({pb.AUDIO_ENCODING_G711_ULAW, pb.AUDIO_ENCODING_G711_ALAW})
+# The one rate GA's audio/pcm may name, and the ``encoding`` that marks float PCM.
+GA_PCM_RATE_HZ = 24000
+F32_ENCODING = "pcm_f32le"
+MODALITY_NAMES = {value: name for name, value in MODALITIES.items()}
+OVERLAP_POLICY_NAMES = {value: name for name, value in OVERLAP_POLICIES.items()}
+_COMMIT_NAMES = {value: name for name, value in COMMIT_POLICIES.items()}
+_STATE_NAMES = {
+    pb.SESSION_STATE_ATTACHED: "attached",
+    pb.SESSION_STATE_DETACHED: "detached",
+    pb.SESSION_STATE_CLOSED: "closed",
+    pb.SESSION_STATE_EXPIRED: "expired",
+}
+_TURN_NAMES = {
+    pb.TURN_STATE_IDLE: "idle",
+    pb.TURN_STATE_USER_SPEAKING: "user_speaking",
+    pb.TURN_STATE_ASSISTANT_RESPONDING: "assistant_responding",
+}
+
+
+def format_json(fmt: pb.AudioFormat) -> dict[str, Any]:
+    """Renders a format as a GA format object that validates against OpenAI's schema.
+
+    GA knows ``audio/pcm`` (16-bit) at 24 kHz only, and G.711. Any other rate travels in
+    ``sample_rate_hz`` instead of ``rate``, and float PCM as ``audio/pcm`` with ``encoding``
+    ``pcm_f32le``: fields the GA format objects tolerate, so the object stays valid for a
+    stock client and never claims a rate that is not in force.
+    """
+    if fmt.encoding in _FIXED_RATE:
+        return {"type": _FORMAT_TYPES[fmt.encoding]}
+    out: dict[str, Any] = {"type": "audio/pcm"}
+    if fmt.encoding == pb.AUDIO_ENCODING_PCM_F32:
+        out["encoding"] = F32_ENCODING
+    if fmt.encoding == pb.AUDIO_ENCODING_PCM16 and fmt.sample_rate_hz == GA_PCM_RATE_HZ:
+        out["rate"] = GA_PCM_RATE_HZ
+    else:
+        out["sample_rate_hz"] = fmt.sample_rate_hz
+    return out
+
+
+def _turn_detection_json(td: pb.TurnDetection) -> dict[str, Any] | None:
+    if td.type != pb.TURN_DETECTION_TYPE_SERVER_VAD:
+        return None
+    return {
+        "type": "server_vad",
+        "threshold": td.threshold,
+        "prefix_padding_ms": td.prefix_padding_ms,
+        "silence_duration_ms": td.silence_duration_ms,
+        "create_response": td.create_response,
+        "interrupt_response": td.interrupt_response,
+    }
+
+
+def session_json(session: pb.Session) -> dict[str, Any]:
+    """Renders a session in the GA ``session`` shape plus the duplex extensions."""
+    config = session.config
+    transcription = config.input_transcription
+    audio_output: dict[str, Any] = {"format": format_json(config.output_audio_format)}
+    if config.HasField("voice"):
+        audio_output["voice"] = config.voice
+    out: dict[str, Any] = {
+        "type": "realtime",
+        "object": "realtime.session",
+        "id": session.id,
+        "model": config.model,
+        "output_modalities": [
+            MODALITY_NAMES[m] for m in config.output_modalities if m in MODALITY_NAMES
+        ],
+        "audio": {
+            "input": {
+                "format": format_json(config.input_audio_format),
+                "turn_detection": _turn_detection_json(config.turn_detection),
+                "transcription": (
+                    {
+                        "model": transcription.model or None,
+                        "language": transcription.language or None,
+                    }
+                    if transcription.enabled
+                    else None
+                ),
+            },
+            "output": audio_output,
+        },
+        "max_output_tokens": (
+            config.max_output_tokens if config.HasField("max_output_tokens") else "inf"
+        ),
+        "overlap_policy": OVERLAP_POLICY_NAMES.get(config.overlap_policy),
+        "playback_commit_policy": _COMMIT_NAMES.get(config.playback_commit_policy),
+        "idle_timeout_ms": config.idle_timeout.ToMilliseconds(),
+        "state": _STATE_NAMES.get(session.state),
+        "turn_state": _TURN_NAMES.get(session.turn_state),
+        "epoch": session.epoch,
+    }
+    if config.HasField("instructions"):
+        out["instructions"] = config.instructions
+    if config.HasField("temperature"):
+        out["temperature"] = config.temperature
+    out.update(session_tools_json(config))
+    if config.HasField("engine_options"):
+        out["engine_options"] = json_format.MessageToDict(config.engine_options)
+    return out
+
+
+def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
+    """Renders the capabilities handshake with durations in milliseconds."""
+    return {
+        "protocol_version": caps.protocol_version,
+        "engine": caps.engine,
+        "input_formats": [_FORMAT_TYPES.get(e, "unknown") for e in caps.input_encodings],
+        "input_sample_rates_hz": list(caps.input_sample_rates_hz),
+        "output_audio_format": format_json(caps.output_audio_format),
+        "max_message_bytes": caps.max_message_bytes,
+        "journal_window_ms": caps.journal_window.ToMilliseconds(),
+        "journal_max_bytes": caps.journal_max_bytes,
+        "disconnect_grace_ms": caps.disconnect_grace.ToMilliseconds(),
+        "idle_timeout_ms": caps.idle_timeout.ToMilliseconds(),
+        "ack_interval_ms": caps.ack_interval.ToMilliseconds(),
+        "supports_resume": caps.supports_resume,
+        "supports_barge_in": caps.supports_barge_in,
+        "supports_playback_ack": caps.supports_playback_ack,
+        "supports_server_vad": caps.supports_server_vad,
+        "max_pending_input_bytes": caps.max_pending_input_bytes,
+        "max_sessions": caps.max_sessions,
+    }

@@ -1,0 +1,137 @@
+"""Short-lived client secrets: minted by a backend with a bridge key, used once by a page.
+
+Through a real bridge in front of a keyed service: the secret opens one websocket, as the key
+that minted it (the service, which knows nothing of secrets, accepts the session); it is used
+up, it expires, only a real key mints, and it never reaches a log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+
+from bridge.client_secrets import MAX_OUTSTANDING, ClientSecrets, TooManySecrets
+from tests.bridge.testkit import WITH_EXTENSIONS, realtime_socket, running_bridge, service_settings
+from tests.serving import serving
+
+KEY = "backend-key"
+
+
+async def mint(port: int, headers: dict[str, str], body: Any = None) -> aiohttp.ClientResponse:
+    """POSTs to the minting endpoint; the response's body is read before it returns."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"http://127.0.0.1:{port}/v1/realtime/client_secrets", headers=headers, json=body
+        ) as response,
+    ):
+        await response.read()
+        return response
+
+
+async def upgrade_status(port: int, secret: str) -> int:
+    """The status of an upgrade that presents ``secret`` the way a browser does."""
+    protocols = ("realtime", f"openai-insecure-api-key.{secret}")
+    try:
+        async with realtime_socket(port, protocols=protocols):
+            return 101
+    except aiohttp.WSServerHandshakeError as refused:
+        return refused.status
+
+
+def test_a_secret_is_used_once_and_expires() -> None:
+    now = [1000.0]
+    minted = ClientSecrets(clock=lambda: now[0])
+    value, expires_at = minted.mint("k", ttl_s=30)
+    assert value.startswith("ek_") and expires_at == 1030.0
+    assert minted.redeem("ek_" + "x" * 43) is None and minted.redeem("k") is None
+    assert minted.redeem(value) == "k"
+    assert minted.redeem(value) is None  # used up
+    late, _ = minted.mint("k", ttl_s=30)
+    now[0] += 30
+    assert minted.redeem(late) is None  # expired
+    for ttl_s in (9.9, 7201.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            minted.mint("k", ttl_s=ttl_s)
+
+
+def test_outstanding_secrets_are_bounded_and_expired_ones_make_room() -> None:
+    now = [0.0]
+    minted = ClientSecrets(clock=lambda: now[0])
+    for _ in range(MAX_OUTSTANDING):
+        minted.mint("k", ttl_s=10)
+    with pytest.raises(TooManySecrets):
+        minted.mint("k", ttl_s=10)
+    now[0] += 10
+    minted.mint("k", ttl_s=10)
+    assert len(minted) == 1
+
+
+async def test_a_page_opens_one_session_with_a_minted_secret(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with (
+        serving(service_settings(api_keys=(KEY,))) as service,
+        running_bridge(service.target, api_keys=(KEY,)) as port,
+    ):
+        bearer = {"Authorization": f"Bearer {KEY}"}
+        response = await mint(port, bearer, {"expires_after": {"seconds": 30}})
+        assert response.status == 200 and response.headers["Cache-Control"] == "no-store"
+        minted = await response.json()
+        secret = minted["value"]
+        assert secret.startswith("ek_") and abs(minted["expires_at"] - (time.time() + 30)) < 5
+        # The page: the secret opens a session, which the service bound to the backend's key.
+        protocols = ("realtime", f"openai-insecure-api-key.{secret}")
+        # It resumes below, so it asks for the extensions (the resume token among them).
+        async with realtime_socket(port, WITH_EXTENSIONS, protocols=protocols) as ws:
+            created = await ws.recv()
+            assert created["type"] == "session.created"
+        assert await upgrade_status(port, secret) == 401  # used up
+        # A resume takes a fresh secret of the same key, and finds the session.
+        again = (await (await mint(port, bearer)).json())["value"]
+        resume = ("realtime", f"openai-insecure-api-key.{again}")
+        async with realtime_socket(port, "", protocols=resume) as ws:
+            await ws.send(
+                {
+                    "type": "session.resume",
+                    "session_id": created["session"]["id"],
+                    "resume_token": created["resume_token"],
+                }
+            )
+            assert (await ws.recv())["type"] == "session.resumed"
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert secret not in logged and again not in logged
+
+
+async def test_only_a_real_key_mints_and_bad_requests_are_refused() -> None:
+    async with (
+        serving(service_settings(api_keys=(KEY,))) as service,
+        running_bridge(service.target, api_keys=(KEY,)) as port,
+    ):
+        secret = (await (await mint(port, {"Authorization": f"Bearer {KEY}"})).json())["value"]
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": f"Bearer {secret}"},  # a secret mints no other secret
+        ):
+            assert (await mint(port, headers)).status == 401, headers
+        assert (await mint(port, {"Origin": "https://evil.example"})).status == 403
+        bearer = {"Authorization": f"bearer {KEY}"}
+        for body in (
+            {"expires_after": {"seconds": 5}},
+            {"expires_after": {"seconds": 10**30}},
+            {"expires_after": {"seconds": "x"}},
+            {"expires_after": 60},
+            [],
+        ):
+            assert (await mint(port, bearer, body)).status == 400, body
+        assert (await mint(port, bearer, {})).status == 200
+        assert await upgrade_status(port, "ek_made-up") == 401
+    # Without keys there is nothing to stand for: no endpoint.
+    async with serving(service_settings()) as service, running_bridge(service.target) as port:
+        assert (await mint(port, {})).status == 404

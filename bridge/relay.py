@@ -322,17 +322,18 @@ class Relay:
                     closing = request.HasField("close_session")
                     # What the command made at once (an echoed chunk) goes out from here: the
                     # pump is not woken for it (bridge.transport.InlineStream).
-                    while inline is not None and (payload := inline.take_now()) is not None:
-                        await inline.write_out(self._deliver_serialized, payload)
+                    if inline is not None:
+                        await inline.flush(self._deliver_serialized)
                 elif message.type is WSMsgType.BINARY:
                     await self._tell(Refusal("bad_event", "send events as text frames"))
         except (StreamBroken, ConnectionError):
             return  # the stream or the socket ended under us; the pump tells the client why
 
     async def _write(self, stream: ServiceStream, request: pb.ConverseRequest) -> None:
-        hold_s = self._hold_input_until - asyncio.get_running_loop().time()
-        if hold_s > 0:
-            await asyncio.sleep(hold_s)
+        if self._hold_input_until:  # 0 unless a rate limit refused a command before
+            hold_s = self._hold_input_until - asyncio.get_running_loop().time()
+            if hold_s > 0:
+                await asyncio.sleep(hold_s)
         if is_numbered(request):
             request.client_seq = self._next_seq
             self._next_seq += 1

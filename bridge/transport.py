@@ -27,14 +27,14 @@ class ServiceStream(Protocol):
 
 @runtime_checkable
 class InlineStream(ServiceStream, Protocol):
-    """A stream whose events may be taken at once by the task that wrote the command that
-    made them (the in-process one): an echoed chunk goes back without waking the task that
-    reads the stream. Every event, taken or read serialized, goes out through ``write_out``,
-    one at a time, in the order taken."""
+    """A stream whose events may be written at once by the task that wrote the command that
+    made them (the in-process one, with ``flush``): an echoed chunk goes back without waking
+    the task that reads the stream. Every event, flushed or read serialized (and written with
+    ``write_out``), goes out one at a time, in the order the session made them."""
 
     async def read_serialized(self) -> bytes | None: ...
 
-    def take_now(self) -> bytes | None: ...
+    async def flush(self, write: Callable[[bytes], Awaitable[None]]) -> None: ...
 
     async def write_out(
         self, write: Callable[[bytes], Awaitable[None]], payload: bytes

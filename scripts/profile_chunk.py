@@ -11,7 +11,14 @@ The count is deterministic (no clock in it), so a change's effect is read off on
     .venv/bin/python scripts/profile_chunk.py --top 40     # and the functions, by calls
 
 ``--transport local`` drives the in-process entry point (what ``omni-grpc serve``'s bridge
-uses) instead of the gRPC servicer.
+uses) instead of the gRPC servicer; ``--transport echo`` the raw echo of ``omni-grpc bench``
+over the same stand-in (the harness's own calls). ``--transport bridge`` runs the service as
+``omni-grpc serve`` does (the websocket bridge in its process, the loopback mirror) and a
+Realtime client in a thread of its own, on a real socket: only the server's thread is
+profiled, one ``input_audio_buffer.append`` frame sent at a time, each answered by one
+``response.output_audio.delta`` frame, with a ``session.event_ack`` every 50 events as
+``scripts/bench_bridge.py``'s clients send; ``--transport ws-echo`` is the raw aiohttp echo of
+``scripts/bench_bridge.py`` driven the same way.
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ import cProfile
 import os
 import pstats
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 
 import grpc
 import uvloop
 
 from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, append, mirror_settings
+from omni_grpc.bench.ws_load import DELTA, append_frame
 from omni_grpc.core import Registry
 from omni_grpc.engine import create_engine
 from omni_grpc.server.local import LocalService
@@ -139,14 +148,118 @@ async def _session(transport: str, chunks: int, profile: cProfile.Profile) -> in
     return written
 
 
+async def _websocket(transport: str, chunks: int, profile: cProfile.Profile) -> int:
+    """Serves a websocket (the bridge, or the raw echo) on this thread, profiled, while a
+    client in another thread sends ``chunks`` appends one at a time; returns the deltas."""
+    from aiohttp import web
+
+    from omni_cli.config import ServeSettings
+    from omni_cli.launch import start_service
+
+    runner: web.AppRunner | None = None
+    service = None
+    if transport == "bridge":
+        service = await start_service(ServeSettings(server=mirror_settings(), http_port=0))
+        port = service.http_port or 0
+    else:
+        app = web.Application()
+        app.router.add_get("/v1/realtime", _ws_echo)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+    loop = asyncio.get_running_loop()
+    started, answered = loop.create_future(), loop.create_future()
+    url = f"http://127.0.0.1:{port}/v1/realtime?model=loopback&extensions=1"
+
+    def client() -> None:
+        count = uvloop.run(
+            _ws_client(url, chunks, lambda: loop.call_soon_threadsafe(started.set_result, None))
+        )
+        loop.call_soon_threadsafe(answered.set_result, count)
+
+    thread = threading.Thread(target=client, daemon=True)
+    thread.start()
+    await started
+    profile.enable()
+    count = await answered
+    profile.disable()
+    thread.join()
+    if service is not None:
+        await service.stop()
+    if runner is not None:
+        await runner.cleanup()
+    return int(count)
+
+
+async def _ws_echo(request: object) -> object:
+    """The raw aiohttp echo of ``scripts/bench_bridge.py``: parse, decode, answer."""
+    import binascii
+
+    import orjson
+    from aiohttp import WSMsgType, web
+
+    ws = web.WebSocketResponse(compress=False, max_msg_size=16 * 1024 * 1024)
+    await ws.prepare(request)  # type: ignore[arg-type]
+    n = 0
+    async for message in ws:
+        if message.type is not WSMsgType.TEXT:
+            continue
+        event = orjson.loads(message.data)
+        if event.get("type") != "input_audio_buffer.append":
+            continue
+        audio = binascii.a2b_base64(event["audio"], strict_mode=True)
+        n += 1
+        answer = {
+            "type": DELTA,
+            "response_id": "resp_bench",
+            "delta": binascii.b2a_base64(audio, newline=False).decode("ascii"),
+            "event_id": f"event_bench_{n}_0",
+            "server_event_seq": n,
+        }
+        await ws.send_frame(orjson.dumps(answer), WSMsgType.TEXT)
+    return ws
+
+
+async def _ws_client(url: str, chunks: int, ready: Callable[[], object]) -> int:
+    """Sends ``chunks`` appends, one at a time, each after the answer to the one before."""
+    import aiohttp
+    import orjson
+    from aiohttp import WSMsgType
+
+    frame = append_frame(bytes(pcm16_bytes(CHUNK_MS, CLIENT_RATE_HZ)))
+    answered = 0
+    async with aiohttp.ClientSession() as http, http.ws_connect(url, max_msg_size=0) as ws:
+        ready()
+        while answered < chunks:
+            await ws.send_frame(frame, WSMsgType.TEXT)
+            while True:
+                message = await ws.receive()
+                event = orjson.loads(message.data)
+                if event.get("type") == DELTA:
+                    break
+            answered += 1
+            seq = event.get("server_event_seq", 0)
+            if seq and answered % ACK_EVERY == 0:
+                ack = {"type": "session.event_ack", "server_event_seq": seq}
+                await ws.send_frame(orjson.dumps(ack), WSMsgType.TEXT)
+    return answered
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", type=int, default=2000)
-    parser.add_argument("--transport", choices=("grpc", "local", "echo"), default="grpc")
+    parser.add_argument(
+        "--transport", choices=("grpc", "local", "echo", "bridge", "ws-echo"), default="grpc"
+    )
     parser.add_argument("--top", type=int, default=0, help="list this many functions")
     args = parser.parse_args(argv)
     profile = cProfile.Profile()
-    written = uvloop.run(_session(args.transport, args.chunks, profile))
+    if args.transport in ("bridge", "ws-echo"):
+        written = uvloop.run(_websocket(args.transport, args.chunks, profile))
+    else:
+        written = uvloop.run(_session(args.transport, args.chunks, profile))
     if written < args.chunks:
         print(f"error: {written} events for {args.chunks} chunks", file=sys.stderr)
         return 1

@@ -8,6 +8,7 @@ vLLM-Omni's dialect is the same pair with halves of its own (:mod:`bridge.vllm_o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from bridge.dialect import Event, Opening
@@ -90,6 +91,9 @@ class RealtimeDialect:
     def __init__(self, inbound: Inbound, outbound: RealtimeOutbound) -> None:
         self.inbound = inbound
         self.outbound = outbound
+        # Every frame takes these two: the halves' own, with no call in between.
+        self.request: Callable[[str | bytes], pb.ConverseRequest] = inbound.request
+        self.expand: Callable[[pb.ConverseResponse], list[Event]] = outbound.expand
 
     @property
     def session_id(self) -> str:
@@ -113,12 +117,6 @@ class RealtimeDialect:
 
     def ends_handshake(self, error: DialectError) -> bool:
         return self.inbound.ends_handshake(error)
-
-    def request(self, frame: str | bytes) -> pb.ConverseRequest:
-        return self.inbound.request(frame)
-
-    def expand(self, response: pb.ConverseResponse) -> list[Event]:
-        return self.outbound.expand(response)
 
     def error_events(self, refusal: Refusal) -> list[Event]:
         return self.outbound.shown(refusal_events(refusal))

@@ -121,18 +121,16 @@ class LocalStream:
             self._release()
         return payload
 
-    def take_now(self) -> bytes | None:
-        """An event that may go out at once, taken by the task whose command made it (so the
-        reading task is not woken for it); None when there is none or a write is in flight
-        (:meth:`SendQueue.take_now`). Whoever takes one writes it through :meth:`write_out`."""
+    async def flush(self, write: Callable[[bytes], Awaitable[None]]) -> None:
+        """Writes with ``write``, at once, what the last command made (:meth:`SendQueue.flush`),
+        from the task that wrote the command, so the reading task is not woken for it."""
         queue = self._stream.queue
-        if queue is None or self._cancelled or self._stream.host is None:
-            return None
-        return queue.take_now()
+        if queue is not None and not self._cancelled and self._stream.host is not None:
+            await queue.flush(write)
 
     async def write_out(self, write: Callable[[bytes], Awaitable[None]], payload: bytes) -> None:
-        """Writes one event with ``write`` as the stream's one write in flight, so that events
-        taken by :meth:`take_now` and by reads go out in the order they were taken."""
+        """Writes one event read by :meth:`read_serialized` with ``write``, as the stream's one
+        write in flight, so that events flushed and read go out in the order they were made."""
         queue = self._stream.queue
         if queue is None:
             await write(payload)

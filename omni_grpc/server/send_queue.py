@@ -97,21 +97,11 @@ class SendQueue:
         self._items.append(None)
         self._wake_soon()
 
-    def take_now(self) -> bytes | None:
-        """The next event, when it may go out at once without the writer task: queued, the
-        stream not ending, no write in flight, and no durability barrier to wait for first;
-        else None. Whoever takes one writes it through :meth:`write_out` straight after."""
-        if not self._items or self.writing or self.end_reason is not None or self._barrier:
-            return None
-        payload = self._items.popleft()
-        assert payload is not None  # the end marker only follows an end_reason
-        self._budget.held -= len(payload)
-        return payload
-
     async def flush(self, write: Callable[[bytes], Awaitable[None]]) -> None:
         """The reader's fast path: writes with ``write``, at once, the events queued now (what
-        its command made), when :meth:`take_now` would give them; else leaves them to the
-        writer task, which is woken for them."""
+        its command made), unless a write is in flight, the stream is ending, or a durability
+        barrier must be waited for first; then it leaves them to the writer task, which is
+        woken for them."""
         items = self._items
         if not items or self.writing or self.end_reason is not None or self._barrier:
             return
@@ -128,8 +118,7 @@ class SendQueue:
             self._written()
 
     async def write_out(self, write: Callable[[bytes], Awaitable[None]], payload: bytes) -> None:
-        """Writes one event taken by :meth:`take_now` or :meth:`next`, as the one write in
-        flight."""
+        """Writes one event taken by :meth:`next`, as the one write in flight."""
         self.writing = True
         try:
             await write(payload)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -21,15 +22,17 @@ CHUNK_BYTES = 960  # 20 ms of pcm16 at 24 kHz
 
 async def test_echoed_chunks_go_out_inline_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
     taken = 0
-    take_now = LocalStream.take_now
+    flush = LocalStream.flush
 
-    def counting(self: LocalStream) -> bytes | None:
-        nonlocal taken
-        payload = take_now(self)
-        taken += payload is not None
-        return payload
+    async def counting(self: LocalStream, write: Callable[[bytes], Awaitable[None]]) -> None:
+        async def counted(payload: bytes) -> None:
+            nonlocal taken
+            taken += 1
+            await write(payload)
 
-    monkeypatch.setattr(LocalStream, "take_now", counting)
+        await flush(self, counted)
+
+    monkeypatch.setattr(LocalStream, "flush", counting)
     chunks = [os.urandom(CHUNK_BYTES) for _ in range(CHUNKS)]
     async with (
         serving(mirror_settings()) as service,

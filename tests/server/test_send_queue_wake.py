@@ -1,6 +1,7 @@
 """When a stream's writer task wakes (SendQueue): on the loop's next turn after a put, and only
-if the event is still queued then. An event the stream's reader took at once (the fast path)
-leaves the writer asleep; one nobody took reaches the writer, in order, and so does the end."""
+if the event is still queued then. An event the stream's reader wrote at once (the fast path,
+``flush``) leaves the writer asleep; one nobody took reaches the writer, in order, and so does
+the end; and one queued while a write is in flight waits for it, then goes in order."""
 
 from __future__ import annotations
 
@@ -14,6 +15,16 @@ def _queue() -> SendQueue:
     return SendQueue(1, MemoryBudget(1 << 20))
 
 
+class Written:
+    """A stream's write: what went out, in order."""
+
+    def __init__(self) -> None:
+        self.payloads: list[bytes] = []
+
+    async def __call__(self, payload: bytes) -> None:
+        self.payloads.append(payload)
+
+
 async def _turns(count: int = 3) -> None:
     for _ in range(count):
         await asyncio.sleep(0)
@@ -25,9 +36,11 @@ async def test_an_event_the_reader_takes_at_once_does_not_wake_the_writer() -> N
     await _turns()  # the writer sleeps on the empty queue
     asleep_on = queue._waiter
     assert asleep_on is not None
+    written = Written()
     for _ in range(3):
         assert queue.put(b"echo")
-        assert queue.take_now() == b"echo"  # the reader writes it itself
+        await queue.flush(written)  # the reader writes it itself
+        assert written.payloads[-1] == b"echo" and len(queue) == 0
         await _turns()
         # Never woken: it still sleeps on the very future it went to sleep on.
         assert not writer.done() and queue._waiter is asleep_on and not asleep_on.done()
@@ -42,7 +55,9 @@ async def test_events_nobody_took_reach_the_writer_in_order_then_the_end() -> No
     await _turns()
     assert queue.put(b"1") and queue.put(b"2")
     queue.end("session_closed")
-    assert queue.take_now() is None  # ending: everything goes through the writer
+    written = Written()
+    await queue.flush(written)
+    assert written.payloads == []  # ending: everything goes through the writer
     assert await asyncio.wait_for(writer, 1) == b"1"
     assert await queue.next() == b"2"
     assert await queue.next() is None
@@ -58,3 +73,28 @@ async def test_a_writer_cancelled_while_asleep_leaves_the_queue_usable() -> None
     await _turns()
     assert writer.cancelled()
     assert await asyncio.wait_for(queue.next(), 1) == b"first"
+
+
+async def test_an_event_queued_during_a_write_waits_for_it_and_goes_in_order() -> None:
+    queue = _queue()
+    writer = asyncio.create_task(queue.next())
+    await _turns()
+    release = asyncio.Event()
+    out: list[bytes] = []
+
+    async def slow(payload: bytes) -> None:  # a write that waits for the client to read
+        out.append(payload)
+        await release.wait()
+
+    assert queue.put(b"1")
+    flushing = asyncio.create_task(queue.flush(slow))
+    await _turns()
+    assert queue.writing and out == [b"1"]
+    assert queue.put(b"2")  # made by the engine meanwhile
+    await _turns()
+    assert not writer.done()  # not while the write is in flight: order first
+    release.set()
+    await flushing
+    assert await asyncio.wait_for(writer, 1) == b"2"  # then the writer task takes it
+    await queue.write_out(slow, b"2")
+    assert out == [b"1", b"2"]

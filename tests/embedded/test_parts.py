@@ -17,12 +17,6 @@ from omni_grpc.engine.embedded.asr import drop_repeat
 from omni_grpc.engine.embedded.gguf_file import GgufError, GgufFile
 from omni_grpc.engine.embedded.lm import SmolLM, find_smollm2
 from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder
-from omni_grpc.engine.embedded.turn_detection import (
-    SpeechPause,
-    SpeechStart,
-    SpeechStop,
-    TurnDetector,
-)
 from omni_grpc.engine.embedded.whisper_models import (
     BASE_SHA256,
     TINY_EN_SHA256,
@@ -32,6 +26,12 @@ from omni_grpc.engine.embedded.whisper_models import (
     whisper_files,
 )
 from omni_grpc.engine.kit.tts import SentenceSplitter, voice_name
+from omni_grpc.engine.kit.turn_detection import (
+    SpeechPause,
+    SpeechStart,
+    SpeechStop,
+    TurnDetector,
+)
 
 from .conftest import speech, speech_set
 from .hearing import heard_as

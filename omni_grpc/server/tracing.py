@@ -18,6 +18,10 @@ the host takes them from the engine, with explicit start and end times on the se
 * ``omni.tts.first_audio``: from that first token (or ``response_created``, when audio comes
   before any) to the first ``output_audio_delta``.
 
+Under semantic turn detection the turn span carries the judgement that ended the turn (the
+last ``turn_end_decision`` before its response): ``omni.turn_end.probability``, ``.wait_ms``
+and ``.decided_ms``.
+
 ``response_done`` (or ``response_listen``, the engine choosing not to answer) ends the turn, with
 the engine's own ``TurnLatency`` and usage as attributes. No transcript or audio goes into a span.
 
@@ -131,6 +135,15 @@ class TurnTraces:
             stopped = event.speech_stopped
             self._stage(
                 turn, "omni.vad", turn.speech_started_ns, now, audio_end_ms=stopped.audio_end_ms
+            )
+        elif kind == "turn_end_decision":
+            decision = event.turn_end_decision
+            turn.span.set_attributes(
+                {
+                    "omni.turn_end.probability": decision.probability,
+                    "omni.turn_end.wait_ms": decision.wait_ms,
+                    "omni.turn_end.decided_ms": decision.decided_ms,
+                }
             )
         elif kind == "input_committed":
             turn.committed_ns = now

@@ -33,6 +33,7 @@ ERROR_CODES: dict[str, str] = {
     "invalid_session_config": "a configuration value is out of range or unknown",
     "unsupported_audio_format": "an encoding or sample rate this server does not take",
     "unsupported_turn_detection": "a turn detection this engine lacks, or a bad threshold",
+    "unsupported_interruption": "interruption settings this engine cannot honour",
     "barge_in_unsupported": "barge-in asked of an engine that cannot barge in",
     "model_update_unsupported": "update_session tried to change the model",
     # -- conversation and responses --------------------------------------------------------

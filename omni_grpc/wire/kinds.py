@@ -75,6 +75,8 @@ CONVERSATION_EVENTS = frozenset(
         "playback_acknowledged",
         "output_audio_cleared",
         "overlap_decision",
+        "turn_end_decision",
+        "idle_timeout_triggered",
         "error",
     }
 )

@@ -18,6 +18,8 @@ OVERLAP_ACTIONS: dict[str, pb.OverlapAction.ValueType] = {
     "drop": pb.OVERLAP_ACTION_DROP,
     "listen": pb.OVERLAP_ACTION_LISTEN,
     "barge_in": pb.OVERLAP_ACTION_BARGE_IN,
+    "pause": pb.OVERLAP_ACTION_PAUSE,
+    "resume": pb.OVERLAP_ACTION_RESUME,
 }
 RESPONSE_STATUSES: dict[str, pb.ResponseStatus.ValueType] = {
     "in_progress": pb.RESPONSE_STATUS_IN_PROGRESS,

@@ -45,6 +45,14 @@ def defaults(
         playback_commit_policy=pb.PLAYBACK_COMMIT_POLICY_COMMIT_ALL_ON_DONE,
         idle_timeout=seconds(LIMITS.idle_timeout_s),
         tool_choice=pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_AUTO),
+        # OpenAI's behaviour: any speech over a reply ends it, at once.
+        interruption=pb.InterruptionConfig(
+            mode=pb.INTERRUPTION_MODE_SPEECH,
+            min_duration_ms=0,
+            min_words=1,
+            resume_false_interruption=False,
+            false_interruption_timeout_ms=2000,
+        ),
     )
 
 

@@ -39,10 +39,11 @@ word_error_rate = _load_script("word_error_rate")
 
 @pytest.fixture(scope="session")
 def engine() -> Iterator[EmbeddedEngine]:
-    """The embedded engine with the echo responder; sessions pick their own pace."""
+    """The embedded engine with the echo responder (and SmolLM2 to judge the end of turns
+    under semantic detection); sessions pick their own pace."""
     if not speech.espeak_available():
         pytest.fail("espeak-ng is not installed; scripts/_env.sh installs it with apt-get")
-    built = EmbeddedEngine({"responder": "echo"})
+    built = EmbeddedEngine({"responder": "echo", "turn_judge": "on"})
     built.load()
     yield built
     asyncio.run(built.stop())

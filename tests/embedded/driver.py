@@ -45,18 +45,24 @@ class Driver:
         chunk_ms: int = 20,
         *,
         step: bool = False,
+        drained: bool = False,
         stop: Callable[[], bool] | None = None,
     ) -> float | None:
         """Appends audio chunk by chunk. With ``step``, waits for the engine after each chunk
         and returns the input clock (ms) at the end of the first chunk after which ``stop()``
-        held; the rest of the audio is still sent."""
+        held; the rest of the audio is still sent. With ``drained`` it also waits for the
+        engine's background jobs (transcriptions, judgements) after each chunk, as if the
+        machine were infinitely fast: what the engine decides is then a function of the
+        audio alone."""
         size = chunk_ms * IN_BYTES_PER_MS
         landed = None
         for start in range(0, len(pcm16), size):
             await self.send(
                 append_input_audio=pb.AppendInputAudio(audio=pcm16[start : start + size])
             )
-            if step:
+            if drained:
+                await self.session.drained()
+            if step or drained:
                 await self.session.idle()
                 if landed is None and stop is not None and stop():
                     landed = self.session.input_clock_ms

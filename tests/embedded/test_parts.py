@@ -25,13 +25,13 @@ from omni_grpc.engine.embedded.models.whisper_models import (
     whisper_files,
 )
 from omni_grpc.engine.embedded.responder import EchoResponder, Request, SmolResponder
-from omni_grpc.engine.embedded.turn_detection import (
+from omni_grpc.engine.kit.tts import SentenceSplitter, voice_name
+from omni_grpc.engine.kit.turn_detection import (
     SpeechPause,
     SpeechStart,
     SpeechStop,
     TurnDetector,
 )
-from omni_grpc.engine.kit.tts import SentenceSplitter, voice_name
 
 from .conftest import speech, speech_set
 from .hearing import heard_as

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 import jsonschema
 import pytest
 
+from omni_grpc.core import CommandError, Limits
+from omni_grpc.core.config import resolve_config
 from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import Engine
 from omni_grpc.wire import pb
@@ -289,3 +291,50 @@ async def test_a_forced_call_is_an_output_item_and_its_output_is_answered(probe:
     answered = reply[-1].response_done.response
     assert answered.id != response.id and len(answered.output) == 1  # words, no call
     assert answered.output[0].content[0].text
+
+
+# Each turn-taking setting of the contract (issue 23), as a session asks for it on open.
+TURN_TAKING = {
+    "semantic auto": {
+        "turn_detection": pb.TurnDetection(
+            type=pb.TURN_DETECTION_TYPE_SEMANTIC_VAD, eagerness=pb.EAGERNESS_AUTO
+        )
+    },
+    "semantic high": {
+        "turn_detection": pb.TurnDetection(
+            type=pb.TURN_DETECTION_TYPE_SEMANTIC_VAD, eagerness=pb.EAGERNESS_HIGH
+        )
+    },
+    "idle timeout": {"turn_detection": pb.TurnDetection(idle_timeout_ms=5000)},
+    "interruption by words": {
+        "interruption": pb.InterruptionConfig(mode=pb.INTERRUPTION_MODE_WORDS, min_words=2)
+    },
+    "interruption resumes": {"interruption": pb.InterruptionConfig(resume_false_interruption=True)},
+    "interruption min duration": {"interruption": pb.InterruptionConfig(min_duration_ms=400)},
+}
+
+
+@pytest.mark.parametrize("setting", list(TURN_TAKING), ids=str)
+async def test_every_turn_taking_setting_is_honoured_or_refused_typed(
+    engine: Engine, spec: EngineSpec, setting: str
+) -> None:
+    features = engine.features
+    requested = pb.SessionConfig(**TURN_TAKING[setting])  # type: ignore[arg-type]
+    try:
+        config = resolve_config(requested, Limits(), features)
+    except CommandError as refused:
+        # Refused only for what the handshake says the engine lacks, with a typed code.
+        assert refused.code in ("unsupported_turn_detection", "unsupported_interruption")
+        assert not features.supports_server_vad or (
+            setting == "interruption by words" and not features.supports_interruption_by_words
+        )
+        return
+    semantic = config.turn_detection.type == pb.TURN_DETECTION_TYPE_SEMANTIC_VAD
+    assert semantic == (setting.startswith("semantic") and features.supports_semantic_vad)
+    probe = Probe(await engine.open_session("turns", config), spec.timeout_s)
+    try:
+        events = await run_turn(probe, 0.5)  # a committed turn is answered under any of them
+    finally:
+        await probe.close()
+    (answer,) = check_lifecycles(events).values()
+    assert answer[-1].response_done.response.status == pb.RESPONSE_STATUS_COMPLETED

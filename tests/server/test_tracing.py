@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from omni_cli import build_parser, resolve_bridge_settings, resolve_serve_settings
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import start_server
+from omni_grpc.server.tracing import TurnTraces, server_tracer
 from omni_grpc.wire import pb
 from tests.serving import settings
 
@@ -338,3 +339,30 @@ def test_the_endpoint_comes_from_flags_settings_or_the_standard_variables(tmp_pa
     # The SDK's own switches turn tracing off whatever is named.
     assert serve_endpoint("--otlp-endpoint", collector, OTEL_SDK_DISABLED="true") is None
     assert bridge_endpoint("--otlp-endpoint", collector, OTEL_TRACES_EXPORTER="none") is None
+
+
+def test_the_turn_carries_the_judgement_that_ended_it(exporter: InMemorySpanExporter) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = server_tracer(provider)
+    assert tracer is not None
+    traces = TurnTraces(tracer, "s1")
+    judged = [  # a hesitation, then the end of the turn
+        pb.TurnEndDecision(probability=0.02, wait_ms=4000, decided_ms=180.0),
+        pb.TurnEndDecision(probability=0.97, wait_ms=200, decided_ms=240.0),
+    ]
+    events = [
+        pb.ConverseResponse(speech_started=pb.SpeechStarted()),
+        *(pb.ConverseResponse(turn_end_decision=decision) for decision in judged),
+        pb.ConverseResponse(speech_stopped=pb.SpeechStopped()),
+        pb.ConverseResponse(response_created=pb.ResponseCreated(response=pb.Response(id="r1"))),
+        pb.ConverseResponse(response_done=pb.ResponseDone(response=pb.Response(id="r1"))),
+    ]
+    for event in events:
+        traces.event(event.WhichOneof("event"), event)
+    [turn] = [span for span in exporter.get_finished_spans() if span.name == "omni.turn"]
+    assert turn.attributes is not None
+    assert turn.attributes["omni.turn_end.probability"] == pytest.approx(0.97)
+    assert turn.attributes["omni.turn_end.wait_ms"] == 200
+    assert turn.attributes["omni.turn_end.decided_ms"] == 240.0
+    provider.shutdown()

@@ -86,6 +86,9 @@ def tiny_options(**overrides: str) -> dict[str, str]:
         "max_tokens": "64",
         "logit_bias": f"{EOS_ID}:100",
         "speed": "4",
+        # The tier's tests commit every turn themselves, with synthetic audio a detector might
+        # take for speech; the tests of server VAD turn it on (test_vllm_hearing.py).
+        "server_vad": "off",
     }
     options.update(overrides)
     return options
@@ -133,4 +136,13 @@ def conformance_spec() -> object:
     from tests.engine.conformance import EngineSpec
 
     spec = EngineSpec("vllm", make_engine, 30.0)
+    return pytest.param(spec, marks=VLLM_MARKS, id="vllm")
+
+
+def hearing_spec() -> object:
+    """The vllm entry of the hearing conformance suite (server VAD on, real speech:
+    ``tests/engine/test_conformance_hearing.py``)."""
+    from tests.engine.conformance import EngineSpec
+
+    spec = EngineSpec("vllm", lambda: make_engine(server_vad="on", pace="fast"), 60.0)
     return pytest.param(spec, marks=VLLM_MARKS, id="vllm")

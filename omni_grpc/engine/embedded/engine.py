@@ -23,8 +23,17 @@ FEATURES = EngineFeatures(
     name="embedded",
     default_model="smollm2-135m-instruct",
     supports_server_vad=True,
+    supports_semantic_vad=True,
+    supports_interruption_by_words=True,
     supports_barge_in=True,
     supports_playback_ack=True,
+)
+# Without server VAD the engine hears no speech of its own: nothing to judge.
+_CLIENT_COMMITS = dataclasses.replace(
+    FEATURES,
+    supports_server_vad=False,
+    supports_semantic_vad=False,
+    supports_interruption_by_words=False,
 )
 
 
@@ -33,16 +42,21 @@ class EmbeddedEngine(Engine):
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options = EmbeddedOptions.parse(options or {})
-        self.features = (
-            FEATURES
-            if self.options.server_vad == "on"
-            else dataclasses.replace(FEATURES, supports_server_vad=False)
-        )
+        self.features = FEATURES if self.options.server_vad == "on" else _CLIENT_COMMITS
+        if not self._judges_turns():
+            self.features = dataclasses.replace(self.features, supports_semantic_vad=False)
         self.runtime: Runtime | None = None
         self._executor = ThreadPoolExecutor(2, thread_name_prefix="embedded-ml")
         self._vad_executor = ThreadPoolExecutor(1, thread_name_prefix="embedded-vad")
         self._sessions: set[EmbeddedSession] = set()
         self._loading = asyncio.Lock()
+
+    def _judges_turns(self) -> bool:
+        """Whether SmolLM2 is to be loaded to judge the end of turns (if it is installed)."""
+        options = self.options
+        if options.turn_judge != "auto":
+            return options.turn_judge == "on"
+        return options.responder != "echo" or options.asr_rescoring == "on"
 
     async def start(self) -> None:
         """Loads Silero, Whisper, the voice and SmolLM2 (unless echo without rescoring), off
@@ -63,23 +77,27 @@ class EmbeddedEngine(Engine):
         return self.runtime
 
     def _load(self) -> Runtime:
+        from omni_grpc.engine.embedded.end_of_turn import SmolTurnScorer
         from omni_grpc.engine.embedded.models.asr import BEAM_SIZE, Decoding, Transcriber
         from omni_grpc.engine.embedded.models.lm import ModelMissing, SmolLM, find_smollm2
         from omni_grpc.engine.embedded.models.rescoring import RESCORED_BEAM, LmRescorer
-        from omni_grpc.engine.embedded.models.vad import SileroVad
         from omni_grpc.engine.embedded.responder import EchoResponder, SmolResponder
         from omni_grpc.engine.embedded.tool_calls import CallWriter
+        from omni_grpc.engine.kit.vad import SileroVad
 
         tts = self._load_voice()
         options = self.options
         model: SmolLM | None = None
         smol: SmolResponder | None = None
         calls: CallWriter | None = None
-        if options.responder != "echo" or options.asr_rescoring == "on":
+        if options.responder != "echo" or options.asr_rescoring == "on" or self._judges_turns():
             try:
                 model = SmolLM(find_smollm2())
             except ModelMissing:
-                if options.responder == "smollm2" or options.asr_rescoring == "on":
+                if options.responder == "smollm2" or "on" in (
+                    options.asr_rescoring,
+                    options.turn_judge,
+                ):
                     raise
                 logger.warning(
                     "SmolLM2 weights are not installed, so the embedded engine "
@@ -90,8 +108,16 @@ class EmbeddedEngine(Engine):
             calls = CallWriter(model)
             smol.warm_up()
         reranker = None
-        if model is not None and options.asr_rescoring != "off":
+        # auto: where SmolLM2 answers (a model loaded only to judge turns does not rescore).
+        if model is not None and (
+            options.asr_rescoring == "on" or (options.asr_rescoring == "auto" and smol is not None)
+        ):
             reranker = LmRescorer(model)
+        scorer = None
+        if model is not None and self._judges_turns():
+            scorer = SmolTurnScorer(model)
+        else:
+            self.features = dataclasses.replace(self.features, supports_semantic_vad=False)
         beam = options.asr_beam_size or (RESCORED_BEAM if reranker else BEAM_SIZE)
         asr = Transcriber(
             model=options.asr_model,
@@ -111,6 +137,7 @@ class EmbeddedEngine(Engine):
             executor=self._executor,
             vad_executor=self._vad_executor,
             calls=calls,
+            turn_scorer=scorer,
         )
 
     def _load_voice(self) -> Synthesizer:

@@ -30,6 +30,7 @@ _CONVERTERS: Converters = {
     "partial_transcripts": str,
     "partial_every_ms": float,
     "answer_at_pause": str,
+    "turn_judge": str,
 }
 
 
@@ -76,6 +77,10 @@ class EmbeddedOptions:
       transcript made at a pause while server VAD waits for the silence to end the turn
       (:mod:`.early_answer`); the response takes that text when the turn ends there. ``off``
       starts every answer at its response.
+    * ``turn_judge``: ``auto`` (the default) judges the end of a turn from its words under
+      semantic turn detection (:mod:`.end_of_turn`) wherever SmolLM2 is loaded (for the
+      answers, or for rescoring); ``on`` loads it for that even under the echo responder;
+      ``off`` serves semantic turn detection as a fixed silence (the eagerness's).
     """
 
     responder: str = "auto"
@@ -95,6 +100,7 @@ class EmbeddedOptions:
     partial_transcripts: str = "on"
     partial_every_ms: float = 800.0
     answer_at_pause: str = "on"
+    turn_judge: str = "auto"
 
     def __post_init__(self) -> None:
         check_choice("responder", self.responder, RESPONDERS)
@@ -113,6 +119,7 @@ class EmbeddedOptions:
         check_choice("partial_transcripts", self.partial_transcripts, ("on", "off"))
         check_range("partial_every_ms", self.partial_every_ms, 300, 5000)
         check_choice("answer_at_pause", self.answer_at_pause, ("on", "off"))
+        check_choice("turn_judge", self.turn_judge, ("auto", "on", "off"))
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> EmbeddedOptions:

@@ -62,6 +62,7 @@ class Request:
     max_tokens: int
     temperature: float
     seed: int
+    idle: bool = False  # an idle prompt: nothing was said, the answer checks in
 
 
 @dataclass(slots=True)
@@ -77,6 +78,12 @@ class TextStream:
     def stop(self) -> None:
         """Asks the producer to stop at its next token."""
         self._stop.set()
+
+
+# The answer to an idle prompt (the user stayed silent; the session committed the silence and
+# asked for a response). SmolLM2-135M, asked to check in with a quiet user, repeats its last
+# answer or apologizes, so the engine checks in with these words (the echo responder's).
+STILL_THERE = "Are you still there?"
 
 
 class Responder:
@@ -96,6 +103,8 @@ class EchoResponder(Responder):
     def reply(self, request: Request) -> TextStream:
         said = next((text.strip() for role, text in reversed(request.turns) if role == "user"), "")
         text = f"You said: {said.rstrip('.!?')}." if said else "I did not catch that."
+        if request.idle:
+            text = STILL_THERE
         words = text.split(" ")
         reply = TextStream(
             pieces=_aiter([]), prompt_tokens=sum(len(t.split()) for _, t in request.turns)

@@ -6,11 +6,12 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from omni_grpc.engine.embedded.models.asr import Transcriber
-from omni_grpc.engine.embedded.models.vad import SileroVad
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.responder import EchoResponder, Responder, SmolResponder
 from omni_grpc.engine.embedded.tool_calls import CallWriter
+from omni_grpc.engine.kit.end_of_turn import TurnScorer
 from omni_grpc.engine.kit.tts import Synthesizer
+from omni_grpc.engine.kit.vad import SileroVad
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +29,7 @@ class Runtime:
     executor: Executor
     vad_executor: Executor
     calls: CallWriter | None = None  # SmolLM2's function calls, when it is loaded
+    turn_scorer: TurnScorer | None = None  # SmolLM2's judgement of a turn's end, when loaded
 
     def responder(self, name: str) -> Responder:
         """The responder called ``name`` ("auto", "echo" or "smollm2"); echo if no LM."""

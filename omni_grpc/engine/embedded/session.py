@@ -1,13 +1,13 @@
-"""One embedded conversation: the kit's conversation session, hearing through server VAD and
-answering through a responder and espeak-ng.
+"""One embedded conversation: the kit's listening session, hearing through Silero, Whisper and
+SmolLM2's judgement of a turn's end, and answering through a responder and espeak-ng.
 
-What is the embedded engine's own: the input side and the player. Server VAD scores each
-32 ms window on the VAD thread (:mod:`.listening`), commits the turns it detects, and starts
-their transcription on the model threads. Without it the client commits, from the same
-buffer. Speech that starts while a response plays is an overlap: under
-``barge_in_on_speech`` (with ``interrupt_response``) the response is cancelled with reason
-``turn_detected`` in the same window that confirmed the speech; under ``listen_only`` it plays
-on, and the new turn's response waits for it to finish (the kit's lifecycle).
+The kit's :class:`~omni_grpc.engine.kit.ListeningSession` has server VAD and the turn-taking
+(the end of a turn, speech over a reply, idle prompts). What is the embedded engine's own is
+what it hears and how it answers: at a pause that may end the turn it starts transcribing it
+(and, while the silence lasts, writing the answer: :mod:`.early_answer`); Whisper's likeliest
+reading of that pause is what SmolLM2 judges for the end of the turn (:mod:`.end_of_turn`); the
+words of speech over a reply are a quick greedy decode of it; while the user speaks, partial
+transcripts (:mod:`.partials`); each committed turn is written down on the model threads.
 
 A response waits for the transcripts of the turns it answers, then asks the responder for text
 and speaks it sentence by sentence while the rest is being written (the kit's
@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine import kit
 from omni_grpc.engine.embedded.early_answer import EarlyAnswer
-from omni_grpc.engine.embedded.listening import Listener, Pause, SpeechStart, Turn
 from omni_grpc.engine.embedded.options import PACES, RESPONDERS
 from omni_grpc.engine.embedded.partials import StableWords
 from omni_grpc.engine.embedded.responder import (
@@ -37,6 +36,8 @@ from omni_grpc.engine.embedded.responder import (
 )
 from omni_grpc.engine.embedded.runtime import Runtime
 from omni_grpc.engine.embedded.tool_calls import choose_call
+from omni_grpc.engine.kit.listening import Pause, SpeechStart, Turn
+from omni_grpc.engine.kit.listening_session import Hearing, ListeningSession
 from omni_grpc.engine.kit.tools import emit_call
 from omni_grpc.wire import pb
 
@@ -49,7 +50,7 @@ _SESSION_OPTIONS = ("responder", "pace")
 _FOREIGN_OPTIONS = ("extra_body", "ref_audio")
 
 
-class EmbeddedSession(kit.ConversationSession):
+class EmbeddedSession(ListeningSession):
     """One conversation with the embedded engine; see the module docstring."""
 
     engine_name = "embedded"
@@ -63,15 +64,14 @@ class EmbeddedSession(kit.ConversationSession):
         on_close: Callable[[EmbeddedSession], None],
     ) -> None:
         options = runtime.options
-        super().__init__(session_id, config, options, on_close)
+        hearing = Hearing(runtime.vad, runtime.vad_executor, runtime.turn_scorer)
+        super().__init__(session_id, config, options, on_close, hearing)
         self._runtime = runtime
-        self._listener = Listener(
-            runtime.vad, config.turn_detection, options.min_speech_ms, options.max_input_s * 1000
-        )
-        self._speech_item = ""  # the user item that detected speech will become
         self._last_turn: kit.UserInput | None = None
-        # A transcription started at a pause: (where the speech paused, the job).
-        self._guess: tuple[float, asyncio.Future[str]] | None = None
+        # A transcription started at a pause: where the speech paused, the job, and Whisper's
+        # quick (greedy) reading of it, told before the beam's, for the judgement of the turn's
+        # end under semantic detection.
+        self._guess: tuple[float, asyncio.Future[str], asyncio.Future[str]] | None = None
         # The answer to that transcript, started while the silence lasts (.early_answer).
         self._early: EarlyAnswer | None = None
         # Partial transcripts of the turn in progress: its words sent so far, where on the
@@ -80,19 +80,6 @@ class EmbeddedSession(kit.ConversationSession):
         self._partial_at_ms = 0.0
         self._partial_running = False
         self._responder, self._realtime, self._problem = self._session_options(config)
-
-    @property
-    def input_clock_ms(self) -> float:
-        """Input audio heard so far, in milliseconds (the clock VAD times are on)."""
-        return self._listener.buffer.clock_ms
-
-    def _command_handlers(self) -> dict[str, kit.Handler]:
-        return {
-            **super()._command_handlers(),
-            "update_session": self._update,
-            "append_input_audio": self._hear,
-            "commit_input_audio": self._commit,
-        }
 
     async def _on_open(self) -> None:
         if self._problem is not None:
@@ -121,45 +108,50 @@ class EmbeddedSession(kit.ConversationSession):
             )
         return responder, pace == "realtime", problem
 
-    # -- input ---------------------------------------------------------------------------
-
-    def _vad(self) -> bool:
-        return self.config.turn_detection.type == pb.TURN_DETECTION_TYPE_SERVER_VAD
-
     def _update(self, request: pb.ConverseRequest) -> None:
-        was_vad = self._vad()
-        self.config = request.update_session.config
-        self._listener.configure(self.config.turn_detection)
-        if was_vad and not self._vad() and self._listener.speaking:
-            self._listener.detector.reset()  # the client commits from now on
-            self._listener.speech_start_ms = None
+        super()._update(request)
         self._responder, self._realtime, problem = self._session_options(self.config)
         if problem is not None:
             raise problem
 
-    async def _hear(self, request: pb.ConverseRequest) -> None:
-        append = request.append_input_audio
-        pcm = append.audio
-        kit.assert_canonical_input(append, pcm)
-        if not self._vad():
-            if len(self._listener.buffer.audio) + len(pcm) > self._max_input_bytes:
-                raise CommandError(
-                    "input_backpressure", "too much uncommitted input", retryable=True
-                )
-            self._listener.append_unscored(pcm)
-            return
+    # -- hearing (the kit's hooks) ---------------------------------------------------------
+
+    def _on_speech_started(self, start: SpeechStart) -> None:
+        self._words, self._partial_at_ms = StableWords(), start.start_ms
+
+    def _paused(self, pause: Pause) -> None:
+        self._speculate(pause)
+
+    def _pause_words(self, pause: Pause) -> Awaitable[str] | None:
+        guess = self._guess
+        if guess is None or guess[0] != pause.speech_end_ms:
+            return None  # the last pause's transcription still runs: none for this one
+        return _first_reading(guess[2], guess[1])
+
+    def _overlap_words(self, audio: bytes) -> Awaitable[str]:
         loop = asyncio.get_running_loop()
-        probs = await loop.run_in_executor(self._runtime.vad_executor, self._listener.scores, pcm)
-        for event in self._listener.advance(pcm, probs):
-            if isinstance(event, SpeechStart):
-                await self._speech_started(event)
-            elif isinstance(event, Pause):
-                self._speculate(event)
-            else:
-                await self._speech_stopped(event)
+        return loop.run_in_executor(self._runtime.executor, self._runtime.asr.hypothesis, audio)
+
+    def _heard_audio(self) -> None:
         if self._early is not None and self._listener.speaking and not self._in_silence():
             self._drop_early()  # the user spoke on: the turn did not end at that pause
         self._partial_due()
+
+    def _forget_speech(self) -> None:
+        self._guess = None
+        self._drop_early()
+
+    async def _heard_turn(
+        self, user: kit.UserInput, item: pb.ConversationItem, turn: Turn, detected: bool
+    ) -> None:
+        """Has the turn written down: from the transcription started at its pause, if it
+        ended there."""
+        guess, self._guess = self._guess, None
+        job = guess[1] if guess is not None and guess[0] == turn.speech_end_ms else None
+        if detected and self._early is not None and self._early.speech_end_ms != turn.speech_end_ms:
+            self._drop_early()
+        self._spawn(self._transcribe(user, self._last_turn, job if detected else None))
+        self._last_turn = user
 
     def _in_silence(self) -> bool:
         return self._listener.detector.in_silence
@@ -185,7 +177,8 @@ class EmbeddedSession(kit.ConversationSession):
 
     async def _partial(self, item_id: str, audio: bytes) -> None:
         """Decodes the turn so far and sends the words that became stable, if the turn is
-        still being spoken (once it ends, its transcription says what was said)."""
+        still being spoken (once it ends, its transcription says what was said); speech over
+        a reply is judged on them too."""
         loop = asyncio.get_running_loop()
         try:
             hypothesis = await loop.run_in_executor(
@@ -198,6 +191,9 @@ class EmbeddedSession(kit.ConversationSession):
             self._partial_running = False
         if item_id != self._speech_item or not self._listener.speaking:
             return  # the turn ended, or its speech was dropped (a clear, a barge-in)
+        overlap = self._overlap
+        if overlap is not None and overlap.item_id == item_id:
+            await self._post(lambda: self._overlap_heard(overlap, hypothesis, None))
         delta = self._words.delta(hypothesis)
         if delta:
             event = pb.InputTranscriptionDelta(item_id=item_id, content_index=0, delta=delta)
@@ -213,42 +209,55 @@ class EmbeddedSession(kit.ConversationSession):
             return
         loop = asyncio.get_running_loop()
         likeliest: asyncio.Future[str] = loop.create_future()
+        quick: asyncio.Future[str] = loop.create_future()
 
-        def heard(text: str) -> None:  # on the model thread, before the reranker chooses
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
-                loop.call_soon_threadsafe(_settle, likeliest, text)
+        def told(future: asyncio.Future[str]) -> Callable[[str], None]:
+            def tell(text: str) -> None:  # on the model thread, while the job goes on
+                with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                    loop.call_soon_threadsafe(_settle, future, text)
+
+            return tell
 
         transcribe = self._runtime.asr.transcribe
+        judged = self._turn_end is not None  # words to judge the end of the turn with
         job = loop.run_in_executor(
-            self._runtime.executor, lambda: transcribe(pause.audio, first_reading=heard)
+            self._runtime.executor,
+            lambda: transcribe(
+                pause.audio,
+                first_reading=told(likeliest),
+                quick_reading=told(quick) if judged else None,
+            ),
         )
         job.add_done_callback(lambda done: done.cancelled() or done.exception())
-        self._guess = (pause.speech_end_ms, job)
+        self._guess = (pause.speech_end_ms, job, quick)
         if self._runtime.options.answer_at_pause == "on":
-            self._spawn(self._answer_early(pause.speech_end_ms, likeliest, job))
+            first = quick if judged else likeliest
+            self._spawn(self._answer_early(pause.speech_end_ms, first, job))
 
     async def _answer_early(
-        self, speech_end_ms: float, likeliest: asyncio.Future[str], job: asyncio.Future[str]
+        self, speech_end_ms: float, first: asyncio.Future[str], job: asyncio.Future[str]
     ) -> None:
         """Starts the answer to the transcript guessed at a pause, if the silence still lasts
         when it is ready and the turn's response would be a language model's text.
 
-        Where the language model re-ranks Whisper's readings, the answer starts on Whisper's
-        likeliest while the reranker weighs the others (the two run on the two model
-        threads); most turns keep that reading, and one that does not is answered again on
-        the transcript (the response takes only an answer asked with its own transcript),
-        unless that first answer was dropped meanwhile: the user spoke on.
+        The answer starts on the ``first`` reading the transcription tells: its quick greedy
+        one under semantic detection (the same words the end of the turn is judged on, and
+        the turn may end a moment later), else Whisper's likeliest where the language model
+        re-ranks the beam (the reranker weighs the others on the other model thread). Most
+        turns keep that reading, and one that does not is answered again on the transcript
+        (the response takes only an answer asked with its own transcript), unless that first
+        answer was dropped meanwhile: the user spoke on.
         """
         early = None
         try:
-            await asyncio.wait((likeliest, job), return_when=asyncio.FIRST_COMPLETED)
-            if likeliest.done() and self._start_early(speech_end_ms, likeliest.result()):
+            await asyncio.wait((first, job), return_when=asyncio.FIRST_COMPLETED)
+            if first.done() and self._start_early(speech_end_ms, first.result()):
                 early = self._early
             text = await job
         except Exception:
             return  # the turn's own transcription reports it
         finally:
-            likeliest.cancel()
+            first.cancel()
         if early is None or (self._early is early and early.asked.turns[-1] != ("user", text)):
             self._start_early(speech_end_ms, text)
 
@@ -281,82 +290,6 @@ class EmbeddedSession(kit.ConversationSession):
         if self._early is not None:
             self._early.stop()
             self._early = None
-
-    async def _speech_started(self, start: SpeechStart) -> None:
-        self._speech_item = kit.new_id("item")
-        self._words, self._partial_at_ms = StableWords(), start.start_ms
-        await self._events.put(
-            pb.ConverseResponse(
-                speech_started=pb.SpeechStarted(
-                    audio_start_ms=start.start_ms, item_id=self._speech_item
-                )
-            )
-        )
-        if self._active is None:
-            return
-        policy = self.config.overlap_policy
-        barge_in = (
-            policy == pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH
-            and self.config.turn_detection.interrupt_response
-        )
-        action = pb.OVERLAP_ACTION_BARGE_IN if barge_in else pb.OVERLAP_ACTION_LISTEN
-        decision = pb.OverlapDecision(
-            policy=policy, action=action, reason="barge_in_on_speech" if barge_in else "listen_only"
-        )
-        await self._events.put(pb.ConverseResponse(overlap_decision=decision))
-        if barge_in:
-            await self._cancel(self._active, "turn_detected")
-
-    async def _speech_stopped(self, turn: Turn) -> None:
-        item_id = self._speech_item or kit.new_id("item")
-        self._speech_item = ""
-        await self._events.put(
-            pb.ConverseResponse(
-                speech_stopped=pb.SpeechStopped(audio_end_ms=turn.speech_end_ms, item_id=item_id)
-            )
-        )
-        guess, self._guess = self._guess, None
-        job = guess[1] if guess is not None and guess[0] == turn.speech_end_ms else None
-        if self._early is not None and self._early.speech_end_ms != turn.speech_end_ms:
-            self._drop_early()
-        await self._answer_turn(
-            item_id, turn.audio, time.monotonic(), self._creates_response(), True, job
-        )
-
-    async def _commit(self, request: pb.ConverseRequest) -> None:
-        turn_started = time.monotonic()
-        if not self._listener.buffer.audio:
-            raise CommandError("input_audio_buffer_empty", "there is no input audio to commit")
-        speaking = self._listener.speaking
-        turn = self._listener.stop_now()
-        item_id = self._speech_item or kit.new_id("item")
-        self._speech_item = ""
-        if speaking:
-            await self._events.put(
-                pb.ConverseResponse(
-                    speech_stopped=pb.SpeechStopped(
-                        audio_end_ms=turn.speech_end_ms, item_id=item_id
-                    )
-                )
-            )
-        create = self._creates_response(request.commit_input_audio)
-        await self._answer_turn(item_id, turn.audio, turn_started, create, False)
-
-    async def _answer_turn(
-        self,
-        item_id: str,
-        audio: bytes,
-        turn_started: float,
-        create: bool,
-        by_server_vad: bool,
-        job: asyncio.Future[str] | None = None,
-    ) -> None:
-        """Commits a turn, has it written down, and answers it if ``create``."""
-        user, _item = await self._commit_turn(audio, item_id, text_final=False)
-        self._spawn(self._transcribe(user, self._last_turn, job))
-        self._last_turn = user
-        if create:
-            await self._take_turn(turn_started, by_server_vad=by_server_vad)
 
     async def _transcribe(
         self, user: kit.UserInput, before: kit.UserInput | None, job: asyncio.Future[str] | None
@@ -395,17 +328,6 @@ class EmbeddedSession(kit.ConversationSession):
             )
         user.text_final.set()
 
-    def _clear_input(self) -> None:
-        self._listener.reset()
-        self._speech_item, self._guess = "", None
-        self._drop_early()
-
-    async def _on_barge_in(self, request: pb.ConverseRequest) -> None:
-        answer = self._require_active("")
-        self._listener.reset()  # what the user said over the assistant is dropped too
-        self._drop_early()
-        await self._cancel(answer, "barge_in")
-
     async def _on_close_begin(self) -> None:
         self._drop_early()
 
@@ -431,6 +353,9 @@ class EmbeddedSession(kit.ConversationSession):
         request = self._request(answer.instructions, self._conversation())
         early, self._early = self._early, None
         responder, tts = self._runtime.responder(self._responder), self._runtime.tts
+        if answer.inputs and all(user.idle for user in answer.inputs):
+            request = dataclasses.replace(request, idle=True)  # a check-in (responder.py)
+            responder = self._runtime.echo
         if early is not None and early.fits(request, responder):
             stream, pieces, tts = early.stream, early.pieces(), early.voice(tts)
         else:
@@ -496,3 +421,12 @@ async def _first_told(
 def _settle(future: asyncio.Future[str], value: str) -> None:
     if not future.done():
         future.set_result(value)
+
+
+async def _first_reading(reading: asyncio.Future[str], job: asyncio.Future[str]) -> str:
+    """A reading a transcription tells before it is done, as soon as it does, else the
+    transcription's own text."""
+    await asyncio.wait((reading, job), return_when=asyncio.FIRST_COMPLETED)
+    if reading.done() and not reading.cancelled():
+        return reading.result()
+    return await job

@@ -14,6 +14,12 @@
 * :mod:`.speech`: :class:`SpeechPlayer`, sentences to paced chunks on the media clock.
 * :mod:`.tts`: espeak-ng speech synthesis and the sentence splitter.
 * :mod:`.options`: reading an engine's string options.
+* :mod:`.listening_session`: :class:`~.listening_session.ListeningSession`, a conversation
+  session that hears speech itself: server VAD (:mod:`.vad`, Silero; :mod:`.turn_detection`,
+  the rules; :mod:`.listening`, the input buffer), and turn-taking: the end of a turn judged
+  from its words (:mod:`.end_of_turn`), speech over a reply (:mod:`.overlap`), idle prompts
+  (:mod:`.idle`). It is not imported here: the detector's model runtime (onnxruntime) is
+  only for the engines that hear, and the loopback engine imports this package.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -28,6 +29,39 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
+class Hold:
+    """A reply's audio held while speech over it is judged (``resume_false_interruption``).
+
+    The session pauses it at the speech's onset and releases it with the point of the media
+    clock the audio goes on from; the speech player waits on it before each chunk. Whether a
+    playback ack came in since the pause says where the listener stopped hearing the reply.
+    """
+
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+        self._open.set()
+        self.resume_at_ms: float | None = None
+        self.acked = False  # an ack_playback came in since the pause
+
+    @property
+    def held(self) -> bool:
+        return not self._open.is_set()
+
+    def pause(self) -> None:
+        self._open.clear()
+        self.resume_at_ms, self.acked = None, False
+
+    def release(self, resume_at_ms: float) -> None:
+        self.resume_at_ms = resume_at_ms
+        self._open.set()
+
+    async def wait(self) -> float | None:
+        """Waits until released; returns where to go on from, once (None: where it was)."""
+        await self._open.wait()
+        resume_at, self.resume_at_ms = self.resume_at_ms, None
+        return resume_at
+
+
 def _final() -> asyncio.Event:
     final = asyncio.Event()
     final.set()
@@ -43,6 +77,7 @@ class UserInput:
     audio: bytes = b""  # canonical input
     text: str = ""  # typed text, or the transcript once known
     call_output: bool = False  # a function_call_output item: ``text`` is what the function returned
+    idle: bool = False  # the silence an idle prompt committed: the response checks in
     # Set once ``text`` is final; an engine that transcribes makes it unset and sets it later.
     text_final: asyncio.Event = field(default_factory=_final)
 
@@ -77,6 +112,10 @@ class Answer:
     first_audio: float | None = None
     played_ms: float = 0.0
     done: bool = False
+    hold: Hold = field(default_factory=Hold)
+    # Set by the speech player: plays whatever a release of the hold asks for once the
+    # response has no more to say (the kit awaits it before the response is done).
+    settle: Callable[[], Awaitable[None]] | None = None
 
     @property
     def speaks(self) -> bool:

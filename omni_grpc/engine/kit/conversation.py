@@ -204,6 +204,8 @@ class ConversationSession(ResponseSession):
         ack = request.ack_playback
         answer = find_answer(list(self._answers.values()), ack)
         body = acknowledge(answer, ack, ack_only=self._ack_only())
+        if answer.hold.held:  # the listener says where it stopped hearing the paused reply
+            answer.hold.acked = True
         if ack.truncate and answer.speaks and answer.item_id in self._history:
             self._cut(answer.item_id, body.committed_ms)
         await self._events.put(pb.ConverseResponse(playback_acknowledged=body))

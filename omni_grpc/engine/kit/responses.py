@@ -161,6 +161,8 @@ class ResponseSession(WorkerSession):
     async def _perform(self, answer: Answer) -> None:
         try:
             outcome = await self._play(answer)
+            if outcome is not None and answer.settle is not None:
+                await answer.settle()  # a reply held by speech over it ends when it is heard
         except Exception:  # a bug: the response fails, the session goes on
             logger.exception(
                 "session %s: response %s failed", self.id, answer.id, extra={"session_id": self.id}

@@ -15,11 +15,18 @@ chunks go out as fast as the reader takes them, still letting commands in betwee
 
 The player updates the answer's ledger right after each put, with no await in between, so
 the ledger always matches what was queued.
+
+Held (the answer's :class:`~.answers.Hold`, paused while speech over the reply is judged), the
+player waits before its next chunk. Released with a point of the media clock before what it
+had sent (where the listener stopped hearing), it first sends the audio from that point again,
+without its words (the transcript is append-only and already has them), then goes on; the
+schedule restarts there. So it keeps the last :data:`REPLAY_MS` of what it sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -35,6 +42,9 @@ from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes, pcm16_ms
 # client's player, little enough that a barge-in finds most of the answer still unsent.
 LEAD_MS = 300.0
 _SENTENCES_AHEAD = 2  # synthesized sentences waiting for their turn to play
+# Audio kept for a replay after a pause: far more than a client buffers ahead of what it plays
+# (LEAD_MS and its jitter buffer), bounded so that a long reply does not keep all of itself.
+REPLAY_MS = 10_000.0
 
 
 def audio_delta(
@@ -75,6 +85,8 @@ class SpeechPlayer:
         self._pacing = pacing
         self._origin: float | None = None  # the monotonic time at which media-clock 0 plays
         self._clock_ms = 0.0  # the media clock at the end of what was released
+        self._sent: collections.deque[tuple[float, bytes]] = collections.deque()  # for replays
+        answer.settle = self.settle
 
     async def write(self, pieces: AsyncIterator[str]) -> None:
         """A text response: one ``output_text_delta`` per piece, as the pieces come."""
@@ -133,15 +145,48 @@ class SpeechPlayer:
             start_ms = self._clock_ms
             end_ms = start_ms + pcm16_ms(len(chunk), CANONICAL_OUTPUT_RATE_HZ)
             await self._wait_until_due(start_ms)
+            if answer.hold.held:  # checked after the wait: no await between it and the put
+                await self.settle()
+                await self._wait_until_due(start_ms)
             if answer.speaks:
                 await self._events.put(audio_delta(chunk, start_ms, **ids))
                 answer.first_audio = answer.first_audio or time.monotonic()
                 answer.sent_ms = end_ms
+                self._keep(start_ms, chunk)
             self._clock_ms = end_ms
             await self._events.put(self._words(piece, ids))
             answer.first_text = answer.first_text or time.monotonic()
             answer.sent_text += piece
             answer.marks.append((end_ms, len(answer.sent_text)))
+
+    async def settle(self) -> None:
+        """Waits while the answer is held; after a release that goes back, sends the audio
+        from there again (see the module docstring)."""
+        if not self._answer.hold.held:
+            return
+        resume_at = await self._answer.hold.wait()
+        self._origin = None  # the listener's player starts again from the next chunk
+        if resume_at is not None and resume_at < self._clock_ms:
+            await self._replay(resume_at)
+
+    async def _replay(self, from_ms: float) -> None:
+        answer = self._answer
+        ids = {"response_id": answer.id, "item_id": answer.item_id}
+        bytes_per_ms = pcm16_bytes(1, CANONICAL_OUTPUT_RATE_HZ)
+        for start_ms, chunk in list(self._sent):
+            end_ms = start_ms + pcm16_ms(len(chunk), CANONICAL_OUTPUT_RATE_HZ)
+            if end_ms <= from_ms:
+                continue
+            if start_ms < from_ms:  # from the very sample the listener stopped at
+                skip = round((from_ms - start_ms) * bytes_per_ms) // 2 * 2
+                chunk, start_ms = chunk[skip:], start_ms + pcm16_ms(skip, CANONICAL_OUTPUT_RATE_HZ)
+            await self._wait_until_due(start_ms)
+            await self._events.put(audio_delta(chunk, start_ms, **ids))
+
+    def _keep(self, start_ms: float, chunk: bytes) -> None:
+        self._sent.append((start_ms, chunk))
+        while self._sent and self._sent[0][0] < self._clock_ms - REPLAY_MS:
+            self._sent.popleft()
 
     def _words(self, text: str, ids: dict[str, str]) -> pb.ConverseResponse:
         if self._answer.speaks:

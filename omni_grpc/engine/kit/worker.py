@@ -15,7 +15,9 @@ mailbox hop, when every command before it has been applied and every event befor
 
 The worker is the only writer of a session's state, except for the tasks it starts (the
 player of the running response, and background jobs such as transcriptions), which write
-only the progress of their own job.
+only the progress of their own job. A background job whose result changes the session (a
+judgement that ends a turn) hands it to the worker with :meth:`WorkerSession._post`: the
+worker runs it in order with the commands.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ Handler: TypeAlias = Callable[[pb.ConverseRequest], Awaitable[None] | None]
 InlineHandler: TypeAlias = Callable[[pb.ConverseRequest], list[pb.ConverseResponse]]
 # The commands the synchronous path takes when their handler is plain: the cheap, frequent ones.
 INLINE_KINDS = frozenset({"append_input_audio"})
+# Work a background job hands to the worker (:meth:`WorkerSession._post`).
+Job: TypeAlias = Callable[[], Awaitable[None]]
 
 
 class WorkerSession(EngineSession):
@@ -58,7 +62,7 @@ class WorkerSession(EngineSession):
         self.id = session_id
         self.config = config
         self._on_close: Callable[[Self], None] = on_close
-        self._mailbox: asyncio.Queue[pb.ConverseRequest] = asyncio.Queue(queue_size)
+        self._mailbox: asyncio.Queue[pb.ConverseRequest | Job] = asyncio.Queue(queue_size)
         self._events = EventQueue(queue_size)
         self._handlers: dict[str, Handler] = {}
         # Empty until the worker has opened the session: nothing runs ahead of ``_on_open``.
@@ -146,6 +150,16 @@ class WorkerSession(EngineSession):
         while not self._mailbox.empty() or self._busy or len(self._events):  # noqa: ASYNC110
             await asyncio.sleep(0.001)
 
+    async def drained(self) -> None:
+        """Waits as :meth:`idle` does, and until the background jobs (transcriptions,
+        judgements) are done too and handed back what they found: tests step the input
+        clock with it so that what they assert does not depend on the machine's speed."""
+        while True:  # polled, as idle() is: a job may post to the mailbox as it ends
+            await self.idle()
+            if not self._tasks and self._mailbox.empty():
+                return
+            await asyncio.sleep(0.001)
+
     # -- the worker ----------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -184,7 +198,16 @@ class WorkerSession(EngineSession):
                 task.cancel()
         self._events.end(drop=False)
 
-    async def _apply(self, request: pb.ConverseRequest) -> None:
+    async def _post(self, job: Job) -> None:
+        """Runs ``job`` on the worker, after the commands already submitted: how a background
+        job changes the session without racing the commands."""
+        if not self._closed and self._failure is None:
+            await self._mailbox.put(job)
+
+    async def _apply(self, request: pb.ConverseRequest | Job) -> None:
+        if not isinstance(request, pb.ConverseRequest):
+            await request()
+            return
         kind = request.WhichOneof("command")
         handler = self._handlers.get(kind) if kind else None
         try:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 from omni_grpc.core.limits import EngineFeatures
 from omni_grpc.engine.base import Engine
+from omni_grpc.engine.kit.listening_session import Hearing
 from omni_grpc.engine.kit.tts import Espeak, TtsUnavailable
 from omni_grpc.engine.vllm.options import VllmOptions
 from omni_grpc.engine.vllm.runtime import VllmRuntime, VllmUnavailable
@@ -17,7 +19,7 @@ from omni_grpc.wire import pb
 FEATURES = EngineFeatures(
     name="vllm",
     default_model="",  # the engine's model option, filled in per engine
-    supports_server_vad=False,
+    supports_server_vad=True,  # Silero on a CPU thread (server_vad=off turns it off)
     supports_barge_in=True,
     supports_playback_ack=True,
     extra={"runtime": "vLLM AsyncLLM", "speech": "espeak-ng"},
@@ -46,8 +48,13 @@ class VllmEngine(Engine):
             raise ValueError("the shared vLLM runtime was started with other vLLM options")
         self.runtime = runtime or VllmRuntime(self.options)
         self._owns_runtime = runtime is None
-        self.features = dataclasses.replace(FEATURES, default_model=self.options.model)
+        self.features = dataclasses.replace(
+            FEATURES,
+            default_model=self.options.model,
+            supports_server_vad=self.options.server_vad == "on",
+        )
         self._tts: Espeak | None = None
+        self._hearing: Hearing | None = None
         self._sessions: set[VllmSession] = set()
 
     async def start(self) -> None:
@@ -57,13 +64,26 @@ class VllmEngine(Engine):
                 self._tts = Espeak(words_per_minute=self.options.words_per_minute)
             except TtsUnavailable as error:
                 raise VllmUnavailable(str(error)) from error
+        if self._hearing is None:
+            from omni_grpc.engine.kit.vad import SileroVad
+
+            # One thread for every session's VAD: a 32 ms window is well under a millisecond
+            # of a CPU that the model (on its GPU) leaves free.
+            executor = ThreadPoolExecutor(1, thread_name_prefix="vllm-vad")
+            self._hearing = Hearing(SileroVad(), executor)
         await self.runtime.start()
 
     async def open_session(self, session_id: str, config: pb.SessionConfig) -> VllmSession:
         await self.start()
-        assert self._tts is not None
+        assert self._tts is not None and self._hearing is not None
         session = VllmSession(
-            session_id, config, self.options, self.runtime, self._tts, self._sessions.discard
+            session_id,
+            config,
+            self.options,
+            self.runtime,
+            self._tts,
+            self._hearing,
+            self._sessions.discard,
         )
         self._sessions.add(session)
         return session
@@ -71,5 +91,8 @@ class VllmEngine(Engine):
     async def stop(self) -> None:
         """Closes every session, then shuts vLLM down if this engine started it."""
         await asyncio.gather(*(session.close() for session in list(self._sessions)))
+        if self._hearing is not None:
+            self._hearing.executor.shutdown(wait=False, cancel_futures=True)
+            self._hearing = None
         if self._owns_runtime:
             await self.runtime.stop()

@@ -45,6 +45,15 @@ Speech (how answers are spoken and paced):
 * ``chunk_ms``: output audio chunk length, 20 to 200; default 100.
 * ``max_input_s``: the most uncommitted input audio; default 120.
 * ``queue_size``: each session's command and event queue bound; default 256.
+
+Hearing:
+
+* ``server_vad``: ``on`` (default) ends turns by itself, with Silero VAD on a CPU thread as
+  the embedded engine does (the kit's :class:`~omni_grpc.engine.kit.ListeningSession`), and
+  makes it the sessions' default; ``off`` leaves every turn to the client's commits. The model
+  hears audio, not words, so semantic turn detection is served as the eagerness's silence and
+  interruptions are judged by their length, never their words.
+* ``min_speech_ms``: speech shorter than this never starts a turn; default 64.
 """
 
 from __future__ import annotations
@@ -113,6 +122,8 @@ class VllmOptions:
     chunk_ms: int = 100
     max_input_s: float = 120.0
     queue_size: int = 256
+    server_vad: str = "on"
+    min_speech_ms: float = 64.0
 
     def __post_init__(self) -> None:
         if not self.model.strip():
@@ -136,6 +147,8 @@ class VllmOptions:
         check_range("chunk_ms", self.chunk_ms, 20, 200)
         check_range("max_input_s", self.max_input_s, 1, 3600)
         check_range("queue_size", self.queue_size, 16)
+        check_choice("server_vad", self.server_vad, ("on", "off"))
+        check_range("min_speech_ms", self.min_speech_ms, 0, 1000)
 
     def engine_args(self) -> dict[str, object]:
         """The ``AsyncEngineArgs`` these options ask for; vLLM's defaults fill the rest."""
@@ -199,4 +212,6 @@ _CONVERTERS: Converters = {
     "chunk_ms": int,
     "max_input_s": float,
     "queue_size": int,
+    "server_vad": str,
+    "min_speech_ms": float,
 }

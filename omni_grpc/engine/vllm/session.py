@@ -1,11 +1,13 @@
-"""One vllm conversation: the kit's conversation session, answered by one vLLM request a turn.
+"""One vllm conversation: the kit's listening session, answered by one vLLM request a turn.
 
-Everything but the answer is the kit's :class:`~omni_grpc.engine.kit.ConversationSession`
-(commands, items, the response lifecycle, cancels). A response is one vLLM request with its
-own id (``<session>-<response>``): the conversation becomes a chat prompt with the user's
-audio in it (:mod:`.prompt`), vLLM streams the answer, and the kit's speech player speaks it
-(or writes it, for a text response). A cancel, a barge-in or a new turn cancels the player,
-whose exit aborts the vLLM request and frees its KV cache at once.
+Everything but the answer is the kit's :class:`~omni_grpc.engine.kit.ListeningSession`
+(commands, items, the response lifecycle, cancels, server VAD and turn-taking: the model hears
+audio, not words, so turns end on silence and speech over a reply is judged by its length). A
+response is one vLLM request with its own id (``<session>-<response>``): the conversation
+becomes a chat prompt with the user's audio in it (:mod:`.prompt`), vLLM streams the answer,
+and the kit's speech player speaks it (or writes it, for a text response). A cancel, a
+barge-in or a new turn cancels the player, whose exit aborts the vLLM request and frees its KV
+cache at once.
 
 A response that fails (vLLM refuses the request, the model's chat template refuses the
 conversation, speech synthesis fails) ends ``failed`` with reason ``engine_error``, after an
@@ -21,6 +23,7 @@ from collections.abc import AsyncIterator, Callable
 
 from omni_grpc.engine import kit
 from omni_grpc.engine.base import EngineError
+from omni_grpc.engine.kit.listening_session import Hearing, ListeningSession
 from omni_grpc.engine.kit.tools import callable_tools, emit_call, must_call
 from omni_grpc.engine.kit.tts import Espeak, TtsUnavailable
 from omni_grpc.engine.vllm.options import VllmOptions
@@ -56,7 +59,7 @@ class Failure(enum.Enum):
         )
 
 
-class VllmSession(kit.ConversationSession):
+class VllmSession(ListeningSession):
     """One conversation with the vllm engine; see the module docstring."""
 
     engine_name = "vllm"
@@ -68,9 +71,10 @@ class VllmSession(kit.ConversationSession):
         options: VllmOptions,
         runtime: VllmRuntime,
         tts: Espeak,
+        hearing: Hearing,
         on_close: Callable[[VllmSession], None],
     ) -> None:
-        super().__init__(session_id, config, options, on_close)
+        super().__init__(session_id, config, options, on_close, hearing)
         self._options = options
         self._runtime = runtime
         self._tts = tts

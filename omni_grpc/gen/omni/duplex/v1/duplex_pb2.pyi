@@ -111,9 +111,16 @@ class _TurnDetectionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Tur
     """A voice activity detector on the server ends turns after silence."""
     TURN_DETECTION_TYPE_SEMANTIC_VAD: _TurnDetectionType.ValueType  # 3
     """Asks for a detector that ends turns when the user has said their piece (OpenAI's
-    semantic_vad). No engine has one yet, so the server resolves it to SERVER_VAD where the
-    engine has a voice activity detector and to NONE (the client commits) where it has none;
-    session_created and session_updated report what is in force.
+    semantic_vad): at each pause the engine judges from the words so far whether the turn
+    is over, waits briefly when it sounds finished and longer when it does not, never past
+    the eagerness's longest wait (TurnDetection.eagerness; turn_end_decision reports each
+    judgement). Where the engine cannot judge words (Capabilities.supports_semantic_vad
+    false) the server resolves it to SERVER_VAD with the eagerness's silence (low 1000 ms,
+    medium and auto 500, high 300) where the engine has a voice activity detector, and to NONE
+    (the client commits) where it has none. Without an eagerness it is resolved the same way
+    on every engine, with silence_duration_ms: what this type meant before eagerness existed,
+    kept for the clients written then. session_created and session_updated report what is
+    in force.
     """
 
 class TurnDetectionType(_TurnDetectionType, metaclass=_TurnDetectionTypeEnumTypeWrapper):
@@ -127,11 +134,53 @@ TURN_DETECTION_TYPE_SERVER_VAD: TurnDetectionType.ValueType  # 2
 """A voice activity detector on the server ends turns after silence."""
 TURN_DETECTION_TYPE_SEMANTIC_VAD: TurnDetectionType.ValueType  # 3
 """Asks for a detector that ends turns when the user has said their piece (OpenAI's
-semantic_vad). No engine has one yet, so the server resolves it to SERVER_VAD where the
-engine has a voice activity detector and to NONE (the client commits) where it has none;
-session_created and session_updated report what is in force.
+semantic_vad): at each pause the engine judges from the words so far whether the turn
+is over, waits briefly when it sounds finished and longer when it does not, never past
+the eagerness's longest wait (TurnDetection.eagerness; turn_end_decision reports each
+judgement). Where the engine cannot judge words (Capabilities.supports_semantic_vad
+false) the server resolves it to SERVER_VAD with the eagerness's silence (low 1000 ms,
+medium and auto 500, high 300) where the engine has a voice activity detector, and to NONE
+(the client commits) where it has none. Without an eagerness it is resolved the same way
+on every engine, with silence_duration_ms: what this type meant before eagerness existed,
+kept for the clients written then. session_created and session_updated report what is
+in force.
 """
 Global___TurnDetectionType: _TypeAlias = TurnDetectionType  # noqa: Y015
+
+class _Eagerness:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _EagernessEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Eagerness.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EAGERNESS_UNSPECIFIED: _Eagerness.ValueType  # 0
+    """Means "not given": unchanged on update; see TURN_DETECTION_TYPE_SEMANTIC_VAD on open."""
+    EAGERNESS_LOW: _Eagerness.ValueType  # 1
+    """Lets the user take their time: waits up to 8 s for one who sounds unfinished."""
+    EAGERNESS_MEDIUM: _Eagerness.ValueType  # 2
+    """Waits up to 4 s."""
+    EAGERNESS_HIGH: _Eagerness.ValueType  # 3
+    """Answers soonest: waits up to 2 s."""
+    EAGERNESS_AUTO: _Eagerness.ValueType  # 4
+    """The engine's choice: medium."""
+
+class Eagerness(_Eagerness, metaclass=_EagernessEnumTypeWrapper):
+    """Eagerness says how soon semantic turn detection ends a turn, as OpenAI's semantic_vad
+    eagerness does: each level has a shortest wait, for words that sound finished, and a
+    longest, for words that do not (docs/protocol.md has the table).
+    """
+
+EAGERNESS_UNSPECIFIED: Eagerness.ValueType  # 0
+"""Means "not given": unchanged on update; see TURN_DETECTION_TYPE_SEMANTIC_VAD on open."""
+EAGERNESS_LOW: Eagerness.ValueType  # 1
+"""Lets the user take their time: waits up to 8 s for one who sounds unfinished."""
+EAGERNESS_MEDIUM: Eagerness.ValueType  # 2
+"""Waits up to 4 s."""
+EAGERNESS_HIGH: Eagerness.ValueType  # 3
+"""Answers soonest: waits up to 2 s."""
+EAGERNESS_AUTO: Eagerness.ValueType  # 4
+"""The engine's choice: medium."""
+Global___Eagerness: _TypeAlias = Eagerness  # noqa: Y015
 
 class _OverlapPolicy:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -142,20 +191,65 @@ class _OverlapPolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Overlap
     OVERLAP_POLICY_UNSPECIFIED: _OverlapPolicy.ValueType  # 0
     """Means "not given": unchanged on update, the server default on open."""
     OVERLAP_POLICY_LISTEN_ONLY: _OverlapPolicy.ValueType  # 1
-    """Overlapping speech is heard but never interrupts the assistant."""
+    """Overlapping speech is heard but never interrupts the assistant; it becomes the next turn,
+    answered when the running response ends. The interruption settings do not apply.
+    """
     OVERLAP_POLICY_BARGE_IN_ON_SPEECH: _OverlapPolicy.ValueType  # 2
-    """Overlapping speech cancels the active response."""
+    """Overlapping speech interrupts the active response as SessionConfig.interruption says; by
+    default any speech cancels it at once (with TurnDetection.interrupt_response).
+    """
 
 class OverlapPolicy(_OverlapPolicy, metaclass=_OverlapPolicyEnumTypeWrapper):
-    """OverlapPolicy chooses what user speech during assistant output does."""
+    """OverlapPolicy chooses what user speech during assistant output does. It says whether
+    overlapping speech may interrupt; SessionConfig.interruption says what speech does (one
+    model of overlap: every decision is reported as an overlap_decision).
+    """
 
 OVERLAP_POLICY_UNSPECIFIED: OverlapPolicy.ValueType  # 0
 """Means "not given": unchanged on update, the server default on open."""
 OVERLAP_POLICY_LISTEN_ONLY: OverlapPolicy.ValueType  # 1
-"""Overlapping speech is heard but never interrupts the assistant."""
+"""Overlapping speech is heard but never interrupts the assistant; it becomes the next turn,
+answered when the running response ends. The interruption settings do not apply.
+"""
 OVERLAP_POLICY_BARGE_IN_ON_SPEECH: OverlapPolicy.ValueType  # 2
-"""Overlapping speech cancels the active response."""
+"""Overlapping speech interrupts the active response as SessionConfig.interruption says; by
+default any speech cancels it at once (with TurnDetection.interrupt_response).
+"""
 Global___OverlapPolicy: _TypeAlias = OverlapPolicy  # noqa: Y015
+
+class _InterruptionMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _InterruptionModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_InterruptionMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    INTERRUPTION_MODE_UNSPECIFIED: _InterruptionMode.ValueType  # 0
+    """Means "not given": unchanged on update, SPEECH on open."""
+    INTERRUPTION_MODE_SPEECH: _InterruptionMode.ValueType  # 1
+    """Any speech that lasts min_duration_ms ends the reply (with 0, at its onset: OpenAI's
+    behaviour).
+    """
+    INTERRUPTION_MODE_WORDS: _InterruptionMode.ValueType  # 2
+    """Speech that lasts min_duration_ms and holds min_words words besides backchannels and
+    fillers ("yeah", "mm-hm", "right", "um") ends the reply; needs an engine that hears words
+    (Capabilities.supports_interruption_by_words).
+    """
+
+class InterruptionMode(_InterruptionMode, metaclass=_InterruptionModeEnumTypeWrapper):
+    """InterruptionMode says what user speech over a reply must hold to end it."""
+
+INTERRUPTION_MODE_UNSPECIFIED: InterruptionMode.ValueType  # 0
+"""Means "not given": unchanged on update, SPEECH on open."""
+INTERRUPTION_MODE_SPEECH: InterruptionMode.ValueType  # 1
+"""Any speech that lasts min_duration_ms ends the reply (with 0, at its onset: OpenAI's
+behaviour).
+"""
+INTERRUPTION_MODE_WORDS: InterruptionMode.ValueType  # 2
+"""Speech that lasts min_duration_ms and holds min_words words besides backchannels and
+fillers ("yeah", "mm-hm", "right", "um") ends the reply; needs an engine that hears words
+(Capabilities.supports_interruption_by_words).
+"""
+Global___InterruptionMode: _TypeAlias = InterruptionMode  # noqa: Y015
 
 class _PlaybackCommitPolicy:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -486,11 +580,23 @@ class _OverlapActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Overlap
     OVERLAP_ACTION_UNSPECIFIED: _OverlapAction.ValueType  # 0
     """Means "not given"."""
     OVERLAP_ACTION_DROP: _OverlapAction.ValueType  # 1
-    """It was ignored."""
+    """It was dropped as no interruption (a backchannel, a cough) while the reply played on;
+    it does not become a turn.
+    """
     OVERLAP_ACTION_LISTEN: _OverlapAction.ValueType  # 2
     """It was heard while the assistant went on."""
     OVERLAP_ACTION_BARGE_IN: _OverlapAction.ValueType  # 3
-    """It interrupted the assistant."""
+    """It interrupted the assistant: the response is cancelled (reason "turn_detected")."""
+    OVERLAP_ACTION_PAUSE: _OverlapAction.ValueType  # 4
+    """The reply's audio is held at once while the speech is judged: a client stops playing
+    it, drops what it holds beyond what it played, and acknowledges that (ack_playback).
+    """
+    OVERLAP_ACTION_RESUME: _OverlapAction.ValueType  # 5
+    """The held reply goes on: the speech was no interruption and is dropped (it does not
+    become a turn). Audio deltas follow from audio_ms on the response's media clock, again
+    where the client was sent them before: a client drops anything it still holds from
+    audio_ms on.
+    """
 
 class OverlapAction(_OverlapAction, metaclass=_OverlapActionEnumTypeWrapper):
     """OverlapAction is what overlapping user speech did."""
@@ -498,11 +604,23 @@ class OverlapAction(_OverlapAction, metaclass=_OverlapActionEnumTypeWrapper):
 OVERLAP_ACTION_UNSPECIFIED: OverlapAction.ValueType  # 0
 """Means "not given"."""
 OVERLAP_ACTION_DROP: OverlapAction.ValueType  # 1
-"""It was ignored."""
+"""It was dropped as no interruption (a backchannel, a cough) while the reply played on;
+it does not become a turn.
+"""
 OVERLAP_ACTION_LISTEN: OverlapAction.ValueType  # 2
 """It was heard while the assistant went on."""
 OVERLAP_ACTION_BARGE_IN: OverlapAction.ValueType  # 3
-"""It interrupted the assistant."""
+"""It interrupted the assistant: the response is cancelled (reason "turn_detected")."""
+OVERLAP_ACTION_PAUSE: OverlapAction.ValueType  # 4
+"""The reply's audio is held at once while the speech is judged: a client stops playing
+it, drops what it holds beyond what it played, and acknowledges that (ack_playback).
+"""
+OVERLAP_ACTION_RESUME: OverlapAction.ValueType  # 5
+"""The held reply goes on: the speech was no interruption and is dropped (it does not
+become a turn). Audio deltas follow from audio_ms on the response's media clock, again
+where the client was sent them before: a client drops anything it still holds from
+audio_ms on.
+"""
 Global___OverlapAction: _TypeAlias = OverlapAction  # noqa: Y015
 
 class _ErrorType:
@@ -775,6 +893,8 @@ class ConverseResponse(_message.Message):
     FUNCTION_CALL_ARGUMENTS_DELTA_FIELD_NUMBER: _builtins.int
     FUNCTION_CALL_ARGUMENTS_DONE_FIELD_NUMBER: _builtins.int
     INPUT_TRANSCRIPTION_DELTA_FIELD_NUMBER: _builtins.int
+    TURN_END_DECISION_FIELD_NUMBER: _builtins.int
+    IDLE_TIMEOUT_TRIGGERED_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Numbers the event within its session's journal, from 1 with no gaps. It is 0 on the
     events that are never replayed: session_created, session_resumed, session_replaced,
@@ -922,6 +1042,18 @@ class ConverseResponse(_message.Message):
     def input_transcription_delta(self) -> Global___InputTranscriptionDelta:
         """Carries words heard so far in the user turn in progress, before its transcription."""
 
+    @_builtins.property
+    def turn_end_decision(self) -> Global___TurnEndDecision:
+        """Reports, at a pause in the user's speech, how sure the engine is that the turn is over
+        and how long it waits before ending it (semantic turn detection).
+        """
+
+    @_builtins.property
+    def idle_timeout_triggered(self) -> Global___IdleTimeoutTriggered:
+        """Says that the user stayed silent for turn detection's idle_timeout_ms after the
+        assistant's last answer was heard; a commit and a response follow.
+        """
+
     def __init__(
         self,
         *,
@@ -960,12 +1092,14 @@ class ConverseResponse(_message.Message):
         function_call_arguments_delta: Global___FunctionCallArgumentsDelta | None = ...,
         function_call_arguments_done: Global___FunctionCallArgumentsDone | None = ...,
         input_transcription_delta: Global___InputTranscriptionDelta | None = ...,
+        turn_end_decision: Global___TurnEndDecision | None = ...,
+        idle_timeout_triggered: Global___IdleTimeoutTriggered | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "idle_timeout_triggered", b"idle_timeout_triggered", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped", "turn_end_decision", b"turn_end_decision"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_client_seq", b"applied_client_seq", "error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "seq", b"seq", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_client_seq", b"applied_client_seq", "error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "idle_timeout_triggered", b"idle_timeout_triggered", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "seq", b"seq", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped", "turn_end_decision", b"turn_end_decision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["session_created", "session_updated", "session_resumed", "session_replaced", "resync_required", "session_expired", "session_closed", "heartbeat_ack", "going_away", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_done", "item_retrieved", "item_deleted", "item_truncated", "input_transcription", "response_created", "output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "response_done", "response_listen", "response_speak", "playback_acknowledged", "output_audio_cleared", "overlap_decision", "error", "function_call_arguments_delta", "function_call_arguments_done", "input_transcription_delta"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["session_created", "session_updated", "session_resumed", "session_replaced", "resync_required", "session_expired", "session_closed", "heartbeat_ack", "going_away", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_done", "item_retrieved", "item_deleted", "item_truncated", "input_transcription", "response_created", "output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "response_done", "response_listen", "response_speak", "playback_acknowledged", "output_audio_cleared", "overlap_decision", "error", "function_call_arguments_delta", "function_call_arguments_done", "input_transcription_delta", "turn_end_decision", "idle_timeout_triggered"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -1268,6 +1402,8 @@ class TurnDetection(_message.Message):
     SILENCE_DURATION_MS_FIELD_NUMBER: _builtins.int
     CREATE_RESPONSE_FIELD_NUMBER: _builtins.int
     INTERRUPT_RESPONSE_FIELD_NUMBER: _builtins.int
+    EAGERNESS_FIELD_NUMBER: _builtins.int
+    IDLE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     type: Global___TurnDetectionType.ValueType
     """Chooses the detector."""
     threshold: _builtins.float
@@ -1280,6 +1416,17 @@ class TurnDetection(_message.Message):
     """Says whether the end of a turn starts a response; unset means true."""
     interrupt_response: _builtins.bool
     """Says whether speech during a response interrupts it; unset means true."""
+    eagerness: Global___Eagerness.ValueType
+    """Sets how soon a SEMANTIC_VAD turn ends (see Eagerness); cleared for other types."""
+    idle_timeout_ms: _builtins.int
+    """Sets how long the user may stay silent, once the assistant's last answer has been heard
+    (its response done and its audio played), before the engine prompts them: an
+    idle_timeout_triggered event, then the input buffer committed and a response created, as
+    OpenAI's idle_timeout_ms does. Counted on the input audio clock, like
+    silence_duration_ms, so it needs the client to stream its silence. Unset: unchanged on
+    update, off on open; 0 turns it off; at most 3600000. Only with SERVER_VAD or
+    SEMANTIC_VAD (else `unsupported_turn_detection`).
+    """
     def __init__(
         self,
         *,
@@ -1289,21 +1436,94 @@ class TurnDetection(_message.Message):
         silence_duration_ms: _builtins.int = ...,
         create_response: _builtins.bool | None = ...,
         interrupt_response: _builtins.bool | None = ...,
+        eagerness: Global___Eagerness.ValueType = ...,
+        idle_timeout_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_create_response", b"_create_response", "_interrupt_response", b"_interrupt_response", "create_response", b"create_response", "interrupt_response", b"interrupt_response"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_create_response", b"_create_response", "_idle_timeout_ms", b"_idle_timeout_ms", "_interrupt_response", b"_interrupt_response", "create_response", b"create_response", "idle_timeout_ms", b"idle_timeout_ms", "interrupt_response", b"interrupt_response"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_create_response", b"_create_response", "_interrupt_response", b"_interrupt_response", "create_response", b"create_response", "interrupt_response", b"interrupt_response", "prefix_padding_ms", b"prefix_padding_ms", "silence_duration_ms", b"silence_duration_ms", "threshold", b"threshold", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_create_response", b"_create_response", "_idle_timeout_ms", b"_idle_timeout_ms", "_interrupt_response", b"_interrupt_response", "create_response", b"create_response", "eagerness", b"eagerness", "idle_timeout_ms", b"idle_timeout_ms", "interrupt_response", b"interrupt_response", "prefix_padding_ms", b"prefix_padding_ms", "silence_duration_ms", b"silence_duration_ms", "threshold", b"threshold", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__create_response: _TypeAlias = _typing.Literal["create_response"]  # noqa: Y015
     _WhichOneofArgType__create_response: _TypeAlias = _typing.Literal["_create_response", b"_create_response"]  # noqa: Y015
+    _WhichOneofReturnType__idle_timeout_ms: _TypeAlias = _typing.Literal["idle_timeout_ms"]  # noqa: Y015
+    _WhichOneofArgType__idle_timeout_ms: _TypeAlias = _typing.Literal["_idle_timeout_ms", b"_idle_timeout_ms"]  # noqa: Y015
     _WhichOneofReturnType__interrupt_response: _TypeAlias = _typing.Literal["interrupt_response"]  # noqa: Y015
     _WhichOneofArgType__interrupt_response: _TypeAlias = _typing.Literal["_interrupt_response", b"_interrupt_response"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__create_response) -> _WhichOneofReturnType__create_response | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__idle_timeout_ms) -> _WhichOneofReturnType__idle_timeout_ms | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__interrupt_response) -> _WhichOneofReturnType__interrupt_response | None: ...
 
 Global___TurnDetection: _TypeAlias = TurnDetection  # noqa: Y015
+
+@_typing.final
+class InterruptionConfig(_message.Message):
+    """InterruptionConfig says when user speech over a reply ends it, under
+    OVERLAP_POLICY_BARGE_IN_ON_SPEECH with TurnDetection.interrupt_response, and needs an engine
+    with server VAD for anything but its defaults (else `unsupported_interruption`). The
+    defaults are OpenAI's behaviour: any speech ends the reply at once. With
+    resume_false_interruption the reply's audio pauses at the speech's onset (overlap_decision
+    PAUSE) and the engine then judges it: an interruption ends the reply (BARGE_IN; history
+    holds what went out, as for any cancel), anything else (a cough, "mm-hm") is dropped and the
+    reply resumes from where the listener stopped hearing it (RESUME; the ack_playback sent
+    after the pause says where, else the last audio sent). Without it the reply plays on while
+    the speech is judged, and ends only once it proves an interruption.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    MIN_DURATION_MS_FIELD_NUMBER: _builtins.int
+    MIN_WORDS_FIELD_NUMBER: _builtins.int
+    RESUME_FALSE_INTERRUPTION_FIELD_NUMBER: _builtins.int
+    FALSE_INTERRUPTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    mode: Global___InterruptionMode.ValueType
+    """Chooses what the speech must hold; unspecified: unchanged on update, SPEECH on open."""
+    min_duration_ms: _builtins.int
+    """Sets how long, in milliseconds, the speech must last (from its onset to where it last
+    paused, or to now); unset: unchanged on update, 0 on open; at most 10000.
+    """
+    min_words: _builtins.int
+    """Sets how many words besides backchannels and fillers WORDS needs; unset: unchanged on
+    update, 1 on open; 1 to 20.
+    """
+    resume_false_interruption: _builtins.bool
+    """Says whether the reply pauses at the speech's onset and resumes when the speech proves
+    no interruption; unset: unchanged on update, false on open.
+    """
+    false_interruption_timeout_ms: _builtins.int
+    """Caps, in milliseconds of input audio after the speech paused, the wait for its verdict;
+    past it the speech counts as no interruption. 0 means 2000; at most 10000.
+    """
+    def __init__(
+        self,
+        *,
+        mode: Global___InterruptionMode.ValueType = ...,
+        min_duration_ms: _builtins.int | None = ...,
+        min_words: _builtins.int | None = ...,
+        resume_false_interruption: _builtins.bool | None = ...,
+        false_interruption_timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_duration_ms", b"_min_duration_ms", "_min_words", b"_min_words", "_resume_false_interruption", b"_resume_false_interruption", "min_duration_ms", b"min_duration_ms", "min_words", b"min_words", "resume_false_interruption", b"resume_false_interruption"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_duration_ms", b"_min_duration_ms", "_min_words", b"_min_words", "_resume_false_interruption", b"_resume_false_interruption", "false_interruption_timeout_ms", b"false_interruption_timeout_ms", "min_duration_ms", b"min_duration_ms", "min_words", b"min_words", "mode", b"mode", "resume_false_interruption", b"resume_false_interruption"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__min_duration_ms: _TypeAlias = _typing.Literal["min_duration_ms"]  # noqa: Y015
+    _WhichOneofArgType__min_duration_ms: _TypeAlias = _typing.Literal["_min_duration_ms", b"_min_duration_ms"]  # noqa: Y015
+    _WhichOneofReturnType__min_words: _TypeAlias = _typing.Literal["min_words"]  # noqa: Y015
+    _WhichOneofArgType__min_words: _TypeAlias = _typing.Literal["_min_words", b"_min_words"]  # noqa: Y015
+    _WhichOneofReturnType__resume_false_interruption: _TypeAlias = _typing.Literal["resume_false_interruption"]  # noqa: Y015
+    _WhichOneofArgType__resume_false_interruption: _TypeAlias = _typing.Literal["_resume_false_interruption", b"_resume_false_interruption"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_duration_ms) -> _WhichOneofReturnType__min_duration_ms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_words) -> _WhichOneofReturnType__min_words | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__resume_false_interruption) -> _WhichOneofReturnType__resume_false_interruption | None: ...
+
+Global___InterruptionConfig: _TypeAlias = InterruptionConfig  # noqa: Y015
 
 @_typing.final
 class InputTranscriptionConfig(_message.Message):
@@ -1359,6 +1579,7 @@ class SessionConfig(_message.Message):
     ENGINE_OPTIONS_FIELD_NUMBER: _builtins.int
     TOOLS_FIELD_NUMBER: _builtins.int
     TOOL_CHOICE_FIELD_NUMBER: _builtins.int
+    INTERRUPTION_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """Names the model the engine runs."""
     instructions: _builtins.str
@@ -1419,6 +1640,12 @@ class SessionConfig(_message.Message):
         whole in update_session when its mode is set.
         """
 
+    @_builtins.property
+    def interruption(self) -> Global___InterruptionConfig:
+        """Says when user speech over a reply ends it (see InterruptionConfig); merged field by
+        field in update_session.
+        """
+
     def __init__(
         self,
         *,
@@ -1438,10 +1665,11 @@ class SessionConfig(_message.Message):
         engine_options: _struct_pb2.Struct | None = ...,
         tools: Global___ToolSet | None = ...,
         tool_choice: Global___ToolChoice | None = ...,
+        interruption: Global___InterruptionConfig | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "max_output_tokens", b"max_output_tokens", "output_audio_format", b"output_audio_format", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "output_audio_format", b"output_audio_format", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "max_output_tokens", b"max_output_tokens", "model", b"model", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "playback_commit_policy", b"playback_commit_policy", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "model", b"model", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "playback_commit_policy", b"playback_commit_policy", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__instructions: _TypeAlias = _typing.Literal["instructions"]  # noqa: Y015
     _WhichOneofArgType__instructions: _TypeAlias = _typing.Literal["_instructions", b"_instructions"]  # noqa: Y015
@@ -1616,6 +1844,8 @@ class Capabilities(_message.Message):
     MAX_SESSIONS_FIELD_NUMBER: _builtins.int
     ACK_INTERVAL_FIELD_NUMBER: _builtins.int
     CHUNK_PERIOD_MS_FIELD_NUMBER: _builtins.int
+    SUPPORTS_SEMANTIC_VAD_FIELD_NUMBER: _builtins.int
+    SUPPORTS_INTERRUPTION_BY_WORDS_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.str
     """Names the protocol, "omni.duplex.v1"."""
     engine: _builtins.str
@@ -1640,6 +1870,14 @@ class Capabilities(_message.Message):
     """Gives the length of input the engine decides on at a time, in milliseconds (a model
     unit: 1000 for MiniCPM-o 4.5); a camera frame belongs with the append that completes a
     unit. 0: the engine takes input of any length.
+    """
+    supports_semantic_vad: _builtins.bool
+    """Says whether the engine judges the end of a turn from its words (SEMANTIC_VAD is served
+    as such, not resolved to SERVER_VAD).
+    """
+    supports_interruption_by_words: _builtins.bool
+    """Says whether the engine hears the words of speech over a reply
+    (INTERRUPTION_MODE_WORDS).
     """
     @_builtins.property
     def input_encodings(self) -> _containers.RepeatedScalarFieldContainer[Global___AudioEncoding.ValueType]:
@@ -1690,10 +1928,12 @@ class Capabilities(_message.Message):
         max_sessions: _builtins.int = ...,
         ack_interval: _duration_pb2.Duration | None = ...,
         chunk_period_ms: _builtins.int = ...,
+        supports_semantic_vad: _builtins.bool = ...,
+        supports_interruption_by_words: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "disconnect_grace", b"disconnect_grace", "idle_timeout", b"idle_timeout", "journal_window", b"journal_window", "output_audio_format", b"output_audio_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_server_vad", b"supports_server_vad"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3486,33 +3726,158 @@ Global___OutputAudioCleared: _TypeAlias = OutputAudioCleared  # noqa: Y015
 
 @_typing.final
 class OverlapDecision(_message.Message):
-    """OverlapDecision reports how overlapping speech was treated."""
+    """OverlapDecision reports how overlapping speech was treated. Under the default interruption
+    settings one decision comes at the speech's onset (BARGE_IN, or LISTEN under listen_only);
+    with resume_false_interruption a PAUSE comes at the onset, then BARGE_IN or RESUME; with
+    min_duration_ms or WORDS and no resume, BARGE_IN or DROP once the speech is judged.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     POLICY_FIELD_NUMBER: _builtins.int
     ACTION_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    RESPONSE_ID_FIELD_NUMBER: _builtins.int
+    ITEM_ID_FIELD_NUMBER: _builtins.int
+    AUDIO_MS_FIELD_NUMBER: _builtins.int
+    OVERLAP_MS_FIELD_NUMBER: _builtins.int
+    TRANSCRIPT_FIELD_NUMBER: _builtins.int
+    INPUT_ITEM_ID_FIELD_NUMBER: _builtins.int
     policy: Global___OverlapPolicy.ValueType
     """Gives the policy in force."""
     action: Global___OverlapAction.ValueType
     """Gives the action taken."""
     reason: _builtins.str
-    """Explains it."""
+    """Explains it, one of a fixed set: "barge_in_on_speech" (any speech interrupts, at its
+    onset), "listen_only", "overlap" (PAUSE: being judged), "min_duration" (BARGE_IN: the
+    speech lasted min_duration_ms), "min_words" (BARGE_IN: it said min_words words),
+    "backchannel" (only backchannels and fillers), "no_words" (a sound without words),
+    "too_short" (shorter than min_duration_ms), "too_few_words" (fewer than min_words),
+    "false_interruption_timeout" (no verdict in time). The vllm-omni engine passes on its
+    reference's own reasons as they are.
+    """
+    response_id: _builtins.str
+    """Names the response the speech overlapped, when the engine knows it."""
+    item_id: _builtins.str
+    """Names the response's assistant item."""
+    audio_ms: _builtins.float
+    """Gives a point of the reply's audio on its media clock, in milliseconds: PAUSE, the end of
+    what had been sent; RESUME, where the audio goes on from.
+    """
+    overlap_ms: _builtins.float
+    """Gives how long the overlapping speech had lasted when this was decided, in milliseconds."""
+    transcript: _builtins.str
+    """Holds the words heard in the overlapping speech, when they were judged."""
+    input_item_id: _builtins.str
+    """Names the user item the speech would become (its speech_started's item_id)."""
     def __init__(
         self,
         *,
         policy: Global___OverlapPolicy.ValueType = ...,
         action: Global___OverlapAction.ValueType = ...,
         reason: _builtins.str = ...,
+        response_id: _builtins.str = ...,
+        item_id: _builtins.str = ...,
+        audio_ms: _builtins.float = ...,
+        overlap_ms: _builtins.float = ...,
+        transcript: _builtins.str = ...,
+        input_item_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "policy", b"policy", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "audio_ms", b"audio_ms", "input_item_id", b"input_item_id", "item_id", b"item_id", "overlap_ms", b"overlap_ms", "policy", b"policy", "reason", b"reason", "response_id", b"response_id", "transcript", b"transcript"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OverlapDecision: _TypeAlias = OverlapDecision  # noqa: Y015
+
+@_typing.final
+class TurnEndDecision(_message.Message):
+    """TurnEndDecision reports one judgement of semantic turn detection: at a pause in the user's
+    speech, how likely the words so far end the turn and how long the engine waits for more
+    before ending it. If the user speaks again within the wait, the turn goes on (and the next
+    pause is judged again); otherwise speech_stopped follows when the wait is over.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEM_ID_FIELD_NUMBER: _builtins.int
+    AUDIO_END_MS_FIELD_NUMBER: _builtins.int
+    PROBABILITY_FIELD_NUMBER: _builtins.int
+    WAIT_MS_FIELD_NUMBER: _builtins.int
+    EAGERNESS_FIELD_NUMBER: _builtins.int
+    TRANSCRIPT_FIELD_NUMBER: _builtins.int
+    DECIDED_MS_FIELD_NUMBER: _builtins.int
+    item_id: _builtins.str
+    """Names the user item the turn will become."""
+    audio_end_ms: _builtins.float
+    """Gives where the speech paused, on the input audio clock, in milliseconds."""
+    probability: _builtins.float
+    """Gives the judged probability, in [0, 1], that the words so far end the turn; -1 when no
+    words could be judged in time (the wait is then the eagerness's fixed silence).
+    """
+    wait_ms: _builtins.int
+    """Gives the silence the engine waits for, from audio_end_ms, before ending the turn."""
+    eagerness: Global___Eagerness.ValueType
+    """Gives the eagerness in force."""
+    transcript: _builtins.str
+    """Holds the words judged."""
+    decided_ms: _builtins.float
+    """Gives how long after audio_end_ms (on the input audio clock) the judgement was made: a
+    wait already over by then ends the turn at once.
+    """
+    def __init__(
+        self,
+        *,
+        item_id: _builtins.str = ...,
+        audio_end_ms: _builtins.float = ...,
+        probability: _builtins.float = ...,
+        wait_ms: _builtins.int = ...,
+        eagerness: Global___Eagerness.ValueType = ...,
+        transcript: _builtins.str = ...,
+        decided_ms: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audio_end_ms", b"audio_end_ms", "decided_ms", b"decided_ms", "eagerness", b"eagerness", "item_id", b"item_id", "probability", b"probability", "transcript", b"transcript", "wait_ms", b"wait_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TurnEndDecision: _TypeAlias = TurnEndDecision  # noqa: Y015
+
+@_typing.final
+class IdleTimeoutTriggered(_message.Message):
+    """IdleTimeoutTriggered says that the user stayed silent for TurnDetection.idle_timeout_ms
+    after the assistant's last answer was heard (OpenAI's input_audio_buffer.timeout_triggered).
+    The input buffer is committed next (input_committed, with item_id) and a response created,
+    so the assistant can prompt the user.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AUDIO_START_MS_FIELD_NUMBER: _builtins.int
+    AUDIO_END_MS_FIELD_NUMBER: _builtins.int
+    ITEM_ID_FIELD_NUMBER: _builtins.int
+    audio_start_ms: _builtins.float
+    """Gives where the silence began, on the input audio clock, in milliseconds."""
+    audio_end_ms: _builtins.float
+    """Gives where it triggered, on the input audio clock, in milliseconds."""
+    item_id: _builtins.str
+    """Names the user item the committed buffer becomes."""
+    def __init__(
+        self,
+        *,
+        audio_start_ms: _builtins.float = ...,
+        audio_end_ms: _builtins.float = ...,
+        item_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audio_end_ms", b"audio_end_ms", "audio_start_ms", b"audio_start_ms", "item_id", b"item_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IdleTimeoutTriggered: _TypeAlias = IdleTimeoutTriggered  # noqa: Y015
 
 @_typing.final
 class ErrorReport(_message.Message):
@@ -3557,6 +3922,7 @@ class ErrorReport(_message.Message):
     * `invalid_session_config`: a configuration value is out of range or unknown.
     * `unsupported_audio_format`: an encoding or sample rate this server does not take.
     * `unsupported_turn_detection`: a turn detection this engine lacks, or a bad threshold.
+    * `unsupported_interruption`: interruption settings this engine cannot honour.
     * `barge_in_unsupported`: barge-in asked of an engine that cannot barge in.
     * `model_update_unsupported`: update_session tried to change the model.
     * `input_audio_buffer_empty`: commit with no input audio buffered.

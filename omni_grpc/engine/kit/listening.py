@@ -6,20 +6,25 @@ it. :class:`InputBuffer` keeps the audio not yet committed and knows where it si
 clock. :class:`Listener` adds the detector: it scores the audio with Silero, turns scores into
 turn boundaries, keeps only ``prefix_padding_ms`` of audio while nobody speaks, and cuts a
 turn (prefix padding, speech, and the silence that ended it) when speech stops.
+
+Under semantic turn detection the silence that ends a turn is the eagerness's longest wait:
+the session ends the turn sooner (:meth:`Listener.end_turn`) when its judgement of the words
+says so (:mod:`.end_of_turn`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omni_grpc.engine.embedded.models.vad import WINDOW_MS, SileroVad, VadStream
-from omni_grpc.engine.embedded.turn_detection import (
+from omni_grpc.engine.kit.end_of_turn import WAITS
+from omni_grpc.engine.kit.turn_detection import (
     RELEASE_GAP,
     SpeechPause,
     SpeechStart,
     SpeechStop,
     TurnDetector,
 )
+from omni_grpc.engine.kit.vad import WINDOW_MS, SileroVad, VadStream
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_bytes, pcm16_ms
 
@@ -27,6 +32,9 @@ BYTES_PER_MS = pcm16_bytes(1, CANONICAL_INPUT_RATE_HZ)  # 32 bytes of canonical 
 # While silent, a little more than the prefix padding is kept: an onset is only confirmed
 # min_speech_ms after it starts, and its padding reaches back from the onset.
 _SLACK_MS = 250.0
+# The digital silence a pause's audio is padded with under semantic detection: what a turn
+# ended by the usual silence holds after its speech (one judged over ends after less, or more).
+_PAD_MS = 500.0
 
 
 def duration_ms(pcm16: bytes | bytearray) -> float:
@@ -115,6 +123,10 @@ class Listener:
         self.detector.threshold = detection.threshold
         self.detector.release = max(detection.threshold - RELEASE_GAP, 0.01)
         self.detector.silence_ms = float(detection.silence_duration_ms)
+        self._pad_ms = self.detector.silence_ms
+        if detection.type == pb.TURN_DETECTION_TYPE_SEMANTIC_VAD:
+            self.detector.silence_ms = WAITS[detection.eagerness].longest_ms
+            self._pad_ms = _PAD_MS
 
     @property
     def speaking(self) -> bool:
@@ -141,7 +153,7 @@ class Listener:
                 # Whisper hallucinates on speech cut off short ("..., how are you today? Good
                 # morning"); digital silence for the rest of silence_ms makes the guess hear
                 # what the committed turn will hold.
-                missing_ms = max(0.0, self.detector.silence_ms - (event.detected_ms - event.end_ms))
+                missing_ms = max(0.0, self._pad_ms - (event.detected_ms - event.end_ms))
                 audio = self.buffer.peek(self.speech_start_ms - self.prefix_ms) + bytes(
                     round(missing_ms) * BYTES_PER_MS
                 )
@@ -165,6 +177,20 @@ class Listener:
         self.speech_start_ms = None
         audio = self.buffer.take(start - self.prefix_ms, detected_ms)
         return Turn(audio=audio, speech_start_ms=start, speech_end_ms=end_ms)
+
+    def end_turn(self, end_ms: float) -> Turn:
+        """Ends the turn whose speech paused at ``end_ms`` now (its silence judged long
+        enough): the turn keeps the silence heard so far."""
+        turn = self._cut(end_ms, self.buffer.clock_ms)
+        self.detector.reset()
+        return turn
+
+    def drop_speech(self) -> None:
+        """Forgets the speech in progress (judged no turn: a cough over a reply); the model's
+        state and the clock go on."""
+        self.speech_start_ms = None
+        self.detector.reset()
+        self.buffer.keep_after(self.buffer.clock_ms - self.prefix_ms - _SLACK_MS)
 
     def stop_now(self) -> Turn:
         """Ends the turn at the present (a client commit): everything held becomes the turn."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omni_grpc.engine.embedded.models.vad import WINDOW_MS
+from omni_grpc.engine.kit.vad import WINDOW_MS
 
 # Silero's hysteresis: once speaking, only a probability this far under the threshold counts
 # as silence, so the tail of a word does not flicker between speech and silence.

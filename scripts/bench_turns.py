@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Measures turn-taking as a person on the other end would notice it, per setting.
+
+    .venv/bin/python scripts/bench_turns.py [--settings NAME,...] [--per-kind N]
+                                            [--engine-option KEY=VALUE ...] [--target HOST:PORT]
+
+Plays the turn-taking set (scripts/turn_set.py: complete requests, hesitations inside
+sentences, backchannels, fillers and coughs over a reply, meant interruptions) against the
+service through gRPC, each dialogue in a session of its own, in real time, and prints one row
+per setting (scripts/turn_score.py says what each column measures). The service is the default
+engine (embedded: Whisper base, SmolLM2, espeak-ng), started in a child process with
+``--engine-option``s, unless ``--target`` names one already running.
+
+Settings (``--settings``, comma-separated; all by default):
+
+* ``fixed 500 ms``: server VAD's fixed silence, and OpenAI's interruptions (any speech ends the
+  reply): what a stock client gets;
+* ``fixed 500 ms judged``: the same silence, interruptions judged (by words, the reply paused
+  and resumed after a false one);
+* ``semantic low``, ``semantic medium``, ``semantic high``, ``semantic auto``: SmolLM2 judges
+  the end of each turn at each pause, interruptions judged.
+
+The figures depend on the machine and its load: record them on a quiet one (docs/performance.md
+says how they were taken). ``--per-kind N`` plays the first N dialogues of each kind (a smoke
+run), ``--kinds`` only some kinds (complete, hesitation, backchannel, interruption).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import turn_score
+from turn_driver import GrpcTransport, Setting, play
+from turn_set import KINDS, dialogues
+
+from omni_grpc.client import DuplexClient
+from omni_grpc.wire import pb
+
+ROOT = Path(__file__).resolve().parents[1]
+START_TIMEOUT_S = 300.0  # loading Whisper, SmolLM2 and the voice on a busy machine
+JUDGED = pb.InterruptionConfig(mode=pb.INTERRUPTION_MODE_WORDS, resume_false_interruption=True)
+
+
+def _semantic(eagerness: pb.Eagerness.ValueType) -> pb.TurnDetection:
+    return pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_SEMANTIC_VAD, eagerness=eagerness)
+
+
+FIXED = pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_SERVER_VAD, silence_duration_ms=500)
+SETTINGS = {
+    setting.name: setting
+    for setting in (
+        Setting("fixed 500 ms", FIXED),
+        Setting("fixed 500 ms judged", FIXED, JUDGED),
+        Setting("semantic low", _semantic(pb.EAGERNESS_LOW), JUDGED),
+        Setting("semantic medium", _semantic(pb.EAGERNESS_MEDIUM), JUDGED),
+        Setting("semantic high", _semantic(pb.EAGERNESS_HIGH), JUDGED),
+        Setting("semantic auto", _semantic(pb.EAGERNESS_AUTO), JUDGED),
+    )
+}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def start_service(options: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    """The service with the default engine in a child process, on a free port."""
+    port = free_port()
+    command = [sys.executable, "-m", "omni_cli", "serve", "--grpc-port", str(port)]
+    command += ["--http-port", "0", "--log-level", "warning"]
+    for option in options:
+        command += ["--engine-option", option]
+    return subprocess.Popen(command, cwd=ROOT), f"127.0.0.1:{port}"
+
+
+async def wait_ready(target: str) -> None:
+    until = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            client = await DuplexClient.connect(target)
+        except Exception:
+            if time.monotonic() > until:
+                raise
+            await asyncio.sleep(1.0)
+            continue
+        await client.close()
+        return
+
+
+async def run(
+    target: str, names: list[str], per_kind: int | None, kinds: set[str]
+) -> list[turn_score.Row]:
+    rows = []
+    for name in names:
+        setting, records = SETTINGS[name], []
+        for dialogue in [d for d in dialogues(per_kind) if d.kind in kinds]:
+            record = await play(dialogue, setting, GrpcTransport(target))
+            records.append(record)
+            print(f"  {name}: {turn_score.describe(record)}", file=sys.stderr)
+        rows.append(turn_score.score(name, records))
+    return rows
+
+
+def print_table(rows: list[turn_score.Row]) -> None:
+    print("| " + " | ".join(turn_score.HEADER) + " |")
+    print("|" + " --- |" * len(turn_score.HEADER))
+    for row in rows:
+        print("| " + " | ".join(turn_score.cells(row)) + " |")
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names")
+    parser.add_argument("--per-kind", type=int, default=None, help="dialogues of each kind")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds")
+    parser.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--target", help="a running service (HOST:PORT) instead of a child")
+    args = parser.parse_args()
+    names = [name.strip() for name in args.settings.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SETTINGS]
+    if unknown:
+        parser.error(f"unknown settings {unknown}; known: {', '.join(SETTINGS)}")
+    child, target = (None, args.target) if args.target else start_service(args.engine_option)
+    load_before = os.getloadavg()
+    try:
+        await wait_ready(target)
+        rows = await run(target, names, args.per_kind, set(args.kinds.split(",")))
+    finally:
+        if child is not None:
+            child.terminate()
+            child.wait(timeout=30)
+    print_table(rows)
+    after = os.getloadavg()
+    print(f"\nload average {load_before[0]:.1f} before, {after[0]:.1f} after (1 min)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

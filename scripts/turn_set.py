@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""The turn-taking set: scripted dialogues, synthesized at run time by espeak-ng.
+
+Four kinds, each a user's side of one short exchange with the assistant:
+
+* **complete**: a whole request, then silence; what is measured is how soon the answer sounds.
+* **hesitation**: a request with a pause of 0.4 to 1.5 s inside it, where it cannot end ("I
+  want to fly to ... Boston on Friday"); answering at the pause is answering early.
+* **backchannel**: over the assistant's reply, what a listener says to show they listen, a
+  filler, or a cough; none of it should end the reply.
+* **interruption**: over the reply, words that mean to take the turn ("No, wait, I meant
+  Tuesday"); the reply's audio should stop at once, and the reply end.
+
+Used by ``scripts/bench_turns.py``; from the command line it writes the user's side of each
+dialogue as 16 kHz WAV files to listen to:
+
+    scripts/turn_set.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import make_test_speech as speech
+import numpy as np
+
+COMPLETE = (
+    "what is the capital of france",
+    "set a timer for ten minutes",
+    "turn off the lights in the kitchen",
+    "what time is it",
+    "tell me a joke",
+    "how many ounces are in a cup",
+    "call my mother on her mobile",
+    "what is the weather like in paris today",
+    "please open the garage door",
+    "what is twelve times eighteen",
+)
+# (the words before the pause, the pause in ms, the words after it)
+HESITATIONS = (
+    ("i want to fly to", 800, "boston on friday"),
+    ("can you book a table for", 1200, "two people tonight"),
+    ("remind me to call my", 500, "sister at six"),
+    ("turn off the lights in the", 1000, "living room"),
+    ("what is the weather in", 400, "london tomorrow"),
+    ("please set an alarm for", 1500, "seven in the morning"),
+    ("i need to buy some", 700, "milk and eggs"),
+    ("add a meeting with", 1200, "john on monday"),
+    ("play some music by", 900, "the beatles"),
+    ("how far is it from here to", 600, "the airport"),
+)
+# Said over a reply; COUGH is synthesized, not spoken.
+COUGH = "(cough)"
+BACKCHANNELS = (
+    "yeah",
+    "okay",
+    "right",
+    "uh huh",
+    "i see",
+    "sure",
+    "hmm",
+    "um",
+    "oh really",
+    "got it",
+    COUGH,
+)
+INTERRUPTIONS = (
+    "no wait, I meant tuesday",
+    "stop",
+    "wait a second",
+    "actually, make it two people",
+    "hold on, cancel that",
+    "sorry, I said boston, not austin",
+    "no, the other one",
+)
+# What the user asks before speaking over the reply: an answer long enough to speak over.
+PROMPT = "tell me about the history of paris"
+KINDS = ("complete", "hesitation", "backchannel", "interruption")
+LEAD_MS = 300.0  # silence before the user speaks
+TAIL_MS = 2500.0  # silence after, long enough for the longest wait a setting may choose
+
+
+@dataclass(frozen=True, slots=True)
+class Dialogue:
+    """One exchange: its kind, a name, and the user's side as scenes.
+
+    ``before`` is spoken from the session's start; for the overlapping kinds ``over`` is spoken
+    once the reply to ``before`` has sounded for ``over_after_ms``. A scene's segments say
+    where its speech truly is (ms from the scene's start).
+    """
+
+    kind: str
+    name: str
+    before: speech.Scene
+    over: speech.Scene | None = None
+    over_after_ms: float = 800.0
+    pause_ms: float = 0.0  # a hesitation's pause
+
+    @property
+    def judged_pause(self) -> bool:
+        """Whether the hesitation counts against the target (pauses of up to 1.2 s)."""
+        return self.kind == "hesitation" and self.pause_ms <= 1200
+
+
+def cough(seed: int = 0) -> speech.Signal:
+    """A cough: a burst of breath noise with a voiced push in it, loud then dying in 250 ms."""
+    rate = speech.RATE_HZ
+    t = np.arange(int(rate * 0.25)) / rate
+    rng = np.random.default_rng(seed)
+    envelope = np.minimum(t / 0.01, 1.0) * np.exp(-t / 0.06)
+    voiced = 0.5 * np.sin(2 * np.pi * 170 * t) * np.exp(-t / 0.03)
+    return (0.4 * envelope * (rng.normal(0, 0.5, t.size) + voiced)).astype(np.float32)
+
+
+def _over(text: str) -> speech.Scene:
+    scene = speech.Scene()
+    if text == COUGH:
+        scene.add(cough())
+        scene.segments.append((0.0, 250.0, text))
+    else:
+        scene.speak(text)
+    return scene.pause(TAIL_MS)
+
+
+def dialogues(per_kind: int | None = None) -> list[Dialogue]:
+    """The set, in a fixed order; ``per_kind`` takes only the first of each kind."""
+    take = slice(per_kind)
+    out = [
+        Dialogue("complete", text, speech.Scene().pause(LEAD_MS).speak(text).pause(TAIL_MS))
+        for text in COMPLETE[take]
+    ]
+    for first, pause_ms, rest in HESITATIONS[take]:
+        scene = speech.Scene().pause(LEAD_MS).speak(first).pause(pause_ms).speak(rest)
+        name = f"{first} ... {rest}"
+        out.append(Dialogue("hesitation", name, scene.pause(TAIL_MS), pause_ms=pause_ms))
+    prompt = speech.Scene().pause(LEAD_MS).speak(PROMPT).pause(200)
+    for kind, lines in (("backchannel", BACKCHANNELS), ("interruption", INTERRUPTIONS)):
+        out += [Dialogue(kind, text, prompt, over=_over(text)) for text in lines[take]]
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or not speech.espeak_available():
+        print(__doc__, file=sys.stderr)
+        return 2
+    out = Path(argv[0])
+    out.mkdir(parents=True, exist_ok=True)
+    for index, dialogue in enumerate(dialogues()):
+        signal = dialogue.before.signal
+        if dialogue.over is not None:
+            gap = speech.silence(2000)  # where the reply would be
+            signal = np.concatenate([signal, gap, dialogue.over.signal])
+        speech.write_wav(out / f"{index:02d}-{dialogue.kind}.wav", signal)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,190 @@
+"""The kit's turn-taking rules as pure logic: the waits of semantic end of turn, the judge of
+speech over a reply, and the idle timer, all on a clock the test moves."""
+
+from __future__ import annotations
+
+import pytest
+
+from omni_grpc.engine.kit.end_of_turn import (
+    FINISHED_P,
+    UNFINISHED_P,
+    WAITS,
+    TurnEndTimer,
+    wait_ms,
+)
+from omni_grpc.engine.kit.idle import IdleTimer, heard_by
+from omni_grpc.engine.kit.overlap import SETTLE_MS, OverlapJudge, Rules, Verdict, content_words
+from omni_grpc.wire import pb
+
+AUTO = WAITS[pb.EAGERNESS_AUTO]
+
+
+class StubScorer:
+    """A turn scorer that knows a few texts (the kit's interface, no model)."""
+
+    def __init__(self, known: dict[str, float]) -> None:
+        self.known = known
+
+    def probability(self, text: str) -> float:
+        return self.known[text]
+
+
+SCORER = StubScorer({"What is the capital of France?": 0.95, "I want to fly to": 0.02})
+
+
+def test_the_wait_is_short_for_finished_words_and_long_for_unfinished_ones() -> None:
+    finished = wait_ms(SCORER.probability("What is the capital of France?"), AUTO)
+    unfinished = wait_ms(SCORER.probability("I want to fly to"), AUTO)
+    assert (finished, unfinished) == (AUTO.finished_ms, AUTO.longest_ms)
+    assert wait_ms(None, AUTO) == AUTO.unjudged_ms
+    # In between the wait falls as the probability rises, never past either end.
+    between = [wait_ms(p, AUTO) for p in (0.15, 0.3, 0.6, 0.85)]
+    assert between == sorted(between, reverse=True)
+    assert all(AUTO.finished_ms < w < AUTO.longest_ms for w in between)
+    assert wait_ms(FINISHED_P, AUTO) == pytest.approx(AUTO.finished_ms)
+    assert wait_ms(UNFINISHED_P, AUTO) == pytest.approx(AUTO.longest_ms)
+
+
+@pytest.mark.parametrize(
+    ("eagerness", "longest_ms"),
+    [(pb.EAGERNESS_LOW, 8000), (pb.EAGERNESS_MEDIUM, 4000), (pb.EAGERNESS_HIGH, 2000)],
+)
+def test_no_wait_passes_the_eagernesss_longest(
+    eagerness: pb.Eagerness.ValueType, longest_ms: float
+) -> None:
+    waits = WAITS[eagerness]
+    assert waits.longest_ms == longest_ms
+    assert max(wait_ms(p, waits) for p in (0.0, 1e-9, 1e-4, 0.5, 1.0)) == longest_ms
+
+
+def test_a_pause_ends_the_turn_after_its_judged_wait_unless_speech_goes_on() -> None:
+    timer = TurnEndTimer(pb.EAGERNESS_AUTO)
+    timer.paused(1000.0)
+    assert not timer.due(1000.0 + AUTO.longest_ms - 1) and timer.due(1000.0 + AUTO.longest_ms)
+    decision = timer.judged(1000.0, 0.95, now_ms=1350.0)
+    assert decision is not None
+    assert (decision.wait_ms, decision.decided_ms) == (AUTO.finished_ms, 350.0)
+    assert timer.due(1350.0)  # the wait was over before the judgement came: at once
+    event = decision.event("item_1", pb.EAGERNESS_AUTO, "Done.").turn_end_decision
+    assert (event.item_id, event.audio_end_ms, event.wait_ms) == ("item_1", 1000.0, 200)
+
+    timer.paused(2000.0)
+    timer.spoke()
+    assert not timer.due(10_000.0)
+    assert timer.judged(2000.0, 0.9, now_ms=2300.0) is None  # that pause is over
+    timer.paused(3000.0)
+    assert timer.judged(2000.0, 0.9, now_ms=3100.0) is None  # a judgement of an older pause
+    undecided = timer.judged(3000.0, None, now_ms=3100.0)
+    assert undecided is not None and undecided.wait_ms == AUTO.unjudged_ms
+    assert undecided.event("i", pb.EAGERNESS_AUTO, "").turn_end_decision.probability == -1.0
+
+
+@pytest.mark.parametrize(
+    ("text", "content"),
+    [
+        ("Mm-hmm.", []),
+        ("Yeah, yeah. Right.", []),
+        ("Mmm, okay, I see.", []),
+        ("(coughs)", []),
+        ("[laughter] Uh-huh", []),
+        ("No, wait, I meant Tuesday.", ["no", "wait", "i", "meant", "tuesday"]),
+        ("Okay, stop.", ["stop"]),
+        ("Hmmm... thank you", []),
+    ],
+)
+def test_backchannels_and_fillers_are_not_counted_as_words(text: str, content: list[str]) -> None:
+    assert content_words(text) == content
+
+
+def rules(**changes: object) -> Rules:
+    base = {
+        "barge_in": True,
+        "by_words": True,
+        "min_duration_ms": 0.0,
+        "min_words": 1,
+        "resume": True,
+        "timeout_ms": 2000.0,
+    }
+    return Rules(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def test_openais_default_ends_the_reply_at_the_onset_and_the_rest_judges() -> None:
+    config = pb.SessionConfig(
+        overlap_policy=pb.OVERLAP_POLICY_BARGE_IN_ON_SPEECH,
+        turn_detection=pb.TurnDetection(interrupt_response=True),
+        interruption=pb.InterruptionConfig(mode=pb.INTERRUPTION_MODE_SPEECH),
+    )
+    assert Rules.of(config).at_onset
+    config.interruption.resume_false_interruption = True
+    assert not Rules.of(config).at_onset
+    config.overlap_policy = pb.OVERLAP_POLICY_LISTEN_ONLY
+    assert not Rules.of(config).barge_in
+
+
+def test_a_backchannel_is_no_interruption_once_its_words_are_known() -> None:
+    judge = OverlapJudge(rules(), onset_ms=5000.0)
+    assert judge.speaking(5300.0) is None
+    assert judge.paused(5400.0, now_ms=5500.0) is None
+    assert judge.tick(5400.0 + SETTLE_MS) is None  # its words are not known yet
+    verdict = judge.heard("Mm-hmm.", now_ms=5600.0, upto_ms=5400.0)
+    assert verdict is not None
+    assert (verdict.verdict, verdict.reason) == (Verdict.FALSE, "backchannel")
+    assert verdict.overlap_ms == 400
+    assert judge.heard("No wait", now_ms=5700.0, upto_ms=5400.0) is verdict  # decided once
+
+
+def test_words_that_are_not_backchannels_interrupt_even_before_the_pause() -> None:
+    judge = OverlapJudge(rules(min_words=2), onset_ms=0.0)
+    assert judge.heard("No", now_ms=400.0) is None
+    verdict = judge.heard("No, wait", now_ms=800.0)
+    assert verdict is not None and (verdict.verdict, verdict.reason) == (Verdict.MEANT, "min_words")
+
+
+def test_a_cough_and_short_sounds_are_dropped() -> None:
+    cough = OverlapJudge(rules(), onset_ms=0.0)
+    cough.paused(250.0, now_ms=300.0)
+    verdict = cough.heard("", now_ms=450.0, upto_ms=250.0)
+    assert verdict is not None and (verdict.verdict, verdict.reason) == (Verdict.FALSE, "no_words")
+    short = OverlapJudge(rules(by_words=False, min_duration_ms=600.0), onset_ms=0.0)
+    short.paused(300.0, now_ms=350.0)
+    assert short.tick(300.0 + SETTLE_MS - 1) is None  # a breath inside speech is no verdict
+    verdict = short.tick(300.0 + SETTLE_MS)
+    assert verdict is not None and (verdict.verdict, verdict.reason) == (Verdict.FALSE, "too_short")
+
+
+def test_speech_that_lasts_interrupts_by_duration_and_a_silent_wait_times_out() -> None:
+    judge = OverlapJudge(rules(by_words=False, min_duration_ms=500.0), onset_ms=1000.0)
+    assert judge.speaking(1400.0) is None
+    verdict = judge.speaking(1500.0)
+    assert verdict is not None
+    assert (verdict.verdict, verdict.reason) == (Verdict.MEANT, "min_duration")
+    waiting = OverlapJudge(rules(timeout_ms=1000.0), onset_ms=0.0)
+    waiting.paused(400.0, now_ms=500.0)
+    assert waiting.tick(1399.0) is None  # no words came, but the wait is not over
+    verdict = waiting.tick(1400.0)
+    assert verdict is not None and verdict.reason == "false_interruption_timeout"
+
+
+def test_words_from_before_more_speech_are_not_the_whole() -> None:
+    judge = OverlapJudge(rules(min_words=3), onset_ms=0.0)
+    judge.paused(300.0, now_ms=350.0)
+    judge.speaking(500.0)  # the speech went on
+    assert judge.heard("Yeah.", now_ms=520.0, upto_ms=300.0) is None  # not up to a pause now
+    judge.paused(900.0, now_ms=950.0)
+    assert judge.heard("Yeah.", now_ms=1000.0, upto_ms=300.0) is None  # an older pause's words
+    verdict = judge.heard("Yeah, no, okay.", now_ms=1100.0, upto_ms=900.0)
+    assert verdict is not None and verdict.reason == "too_few_words"
+
+
+def test_the_idle_timer_counts_silence_after_the_answer_was_heard() -> None:
+    timer = IdleTimer(timeout_ms=5000.0)
+    assert not timer.due(1e9)  # nothing was answered yet
+    assert heard_by(first_audio=10.0, sent_ms=3000.0, now=12.0) == pytest.approx(1000.0)
+    assert heard_by(first_audio=None, sent_ms=0.0) == 0.0
+    timer.arm(since_ms=2000.0 + 1000.0)
+    assert not timer.due(7999.0) and timer.due(8000.0)
+    timer.stop()
+    assert not timer.due(9000.0)
+    never = IdleTimer(timeout_ms=0.0)
+    never.arm(0.0)
+    assert not never.due(1e9)

@@ -92,13 +92,14 @@ class Registry:
         """The configuration an open would have; raises StreamRefused as the open would, for
         a bad configuration or a draining server (not for a full one)."""
         if not self.accepting:
-            raise self._draining()
+            raise self.draining_refusal()
         try:
             return resolve_config(request.config, self.limits, self.engine)
         except CommandError as error:
             raise StreamRefused(Status.INVALID_ARGUMENT, error.code, error.message) from None
 
-    def _draining(self) -> StreamRefused:
+    def draining_refusal(self) -> StreamRefused:
+        """How a draining server refuses a new session."""
         return StreamRefused(
             Status.UNAVAILABLE,
             "server_shutting_down",
@@ -110,7 +111,7 @@ class Registry:
     def _check_room(self) -> None:
         """Refuses a new session here (opened or adopted) while draining or when full."""
         if not self.accepting:
-            raise self._draining()
+            raise self.draining_refusal()
         if len(self._sessions) >= self.limits.max_sessions:
             raise StreamRefused(
                 Status.RESOURCE_EXHAUSTED,

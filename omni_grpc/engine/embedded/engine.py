@@ -33,10 +33,10 @@ class EmbeddedEngine(Engine):
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options = EmbeddedOptions.parse(options or {})
-        self.features = (
-            FEATURES
-            if self.options.server_vad == "on"
-            else dataclasses.replace(FEATURES, supports_server_vad=False)
+        self.features = dataclasses.replace(
+            FEATURES,
+            supports_server_vad=self.options.server_vad == "on",
+            capacity=self.options.capacity,
         )
         self.runtime: Runtime | None = None
         self._executor = ThreadPoolExecutor(2, thread_name_prefix="embedded-ml")

@@ -30,6 +30,7 @@ _CONVERTERS: Converters = {
     "partial_transcripts": str,
     "partial_every_ms": float,
     "answer_at_pause": str,
+    "capacity": int,
 }
 
 
@@ -76,6 +77,9 @@ class EmbeddedOptions:
       transcript made at a pause while server VAD waits for the silence to end the turn
       (:mod:`.early_answer`); the response takes that text when the turn ends there. ``off``
       starts every answer at its response.
+    * ``capacity``: the sessions it says it serves at once (what a server with ``--capacity``
+      admits before new ones wait); default 2, as many answers as it writes side by side on
+      two cores (docs/engines.md, several sessions at once).
     """
 
     responder: str = "auto"
@@ -95,6 +99,7 @@ class EmbeddedOptions:
     partial_transcripts: str = "on"
     partial_every_ms: float = 800.0
     answer_at_pause: str = "on"
+    capacity: int = 2
 
     def __post_init__(self) -> None:
         check_choice("responder", self.responder, RESPONDERS)
@@ -113,6 +118,7 @@ class EmbeddedOptions:
         check_choice("partial_transcripts", self.partial_transcripts, ("on", "off"))
         check_range("partial_every_ms", self.partial_every_ms, 300, 5000)
         check_choice("answer_at_pause", self.answer_at_pause, ("on", "off"))
+        check_range("capacity", self.capacity, 1, 4096)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> EmbeddedOptions:

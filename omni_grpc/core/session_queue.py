@@ -31,9 +31,14 @@ back (tickets admitted, notices to send, sessions that leave). The rules:
 * **Estimates.** The wait of each session comes from playing the queue forward: a live session
   ends after the mean of the lengths observed here that exceed its age (the last
   ``LENGTHS_KEPT`` sessions that ended; before any, twice the mean age of the live ones), and an
-  admitted one lasts the mean length. A session is told its position and estimate when it joins
-  (or comes back) and again when the position changes, or the estimate strays from the
-  countdown of the last one told by more than ``max(RETELL_S, RETELL_SHARE of it)``.
+  admitted one lasts the mean length. Sessions of higher classes that will arrive meanwhile go
+  first too: a class's wait is stretched by the share of places that the arrival rates of the
+  classes above it leave it (the rates of the last ``ARRIVALS_KEPT`` arrivals of each class
+  within ``RATE_WINDOW_S``), never below the no-starvation share, one admission in
+  ``starvation_bound + 1``. A session whose wait would run out before its place is expected to
+  leave then, and its place goes to the next one. A session is told its position and estimate
+  when it joins (or comes back) and again when the position changes, or the estimate strays
+  from the countdown of the last one told by more than ``max(RETELL_S, RETELL_SHARE of it)``.
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ LENGTHS_KEPT = 64  # the session lengths the estimates learn from: the latest on
 MIN_LENGTH_S = 1.0  # no estimate assumes a session shorter than this
 RETELL_S = 1.0  # an estimate is told again when it strays this far from the countdown...
 RETELL_SHARE = 0.2  # ...or this share of the last one told, whichever is more
+ARRIVALS_KEPT = 64  # the arrivals of each class whose rate the estimates of lower ones use...
+RATE_WINDOW_S = 120.0  # ...those of this long ago at most
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,6 +171,8 @@ class SessionQueue:
         self._lengths: deque[float] = deque(maxlen=LENGTHS_KEPT)
         self._admitted = 0  # admissions from the queue so far: the clock of "due"
         self._arrivals = 0
+        # When the latest sessions of each class arrived (for the rates of higher classes).
+        self._arrived: list[deque[float]] = [deque(maxlen=ARRIVALS_KEPT) for _ in policy.classes]
         self._decoy = SessionLock.decoy()  # checked in place of an unknown wait's lock
         # This server's routing key, told to waiting clients: their resume must come here.
         self.route = ""
@@ -203,6 +212,7 @@ class SessionQueue:
         ticket = Ticket(
             request, klass=klass, rank=self._ranks[klass], key=key, now=now, order=self._arrivals
         )
+        self._arrived[ticket.rank].append(now)
         room = len(started) + self.pending < self.policy.capacity
         if room and not any(t.attached for waiting in self._waiting for t in waiting):
             ticket.granted = True
@@ -347,12 +357,16 @@ class SessionQueue:
         order = self.order()
         mean = self._mean_length(now, started)
         ends = self._ends(now, started, mean)
+        shares = self._shares(now, mean)
         waits, at = [], now
         for ticket in order:
             while len(ends) >= self.policy.capacity:
                 at = max(at, heapq.heappop(ends))
-            waits.append((ticket, at - now))
-            heapq.heappush(ends, at + mean)
+            wait = (at - now) / shares[ticket.rank]
+            waits.append((ticket, wait))
+            if now + wait < ticket.joined_at + self.policy.max_wait_s:
+                heapq.heappush(ends, at + mean)
+            # else its wait runs out first: it leaves, and the place goes to the next
         return waits
 
     def notices(self, now: float, started: Sequence[float]) -> list[tuple[Ticket, bytes]]:
@@ -410,6 +424,17 @@ class SessionQueue:
             return max(MIN_LENGTH_S, fmean(self._lengths))
         ages = [now - start for start in started]
         return max(MIN_LENGTH_S, 2 * fmean(ages)) if ages else MIN_LENGTH_S
+
+    def _shares(self, now: float, mean: float) -> list[float]:
+        """By rank: the share of admissions the arrivals of the classes above leave a class."""
+        least = 1 / (self.policy.starvation_bound + 1)
+        shares, taken = [], 0.0
+        for arrived in self._arrived:
+            shares.append(max(1 - taken, least))
+            recent = [at for at in arrived if now - at <= RATE_WINDOW_S]
+            if len(recent) >= 2 and now > recent[0]:
+                taken += len(recent) / (now - recent[0]) * mean / self.policy.capacity
+        return shares
 
     def _remaining(self, age: float, mean: float) -> float:
         """The expected rest of a session ``age`` old: the mean excess of the observed lengths

@@ -420,6 +420,46 @@ def test_before_any_session_ended_a_session_is_guessed_at_twice_the_mean_age() -
     assert waits == pytest.approx([6.0, 10.0, 22.0])
 
 
+def test_a_lower_class_wait_is_stretched_by_the_arrivals_of_the_classes_above() -> None:
+    q = queue(capacity=2)
+    for _ in range(3):
+        q.ended(10.0)
+    for at in (0.0, 10.0):  # gold keeps arriving: a place free each time
+        q.opened(q.arrive(OPEN, at, key="gold-key", started=[]), at)
+    started = [20.0, 20.0]
+    gold = q.arrive(OPEN, 20.0, key="gold-key", started=started)
+    low = q.arrive(OPEN, 20.0, key="", started=started)
+    # Gold arrives at 3 in 20 s, each for 10 s of the 2 places: 75 % of them. Both wait for a
+    # place 10 s away; the default class gets a quarter of the admissions meanwhile.
+    assert q.estimates(20.0, started) == [(gold, pytest.approx(10.0)), (low, pytest.approx(40.0))]
+
+
+def test_no_class_is_told_less_than_its_no_starvation_share() -> None:
+    q = queue(capacity=1, max_overtakes=2)
+    for _ in range(3):
+        q.ended(10.0)
+    for at in range(10):  # gold alone would fill the place many times over
+        q.opened(q.arrive(OPEN, float(at), key="gold-key", started=[]), float(at))
+    low = q.arrive(OPEN, 10.0, key="", started=[10.0])
+    bound = q.policy.starvation_bound  # 2 + 3 - 1: one admission in 5 at least
+    assert q.estimates(10.0, [10.0]) == [(low, pytest.approx(10.0 * (bound + 1)))]
+
+
+def test_a_wait_that_will_run_out_first_leaves_its_place_to_the_next() -> None:
+    q = queue(capacity=1, max_wait_s=17.0)
+    for _ in range(3):
+        q.ended(10.0)
+    started = [0.0]  # the live session ends at 10
+    early = q.arrive(OPEN, 0.0, key="", started=started)  # a place at 10: in time
+    late = q.arrive(OPEN, 0.0, key="", started=started)  # at 20, past its 17: it will leave
+    last = q.arrive(OPEN, 4.0, key="", started=started)  # so its place comes at 20, not 30
+    assert q.estimates(4.0, started) == [
+        (early, pytest.approx(6.0)),
+        (late, pytest.approx(16.0)),
+        (last, pytest.approx(16.0)),
+    ]
+
+
 def test_only_the_latest_lengths_are_learnt_from() -> None:
     q = queue(capacity=1)
     for _ in range(LENGTHS_KEPT):

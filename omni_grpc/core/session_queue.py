@@ -218,11 +218,12 @@ class SessionQueue:
             ticket.granted = True
             self.pending += 1
         elif len(self) >= self.policy.max_length:
-            raise self._refusal(
+            raise StreamRefused(
+                Status.RESOURCE_EXHAUSTED,
                 "queue_full",
                 f"the server is at capacity and {len(self)} sessions wait: retry later",
-                now,
-                started,
+                retryable=True,
+                retry_after_s=self.retry_after_s(now, started),
             )
         else:
             self._waiting[ticket.rank].append(ticket)
@@ -304,12 +305,13 @@ class SessionQueue:
                 if now - ticket.joined_at >= self.policy.max_wait_s:
                     refusal = None
                     if ticket.attached:
-                        refusal = self._refusal(
+                        refusal = StreamRefused(
+                            Status.RESOURCE_EXHAUSTED,
                             "queue_wait_exceeded",
                             f"the session waited {self.policy.max_wait_s:g} s for room: retry "
                             "later",
-                            now,
-                            started,
+                            retryable=True,
+                            retry_after_s=self.retry_after_s(now, started),
                         )
                     leaving.append(Leaving(ticket, "queue_wait_exceeded", refusal))
                 elif ticket.detached_at is not None and (
@@ -461,17 +463,6 @@ class SessionQueue:
         ticket.token = ""  # the first notice carries it; a resumed stream has it already
         body.estimated_wait.FromMilliseconds(round(estimate * 1000))
         return pb.ConverseResponse(session_queued=body).SerializeToString()
-
-    def _refusal(
-        self, code: str, message: str, now: float, started: Sequence[float]
-    ) -> StreamRefused:
-        return StreamRefused(
-            Status.RESOURCE_EXHAUSTED,
-            code,
-            message,
-            retryable=True,
-            retry_after_s=self.retry_after_s(now, started),
-        )
 
 
 __all__ = ["DEFAULT_CLASS", "Leaving", "QueuePolicy", "SessionQueue", "Ticket"]

@@ -245,7 +245,50 @@ def _add_serve(commands: Any) -> None:
     _add_log_format(serve, None)  # None: the file or the environment may set it
     _add_page_policy(serve)
     _add_rate_limits(serve)
+    _add_queue(serve)
     _add_durability(serve)
+
+
+def _add_queue(serve: Any) -> None:
+    queue = serve.add_argument_group(
+        "admission at capacity",
+        "past --capacity sessions, new ones wait in a queue with their stream open, told their "
+        "place and an estimated wait, instead of being refused (docs/protocol.md); without "
+        "--capacity a session past --max-sessions is refused resource_exhausted",
+    )
+    queue.add_argument(
+        "--capacity",
+        metavar="N|auto",
+        help="sessions served at once: auto (what the engine says it carries) or N (at most "
+        "that; never more than --max-sessions)",
+    )
+    queue.add_argument(
+        "--queue-max-length",
+        type=int,
+        metavar="N",
+        help="sessions waiting at most; one more is refused queue_full (default 256)",
+    )
+    queue.add_argument(
+        "--queue-max-wait-s",
+        type=float,
+        metavar="SECONDS",
+        help="the longest wait; then refused queue_wait_exceeded (default 120)",
+    )
+    queue.add_argument(
+        "--queue-max-overtakes",
+        type=int,
+        metavar="K",
+        help="a class's first session passed over K times goes next: none waits past K + "
+        "classes - 1 admissions at the head of its class (default 4)",
+    )
+    queue.add_argument(
+        "--priority-class",
+        action="append",
+        metavar="NAME=KEY[,KEY]",
+        help="a priority class and its API keys, repeatable, highest first; other keys are in "
+        "'default', last unless named. Keys on a command line are visible to other users: "
+        "prefer OMNI_GRPC_PRIORITY_CLASSES (NAME=KEY,KEY;NAME=KEY) or the config file",
+    )
 
 
 def _add_durability(serve: Any) -> None:
@@ -268,6 +311,13 @@ def _add_durability(serve: Any) -> None:
         "--redis-url",
         metavar="URL",
         help="Redis for --durability (default redis://127.0.0.1:6379/0)",
+    )
+    cluster.add_argument(
+        "--agent-port",
+        type=int,
+        metavar="PORT",
+        help="answer HAProxy's agent check on this port with this replica's free room, as a "
+        "weight, so the proxy sends new sessions where there is room (default: off)",
     )
 
 

@@ -5,8 +5,10 @@ starts ``redis-server``, N ``omni-grpc serve`` replicas (each with its routing k
 durable sessions in that Redis), the websocket bridge, and HAProxy with the configuration of
 ``deploy/haproxy/haproxy.cfg.in`` filled in: gRPC on P, the bridge on Q. It prints one line
 when everything answers, writes FILE (JSON: the proxy's addresses, Redis's and each replica's
-pid, address and route), and stops everything on SIGTERM or Ctrl-C. Arguments after ``--`` go
-to every replica (an engine, its options, limits).
+pid, address, route and agent port), and stops everything on SIGTERM or Ctrl-C. Arguments after
+``--`` go to every replica (an engine, its options, limits, ``--capacity``). Each replica answers
+HAProxy's agent check with its free room (``--agent-port``), so new sessions go where there is
+room.
 
 The children are plain processes, so a test (or a person) can kill -9 a replica, SIGTERM it,
 or stop Redis, and watch the rest carry on. docs/deploy.md explains the pieces.
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 READY_TIMEOUT_S = 120.0  # a loaded 2-core machine imports the server slowly
+AGENT_INTER = "250ms"  # how often the proxy asks each replica for its room
 POLL_S = 0.1
 STOP_TIMEOUT_S = 15.0
 
@@ -48,6 +51,7 @@ class Replica:
     grpc_port: int
     metrics_port: int
     process: subprocess.Popen[bytes]
+    agent_port: int = 0
 
 
 @dataclass
@@ -79,6 +83,7 @@ class Cluster:
                     "pid": replica.process.pid,
                     "grpc": f"127.0.0.1:{replica.grpc_port}",
                     "metrics": f"127.0.0.1:{replica.metrics_port}",
+                    "agent": f"127.0.0.1:{replica.agent_port}",
                     "route": replica.route,
                 }
                 for replica in self.replicas
@@ -106,15 +111,19 @@ def haproxy_config(
     ports: tuple[int, int, int],
     replicas: Sequence[tuple[str, int, int]],
     bridges: Sequence[int],
+    agents: Sequence[int] = (),
 ) -> str:
     """The template filled in: ``ports`` (gRPC, HTTP, stats), each replica as (route, gRPC
-    port, metrics port), each bridge process's port; everything on 127.0.0.1."""
+    port, metrics port), each bridge process's port, and each replica's agent port when they
+    answer HAProxy's agent check (``agents``, in the order of ``replicas``); all on 127.0.0.1."""
     use = "\n".join(
         f"    use-server {route} if {{ req.hdr(x-omni-route) -m str {route} }}"
         for route, _, _ in replicas
     )
+    agent = [f" agent-check agent-port {port} agent-inter {AGENT_INTER}" for port in agents]
     servers = "\n".join(
-        f"    server {route} 127.0.0.1:{grpc} port {metrics}" for route, grpc, metrics in replicas
+        f"    server {route} 127.0.0.1:{grpc} port {metrics}" + (agent[i] if agent else "")
+        for i, (route, grpc, metrics) in enumerate(replicas)
     )
     bridge_lines = "\n".join(f"    server b{i} 127.0.0.1:{p}" for i, p in enumerate(bridges, 1))
     grpc_port, http_port, stats_port = ports
@@ -136,7 +145,7 @@ def _omni(*args: str) -> list[str]:
 def start_replica(cluster: Cluster, index: int, serve_args: Sequence[str]) -> Replica:
     """Starts replica ``r<index>`` with durable sessions in the cluster's Redis."""
     route = f"r{index}"
-    grpc_port, metrics_port = free_port(), free_port()
+    grpc_port, metrics_port, agent_port = free_port(), free_port(), free_port()
     command = _omni(
         "serve",
         "--grpc-port",
@@ -145,6 +154,8 @@ def start_replica(cluster: Cluster, index: int, serve_args: Sequence[str]) -> Re
         "0",
         "--metrics-port",
         str(metrics_port),
+        "--agent-port",
+        str(agent_port),
         "--route",
         route,
         "--redis-url",
@@ -154,7 +165,7 @@ def start_replica(cluster: Cluster, index: int, serve_args: Sequence[str]) -> Re
         *serve_args,  # later flags win: the caller may choose sync, or off
     )
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    return Replica(route, grpc_port, metrics_port, process)
+    return Replica(route, grpc_port, metrics_port, process, agent_port)
 
 
 def _answers_http(port: int, path: str) -> bool:
@@ -237,6 +248,7 @@ def start(args: argparse.Namespace, workdir: Path, cluster: Cluster) -> None:
         ports=(cluster.grpc_port, cluster.http_port, cluster.stats_port),
         replicas=[(r.route, r.grpc_port, r.metrics_port) for r in cluster.replicas],
         bridges=[port for port, _ in cluster.bridges],
+        agents=[r.agent_port for r in cluster.replicas],
     )
     config.write_text(filled)
     cluster.proxy = subprocess.Popen(["haproxy", "-db", "-f", str(config)])

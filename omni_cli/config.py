@@ -6,6 +6,10 @@ TOML keys are the flag names with underscores (``grpc_port = 50051``); ``engine_
 table and ``api_keys`` a list, and a ``[limits]`` table sets any field of the server limits.
 ``bridge`` reads flags, and its keys also from the environment (``OMNI_GRPC_API_KEYS``,
 ``OMNI_GRPC_SERVICE_KEY``), since keys on a command line are visible to other users.
+
+The admission queue (``capacity`` and the ``queue_*`` settings) is off unless ``capacity`` is
+set; ``priority_classes`` is a table of class name to keys in the file (highest class first),
+``NAME=KEY,KEY`` flags, or ``NAME=KEY,KEY;NAME=KEY`` in ``OMNI_GRPC_PRIORITY_CLASSES``.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from omni_grpc.client.talk_cli import LOG_LEVELS
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
 from omni_grpc.server.durable import MODES as DURABILITY_MODES
-from omni_grpc.server.settings import ServerSettings
+from omni_grpc.server.settings import QueueSettings, ServerSettings
 
 ENV_PREFIX = "OMNI_GRPC_"
 DEFAULT_HTTP_PORT = 8080
@@ -49,6 +53,7 @@ class ServeSettings:
     metrics_port: int | None = None  # /metrics on a port of its own (0 picks one); None: off
     otlp_endpoint: str | None = None  # OTLP/gRPC collector for traces; None: tracing off
     bridge_workers: int = 1  # processes serving the bridge's port (SO_REUSEPORT)
+    agent_port: int | None = None  # HAProxy's agent check (0 picks one); None: off
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,7 +175,17 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "durability": str,
     "redis_url": str,
     "bridge_workers": str,
+    "agent_port": str,
+    "capacity": str,
+    "queue_max_length": str,
+    "queue_max_wait_s": str,
+    "queue_max_overtakes": str,
+    "priority_classes": lambda text: _classes(
+        [part for part in text.split(";") if part.strip()], "OMNI_GRPC_PRIORITY_CLASSES"
+    ),
 }
+# The settings of the admission queue besides capacity: meaningless without it.
+QUEUE_SETTINGS = ("queue_max_length", "queue_max_wait_s", "queue_max_overtakes", "priority_classes")
 # The serve settings that are fields of the server limits: flags, variables and top-level
 # keys of the file like the others, merged into the limits (besides the [limits] table).
 LIMIT_SETTINGS = (
@@ -209,7 +224,13 @@ def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 # Settings whose flags repeat (``--api-key a --api-key b``) under a singular name.
-_LIST_SETTINGS = ("engine_options", "api_keys", "allowed_origins", "allowed_hosts")
+_LIST_SETTINGS = (
+    "engine_options",
+    "api_keys",
+    "allowed_origins",
+    "allowed_hosts",
+    "priority_classes",
+)
 
 
 def _flag_layer(args: argparse.Namespace) -> dict[str, Any]:
@@ -226,7 +247,52 @@ def _flag_layer(args: argparse.Namespace) -> dict[str, Any]:
         layer["allowed_origins"] = list(args.allowed_origin)
     if args.allowed_host:
         layer["allowed_hosts"] = list(args.allowed_host)
+    if args.priority_class:
+        layer["priority_classes"] = _classes(args.priority_class, "--priority-class")
     return layer
+
+
+def _classes(items: Sequence[str], what: str) -> dict[str, list[str]]:
+    """``NAME=KEY,KEY`` items, highest class first, as the file's table has them."""
+    return {name: _split(keys) for name, keys in _key_values(items, what).items()}
+
+
+def _whole(merged: Mapping[str, Any], name: str, default: int, least: int) -> int:
+    try:
+        value = int(merged.get(name, default))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a whole number") from None
+    if value < least:
+        raise ConfigError(f"{name} must be at least {least}")
+    return value
+
+
+def _queue(merged: Mapping[str, Any]) -> QueueSettings | None:
+    """The admission queue the settings ask for; None without ``capacity`` (and then no other
+    queue setting may be given)."""
+    if merged.get("capacity") is None:
+        if given := [name for name in QUEUE_SETTINGS if name in merged]:
+            raise ConfigError(f"{', '.join(given)} need(s) capacity (--capacity N or auto)")
+        return None
+    capacity = 0 if str(merged["capacity"]).strip().lower() == "auto" else None
+    if capacity is None:
+        capacity = _whole(merged, "capacity", 0, 1)
+    table = merged.get("priority_classes", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError("priority_classes must be a table of class name to keys")
+    classes = tuple((str(name), tuple(map(str, keys))) for name, keys in table.items())
+    owners: dict[str, str] = {}
+    for name, keys in classes:
+        for key in keys:
+            if owners.setdefault(key, name) != name:
+                raise ConfigError(f"a key is in two priority classes: {owners[key]} and {name}")
+    return QueueSettings(
+        capacity=capacity,
+        max_length=_whole(merged, "queue_max_length", 256, 0),
+        max_wait_s=_seconds(merged, "queue_max_wait_s", 120.0),
+        max_overtakes=_whole(merged, "queue_max_overtakes", 4, 1),
+        classes=classes,
+    )
 
 
 def _limits(values: Mapping[str, Any], max_sessions: Any, budget_mib: Any = None) -> Limits:
@@ -330,6 +396,7 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         route=str(merged.get("route", "")),
         durability=_durability(merged.get("durability", "off")),
         redis_url=str(merged.get("redis_url", DEFAULT_REDIS_URL)),
+        queue=_queue(merged),
     )
     return ServeSettings(
         server=server,
@@ -344,6 +411,7 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         metrics_port=_optional_port(merged.get("metrics_port"), "metrics_port"),
         otlp_endpoint=traces_endpoint(merged.get("otlp_endpoint"), environ),
         bridge_workers=_workers(merged.get("bridge_workers", 1)),
+        agent_port=_optional_port(merged.get("agent_port"), "agent_port"),
     )
 
 

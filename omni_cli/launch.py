@@ -30,6 +30,7 @@ from omni_cli.config import BridgeSettings, ServeSettings
 from omni_cli.logs import configure_logging
 from omni_cli.tracing import otlp_tracer_provider
 from omni_cli.workers import BridgeWorkers, parent_gone
+from omni_grpc.server.agent import start_agent
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
 
@@ -48,6 +49,8 @@ class Service:
     metrics: web.AppRunner | None = None  # /metrics on a port of its own, when asked for
     metrics_port: int | None = None
     workers: BridgeWorkers | None = None  # the bridge's other processes, when asked for
+    agent: asyncio.Server | None = None  # HAProxy's agent check, when asked for
+    agent_port: int | None = None
 
     async def stop(self, grace_s: float = 0.0) -> None:
         """Drains the service for up to ``grace_s``, closes the bridge, stops the service."""
@@ -58,6 +61,8 @@ class Service:
         if self.bridge is not None:
             await self.bridge.cleanup()
         await self.server.stop()
+        if self.agent is not None:
+            self.agent.close()  # after the drain, which it told the proxy about
         if self.metrics is not None:
             await self.metrics.cleanup()  # last, so a scrape sees the drain to its end
 
@@ -93,6 +98,14 @@ async def start_service(
             await running.stop()
             raise
         logger.info("metrics on %s:%s/metrics", settings.server.host, service.metrics_port)
+    if settings.agent_port is not None:
+        try:
+            service.agent, service.agent_port = await start_agent(
+                settings.server.host, settings.agent_port, running.agent_reply
+            )
+        except BaseException:
+            await service.stop()
+            raise
     if settings.http_port is None:
         return service
     host = settings.server.host

@@ -25,6 +25,7 @@ EXTENSION_EVENTS = frozenset(
         "session.closed",
         "session.heartbeat_ack",
         "session.going_away",
+        "session.queued",
         "response.listen",
         "response.speak",
         "playback.acknowledged",

@@ -241,6 +241,14 @@ STATELESS: dict[str, Callable[[Any], list[Event]]] = {
     "going_away": lambda e: _one(
         "session.going_away", time_left_ms=e.time_left.ToMilliseconds(), reason=e.reason
     ),
+    "session_queued": lambda e: _one(
+        "session.queued",
+        session_id=e.session_id,
+        resume_token=e.resume_token,
+        position=e.position,
+        estimated_wait_ms=e.estimated_wait.ToMilliseconds(),
+        priority_class=e.priority_class,
+    ),
     # OpenAI counts input audio in whole milliseconds.
     "speech_started": lambda e: _one(
         "input_audio_buffer.speech_started",

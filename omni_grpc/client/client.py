@@ -139,7 +139,16 @@ class DuplexClient(SessionLink, Commands):
         return cls(Connection(settings), options, last_seq=last_seq)
 
     async def _open(self, config: pb.SessionConfig) -> None:
-        stream, first = await self._dialer.open(config, self._options.open_retry)
+        options = self._options
+        stream, first = await self._dialer.open(config, options.open_retry, options.on_queued)
+        if first.WhichOneof("event") == "session_resumed":
+            # Admitted just as its wait's stream was cut: the resume of the wait reattached the
+            # session, whose session_created was lost. Taken over like any session.
+            stream.cancel()  # unconfirmed: the rotated token and the presented one both work
+            self.session_id = first.session_resumed.session.id
+            self._token = first.session_resumed.resume_token
+            await self._take_over()
+            return
         created = first.session_created
         self.session_id = created.session.id
         self._token = created.resume_token

@@ -3,7 +3,9 @@
 A :class:`Dialer` turns "open a session" or "resume this one" into either a stream whose first
 reply is ``session_created`` / ``session_resumed``, or one typed error. Transient failures are
 retried with the backoff policy; the server's retry hint (``RetryInfo``) stretches a delay,
-never shortens it.
+never shortens it. An open that reaches a server at capacity waits in its queue
+(``session_queued``, reported to ``on_queued``) until ``session_created``; a wait cut in the
+transport is resumed with the wait's id and token, keeping its place.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ logger = logging.getLogger(__name__)
 
 # Turns a non-retryable failure into the error the caller sees.
 _Refusal = Callable[[StreamBroken], DuplexClientError]
+# The status of a stream whose wait in the queue was refused in band (an unnumbered error).
+_WAIT_REFUSALS: dict[str, grpc.StatusCode] = {
+    "queue_wait_exceeded": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "server_shutting_down": grpc.StatusCode.UNAVAILABLE,
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,10 +69,17 @@ class Dialer:
         self._rng = rng
 
     async def open(
-        self, config: pb.SessionConfig, policy: ReconnectPolicy
+        self,
+        config: pb.SessionConfig,
+        policy: ReconnectPolicy,
+        on_queued: Callable[[pb.SessionQueued], None] | None = None,
     ) -> tuple[Stream, pb.ConverseResponse]:
-        """A stream whose first reply was ``session_created``; raises OpenRefused or
-        ConnectionLost."""
+        """A stream whose reply was ``session_created``, after any wait in the server's queue
+        (each ``session_queued`` goes to ``on_queued``); raises OpenRefused or ConnectionLost.
+
+        The reply is ``session_resumed`` instead when the session was admitted just as a cut
+        wait was resumed: the stream is the session's then, as after a takeover.
+        """
         request = pb.ConverseRequest(open_session=pb.OpenSession(config=config))
         stream, first = await self._retry(
             request,
@@ -75,10 +89,60 @@ class Dialer:
             refused=self._open_refused,
             label="-",
         )
-        if first.WhichOneof("event") != "session_created":
+        waited: pb.SessionQueued | None = None  # the first notice: the wait's id and token
+        while first.WhichOneof("event") == "session_queued":
+            if waited is None:
+                waited = first.session_queued
+            if on_queued is not None:
+                on_queued(first.session_queued)
+            stream, first = await self._wait_on(stream, waited, policy)
+        kind = first.WhichOneof("event")
+        if kind == "error" and first.seq == 0 and first.error.code in _WAIT_REFUSALS:
+            stream.cancel()  # the wait was refused in band (the status may be lost on a proxy)
+            error = first.error
+            raise self._open_refused(
+                StreamBroken(
+                    f"{error.code}: {error.message}",
+                    status=_WAIT_REFUSALS[error.code],
+                    code=error.code,
+                    retry_after_s=error.retry_after.ToMilliseconds() / 1000,
+                )
+            )
+        if kind != "session_created" and not (waited and kind == "session_resumed"):
             stream.cancel()
-            raise ProtocolViolation(f"expected session_created, got {first.WhichOneof('event')}")
+            raise ProtocolViolation(f"expected session_created, got {kind}")
         return stream, first
+
+    async def _wait_on(
+        self, stream: Stream, waited: pb.SessionQueued, policy: ReconnectPolicy
+    ) -> tuple[Stream, pb.ConverseResponse]:
+        """The next event of a wait in the queue: read on, or after a cut in the transport,
+        resume the wait (its place is kept for the server's disconnect grace)."""
+        try:
+            event = await stream.read()
+            if event is not None:
+                return stream, event
+            broken = StreamBroken("the server ended the stream while it waited")
+        except StreamBroken as failure:
+            broken = failure
+        stream.cancel()
+        if broken.code or broken.status is None or broken.status not in TRANSIENT_STATUSES:
+            raise self._open_refused(broken)
+        logger.info(
+            "session %s: its wait was cut (%s); resuming it",
+            waited.session_id,
+            broken,
+            extra={"session_id": waited.session_id},
+        )
+        resume = pb.ResumeSession(session_id=waited.session_id, resume_token=waited.resume_token)
+        return await self._retry(
+            pb.ConverseRequest(resume_session=resume),
+            policy,
+            limit_s=policy.max_elapsed_s,
+            retry_on=TRANSIENT_STATUSES,
+            refused=self._open_refused,
+            label=waited.session_id,
+        )
 
     async def resume(
         self, resume: ResumeRequest, policy: ReconnectPolicy

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from omni_grpc.client.backoff import ReconnectPolicy
+from omni_grpc.wire import pb
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,6 +27,9 @@ class ClientOptions:
     event_buffer: int = 256  # events received but not yet taken from events()
     handshake_timeout_s: float = 10.0
     seed: int | None = None  # for the backoff jitter; tests make it repeatable
+    # Told each session_queued while an open waits for room on a server at capacity (its
+    # position and estimated wait); None: the wait is silent.
+    on_queued: Callable[[pb.SessionQueued], None] | None = None
 
     def __post_init__(self) -> None:
         if self.ack_every_events < 1 or self.event_buffer < 1:

@@ -5,6 +5,8 @@ Transports feed it commands, engine output and the current time; it answers with
 and torch out of this package. The parts, each with the rules it keeps:
 
 * ``registry.py``: every session of a server: opening (capacity, drain), finding, tombstones.
+* ``session_queue.py``: new sessions waiting for room at capacity: order, priority classes,
+  bounds, estimates.
 * ``session.py``: one session's lifecycle: attachments, resume and replay, the one ending
   (``state.py``: its table; ``credentials.py``: its resume tokens).
 * ``admission.py``: commands applied once, bounded pending input, idle expiry

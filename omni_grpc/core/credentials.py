@@ -70,6 +70,12 @@ class ResumeCredential:
         self._recovery = recovery or None
         self._presented = None
 
+    def carry(self, other: ResumeCredential) -> None:
+        """Takes ``other``'s current token as the presented one of an activation not yet
+        confirmed (a session opening after its wait: the wait's token works once more if the
+        stream goes before the client speaks)."""
+        self._presented = other._current
+
     def check(self, token: str, *, attached: bool) -> bool:
         """Says whether ``token`` may resume now; changes nothing (see :meth:`accept`).
 

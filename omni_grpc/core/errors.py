@@ -26,7 +26,15 @@ class Status(enum.Enum):
 
 
 # Both sets are drawn from the closed set of codes (omni_grpc/wire/error_codes.py).
-RATE_LIMIT_CODES = frozenset({"resource_exhausted", "input_backpressure", "rate_limit_exceeded"})
+RATE_LIMIT_CODES = frozenset(
+    {
+        "resource_exhausted",
+        "queue_full",
+        "queue_wait_exceeded",
+        "input_backpressure",
+        "rate_limit_exceeded",
+    }
+)
 SERVER_CODES = frozenset(
     {
         "internal_error",

@@ -64,6 +64,9 @@ class EngineFeatures:
     # Hears the words of speech over a reply (interruption by words).
     supports_interruption_by_words: bool = False
     chunk_period_ms: int = 0  # the engine's model unit; 0: input of any length
+    # Sessions the engine serves at once (in real time, on what it runs on); 0: no bound it
+    # knows. A server with a queue (``--capacity``) admits at most this many.
+    capacity: int = 0
     default_model: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 

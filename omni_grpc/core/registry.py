@@ -57,18 +57,25 @@ class Registry:
         return iter(list(self._sessions.values()))  # a copy: ending a session frees its slot
 
     def open(
-        self, request: pb.OpenSession, now: float, *, key: str = ""
+        self,
+        request: pb.OpenSession,
+        now: float,
+        *,
+        key: str = "",
+        session_id: str = "",
+        carried: SessionLock | None = None,
     ) -> tuple[Session, Effects]:
         """Admits and creates a session owned by API ``key``; raises StreamRefused when it
-        cannot."""
+        cannot.
+
+        A session that waited for room (``session_queue.py``) opens with the id it waited
+        under, and ``carried``, the lock of its wait, whose token resumes it until the client
+        speaks (it may never have seen the session's own).
+        """
         self._check_room()
-        try:
-            config = resolve_config(request.config, self.limits, self.engine)
-        except CommandError as error:
-            raise StreamRefused(Status.INVALID_ARGUMENT, error.code, error.message) from None
-        session_id = "sess_" + secrets.token_hex(16)
+        config = self.check_open(request)
         session = Session(
-            session_id=session_id,
+            session_id=session_id or "sess_" + secrets.token_hex(16),
             config=config,
             limits=self.limits,
             engine=self.engine,
@@ -78,19 +85,33 @@ class Registry:
             budget=self.budget,
         )
         session.route = self.route
-        self._sessions[session_id] = session
-        return session, session.created()
+        self._sessions[session.id] = session
+        return session, session.created(carried)
+
+    def check_open(self, request: pb.OpenSession) -> pb.SessionConfig:
+        """The configuration an open would have; raises StreamRefused as the open would, for
+        a bad configuration or a draining server (not for a full one)."""
+        if not self.accepting:
+            raise self.draining_refusal()
+        try:
+            return resolve_config(request.config, self.limits, self.engine)
+        except CommandError as error:
+            raise StreamRefused(Status.INVALID_ARGUMENT, error.code, error.message) from None
+
+    def draining_refusal(self) -> StreamRefused:
+        """How a draining server refuses a new session."""
+        return StreamRefused(
+            Status.UNAVAILABLE,
+            "server_shutting_down",
+            "the server is draining; try another one",
+            retryable=True,
+            retry_after_s=self.limits.open_retry_after_s,
+        )
 
     def _check_room(self) -> None:
         """Refuses a new session here (opened or adopted) while draining or when full."""
         if not self.accepting:
-            raise StreamRefused(
-                Status.UNAVAILABLE,
-                "server_shutting_down",
-                "the server is draining; try another one",
-                retryable=True,
-                retry_after_s=self.limits.open_retry_after_s,
-            )
+            raise self.draining_refusal()
         if len(self._sessions) >= self.limits.max_sessions:
             raise StreamRefused(
                 Status.RESOURCE_EXHAUSTED,

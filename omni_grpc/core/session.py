@@ -88,6 +88,7 @@ class Session:
         self.config = config
         self.state = State.ATTACHED
         self.generation = 1
+        self.opened_at = now  # when it took its place here (a length the queue learns from)
         self.detached_at: float | None = None
         self.ended_at: float | None = None
         # The error code of the last command's refusal ("" when it was applied): the transport
@@ -147,8 +148,16 @@ class Session:
 
     # -- attachments ---------------------------------------------------------------------
 
-    def created(self) -> Effects:
-        """Announces the new session and its first resume token to attachment 1."""
+    def created(self, carried: SessionLock | None = None) -> Effects:
+        """Announces the new session and its first resume token to attachment 1.
+
+        ``carried`` is the lock of the wait the session opens after (``session_queue.py``):
+        its token resumes the session until the client speaks, as after a resume, since the
+        stream may break before this event reaches the client.
+        """
+        if carried is not None:
+            self.lock.resume.carry(carried.resume)
+            self._activating = self.generation
         event = pb.ConverseResponse(
             session_created=pb.SessionCreated(
                 session=self.view(),

@@ -27,6 +27,7 @@ from omni_grpc.core import Registry
 from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import Engine
 from omni_grpc.server import metrics
+from omni_grpc.server.agent import agent_reply
 from omni_grpc.server.allocator import return_large_blocks
 from omni_grpc.server.auth import ApiKeyInterceptor, open_services
 from omni_grpc.server.durable import DurableStore
@@ -39,6 +40,7 @@ from omni_grpc.server.sessions import Sessions
 from omni_grpc.server.settings import ServerSettings
 from omni_grpc.server.stream_cap import CappedConverse, StreamCap
 from omni_grpc.server.tracing import server_tracer
+from omni_grpc.server.waiting import QUEUE_GAUGES, session_queue
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +116,18 @@ class RunningServer:
             "durable": self.store is not None and self.store.up,
             "sessions": len(self.registry),
         }
+        if (waiting := self.sessions.waiting) is not None:
+            state.update(capacity=waiting.capacity, free=waiting.free(), queued=len(waiting.queue))
         return not self.draining, state
+
+    def agent_reply(self) -> str:
+        """This replica's room, as HAProxy's agent check reads it (``--agent-port``)."""
+        if (waiting := self.sessions.waiting) is not None:
+            capacity, free = waiting.capacity, waiting.free()
+        else:
+            capacity = self.settings.limits.max_sessions
+            free = max(0, capacity - len(self.registry))
+        return agent_reply(free, capacity, draining=self.draining)
 
 
 def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
@@ -141,6 +154,11 @@ async def start_server(
     return_large_blocks()  # freed audio leaves the process (see allocator.py)
     metrics.register_collectors(SESSION_GAUGES)  # scrape-time counts, once per process
     engine = create_engine(settings.engine, dict(settings.engine_options))
+    queue = None
+    if settings.queue is not None:  # checked before the engine starts (minutes, on a GPU)
+        queue = session_queue(settings.queue, settings.limits, engine.features.capacity)
+        queue.route = settings.route
+        metrics.register_collectors(QUEUE_GAUGES)
     await engine.start()
     store = None
     if settings.durability != "off":
@@ -154,6 +172,9 @@ async def start_server(
         await store.start()
     registry = Registry(settings.limits, engine.features)
     registry.route = settings.route
+    if queue is not None:
+        registry.capabilities.capacity = queue.policy.capacity
+        logger.info("capacity %d sessions; new ones beyond wait", queue.policy.capacity)
     sessions = Sessions(
         registry,
         engine,
@@ -161,6 +182,7 @@ async def start_server(
         api_keys=settings.api_keys,
         tracer=server_tracer(tracer_provider),
         store=store,
+        queue=queue,
     )
     keyless = open_services(health=settings.open_health, reflection=settings.open_reflection)
     interceptors: list[grpc.aio.ServerInterceptor] = (

@@ -69,7 +69,15 @@ class LocalService:
 class LocalStream:
     """One stream into the sessions, with the reads and writes of a gRPC client's stream."""
 
-    __slots__ = ("_backlog", "_cancelled", "_metadata", "_service", "_started", "_stream")
+    __slots__ = (
+        "_backlog",
+        "_cancelled",
+        "_metadata",
+        "_service",
+        "_started",
+        "_stream",
+        "_told",
+    )
 
     def __init__(
         self, service: LocalService, metadata: tuple[tuple[str, str], ...], peer: str
@@ -80,8 +88,10 @@ class LocalStream:
         self._stream = ServerStream(service.sessions, bearer_key(metadata), peer)
         # Set once the first message was taken (or refused, as its exception).
         self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        # What a stream with no session to attach to still sends (a resume's gap or ending).
+        # What a stream sends without a session's send queue: session_queued while it waits
+        # for a place, a resume's gap or ending.
         self._backlog: deque[bytes] = deque()
+        self._told = asyncio.Event()  # set by each notice while it waits, and when it starts
         self._cancelled = False
 
     async def write(self, request: pb.ConverseRequest, size: int = 0) -> None:
@@ -106,11 +116,18 @@ class LocalStream:
 
     async def read_serialized(self) -> bytes | None:
         """The next event as the journal keeps it (serialized), or None at the stream's end."""
-        if not self._started.done() or self._started.exception() is not None:
+        while not self._started.done():  # it may wait for a place, told where it stands
+            if self._backlog:
+                return self._backlog.popleft()
+            self._told.clear()
+            await self._told.wait()
+        if self._started.exception() is not None:
             await self._started  # a refused stream raises its StreamBroken here
+        if self._backlog:  # what it was told while it waited, before the session's events
+            return self._backlog.popleft()
         queue = self._stream.queue
         if queue is None:
-            return self._backlog.popleft() if self._backlog else None
+            return None
         payload = await queue.next()
         if self._cancelled:
             raise StreamBroken("the stream was cancelled")
@@ -171,7 +188,7 @@ class LocalStream:
             return
         attached = False
         try:
-            ending = await self._stream.attach(first)
+            ending = await self._stream.attach(first, self._tell)
             if ending is None:
                 attached = True
                 if self._cancelled:  # the client went while the session opened
@@ -185,11 +202,18 @@ class LocalStream:
                 service.cap.give()
         if not self._started.done():
             self._started.set_result(None)
+            self._told.set()
+
+    async def _tell(self, payload: bytes) -> None:
+        """What the stream is told while it waits for a place: read before it starts."""
+        self._backlog.append(payload)
+        self._told.set()
 
     def _refused(self, failure: StreamBroken) -> None:
         if not self._started.done():
             self._started.set_exception(failure)
             self._started.exception()  # read raises it; no warning when none comes
+            self._told.set()
 
 
 __all__ = ["LocalService", "LocalStream"]

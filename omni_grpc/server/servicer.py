@@ -112,14 +112,32 @@ class DuplexServicer:
         # The key was checked by the interceptor; the session is bound and charged to it.
         key = bearer_key(tuple(context.invocation_metadata() or ()))
         stream = ServerStream(self.sessions, key, context.peer())
+        told = False  # whether the stream said something while it waited (session_queued)
+
+        async def tell(payload: bytes) -> None:
+            nonlocal told
+            if not told and self._route_metadata:
+                await context.send_initial_metadata(self._route_metadata)
+            told = True
+            await context.write(payload)
+
         try:
             try:
                 first = await _first_request(context)
             except StreamRefused as refusal:
                 stream.refused(refusal)  # refused here, before the stream could say anything
                 raise
-            ending = await stream.attach(first)
+            ending = await stream.attach(first, tell)
         except StreamRefused as refusal:
+            if told:
+                # Its headers went with session_queued: the refusal goes in band too, since a
+                # proxy may lose the status of a stream the client has not half-closed.
+                with contextlib.suppress(Exception):
+                    await context.write(
+                        pb.ConverseResponse(error=refusal.to_error()).SerializeToString()
+                    )
+                await _abort(context, refusal)
+                return
             owner = refusal.route if isinstance(refusal, SessionElsewhere) else ""
             await _refuse_stream(context, refusal, ((ROUTE_HEADER, owner),) if owner else ())
             return
@@ -128,7 +146,7 @@ class DuplexServicer:
                 await context.write(payload)
             return
         try:
-            if self._route_metadata:
+            if self._route_metadata and not told:
                 await context.send_initial_metadata(self._route_metadata)
             await _pump_stream(stream, context)
         finally:

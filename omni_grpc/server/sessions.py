@@ -4,7 +4,8 @@
 live session. It reads the one clock of the whole server, injected so that tests move time
 instead of sleeping: the registry, the hosts and the expiry timer all see the same ``now``. The
 servicer only asks it for a stream's :class:`SendQueue` when a stream starts (``open`` or
-``resume``) and hands the queue back when the stream ends (``release``).
+``resume``) and hands the queue back when the stream ends (``release``). With a capacity, a
+new session past it waits for a place in the :class:`~.waiting.WaitingRoom` before it opens.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from opentelemetry.trace import Tracer
 from omni_grpc.core import Effects, Registry, Session, State, StreamRefused
 from omni_grpc.core.errors import Status
 from omni_grpc.core.rate_limits import KeyAllowances
+from omni_grpc.core.session_queue import SessionQueue, Ticket
 from omni_grpc.core.snapshot import adopt, check_adopted_cursor
 from omni_grpc.engine.base import Engine, EngineSession
 from omni_grpc.server import metrics
@@ -27,6 +29,7 @@ from omni_grpc.server.host import SendQueue, SessionHost
 from omni_grpc.server.refusals import RefusalLog
 from omni_grpc.server.session_gauges import SESSION_GAUGES
 from omni_grpc.server.tracing import TurnTraces
+from omni_grpc.server.waiting import Tell, WaitingRoom, told_nobody
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -92,6 +95,7 @@ class Sessions:
         api_keys: Sequence[str] = (),
         tracer: Tracer | None = None,
         store: DurableStore | None = None,
+        queue: SessionQueue | None = None,
     ) -> None:
         self.registry = registry
         self.engine = engine
@@ -111,6 +115,8 @@ class Sessions:
         self._adopting: set[str] = set()  # ids being adopted here now (one adoption at a time)
         if store is not None:
             store.on_fenced = self._moved
+        # New sessions past capacity wait here (waiting.py); None: refused past max_sessions.
+        self.waiting = WaitingRoom(queue, registry, clock) if queue is not None else None
         SESSION_GAUGES.watch(self)  # attached and detached, counted at scrape time
 
     def __iter__(self) -> Iterator[SessionHost]:
@@ -118,13 +124,36 @@ class Sessions:
 
     # -- streams start and end -------------------------------------------------------------
 
-    async def open(self, request: pb.OpenSession, key: str = "") -> tuple[SessionHost, SendQueue]:
+    async def open(
+        self, request: pb.OpenSession, key: str = "", tell: Tell = told_nobody
+    ) -> tuple[SessionHost, SendQueue]:
         """Creates a session and its engine session; raises StreamRefused when it cannot.
 
         ``key`` is the API key the stream presented: the session is bound to it, and its
-        commands count against it.
+        commands count against it. At capacity (a server with a queue) the session first waits
+        for a place, its stream told ``session_queued`` through ``tell``; a bad configuration
+        or a drain is refused before any wait.
         """
-        session, effects = self.registry.open(request, self.clock(), key=key)
+        ticket = None
+        if self.waiting is not None:
+            self.registry.check_open(request)
+            ticket = await self.waiting.admit(request, key, tell)
+        return await self._open(request, key, ticket)
+
+    async def _open(
+        self, request: pb.OpenSession, key: str, ticket: Ticket | None
+    ) -> tuple[SessionHost, SendQueue]:
+        try:
+            session, effects = self.registry.open(
+                request,
+                self.clock(),
+                key=key,
+                session_id=ticket.id if ticket is not None else "",
+                carried=ticket.lock if ticket is not None else None,
+            )
+        finally:
+            if ticket is not None and self.waiting is not None:
+                self.waiting.opened(ticket)  # the place is the registry's now (or free again)
         session.throttle.key = self._key_allowances.get(key)
         try:
             engine_session = await self.engine.open_session(session.id, session.config)
@@ -135,6 +164,7 @@ class Sessions:
                 extra={"session_id": session.id},
             )
             self.registry.discard(session)
+            self._freed()
             raise StreamRefused(
                 Status.UNAVAILABLE,
                 "engine_error",
@@ -156,14 +186,18 @@ class Sessions:
         return host
 
     async def resume(
-        self, request: pb.ResumeSession, key: str = ""
+        self, request: pb.ResumeSession, key: str = "", tell: Tell = told_nobody
     ) -> tuple[SessionHost, SendQueue]:
         """Reattaches a session to a new stream, adopting it from the store when its owner
-        is gone (durability on).
+        is gone (durability on); a session still waiting for a place takes its place back and
+        waits on (told through ``tell``), and opens when admitted.
 
         Raises StreamRefused or ResumeGap when it cannot, and ResumeFoundEnded (with the events the
         client missed, the ending included) when the session ended since.
         """
+        if self.waiting is not None and self.waiting.holds(request.session_id):
+            ticket = await self.waiting.resume(request, key, tell)
+            return await self._open(ticket.request, key, ticket)
         if self.store is not None:
             if not self.registry.accepting:
                 # Draining: this replica hands its sessions over; the retry finds a peer.
@@ -213,6 +247,12 @@ class Sessions:
         self._hosts.pop(session.id, None)
         if self.store is not None:
             self.store.forget(session.id)
+        self._freed(session)
+
+    def _freed(self, ended: Session | None = None) -> None:
+        """A place may have freed: the first in line takes it (with a queue)."""
+        if self.waiting is not None:
+            self.waiting.freed(ended)
 
     # -- durability: adopting and handing over ---------------------------------------------
 
@@ -256,6 +296,7 @@ class Sessions:
         except Exception:
             logger.exception("session %s: the engine could not adopt it", session.id)
             self.registry.forget(session)  # no tombstone: the record stays for another try
+            self._freed()
             raise SessionElsewhere("the engine could not adopt the session") from None
         host = self._host(session, engine_session)
         host.deliver(effects)  # the end of a response cut with its replica, journaled
@@ -278,6 +319,7 @@ class Sessions:
         if host is None:
             return
         self.registry.forget(host.session)
+        self._freed()
         host.moved()
         MOVED.inc()
         task = asyncio.get_running_loop().create_task(host.abandon())
@@ -296,6 +338,7 @@ class Sessions:
             return
         del self._hosts[host.session.id]
         self.registry.forget(host.session)
+        self._freed()
         await host.abandon()
         assert self.store is not None and host.items is not None
         await self.store.hand_over(host.session, host.items)
@@ -312,6 +355,8 @@ class Sessions:
                 host.expiry_reason = "disconnect_grace" if detached else "idle_timeout"
                 host.deliver(effects)
             logger.info("session %s expired", session.id, extra={"session_id": session.id})
+        if self.waiting is not None:
+            self.waiting.tick()  # waits that ran out, places kept past their grace, estimates
 
     async def keep_expiring(self) -> None:
         """The expiry timer: runs ``expire_due`` at each deadline until cancelled."""
@@ -330,6 +375,8 @@ class Sessions:
         (a stopping server really waits); ``going_away`` tells each client how long it has.
         """
         self.registry.accepting = False
+        if self.waiting is not None:
+            self.waiting.drain()  # every wait ends server_shutting_down: open elsewhere
         if self.store is not None:
             await self.store.set_draining()
         for host in self:

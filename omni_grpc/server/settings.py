@@ -8,6 +8,20 @@ from omni_grpc.core.limits import Limits
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class QueueSettings:
+    """Admission at capacity (docs/protocol.md, the queue): past ``capacity`` sessions, new
+    ones wait for a place instead of being refused."""
+
+    capacity: int = 0  # 0: what the engine says it serves at once; else at most that
+    max_length: int = 256  # sessions waiting at most; one more is refused queue_full
+    max_wait_s: float = 120.0  # the longest wait; then refused queue_wait_exceeded
+    max_overtakes: int = 4  # how often a class's head may be passed over before it is due
+    # The priority classes, highest first, each with its API keys; keys named nowhere are in
+    # "default", which ranks last unless it is listed.
+    classes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ServerSettings:
     """How to run the service: address, engine, security and limits."""
 
@@ -26,6 +40,8 @@ class ServerSettings:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     limits: Limits = field(default_factory=Limits)
+    # None: no queue, a session past max_sessions is refused resource_exhausted (as ever).
+    queue: QueueSettings | None = None
     # How long sessions get to move elsewhere after SIGTERM before the server stops.
     shutdown_grace_s: float = 10.0
     # A connection that has not finished its TLS and HTTP/2 set-up by then is closed (a silent

@@ -11,6 +11,8 @@ its stream in a :class:`ServerStream` and only moves bytes; the rules of a strea
   counted (``omni_grpc_stream_refusals``, ``omni_grpc_resumes``) and logged with the peer
   (:mod:`.refusals`), then raised for the transport to end the stream with; a resume that
   found a gap or its session ended gets what it must still read, and the stream ends after it.
+  At capacity a new session waits for a place first (:mod:`.waiting`), its stream told where
+  it stands through the transport's ``tell``; a wait another stream took over just ends.
 * **Commands** go to the session host from the stream's reader, in order, with their length on
   the wire when the transport read it; what a command made goes out from the reader at once
   (the send queue's fast path) and the rest through the stream's writer.
@@ -26,6 +28,7 @@ from omni_grpc.server import metrics
 from omni_grpc.server.host import SendQueue, SessionHost
 from omni_grpc.server.sessions import ResumeFoundEnded, SessionElsewhere, Sessions
 from omni_grpc.server.status import rich_status
+from omni_grpc.server.waiting import Tell, WaitEnded, told_nobody
 from omni_grpc.wire import pb
 from omni_grpc.wire.stream_end import StreamBroken
 
@@ -72,13 +75,17 @@ class ServerStream:
         # The attached stream's send queue: its writer drains it (see send_queue.py).
         self.queue: SendQueue | None = None
 
-    async def attach(self, first: pb.ConverseRequest | None) -> list[bytes] | None:
+    async def attach(
+        self, first: pb.ConverseRequest | None, tell: Tell = told_nobody
+    ) -> list[bytes] | None:
         """Opens or resumes the session the first message names (None: it was no
         ``ConverseRequest``); None once attached (:attr:`host` and :attr:`queue` set).
 
         Raises StreamRefused, counted and logged, when the stream is refused; returns the
         events to write before the stream ends when a resume found a gap (resync_required) or
-        its session ended since (what the client missed, the ending included).
+        its session ended since (what the client missed, the ending included), and nothing
+        when another stream took its wait for a place over. ``tell`` writes to the stream
+        while it waits for a place (``session_queued``).
         """
         resume = first.resume_session if first and first.HasField("resume_session") else None
         try:
@@ -87,9 +94,9 @@ class ServerStream:
             assert first is not None
             sessions = self._sessions
             if resume is None:
-                self.host, self.queue = await sessions.open(first.open_session, self._key)
+                self.host, self.queue = await sessions.open(first.open_session, self._key, tell)
             else:
-                self.host, self.queue = await sessions.resume(resume, self._key)
+                self.host, self.queue = await sessions.resume(resume, self._key, tell)
         except StreamRefused as refusal:
             self.refused(refusal, resume)
             raise
@@ -99,6 +106,8 @@ class ServerStream:
         except ResumeFoundEnded as ended:
             metrics.RESUMES.labels("ended").inc()
             return [payload for _, payload in ended.effects.sends]
+        except WaitEnded:
+            return []  # told session_replaced already
         return None
 
     def refused(self, refusal: StreamRefused, resume: pb.ResumeSession | None = None) -> None:

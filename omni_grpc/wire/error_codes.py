@@ -48,6 +48,8 @@ ERROR_CODES: dict[str, str] = {
     "input_backpressure": "too much uncommitted input audio: commit, clear, or retry later",
     "rate_limit_exceeded": "too many commands or audio bytes: retry after retry_after",
     "resource_exhausted": "the server holds max_sessions: retry after retry_after",
+    "queue_full": "the server is at capacity and its queue is full: retry after retry_after",
+    "queue_wait_exceeded": "a queued session waited its longest: retry after retry_after",
     "slow_consumer": "the stream read too slowly and was cut: resume",
     # -- the server and its engine (type SERVER) -------------------------------------------
     "server_shutting_down": "the server is draining: resume or open elsewhere",

@@ -37,7 +37,14 @@ COMMAND_SETS = (HANDSHAKE_COMMANDS, UNNUMBERED_COMMANDS, CORE_COMMANDS, ENGINE_C
 
 # About one stream: sent with seq 0, never journaled or replayed.
 STREAM_EVENTS = frozenset(
-    {"session_created", "session_resumed", "session_replaced", "resync_required", "going_away"}
+    {
+        "session_queued",
+        "session_created",
+        "session_resumed",
+        "session_replaced",
+        "resync_required",
+        "going_away",
+    }
 )
 # Output of one response, naming it in ``response_id``: taken back on a cancel, and dropped by
 # the core once that response is done.

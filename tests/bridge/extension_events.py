@@ -35,6 +35,17 @@ class SessionResumed(_Extension):
     replayed_events: int = Field(ge=0)
 
 
+class SessionQueued(_Extension):
+    """The session waits for a place on a server at capacity; session.created follows."""
+
+    type: Literal["session.queued"]
+    session_id: str
+    resume_token: str  # in the first one only ("" after)
+    position: int = Field(ge=1)
+    estimated_wait_ms: int = Field(ge=0)
+    priority_class: str
+
+
 class SessionReplaced(_Extension):
     """Another connection took the session over; this one closes next."""
 
@@ -121,6 +132,7 @@ class OverlapDecision(_Extension):
 
 ExtensionEvent = Annotated[
     SessionResumed
+    | SessionQueued
     | SessionReplaced
     | SessionResyncRequired
     | SessionExpired

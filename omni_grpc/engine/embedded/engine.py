@@ -42,7 +42,10 @@ class EmbeddedEngine(Engine):
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options = EmbeddedOptions.parse(options or {})
-        self.features = FEATURES if self.options.server_vad == "on" else _CLIENT_COMMITS
+        self.features = dataclasses.replace(
+            FEATURES if self.options.server_vad == "on" else _CLIENT_COMMITS,
+            capacity=self.options.capacity,
+        )
         if not self._judges_turns():
             self.features = dataclasses.replace(self.features, supports_semantic_vad=False)
         self.runtime: Runtime | None = None

@@ -31,6 +31,7 @@ _CONVERTERS: Converters = {
     "partial_every_ms": float,
     "answer_at_pause": str,
     "turn_judge": str,
+    "capacity": int,
 }
 
 
@@ -81,6 +82,9 @@ class EmbeddedOptions:
       semantic turn detection (:mod:`.end_of_turn`) wherever SmolLM2 is loaded (for the
       answers, or for rescoring); ``on`` loads it for that even under the echo responder;
       ``off`` serves semantic turn detection as a fixed silence (the eagerness's).
+    * ``capacity``: the sessions it says it serves at once (what a server with ``--capacity``
+      admits before new ones wait); default 2, as many answers as it writes side by side on
+      two cores (docs/engines.md, several sessions at once).
     """
 
     responder: str = "auto"
@@ -101,6 +105,7 @@ class EmbeddedOptions:
     partial_every_ms: float = 800.0
     answer_at_pause: str = "on"
     turn_judge: str = "auto"
+    capacity: int = 2
 
     def __post_init__(self) -> None:
         check_choice("responder", self.responder, RESPONDERS)
@@ -120,6 +125,7 @@ class EmbeddedOptions:
         check_range("partial_every_ms", self.partial_every_ms, 300, 5000)
         check_choice("answer_at_pause", self.answer_at_pause, ("on", "off"))
         check_choice("turn_judge", self.turn_judge, ("auto", "on", "off"))
+        check_range("capacity", self.capacity, 1, 4096)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> EmbeddedOptions:

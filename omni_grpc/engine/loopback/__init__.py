@@ -26,6 +26,8 @@ Options (strings, from the command line or the server settings):
 * ``recall``: ``1`` appends to each answer's words the words of every earlier item of the
   conversation ("...; earlier: a | b"), so tests can see a history kept (or adopted by another
   replica); default ``0``.
+* ``capacity``: the sessions it says it serves at once (what a server with ``--capacity`` admits
+  before new ones wait); default ``64``, which two loaded cores carry in real time.
 * ``tool_call``: ``auto`` makes a response whose tool choice is ``auto`` call the first tool,
   with arguments built from its schema, instead of answering; ``off`` (the default) calls only
   when the choice forces a call (``required`` or a named function). A response that answers

@@ -28,8 +28,9 @@ class LoopbackEngine(Engine):
         self.options = LoopbackOptions.parse(options or {})
         # The mirror answers each append in its own format, so any pcm16 rate is native to it.
         mirror = self.options.mode == "mirror"
+        features = replace(FEATURES, capacity=self.options.capacity)
         self.features = (
-            replace(FEATURES, native_input_rates_hz=SUPPORTED_RATES_HZ) if mirror else FEATURES
+            replace(features, native_input_rates_hz=SUPPORTED_RATES_HZ) if mirror else features
         )
         self._sessions: set[LoopbackSession] = set()
 

@@ -16,6 +16,7 @@ _CONVERTERS: Converters = {
     "mode": str,
     "tool_call": str,
     "recall": int,
+    "capacity": int,
 }
 
 
@@ -31,6 +32,7 @@ class LoopbackOptions:
     mode: str = "turns"
     tool_call: str = "off"
     recall: int = 0
+    capacity: int = 64
 
     def __post_init__(self) -> None:
         check_choice("mode", self.mode, ("turns", "mirror"))
@@ -41,6 +43,7 @@ class LoopbackOptions:
         check_range("queue_size", self.queue_size, 8)
         check_range("max_input_s", self.max_input_s, 0, above=True)
         check_range("recall", self.recall, 0, 1)
+        check_range("capacity", self.capacity, 1, 100_000)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> LoopbackOptions:

@@ -48,10 +48,12 @@ class VllmEngine(Engine):
             raise ValueError("the shared vLLM runtime was started with other vLLM options")
         self.runtime = runtime or VllmRuntime(self.options)
         self._owns_runtime = runtime is None
+        # As many sessions as vLLM batches (0, vLLM's own default: none it tells).
         self.features = dataclasses.replace(
             FEATURES,
             default_model=self.options.model,
             supports_server_vad=self.options.server_vad == "on",
+            capacity=self.options.max_num_seqs,
         )
         self._tts: Espeak | None = None
         self._hearing: Hearing | None = None

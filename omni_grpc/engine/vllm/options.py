@@ -13,7 +13,8 @@ vLLM (passed to ``AsyncEngineArgs``; 0 or empty leaves vLLM's own default):
   from the host's memory); on a GPU ``gpu_memory_utilization`` usually does.
 * ``gpu_memory_utilization``: the share of GPU memory vLLM may take, in (0, 1].
 * ``tensor_parallel_size``: GPUs one model is split over; default 1.
-* ``max_num_seqs``: requests one engine step may batch.
+* ``max_num_seqs``: requests one engine step may batch; also the sessions the engine says it
+  serves at once (a server's ``--capacity``), as each has at most one request running.
 * ``executor``: ``uni`` (the model in the engine process), ``mp`` or ``ray``; default vLLM's.
 * ``enforce_eager``: ``true`` skips CUDA graphs and torch.compile (faster start).
 * ``trust_remote_code``: ``true`` lets the model's own Python code run.

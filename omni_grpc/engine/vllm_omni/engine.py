@@ -46,7 +46,9 @@ class VllmOmniEngine(Engine):
                 "the vllm-omni engine needs the vllm-omni package (and vllm) on a GPU machine: "
                 "pip install vllm-omni"
             )
-        self.features = dataclasses.replace(FEATURES, default_model=self.options.model)
+        self.features = dataclasses.replace(
+            FEATURES, default_model=self.options.model, capacity=self.options.max_sessions
+        )
         self._omni = omni
         self._owns_omni = omni is None
         self._commands: Any = None

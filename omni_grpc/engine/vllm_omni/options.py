@@ -12,7 +12,9 @@
   duplex model does; ``false`` answers only a commit or ``create_response``.
 * ``control_timeout_s``: the longest wait for vLLM-Omni to open or close a session; default 10.
 * ``max_sessions``: admitted sessions, the deploy config's ``duplex_session.max_sessions``
-  overrides it on vLLM-Omni's side; default 4 (used for the capabilities handshake).
+  overrides it on vLLM-Omni's side; default 4 (used for the capabilities handshake, and as the
+  sessions the engine says it serves at once: a server's ``--capacity``). Set it to what the
+  deploy config admits.
 """
 
 from __future__ import annotations

@@ -895,13 +895,14 @@ class ConverseResponse(_message.Message):
     INPUT_TRANSCRIPTION_DELTA_FIELD_NUMBER: _builtins.int
     TURN_END_DECISION_FIELD_NUMBER: _builtins.int
     IDLE_TIMEOUT_TRIGGERED_FIELD_NUMBER: _builtins.int
+    SESSION_QUEUED_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Numbers the event within its session's journal, from 1 with no gaps. It is 0 on the
-    events that are never replayed: session_created, session_resumed, session_replaced,
-    resync_required, going_away, errors about the stream itself, and every event after a
-    journal overflow. A client remembers the highest seq it received: it is the cursor of
-    `ResumeSession.last_received_seq` and what `ack_events` acknowledges. A string in proto
-    JSON.
+    events that are never replayed: session_queued, session_created, session_resumed,
+    session_replaced, resync_required, going_away, errors about the stream itself, and every
+    event after a journal overflow. A client remembers the highest seq it received: it is the
+    cursor of `ResumeSession.last_received_seq` and what `ack_events` acknowledges. A string
+    in proto JSON.
     """
     applied_client_seq: _builtins.int
     """Carries the last client_seq the session has applied when this event was produced; a
@@ -1054,6 +1055,12 @@ class ConverseResponse(_message.Message):
         assistant's last answer was heard; a commit and a response follow.
         """
 
+    @_builtins.property
+    def session_queued(self) -> Global___SessionQueued:
+        """Tells a new session that it waits for room on a server at capacity, and where it
+        stands; sent again as that changes, then session_created once it is admitted.
+        """
+
     def __init__(
         self,
         *,
@@ -1094,12 +1101,13 @@ class ConverseResponse(_message.Message):
         input_transcription_delta: Global___InputTranscriptionDelta | None = ...,
         turn_end_decision: Global___TurnEndDecision | None = ...,
         idle_timeout_triggered: Global___IdleTimeoutTriggered | None = ...,
+        session_queued: Global___SessionQueued | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "idle_timeout_triggered", b"idle_timeout_triggered", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped", "turn_end_decision", b"turn_end_decision"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "idle_timeout_triggered", b"idle_timeout_triggered", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_queued", b"session_queued", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped", "turn_end_decision", b"turn_end_decision"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_client_seq", b"applied_client_seq", "error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "idle_timeout_triggered", b"idle_timeout_triggered", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "seq", b"seq", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped", "turn_end_decision", b"turn_end_decision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_client_seq", b"applied_client_seq", "error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "idle_timeout_triggered", b"idle_timeout_triggered", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "seq", b"seq", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_queued", b"session_queued", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped", "turn_end_decision", b"turn_end_decision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["session_created", "session_updated", "session_resumed", "session_replaced", "resync_required", "session_expired", "session_closed", "heartbeat_ack", "going_away", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_done", "item_retrieved", "item_deleted", "item_truncated", "input_transcription", "response_created", "output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "response_done", "response_listen", "response_speak", "playback_acknowledged", "output_audio_cleared", "overlap_decision", "error", "function_call_arguments_delta", "function_call_arguments_done", "input_transcription_delta", "turn_end_decision", "idle_timeout_triggered"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["session_created", "session_updated", "session_resumed", "session_replaced", "resync_required", "session_expired", "session_closed", "heartbeat_ack", "going_away", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_done", "item_retrieved", "item_deleted", "item_truncated", "input_transcription", "response_created", "output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "response_done", "response_listen", "response_speak", "playback_acknowledged", "output_audio_cleared", "overlap_decision", "error", "function_call_arguments_delta", "function_call_arguments_done", "input_transcription_delta", "turn_end_decision", "idle_timeout_triggered", "session_queued"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -1846,6 +1854,7 @@ class Capabilities(_message.Message):
     CHUNK_PERIOD_MS_FIELD_NUMBER: _builtins.int
     SUPPORTS_SEMANTIC_VAD_FIELD_NUMBER: _builtins.int
     SUPPORTS_INTERRUPTION_BY_WORDS_FIELD_NUMBER: _builtins.int
+    CAPACITY_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.str
     """Names the protocol, "omni.duplex.v1"."""
     engine: _builtins.str
@@ -1878,6 +1887,11 @@ class Capabilities(_message.Message):
     supports_interruption_by_words: _builtins.bool
     """Says whether the engine hears the words of speech over a reply
     (INTERRUPTION_MODE_WORDS).
+    """
+    capacity: _builtins.int
+    """Gives how many sessions the server serves at once; a new session beyond them waits in
+    its queue (session_queued) instead of being refused. 0: the server has no queue, and
+    refuses a session beyond max_sessions (`resource_exhausted`).
     """
     @_builtins.property
     def input_encodings(self) -> _containers.RepeatedScalarFieldContainer[Global___AudioEncoding.ValueType]:
@@ -1930,10 +1944,11 @@ class Capabilities(_message.Message):
         chunk_period_ms: _builtins.int = ...,
         supports_semantic_vad: _builtins.bool = ...,
         supports_interruption_by_words: _builtins.bool = ...,
+        capacity: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "disconnect_grace", b"disconnect_grace", "idle_timeout", b"idle_timeout", "journal_window", b"journal_window", "output_audio_format", b"output_audio_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "capacity", b"capacity", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2813,6 +2828,71 @@ class SessionCreated(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SessionCreated: _TypeAlias = SessionCreated  # noqa: Y015
+
+@_typing.final
+class SessionQueued(_message.Message):
+    """SessionQueued tells a client whose open_session reached a server at capacity that its
+    session waits for room, with the stream open, instead of being refused. It comes first on
+    the stream, unnumbered (seq 0, never journaled: it holds a token), and again each time the
+    position or the estimate changes; session_created follows once the session is admitted,
+    with the same session_id. Nothing the client writes before session_created is read.
+
+    The wait ends with session_created, or with the stream refused: `queue_wait_exceeded` when
+    it waited its longest (RESOURCE_EXHAUSTED, retryable after retry_after; an `error` event
+    with that code, unnumbered, comes first, since a proxy may lose the status), or
+    `server_shutting_down`. A client that lost the stream while it waited resumes the wait with
+    resume_session{session_id, resume_token, last_received_seq: 0} within the disconnect grace,
+    on the replica `route` names, and keeps its place; a client that does not come back leaves
+    the queue. A waiting session that lost its stream is passed over until it comes back.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    RESUME_TOKEN_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    ESTIMATED_WAIT_FIELD_NUMBER: _builtins.int
+    PRIORITY_CLASS_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """Identifies the session to be: session_created carries the same id."""
+    resume_token: _builtins.str
+    """Holds the secret that resumes the wait, in the first session_queued of the stream that
+    opened the session (empty in later ones); keep it private. It stays the same while the
+    session waits; session_created brings the session's own (the wait's resumes the session
+    until the client writes on its stream, should session_created be lost with the stream).
+    """
+    position: _builtins.int
+    """Gives the place among the sessions waiting with a stream: 1 is admitted next."""
+    priority_class: _builtins.str
+    """Names the priority class the session waits in (the server's setting for its API key)."""
+    route: _builtins.str
+    """Names the replica the session waits on, as SessionCreated.route: a resume of the wait
+    must reach it (send it back as the `x-omni-route` metadata).
+    """
+    @_builtins.property
+    def estimated_wait(self) -> _duration_pb2.Duration:
+        """Estimates the time until session_created, from the lengths of the sessions this server
+        served lately; a session of a higher priority class that arrives later may lengthen it.
+        """
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        resume_token: _builtins.str = ...,
+        position: _builtins.int = ...,
+        estimated_wait: _duration_pb2.Duration | None = ...,
+        priority_class: _builtins.str = ...,
+        route: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["estimated_wait", b"estimated_wait"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["estimated_wait", b"estimated_wait", "position", b"position", "priority_class", b"priority_class", "resume_token", b"resume_token", "route", b"route", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionQueued: _TypeAlias = SessionQueued  # noqa: Y015
 
 @_typing.final
 class SessionUpdated(_message.Message):
@@ -3935,6 +4015,8 @@ class ErrorReport(_message.Message):
     * `input_backpressure`: too much uncommitted input audio: commit, clear, or retry later.
     * `rate_limit_exceeded`: too many commands or audio bytes: retry after retry_after.
     * `resource_exhausted`: the server holds max_sessions: retry after retry_after.
+    * `queue_full`: the server is at capacity and its queue is full: retry after retry_after.
+    * `queue_wait_exceeded`: a queued session waited its longest: retry after retry_after.
     * `slow_consumer`: the stream read too slowly and was cut: resume.
     * `server_shutting_down`: the server is draining: resume or open elsewhere.
     * `session_elsewhere`: the session lives on another replica: retry (with x-omni-route).

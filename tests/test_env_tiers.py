@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+# Each sources scripts/_env.sh in a bash of its own.
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 # The programs whose presence the test tier checks; espeak-ng is the serve tier's.
 TEST_COMMANDS = (

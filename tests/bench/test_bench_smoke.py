@@ -18,6 +18,9 @@ from typing import Any
 
 import pytest
 
+# Each runs a benchmark as a child process.
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[2]
 NUMBER = r"\d+\.\d+"
 KINDS = ("raw", "grpc", "bridge")

@@ -27,6 +27,9 @@ from tests.client.proxy import ChaosProxy
 from tests.cluster.local import ROOT, wait_for
 from tests.serving import settings
 
+# Redis and HAProxy are child processes.
+pytestmark = pytest.mark.subprocess
+
 REPLICAS = 3
 
 

@@ -42,10 +42,14 @@ ENGINES = [
         lambda: LoopbackEngine({"pace": "realtime"}, clock=LOOPBACK_CLOCK),
         clock=LOOPBACK_CLOCK,
     ),
-    EngineSpec(
-        "embedded",
-        lambda: create_engine("embedded", {"responder": "echo", "server_vad": "off"}),
-        30.0,
+    pytest.param(
+        EngineSpec(
+            "embedded",
+            lambda: create_engine("embedded", {"responder": "echo", "server_vad": "off"}),
+            30.0,
+        ),
+        marks=[pytest.mark.model, pytest.mark.subprocess],  # its models; espeak-ng speaks
+        id="embedded",
     ),
     vllm_conformance_spec(),  # runs in .venv-vllm only (marked vllm): see tests/vllm
 ]

@@ -19,8 +19,8 @@ tests:
 
 **Workers.** Under pytest-xdist (``scripts/test`` runs ``-n 2 --dist loadgroup``) each test
 file is one group, run on one worker in its own order, as it runs alone; so are the tiers that
-share something across files (:data:`SHARED_GROUPS`: one cluster, one build, one loaded
-engine, one ``npm ci``, one browser), each as one group.
+share something across files (:data:`SHARED_GROUPS`: one cluster, one build, one ``npm ci``,
+one browser), each as one group. The groups that load models or start processes go first.
 
 And a guard holds the fast tier true: while a test marked neither runs (its fixtures
 included), starting a process or loading one of the embedded engine's models fails it. So a
@@ -70,15 +70,11 @@ FOREIGN_TESTS = {
 }
 _MARKS = "omni_tier_marks"
 # What tests share across files, each kept to one worker: tests/cluster one cluster (its files
-# run in order: a later one kills a replica); tests/clients the Go build, the Node packages and
-# their cluster; tests/embedded one loaded engine; the benchmarks the machine's CPUs; browser
-# tests one Chromium; the bridge's agents tests the one npm ci of tests/bridge/node.
-SHARED_GROUPS = {
-    "cluster": "cluster",
-    "clients": "clients",
-    "embedded": "embedded",
-    "bench": "bench",
-}
+# run in order: a later one kills a replica); tests/clients the Go build (build/go), the Node
+# packages and their cluster; the benchmarks the machine's CPUs; browser tests one Chromium;
+# the bridge's agents tests the one npm ci of tests/bridge/node. (tests/embedded shares only
+# its loaded engine, which a worker loads once for all the files it gets.)
+SHARED_GROUPS = {"cluster": "cluster", "clients": "clients", "bench": "bench"}
 SHARED_BY_MARK = {"browser": "browser"}
 SHARED_BY_FIXTURE = {"agents_client": "agents-node"}
 # Processes that libraries start on their own, which no test means to: ctypes.util.find_library
@@ -181,6 +177,14 @@ def worker_group(item: pytest.Item) -> str:
     return relative.as_posix()
 
 
+def _heavy_first(item: pytest.Item) -> int:
+    """Tests that load models, then those that start processes, then the rest: on workers
+    the long groups start first and the many short ones fill in at the end."""
+    if item.get_closest_marker("model") is not None:
+        return 0
+    return 1 if item.get_closest_marker("subprocess") is not None else 2
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     workers = config.pluginmanager.hasplugin("xdist")
     for item in items:
@@ -188,6 +192,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(name)
         if workers and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(worker_group(item)))
+    if hasattr(config, "workerinput"):  # an xdist worker, whose order the scheduler takes
+        items.sort(key=_heavy_first)  # stable: each file and group keeps its own order
 
 
 # -- the guard -----------------------------------------------------------------------------

@@ -107,16 +107,8 @@ class Cluster:
 def redis_command(port: int, workdir: Path) -> list[str]:
     """Redis on 127.0.0.1:``port``, in memory only: sessions outlive replicas, not Redis."""
     listen = ["--bind", "127.0.0.1", "--port", str(port)]
-    return [
-        program("redis-server"),
-        *listen,
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        str(workdir),
-    ]
+    memory_only = ["--save", "", "--appendonly", "no", "--dir", str(workdir)]
+    return [program("redis-server"), *listen, *memory_only]
 
 
 def haproxy_config(

@@ -21,6 +21,7 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,6 +37,15 @@ READY_TIMEOUT_S = 120.0  # a loaded 2-core machine imports the server slowly
 AGENT_INTER = "250ms"  # how often the proxy asks each replica for its room
 POLL_S = 0.1
 STOP_TIMEOUT_S = 15.0
+# Where Debian installs programs for the administrator (haproxy is in /usr/sbin), folders an
+# ordinary user's PATH leaves out.
+SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+
+
+def program(name: str) -> str:
+    """Where ``name`` is: on PATH, or else in one of the sbin folders, whatever the caller's
+    PATH; the bare name when it is nowhere, so that starting it fails naming it."""
+    return shutil.which(name) or shutil.which(name, path=os.pathsep.join(SBIN_DIRS)) or name
 
 
 def free_port() -> int:
@@ -102,7 +112,8 @@ class Cluster:
 def redis_command(port: int, workdir: Path) -> list[str]:
     """Redis on 127.0.0.1:``port``, in memory only: sessions outlive replicas, not Redis."""
     listen = ["--bind", "127.0.0.1", "--port", str(port)]
-    return ["redis-server", *listen, "--save", "", "--appendonly", "no", "--dir", str(workdir)]
+    memory_only = ["--save", "", "--appendonly", "no", "--dir", str(workdir)]
+    return [program("redis-server"), *listen, *memory_only]
 
 
 def haproxy_config(
@@ -251,7 +262,7 @@ def start(args: argparse.Namespace, workdir: Path, cluster: Cluster) -> None:
         agents=[r.agent_port for r in cluster.replicas],
     )
     config.write_text(filled)
-    cluster.proxy = subprocess.Popen(["haproxy", "-db", "-f", str(config)])
+    cluster.proxy = subprocess.Popen([program("haproxy"), "-db", "-f", str(config)])
     wait_ready(cluster, time.monotonic() + READY_TIMEOUT_S)
 
 

@@ -116,13 +116,17 @@ APT_TEST=(
     redis-server:redis-server haproxy:haproxy
 )
 
+# Where Debian installs programs for the administrator (haproxy is in /usr/sbin): an ordinary
+# user's PATH leaves these out, yet the program is installed (omni_cli/cluster.py looks there).
+SBIN_DIRS="/usr/local/sbin:/usr/sbin:/sbin"
+
 _env_apt() {
     local wanted=("${APT_SERVE[@]}") missing=() entry package command
     [[ "$OMNI_ENV_TIER" == "test" ]] && wanted+=("${APT_TEST[@]}")
     for entry in "${wanted[@]}"; do
         package="${entry%%:*}" command="${entry#*:}"
         if [[ -n "$command" ]]; then
-            command -v "$command" >/dev/null 2>&1 || missing+=("$package")
+            PATH="$PATH:$SBIN_DIRS" command -v "$command" >/dev/null 2>&1 || missing+=("$package")
         elif [[ "$(dpkg-query -W -f='${db:Status-Status}' "$package" 2>/dev/null)" != installed ]]
         then
             missing+=("$package")
@@ -150,4 +154,5 @@ fi
 _env_apt || { _env_log "error: apt-get could not install the system packages"; return 1; }
 export OMNI_ENV_READY="$ROOT:$OMNI_ENV_TIER"
 export PATH="$VENV/bin:$ROOT/node_modules/.bin:$PATH"
+unset SBIN_DIRS
 unset -f _env_log _env_python_want _env_python _env_npm_ci _env_node _env_apt

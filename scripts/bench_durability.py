@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from omni_cli.cluster import free_port, haproxy_config, proxy_sees_all_up, redis_command
+from omni_cli.cluster import free_port, haproxy_config, program, proxy_sees_all_up, redis_command
 from omni_grpc.bench import harness
 from omni_grpc.bench.grpc_load import Load, mirror_settings
 
@@ -78,7 +78,9 @@ class Redis:
         deadline = time.monotonic() + 10
         while (
             subprocess.run(
-                ["redis-cli", "-p", str(self.port), "ping"], capture_output=True, check=False
+                [program("redis-cli"), "-p", str(self.port), "ping"],
+                capture_output=True,
+                check=False,
             ).stdout.strip()
             != b"PONG"
         ):
@@ -161,7 +163,7 @@ async def sustained(replicas: int, workdir: Path, quick: bool) -> tuple[harness.
             bridges=[],
         )
     )
-    proxy = await asyncio.create_subprocess_exec("haproxy", "-db", "-f", str(config))
+    proxy = await asyncio.create_subprocess_exec(program("haproxy"), "-db", "-f", str(config))
     try:
         deadline = time.monotonic() + 30
         while not proxy_sees_all_up(ports[2], replicas):

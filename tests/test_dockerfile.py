@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from omni_cli.config import DEFAULT_HTTP_PORT
 from omni_grpc.server.settings import ServerSettings
 from tests.dockerfile_reading import (
@@ -34,11 +36,13 @@ def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.subprocess
 def test_hadolint_finds_nothing() -> None:
     linted = hadolint(DOCKERFILE)
     assert (linted.returncode, linted.stdout) == (0, ""), linted.stdout + linted.stderr
 
 
+@pytest.mark.subprocess
 def test_hadolint_does_find_what_it_should(tmp_path: Path) -> None:
     """The linter is real: a Dockerfile with the classic mistakes fails it."""
     bad = tmp_path / "Dockerfile"
@@ -137,6 +141,7 @@ def test_the_health_check_asks_grpc_health() -> None:
     assert "grpc_health.v1" in " ".join(health_check_command())
 
 
+@pytest.mark.subprocess
 async def test_the_health_check_passes_only_while_the_service_serves() -> None:
     async with serving() as running:
         assert await probe(running.grpc_port) == 0

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+# Each sources scripts/_env.sh in a bash of its own.
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 # The programs whose presence the test tier checks; espeak-ng is the serve tier's.
 TEST_COMMANDS = (
@@ -56,6 +59,14 @@ class Project:
         for name in ("scripts/_env.sh", "pyproject.toml", "package-lock.json"):
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, root / name)
+        # The sbin folders the script also looks in (an ordinary user's PATH leaves them out):
+        # one of the project's own, so the machine's programs never count.
+        self.sbin = root / "sbin"
+        self.sbin.mkdir()
+        script = (root / "scripts/_env.sh").read_text()
+        line = 'SBIN_DIRS="/usr/local/sbin:/usr/sbin:/sbin"\n'
+        assert line in script
+        (root / "scripts/_env.sh").write_text(script.replace(line, f'SBIN_DIRS="{self.sbin}"\n'))
         for package in ("omni_grpc", "bridge", "omni_cli"):
             (root / package).mkdir()
             (root / package / "__init__.py").write_text("")
@@ -180,3 +191,13 @@ def test_an_unknown_tier_is_refused(project: Project) -> None:
     assert done.returncode != 0
     assert "OMNI_ENV_TIER is everything; it must be serve or test" in done.stderr
     assert project.log.read_text() == ""
+
+
+def test_a_program_in_an_sbin_folder_is_installed_whatever_the_path(project: Project) -> None:
+    """Debian puts haproxy in /usr/sbin, which a user's PATH (/usr/local/bin:/usr/bin:/bin)
+    leaves out: found there, it is not asked of apt-get again."""
+    (project.stubs / "haproxy").rename(project.sbin / "haproxy")
+    assert [call for call in project.source("test")[1] if call.startswith("apt-get")] == []
+    (project.sbin / "haproxy").unlink()
+    calls = [call for call in project.source("test")[1] if call.startswith("apt-get")]
+    assert calls == ["apt-get update -qq", "apt-get install -y -qq haproxy"]

@@ -23,6 +23,7 @@ import aiohttp
 import pytest
 
 import omni_grpc
+from tests.conftest import starts_processes
 from tests.dockerfile_reading import REPO, copied_sources, health_check_command, read_dockerfile
 
 PYPROJECT = REPO / "pyproject.toml"
@@ -63,6 +64,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def wheel(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel built from that context, as the Dockerfile's first stage builds it."""
     out = tmp_path_factory.mktemp("wheel")
@@ -107,6 +109,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A fresh virtual environment holding the wheel and its dependencies; its bin folder."""
     venv = tmp_path_factory.mktemp("venv")

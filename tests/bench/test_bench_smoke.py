@@ -2,7 +2,9 @@
 
 ``omni-grpc bench`` (the gRPC service against a raw grpc.aio echo, from the package) and
 ``scripts/bench_bridge.py`` (the websocket bridge against a raw websocket echo) share the
-benchmark kit, so their progress lines and tables have the same shape.
+benchmark kit, so their progress lines and tables have the same shape. The peer benchmark
+(``scripts/bench_peer.py``, against vLLM-Omni's own server) needs ``.venv-vllm-omni``, so its
+smoke test is the vLLM tier's: tests/vllm/omni/test_bench_peer.py.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Each runs a benchmark as a child process.
+pytestmark = pytest.mark.subprocess
 
 REPO = Path(__file__).resolve().parents[2]
 NUMBER = r"\d+\.\d+"
@@ -141,46 +146,3 @@ def test_bridge_benchmark_with_two_processes_puts_both_to_work() -> None:
     split = next(r for r in table if r.startswith("| CPU of each process, 20 sessions"))
     shares = re.findall(r"(\d+)%", split)
     assert len(shares) == 2 and all(int(share) > 0 for share in shares), split
-
-
-@pytest.fixture(scope="module")
-def peer_environment() -> None:
-    """.venv-vllm-omni, where the peer (vLLM-Omni's own server) runs: made here when missing
-    (minutes, once; the vLLM tier reuses it), checked in well under a second when current."""
-    made = subprocess.run(
-        [str(REPO / "scripts" / "vllm_env.sh"), "vllm-omni"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        check=False,
-    )
-    assert made.returncode == 0, made.stderr[-4000:]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1700)  # the first call may make .venv-vllm-omni
-def test_peer_benchmark_loads_vllm_omni_and_our_bridge_alike(peer_environment: None) -> None:
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "bench_peer.py"), "--quick", "--json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    # The run fails itself when one session misses an answer it is owed, on either server.
-    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
-    document = json.loads(result.stdout)
-    assert document["benchmark"] == "peer"
-    one = document["one_session_20ms"]
-    assert one["bridge"]["received"] == one["bridge"]["sent"]
-    assert one["vllm-omni"]["received"] >= 1  # a second of input: one model unit, answered
-    # Both servers measured at the fixed load, each with its engine's own share: our mirror's
-    # and vLLM-Omni's stage stand-in's.
-    fixed = {c["kind"]: c for c in document["cpu_per_chunk"]}
-    assert set(fixed) == {"vllm-omni", "bridge"}
-    for cost in fixed.values():
-        assert 0 < cost["engine_us"] < cost["server_us"]
-    rows = document["table"]["rows"]
-    assert rows[0][0] == "server CPU per chunk, 10 paced sessions, 20 ms chunks"
-    assert any(row[0].startswith("sessions sustained, p99 answer < 50 ms, 100 ms") for row in rows)

@@ -23,6 +23,7 @@ import asyncio
 import random
 from collections import defaultdict
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import pytest
@@ -39,10 +40,11 @@ from omni_grpc.core.journal import Journal
 from omni_grpc.core.registry import Registry
 from omni_grpc.engine.loopback.session import LoopbackSession
 from omni_grpc.server.app import RunningServer
+from omni_grpc.server.settings import ServerSettings
 from omni_grpc.wire import pb
 from tests.client.conftest import CONFIG, tone
 from tests.client.proxy import ChaosProxy
-from tests.serving import serving, settings
+from tests.serving import settings
 
 SESSIONS = 24
 TAKEOVERS = 4
@@ -71,8 +73,8 @@ class Truth:
                 self.journaled[id(journal)].append(payload)
             return kept
 
-        def opening(registry: Registry, request: pb.OpenSession, now: float, *, key: str = ""):  # type: ignore[no-untyped-def]
-            session, effects = open_session(registry, request, now, key=key)
+        def opening(registry: Registry, request: pb.OpenSession, now: float, **kw: Any):  # type: ignore[no-untyped-def]
+            session, effects = open_session(registry, request, now, **kw)
             self.journals[session.id] = session.journal
             return session, effects
 
@@ -103,15 +105,18 @@ class Truth:
 
 
 @pytest.fixture
+def server_settings() -> ServerSettings:
+    """The shared ``server`` keeps a cut session for 30 s."""
+    return settings(limits=Limits(disconnect_grace_s=30.0))
+
+
+@pytest.fixture
 async def chaos(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, server: RunningServer
 ) -> AsyncIterator[tuple[Truth, RunningServer, ChaosProxy]]:
     truth = Truth(monkeypatch)
-    async with (
-        serving(settings(limits=Limits(disconnect_grace_s=30.0))) as running,
-        ChaosProxy("127.0.0.1", running.grpc_port, seed=7) as proxy,
-    ):
-        yield truth, running, proxy
+    async with ChaosProxy("127.0.0.1", server.grpc_port, seed=7) as proxy:
+        yield truth, server, proxy
 
 
 class Talker:

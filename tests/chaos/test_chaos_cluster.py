@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_cli.cluster import free_port, haproxy_config, proxy_sees_all_up, redis_command
+from omni_cli.cluster import free_port, haproxy_config, program, proxy_sees_all_up, redis_command
 from omni_grpc.core import Limits
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
@@ -26,6 +26,9 @@ from tests.chaos.test_chaos import SESSIONS, TAKEOVERS, Talker, Truth, check_ses
 from tests.client.proxy import ChaosProxy
 from tests.cluster.local import ROOT, wait_for
 from tests.serving import settings
+
+# Redis and HAProxy are child processes.
+pytestmark = pytest.mark.subprocess
 
 REPLICAS = 3
 
@@ -64,7 +67,7 @@ async def replicas_behind_haproxy(tmp: Path) -> AsyncIterator[tuple[list[Running
                 bridges=[],
             )
         )
-        proxy = await asyncio.create_subprocess_exec("haproxy", "-db", "-f", str(config))
+        proxy = await asyncio.create_subprocess_exec(program("haproxy"), "-db", "-f", str(config))
         await wait_for(
             lambda: asyncio.to_thread(proxy_sees_all_up, ports[2], REPLICAS), 60, "HAProxy"
         )

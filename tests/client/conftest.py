@@ -1,4 +1,5 @@
-"""A real server (tests/serving.py) and a chaos proxy in front of it, for client tests."""
+"""A chaos proxy in front of the shared ``server`` (tests/conftest.py), and helpers, for client
+tests."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from omni_grpc.client import ClientOptions, DuplexClient, ReconnectPolicy
 from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
 from tests.client.proxy import ChaosProxy
-from tests.serving import serving
 from tests.serving import settings as settings  # the client tests start servers with it
 
 RATE_HZ = 16000
@@ -76,12 +76,6 @@ def journal_length(server: RunningServer, session_id: str) -> int:
     """How many events the server still keeps for a session (acks shrink it)."""
     session = next(s for s in server.registry if s.id == session_id)
     return len(session.journal)
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[RunningServer]:
-    async with serving() as running:
-        yield running
 
 
 @pytest.fixture

@@ -205,6 +205,7 @@ def test_wav_input_is_mixed_down_and_resampled_when_needed(tmp_path: Path) -> No
     assert resampled.rate_hz == 16000 and abs(resampled.duration_ms - 1000) < 1
 
 
+@pytest.mark.subprocess
 def test_bench_runs_the_packaged_benchmark() -> None:
     result = subprocess.run(
         [*CLI, "bench", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
@@ -256,6 +257,7 @@ async def first_event(url: str, headers: dict[str, str] | None = None) -> dict[s
         return event
 
 
+@pytest.mark.subprocess
 async def test_bridge_command_relays_to_a_running_service() -> None:
     """The client's key opens the bridge; the bridge's own key opens the service."""
     async with (
@@ -274,6 +276,7 @@ async def test_bridge_command_relays_to_a_running_service() -> None:
         assert refused.value.status == 401
 
 
+@pytest.mark.subprocess
 async def test_bridge_command_reaches_a_tls_service(tmp_path: Path) -> None:
     cert, key = self_signed_certificate(tmp_path)
     tls = settings(tls_cert_file=str(cert), tls_key_file=str(key))
@@ -286,6 +289,7 @@ async def test_bridge_command_reaches_a_tls_service(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_serve_and_talk_end_to_end(tmp_path: Path) -> None:
     wav = _speech_wav(tmp_path / "hello.wav")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

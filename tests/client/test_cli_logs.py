@@ -118,6 +118,7 @@ async def _bridge_conversation(http_port: int) -> tuple[set[str], set[str]]:
     return {created["session"]["id"]}, {created["resume_token"], resumed["resume_token"]}
 
 
+@pytest.mark.subprocess
 async def test_json_logs_carry_session_ids_and_no_secrets(tmp_path: Path) -> None:
     log, http_port = tmp_path / "serve.log", _free_port()
     flags = ["--http-port", str(http_port), "--engine", "loopback", "--engine-option", "pace=fast"]
@@ -143,6 +144,7 @@ async def test_json_logs_carry_session_ids_and_no_secrets(tmp_path: Path) -> Non
         assert token and token not in text
 
 
+@pytest.mark.subprocess
 def test_espeak_starts_leave_no_fork_warning(tmp_path: Path) -> None:
     """The embedded engine speaks through espeak-ng subprocesses while gRPC calls are live."""
     log, wav, reply = tmp_path / "serve.log", tmp_path / "hello.wav", tmp_path / "reply.wav"

@@ -2,59 +2,38 @@
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from omni_grpc.client import ClientOptions, ConnectionLost, DuplexClient, ReconnectPolicy
-from omni_grpc.server.app import RunningServer, start_server
+from omni_grpc.server.app import RunningServer
+from omni_grpc.server.settings import ServerSettings
 from tests.client.conftest import OPTIONS, collect_until, settings
+from tests.conftest import starts_processes
+from tests.serving import self_signed_certificate
 
 ONE_SHOT = ClientOptions(open_retry=ReconnectPolicy(max_attempts=1))
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    """A throwaway certificate for 127.0.0.1 and localhost, made with the openssl tool."""
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return cert, key
-
-
 @pytest.fixture(scope="module")
+@starts_processes
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return _self_signed(tmp_path_factory.mktemp("tls"))
+    return self_signed_certificate(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture
-async def tls_server(certificate: tuple[Path, Path]) -> AsyncIterator[tuple[RunningServer, bytes]]:
+def server_settings(certificate: tuple[Path, Path]) -> ServerSettings:
+    """The shared ``server`` serves TLS only, with the certificate."""
     cert, key = certificate
-    running = await start_server(settings(tls_cert_file=str(cert), tls_key_file=str(key)))
-    yield running, cert.read_bytes()
-    await running.stop()
+    return settings(tls_cert_file=str(cert), tls_key_file=str(key))
+
+
+@pytest.fixture
+def tls_server(
+    server: RunningServer, certificate: tuple[Path, Path]
+) -> tuple[RunningServer, bytes]:
+    return server, certificate[0].read_bytes()
 
 
 async def test_tls_session_with_pinned_roots(tls_server: tuple[RunningServer, bytes]) -> None:

@@ -4,7 +4,7 @@ says a WAV file, and the client carries on at the peer that adopted it, with eve
 and in order, and the peer's routing key (from ``session_resumed``) as the one it now sends.
 
 Each test drains the owner of its own session, so the two leave one replica of three. The
-clients' own tests (test_node_client.py, test_go_client.py) judge every byte against the server
+clients' own tests (test_clients.py) judge every byte against the server
 and check that a resume presents the routing key; here it is the real proxy and the move: the
 key a client keeps at the end is the adopter's. Whether a resume met a refusal on the way (a
 draining owner answers ``session_elsewhere`` until HAProxy takes it out) depends on timing, so
@@ -27,8 +27,7 @@ import pytest
 from google.protobuf import json_format
 
 from omni_grpc.wire import pb
-from tests.clients.test_go_client import GoBuild, go_build  # noqa: F401 (a fixture)
-from tests.clients.test_node_client import stream_wav  # noqa: F401 (a fixture)
+from tests.clients.driver import GoBuild
 from tests.cluster.local import LOOPBACK, LocalCluster, wait_for
 
 RATE_HZ = 16000
@@ -90,7 +89,7 @@ def assert_contiguous(seqs: list[int]) -> None:
 
 async def test_the_node_client_follows_its_session_to_the_adopter(
     cluster: LocalCluster,
-    stream_wav: Path,  # noqa: F811
+    stream_wav: Path,
     tmp_path: Path,
 ) -> None:
     tone(tmp_path / "in.wav")
@@ -114,7 +113,7 @@ async def test_the_node_client_follows_its_session_to_the_adopter(
 
 async def test_the_go_client_follows_its_session_to_the_adopter(
     cluster: LocalCluster,
-    go_build: GoBuild,  # noqa: F811
+    go_build: GoBuild,
     tmp_path: Path,
 ) -> None:
     tone(tmp_path / "in.wav")

@@ -132,6 +132,7 @@ def test_every_core_module_is_scanned() -> None:
     } <= scanned
 
 
+@pytest.mark.subprocess
 def test_importing_the_core_executes_and_loads_nothing_forbidden() -> None:
     report = dynamic_violations("omni_grpc.core", REPO_ROOT)
     assert report == {"direct": [], "loaded": [], "heavy": []}
@@ -159,6 +160,7 @@ def test_static_check_catches_planted_imports(planted: Path) -> None:
     ]
 
 
+@pytest.mark.subprocess
 def test_dynamic_check_catches_planted_imports(planted: Path) -> None:
     (planted / "plantedcore" / "sneaky.py").unlink()  # numpy may not be importable everywhere
     report = dynamic_violations("plantedcore", planted)

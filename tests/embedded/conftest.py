@@ -18,6 +18,7 @@ from types import ModuleType
 import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine
+from tests.conftest import loads_models
 
 
 def _load_script(name: str) -> ModuleType:
@@ -38,6 +39,7 @@ word_error_rate = _load_script("word_error_rate")
 
 
 @pytest.fixture(scope="session")
+@loads_models
 def engine() -> Iterator[EmbeddedEngine]:
     """The embedded engine with the echo responder (and SmolLM2 to judge the end of turns
     under semantic detection); sessions pick their own pace."""

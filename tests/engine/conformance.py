@@ -3,7 +3,8 @@
 An :class:`EngineSpec` says how to build an engine for tests; :class:`Probe` drives one of its
 sessions: it numbers commands like the core does, reads events on a task of its own (so a
 timed-out read never breaks the engine's event stream) and keeps everything it saw.
-:func:`check_lifecycles` holds the response rules that hold for any engine.
+:func:`check_lifecycles` holds the response rules that hold for any engine. :class:`ScheduleClock`
+is a kit clock on which waiting costs nothing, for reading a paced engine's schedule.
 """
 
 from __future__ import annotations
@@ -37,6 +38,33 @@ RESPONSE_OUTPUT = frozenset(
 )
 
 
+class ScheduleClock:
+    """A kit clock (:class:`omni_grpc.engine.kit.Clock`) on which waiting costs nothing: each
+    sleep moves time on by its length at once, and is kept in :attr:`sleeps`.
+
+    A session paced on it keeps its schedule exactly however fast the machine runs, so a test
+    reads what the session decided (when each chunk was due, how long its turn took) rather
+    than how long a loaded machine took. It serves one paced session at a time: two sleeping at
+    once would each move the other's time on.
+    """
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = start
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self._now += max(0.0, seconds)
+        await asyncio.sleep(0)  # others run between two chunks, as they would in real time
+
+    def advance(self, seconds: float) -> None:
+        """Time passes with nobody asleep (a reader away, say)."""
+        self._now += seconds
+
+
 @dataclass(frozen=True, slots=True)
 class EngineSpec:
     """How the suite gets an engine: ``make`` builds one that has not been started."""
@@ -44,6 +72,9 @@ class EngineSpec:
     name: str
     make: Callable[[], Engine]
     timeout_s: float = 5.0  # the longest wait for any one event
+    # The clock ``make``'s engines pace and time on, when it is a test's: then how long an
+    # engine took is read on it (what the engine decided), not on the wall clock.
+    clock: ScheduleClock | None = None
 
     def __str__(self) -> str:
         return self.name
@@ -69,9 +100,12 @@ class Probe:
 
     _END = object()
 
-    def __init__(self, session: EngineSession, timeout_s: float) -> None:
+    def __init__(
+        self, session: EngineSession, timeout_s: float, clock: ScheduleClock | None = None
+    ) -> None:
         self.session = session
         self.timeout_s = timeout_s
+        self.now = clock.now if clock else time.monotonic  # the engine's clock
         self.seen: list[pb.ConverseResponse] = []
         self.failure: BaseException | None = None
         self.delivered = 0  # events the session's stream has yielded so far
@@ -144,7 +178,7 @@ class Probe:
 async def open_probe(engine: Engine, spec: EngineSpec, session_id: str = "s1") -> Probe:
     """Opens a session with the default configuration and starts reading it."""
     session = await engine.open_session(session_id, default_config(engine))
-    return Probe(session, spec.timeout_s)
+    return Probe(session, spec.timeout_s, spec.clock)
 
 
 def kinds(events: list[pb.ConverseResponse]) -> list[str]:
@@ -228,12 +262,13 @@ async def cancel_mid_response(
 ) -> tuple[list[pb.ConverseResponse], pb.Response, float]:
     """Starts a long answer and cancels it after its first audio.
 
-    Returns the answer's events, its done, and the seconds from the cancel to the done.
+    Returns the answer's events, its done, and the seconds from the cancel to the done, on the
+    engine's clock (:attr:`Probe.now`).
     """
     await probe.append(voice_like(20.0), chunk_ms=200)
     await probe.send(commit_input_audio=pb.CommitInputAudio())
     before = await probe.until("output_audio_delta")
-    cancelled_at = time.monotonic()
+    cancelled_at = probe.now()
     await cancel()
     rest = await probe.until("response_done")
-    return before + rest, rest[-1].response_done.response, time.monotonic() - cancelled_at
+    return before + rest, rest[-1].response_done.response, probe.now() - cancelled_at

@@ -26,12 +26,16 @@ from .conformance import EngineSpec, Probe, check_lifecycles, kinds
 from .test_conformance import TURN_TAKING
 
 HEARING = [
-    EngineSpec(
-        "embedded",
-        lambda: create_engine(
-            "embedded", {"responder": "echo", "turn_judge": "on", "pace": "fast"}
+    pytest.param(
+        EngineSpec(
+            "embedded",
+            lambda: create_engine(
+                "embedded", {"responder": "echo", "turn_judge": "on", "pace": "fast"}
+            ),
+            60.0,
         ),
-        60.0,
+        marks=[pytest.mark.model, pytest.mark.subprocess],  # its models; espeak-ng speaks
+        id="embedded",
     ),
     vllm_hearing_spec(),  # runs in .venv-vllm only (marked vllm): see tests/vllm
 ]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -16,12 +14,14 @@ from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.loopback import LoopbackEngine, LoopbackOptions
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import SUPPORTED_RATES_HZ
+from tests.serving import eventually
 
 from .conformance import (
     IN_RATE,
     OUT_RATE,
     EngineSpec,
     Probe,
+    ScheduleClock,
     audio_ms,
     check_lifecycles,
     default_config,
@@ -44,8 +44,10 @@ def peak_hz(pcm16: bytes, rate_hz: int) -> float:
     return float(np.fft.rfftfreq(samples.size, 1 / rate_hz)[spectrum.argmax()])
 
 
-async def loopback_probe(options: dict[str, str]) -> tuple[LoopbackEngine, Probe]:
-    engine = LoopbackEngine(options)
+async def loopback_probe(
+    options: dict[str, str], clock: ScheduleClock | None = None
+) -> tuple[LoopbackEngine, Probe]:
+    engine = LoopbackEngine(options, clock=clock) if clock else LoopbackEngine(options)
     return engine, await open_probe(engine, EngineSpec("loopback", lambda: engine))
 
 
@@ -87,28 +89,31 @@ async def test_the_answer_is_the_turn_played_back(probe: Probe) -> None:
 
 
 async def test_realtime_pace_takes_as_long_as_the_audio() -> None:
-    engine, probe = await loopback_probe({"pace": "realtime"})
+    clock = ScheduleClock()  # the engine's schedule, read without waiting for it
+    engine, probe = await loopback_probe({"pace": "realtime"}, clock)
     try:
         await probe.append(voice_like(1.0))
-        started = time.monotonic()
+        started = clock.now()
         await probe.send(commit_input_audio=pb.CommitInputAudio())
-        first = await probe.until("output_audio_delta")
-        first_at = time.monotonic() - started
-        events = first + await probe.until("response_done")
-        elapsed = time.monotonic() - started
+        events = await probe.until("response_done")
+        elapsed = clock.now() - started
     finally:
         await engine.stop()
     assert audio_ms(events) == pytest.approx(1000.0)
-    assert 0.08 <= first_at < 0.5  # the first 100 ms chunk is due when it is "generated"
-    assert 0.9 <= elapsed < 2.0
+    # Each 100 ms chunk is due when it is "generated": the first 100 ms after the commit.
+    assert clock.sleeps == pytest.approx([0.1] * 10)
+    assert elapsed == pytest.approx(1.0)
     latency = events[-1].response_done.response.latency
-    assert latency.total_ms >= 900 and latency.real_time_factor >= 0.9
+    assert latency.first_audio_ms == pytest.approx(100.0)
+    assert latency.total_ms == pytest.approx(1000.0)
+    assert latency.real_time_factor == pytest.approx(1.0)
 
 
 async def test_a_reader_that_falls_behind_gets_the_rest_on_schedule_not_in_a_burst() -> None:
     # 1 s of audio is 10 chunks of two events each; the event queue holds 8, so the player
     # waits for room while the reader is away.
-    engine = LoopbackEngine({"pace": "realtime", "queue_size": "8"})
+    clock = ScheduleClock()
+    engine = LoopbackEngine({"pace": "realtime", "queue_size": "8"}, clock=clock)
     session = await engine.open_session("s", default_config(engine))
     try:
         for chunk in audio.chunk_pcm16(voice_like(1.0), IN_RATE // 10 * 2):
@@ -116,17 +121,22 @@ async def test_a_reader_that_falls_behind_gets_the_rest_on_schedule_not_in_a_bur
                 pb.ConverseRequest(append_input_audio=pb.AppendInputAudio(audio=chunk))
             )
         await session.submit(pb.ConverseRequest(commit_input_audio=pb.CommitInputAudio()))
-        await asyncio.sleep(0.6)  # the reader is away for six chunks' time
-        back = time.monotonic()
+        # The turn's four events and two chunks fill the queue; the third chunk waits for room.
+        await eventually(lambda: session.queue_depths()[1] == 8)
+        assert clock.sleeps == pytest.approx([0.1] * 3)
+        clock.advance(0.6)  # the reader is away for six chunks' time
+        back, paced = clock.now(), len(clock.sleeps)
         async for event in session.events():
             if event.HasField("response_done"):
                 break
-        after = time.monotonic() - back
+        after = clock.now() - back
     finally:
         await engine.stop()
-    # The schedule restarts from the late chunk: the seven chunks not yet due when the reader
-    # left come 100 ms apart (a burst of the backlog would end about 0.4 s after it came back).
-    assert after >= 0.6
+    # The schedule restarts from the late chunk: the seven chunks after the one that waited
+    # come 100 ms apart (a burst of the backlog would come at once: six already due, the
+    # last 100 ms after the reader came back).
+    assert clock.sleeps[paced:] == pytest.approx([0.1] * 7)
+    assert after == pytest.approx(0.7)
 
 
 async def test_a_commit_that_does_not_say_follows_turn_detection(probe: Probe) -> None:
@@ -144,18 +154,21 @@ async def test_a_commit_that_does_not_say_follows_turn_detection(probe: Probe) -
 
 
 async def test_speed_and_chunk_ms_shape_the_output() -> None:
-    engine, probe = await loopback_probe({"speed": "4", "chunk_ms": "250"})
+    clock = ScheduleClock()
+    engine, probe = await loopback_probe({"speed": "4", "chunk_ms": "250"}, clock)
     try:
-        started = time.monotonic()
+        started = clock.now()
         events = await run_turn(probe, 1.0)
-        elapsed = time.monotonic() - started
+        elapsed = clock.now() - started
     finally:
         await engine.stop()
     durations = [
         e.output_audio_delta.duration_ms for e in events if e.HasField("output_audio_delta")
     ]
     assert durations == [250.0] * 4
-    assert 0.2 <= elapsed < 0.9
+    # A 250 ms chunk at four times real time is due every 62.5 ms: 1 s of audio in 0.25 s.
+    assert clock.sleeps == pytest.approx([0.0625] * 4)
+    assert elapsed == pytest.approx(0.25)
 
 
 async def test_a_text_turn_is_answered_with_a_tone(probe: Probe) -> None:
@@ -196,9 +209,12 @@ async def test_a_cancel_takes_back_output_nobody_has_read() -> None:
         await session.submit(
             pb.ConverseRequest(client_seq=2, commit_input_audio=pb.CommitInputAudio())
         )
-        await asyncio.sleep(0.2)  # nobody reads: the answer fills the bounded queue and waits
+        # Nobody reads: the answer fills the bounded queue and waits.
+        await eventually(lambda: session.queue_depths()[1] == 8)
         await session.submit(pb.ConverseRequest(client_seq=3, cancel_response=pb.CancelResponse()))
-        await asyncio.sleep(0.1)  # the cancel is applied before the reader comes back
+        # The cancel is applied before the reader comes back: the turn's four events and the
+        # done are left, the rest taken back.
+        await eventually(lambda: session.queue_depths()[1] == 5)
         events = []
         async for event in session.events():
             events.append(event)

@@ -24,6 +24,7 @@ def test_an_unknown_engine_is_refused_with_the_known_names() -> None:
         create_engine("nope", {})
 
 
+@pytest.mark.subprocess
 def test_engines_are_imported_lazily_and_loopback_needs_no_model_runtime() -> None:
     script = (
         "import json, sys\n"

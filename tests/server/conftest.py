@@ -1,4 +1,4 @@
-"""A real server on a free local port (tests/serving.py) and a stub on it, for server tests."""
+"""A stub on the shared ``server`` (tests/conftest.py), for server tests."""
 
 from __future__ import annotations
 
@@ -9,13 +9,6 @@ import pytest
 
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import RunningServer
-from tests.serving import serving
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[RunningServer]:
-    async with serving() as running:
-        yield running
 
 
 @pytest.fixture

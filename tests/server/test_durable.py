@@ -22,6 +22,7 @@ from omni_grpc.server.durable import DurableStore, ItemLog, StoreUnavailable, jo
 from omni_grpc.wire import pb
 from omni_grpc.wire.stream_end import StreamBroken
 from tests.cluster.local import wait_for
+from tests.conftest import starts_processes
 from tests.core.helpers import ack, created, open_session
 from tests.server.streams import read
 from tests.serving import serving, settings
@@ -30,6 +31,7 @@ GRACE_S = 30.0
 
 
 @pytest.fixture
+@starts_processes
 async def redis_url(tmp_path: Path) -> AsyncIterator[str]:
     port = free_port()
     redis = await asyncio.create_subprocess_exec(
@@ -197,6 +199,7 @@ async def test_sync_waits_for_the_write_and_not_for_a_redis_that_is_away(
         await store.stop()
 
 
+@pytest.mark.subprocess
 async def test_a_resume_while_redis_is_away_is_told_to_retry_not_that_the_session_is_unknown(
     tmp_path: Path,
 ) -> None:

@@ -18,10 +18,10 @@ from omni_grpc.server.host import APPEND_TIMING_EVERY
 from omni_grpc.server.hot_metrics import CHUNK_BUCKETS_S, HotCounts
 from omni_grpc.wire import pb
 from tests.server.streams import open_stream, pcm16, read
-from tests.server.test_metrics import clock, metrics_port, scrape, server, value
+from tests.server.test_metrics import clock, metrics_port, scrape, server_clock, value
 from tests.serving import FakeClock
 
-__all__ = ["clock", "metrics_port", "server"]  # fixtures, shared with the metrics tests
+__all__ = ["clock", "metrics_port", "server_clock"]  # fixtures, shared with the metrics tests
 
 # On a bound, just past one, between two, beyond the last: every kind of bucket placement.
 TIMINGS_S = (0.00005, 0.00006, 0.0003, 0.0009, 0.001, 0.3, 0.000001)

@@ -39,9 +39,9 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-async def server(clock: FakeClock) -> AsyncIterator[RunningServer]:
-    async with serving(settings(), clock=clock) as running:
-        yield running
+def server_clock(clock: FakeClock) -> FakeClock:
+    """The shared ``server`` measures deadlines on the clock the test moves."""
+    return clock
 
 
 @pytest.fixture

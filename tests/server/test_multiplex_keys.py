@@ -5,7 +5,6 @@ own again (a stream with a wrong key is refused alone, the others on its call go
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from omni_grpc.client.channel import ChannelSettings
 from omni_grpc.client.multiplex import METHOD, MultiplexedConnection, MultiplexedStream
 from omni_grpc.server.app import RunningServer
+from omni_grpc.server.settings import ServerSettings
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import bearer_metadata
 from omni_grpc.wire.stream_end import StreamBroken
@@ -87,9 +87,9 @@ async def test_a_keyed_call_carries_streams_each_checked_by_its_own_key() -> Non
 
 
 @pytest.fixture
-async def running_keyed() -> AsyncIterator[RunningServer]:
-    async with serving(settings(api_keys=KEYS)) as running:
-        yield running
+def server_settings() -> ServerSettings:
+    """The shared ``server`` takes these keys."""
+    return settings(api_keys=KEYS)
 
 
 async def _session_closes(connection: MultiplexedConnection, key: str) -> None:
@@ -109,9 +109,9 @@ async def _read(stream: MultiplexedStream) -> pb.ConverseResponse | None:
 
 
 async def test_the_bridge_link_keys_its_calls_and_a_wrong_key_fails_alone(
-    running_keyed: RunningServer,
+    server: RunningServer,
 ) -> None:
-    connection = MultiplexedConnection(ChannelSettings(target=running_keyed.target), calls=1)
+    connection = MultiplexedConnection(ChannelSettings(target=server.target), calls=1)
     try:
         good = connection.converse(bearer_metadata("k1"))
         await good.write(OPEN)

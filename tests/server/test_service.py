@@ -316,6 +316,7 @@ async def test_drain_warns_attached_streams_and_refuses_new_ones() -> None:
     await running.stop()
 
 
+@pytest.mark.subprocess
 async def test_tls_serves_trusting_clients_only(tmp_path) -> None:
     cert, key = self_signed_certificate(tmp_path)
     running = await start_server(settings(tls_cert_file=str(cert), tls_key_file=str(key)))

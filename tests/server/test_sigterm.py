@@ -14,6 +14,9 @@ import pytest
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from tests.server.streams import open_stream, read
 
+# It signals a server of its own, a child process.
+pytestmark = pytest.mark.subprocess
+
 CLI = str(Path(sys.executable).parent / "omni-grpc")
 
 

@@ -5,7 +5,6 @@ beyond it is refused alike, whichever way it came; a place given back is taken a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -15,6 +14,7 @@ from omni_grpc.client.channel import ChannelSettings, Connection
 from omni_grpc.client.multiplex import MultiplexedConnection
 from omni_grpc.server.app import RunningServer
 from omni_grpc.server.local import LocalService
+from omni_grpc.server.settings import ServerSettings
 from omni_grpc.wire import pb
 from omni_grpc.wire.stream_end import StreamBroken
 from tests.serving import eventually, serving, settings
@@ -70,12 +70,13 @@ async def test_converse_multiplexed_and_in_process_streams_share_one_cap() -> No
 
 
 @pytest.fixture
-async def running() -> AsyncIterator[RunningServer]:
-    async with serving(settings(max_concurrent_streams=LIMIT)) as server:
-        yield server
+def server_settings() -> ServerSettings:
+    """The shared ``server`` has the cap."""
+    return settings(max_concurrent_streams=LIMIT)
 
 
-async def test_a_refused_converse_call_gives_its_place_back(running: RunningServer) -> None:
+async def test_a_refused_converse_call_gives_its_place_back(server: RunningServer) -> None:
+    running = server
     assert running.local is not None
     connection = Connection(ChannelSettings(target=running.target))
     try:

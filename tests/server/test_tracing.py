@@ -284,6 +284,7 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
+@pytest.mark.subprocess
 async def test_serve_exports_turns_over_otlp_only_when_asked(
     collector: tuple[Collector, int],
 ) -> None:

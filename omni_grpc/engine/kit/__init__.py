@@ -12,6 +12,7 @@
 * :mod:`.history`: the bounded, ordered conversation items.
 * :mod:`.event_queue`: :class:`EventQueue`, the bounded queue of a session's output events.
 * :mod:`.speech`: :class:`SpeechPlayer`, sentences to paced chunks on the media clock.
+* :mod:`.clock`: :class:`Clock`, what a session's pacing and latencies are read on.
 * :mod:`.tts`: espeak-ng speech synthesis and the sentence splitter.
 * :mod:`.options`: reading an engine's string options.
 * :mod:`.listening_session`: :class:`~.listening_session.ListeningSession`, a conversation
@@ -32,6 +33,7 @@ from omni_grpc.engine.kit.answers import (
     new_id,
     turn_latency,
 )
+from omni_grpc.engine.kit.clock import MONOTONIC, Clock
 from omni_grpc.engine.kit.conversation import (
     ConversationSession,
     SessionOptions,
@@ -45,7 +47,9 @@ from omni_grpc.engine.kit.worker import Handler, InlineHandler, WorkerSession
 
 __all__ = [
     "LEAD_MS",
+    "MONOTONIC",
     "Answer",
+    "Clock",
     "ConversationSession",
     "EventQueue",
     "Handler",

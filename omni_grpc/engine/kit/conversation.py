@@ -10,12 +10,12 @@ dispatch table (server VAD replaces the plain buffer kept here).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Protocol, Self
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.kit.answers import UserInput, acknowledge, find_answer, new_id
+from omni_grpc.engine.kit.clock import MONOTONIC, Clock
 from omni_grpc.engine.kit.history import item_text, user_item
 from omni_grpc.engine.kit.responses import ResponseSession
 from omni_grpc.engine.kit.worker import Handler
@@ -58,8 +58,12 @@ class ConversationSession(ResponseSession):
         config: pb.SessionConfig,
         options: SessionOptions,
         on_close: Callable[[Self], None],
+        *,
+        clock: Clock = MONOTONIC,
     ) -> None:
-        super().__init__(session_id, config, queue_size=options.queue_size, on_close=on_close)
+        super().__init__(
+            session_id, config, clock=clock, queue_size=options.queue_size, on_close=on_close
+        )
         self._max_input_bytes = pcm16_bytes(options.max_input_s * 1000, CANONICAL_INPUT_RATE_HZ)
         self._input = bytearray()  # uncommitted canonical input
 
@@ -97,7 +101,7 @@ class ConversationSession(ResponseSession):
         self._input += audio
 
     async def _on_commit_input_audio(self, request: pb.ConverseRequest) -> None:
-        turn_started = time.monotonic()
+        turn_started = self._clock.now()
         if not self._input:
             raise CommandError("input_audio_buffer_empty", "there is no input audio to commit")
         audio = bytes(self._input)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any, ClassVar
 
 from omni_grpc.core.errors import CommandError
@@ -32,6 +31,7 @@ from omni_grpc.engine.kit.answers import (
     new_id,
     output_item,
 )
+from omni_grpc.engine.kit.clock import MONOTONIC, Clock
 from omni_grpc.engine.kit.history import History, item_text
 from omni_grpc.engine.kit.worker import WorkerSession
 from omni_grpc.wire import pb
@@ -49,9 +49,13 @@ class ResponseSession(WorkerSession):
     # for something (transcripts) announces from its player with _announce_response.
     announce_at_start: ClassVar[bool] = True
 
-    def __init__(self, session_id: str, config: pb.SessionConfig, **worker: Any) -> None:
-        """``worker``: the arguments of :class:`WorkerSession`."""
+    def __init__(
+        self, session_id: str, config: pb.SessionConfig, *, clock: Clock = MONOTONIC, **worker: Any
+    ) -> None:
+        """``clock``: what turns and responses are timed on; ``worker``: the arguments of
+        :class:`WorkerSession`."""
         super().__init__(session_id, config, **worker)
+        self._clock = clock
         self._pending: list[UserInput] = []  # committed, not answered yet
         self._history = History(ITEMS_KEPT)
         self._answers: dict[str, Answer] = {}  # insertion-ordered, newest last
@@ -74,7 +78,7 @@ class ResponseSession(WorkerSession):
             )
         create = request.create_response
         await self._start_response(
-            time.monotonic(),
+            self._clock.now(),
             tuple(create.output_modalities) or self._modalities(),
             create.instructions if create.HasField("instructions") else None,
             metadata=dict(create.metadata),
@@ -179,7 +183,7 @@ class ResponseSession(WorkerSession):
     async def _start_deferred(self) -> None:
         if self._deferred and self._active is None and self._pending:
             self._deferred = False
-            await self._start_response(time.monotonic(), self._modalities(), by_server_vad=True)
+            await self._start_response(self._clock.now(), self._modalities(), by_server_vad=True)
 
     async def _cancel(
         self, answer: Answer, reason: str, first: pb.ConverseResponse | None = None
@@ -212,7 +216,7 @@ class ResponseSession(WorkerSession):
         self._history.add(item)
         for call in answer.calls:  # after the message, as the response made them
             self._history.add(call)
-        return done_event(answer, item, outcome, time.monotonic())
+        return done_event(answer, item, outcome, self._clock.now())
 
     def _require_active(self, response_id: str) -> Answer:
         if self._active is None:

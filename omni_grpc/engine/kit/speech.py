@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from omni_grpc import audio
 from omni_grpc.engine.kit.answers import Answer, split_words
+from omni_grpc.engine.kit.clock import MONOTONIC, Clock
 from omni_grpc.engine.kit.event_queue import EventQueue
 from omni_grpc.engine.kit.tts import SentenceSplitter, Synthesizer
 from omni_grpc.wire import pb
@@ -71,6 +71,7 @@ class Pacing:
     realtime: bool
     speed: float = 1.0  # divides the real-time schedule
     lead_ms: float = LEAD_MS
+    clock: Clock = MONOTONIC  # the session's: what the schedule and the latencies are read on
 
 
 class SpeechPlayer:
@@ -83,7 +84,8 @@ class SpeechPlayer:
         self._answer = answer
         self._chunk_bytes = pcm16_bytes(chunk_ms, CANONICAL_OUTPUT_RATE_HZ)
         self._pacing = pacing
-        self._origin: float | None = None  # the monotonic time at which media-clock 0 plays
+        self._clock = pacing.clock
+        self._origin: float | None = None  # the clock's time at which media-clock 0 plays
         self._clock_ms = 0.0  # the media clock at the end of what was released
         self._sent: collections.deque[tuple[float, bytes]] = collections.deque()  # for replays
         answer.settle = self.settle
@@ -96,7 +98,7 @@ class SpeechPlayer:
             await self._events.put(
                 pb.ConverseResponse(output_text_delta=pb.OutputTextDelta(delta=piece, **ids))
             )
-            answer.first_text = answer.first_text or time.monotonic()
+            answer.first_text = answer.first_text or self._clock.now()
             answer.sent_text += piece
 
     async def speak(self, pieces: AsyncIterator[str], tts: Synthesizer, voice: str) -> None:
@@ -150,12 +152,12 @@ class SpeechPlayer:
                 await self._wait_until_due(start_ms)
             if answer.speaks:
                 await self._events.put(audio_delta(chunk, start_ms, **ids))
-                answer.first_audio = answer.first_audio or time.monotonic()
+                answer.first_audio = answer.first_audio or self._clock.now()
                 answer.sent_ms = end_ms
                 self._keep(start_ms, chunk)
             self._clock_ms = end_ms
             await self._events.put(self._words(piece, ids))
-            answer.first_text = answer.first_text or time.monotonic()
+            answer.first_text = answer.first_text or self._clock.now()
             answer.sent_text += piece
             answer.marks.append((end_ms, len(answer.sent_text)))
 
@@ -199,11 +201,11 @@ class SpeechPlayer:
         if not pacing.realtime:
             await asyncio.sleep(0)  # still let commands (a cancel) in between chunks
             return
-        now = time.monotonic()
+        now = self._clock.now()
         # Late: past the time the client would play the chunk, or past its release time.
         late_ms = max(start_ms, start_ms - pacing.lead_ms)
         if self._origin is None or now > self._origin + late_ms / 1000 / pacing.speed:
             # First audio, or output fell behind: the schedule restarts from this chunk.
             self._origin = now - start_ms / 1000 / pacing.speed
         due = self._origin + (start_ms - pacing.lead_ms) / 1000 / pacing.speed
-        await asyncio.sleep(max(0.0, due - now))
+        await self._clock.sleep(max(0.0, due - now))

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from omni_grpc.core.limits import EngineFeatures
+from omni_grpc.engine import kit
 from omni_grpc.engine.base import Engine
 from omni_grpc.engine.loopback.options import LoopbackOptions
 from omni_grpc.engine.loopback.session import LoopbackSession
@@ -24,8 +25,13 @@ FEATURES = EngineFeatures(
 class LoopbackEngine(Engine):
     """Hosts loopback sessions; ``options`` as in the package docstring."""
 
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, options: Mapping[str, str] | None = None, *, clock: kit.Clock = kit.MONOTONIC
+    ) -> None:
+        """``clock``: what its sessions pace their output and time their turns on (a test's,
+        to read the schedule without waiting for it)."""
         self.options = LoopbackOptions.parse(options or {})
+        self._clock = clock
         # The mirror answers each append in its own format, so any pcm16 rate is native to it.
         mirror = self.options.mode == "mirror"
         features = replace(FEATURES, capacity=self.options.capacity)
@@ -35,7 +41,9 @@ class LoopbackEngine(Engine):
         self._sessions: set[LoopbackSession] = set()
 
     async def open_session(self, session_id: str, config: pb.SessionConfig) -> LoopbackSession:
-        session = LoopbackSession(session_id, config, self.options, self._sessions.discard)
+        session = LoopbackSession(
+            session_id, config, self.options, self._sessions.discard, clock=self._clock
+        )
         self._sessions.add(session)
         return session
 

@@ -33,12 +33,17 @@ class LoopbackSession(kit.ConversationSession):
         config: pb.SessionConfig,
         options: LoopbackOptions,
         on_close: Callable[[LoopbackSession], None],
+        *,
+        clock: kit.Clock = kit.MONOTONIC,
     ) -> None:
-        super().__init__(session_id, config, options, on_close)
+        super().__init__(session_id, config, options, on_close, clock=clock)
         self._options = options
         # A chunk is due once its audio would have been generated: a negative lead.
         self._pacing = kit.Pacing(
-            realtime=options.pace == "realtime", speed=options.speed, lead_ms=-options.chunk_ms
+            realtime=options.pace == "realtime",
+            speed=options.speed,
+            lead_ms=-options.chunk_ms,
+            clock=clock,
         )
         self._mirror: str | None = None  # mode=mirror: the id of its one open response
         self._mirror_ms = 0.0

@@ -33,6 +33,7 @@ from omni_grpc.server.durable import DurableStore
 from omni_grpc.server.local import LocalService
 from omni_grpc.server.multiplex import METHOD as CONVERSE_MANY
 from omni_grpc.server.multiplex import MultiplexServicer
+from omni_grpc.server.recording import Recorder
 from omni_grpc.server.servicer import SERVICE, DuplexServicer
 from omni_grpc.server.session_gauges import SESSION_GAUGES
 from omni_grpc.server.sessions import Sessions
@@ -100,6 +101,8 @@ class RunningServer:
             task.cancel()
         await self.server.stop(0)
         await self.sessions.abandon()
+        if self.sessions.recorder is not None:
+            await self.sessions.recorder.stop()
         if self.store is not None:
             await self.store.stop()
         await self.engine.stop()
@@ -154,6 +157,13 @@ async def start_server(
         await store.start()
     registry = Registry(settings.limits, engine.features)
     registry.route = settings.route
+    registry.recording = settings.recording.policy
+    recorder = None
+    if settings.recording.policy != "off":
+        replica = settings.route or f"{settings.host}:{settings.grpc_port}"
+        options = dict(settings.engine_options)
+        recorder = Recorder(settings.recording, clock, engine.features, options, replica)
+        await recorder.start()
     sessions = Sessions(
         registry,
         engine,
@@ -161,6 +171,7 @@ async def start_server(
         api_keys=settings.api_keys,
         tracer=server_tracer(tracer_provider),
         store=store,
+        recorder=recorder,
     )
     keyless = open_services(health=settings.open_health, reflection=settings.open_reflection)
     interceptors: list[grpc.aio.ServerInterceptor] = (
@@ -197,6 +208,8 @@ async def start_server(
         else server.add_insecure_port(address)
     )
     await server.start()
+    if recorder is not None and not settings.route:
+        recorder.replica = f"{settings.host}:{port}"  # the port a 0 picked
     for name in ("", SERVICE):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     running = RunningServer(

@@ -14,6 +14,7 @@ import argparse
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS
@@ -23,6 +24,7 @@ from omni_grpc.client.talk_cli import LOG_LEVELS
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
 from omni_grpc.server.durable import MODES as DURABILITY_MODES
+from omni_grpc.server.recording.settings import DAY_S, REDACTIONS, RecordSettings
 from omni_grpc.server.settings import ServerSettings
 
 ENV_PREFIX = "OMNI_GRPC_"
@@ -180,6 +182,11 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "durability": str,
     "redis_url": str,
     "bridge_workers": str,
+    "record": str,
+    "record_dir": str,
+    "record_redact": _split,
+    "record_max_age_days": str,
+    "record_max_mib": str,
 }
 # The serve settings that are fields of the server limits: flags, variables and top-level
 # keys of the file like the others, merged into the limits (besides the [limits] table).
@@ -219,7 +226,13 @@ def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 # Settings whose flags repeat (``--api-key a --api-key b``) under a singular name.
-_LIST_SETTINGS = ("engine_options", "api_keys", "allowed_origins", "allowed_hosts")
+_LIST_SETTINGS = (
+    "engine_options",
+    "api_keys",
+    "allowed_origins",
+    "allowed_hosts",
+    "record_redact",
+)
 
 
 def _flag_layer(args: argparse.Namespace) -> dict[str, Any]:
@@ -236,6 +249,8 @@ def _flag_layer(args: argparse.Namespace) -> dict[str, Any]:
         layer["allowed_origins"] = list(args.allowed_origin)
     if args.allowed_host:
         layer["allowed_hosts"] = list(args.allowed_host)
+    if args.record_redact:
+        layer["record_redact"] = [part for flag in args.record_redact for part in _split(flag)]
     return layer
 
 
@@ -296,6 +311,27 @@ def _durability(value: Any) -> str:
     return str(value)
 
 
+def _recording(merged: Mapping[str, Any]) -> RecordSettings:
+    """The recording settings (``record``, ``record_dir``, ``record_redact``, retention)."""
+    redact = [str(what) for what in merged.get("record_redact", ())]
+    unknown = sorted(set(redact) - set(REDACTIONS))
+    if unknown:
+        raise ConfigError(f"record_redact takes {' and '.join(REDACTIONS)}, not {unknown}")
+    try:
+        days = float(merged.get("record_max_age_days", RecordSettings().max_age_s / DAY_S))
+        mib = int(merged.get("record_max_mib", RecordSettings().max_total_bytes // MIB))
+        return RecordSettings(
+            policy=str(merged.get("record", "off")),
+            folder=Path(str(merged.get("record_dir", "recordings"))),
+            omit_audio="audio" in redact,
+            omit_text="text" in redact,
+            max_age_s=days * DAY_S,
+            max_total_bytes=mib * MIB,
+        )
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeSettings:
     """Merges defaults, file, environment and flags into the settings of ``serve``."""
     merged: dict[str, Any] = {}
@@ -340,6 +376,7 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         route=str(merged.get("route", "")),
         durability=_durability(merged.get("durability", "off")),
         redis_url=str(merged.get("redis_url", DEFAULT_REDIS_URL)),
+        recording=_recording(merged),
     )
     return ServeSettings(
         server=server,

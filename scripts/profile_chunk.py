@@ -11,7 +11,10 @@ The count is deterministic (no clock in it), so a change's effect is read off on
     .venv/bin/python scripts/profile_chunk.py --top 40     # and the functions, by calls
 
 ``--transport local`` drives the in-process entry point (what ``omni-grpc serve``'s bridge
-uses) instead of the gRPC servicer.
+uses) instead of the gRPC servicer. ``--record`` records the session (``--record all``, into a
+temporary folder): the count is then the event loop's calls, and the CPU time per chunk of the
+whole process, the writer thread's included, is printed beside it (a figure of the machine,
+unlike the count).
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ import cProfile
 import os
 import pstats
 import sys
+import tempfile
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import grpc
 import uvloop
@@ -31,6 +37,7 @@ from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, append, mirror_settings
 from omni_grpc.core import Registry
 from omni_grpc.engine import create_engine
 from omni_grpc.server.local import LocalService
+from omni_grpc.server.recording import Recorder, RecordSettings
 from omni_grpc.server.servicer import DuplexServicer
 from omni_grpc.server.sessions import Sessions
 from omni_grpc.wire import pb
@@ -94,8 +101,11 @@ def _requests(chunks: int) -> list[pb.ConverseRequest]:
     return requests
 
 
-async def _session(transport: str, chunks: int, profile: cProfile.Profile) -> int:
-    """Runs one session of ``chunks`` appends under ``profile``; returns the events written."""
+async def _session(
+    transport: str, chunks: int, profile: cProfile.Profile, record: str | None
+) -> tuple[int, float]:
+    """Runs one session of ``chunks`` appends under ``profile`` (recorded into ``record``);
+    returns the events written and the process's CPU seconds, its threads included."""
     settings = mirror_settings()
     engine = create_engine(settings.engine, dict(settings.engine_options))
     await engine.start()
@@ -105,7 +115,15 @@ async def _session(transport: str, chunks: int, profile: cProfile.Profile) -> in
     def clock() -> float:
         return now[0]
 
-    sessions = Sessions(Registry(settings.limits, engine.features), engine, clock)
+    registry = Registry(settings.limits, engine.features)
+    recorder = None
+    if record is not None:
+        registry.recording = "all"
+        recording = RecordSettings(policy="all", folder=Path(record))
+        recorder = Recorder(recording, clock, engine.features, {}, "profile")
+        await recorder.start()
+    sessions = Sessions(registry, engine, clock, recorder=recorder)
+    started = time.process_time()
     requests = _requests(chunks)
     written = 0
     if transport in ("grpc", "echo"):
@@ -135,8 +153,11 @@ async def _session(transport: str, chunks: int, profile: cProfile.Profile) -> in
         profile.disable()
         stream.cancel()
     await sessions.abandon()
+    if recorder is not None:
+        await recorder.stop()  # the writer's work is counted: it finishes here
+    cpu_s = time.process_time() - started
     await engine.stop()
-    return written
+    return written, cpu_s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -144,9 +165,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=2000)
     parser.add_argument("--transport", choices=("grpc", "local", "echo"), default="grpc")
     parser.add_argument("--top", type=int, default=0, help="list this many functions")
+    parser.add_argument("--record", action="store_true", help="record the session")
     args = parser.parse_args(argv)
     profile = cProfile.Profile()
-    written = uvloop.run(_session(args.transport, args.chunks, profile))
+    with tempfile.TemporaryDirectory(prefix="profile-chunk-") as folder:
+        run = _session(args.transport, args.chunks, profile, folder if args.record else None)
+        written, cpu_s = uvloop.run(run)
     if written < args.chunks:
         print(f"error: {written} events for {args.chunks} chunks", file=sys.stderr)
         return 1
@@ -162,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Python calls per chunk: {total / args.chunks:.1f}")
     print(f"of which in our code: {sum(ours.values()):.1f}")
     print(f"functions of ours on every chunk's path: {len(hot_ours)}")
+    print(f"process CPU per chunk, profiled (all threads): {cpu_s / args.chunks * 1e6:.0f} us")
     if args.top:
         ranked = sorted(per_chunk.items(), key=lambda item: -item[1])[: args.top]
         for (filename, line, name), count in ranked:

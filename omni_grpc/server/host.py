@@ -10,8 +10,8 @@ it), and output audio into the session's format on the way out, so neither the c
 engines ever see another format.
 
 A recorded session's host (:mod:`omni_grpc.server.recording`) has its ``receive``, ``deliver``
-and ``release`` (and its engine session's ``submit`` and ``submit_now``) wrapped on the
-instance, so that a host that is not recorded pays nothing for recording.
+and ``release`` wrapped on the instance, so that a host that is not recorded pays nothing for
+recording.
 """
 
 from __future__ import annotations
@@ -80,6 +80,10 @@ class SessionHost:
         # Told after each update_session the core applied (recording on request starts or
         # stops with the configuration); None when no one asks.
         self.on_config: Callable[[SessionHost], None] | None = None
+
+    def tail_heard(self) -> bytes:
+        """The audio the last commit flushed from the input resampler to the engine."""
+        return self._edge.last_tail
 
     @property
     def queued_events(self) -> int:

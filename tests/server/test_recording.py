@@ -128,7 +128,7 @@ async def test_on_request_records_only_the_sessions_that_ask(tmp_path: Path) -> 
 async def test_a_disk_that_falls_behind_stops_the_recording_and_never_the_session(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(recorder_module, "RECORDING_BUFFER_BYTES", 256 * 1024)
+    monkeypatch.setattr(recorder_module, "RECORDING_BUFFER_BYTES", 128 * 1024)
     slow_event, disk = PartWriter.event, threading.Event()
 
     def hanging(self: PartWriter, *args: object) -> None:

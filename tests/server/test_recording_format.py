@@ -77,17 +77,13 @@ def delta(seq: int, start_ms: float, ms: int, response: str = "resp_1") -> bytes
 def a_session(writer: PartWriter) -> None:
     """Open, 300 ms of speech, a commit, a 400 ms answer cut at 150 ms by a truncate."""
     writer.stream(100.0, 1, created())
-    for n in range(3):
-        append = pb.ConverseRequest(
-            client_seq=n + 1, append_input_audio=pb.AppendInputAudio(audio=pcm(100, 7, 24000))
-        )
-        writer.command(100.1 + n / 10, 1, append.SerializeToString(), "")
-        writer.heard(100.1 + n / 10, pcm(100), pb.AUDIO_ENCODING_PCM16, RATE)
-        writer.handled()
+    for n in range(3):  # 100 ms sent at 24 kHz each, heard at 16 kHz
+        sent = (0, 0, len(pcm(100, 7, 24000)))
+        heard = pcm(100)
+        writer.append(100.1 + n / 10, 1, "", n + 1, "", sent, None, heard, 1, RATE)
     commit = pb.ConverseRequest(client_seq=4, commit_input_audio=pb.CommitInputAudio())
-    writer.command(100.4, 1, commit.SerializeToString(), "")
+    writer.command(100.4, 1, commit.SerializeToString(), "", b"")
     writer.event(1, 100.4, event(1, input_committed=pb.InputCommitted(item_id="item_u")))
-    writer.handled()
     created_response = pb.ResponseCreated(response=pb.Response(id="resp_1"), item_id="item_a")
     writer.event(2, 100.5, event(2, response_created=created_response))
     for n in range(4):
@@ -96,10 +92,9 @@ def a_session(writer: PartWriter) -> None:
     writer.event(7, 100.5, event(7, response_done=pb.ResponseDone(response=done)))
     cut = pb.TruncateConversationItem(item_id="item_a", audio_end_ms=150)
     request = pb.ConverseRequest(client_seq=5, truncate_conversation_item=cut)
-    writer.command(100.7, 1, request.SerializeToString(), "")
+    writer.command(100.7, 1, request.SerializeToString(), "", b"")
     truncated = pb.ItemTruncated(item_id="item_a", audio_end_ms=150)
     writer.event(8, 100.7, event(8, item_truncated=truncated))
-    writer.handled()
     writer.flush(100.8)
 
 
@@ -156,7 +151,7 @@ def test_a_recording_without_text_or_audio_keeps_timings_only(tmp_path: Path) ->
     writer = PartWriter(info(tmp_path, omit_audio=True, omit_text=True))
     a_session(writer)
     text = pb.ConverseRequest(client_seq=6, append_input_text=pb.AppendInputText(text="my pin"))
-    writer.command(100.9, 1, text.SerializeToString(), "")
+    writer.command(100.9, 1, text.SerializeToString(), "", b"")
     writer.close(101.0, "ended")
     folder = tmp_path / "sess_test"
     assert not (folder / "audio.wav").exists()
@@ -228,9 +223,10 @@ def test_a_cancelled_answer_is_heard_until_its_cancel_and_placed_after_the_one_b
         chunk = pb.OutputAudioDelta(
             response_id="r1", start_ms=n * 100.0, duration_ms=100, sample_rate_hz=24000
         )
-        tracks.output(1.0, chunk)
+        tracks.output(1.0, chunk, b"")
     tracks.ended(1.1, "r1", cancelled=False)
-    tracks.output(1.5, pb.OutputAudioDelta(response_id="r2", duration_ms=500, sample_rate_hz=24000))
+    second = pb.OutputAudioDelta(response_id="r2", duration_ms=500, sample_rate_hz=24000)
+    tracks.output(1.5, second, b"")
     tracks.ended(1.8, "r2", cancelled=True)  # a barge-in 0.3 s into it
     assert tracks.advance(1.9) == []  # the first may still be truncated while it plays
     placed = tracks.advance(2.0 + SETTLE_S)
@@ -252,3 +248,39 @@ def test_retention_deletes_old_recordings_then_the_oldest_past_the_cap(tmp_path:
     gone = sweep(tmp_path, max_age_s=50, max_total_bytes=1500, live={"live"}, now=1000)
     assert sorted(path.name for path in gone) == ["a", "old"]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["b", "live", "not-a-recording"]
+
+
+def test_the_usual_event_is_written_as_proto_json_is() -> None:
+    from omni_grpc.server.recording.part import _delta_json
+    from omni_grpc.wire.recording import message_json
+
+    for delta in (
+        pb.OutputAudioDelta(),
+        pb.OutputAudioDelta(
+            response_id="r", item_id="i", encoding=1, sample_rate_hz=24000, start_ms=100.0
+        ),
+    ):
+        assert _delta_json(delta) == message_json(delta)
+
+
+def test_an_append_with_hints_keeps_them_and_counts_its_frames(tmp_path: Path) -> None:
+    from google.protobuf import struct_pb2
+
+    hints = struct_pb2.Struct()
+    hints.update({"is_speech": True, "transcript": "hello"})
+    frame = pb.VideoFrame(data=b"\xff\xd8 a photo", mime_type="image/jpeg")
+    rare = pb.AppendInputAudio(audio_end_ms=12.5, hints=hints, video_frames=[frame])
+    writer = PartWriter(info(tmp_path, omit_text=True))
+    sent = (pb.AUDIO_ENCODING_PCM16, 16000, 3200)
+    writer.append(100.1, 1, "", 1, "e1", sent, rare.SerializeToString(), pcm(100), 1, RATE)
+    writer.close(100.2, "ended")
+    folder = tmp_path / "sess_test"
+    [line] = [line for line in read_lines(folder / "events.jsonl") if line["type"] == "command"]
+    assert line["command"] == {
+        "encoding": "AUDIO_ENCODING_PCM16",
+        "sample_rate_hz": 16000,
+        "audio_end_ms": 12.5,
+        "hints": {"is_speech": True, "transcript": "<5 characters left out>"},
+    }
+    assert (line["video_frames"], line["sent_ms"], line["event_id"]) == (1, 100.0, "e1")
+    assert b"a photo" not in (folder / "events.jsonl").read_bytes()

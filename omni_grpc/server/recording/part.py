@@ -7,19 +7,20 @@ frames of the WAV (:mod:`.tracks`). Lines are written whole, a batch at a time, 
 size limit) is cut back to its last whole line, so the file always ends with a complete record,
 and the manifest says where the recording stopped and why.
 
-A command's line waits for the end of its handling, so that the audio the engine received for
-it (an append's, after conversion; a commit's resampler tail) is named on its line by its place
-in the user's track; the events it caused meanwhile follow it. Nothing written holds a key or a
+A command comes when its handling ended (see :mod:`.recorder`), so that the audio the engine
+received for it (an append's, after conversion; a commit's resampler tail) is named on its line
+by its place in the user's track; the events it caused follow it. Nothing written holds a key or a
 resume token: the server never sees keys here, and tokens are taken out of ``resume_session``,
 ``session_created`` and ``session_resumed`` before anything is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ import orjson
 from omni_grpc.server.recording import manifest
 from omni_grpc.server.recording.tracks import Placed, Tracks
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import SAMPLE_WIDTH
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, SAMPLE_WIDTH
 from omni_grpc.wire.recording import (
     FORMAT,
     MANIFEST,
@@ -38,6 +39,7 @@ from omni_grpc.wire.recording import (
     redact_text,
 )
 
+APPEND_KIND = "append_input_audio"
 # Reasons a recording stops before its session ends (the metric's label, the manifest's word).
 FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 
@@ -60,12 +62,26 @@ class PartInfo:
     first_seq: int  # the first event this part numbers itself
 
 
-@dataclass(slots=True)
-class _Pending:
-    """A command whose handling has not ended: its line, and the lines that came meanwhile."""
+_ENCODINGS: dict[int, str] = {int(v): pb.AudioEncoding.Name(v) for v in pb.AudioEncoding.values()}
 
-    line: dict[str, Any]
-    held: list[tuple[bytes, int]] = field(default_factory=list)
+
+def _delta_json(delta: pb.OutputAudioDelta, *, timed: bool = True) -> dict[str, Any]:
+    """An output audio delta as proto JSON (``message_json``'s output), without its audio
+    (and without its place on the response's clock, ``timed`` False)."""
+    body: dict[str, Any] = {}
+    if delta.response_id:
+        body["response_id"] = delta.response_id
+    if delta.item_id:
+        body["item_id"] = delta.item_id
+    if delta.encoding:
+        body["encoding"] = _ENCODINGS[delta.encoding]
+    if delta.sample_rate_hz:
+        body["sample_rate_hz"] = delta.sample_rate_hz
+    if timed and delta.start_ms:
+        body["start_ms"] = delta.start_ms
+    if timed and delta.duration_ms:
+        body["duration_ms"] = delta.duration_ms
+    return body
 
 
 def stop_reason(error: OSError) -> str:
@@ -95,10 +111,12 @@ class PartWriter:
             wav = os.fdopen(fd, "w+b")
         self.tracks = Tracks(wav, info.rate_hz)
         self._lines: list[tuple[bytes, int]] = []  # (line, its event seq or 0)
-        self._pending: _Pending | None = None
         self.last_seq = 0  # the last event seq written whole
         self._made_seq = 0  # the last event seq made into a line
         self._input_format = pb.AudioFormat()  # the session's, as its events tell it
+        # The parts of the usual lines that repeat (an append's format, a response's ids).
+        self._append_fields: dict[tuple[int, int, int], str] = {}
+        self._delta_fields: dict[tuple[str, str, int, int], str] = {}
         self.last_t = info.t0
         self._manifest(self._opened)
         self._add({"type": "recording", "format": FORMAT, "session_id": info.session_id,
@@ -107,48 +125,106 @@ class PartWriter:
 
     # -- what the host handed over ---------------------------------------------------------
 
-    def command(self, t: float, generation: int, body: bytes, skip: str) -> None:
-        """A command the server read on attachment ``generation`` (``skip``: why the session
-        did not apply it, "duplicate" or "stale"; "" when it did)."""
-        self._settle()
+    def append(
+        self,
+        t: float,
+        generation: int,
+        skip: str,
+        client_seq: int,
+        event_id: str,
+        sent: tuple[int, int, int],
+        extra: bytes | None,
+        heard: bytes | None,
+        encoding: int,
+        rate_hz: int,
+    ) -> None:
+        """An append the server read at ``t`` (the usual command: its line made here): what
+        the client ``sent`` (encoding, rate, bytes), its rare parts (``extra``), and the audio
+        the engine ``heard`` for it in ``encoding`` at ``rate_hz`` (None: skipped or refused)."""
+        if extra is not None or skip or event_id:  # the rare append: a line as any other
+            line = self._command_line(t, generation, client_seq, event_id, skip, APPEND_KIND)
+            body = self._append_body(*sent[:2])
+            line["sent_ms"] = round(self._sent_ms(*sent), 3)
+            if extra is not None:
+                rare = pb.AppendInputAudio.FromString(extra)
+                line["video_frames"] = len(rare.video_frames)  # counted, never recorded
+                del rare.video_frames[:]
+                body.update(self._text(message_json(rare)))
+            line["command"] = body
+            if heard is not None:
+                line["audio"] = self._heard(t, heard, encoding, rate_hz)
+            self._add(line)
+            return
+        # The usual one, on every chunk: its line written out directly (the same JSON).
+        self.last_t = t
+        where = ""
+        if heard is not None:
+            start, frames, resampled = self.tracks.user(t - self.info.t0, heard, encoding, rate_hz)
+            more = f',"resampled_from_hz":{rate_hz}' if resampled else ""
+            where = f',"audio":{{"track":"user","start":{start},"frames":{frames}{more}}}'
+        fields = self._append_fields.get(sent)
+        if fields is None:  # one per format and length a session sends in
+            encoded = orjson.dumps(self._append_body(*sent[:2])).decode()
+            fields = f'"sent_ms":{round(self._sent_ms(*sent), 3)!r},"command":{encoded}'
+            self._append_fields[sent] = fields
+        self._lines.append((
+            f'{{"type":"command","t":{t!r},"generation":{generation},"client_seq":{client_seq},'
+            f'"kind":"append_input_audio",{fields}{where}}}\n'.encode(),
+            0,
+        ))  # fmt: skip
+
+    @staticmethod
+    def _append_body(encoding: int, rate_hz: int) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if encoding:
+            body["encoding"] = _ENCODINGS[encoding]
+        if rate_hz:
+            body["sample_rate_hz"] = rate_hz
+        return body
+
+    def command(self, t: float, generation: int, body: bytes, skip: str, tail: bytes) -> None:
+        """Any other command the server read at ``t`` on attachment ``generation`` (``skip``:
+        why the session did not apply it, "duplicate" or "stale"); ``tail``: the audio a
+        commit flushed to the engine from the resampler."""
         request = pb.ConverseRequest.FromString(body)
         kind = request.WhichOneof("command") or ""
-        line: dict[str, Any] = {"type": "command", "t": t, "generation": generation,
-                                "client_seq": request.client_seq, "kind": kind}  # fmt: skip
-        if request.event_id:
-            line["event_id"] = request.event_id
-        if skip:
-            line["skipped"] = skip
+        line = self._command_line(t, generation, request.client_seq, request.event_id, skip, kind)
         if kind:
             inner = getattr(request, kind)
             if kind == "resume_session":
                 inner.resume_token = ""
-            elif kind == "append_input_audio":
-                line["sent_ms"] = round(self._sent_ms(inner), 3)  # the client's audio
-                inner.audio = b""
-                line["video_frames"] = len(inner.video_frames)
-                del inner.video_frames[:]  # camera frames are never recorded
             line["command"] = self._text(message_json(inner))
+        if tail:
+            line["audio"] = self._heard(t, tail, pb.AUDIO_ENCODING_PCM16, CANONICAL_INPUT_RATE_HZ)
+        self._add(line)
+
+    def _command_line(
+        self, t: float, generation: int, client_seq: int, event_id: str, skip: str, kind: str
+    ) -> dict[str, Any]:
         self.last_t = t
-        self._pending = _Pending(line)
+        line: dict[str, Any] = {"type": "command", "t": t, "generation": generation,
+                                "client_seq": client_seq, "kind": kind}  # fmt: skip
+        if event_id:
+            line["event_id"] = event_id
+        if skip:
+            line["skipped"] = skip
+        return line
 
-    def handled(self) -> None:
-        """The command's handling ended: its line, then what came meanwhile, go out."""
-        self._settle()
-
-    def heard(self, t: float, data: bytes, encoding: int, rate_hz: int) -> None:
-        """Audio the engine received (an append's, or a commit's resampler tail)."""
+    def _heard(self, t: float, data: bytes, encoding: int, rate_hz: int) -> dict[str, Any]:
+        """Places audio the engine received on the user's track; returns where."""
         start, frames, resampled = self.tracks.user(t - self.info.t0, data, encoding, rate_hz)
         where: dict[str, Any] = {"track": "user", "start": start, "frames": frames}
         if resampled:
             where["resampled_from_hz"] = rate_hz
-        if self._pending is not None:
-            self._pending.line["audio"] = where
+        return where
 
     def event(self, seq: int, t: float, payload: bytes, restored: bool = False) -> None:
         """A numbered event of the session (``restored``: one an adopting replica took from
         the store, numbered by a replica before it)."""
         event = pb.ConverseResponse.FromString(payload)
+        if event.HasField("output_audio_delta") and not restored:  # the usual event
+            self._delta(seq, t, event)
+            return
         line = self._event_line("event", t, event)
         line["seq"] = seq
         if restored:
@@ -156,6 +232,37 @@ class PartWriter:
         else:
             self._follow(t, event, line)
         self._add(line, seq)
+
+    def _delta(self, seq: int, t: float, event: pb.ConverseResponse) -> None:
+        """An output audio delta, on every chunk: its line written out directly."""
+        delta = event.output_audio_delta
+        data = delta.audio
+        self.tracks.output(t - self.info.t0, delta, data)
+        self.last_t = t
+        key = (delta.response_id, delta.item_id, delta.encoding, delta.sample_rate_hz)
+        fields = self._delta_fields.get(key)
+        if fields is None:  # one per response
+            fields = orjson.dumps(_delta_json(delta, timed=False)).decode()[1:-1]
+            self._delta_fields = {key: fields}
+        timing = ""
+        if delta.start_ms:
+            timing += f',"start_ms":{delta.start_ms!r}'
+        if delta.duration_ms:
+            timing += f',"duration_ms":{delta.duration_ms!r}'
+        body = "{" + (fields + timing if fields else timing[1:]) + "}"
+        if self.info.omit_audio:
+            audio = f'{{"bytes":{len(data)}}}'
+        else:
+            digest = hashlib.blake2b(data, digest_size=8).hexdigest()
+            audio = f'{{"bytes":{len(data)},"blake2b":"{digest}"}}'
+        applied = event.applied_client_seq
+        envelope = f'"applied_client_seq":{applied},' if applied else ""
+        self._made_seq = seq
+        line = (
+            f'{{"type":"event","t":{t!r},"kind":"output_audio_delta",{envelope}'
+            f'"audio":{audio},"event":{body},"seq":{seq}}}\n'
+        )
+        self._lines.append((line.encode(), seq))
 
     def stream(self, t: float, generation: int, payload: bytes) -> None:
         """An event of one stream only (seq 0): created, resumed, replaced, resync, going away,
@@ -172,14 +279,14 @@ class PartWriter:
     # -- writing ---------------------------------------------------------------------------
 
     def flush(self, now: float) -> None:
-        """Writes the lines made so far and the audio both tracks hold for good."""
+        """Writes the lines made so far, then the audio both tracks hold for good (the lines
+        first: should the disk fill, they are the record of what happened)."""
+        self._write_lines()
         for placed in self.tracks.advance(now - self.info.t0):
             self._placed(placed)
-        self._write_lines()
 
     def close(self, t: float, reason: str) -> None:
         """The part's end: everything written, the manifest says how it ended."""
-        self._settle()
         for placed in self.tracks.close(t - self.info.t0):
             self._placed(placed)
         self._add({"type": "end", "t": t, "reason": reason, "last_seq": self._made_seq})
@@ -192,6 +299,9 @@ class PartWriter:
         """A write failed: the files are closed as they are; the manifest says where they
         stop, if it can still be written."""
         try:
+            if self._fd >= 0 and self._lines:  # what is made, if the events file takes it
+                with contextlib.suppress(OSError):
+                    self._write_lines()
             self._close_events()
             self.tracks.drop()
         finally:
@@ -215,12 +325,9 @@ class PartWriter:
         inner = getattr(event, what)
         if what in ("session_created", "session_resumed"):
             inner.resume_token = ""
-        if what == "output_audio_delta":
-            data = inner.audio
-            line["audio"] = self._digest(data)
-            inner.audio = b""
-            line["event"] = message_json(inner)
-            inner.audio = data  # for the tracks (_follow)
+        if what == "output_audio_delta":  # the usual event: its JSON made here
+            line["audio"] = self._digest(inner.audio)
+            line["event"] = _delta_json(inner)
             return line
         line["event"] = self._text(message_json(inner))
         self.last_t = t
@@ -231,7 +338,8 @@ class PartWriter:
         at = t - self.info.t0
         what = line["kind"]
         if what == "output_audio_delta":
-            self.tracks.output(at, event.output_audio_delta)
+            delta = event.output_audio_delta
+            self.tracks.output(at, delta, delta.audio)
         elif what == "response_done":
             response = event.response_done.response
             cancelled = response.status == pb.RESPONSE_STATUS_CANCELLED
@@ -250,12 +358,12 @@ class PartWriter:
             change = {"t": t, "by": what, "config": config}
             self._manifest(lambda entry: entry.setdefault("configs", []).append(change))
 
-    def _sent_ms(self, append: pb.AppendInputAudio) -> float:
+    def _sent_ms(self, encoding: int, rate_hz: int, size: int) -> float:
         """How long the client's audio in an append was (its format, else the session's)."""
         fmt = self._input_format
-        encoding = append.encoding or fmt.encoding or pb.AUDIO_ENCODING_PCM16
-        rate = append.sample_rate_hz or fmt.sample_rate_hz or self.info.rate_hz
-        return len(append.audio) / SAMPLE_WIDTH.get(encoding, 2) * 1000 / rate
+        encoding = encoding or fmt.encoding or pb.AUDIO_ENCODING_PCM16
+        rate = rate_hz or fmt.sample_rate_hz or self.info.rate_hz
+        return size / SAMPLE_WIDTH.get(encoding, 2) * 1000 / rate
 
     def _digest(self, data: bytes) -> dict[str, Any]:
         if self.info.omit_audio:
@@ -273,17 +381,7 @@ class PartWriter:
 
     def _add(self, line: dict[str, Any], seq: int = 0) -> None:
         self._made_seq = seq or self._made_seq
-        encoded = (orjson.dumps(line) + b"\n", seq)
-        if self._pending is not None:
-            self._pending.held.append(encoded)
-        else:
-            self._lines.append(encoded)
-
-    def _settle(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            self._lines.append((orjson.dumps(pending.line) + b"\n", 0))
-            self._lines.extend(pending.held)
+        self._lines.append((orjson.dumps(line) + b"\n", seq))
 
     def _write_lines(self) -> None:
         """Writes the lines made so far, whole: a write that fails part way is cut back to

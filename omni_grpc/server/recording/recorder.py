@@ -3,9 +3,11 @@
 A :class:`Recorder` serves one server. When a session starts under a policy that records it
 (:func:`omni_grpc.core.config.resolve_recording` says so in its configuration in force), a
 :class:`Recording` wraps the two places every command and every event of a session already
-pass, the host's ``receive`` and ``deliver``, and the engine session's ``submit`` and
-``submit_now`` (what the engine heard). The wrappers are set on the host and engine session
-*instances*, so an unrecorded session runs the plain methods and pays nothing at all.
+pass, the host's ``receive`` and ``deliver`` (and ``release``, to note a detach). The wrappers
+are set on the host *instance*, so an unrecorded session runs the plain methods and pays
+nothing at all. A command is handed over once its handling ended: an append's audio is then
+what the engine received (the edge converts it in place), a commit's resampler tail is the
+host's :meth:`~omni_grpc.server.host.SessionHost.tail_heard`, and the events it made follow it.
 
 What the wrappers see goes, as tuples, into one list per server, handed to the writer thread
 (:mod:`.writer`) every :data:`BATCH_S`: a reference to a payload the core already made (an
@@ -23,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,12 +38,11 @@ from omni_grpc.server.recording.part import PartInfo, PartWriter
 from omni_grpc.server.recording.retention import RETENTION_EVERY_S, sweep
 from omni_grpc.server.recording.settings import RecordSettings
 from omni_grpc.server.recording.writer import (
+    APPEND,
     CLOSE,
     COMMAND,
     EVENT,
     FAIL,
-    HANDLED,
-    HEARD,
     NOTE,
     OPEN,
     STREAM,
@@ -59,7 +60,10 @@ logger = logging.getLogger(__name__)
 
 # Engine options whose names say they hold a secret: the manifest leaves their values out.
 SECRET_WORDS = ("key", "token", "secret", "password", "credential")
-BATCH_S = 0.05
+# How long records wait on the loop before they go to the writer thread together: the thread
+# wakes (and takes the GIL) less often, and writes a few hundred milliseconds per file at once;
+# a crash loses at most the batch not yet handed over.
+BATCH_S = 0.25
 RECORDING_BUFFER_BYTES = 16 * 1024 * 1024
 TOTAL_BUFFER_BYTES = 256 * 1024 * 1024
 _NUMBERED = b"\x08"  # a numbered event's bytes start with field 1 (seq), which is never 0
@@ -78,7 +82,9 @@ class Recording:
         self.broken = False  # set by the writer: its files failed, nothing more is written
         self.part: PartWriter | None = None  # the writer thread's own
         self._host = host
-        self._plain: dict[str, Any] = {}
+        self.receiving = 0  # commands being handled now (their events wait for them)
+        self.ending = False  # the session ended: the recording ends once nothing is handled
+        self._unnumbered: list[tuple[float, int, bytes]] = []  # sends of one stream, waiting
 
     def put(self, record: tuple[Any, ...]) -> None:
         """Hands one record over; stops the recording when its buffer is full."""
@@ -100,83 +106,105 @@ class Recording:
     # -- the wrappers ----------------------------------------------------------------------
 
     def install(self) -> None:
-        """Puts the recording wrappers on the host and its engine session."""
-        host, engine, session = self._host, self._host.engine, self._host.session
+        """Puts the recording wrappers on the host."""
+        host, session = self._host, self._host.session
         receive, deliver, release = host.receive, host.deliver, host.release
-        submit, submit_now = engine.submit, engine.submit_now
         clock, put = self.recorder.clock, self.put
 
         async def recorded_receive(
             generation: int, request: pb.ConverseRequest, size: int = 0
         ) -> float:
+            t = clock()
             seq = request.client_seq
             skip = ""
             if session.state is not State.ATTACHED or generation != session.generation:
                 skip = "stale"
             elif 0 < seq <= session.applied_client_seq:
                 skip = "duplicate"
-            body = request.SerializeToString()
-            put((COMMAND, self, len(body), clock(), generation, body, skip))
+            append = request.append_input_audio if request.HasField("append_input_audio") else None
+            sent = (append.encoding, append.sample_rate_hz, len(append.audio)) if append else None
+            self.receiving += 1
             try:
                 return await receive(generation, request, size)
             finally:
-                put((HANDLED, self, 0))
+                self.receiving -= 1
+                if append is not None and sent is not None:
+                    self._appended(t, generation, skip, request, append, sent)
+                else:
+                    body = request.SerializeToString()
+                    tail = host.tail_heard() if request.HasField("commit_input_audio") else b""
+                    put((COMMAND, self, len(body), t, generation, body, skip, tail))
+                self._events(())  # what the command made, after it
+                if self.ending and not self.receiving:
+                    self.recorder.finish(host, "ended")
 
         def recorded_deliver(effects: Effects) -> None:
-            self._events(effects)
+            if self.receiving:  # the command's events follow its line: only keep these
+                for generation, payload in effects.sends:
+                    if payload[:1] != _NUMBERED:
+                        self._unnumbered.append((clock(), generation, payload))
+            else:
+                self._events(effects.sends)
             deliver(effects)
             if effects.ended:
-                self.recorder.finish(host, "ended")
+                self.ending = True  # (after the command that ended it, if one is handled)
+                if not self.receiving:
+                    self.recorder.finish(host, "ended")
 
         def recorded_release(queue: SendQueue) -> None:
             release(queue)
             if session.state is State.DETACHED:
                 put((NOTE, self, 0, clock(), "detached", {"generation": queue.generation}))
 
-        async def recorded_submit(request: pb.ConverseRequest) -> None:
-            self._heard(request)
-            await submit(request)
-
-        def recorded_submit_now(request: pb.ConverseRequest) -> list[pb.ConverseResponse] | None:
-            made = submit_now(request)
-            if made is not None:
-                self._heard(request)
-            return made
-
-        self._plain = {"receive": receive, "deliver": deliver, "release": release}
         host.receive = recorded_receive  # type: ignore[method-assign]
         host.deliver = recorded_deliver  # type: ignore[method-assign]
         host.release = recorded_release  # type: ignore[method-assign]
-        engine.submit = recorded_submit  # type: ignore[method-assign]
-        engine.submit_now = recorded_submit_now  # type: ignore[method-assign]
 
     def uninstall(self) -> None:
-        """Takes the wrappers off: the host and engine session run their own methods again."""
-        for owner, names in (
-            (self._host, ("receive", "deliver", "release")),
-            (self._host.engine, ("submit", "submit_now")),
-        ):
-            for name in names:
-                owner.__dict__.pop(name, None)
+        """Takes the wrappers off: the host runs its own methods again."""
+        for name in ("receive", "deliver", "release"):
+            self._host.__dict__.pop(name, None)
 
-    def _events(self, effects: Effects) -> None:
-        """Hands over every event journaled since the last call, and the sends of one stream."""
+    def _appended(
+        self,
+        t: float,
+        generation: int,
+        skip: str,
+        request: pb.ConverseRequest,
+        append: pb.AppendInputAudio,
+        sent: tuple[int, int, int],
+    ) -> None:
+        """An append, once handled: the audio in it now is what the engine heard (the edge
+        converts it in place), unless the session skipped or refused it."""
+        heard: bytes | None = None
+        if not skip and not self._host.session.last_refusal:
+            heard = append.audio
+        extra = None  # the rare parts of an append, as proto bytes
+        if append.HasField("audio_end_ms") or append.HasField("hints") or append.video_frames:
+            extra = pb.AppendInputAudio(
+                audio_end_ms=append.audio_end_ms if append.HasField("audio_end_ms") else None,
+                hints=append.hints if append.HasField("hints") else None,
+                video_frames=[pb.VideoFrame(mime_type=f.mime_type) for f in append.video_frames],
+            ).SerializeToString()
+        size = len(heard) if heard else 0
+        record = (APPEND, self, size, t, generation, skip, request.client_seq, request.event_id)
+        self.put((*record, sent, extra, heard, append.encoding, append.sample_rate_hz))
+
+    def _events(self, sends: Iterable[tuple[int, bytes]]) -> None:
+        """Hands over every event journaled since the last call, and the sends of one stream
+        (while a command is being handled, these wait for its line: they follow it)."""
+        for generation, payload in sends:
+            if payload[:1] != _NUMBERED:
+                self._unnumbered.append((self.recorder.clock(), generation, payload))
         journal = self._host.session.journal
-        if journal.head > self.last_seq:
+        if journal.next_seq > self.last_seq + 1:
             for seq, at, payload in journal.newest_after(self.last_seq):
                 self.put((EVENT, self, len(payload), seq, at, payload))
-            self.last_seq = journal.head
-        for generation, payload in effects.sends:
-            if payload[:1] != _NUMBERED:
-                now = self.recorder.clock()
-                self.put((STREAM, self, len(payload), now, generation, payload))
-
-    def _heard(self, request: pb.ConverseRequest) -> None:
-        if request.WhichOneof("command") == "append_input_audio":
-            append = request.append_input_audio
-            data = append.audio
-            rate = append.sample_rate_hz
-            self.put((HEARD, self, len(data), self.recorder.clock(), data, append.encoding, rate))
+            self.last_seq = journal.next_seq - 1
+        if self._unnumbered:
+            for at, generation, payload in self._unnumbered:
+                self.put((STREAM, self, len(payload), at, generation, payload))
+            self._unnumbered.clear()
 
 
 class Recorder:
@@ -279,7 +307,6 @@ class Recorder:
     def _end(self, recording: Recording, reason: str) -> None:
         del self._recordings[recording.session_id]
         recording.uninstall()
-        recording.put((HANDLED, recording, 0))
         recording.put((CLOSE, recording, 0, self.clock(), reason))
 
     def too_slow(self, recording: Recording) -> None:

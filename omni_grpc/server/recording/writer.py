@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # Record kinds, the first item of each record (see Recording in recorder.py).
-OPEN, COMMAND, HANDLED, HEARD, EVENT, STREAM, NOTE, CLOSE, FAIL = range(9)
+OPEN, COMMAND, APPEND, EVENT, STREAM, NOTE, CLOSE, FAIL = range(8)
 
 
 class Writer:
@@ -90,12 +90,10 @@ class Writer:
         part = recording.part
         if part is None:
             return
-        if kind == COMMAND:
+        if kind == APPEND:
+            part.append(*record[3:])
+        elif kind == COMMAND:
             part.command(*record[3:])
-        elif kind == HANDLED:
-            part.handled()
-        elif kind == HEARD:
-            part.heard(*record[3:])
         elif kind == EVENT:
             part.event(*record[3:])
         elif kind == STREAM:

@@ -77,7 +77,7 @@ async def test_a_replay_against_loopback_reproduces_the_recorded_events(recorded
     assert pacing["in_order"] and pacing["commands"] == pacing["planned"]
     assert events["identical"], events.get("first_difference")
     assert events["by_kind"]["output_audio_delta"][0] > 0
-    assert document["turns_match"], document["turns"]
+    assert document["turns_match"] and document["turns_identical"], document["turns"]
     said = [pair["recorded"]["said"] for pair in document["turns"]]
     assert said == ["", "what is the time", "and again"]
     assert document["replay_ended"] == "session_closed"

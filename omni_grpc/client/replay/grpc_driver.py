@@ -96,8 +96,8 @@ async def replay_grpc(
                 break
             number += planned.numbered
             request = ids.request(planned, number if planned.numbered else 0, last_seq)
+            sent = time.monotonic()  # when it is handed to the stream: its send time
             await stream.write(request)
-            sent = time.monotonic()
             run.pacing.append((planned.kind, planned.offset_s, sent - opened))
             run.steps.append(Step(sent, "command", planned.kind, planned.body))
         if not ended.is_set():

@@ -18,6 +18,7 @@ from typing import Any
 from omni_grpc.client.replay.turns import Step, Turn, normalized, turns
 
 TURN_FIELDS = ("input", "said", "answer", "status", "audio_ms", "barge_in")
+CUT_FIELDS = frozenset({"answer", "audio_ms"})  # where a barge-in cut it: a chunk either way
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -68,13 +69,20 @@ def events(recorded: list[Step], replayed: list[Step]) -> dict[str, Any]:
 
 
 def turn_pairs(recorded: list[Turn], replayed: list[Turn]) -> list[dict[str, Any]]:
-    """Each turn, recorded and replayed, and the fields that differ."""
+    """Each turn, recorded and replayed, the fields that differ, and whether it is the same
+    turn: the same input and words, ended the same way, and, unless it was cut (a barge-in
+    lands a few milliseconds apart in a replay, so after more or fewer chunks), the same
+    answer and audio."""
     pairs = []
     for index in range(max(len(recorded), len(replayed))):
         a = recorded[index].as_json() if index < len(recorded) else None
         b = replayed[index].as_json() if index < len(replayed) else None
         differs = [name for name in TURN_FIELDS if a[name] != b[name]] if a and b else ["missing"]
-        pairs.append({"index": index, "recorded": a, "replayed": b, "differs": differs})
+        cut = bool(a and b and a["barge_in"] and b["barge_in"])
+        same = not [name for name in differs if not (cut and name in CUT_FIELDS)]
+        pairs.append(
+            {"index": index, "recorded": a, "replayed": b, "differs": differs, "same_turn": same}
+        )
     return pairs
 
 
@@ -100,7 +108,8 @@ def report(
         "pacing": pacing(sent, planned),
         "events": compared,
         "turns": pairs,
-        "turns_match": all(not pair["differs"] for pair in pairs),
+        "turns_match": all(pair["same_turn"] for pair in pairs),
+        "turns_identical": all(not pair["differs"] for pair in pairs),
     }
 
 
@@ -132,6 +141,8 @@ def summary(document: dict[str, Any]) -> str:
                 f"{k} {a} -> {b}" for k, (a, b) in changed.items()))  # fmt: skip
     for pair in document["turns"]:
         verdict = "differs in " + ", ".join(pair["differs"]) if pair["differs"] else "the same"
+        if pair["differs"] and pair["same_turn"]:
+            verdict = f"the same turn, cut a little apart ({verdict})"
         lines.append(f"turn {pair['index'] + 1}: {verdict}")
         for side in ("recorded", "replayed"):
             turn = pair[side]

@@ -234,8 +234,8 @@ async def replay_ws(
                 event = client_event(ids.request(planned, number, last_seq))
                 if event is None:
                     continue
+                sent = time.monotonic()  # when it is handed to the socket: its send time
                 await ws.send_json(event)
-                sent = time.monotonic()
                 run.pacing.append((planned.kind, planned.offset_s, sent - opened))
                 run.steps.append(Step(sent, "command", planned.kind, planned.body))
             quiet = opened + plan.last_event_offset_s + settle_s - time.monotonic()

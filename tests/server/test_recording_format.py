@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from omni_grpc.client.recordings import load, read_lines
-from omni_grpc.server.recording.part import PartInfo, PartWriter, stop_reason
+from omni_grpc.server.recording.lines import stop_reason
+from omni_grpc.server.recording.part import PartInfo, PartWriter
 from omni_grpc.server.recording.retention import sweep
 from omni_grpc.server.recording.tracks import SETTLE_S, Tracks
 from omni_grpc.wire import pb
@@ -251,7 +252,7 @@ def test_retention_deletes_old_recordings_then_the_oldest_past_the_cap(tmp_path:
 
 
 def test_the_usual_event_is_written_as_proto_json_is() -> None:
-    from omni_grpc.server.recording.part import _delta_json
+    from omni_grpc.server.recording.lines import delta_json
     from omni_grpc.wire.recording import message_json
 
     for delta in (
@@ -260,7 +261,7 @@ def test_the_usual_event_is_written_as_proto_json_is() -> None:
             response_id="r", item_id="i", encoding=1, sample_rate_hz=24000, start_ms=100.0
         ),
     ):
-        assert _delta_json(delta) == message_json(delta)
+        assert delta_json(delta) == message_json(delta)
 
 
 def test_an_append_with_hints_keeps_them_and_counts_its_frames(tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ resume token: the server never sees keys here, and tokens are taken out of ``res
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any
 import orjson
 
 from omni_grpc.server.recording import manifest
+from omni_grpc.server.recording.lines import ENCODINGS, delta_json, write_whole
 from omni_grpc.server.recording.tracks import Placed, Tracks
 from omni_grpc.wire import pb
 from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, SAMPLE_WIDTH
@@ -40,8 +40,6 @@ from omni_grpc.wire.recording import (
 )
 
 APPEND_KIND = "append_input_audio"
-# Reasons a recording stops before its session ends (the metric's label, the manifest's word).
-FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,33 +58,6 @@ class PartInfo:
     session: dict[str, Any]  # the manifest's session-wide fields (engine, versions, ...)
     started_by: str  # "open", "adopted", "asked" (an update turned recording on)
     first_seq: int  # the first event this part numbers itself
-
-
-_ENCODINGS: dict[int, str] = {int(v): pb.AudioEncoding.Name(v) for v in pb.AudioEncoding.values()}
-
-
-def _delta_json(delta: pb.OutputAudioDelta, *, timed: bool = True) -> dict[str, Any]:
-    """An output audio delta as proto JSON (``message_json``'s output), without its audio
-    (and without its place on the response's clock, ``timed`` False)."""
-    body: dict[str, Any] = {}
-    if delta.response_id:
-        body["response_id"] = delta.response_id
-    if delta.item_id:
-        body["item_id"] = delta.item_id
-    if delta.encoding:
-        body["encoding"] = _ENCODINGS[delta.encoding]
-    if delta.sample_rate_hz:
-        body["sample_rate_hz"] = delta.sample_rate_hz
-    if timed and delta.start_ms:
-        body["start_ms"] = delta.start_ms
-    if timed and delta.duration_ms:
-        body["duration_ms"] = delta.duration_ms
-    return body
-
-
-def stop_reason(error: OSError) -> str:
-    """The word for why a write failed: ``disk_full`` (no space, a quota, a size limit)."""
-    return "disk_full" if error.errno in FULL else "write_error"
 
 
 class PartWriter:
@@ -177,7 +148,7 @@ class PartWriter:
     def _append_body(encoding: int, rate_hz: int) -> dict[str, Any]:
         body: dict[str, Any] = {}
         if encoding:
-            body["encoding"] = _ENCODINGS[encoding]
+            body["encoding"] = ENCODINGS[encoding]
         if rate_hz:
             body["sample_rate_hz"] = rate_hz
         return body
@@ -242,7 +213,7 @@ class PartWriter:
         key = (delta.response_id, delta.item_id, delta.encoding, delta.sample_rate_hz)
         fields = self._delta_fields.get(key)
         if fields is None:  # one per response
-            fields = orjson.dumps(_delta_json(delta, timed=False)).decode()[1:-1]
+            fields = orjson.dumps(delta_json(delta, timed=False)).decode()[1:-1]
             self._delta_fields = {key: fields}
         timing = ""
         if delta.start_ms:
@@ -327,7 +298,7 @@ class PartWriter:
             inner.resume_token = ""
         if what == "output_audio_delta":  # the usual event: its JSON made here
             line["audio"] = self._digest(inner.audio)
-            line["event"] = _delta_json(inner)
+            line["event"] = delta_json(inner)
             return line
         line["event"] = self._text(message_json(inner))
         self.last_t = t
@@ -384,29 +355,11 @@ class PartWriter:
         self._lines.append((orjson.dumps(line) + b"\n", seq))
 
     def _write_lines(self) -> None:
-        """Writes the lines made so far, whole: a write that fails part way is cut back to
-        the last whole line, and the lines it wrote count."""
         lines, self._lines = self._lines, []
-        if not lines:
-            return
-        data = b"".join(line for line, _ in lines)
-        done = 0
-        try:
-            while done < len(data):
-                done += os.write(self._fd, data[done:])
-        except OSError:
-            whole = 0
-            for line, seq in lines:
-                if whole + len(line) > done:
-                    break
-                whole += len(line)
-                self.last_seq = seq or self.last_seq
-            if whole < done:
-                size = os.lseek(self._fd, 0, os.SEEK_END)
-                os.ftruncate(self._fd, size - (done - whole))
-            raise
-        for _, seq in lines:
-            self.last_seq = seq or self.last_seq
+        if lines:
+            self.last_seq, failure = write_whole(self._fd, lines, self.last_seq)
+            if failure is not None:
+                raise failure
 
     def _manifest(self, change: Any) -> None:
         part = self.info.part
@@ -433,4 +386,4 @@ class PartWriter:
         entry.setdefault("configs", [])
 
 
-__all__ = ["PartInfo", "PartWriter", "stop_reason"]
+__all__ = ["PartInfo", "PartWriter"]

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from omni_grpc.server.recording.counters import STOPPED
-from omni_grpc.server.recording.part import PartWriter, stop_reason
+from omni_grpc.server.recording.lines import stop_reason
+from omni_grpc.server.recording.part import PartWriter
 
 if TYPE_CHECKING:
     from omni_grpc.server.recording.recorder import Recording

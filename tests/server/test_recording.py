@@ -115,13 +115,22 @@ async def test_on_request_records_only_the_sessions_that_ask(tmp_path: Path) -> 
         updated = await collect_until(later, "session_updated")
         assert updated[-1].session_updated.session.config.recording.enabled
         await later.append_text("recorded from here on")
+        await later.update_session(pb.SessionConfig(recording=pb.SessionRecording(enabled=False)))
+        await collect_until(later, "session_updated")
+        await later.append_text("not recorded")
         await later.close()
         await wanted.append_text("a secret")
         await wanted.close()
         await plain.close()
     assert recorded_ids(tmp_path) == {wanted.session_id, later.session_id}
-    later_part = load(tmp_path / later.session_id).parts[0].entry
-    assert later_part["started_by"] == "asked"
+    later_recording = load(tmp_path / later.session_id)
+    later_part = later_recording.parts[0].entry
+    assert (later_part["started_by"], later_part["ended"]) == ("asked", "not_asked")
+    kinds = [line.get("kind", line["type"]) for _, line in later_recording.lines]
+    # From the update that asked to the one that stopped it (and what it made), then the end.
+    assert kinds[1] == "append_input_text" and kinds[-1] == "end", kinds
+    assert kinds.index("update_session") < kinds.index("session_updated") == len(kinds) - 2
+    assert kinds.count("append_input_text") == 1  # the text after the stop is not recorded
     assert b"a secret" not in (tmp_path / wanted.session_id / "events.jsonl").read_bytes()
 
 

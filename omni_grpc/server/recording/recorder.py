@@ -83,7 +83,8 @@ class Recording:
         self.part: PartWriter | None = None  # the writer thread's own
         self._host = host
         self.receiving = 0  # commands being handled now (their events wait for them)
-        self.ending = False  # the session ended: the recording ends once nothing is handled
+        # Why the recording is to end once no command is being handled ("" while it goes on).
+        self.closing = ""
         self._unnumbered: list[tuple[float, int, bytes]] = []  # sends of one stream, waiting
 
     def put(self, record: tuple[Any, ...]) -> None:
@@ -135,8 +136,8 @@ class Recording:
                     tail = host.tail_heard() if request.HasField("commit_input_audio") else b""
                     put((COMMAND, self, len(body), t, generation, body, skip, tail))
                 self._events(())  # what the command made, after it
-                if self.ending and not self.receiving:
-                    self.recorder.finish(host, "ended")
+                if self.closing and not self.receiving:
+                    self.recorder.finish(host, self.closing)
 
         def recorded_deliver(effects: Effects) -> None:
             if self.receiving:  # the command's events follow its line: only keep these
@@ -147,9 +148,7 @@ class Recording:
                 self._events(effects.sends)
             deliver(effects)
             if effects.ended:
-                self.ending = True  # (after the command that ended it, if one is handled)
-                if not self.receiving:
-                    self.recorder.finish(host, "ended")
+                self.close_after("ended")
 
         def recorded_release(queue: SendQueue) -> None:
             release(queue)
@@ -159,6 +158,13 @@ class Recording:
         host.receive = recorded_receive  # type: ignore[method-assign]
         host.deliver = recorded_deliver  # type: ignore[method-assign]
         host.release = recorded_release  # type: ignore[method-assign]
+
+    def close_after(self, reason: str) -> None:
+        """Ends the recording for ``reason``, after the command being handled, if one is (so
+        that its line and its events come before the end)."""
+        self.closing = self.closing or reason
+        if not self.receiving:
+            self.recorder.finish(self._host, self.closing)
 
     def uninstall(self) -> None:
         """Takes the wrappers off: the host runs its own methods again."""
@@ -296,7 +302,7 @@ class Recorder:
         if recording is None:
             self.consider(host, started_by="asked")
         elif not host.session.config.recording.enabled:
-            self.finish(host, "not_asked")
+            recording.close_after("not_asked")
 
     def finish(self, host: SessionHost, reason: str) -> None:
         """The session's recording ends here: it ended, moved, or stopped being asked for."""

@@ -43,6 +43,9 @@ async def test_an_adopted_session_keeps_one_recording_in_two_parts(
         await speaker.say(f"alpha{i} {LONG}")
     for speaker in speakers:  # every answer is under way
         await speaker.until(lambda s: len(s.of_kind("output_audio_delta")) > 0, "an answer")
+    record_dir: Path = cluster.record_dir  # type: ignore[attr-defined]
+    ids = [s.client.session_id for s in speakers]
+    await wait_for(lambda: all(_begun(record_dir / sid) for sid in ids), 30, "the recordings")
     victim, _ = Counter(s.route for s in speakers).most_common(1)[0]
     moved = [s for s in speakers if s.route == victim]
     assert len(moved) >= 2
@@ -53,7 +56,6 @@ async def test_an_adopted_session_keeps_one_recording_in_two_parts(
         await speaker.answered(2)
         await speaker.close()
     sessions = {s.client.session_id: s for s in speakers}
-    record_dir: Path = cluster.record_dir  # type: ignore[attr-defined]
     # The adopters end their parts when the sessions close: wait for the last lines.
     await wait_for(lambda: all(_ended(record_dir / sid) for sid in sessions), 60, "the ends")
     for session_id, speaker in sessions.items():
@@ -67,6 +69,15 @@ async def test_an_adopted_session_keeps_one_recording_in_two_parts(
             assert recorded.parts[1].entry["started_by"] == "adopted"
         else:
             assert replicas == [speaker.route]
+
+
+def _begun(folder: Path) -> bool:
+    """Whether the session's recording has its first part on disk (the replica's first
+    batch: a replica killed before it leaves only what the store kept, for the adopter)."""
+    try:
+        return bool(load(folder).parts[0].lines)
+    except RecordingError:
+        return False
 
 
 def _ended(folder: Path) -> bool:

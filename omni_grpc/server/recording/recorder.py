@@ -289,6 +289,7 @@ class Recorder:
         )
         self._recordings[session.id] = recording
         recording.put((OPEN, recording, 0, info))
+        self.hand_over()  # at once: a replica that dies now still leaves its part's manifest
         if adopted:  # what the store kept, in case the replica before could not write it
             for seq, at, payload in session.journal.newest_after(recording.last_seq):
                 recording.put((EVENT, recording, len(payload), seq, at, payload, True))

@@ -192,7 +192,10 @@ def run_recordings(args: argparse.Namespace) -> int:
         return 2
     shown = summary(recorded)
     shown["parts"] = [
-        {k: part.entry.get(k) for k in ("part", "replica", "started_at", "ended", "stopped")}
+        {
+            k: part.entry.get(k)
+            for k in ("part", "replica", "started_at", "ended_at", "ended", "stopped")
+        }
         for part in recorded.parts
     ]
     shown["turns"] = [turn.as_json() for turn in turns(steps_of(recorded))]
@@ -203,8 +206,9 @@ def run_recordings(args: argparse.Namespace) -> int:
         if key not in ("turns", "parts"):
             print(f"{key}: {value}")
     for part in shown["parts"]:
-        print(f"part {part['part']}: {part['replica']} from {part['started_at']}, "
-              f"{part['ended'] or 'not ended'}{_stopped(part['stopped'])}")  # fmt: skip
+        print(f"part {part['part']}: {part['replica']} from {part['started_at']} to "
+              f"{part['ended_at'] or '?'}, {part['ended'] or 'not ended'}"
+              f"{_stopped(part['stopped'])}")  # fmt: skip
     for turn in shown["turns"]:
         latency = turn["input_end_to_first_audio_ms"]
         print(

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -264,7 +265,8 @@ class PartWriter:
         self._write_lines()
         os.fsync(self._fd)
         self._close_events()
-        self._manifest(lambda entry: entry.update(ended=reason, last_seq=self.last_seq, t_end=t))
+        end = {"ended": reason, "last_seq": self.last_seq, "t_end": t, "ended_at": _now()}
+        self._manifest(lambda entry: entry.update(end))
 
     def stopped(self, t: float, reason: str) -> None:
         """A write failed: the files are closed as they are; the manifest says where they
@@ -277,7 +279,8 @@ class PartWriter:
             self.tracks.drop()
         finally:
             stop = {"reason": reason, "t": t, "last_seq": self.last_seq}
-            self._manifest(lambda entry: entry.update(ended="stopped", stopped=stop))
+            end = {"ended": "stopped", "stopped": stop, "ended_at": _now()}
+            self._manifest(lambda entry: entry.update(end))
 
     # -- inside ----------------------------------------------------------------------------
 
@@ -384,6 +387,11 @@ class PartWriter:
             ended=None,
         )
         entry.setdefault("configs", [])
+
+
+def _now() -> str:
+    """The wall clock's time now, as the manifest writes times (UTC, ISO 8601)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 __all__ = ["PartInfo", "PartWriter"]

@@ -1,4 +1,5 @@
-"""The ``omni-grpc`` command: ``serve`` the service, run a ``bridge`` alone, ``talk``, ``bench``.
+"""The ``omni-grpc`` command: ``serve``, ``bridge`` alone, ``talk``, ``replay``, ``recordings``,
+``bench``.
 
 The flags of each subcommand are here; how ``serve`` and ``bridge`` merge their settings is
 :mod:`omni_cli.config`, what they run is :mod:`omni_cli.launch`, and the benchmark is
@@ -26,6 +27,7 @@ from omni_cli.config import (
     resolve_serve_settings,
 )
 from omni_cli.logs import LOG_FORMATS, configure_logging
+from omni_cli.recordings import add_record_flags, add_recordings_parser, add_replay_parser
 from omni_grpc.client.talk_cli import LOG_LEVELS, add_talk_parser
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
@@ -87,6 +89,13 @@ def _run_resolved(
         print(f"omni-grpc {name}: {error}", file=sys.stderr)
         return 2
     return _run(name, settings.log_level, settings.log_format, lambda: run(settings))
+
+
+def _run_replay(args: argparse.Namespace) -> int:
+    from omni_cli.recordings import run_replay
+
+    configure_logging(args.log_level, "text")
+    return run_replay(args)
 
 
 def _run_talk(args: argparse.Namespace) -> int:
@@ -247,6 +256,7 @@ def _add_serve(commands: Any) -> None:
     _add_rate_limits(serve)
     _add_queue(serve)
     _add_durability(serve)
+    add_record_flags(serve)
 
 
 def _add_queue(serve: Any) -> None:
@@ -436,6 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
     talk = add_talk_parser(commands)
     talk.set_defaults(handler=_run_talk)
     _add_log_format(talk, "text")
+    add_replay_parser(commands).set_defaults(handler=_run_replay)
+    add_recordings_parser(commands)
     bench = commands.add_parser(
         "bench",
         help="benchmark the gRPC service against a raw grpc.aio echo",

@@ -18,6 +18,7 @@ import argparse
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS
@@ -28,6 +29,7 @@ from omni_grpc.client.talk_cli import LOG_LEVELS
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
 from omni_grpc.server.durable import MODES as DURABILITY_MODES
+from omni_grpc.server.recording.settings import DAY_S, REDACTIONS, RecordSettings
 from omni_grpc.server.settings import QueueSettings, ServerSettings
 
 ENV_PREFIX = "OMNI_GRPC_"
@@ -183,6 +185,11 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "priority_classes": lambda text: _classes(
         [part for part in text.split(";") if part.strip()], "OMNI_GRPC_PRIORITY_CLASSES"
     ),
+    "record": str,
+    "record_dir": str,
+    "record_redact": _split,
+    "record_max_age_days": str,
+    "record_max_mib": str,
 }
 # The settings of the admission queue besides capacity: meaningless without it.
 QUEUE_SETTINGS = ("queue_max_length", "queue_max_wait_s", "queue_max_overtakes", "priority_classes")
@@ -230,6 +237,7 @@ _LIST_SETTINGS = (
     "allowed_origins",
     "allowed_hosts",
     "priority_classes",
+    "record_redact",
 )
 
 
@@ -249,6 +257,8 @@ def _flag_layer(args: argparse.Namespace) -> dict[str, Any]:
         layer["allowed_hosts"] = list(args.allowed_host)
     if args.priority_class:
         layer["priority_classes"] = _classes(args.priority_class, "--priority-class")
+    if args.record_redact:
+        layer["record_redact"] = [part for flag in args.record_redact for part in _split(flag)]
     return layer
 
 
@@ -352,6 +362,27 @@ def _durability(value: Any) -> str:
     return str(value)
 
 
+def _recording(merged: Mapping[str, Any]) -> RecordSettings:
+    """The recording settings (``record``, ``record_dir``, ``record_redact``, retention)."""
+    redact = [str(what) for what in merged.get("record_redact", ())]
+    unknown = sorted(set(redact) - set(REDACTIONS))
+    if unknown:
+        raise ConfigError(f"record_redact takes {' and '.join(REDACTIONS)}, not {unknown}")
+    try:
+        days = float(merged.get("record_max_age_days", RecordSettings().max_age_s / DAY_S))
+        mib = int(merged.get("record_max_mib", RecordSettings().max_total_bytes // MIB))
+        return RecordSettings(
+            policy=str(merged.get("record", "off")),
+            folder=Path(str(merged.get("record_dir", "recordings"))),
+            omit_audio="audio" in redact,
+            omit_text="text" in redact,
+            max_age_s=days * DAY_S,
+            max_total_bytes=mib * MIB,
+        )
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> ServeSettings:
     """Merges defaults, file, environment and flags into the settings of ``serve``."""
     merged: dict[str, Any] = {}
@@ -397,6 +428,7 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         durability=_durability(merged.get("durability", "off")),
         redis_url=str(merged.get("redis_url", DEFAULT_REDIS_URL)),
         queue=_queue(merged),
+        recording=_recording(merged),
     )
     return ServeSettings(
         server=server,

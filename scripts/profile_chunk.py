@@ -11,7 +11,10 @@ The count is deterministic (no clock in it), so a change's effect is read off on
     .venv/bin/python scripts/profile_chunk.py --top 40     # and the functions, by calls
 
 ``--transport local`` drives the in-process entry point (what ``omni-grpc serve``'s bridge
-uses) instead of the gRPC servicer; ``--transport echo`` the raw echo of ``omni-grpc bench``
+uses) instead of the gRPC servicer. ``--record`` records the session (``--record all``, into a
+temporary folder): the count is then the event loop's calls, and the CPU time per chunk of the
+whole process, the writer thread's included, is printed beside it (a figure of the machine,
+unlike the count). ``--transport echo`` the raw echo of ``omni-grpc bench``
 over the same stand-in (the harness's own calls). ``--transport bridge`` runs the service as
 ``omni-grpc serve`` does (the websocket bridge in its process, the loopback mirror) and a
 Realtime client in a thread of its own, on a real socket: only the server's thread is
@@ -29,8 +32,11 @@ import cProfile
 import os
 import pstats
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import grpc
 import uvloop
@@ -40,6 +46,7 @@ from omni_grpc.bench.ws_load import DELTA, append_frame
 from omni_grpc.core import Registry
 from omni_grpc.engine import create_engine
 from omni_grpc.server.local import LocalService
+from omni_grpc.server.recording import Recorder, RecordSettings
 from omni_grpc.server.servicer import DuplexServicer
 from omni_grpc.server.sessions import Sessions
 from omni_grpc.wire import pb
@@ -103,8 +110,11 @@ def _requests(chunks: int) -> list[pb.ConverseRequest]:
     return requests
 
 
-async def _session(transport: str, chunks: int, profile: cProfile.Profile) -> int:
-    """Runs one session of ``chunks`` appends under ``profile``; returns the events written."""
+async def _session(
+    transport: str, chunks: int, profile: cProfile.Profile, record: str | None = None
+) -> tuple[int, float]:
+    """Runs one session of ``chunks`` appends under ``profile`` (recorded into ``record``);
+    returns the events written and the process's CPU seconds, its threads included."""
     settings = mirror_settings()
     engine = create_engine(settings.engine, dict(settings.engine_options))
     await engine.start()
@@ -114,7 +124,15 @@ async def _session(transport: str, chunks: int, profile: cProfile.Profile) -> in
     def clock() -> float:
         return now[0]
 
-    sessions = Sessions(Registry(settings.limits, engine.features), engine, clock)
+    registry = Registry(settings.limits, engine.features)
+    recorder = None
+    if record is not None:
+        registry.recording = "all"
+        recording = RecordSettings(policy="all", folder=Path(record))
+        recorder = Recorder(recording, clock, engine.features, {}, "profile")
+        await recorder.start()
+    sessions = Sessions(registry, engine, clock, recorder=recorder)
+    started = time.process_time()
     requests = _requests(chunks)
     written = 0
     if transport in ("grpc", "echo"):
@@ -129,23 +147,31 @@ async def _session(transport: str, chunks: int, profile: cProfile.Profile) -> in
         call.cancel()
     else:
         stream = LocalService(sessions).converse()
+        flushed: list[bytes] = []
+
+        async def write(payload: bytes) -> None:
+            flushed.append(payload)
+
         profile.enable()
         for request in requests:
             now[0] += CHUNK_MS / 1000
             await stream.write(request)
             if request.HasField("ack_events"):
                 continue
-            # As the bridge's relay does: what the command made, taken by the task that wrote
-            # it; else the next event read from the stream (the open's session_created).
-            payload = stream.take_now()
-            if payload is None:
-                payload = await stream.read_serialized()
-            written += payload is not None
+            # As the bridge's relay does: what the command made goes out from the task that
+            # wrote it; else the next event is read from the stream (the open's created).
+            await stream.flush(write)
+            if not flushed:
+                flushed.append(await stream.read_serialized() or b"")
+            written += bool(flushed.pop())
         profile.disable()
         stream.cancel()
     await sessions.abandon()
+    if recorder is not None:
+        await recorder.stop()  # the writer's work is counted: it finishes here
+    cpu_s = time.process_time() - started
     await engine.stop()
-    return written
+    return written, cpu_s
 
 
 async def _websocket(transport: str, chunks: int, profile: cProfile.Profile) -> int:
@@ -254,12 +280,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--transport", choices=("grpc", "local", "echo", "bridge", "ws-echo"), default="grpc"
     )
     parser.add_argument("--top", type=int, default=0, help="list this many functions")
+    parser.add_argument("--record", action="store_true", help="record the session")
     args = parser.parse_args(argv)
     profile = cProfile.Profile()
+    cpu_s = 0.0
     if args.transport in ("bridge", "ws-echo"):
         written = uvloop.run(_websocket(args.transport, args.chunks, profile))
     else:
-        written = uvloop.run(_session(args.transport, args.chunks, profile))
+        with tempfile.TemporaryDirectory(prefix="profile-chunk-") as folder:
+            run = _session(args.transport, args.chunks, profile, folder if args.record else None)
+            written, cpu_s = uvloop.run(run)
     if written < args.chunks:
         print(f"error: {written} events for {args.chunks} chunks", file=sys.stderr)
         return 1
@@ -275,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Python calls per chunk: {total / args.chunks:.1f}")
     print(f"of which in our code: {sum(ours.values()):.1f}")
     print(f"functions of ours on every chunk's path: {len(hot_ours)}")
+    if cpu_s:
+        print(f"process CPU per chunk, profiled (all threads): {cpu_s / args.chunks * 1e6:.0f} us")
     if args.top:
         ranked = sorted(per_chunk.items(), key=lambda item: -item[1])[: args.top]
         for (filename, line, name), count in ranked:

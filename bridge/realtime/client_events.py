@@ -138,6 +138,14 @@ class AudioJson(_Model):
     output: AudioOutputJson | None = None
 
 
+class RecordingJson(_Model):
+    """``session.recording``: the contract's SessionRecording (docs/operations.md)."""
+
+    enabled: bool | None = None
+    omit_audio: bool = False
+    omit_text: bool = False
+
+
 class SessionPatch(_Model):
     """The ``session`` of ``session.update``: GA fields, beta fields and our extensions.
 
@@ -166,6 +174,7 @@ class SessionPatch(_Model):
     idle_timeout_ms: int | None = Field(default=None, gt=0, le=MAX_DURATION_S * 1000)
     idle_timeout_s: float | None = Field(default=None, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
     engine_options: FreeFormObject | None = None
+    recording: RecordingJson | None = None
     # Function tools (bridge.realtime.tool_models).
     tools: list[ToolJson] | None = None
     tool_choice: ToolChoiceSpec | None = None

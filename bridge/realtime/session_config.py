@@ -177,6 +177,8 @@ def config_from_patch(patch: SessionPatch) -> pb.SessionConfig:
         config.idle_timeout.FromMilliseconds(round(patch.idle_timeout_s * 1000))
     if patch.engine_options:
         config.engine_options.update(patch.engine_options)
+    if patch.recording is not None:  # asks to be recorded (both dialects read this)
+        config.recording.CopyFrom(pb.SessionRecording(**patch.recording.model_dump()))
     if patch.tools is not None:  # an empty list is sent too: it removes every tool
         config.tools.CopyFrom(toolset(patch.tools, "session.tools"))
     if patch.tool_choice is not None:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 ECHO_METHOD = "/bench.Echo/Stream"
 # Clients send OpenAI's default format, pcm16 at 24 kHz, which the edge converts both ways.
 CLIENT_RATE_HZ = CANONICAL_OUTPUT_RATE_HZ
-KINDS = ("echo", "ours")
+KINDS = ("echo", "ours", "recording")
 
 
 # -- the two servers (child processes) ------------------------------------------------------
@@ -74,13 +74,21 @@ def mirror_settings() -> ServerSettings:
     )
 
 
-async def serve_ours() -> None:
-    """A child process's service (:func:`mirror_settings`), until the benchmark goes."""
+async def serve_ours(record_dir: str | None = None) -> None:
+    """A child process's service (:func:`mirror_settings`), until the benchmark goes; with
+    ``record_dir``, recording every session there."""
+    import dataclasses
+    from pathlib import Path
+
     from omni_grpc.bench import meter
     from omni_grpc.server.app import start_server
+    from omni_grpc.server.recording import RecordSettings
 
     meter.install()
     settings = mirror_settings()
+    if record_dir is not None:
+        recording = RecordSettings(policy="all", folder=Path(record_dir), max_total_bytes=0)
+        settings = dataclasses.replace(settings, recording=recording)
     running = await start_server(settings)
     harness.announce_ready(running.grpc_port)
     await harness.serve_until_parent_gone()

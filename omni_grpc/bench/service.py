@@ -13,6 +13,7 @@ session.
     omni-grpc bench --quick    # a smoke run of a few seconds
     omni-grpc bench --json     # the same, every figure as one JSON document on stdout
     omni-grpc bench --cpu-only # only server CPU per chunk at 10 and 100 sessions (2 minutes)
+    omni-grpc bench --cpu-only --record  # the same, recording every session against not
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import asyncio
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 SERVE_CHILD = [sys.executable, "-m", "omni_grpc.bench.service"]
 TARGET_RATIO = 0.8
 TARGET_CPU_RATIO = 1.25
+TARGET_RECORD_RATIO = 1.10  # recording every session costs at most 10 % more CPU per chunk
 
 
 # -- resume and memory ---------------------------------------------------------------------
@@ -223,18 +226,51 @@ def _cost_rows(costs: dict[tuple[str, int], Cost]) -> list[list[str]]:
     return rows
 
 
-async def cpu_only() -> int:
+async def cpu_only(quick: bool = False) -> int:
     """Only server CPU per chunk at the fixed loads (10 and 100 sessions, three interleaved
     steps each, about two minutes): the figure to take again after a change to the hot path."""
     load_before = harness.start_run()
     echo, ours, loads = _start_servers()
     try:
-        costs = await fixed_costs(loads, FIXED_SESSIONS, TRIALS, quick=False)
+        sessions, trials = ((10,), 1) if quick else (FIXED_SESSIONS, TRIALS)
+        costs = await fixed_costs(loads, sessions, trials, quick=quick)
     finally:
         echo.stop()
         ours.stop()
     header = ["measure", "raw echo", "ours", "ratio", "target", "met"]
     harness.finish_run(header, _cost_rows(costs), load_before)
+    return 0
+
+
+async def cpu_recording(quick: bool = False) -> int:
+    """Server CPU per chunk at the fixed loads with every session recorded (``--record
+    all``) against the same service recording nothing, side by side, interleaved step by step
+    (``--cpu-only --record``). The recordings go to a temporary folder, deleted after."""
+    load_before = harness.start_run()
+    with tempfile.TemporaryDirectory(prefix="omni-bench-recordings-") as folder:
+        plain = harness.Child(SERVE_CHILD, "ours")
+        recording = harness.Child([*SERVE_CHILD, "--record-dir", folder], "recording")
+        loads = [
+            Load("ours", plain.ports[0], plain.pid, plain.engine_cpu_s),
+            Load("recording", recording.ports[0], recording.pid, recording.engine_cpu_s),
+        ]
+        try:
+            fixed = (10,) if quick else FIXED_SESSIONS
+            costs = await fixed_costs(loads, fixed, 1 if quick else TRIALS, quick=quick)
+        finally:
+            plain.stop()
+            recording.stop()
+    rows = []
+    for (kind, sessions), cost in costs.items():
+        if kind == "recording":
+            off = costs[("ours", sessions)]
+            ratio = cost.us_per_chunk / off.us_per_chunk if off.us_per_chunk else 0.0
+            rows.extend(
+                harness.cost_rows([off.cells, cost.cells], sessions, ratio, TARGET_RECORD_RATIO)
+            )
+            rows.append(harness.client_cpu_row(sessions, [off.client_cpu, cost.client_cpu]))
+    header = ["measure", "ours, --record off", "ours, --record all", "ratio", "target", "met"]
+    harness.finish_run(header, rows, load_before)
     return 0
 
 
@@ -250,14 +286,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="only server CPU per chunk at 10 and 100 paced sessions (about two minutes)",
     )
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="with --cpu-only: the service recording every session against it recording "
+        "nothing, side by side",
+    )
     parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-ours", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-recording", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--record-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.serve_echo or args.serve_ours:
+    if args.serve_echo or args.serve_ours or args.serve_recording:
         harness.pin(harness.SERVER_CPU)
-        return harness.run(serve_echo() if args.serve_echo else serve_ours())
+        if args.serve_echo:
+            return harness.run(serve_echo())
+        return harness.run(serve_ours(args.record_dir if args.serve_recording else None))
+    if args.cpu_only and args.record:
+        return harness.run(cpu_recording(args.quick))
     if args.cpu_only:
-        return harness.run(cpu_only())
+        return harness.run(cpu_only(args.quick))
     with harness.progress_to_stderr(args.json):
         return harness.run(bench(args.quick, args.json))
 

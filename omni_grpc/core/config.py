@@ -125,6 +125,23 @@ def resolve_config(
     return config
 
 
+# The server's recording policies (``omni-grpc serve --record``): none, every session, or the
+# sessions whose configuration asks (``SessionConfig.recording.enabled``).
+RECORDING_POLICIES = ("off", "all", "on-request")
+
+
+def resolve_recording(config: pb.SessionConfig, policy: str) -> None:
+    """Puts in ``config.recording`` whether the session is recorded under ``policy``: the field
+    is left out where the server records nothing, so such a server's sessions look as before;
+    ``omit_audio`` and ``omit_text`` stay as asked."""
+    if policy == "off":
+        config.ClearField("recording")
+    elif policy == "all":
+        config.recording.enabled = True
+    elif not config.recording.HasField("enabled"):
+        config.recording.enabled = False
+
+
 def merge_config(
     current: pb.SessionConfig, patch: pb.SessionConfig, limits: Limits, engine: EngineFeatures
 ) -> pb.SessionConfig:

@@ -80,6 +80,17 @@ class Journal:
         """The (seq, payload) of every kept event after ``seq``, oldest first (for a store)."""
         return [(entry_seq, payload) for entry_seq, _, payload in self._entries if entry_seq > seq]
 
+    def newest_after(self, seq: int) -> list[tuple[int, float, bytes]]:
+        """The (seq, produced_at, payload) of every kept event after ``seq``, oldest first,
+        read from the newest end: cheap when few are newer (a recorder following the journal)."""
+        newer = []
+        for entry in reversed(self._entries):
+            if entry[0] <= seq:
+                break
+            newer.append(entry)
+        newer.reverse()
+        return newer
+
     def restore(self, dropped_through: int, entries: list[tuple[int, bytes]], now: float) -> None:
         """Refills an empty journal from a store: events after ``dropped_through``, contiguous.
 

@@ -24,7 +24,7 @@ import secrets
 from collections.abc import Iterator
 
 from omni_grpc.core.budget import MemoryBudget
-from omni_grpc.core.config import resolve_config
+from omni_grpc.core.config import resolve_config, resolve_recording
 from omni_grpc.core.credentials import SessionLock
 from omni_grpc.core.delivery import Effects
 from omni_grpc.core.errors import CommandError, Status, StreamRefused
@@ -48,6 +48,9 @@ class Registry:
         # This server's routing key behind a proxy ("" for a single server): every session it
         # hosts tells its client, in session_created and session_resumed.
         self.route = ""
+        # The server's recording policy (config.RECORDING_POLICIES): each session's
+        # configuration in force says whether it is recorded.
+        self.recording = "off"
         self._decoy = SessionLock.decoy()  # checked in place of an unknown session's lock
 
     def __len__(self) -> int:
@@ -74,6 +77,7 @@ class Registry:
         """
         self._check_room()
         config = self.check_open(request)
+        resolve_recording(config, self.recording)
         session = Session(
             session_id=session_id or "sess_" + secrets.token_hex(16),
             config=config,
@@ -85,6 +89,7 @@ class Registry:
             budget=self.budget,
         )
         session.route = self.route
+        session.recording = self.recording
         self._sessions[session.id] = session
         return session, session.created(carried)
 
@@ -130,6 +135,7 @@ class Registry:
         there is no room or the server is draining, as an open would be refused."""
         self._check_room()
         session.route = self.route  # its resumes name this server now
+        session.recording = self.recording
         self._sessions[session.id] = session
 
     def resume(

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from omni_grpc.core.admission import INPUT_TAKEN_EVENTS, Admission, Admitted
 from omni_grpc.core.budget import MemoryBudget
-from omni_grpc.core.config import merge_config
+from omni_grpc.core.config import merge_config, resolve_recording
 from omni_grpc.core.credentials import SessionLock
 from omni_grpc.core.delivery import Delivery, Effects
 from omni_grpc.core.errors import CommandError, Status, StreamRefused
@@ -111,6 +111,8 @@ class Session:
         self._activating: int | None = None
         # The routing key of the replica hosting the session, told to the client (see registry).
         self.route = ""
+        # The server's recording policy, applied to each configuration (see registry).
+        self.recording = "off"
 
     def __repr__(self) -> str:
         return f"Session({self.id}, {self.state.name}, generation={self.generation})"
@@ -397,6 +399,7 @@ class Session:
         self.config = merge_config(
             self.config, request.update_session.config, self._limits, self._engine
         )
+        resolve_recording(self.config, self.recording)
         updated = pb.ConverseResponse(session_updated=pb.SessionUpdated(session=self.view()))
         effects = self._emit(updated, now)
         # The engine gets the whole configuration in force, not the patch.

@@ -34,6 +34,7 @@ from omni_grpc.server.durable import DurableStore
 from omni_grpc.server.local import LocalService
 from omni_grpc.server.multiplex import METHOD as CONVERSE_MANY
 from omni_grpc.server.multiplex import MultiplexServicer
+from omni_grpc.server.recording import Recorder
 from omni_grpc.server.servicer import SERVICE, DuplexServicer
 from omni_grpc.server.session_gauges import SESSION_GAUGES
 from omni_grpc.server.sessions import Sessions
@@ -102,6 +103,8 @@ class RunningServer:
             task.cancel()
         await self.server.stop(0)
         await self.sessions.abandon()
+        if self.sessions.recorder is not None:
+            await self.sessions.recorder.stop()
         if self.store is not None:
             await self.store.stop()
         await self.engine.stop()
@@ -175,6 +178,13 @@ async def start_server(
     if queue is not None:
         registry.capabilities.capacity = queue.policy.capacity
         logger.info("capacity %d sessions; new ones beyond wait", queue.policy.capacity)
+    registry.recording = settings.recording.policy
+    recorder = None
+    if settings.recording.policy != "off":
+        replica = settings.route or f"{settings.host}:{settings.grpc_port}"
+        options = dict(settings.engine_options)
+        recorder = Recorder(settings.recording, clock, engine.features, options, replica)
+        await recorder.start()
     sessions = Sessions(
         registry,
         engine,
@@ -183,6 +193,7 @@ async def start_server(
         tracer=server_tracer(tracer_provider),
         store=store,
         queue=queue,
+        recorder=recorder,
     )
     keyless = open_services(health=settings.open_health, reflection=settings.open_reflection)
     interceptors: list[grpc.aio.ServerInterceptor] = (
@@ -219,6 +230,8 @@ async def start_server(
         else server.add_insecure_port(address)
     )
     await server.start()
+    if recorder is not None and not settings.route:
+        recorder.replica = f"{settings.host}:{port}"  # the port a 0 picked
     for name in ("", SERVICE):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     running = RunningServer(

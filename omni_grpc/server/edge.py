@@ -35,6 +35,7 @@ class AudioEdge:
         self._input = audio.InputConverter()
         self._converting = False
         self._output = ResponseOutput()
+        self.last_tail = b""  # the last commit's resampler tail, which the engine heard
 
     def engine_input(self, admitted: Admitted) -> bool:
         """Puts the admitted append's audio in the form the engine gets, in its request: as it
@@ -68,11 +69,13 @@ class AudioEdge:
         )
 
     def input_tail(self, request: pb.ConverseRequest) -> pb.ConverseRequest | None:
-        """Before a commit: the few milliseconds the resampler still holds, as an append."""
+        """Before a commit: the few milliseconds the resampler still holds, as an append
+        (kept as :attr:`last_tail` too, for a recording)."""
+        self.last_tail = b""
         if not self._converting:
             return None
         self._converting = False
-        tail = self._input.flush()
+        tail = self.last_tail = self._input.flush()
         if not tail:
             return None
         return pb.ConverseRequest(

@@ -8,6 +8,10 @@ reads the server's one clock (see :mod:`omni_grpc.server.sessions`). Input audio
 is turned into a form the engine takes on the way in (untouched when it is already native to
 it), and output audio into the session's format on the way out, so neither the core nor the
 engines ever see another format.
+
+A recorded session's host (:mod:`omni_grpc.server.recording`) has its ``receive``, ``deliver``
+and ``release`` wrapped on the instance, so that a host that is not recorded pays nothing for
+recording.
 """
 
 from __future__ import annotations
@@ -73,6 +77,13 @@ class SessionHost:
         # what an adopting peer gives its fresh engine session as the history.
         self.store = store
         self.items = ItemLog() if store is not None else None
+        # Told after each update_session the core applied (recording on request starts or
+        # stops with the configuration); None when no one asks.
+        self.on_config: Callable[[SessionHost], None] | None = None
+
+    def tail_heard(self) -> bytes:
+        """The audio the last commit flushed from the input resampler to the engine."""
+        return self._edge.last_tail
 
     @property
     def queued_events(self) -> int:
@@ -218,6 +229,8 @@ class SessionHost:
                 self._edge.drop_input()
         elif kind == "update_session":
             self._edge.config = self.session.config  # the formats may have changed
+            if self.on_config is not None:
+                self.on_config(self)
         try:
             # The fast path: a cheap command the engine applies at once, its events published
             # here, with no mailbox and no pump between (None: the engine queues it).

@@ -26,6 +26,7 @@ from omni_grpc.engine.base import Engine, EngineSession
 from omni_grpc.server import metrics
 from omni_grpc.server.durable import ADOPTIONS, MOVED, DurableStore, StoreUnavailable
 from omni_grpc.server.host import SendQueue, SessionHost
+from omni_grpc.server.recording import Recorder
 from omni_grpc.server.refusals import RefusalLog
 from omni_grpc.server.session_gauges import SESSION_GAUGES
 from omni_grpc.server.tracing import TurnTraces
@@ -96,6 +97,7 @@ class Sessions:
         tracer: Tracer | None = None,
         store: DurableStore | None = None,
         queue: SessionQueue | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         self.registry = registry
         self.engine = engine
@@ -117,6 +119,7 @@ class Sessions:
             store.on_fenced = self._moved
         # New sessions past capacity wait here (waiting.py); None: refused past max_sessions.
         self.waiting = WaitingRoom(queue, registry, clock) if queue is not None else None
+        self.recorder = recorder  # None: recording off, and no session pays for it
         SESSION_GAUGES.watch(self)  # attached and detached, counted at scrape time
 
     def __iter__(self) -> Iterator[SessionHost]:
@@ -179,10 +182,17 @@ class Sessions:
         logger.info("session %s opened", session.id, extra={"session_id": session.id})
         return host, queue
 
-    def _host(self, session: Session, engine_session: EngineSession) -> SessionHost:
+    def _host(
+        self, session: Session, engine_session: EngineSession, *, epoch: int = 1
+    ) -> SessionHost:
         turns = TurnTraces(self._tracer, session.id) if self._tracer is not None else None
         host = SessionHost(session, engine_session, self._forget, self.clock, turns, self.store)
         self._hosts[session.id] = host
+        if self.recorder is not None:
+            # An adopted session's recording is the next part of the one begun elsewhere.
+            self.recorder.consider(host, started_by="adopted" if epoch > 1 else "open", part=epoch)
+            if session.recording == "on-request":
+                host.on_config = self.recorder.reconsider
         return host
 
     async def resume(
@@ -298,7 +308,7 @@ class Sessions:
             self.registry.forget(session)  # no tombstone: the record stays for another try
             self._freed()
             raise SessionElsewhere("the engine could not adopt the session") from None
-        host = self._host(session, engine_session)
+        host = self._host(session, engine_session, epoch=epoch)
         host.deliver(effects)  # the end of a response cut with its replica, journaled
         ADOPTIONS.labels(why).inc()
         logger.info(
@@ -319,6 +329,8 @@ class Sessions:
         if host is None:
             return
         self.registry.forget(host.session)
+        if self.recorder is not None:
+            self.recorder.finish(host, "moved")
         self._freed()
         host.moved()
         MOVED.inc()
@@ -338,6 +350,8 @@ class Sessions:
             return
         del self._hosts[host.session.id]
         self.registry.forget(host.session)
+        if self.recorder is not None:
+            self.recorder.finish(host, "handed_over")
         self._freed()
         await host.abandon()
         assert self.store is not None and host.items is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from omni_grpc.core.limits import Limits
+from omni_grpc.server.recording.settings import RecordSettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,3 +59,5 @@ class ServerSettings:
     route: str = ""
     durability: str = "off"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # Recorded sessions (``--record``, off by default): see omni_grpc/server/recording.
+    recording: RecordSettings = field(default_factory=RecordSettings)

@@ -23,6 +23,7 @@ import asyncio
 import random
 from collections import defaultdict
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -35,16 +36,17 @@ from omni_grpc.client import (
     ResumeRefused,
     SessionReplaced,
 )
+from omni_grpc.client.recordings import load, read_lines
 from omni_grpc.core import Limits
 from omni_grpc.core.journal import Journal
 from omni_grpc.core.registry import Registry
 from omni_grpc.engine.loopback.session import LoopbackSession
 from omni_grpc.server.app import RunningServer
-from omni_grpc.server.settings import ServerSettings
+from omni_grpc.server.recording import RecordSettings
 from omni_grpc.wire import pb
 from tests.client.conftest import CONFIG, tone
 from tests.client.proxy import ChaosProxy
-from tests.serving import settings
+from tests.serving import eventually, serving, settings
 
 SESSIONS = 24
 TAKEOVERS = 4
@@ -64,6 +66,7 @@ class Truth:
         self.journals: dict[str, Journal] = {}
         self.journaled: dict[int, list[bytes]] = defaultdict(list)
         self.engine_input: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        self.recordings = Path()  # where the server recorded every session
         record, open_session, submit = Journal.record, Registry.open, LoopbackSession.submit
         submit_now = LoopbackSession.submit_now
 
@@ -105,18 +108,17 @@ class Truth:
 
 
 @pytest.fixture
-def server_settings() -> ServerSettings:
-    """The shared ``server`` keeps a cut session for 30 s."""
-    return settings(limits=Limits(disconnect_grace_s=30.0))
-
-
-@pytest.fixture
 async def chaos(
-    monkeypatch: pytest.MonkeyPatch, server: RunningServer
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> AsyncIterator[tuple[Truth, RunningServer, ChaosProxy]]:
     truth = Truth(monkeypatch)
-    async with ChaosProxy("127.0.0.1", server.grpc_port, seed=7) as proxy:
-        yield truth, server, proxy
+    truth.recordings = tmp_path  # every session recorded (--record all), checked after
+    recording = RecordSettings(policy="all", folder=tmp_path)
+    async with (
+        serving(settings(limits=Limits(disconnect_grace_s=30.0), recording=recording)) as running,
+        ChaosProxy("127.0.0.1", running.grpc_port, seed=7) as proxy,
+    ):
+        yield truth, running, proxy
 
 
 class Talker:
@@ -228,6 +230,8 @@ async def test_random_cuts_lose_nothing_and_double_nothing(chaos) -> None:  # ty
     assert reconnects >= 10
     check_sessions(truth, talkers)
     assert len(running.registry) == 0  # every session closed exactly once and let go
+    await eventually(lambda: recordings_ended(truth, talkers), timeout_s=30)
+    check_recordings(truth, talkers)
 
 
 def check_sessions(truth: Truth, talkers: list[Talker]) -> None:
@@ -262,3 +266,36 @@ def check_sessions(truth: Truth, talkers: list[Talker]) -> None:
         assert kinds_in.count("commit_input_audio") == TURNS
         assert kinds_in.count("append_input_audio") == TURNS * CHUNKS_PER_TURN
         assert talker.answers_ms == [pytest.approx(talker.sent_turn_ms, abs=1)] * TURNS
+
+
+def recordings_ended(truth: Truth, talkers: list[Talker]) -> bool:
+    """Whether the writer has finished every session's recording (its last line, ``end``)."""
+    return all(
+        (lines := read_lines(truth.recordings / t.client.session_id / "events.jsonl"))
+        and lines[-1]["type"] == "end"
+        for t in talkers
+        if t.client is not None
+    )
+
+
+def check_recordings(truth: Truth, talkers: list[Talker]) -> None:
+    """Every session's recording holds each journaled event once, in order, with the bytes
+    the journal numbered (audio by length), across the cuts, resumes and takeovers; and
+    each command the engine got once."""
+    for talker in talkers:
+        assert talker.client is not None
+        session_id = talker.client.session_id
+        recorded = load(truth.recordings / session_id)
+        lines = [line for _, line in recorded.lines]
+        events = [line for line in lines if line["type"] == "event"]
+        journal = [pb.ConverseResponse.FromString(payload) for payload in truth.events(session_id)]
+        assert [line["seq"] for line in events] == [event.seq for event in journal]
+        assert [line["kind"] for line in events] == [e.WhichOneof("event") for e in journal]
+        sizes = [len(e.output_audio_delta.audio) for e in journal if e.output_audio_delta.audio]
+        assert [line["audio"]["bytes"] for line in events if "audio" in line] == sizes
+        applied = [line for line in lines if line["type"] == "command" and not line.get("skipped")]
+        engine_bound = [line for line in applied if line["kind"] != "close_session"]
+        assert [line["client_seq"] for line in engine_bound if line["client_seq"]] == [
+            seq for seq, _ in truth.engine_input[session_id]
+        ]
+        assert recorded.end()["reason"] == "ended"

@@ -218,3 +218,13 @@ def test_overflow_while_detached_is_reported_at_the_resume() -> None:
             session_id=s.id, reason=pb.RESYNC_REASON_JOURNAL_OVERFLOW
         ),
     )
+
+
+def test_newest_after_reads_the_new_entries_from_the_newest_end() -> None:
+    journal = Journal(ttl_s=60.0, max_bytes=1024)
+    for n in range(1, 6):
+        journal.record(bytes([n]), float(n))
+    journal.ack(2)
+    assert [(seq, at) for seq, at, _ in journal.newest_after(3)] == [(4, 4.0), (5, 5.0)]
+    assert [seq for seq, _, _ in journal.newest_after(0)] == [3, 4, 5]  # what is kept
+    assert journal.newest_after(5) == []

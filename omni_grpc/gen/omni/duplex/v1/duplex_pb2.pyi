@@ -1588,6 +1588,7 @@ class SessionConfig(_message.Message):
     TOOLS_FIELD_NUMBER: _builtins.int
     TOOL_CHOICE_FIELD_NUMBER: _builtins.int
     INTERRUPTION_FIELD_NUMBER: _builtins.int
+    RECORDING_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """Names the model the engine runs."""
     instructions: _builtins.str
@@ -1654,6 +1655,12 @@ class SessionConfig(_message.Message):
         field in update_session.
         """
 
+    @_builtins.property
+    def recording(self) -> Global___SessionRecording:
+        """Asks for the session to be recorded, and says whether it is. Only set in the
+        configuration in force on a server that records (its policy is `all` or `on-request`).
+        """
+
     def __init__(
         self,
         *,
@@ -1674,10 +1681,11 @@ class SessionConfig(_message.Message):
         tools: Global___ToolSet | None = ...,
         tool_choice: Global___ToolChoice | None = ...,
         interruption: Global___InterruptionConfig | None = ...,
+        recording: Global___SessionRecording | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "output_audio_format", b"output_audio_format", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "output_audio_format", b"output_audio_format", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "model", b"model", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "playback_commit_policy", b"playback_commit_policy", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "model", b"model", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "playback_commit_policy", b"playback_commit_policy", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__instructions: _TypeAlias = _typing.Literal["instructions"]  # noqa: Y015
     _WhichOneofArgType__instructions: _TypeAlias = _typing.Literal["_instructions", b"_instructions"]  # noqa: Y015
@@ -1697,6 +1705,46 @@ class SessionConfig(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__voice) -> _WhichOneofReturnType__voice | None: ...
 
 Global___SessionConfig: _TypeAlias = SessionConfig  # noqa: Y015
+
+@_typing.final
+class SessionRecording(_message.Message):
+    """SessionRecording asks for a session's recording and reports it. A server records under its
+    policy (`omni-grpc serve --record`): never with `off`, every session with `all`, and with
+    `on-request` the sessions that ask. A recording holds the session's commands and events
+    with their times and its audio (docs/operations.md, "Recordings"); never a key or a token.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENABLED_FIELD_NUMBER: _builtins.int
+    OMIT_AUDIO_FIELD_NUMBER: _builtins.int
+    OMIT_TEXT_FIELD_NUMBER: _builtins.int
+    enabled: _builtins.bool
+    """Asks for a recording under `on-request`; false in update_session stops it, unset leaves it
+    as it is. In session_created and session_updated: whether the session is recorded now.
+    """
+    omit_audio: _builtins.bool
+    """Leaves audio out of the recording (transcripts and timings only). Once set it stays set."""
+    omit_text: _builtins.bool
+    """Leaves text out of the recording (transcripts, typed text, instructions, function
+    arguments and outputs). Once set it stays set.
+    """
+    def __init__(
+        self,
+        *,
+        enabled: _builtins.bool | None = ...,
+        omit_audio: _builtins.bool = ...,
+        omit_text: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_enabled", b"_enabled", "enabled", b"enabled"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_enabled", b"_enabled", "enabled", b"enabled", "omit_audio", b"omit_audio", "omit_text", b"omit_text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__enabled: _TypeAlias = _typing.Literal["enabled"]  # noqa: Y015
+    _WhichOneofArgType__enabled: _TypeAlias = _typing.Literal["_enabled", b"_enabled"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__enabled) -> _WhichOneofReturnType__enabled | None: ...
+
+Global___SessionRecording: _TypeAlias = SessionRecording  # noqa: Y015
 
 @_typing.final
 class FunctionTool(_message.Message):

@@ -1,0 +1,378 @@
+"""Recording on the event loop: which sessions are recorded, and what is handed to the writer.
+
+A :class:`Recorder` serves one server. When a session starts under a policy that records it
+(:func:`omni_grpc.core.config.resolve_recording` says so in its configuration in force), a
+:class:`Recording` wraps the two places every command and every event of a session already
+pass, the host's ``receive`` and ``deliver`` (and ``release``, to note a detach). The wrappers
+are set on the host *instance*, so an unrecorded session runs the plain methods and pays
+nothing at all. A command is handed over once its handling ended: an append's audio is then
+what the engine received (the edge converts it in place), a commit's resampler tail is the
+host's :meth:`~omni_grpc.server.host.SessionHost.tail_heard`, and the events it made follow it.
+
+What the wrappers see goes, as tuples, into one list per server, handed to the writer thread
+(:mod:`.writer`) every :data:`BATCH_S`: a reference to a payload the core already made (an
+event's journaled bytes), a command's serialized bytes, the audio the engine received. Events
+are taken from the session's journal, so each numbered event is recorded once, in order, even
+those made while no stream was attached; events of one stream (seq 0) come from the sends.
+
+The buffer is bounded: a recording whose writes fall :data:`RECORDING_BUFFER_BYTES` behind (or
+when all together fall :data:`TOTAL_BUFFER_BYTES` behind) is stopped, ``too_slow``, with a log
+line and the metric; its session never waits for a disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import platform
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import omni_grpc
+from omni_grpc.core import Effects, State
+from omni_grpc.core.limits import PROTOCOL_VERSION, EngineFeatures
+from omni_grpc.server.recording.counters import STARTED, STOPPED
+from omni_grpc.server.recording.part import PartInfo
+from omni_grpc.server.recording.retention import RETENTION_EVERY_S, sweep
+from omni_grpc.server.recording.settings import RecordSettings
+from omni_grpc.server.recording.state import RecordingState
+from omni_grpc.server.recording.writer import (
+    APPEND,
+    CLOSE,
+    COMMAND,
+    EVENT,
+    FAIL,
+    NOTE,
+    OPEN,
+    STREAM,
+    Writer,
+)
+from omni_grpc.wire import pb
+from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
+from omni_grpc.wire.recording import FORMAT
+
+if TYPE_CHECKING:
+    from omni_grpc.server.host import SessionHost
+    from omni_grpc.server.send_queue import SendQueue
+
+logger = logging.getLogger(__name__)
+
+# Engine options whose names say they hold a secret: the manifest leaves their values out.
+SECRET_WORDS = ("key", "token", "secret", "password", "credential")
+# How long records wait on the loop before they go to the writer thread together: the thread
+# wakes (and takes the GIL) less often, and writes a few hundred milliseconds per file at once;
+# a crash loses at most the batch not yet handed over.
+BATCH_S = 0.25
+RECORDING_BUFFER_BYTES = 16 * 1024 * 1024
+TOTAL_BUFFER_BYTES = 256 * 1024 * 1024
+_NUMBERED = b"\x08"  # a numbered event's bytes start with field 1 (seq), which is never 0
+
+
+class Recording(RecordingState):
+    """One session's recording on the event loop (and, in what it shares with the writer
+    thread, :class:`~.state.RecordingState`, its writer's side)."""
+
+    def __init__(self, recorder: Recorder, host: SessionHost, first_seq: int) -> None:
+        super().__init__(host.session.id)
+        self.recorder = recorder
+        self.last_seq = first_seq - 1  # the last journaled event handed over
+        self.queued = 0  # bytes handed over (the loop counts)
+        self._host = host
+        self.receiving = 0  # commands being handled now (their events wait for them)
+        # Why the recording is to end once no command is being handled ("" while it goes on).
+        self.closing = ""
+        self._unnumbered: list[tuple[float, int, bytes]] = []  # sends of one stream, waiting
+
+    def put(self, record: tuple[Any, ...]) -> None:
+        """Hands one record over; stops the recording when its buffer is full."""
+        if self.failed:
+            return
+        self.queued += record[2]
+        recorder = self.recorder
+        recorder.queued += record[2]
+        if (
+            self.queued - self.done > RECORDING_BUFFER_BYTES
+            or recorder.queued - recorder.done > TOTAL_BUFFER_BYTES
+        ):
+            recorder.too_slow(self)
+            return
+        recorder.batch.append(record)
+        if recorder.timer is None:
+            recorder.timer = recorder.loop.call_later(BATCH_S, recorder.hand_over)
+
+    # -- the wrappers ----------------------------------------------------------------------
+
+    def install(self) -> None:
+        """Puts the recording wrappers on the host."""
+        host, session = self._host, self._host.session
+        receive, deliver, release = host.receive, host.deliver, host.release
+        clock, put = self.recorder.clock, self.put
+
+        async def recorded_receive(
+            generation: int, request: pb.ConverseRequest, size: int = 0
+        ) -> float:
+            t = clock()
+            seq = request.client_seq
+            skip = ""
+            if session.state is not State.ATTACHED or generation != session.generation:
+                skip = "stale"
+            elif 0 < seq <= session.applied_client_seq:
+                skip = "duplicate"
+            append = request.append_input_audio if request.HasField("append_input_audio") else None
+            sent = (append.encoding, append.sample_rate_hz, len(append.audio)) if append else None
+            self.receiving += 1
+            try:
+                return await receive(generation, request, size)
+            finally:
+                self.receiving -= 1
+                if append is not None and sent is not None:
+                    self._appended(t, generation, skip, request, append, sent)
+                else:
+                    body = request.SerializeToString()
+                    tail = host.tail_heard() if request.HasField("commit_input_audio") else b""
+                    put((COMMAND, self, len(body), t, generation, body, skip, tail))
+                self._events(())  # what the command made, after it
+                if self.closing and not self.receiving:
+                    self.recorder.finish(host, self.closing)
+
+        def recorded_deliver(effects: Effects) -> None:
+            if self.receiving:  # the command's events follow its line: only keep these
+                for generation, payload in effects.sends:
+                    if payload[:1] != _NUMBERED:
+                        self._unnumbered.append((clock(), generation, payload))
+            else:
+                self._events(effects.sends)
+            deliver(effects)
+            if effects.ended:
+                self.close_after("ended")
+
+        def recorded_release(queue: SendQueue) -> None:
+            release(queue)
+            if session.state is State.DETACHED:
+                put((NOTE, self, 0, clock(), "detached", {"generation": queue.generation}))
+
+        host.receive = recorded_receive  # type: ignore[method-assign]
+        host.deliver = recorded_deliver  # type: ignore[method-assign]
+        host.release = recorded_release  # type: ignore[method-assign]
+
+    def close_after(self, reason: str) -> None:
+        """Ends the recording for ``reason``, after the command being handled, if one is (so
+        that its line and its events come before the end)."""
+        self.closing = self.closing or reason
+        if not self.receiving:
+            self.recorder.finish(self._host, self.closing)
+
+    def uninstall(self) -> None:
+        """Takes the wrappers off: the host runs its own methods again."""
+        for name in ("receive", "deliver", "release"):
+            self._host.__dict__.pop(name, None)
+
+    def _appended(
+        self,
+        t: float,
+        generation: int,
+        skip: str,
+        request: pb.ConverseRequest,
+        append: pb.AppendInputAudio,
+        sent: tuple[int, int, int],
+    ) -> None:
+        """An append, once handled: the audio in it now is what the engine heard (the edge
+        converts it in place), unless the session skipped or refused it."""
+        heard: bytes | None = None
+        if not skip and not self._host.session.last_refusal:
+            heard = append.audio
+        extra = None  # the rare parts of an append, as proto bytes
+        if append.HasField("audio_end_ms") or append.HasField("hints") or append.video_frames:
+            extra = pb.AppendInputAudio(
+                audio_end_ms=append.audio_end_ms if append.HasField("audio_end_ms") else None,
+                hints=append.hints if append.HasField("hints") else None,
+                video_frames=[pb.VideoFrame(mime_type=f.mime_type) for f in append.video_frames],
+            ).SerializeToString()
+        size = len(heard) if heard else 0
+        record = (APPEND, self, size, t, generation, skip, request.client_seq, request.event_id)
+        self.put((*record, sent, extra, heard, append.encoding, append.sample_rate_hz))
+
+    def _events(self, sends: Iterable[tuple[int, bytes]]) -> None:
+        """Hands over every event journaled since the last call, and the sends of one stream
+        (while a command is being handled, these wait for its line: they follow it)."""
+        for generation, payload in sends:
+            if payload[:1] != _NUMBERED:
+                self._unnumbered.append((self.recorder.clock(), generation, payload))
+        journal = self._host.session.journal
+        if journal.next_seq > self.last_seq + 1:
+            for seq, at, payload in journal.newest_after(self.last_seq):
+                self.put((EVENT, self, len(payload), seq, at, payload))
+            self.last_seq = journal.next_seq - 1
+        if self._unnumbered:
+            for at, generation, payload in self._unnumbered:
+                self.put((STREAM, self, len(payload), at, generation, payload))
+            self._unnumbered.clear()
+
+
+class Recorder:
+    """Every recording of one server, the writer thread, and the retention sweep."""
+
+    def __init__(
+        self,
+        settings: RecordSettings,
+        clock: Callable[[], float],
+        engine: EngineFeatures,
+        engine_options: dict[str, str],
+        replica: str,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self._engine = engine
+        self.replica = replica  # this server's name in the manifest (its route, or host:port)
+        self._session_fields = _session_fields(settings, engine, engine_options)
+        self.batch: list[tuple[Any, ...]] = []
+        self.timer: asyncio.TimerHandle | None = None
+        self.queued = 0
+        self.done = 0
+        self._recordings: dict[str, Recording] = {}
+        self._writer = Writer()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.loop = asyncio.get_running_loop()
+
+    @property
+    def folder(self) -> Path:
+        return self.settings.folder
+
+    def live(self) -> set[str]:
+        """The sessions this server records now (the sweep leaves their folders alone)."""
+        return set(self._recordings)
+
+    async def start(self) -> None:
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._writer.start()
+        self._tasks.append(asyncio.create_task(self._keep_sweeping()))
+
+    async def stop(self) -> None:
+        """Ends every recording (``server_stopped``), writes what is left, stops the thread."""
+        for task in self._tasks:
+            task.cancel()
+        for recording in list(self._recordings.values()):
+            self._end(recording, "server_stopped")
+        self.hand_over()
+        await asyncio.to_thread(self._writer.stop)
+
+    # -- sessions start and end ------------------------------------------------------------
+
+    def consider(self, host: SessionHost, *, started_by: str = "open", part: int = 1) -> None:
+        """Starts recording ``host``'s session if its configuration in force says so."""
+        session = host.session
+        if session.id in self._recordings or not session.config.recording.enabled:
+            return
+        adopted = started_by == "adopted"
+        first_seq = session.journal.head + 1
+        # An adopted session's recording starts with what the store kept of its journal.
+        kept_from = session.journal.dropped_through + 1 if adopted else first_seq
+        recording = Recording(self, host, kept_from)
+        wanted = session.config.recording
+        info = PartInfo(
+            session_id=session.id,
+            part=part,
+            replica=self.replica,
+            folder=self.folder / session.id,
+            t0=self.clock(),
+            wall=datetime.now(UTC).isoformat(timespec="milliseconds"),
+            rate_hz=self._track_rate(session.config),
+            omit_audio=self.settings.omit_audio or wanted.omit_audio,
+            omit_text=self.settings.omit_text or wanted.omit_text,
+            session=self._session_fields,
+            started_by=started_by,
+            first_seq=first_seq,
+        )
+        self._recordings[session.id] = recording
+        recording.put((OPEN, recording, 0, info))
+        self.hand_over()  # at once: a replica that dies now still leaves its part's manifest
+        if adopted:  # what the store kept, in case the replica before could not write it
+            for seq, at, payload in session.journal.newest_after(recording.last_seq):
+                recording.put((EVENT, recording, len(payload), seq, at, payload, True))
+            recording.last_seq = session.journal.head
+        recording.install()
+        STARTED.inc()
+
+    def reconsider(self, host: SessionHost) -> None:
+        """The session's configuration changed: recording starts or stops as it now says."""
+        recording = self._recordings.get(host.session.id)
+        if recording is None:
+            self.consider(host, started_by="asked")
+        elif not host.session.config.recording.enabled:
+            recording.close_after("not_asked")
+
+    def finish(self, host: SessionHost, reason: str) -> None:
+        """The session's recording ends here: it ended, moved, or stopped being asked for."""
+        recording = self._recordings.get(host.session.id)
+        if recording is not None and recording._host is host:
+            self._end(recording, reason)
+
+    def _end(self, recording: Recording, reason: str) -> None:
+        del self._recordings[recording.session_id]
+        recording.uninstall()
+        recording.put((CLOSE, recording, 0, self.clock(), reason))
+
+    def too_slow(self, recording: Recording) -> None:
+        """The writer fell too far behind this recording: it stops; its session goes on."""
+        recording.failed = True
+        self._recordings.pop(recording.session_id, None)
+        recording.uninstall()
+        STOPPED.labels("too_slow").inc()
+        logger.warning(
+            "session %s: recording stopped (too_slow: the disk fell behind); the session goes on",
+            recording.session_id,
+            extra={"session_id": recording.session_id},
+        )
+        self.batch.append((FAIL, recording, 0, self.clock(), "too_slow"))
+
+    def hand_over(self) -> None:
+        """Gives the records collected so far to the writer thread."""
+        self.timer = None
+        if self.batch:
+            batch, self.batch = self.batch, []
+            self._writer.put(self.clock(), batch)
+
+    def _track_rate(self, config: pb.SessionConfig) -> int:
+        """The rate the engine hears the session's input at: the WAV's rate."""
+        fmt = config.input_audio_format
+        native = self._engine.native_input_rates_hz
+        if fmt.encoding == pb.AUDIO_ENCODING_PCM16 and fmt.sample_rate_hz in native:
+            return fmt.sample_rate_hz
+        return CANONICAL_INPUT_RATE_HZ
+
+    async def _keep_sweeping(self) -> None:
+        settings = self.settings
+        while True:
+            try:
+                await asyncio.to_thread(
+                    sweep, self.folder, settings.max_age_s, settings.max_total_bytes, self.live()
+                )
+            except OSError as error:
+                logger.warning("recordings: the retention sweep failed: %s", error)
+            await asyncio.sleep(RETENTION_EVERY_S)
+
+
+def _session_fields(
+    settings: RecordSettings, engine: EngineFeatures, options: dict[str, str]
+) -> dict[str, Any]:
+    """The manifest's session-wide fields (engine options that look secret are left out)."""
+    kept = {
+        name: "<left out>" if any(word in name.lower() for word in SECRET_WORDS) else value
+        for name, value in options.items()
+    }
+    return {
+        "format": FORMAT,
+        "engine": {"name": engine.name, "options": kept},
+        "versions": {
+            "omni_grpc": omni_grpc.__version__,
+            "protocol": PROTOCOL_VERSION,
+            "python": platform.python_version(),
+        },
+        "policy": settings.policy,
+        "redaction": {"audio": settings.omit_audio, "text": settings.omit_text},
+    }
+
+
+__all__ = ["BATCH_S", "SECRET_WORDS", "Recorder", "Recording"]

@@ -1,0 +1,88 @@
+"""A recorded session's files, as the server writes them and the tools read them.
+
+A recording is a folder named after its session (``<record dir>/<session_id>/``):
+
+* ``manifest.json``: the session (engine and its options, versions, redaction), and one *part*
+  per replica it lived on, each with its files, its start and end, its configurations as they
+  changed, and where its recording stopped if it did;
+* ``events.jsonl``: every command and every event of the first part, in order, one JSON object
+  a line (:data:`LINE_TYPES`); ``audio.wav``: its two tracks, the user on the left and the
+  assistant on the right. A later part (a peer adopted the session) has ``events.<n>.jsonl``
+  and ``audio.<n>.wav``.
+
+docs/recordings.md describes every field. This module holds what writer and readers share:
+the file names, the line types, and how a message becomes JSON (text left out on request).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+TRACKS = ("user", "assistant")  # the WAV's channels, left to right
+# The types of events.jsonl's lines: the part's header, a command the server read, an event
+# the session numbered (seq > 0), an event of one stream only (seq 0: created, resumed,
+# replaced, resync, going away), a note (the assistant's heard audio placed, a detach, a stop),
+# and the part's last line.
+LINE_TYPES = ("recording", "command", "event", "stream", "note", "end")
+# The keys whose string values are a person's words, or words about them: left out of a
+# recording made without text (SessionRecording.omit_text).
+TEXT_KEYS = frozenset(
+    {"text", "transcript", "delta", "instructions", "arguments", "output", "metadata"}
+)
+
+
+def events_file(part: int) -> str:
+    """The events of part ``part`` (1: the replica that opened the session)."""
+    return "events.jsonl" if part == 1 else f"events.{part}.jsonl"
+
+
+def audio_file(part: int) -> str:
+    """The two-track WAV of part ``part``."""
+    return "audio.wav" if part == 1 else f"audio.{part}.wav"
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    """A message as proto JSON with the proto's own field names (snake_case)."""
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def redact_text(node: Any) -> Any:
+    """``node`` with every string under a key of :data:`TEXT_KEYS` (and every value of a
+    ``metadata`` map) replaced by its length."""
+    if isinstance(node, dict):
+        return {key: _redacted(key, value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [redact_text(each) for each in node]
+    return node
+
+
+def _redacted(key: str, value: Any) -> Any:
+    if key in TEXT_KEYS and isinstance(value, str):
+        return left_out(value)
+    if key == "metadata" and isinstance(value, dict):
+        return {name: left_out(str(text)) for name, text in value.items()}
+    return redact_text(value)
+
+
+def left_out(text: str) -> str:
+    """What a recording without text holds in place of ``text``."""
+    return f"<{len(text)} characters left out>"
+
+
+__all__ = [
+    "FORMAT",
+    "LINE_TYPES",
+    "MANIFEST",
+    "TEXT_KEYS",
+    "TRACKS",
+    "audio_file",
+    "events_file",
+    "left_out",
+    "message_json",
+    "redact_text",
+]

@@ -42,6 +42,13 @@ class Limits:
     key_commands_per_s: float = 5000.0
     key_audio_bytes_per_s: float = 64 * 1024 * 1024
     rate_burst_s: float = 2.0
+    # What one API key may hold and start, with two keys or more (see key_shares.py): its live
+    # sessions (0: three quarters of max_sessions, rounded up), its share of the memory budget,
+    # and sessions opened and resumed a second (buckets of rate_burst_s, like the others).
+    max_sessions_per_key: int = 0
+    key_memory_share: float = 0.5
+    key_opens_per_s: float = 50.0
+    key_resumes_per_s: float = 50.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

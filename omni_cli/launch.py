@@ -26,6 +26,7 @@ from aiohttp import web
 from opentelemetry.trace import TracerProvider
 
 from bridge.app import start_bridge
+from bridge.frame_budget import FrameBudget
 from omni_cli.config import BridgeSettings, ServeSettings
 from omni_cli.logs import configure_logging
 from omni_cli.tracing import otlp_tracer_provider
@@ -111,11 +112,14 @@ async def start_service(
         reuse_port=settings.bridge_workers > 1,
     )
     try:
+        sessions = running.sessions
         service.bridge, service.http_port = await start_bridge(
             target,
             options,
             tracer_provider=tracer_provider,
             local=running.local,  # the same process: no gRPC hop
+            # Client frames count against the service's budget and each key's share of it.
+            frames=FrameBudget(sessions.budget, sessions.key_shares.budget, sessions.audio_wait),
         )
         if settings.bridge_workers > 1:
             workers = BridgeSettings(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from aiohttp import WSCloseCode, web
@@ -62,6 +62,7 @@ class Bridge:
         tracer: Tracer | None = None,
         local: ServiceLink | None = None,
         frames: FrameBudget | None = None,
+        on_drained: Callable[[], None] | None = None,
     ) -> None:
         self.service_settings = service_settings
         self.options = options
@@ -69,7 +70,7 @@ class Bridge:
         # What client frames may cost before their commands leave: the service's budget when
         # the launcher hands it over, else one of the bridge's own.
         self.frames = frames or own_budget(
-            options.memory_budget_bytes, options.api_keys, options.key_memory_share
+            options.memory_budget_bytes, options.api_keys, options.key_memory_share, on_drained
         )
         # What a request must show before it is served.
         self.gate = Gate(
@@ -194,6 +195,7 @@ def create_app(
     tracer_provider: TracerProvider | None = None,
     local: ServiceLink | None = None,
     frames: FrameBudget | None = None,
+    on_drained: Callable[[], None] | None = None,
 ) -> web.Application:
     """Builds the bridge application for the service that ``service_settings`` reach; with a
     ``tracer_provider``, each turn is traced and its context goes to the service."""
@@ -203,6 +205,7 @@ def create_app(
         tracer=bridge_tracer(tracer_provider),
         local=local,
         frames=frames,
+        on_drained=on_drained,
     )
     app = web.Application(middlewares=[host_middleware(bridge.gate)])
     app[BRIDGE] = bridge
@@ -249,6 +252,7 @@ async def start_bridge(
     tracer_provider: TracerProvider | None = None,
     local: ServiceLink | None = None,
     frames: FrameBudget | None = None,
+    on_drained: Callable[[], None] | None = None,
 ) -> tuple[web.AppRunner, int]:
     """Starts the bridge with ``options``; returns its runner (``cleanup()`` stops it) and its
     port.
@@ -264,7 +268,8 @@ async def start_bridge(
     of a Converse call each. ``reuse_port`` lets several bridge processes listen on one port
     (``SO_REUSEPORT``: the kernel spreads the connections between them). ``frames`` is the
     budget client frames are charged to (:mod:`bridge.frame_budget`): the service's, from a
-    launcher that runs both; without it, one of the bridge's own.
+    launcher that runs both; without it, one of the bridge's own, which calls ``on_drained``
+    when a flood of frames has gone through (the launcher gives memory back then).
     """
     tls_cert = options.tls_cert_file
     root = options.grpc_root_cert_file or (tls_cert if not options.grpc_plaintext else None)
@@ -274,6 +279,7 @@ async def start_bridge(
         tracer_provider=tracer_provider,
         local=local,
         frames=frames,
+        on_drained=on_drained,
     )
     # aiohttp's keep-alive timer runs from the moment a connection is accepted and closes it
     # while no whole request has arrived: it is the header read timeout (half-sent requests

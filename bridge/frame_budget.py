@@ -19,7 +19,9 @@ With ``audio_wait`` (a service in the same process), a large frame also waits un
 audio allowance would take the audio its length can hold, instead of being parsed and refused.
 
 The budget is the service's own when the bridge runs in its process (the same ledgers its
-sessions' input is held in); a bridge alone has one of its own (``memory_budget_bytes``).
+sessions' input is held in); a bridge alone has one of its own (``memory_budget_bytes``). When
+a flood has gone through and nothing is in flight, ``on_drained`` runs: the launcher's hands the
+free pages of the heap back to the system.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from bridge.metrics import FRAMES_HELD
 COPIES = 4
 # Frames from this length up are checked against their key's audio allowance first.
 AUDIO_CHECK_BYTES = 64 * 1024
+# Once frames of this much cost went through and none is in flight, ``on_drained`` runs (the
+# launcher's: the allocator gives the free pages of the flood back to the system).
+DRAINED_AFTER_BYTES = 64 * 1024 * 1024
 _DATA_OPCODES = frozenset({0x0, 0x1, 0x2})  # continuation, text, binary
 
 
@@ -60,10 +65,16 @@ class OwnLedger:
         self.held = 0
 
 
-def own_budget(capacity_bytes: int, keys: tuple[str, ...], key_share: float) -> FrameBudget:
+def own_budget(
+    capacity_bytes: int,
+    keys: tuple[str, ...],
+    key_share: float,
+    on_drained: Callable[[], None] | None = None,
+) -> FrameBudget:
     """A bridge's own budget, each of two keys or more holding at most ``key_share`` of it."""
     ledgers = {key: OwnLedger(int(capacity_bytes * key_share)) for key in keys}
-    return FrameBudget(OwnLedger(capacity_bytes), ledgers.get if len(keys) > 1 else _none)
+    key_ledger = ledgers.get if len(keys) > 1 else _none
+    return FrameBudget(OwnLedger(capacity_bytes), key_ledger, on_drained=on_drained)
 
 
 def _none(key: str) -> Ledger | None:
@@ -78,8 +89,11 @@ class FrameBudget:
         server: Ledger,
         key_ledger: Callable[[str], Ledger | None] = _none,
         audio_wait: Callable[[str, int], float] | None = None,
+        on_drained: Callable[[], None] | None = None,
     ) -> None:
         self.server = server
+        self._on_drained = on_drained
+        self._since_drained = 0  # the cost of the frames since on_drained last ran
         self._key_ledger = key_ledger
         self._audio_wait = audio_wait  # seconds until the key's audio allowance takes the bytes
         self.in_flight = 0  # what the frames in flight cost, next to what the ledgers hold
@@ -98,6 +112,7 @@ class FrameBudget:
             return False
         self.in_flight += cost
         self._by_key[key] += cost
+        self._since_drained += cost
         self.peak = max(self.peak, server.held + self.in_flight)
         return True
 
@@ -112,6 +127,10 @@ class FrameBudget:
         for meter in list(self._waiting):
             if meter.try_go():
                 self._waiting.remove(meter)
+        if not self.in_flight and self._since_drained >= DRAINED_AFTER_BYTES:
+            self._since_drained = 0
+            if self._on_drained is not None:
+                self._on_drained()
 
     def audio_wait(self, key: str, audio_bytes: int) -> float:
         """Seconds until ``key``'s audio allowance would take ``audio_bytes`` (0: now)."""

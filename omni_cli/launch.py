@@ -31,6 +31,7 @@ from omni_cli.config import BridgeSettings, ServeSettings
 from omni_cli.logs import configure_logging
 from omni_cli.tracing import otlp_tracer_provider
 from omni_cli.workers import BridgeWorkers, parent_gone
+from omni_grpc.server.allocator import give_back, return_large_blocks
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
 
@@ -119,7 +120,12 @@ async def start_service(
             tracer_provider=tracer_provider,
             local=running.local,  # the same process: no gRPC hop
             # Client frames count against the service's budget and each key's share of it.
-            frames=FrameBudget(sessions.budget, sessions.key_shares.budget, sessions.audio_wait),
+            frames=FrameBudget(
+                sessions.budget,
+                sessions.key_shares.budget,
+                sessions.audio_wait,
+                on_drained=give_back,  # a flood's free pages go back to the system
+            ),
         )
         if settings.bridge_workers > 1:
             workers = BridgeSettings(
@@ -183,7 +189,10 @@ async def _start_bridge_alone(
     settings: BridgeSettings, tracer_provider: TracerProvider | None, *, reuse_port: bool
 ) -> tuple[web.AppRunner, int]:
     options = replace(settings.bridge, reuse_port=reuse_port)
-    return await start_bridge(settings.grpc_target, options, tracer_provider=tracer_provider)
+    return_large_blocks()  # a frame's copies leave the process when freed, as in the service
+    return await start_bridge(
+        settings.grpc_target, options, tracer_provider=tracer_provider, on_drained=give_back
+    )
 
 
 async def _run_bridge(settings: BridgeSettings, tracer_provider: TracerProvider | None) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from bridge.client_secrets import MAX_OUTSTANDING_PER_KEY, MINTS_PER_S
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS
 from bridge.options import BridgeOptions
 from omni_cli.logs import LOG_FORMATS
@@ -170,6 +171,18 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "durability": str,
     "redis_url": str,
     "bridge_workers": str,
+    "max_concurrent_streams": str,
+    "max_streams_per_key": str,
+    "max_streams_per_peer": str,
+    "max_concurrent_rpcs": str,
+    "keyless_calls": str,
+    "keyless_call_s": str,
+    "max_sessions_per_key": str,
+    "key_memory_share": str,
+    "key_opens_per_s": str,
+    "key_resumes_per_s": str,
+    "max_client_secrets_per_key": str,
+    "key_mints_per_s": str,
 }
 # The serve settings that are fields of the server limits: flags, variables and top-level
 # keys of the file like the others, merged into the limits (besides the [limits] table).
@@ -179,6 +192,10 @@ LIMIT_SETTINGS = (
     "key_commands_per_s",
     "key_audio_bytes_per_s",
     "rate_burst_s",
+    "max_sessions_per_key",
+    "key_memory_share",
+    "key_opens_per_s",
+    "key_resumes_per_s",
 )
 
 
@@ -280,6 +297,34 @@ def _seconds(merged: Mapping[str, Any], name: str, default: float) -> float:
     return seconds
 
 
+def _count(merged: Mapping[str, Any], name: str, default: int) -> int:
+    """A whole number setting of at least 1 (0 where the default says "derived")."""
+    try:
+        value = int(merged.get(name, default))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a whole number") from None
+    if value < (0 if default == 0 else 1):
+        raise ConfigError(f"{name} must be at least {'0' if default == 0 else '1'}")
+    return value
+
+
+def _rate(merged: Mapping[str, Any], name: str, default: float) -> float:
+    try:
+        value = float(merged.get(name, default))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number") from None
+    if not value > 0:
+        raise ConfigError(f"{name} must be positive")
+    return value
+
+
+def _share(value: Any) -> float:
+    share = _rate({"key_memory_share": 0.5 if value is None else value}, "key_memory_share", 0.5)
+    if share > 1:
+        raise ConfigError("key_memory_share must be at most 1")
+    return share
+
+
 def _durability(value: Any) -> str:
     if str(value) not in DURABILITY_MODES:
         raise ConfigError(f"durability must be one of {', '.join(DURABILITY_MODES)}")
@@ -330,6 +375,13 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         route=str(merged.get("route", "")),
         durability=_durability(merged.get("durability", "off")),
         redis_url=str(merged.get("redis_url", DEFAULT_REDIS_URL)),
+        max_concurrent_streams=_count(merged, "max_concurrent_streams", 1024),
+        # 0: derived from the streams and the keys (ServerSettings.stream_shares, rpc_limit).
+        max_streams_per_key=_count(merged, "max_streams_per_key", 0),
+        max_streams_per_peer=_count(merged, "max_streams_per_peer", 0),
+        max_concurrent_rpcs=_count(merged, "max_concurrent_rpcs", 0),
+        keyless_calls=_count(merged, "keyless_calls", 16),
+        keyless_call_s=_seconds(merged, "keyless_call_s", 30.0),
     )
     return ServeSettings(
         server=server,
@@ -340,6 +392,10 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
             allowed_origins=tuple(map(str, merged.get("allowed_origins", DEFAULT_ALLOWED_ORIGINS))),
             allowed_hosts=tuple(map(str, merged.get("allowed_hosts", ()))),
             send_deadline_s=_seconds(merged, "send_deadline_s", 10.0),
+            max_client_secrets_per_key=_count(
+                merged, "max_client_secrets_per_key", MAX_OUTSTANDING_PER_KEY
+            ),
+            key_mints_per_s=_rate(merged, "key_mints_per_s", MINTS_PER_S),
         ),
         metrics_port=_optional_port(merged.get("metrics_port"), "metrics_port"),
         otlp_endpoint=traces_endpoint(merged.get("otlp_endpoint"), environ),
@@ -368,6 +424,12 @@ def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]
         header_timeout_s=_seconds(vars(args), "handshake_timeout_s", 10.0),
         send_deadline_s=_seconds(vars(args), "send_deadline_s", 10.0),
         multiplex=not args.no_multiplex,
+        memory_budget_bytes=_count(vars(args), "memory_budget_mib", 1024) * MIB,
+        key_memory_share=_share(vars(args).get("key_memory_share")),
+        max_client_secrets_per_key=_count(
+            vars(args), "max_client_secrets_per_key", MAX_OUTSTANDING_PER_KEY
+        ),
+        key_mints_per_s=_rate(vars(args), "key_mints_per_s", MINTS_PER_S),
     )
     return BridgeSettings(
         grpc_target=args.grpc_target,

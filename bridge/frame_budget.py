@@ -177,8 +177,10 @@ class FrameMeter:
         budget: FrameBudget,
         key: str,
         label: str = "none",
+        max_frame_bytes: int = 1 << 62,
     ) -> None:
         self._held_count = FRAMES_HELD.labels(label)  # the key's hashed label, or none
+        self._max_frame_bytes = max_frame_bytes  # what the parser takes at most
         self._parser = parser
         self._protocol = protocol
         self._transport = transport
@@ -254,6 +256,8 @@ class FrameMeter:
             self._payload_left = length
             if opcode not in _DATA_OPCODES:
                 continue
+            # A header may claim any length; past the parser's cap the frame is refused anyway.
+            length = min(length, self._max_frame_bytes)
             audio = length * 3 // 4 if length >= AUDIO_CHECK_BYTES else 0
             if not self._charge(length * COPIES, fin, audio):
                 self._stash = data[at:]
@@ -344,6 +348,7 @@ class MeteredSocket(web.WebSocketResponse):
             self._budget,
             self._key,
             self._label,
+            self._max_msg_size or 1 << 62,
         )
         handler._payload_parser = self.meter = meter
         if tail:

@@ -130,8 +130,15 @@ async def start_service(
         if settings.bridge_workers > 1:
             workers = BridgeSettings(
                 grpc_target=target,
-                # The workers reach the service over gRPC, on a few ConverseMany calls.
-                bridge=replace(options, port=service.http_port, multiplex=True),
+                # The workers reach the service over gRPC, on a few ConverseMany calls; each
+                # counts its frames against a budget of its own, the size of the service's.
+                bridge=replace(
+                    options,
+                    port=service.http_port,
+                    multiplex=True,
+                    memory_budget_bytes=settings.server.limits.memory_budget_bytes,
+                    key_memory_share=settings.server.limits.key_memory_share,
+                ),
                 log_level=settings.log_level,
                 log_format=settings.log_format,
                 otlp_endpoint=settings.otlp_endpoint,

@@ -175,3 +175,11 @@ async def test_a_real_socket_charges_its_frames_until_their_commands_left() -> N
                 assert budget.in_flight == 0  # ...until its command left
         finally:
             await runner.cleanup()
+
+
+def test_a_header_claiming_more_than_the_parser_takes_is_charged_what_it_takes() -> None:
+    budget = FrameBudget(OwnLedger(10**9))
+    claim = struct.pack("!BBQ", 0x81, 0x80 | 127, 1 << 40) + b"\x01\x02\x03\x04"
+    metered = FrameMeter(Parser(), None, Transport(), budget, "a", max_frame_bytes=1000)
+    metered.feed_data(claim)
+    assert budget.in_flight == 1000 * COPIES

@@ -68,18 +68,30 @@ class KeyShares:
     def admit_open(self, key: str, held: int, now: float) -> None:
         """Takes an open of ``key``, which holds ``held`` live sessions; raises StreamRefused
         when its bucket is empty (nothing taken) or it holds its share."""
+        self.take_open(key, now)
+        if self.over_share(key, held):
+            raise self.share_refusal()
+
+    def take_open(self, key: str, now: float) -> None:
+        """Takes a token of ``key``'s opens; raises StreamRefused when there is none."""
         bucket = self._opens.get(key)
-        if bucket is None:
-            return
-        _take(bucket, now, "session opens")
-        if self.session_share and held >= self.session_share:
-            raise StreamRefused(
-                Status.RESOURCE_EXHAUSTED,
-                "resource_exhausted",
-                f"this API key holds its share of sessions: limit={self.session_share}",
-                retryable=True,
-                retry_after_s=self._limits.open_retry_after_s,
-            )
+        if bucket is not None:
+            _take(bucket, now, "session opens")
+
+    def over_share(self, key: str, held: int) -> bool:
+        """Whether ``key``, holding ``held`` sessions (live, or admitted and opening), may not
+        have one more: a queue lets such a key wait behind the others' requests."""
+        return key in self._opens and bool(self.session_share) and held >= self.session_share
+
+    def share_refusal(self) -> StreamRefused:
+        """The refusal of an open past its key's share (retryable, as a full server's)."""
+        return StreamRefused(
+            Status.RESOURCE_EXHAUSTED,
+            "resource_exhausted",
+            f"this API key holds its share of sessions: limit={self.session_share}",
+            retryable=True,
+            retry_after_s=self._limits.open_retry_after_s,
+        )
 
     def admit_resume(self, key: str, now: float) -> None:
         """Takes a resume of ``key``; raises StreamRefused when its bucket is empty."""

@@ -111,3 +111,11 @@ def test_a_session_charged_to_a_key_later_moves_what_it_holds() -> None:
     assert (first.held, second.held) == (0, 6)
     opened.session.admission.hold_for_key(None)
     assert second.held == 0
+
+
+def test_the_share_is_a_question_a_queue_can_ask_apart_from_the_bucket() -> None:
+    shares = KeyShares(KEYS, Limits(max_sessions=8), now=0.0)
+    assert not shares.over_share("key-a", 5) and shares.over_share("key-a", 6)
+    assert not shares.over_share("unknown", 100)  # not a key of the server's
+    assert not KeyShares(KEYS[:1], Limits(max_sessions=8), now=0.0).over_share("key-a", 100)
+    shares.take_open("key-a", now=0.0)  # the bucket alone, as a queue's door would take it

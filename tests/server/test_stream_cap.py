@@ -134,7 +134,7 @@ def test_streams_run_short_at_three_quarters() -> None:
     [
         ("ipv4:10.0.0.7:51234", "ipv4:10.0.0.7"),
         ("ipv6:[::1]:51234", "ipv6:[::1]"),
-        ("unix:/tmp/socket", "unix:/tmp/socket"),
+        ("unix:omni.sock", "unix:omni.sock"),
     ],
 )
 def test_a_peer_is_known_by_its_address(peer: str, address: str) -> None:

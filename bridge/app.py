@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from aiohttp import WSCloseCode, web
@@ -32,6 +32,7 @@ from opentelemetry.trace import Tracer, TracerProvider
 
 from bridge.client_secrets import ClientSecrets
 from bridge.dialects import VLLM_OMNI_PATH, dialect_name, make_dialect
+from bridge.frame_budget import FrameBudget, MeteredSocket, own_budget
 from bridge.gate import Gate, add_security_headers, host_middleware
 from bridge.metrics import CONNECTIONS, REFUSALS, metrics_handler
 from bridge.minting import minting_handler
@@ -41,7 +42,7 @@ from bridge.tracing import bridge_tracer
 from bridge.transport import ServiceLink
 from omni_grpc.client.channel import ChannelSettings, Connection
 from omni_grpc.client.multiplex import MultiplexedConnection
-from omni_grpc.wire.keys import bearer_metadata
+from omni_grpc.wire.keys import bearer_metadata, key_label
 
 STATIC_DIR = Path(__file__).parent / "static"
 # The largest inbound event and room for its envelope, on the websocket and on the channel.
@@ -60,17 +61,31 @@ class Bridge:
         *,
         tracer: Tracer | None = None,
         local: ServiceLink | None = None,
+        frames: FrameBudget | None = None,
+        on_drained: Callable[[], None] | None = None,
     ) -> None:
         self.service_settings = service_settings
         self.options = options
         self.local = local  # the service's in-process entry point, when it shares the process
+        # What client frames may cost before their commands leave: the service's budget when
+        # the launcher hands it over, else one of the bridge's own.
+        self.frames = frames or own_budget(
+            options.memory_budget_bytes, options.api_keys, options.key_memory_share, on_drained
+        )
         # What a request must show before it is served.
         self.gate = Gate(
             allowed_origins=options.allowed_origins,
             allowed_hosts=options.allowed_hosts,
             bound_host=options.host,
             api_keys=options.api_keys,
-            client_secrets=ClientSecrets() if options.api_keys else None,
+            client_secrets=(
+                ClientSecrets(
+                    per_key=options.max_client_secrets_per_key,
+                    mints_per_s=options.key_mints_per_s,
+                )
+                if options.api_keys
+                else None
+            ),
         )
         self.relays: set[Relay] = set()
         self.tracer = tracer  # each turn's span and its context for the service; None: off
@@ -113,11 +128,18 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         return admitted
     key = admitted  # the client's key, or the one its client secret stands for
     options = bridge.options
-    ws = web.WebSocketResponse(
+    service_key = options.service_key or key
+    ws = MeteredSocket(
+        bridge.frames,  # each frame charged from its header, under the key the service sees
+        service_key,
+        # A key the bridge checked or was given is counted by its hash; a client's own text
+        # (a bridge without keys) is not a label.
+        key_label(service_key) if options.api_keys or options.service_key else "none",
         protocols=("realtime",),
         heartbeat=options.heartbeat_s,
         max_msg_size=MAX_MESSAGE_BYTES,
         compress=False,
+        decode_text=False,  # JSON is parsed from the bytes: no text copy of every frame
     )
     await ws.prepare(request)
     query = request.query
@@ -138,12 +160,13 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         ws,
         bridge.service,
         options,
-        metadata=bearer_metadata(options.service_key or key),
+        metadata=bearer_metadata(service_key),
         model=model,
         autostart=bool(model) and not resume_only,
         dialect=dialect,
         transport=request.transport,
         tracer=bridge.tracer,
+        meter=ws.meter,
     )
     bridge.relays.add(relay)
     CONNECTIONS.inc()
@@ -171,10 +194,19 @@ def create_app(
     *,
     tracer_provider: TracerProvider | None = None,
     local: ServiceLink | None = None,
+    frames: FrameBudget | None = None,
+    on_drained: Callable[[], None] | None = None,
 ) -> web.Application:
     """Builds the bridge application for the service that ``service_settings`` reach; with a
     ``tracer_provider``, each turn is traced and its context goes to the service."""
-    bridge = Bridge(service_settings, options, tracer=bridge_tracer(tracer_provider), local=local)
+    bridge = Bridge(
+        service_settings,
+        options,
+        tracer=bridge_tracer(tracer_provider),
+        local=local,
+        frames=frames,
+        on_drained=on_drained,
+    )
     app = web.Application(middlewares=[host_middleware(bridge.gate)])
     app[BRIDGE] = bridge
     app.on_response_prepare.append(add_security_headers)
@@ -183,7 +215,7 @@ def create_app(
     app.router.add_get("/v1/realtime", realtime)
     app.router.add_get(VLLM_OMNI_PATH, realtime)
     app.router.add_get("/health", health)
-    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/metrics", metrics_handler(bridge.gate))
     if bridge.gate.client_secrets is not None:
         minting = minting_handler(bridge.gate, bridge.gate.client_secrets)
         app.router.add_post("/v1/realtime/client_secrets", minting)
@@ -219,6 +251,8 @@ async def start_bridge(
     *,
     tracer_provider: TracerProvider | None = None,
     local: ServiceLink | None = None,
+    frames: FrameBudget | None = None,
+    on_drained: Callable[[], None] | None = None,
 ) -> tuple[web.AppRunner, int]:
     """Starts the bridge with ``options``; returns its runner (``cleanup()`` stops it) and its
     port.
@@ -232,7 +266,10 @@ async def start_bridge(
     With ``local`` (the service's in-process entry point) the streams go to it, not to
     ``grpc_target``; with ``multiplex`` they share a few ``ConverseMany`` calls to it instead
     of a Converse call each. ``reuse_port`` lets several bridge processes listen on one port
-    (``SO_REUSEPORT``: the kernel spreads the connections between them).
+    (``SO_REUSEPORT``: the kernel spreads the connections between them). ``frames`` is the
+    budget client frames are charged to (:mod:`bridge.frame_budget`): the service's, from a
+    launcher that runs both; without it, one of the bridge's own, which calls ``on_drained``
+    when a flood of frames has gone through (the launcher gives memory back then).
     """
     tls_cert = options.tls_cert_file
     root = options.grpc_root_cert_file or (tls_cert if not options.grpc_plaintext else None)
@@ -241,6 +278,8 @@ async def start_bridge(
         options,
         tracer_provider=tracer_provider,
         local=local,
+        frames=frames,
+        on_drained=on_drained,
     )
     # aiohttp's keep-alive timer runs from the moment a connection is accepted and closes it
     # while no whole request has arrived: it is the header read timeout (half-sent requests

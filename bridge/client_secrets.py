@@ -10,15 +10,21 @@ then opens the websocket with the subprotocol ``openai-insecure-api-key.ek_…``
   session is bound to it (a resume with another secret of the same key finds the session);
 * is kept only as its SHA-256 digest and compared in constant time, and is never logged.
 
-At most ``MAX_OUTSTANDING`` secrets wait to be used; past that, minting is refused.
+Each key mints for itself, so no key's minting can stop another's: at most
+``MAX_OUTSTANDING_PER_KEY`` of its secrets wait to be used at once, and it mints at most
+``MINTS_PER_S`` a second (a bucket holding ``MINT_BURST_S`` of that). Past either, its minting is
+refused with a retry hint (:class:`TooManySecrets`); the other keys mint on. The keys are the
+bridge's own, so the store holds at most that many secrets per key.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,11 +32,42 @@ PREFIX = "ek_"
 DEFAULT_TTL_S = 60.0
 MIN_TTL_S = 10.0
 MAX_TTL_S = 7200.0
-MAX_OUTSTANDING = 10_000
+MAX_OUTSTANDING_PER_KEY = 1000
+MINTS_PER_S = 20.0
+MINT_BURST_S = 2.0
+# How soon a key whose secrets all wait to be used may try again: pages use them up as they load.
+OUTSTANDING_RETRY_AFTER_S = 1.0
 
 
 class TooManySecrets(Exception):
-    """Minting refused: ``MAX_OUTSTANDING`` secrets are waiting to be used."""
+    """Minting refused for the key: too many of its secrets wait, or it mints too fast."""
+
+    def __init__(self, message: str, code: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+
+class _MintBucket:
+    """Mints a key may make: a token bucket that starts full."""
+
+    __slots__ = ("capacity", "rate_per_s", "tokens", "updated_at")
+
+    def __init__(self, rate_per_s: float, burst_s: float, now: float) -> None:
+        self.rate_per_s = rate_per_s
+        self.capacity = max(rate_per_s * burst_s, 1.0)
+        self.tokens = self.capacity
+        self.updated_at = now
+
+    def wait_s(self, now: float) -> float:
+        """Seconds until a mint passes (0: now, and it is taken)."""
+        elapsed = max(now - self.updated_at, 0.0)
+        self.tokens = min(self.capacity, self.tokens + elapsed * self.rate_per_s)
+        self.updated_at = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        return (1.0 - self.tokens) / self.rate_per_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +84,19 @@ def _digest(value: str) -> bytes:
 class ClientSecrets:
     """The secrets minted and not yet used or expired, by digest."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        *,
+        per_key: int = MAX_OUTSTANDING_PER_KEY,
+        mints_per_s: float = MINTS_PER_S,
+    ) -> None:
         self._clock = clock
+        self._per_key = per_key
+        self._mints_per_s = mints_per_s
         self._minted: dict[bytes, _Minted] = {}
+        self._outstanding: Counter[str] = Counter()  # by the key that minted them
+        self._buckets: dict[str, _MintBucket] = {}
 
     def __len__(self) -> int:
         return len(self._minted)
@@ -58,12 +105,30 @@ class ClientSecrets:
         """A new secret standing for ``owner_key``, and when it expires (unix seconds)."""
         if not MIN_TTL_S <= ttl_s <= MAX_TTL_S:
             raise ValueError(f"a secret lives {MIN_TTL_S:g} to {MAX_TTL_S:g} seconds")
-        self._forget_expired()
-        if len(self._minted) >= MAX_OUTSTANDING:
-            raise TooManySecrets
+        now = self._clock()
+        # The bucket first: a key at its bound pays for each attempt, so its attempts (and the
+        # look for expired secrets each makes) come at most at the bucket's rate.
+        bucket = self._buckets.get(owner_key)
+        if bucket is None:
+            bucket = self._buckets[owner_key] = _MintBucket(self._mints_per_s, MINT_BURST_S, now)
+        if wait := bucket.wait_s(now):
+            raise TooManySecrets(
+                "this key mints client secrets too fast",
+                "rate_limit_exceeded",
+                math.ceil(wait * 1000) / 1000,
+            )
+        if self._outstanding[owner_key] >= self._per_key:
+            self._forget_expired()
+            if self._outstanding[owner_key] >= self._per_key:
+                raise TooManySecrets(
+                    f"{self._per_key} client secrets of this key wait to be used",
+                    "client_secrets_outstanding",
+                    OUTSTANDING_RETRY_AFTER_S,
+                )
         value = PREFIX + secrets.token_urlsafe(32)
-        minted = _Minted(_digest(value), owner_key, self._clock() + ttl_s)
+        minted = _Minted(_digest(value), owner_key, now + ttl_s)
         self._minted[minted.digest] = minted
+        self._outstanding[owner_key] += 1
         return value, minted.expires_at
 
     def redeem(self, presented: str) -> str | None:
@@ -76,9 +141,10 @@ class ClientSecrets:
         # comparison is made in constant time all the same.
         if minted is None or not hmac.compare_digest(minted.digest, digest):
             return None
+        self._outstanding[minted.owner_key] -= 1
         return minted.owner_key if self._clock() < minted.expires_at else None
 
     def _forget_expired(self) -> None:
         now = self._clock()
         for digest in [d for d, minted in self._minted.items() if minted.expires_at <= now]:
-            del self._minted[digest]
+            self._outstanding[self._minted.pop(digest).owner_key] -= 1

@@ -2,13 +2,21 @@
 
 The endpoint exposes prometheus-client's process-wide registry: the bridge's own metrics and,
 when the service runs in the same process (``omni-grpc serve``), the service's too, in one
-scrape. Labels are HTTP status codes only (a closed set), never keys or session ids.
+scrape. With keys configured it answers only a caller that presents one in the
+``Authorization`` header (401 otherwise): the port faces clients, and the counts are the
+operator's. A scraper without a key reads them on ``--metrics-port``, a port of their own.
+Labels are closed sets (HTTP status codes, reasons) or a key's hashed label, never keys or
+session ids.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, generate_latest
+
+from bridge.gate import Gate, unauthorized
+from omni_grpc.wire.keys import bearer_credentials, key_matches
 
 CONNECTIONS = Gauge("omni_grpc_bridge_connections", "Websockets the bridge carries now.")
 REFUSALS = Counter(
@@ -16,12 +24,33 @@ REFUSALS = Counter(
     "Websocket upgrades refused before the upgrade (Host, Origin, key), by HTTP status.",
     ["status"],
 )
+KEY_REFUSALS = Counter(
+    "omni_grpc_bridge_key_refusals",
+    "Client secrets refused, by API key (a hash: omni_grpc.wire.keys.key_label) and reason "
+    "(rate_limit_exceeded, client_secrets_outstanding).",
+    ["key", "reason"],
+)
+FRAMES_HELD = Counter(
+    "omni_grpc_bridge_frames_held",
+    "Client frames that waited, unread, for room in the memory budget or their key's share "
+    "of it, or for their key's audio allowance (bridge.frame_budget), by API key (a hash).",
+    ["key"],
+)
 
 
-async def metrics_handler(request: web.Request) -> web.Response:
-    """The text exposition of every metric in the process."""
-    body = generate_latest(REGISTRY)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+def metrics_handler(gate: Gate) -> Handler:
+    """``GET /metrics``: the text exposition of every metric in the process, to a caller
+    with one of the gate's keys when it has keys."""
+
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        if gate.api_keys:
+            key = bearer_credentials(request.headers.get("Authorization", ""))
+            if not key_matches(key, gate.api_keys):
+                return unauthorized()
+        body = generate_latest(REGISTRY)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    return metrics
 
 
-__all__ = ["CONNECTIONS", "REFUSALS", "metrics_handler"]
+__all__ = ["CONNECTIONS", "FRAMES_HELD", "KEY_REFUSALS", "REFUSALS", "metrics_handler"]

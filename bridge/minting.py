@@ -2,12 +2,15 @@
 
 With ``Authorization: Bearer <api key>`` (one of the bridge's keys) the endpoint answers
 ``{"value": "ek_…", "expires_at": <unix s>}``, as OpenAI's endpoint of that name does; the body
-may ask for ``expires_after.seconds`` (10 s to 2 h; 60 s when not given). Too many secrets
-waiting to be used is 429. The store of the secrets is :mod:`bridge.client_secrets`.
+may ask for ``expires_after.seconds`` (10 s to 2 h; 60 s when not given). A key with too many
+secrets waiting to be used, or minting too fast, gets 429 with ``Retry-After`` and a typed
+error (``client_secrets_outstanding`` or ``rate_limit_exceeded``); other keys mint on. The store
+of the secrets is :mod:`bridge.client_secrets`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import orjson
@@ -16,7 +19,11 @@ from aiohttp.typedefs import Handler
 
 from bridge.client_secrets import DEFAULT_TTL_S, ClientSecrets, TooManySecrets
 from bridge.gate import Gate, unauthorized
-from omni_grpc.wire.keys import bearer_credentials, key_matches
+from bridge.metrics import KEY_REFUSALS
+from omni_grpc.wire.keys import bearer_credentials, key_label, key_matches
+
+# The longest a refused mint waits for its answer (its retry hint, up to this).
+MAX_HOLD_S = 1.0
 
 
 def minting_handler(gate: Gate, client_secrets: ClientSecrets) -> Handler:
@@ -35,9 +42,17 @@ def minting_handler(gate: Gate, client_secrets: ClientSecrets) -> Handler:
             value, expires_at = client_secrets.mint(key, ttl_s)
         except ValueError as error:
             return _json(400, {"error": {"type": "invalid_request_error", "message": str(error)}})
-        except TooManySecrets:
-            message = "too many client secrets wait to be used"
-            return _json(429, {"error": {"type": "rate_limit_exceeded", "message": message}})
+        except TooManySecrets as refused:
+            KEY_REFUSALS.labels(key_label(key), refused.code).inc()
+            # Answered once the hint has run out (at most a second): a caller that asks again
+            # at once, on a kept-alive connection, asks at the rate it is allowed, and its
+            # refusals cost the bridge little.
+            await asyncio.sleep(min(refused.retry_after_s, MAX_HOLD_S))
+            body = {"type": "rate_limit_exceeded", "code": refused.code, "message": str(refused)}
+            response = _json(429, {"error": body})
+            # Whole seconds (RFC 9110), rounded up so that a retry on time passes.
+            response.headers["Retry-After"] = str(max(math.ceil(refused.retry_after_s), 1))
+            return response
         return _json(200, {"value": value, "expires_at": math.floor(expires_at)})
 
     return mint

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bridge.client_secrets import MAX_OUTSTANDING_PER_KEY, MINTS_PER_S
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS
 from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes
 
@@ -34,6 +35,13 @@ class BridgeOptions:
     api_keys: tuple[str, ...] = ()  # keys clients must present; empty: no check
     allowed_origins: tuple[str, ...] = DEFAULT_ALLOWED_ORIGINS  # pages that may use it
     allowed_hosts: tuple[str, ...] = ()  # Host names besides localhost and addresses
+    # Frames in flight (bridge.frame_budget), for a bridge alone (in the service's process, the
+    # service's budget and shares): the bytes they may cost, and one key's share of them.
+    memory_budget_bytes: int = 1024 * 1024 * 1024
+    key_memory_share: float = 0.5
+    # Client secrets (bridge.client_secrets): how many of a key's may wait, how fast it mints.
+    max_client_secrets_per_key: int = MAX_OUTSTANDING_PER_KEY
+    key_mints_per_s: float = MINTS_PER_S
     # The service behind it.
     service_key: str = ""  # presented to the service; empty: each client's own key
     grpc_root_cert_file: str | None = None  # trust this CA for a TLS service

@@ -40,6 +40,7 @@ from opentelemetry.trace import Tracer
 from bridge.client_socket import ClientFellBehind, ClientSocket
 from bridge.dialect import Dialect
 from bridge.errors import RATE_LIMIT_CODE, DialectError, Refusal
+from bridge.frame_budget import FrameMeter
 from bridge.options import BridgeOptions
 from bridge.stream_ends import (
     TRANSPORT_RETRY_S,
@@ -107,8 +108,13 @@ class Relay:
         dialect: Dialect,
         transport: asyncio.Transport | None = None,
         tracer: Tracer | None = None,
+        meter: FrameMeter | None = None,
     ) -> None:
         self.ws = ws
+        # The socket's frames are charged from their headers until their commands leave
+        # (bridge.frame_budget): ``_handed_on`` gives back each message's charge, once.
+        self._meter = meter
+        self._unhanded = False
         # Every frame goes out through it, within the send deadline.
         self._socket = ClientSocket(ws, transport, options.send_deadline_s)
         self._send = self._socket.send
@@ -194,6 +200,8 @@ class Relay:
             await self._close_behind()
         finally:
             self._move(RelayState.CLOSED)
+            if self._meter is not None:
+                self._meter.close()
             if self._turns is not None:
                 self._turns.close()
             if self._stream is not None:
@@ -269,7 +277,9 @@ class Relay:
                 await self._tell(Refusal("config_timeout", "no first event in time"))
                 await self._close_ws(WSCloseCode.POLICY_VIOLATION, "config_timeout")
                 return None
+            self._received(message.type)
             if message.type is not WSMsgType.TEXT:
+                self._handed_on()
                 if message.type in (
                     WSMsgType.CLOSE,
                     WSMsgType.CLOSING,
@@ -282,12 +292,14 @@ class Relay:
             try:
                 opening = self._dialect.opening(message.data, model=self._model)
             except DialectError as error:
+                self._handed_on()
                 await self._tell(error.refusal())
                 if self._dialect.ends_handshake(error):
                     # The vLLM-Omni dialect's handshake ends on a first frame it cannot read.
                     await self._close_ws(WSCloseCode.OK, error.code)
                     return None
                 continue
+            self._handed_on()  # what the frame became is small: the first request
             self._opening_update = opening.update_id
             return opening.request, opening.then
 
@@ -306,40 +318,70 @@ class Relay:
                 await self._write(stream, pending)
             inline = stream if isinstance(stream, InlineStream) else None
             closing = False
-            async for message in self.ws:
-                if closing or self._end_reason in _ENDED:
-                    # The client closed the session, or it ended, and the service ends the
-                    # stream next: a command now could not be applied, and writing one races
-                    # the stream's end. The websocket closes when the stream does.
-                    continue
-                if message.type is WSMsgType.TEXT:
-                    try:
-                        request = self._dialect.request(message.data)
-                    except DialectError as error:
-                        await self._tell(error.refusal())
+            while True:
+                # Held after a refusal for rate: the next frame is not even read meanwhile, so
+                # a flooding client meets TCP's flow control (and its frames cost nothing here).
+                if self._hold_input_until:  # 0 unless a rate limit refused a command before
+                    await self._hold()
+                message = await self.ws.receive()
+                if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+                    break
+                self._received(message.type)
+                try:
+                    if closing or self._end_reason in _ENDED:
+                        # The client closed the session, or it ended, and the service ends the
+                        # stream next: a command now could not be applied, and writing one races
+                        # the stream's end. The websocket closes when the stream does.
                         continue
-                    await self._write(stream, request)
-                    closing = request.HasField("close_session")
-                    # What the command made at once (an echoed chunk) goes out from here: the
-                    # pump is not woken for it (bridge.transport.InlineStream).
-                    if inline is not None:
-                        await inline.flush(self._deliver_serialized)
-                elif message.type is WSMsgType.BINARY:
-                    await self._tell(Refusal("bad_event", "send events as text frames"))
+                    if message.type is WSMsgType.TEXT:
+                        try:
+                            request = self._dialect.request(message.data)
+                        except DialectError as error:
+                            self._handed_on()
+                            await self._tell(error.refusal())
+                            continue
+                        del message  # its bytes are not held while the command leaves
+                        closing = request.HasField("close_session")
+                        await self._write(stream, request)
+                        del request
+                        # What the command made at once (an echoed chunk) goes out from here:
+                        # the pump is not woken for it (bridge.transport.InlineStream).
+                        if inline is not None:
+                            await inline.flush(self._deliver_serialized)
+                    elif message.type is WSMsgType.BINARY:
+                        self._handed_on()
+                        await self._tell(Refusal("bad_event", "send events as text frames"))
+                finally:
+                    self._handed_on()
         except (StreamBroken, ConnectionError):
             return  # the stream or the socket ended under us; the pump tells the client why
 
+    async def _hold(self) -> None:
+        """Waits out the retry hint of the last refusal for rate, if it has not run out."""
+        hold_s = self._hold_input_until - asyncio.get_running_loop().time()
+        if hold_s > 0:
+            await asyncio.sleep(hold_s)
+
+    def _received(self, kind: WSMsgType) -> None:
+        """A message came: a text or binary one holds its frames' charge until handed on."""
+        self._unhanded = kind in (WSMsgType.TEXT, WSMsgType.BINARY)
+
+    def _handed_on(self) -> None:
+        """The last message's command has left (or it was answered): its charge goes back."""
+        if self._unhanded and self._meter is not None:
+            self._meter.handled()
+        self._unhanded = False
+
     async def _write(self, stream: ServiceStream, request: pb.ConverseRequest) -> None:
-        if self._hold_input_until:  # 0 unless a rate limit refused a command before
-            hold_s = self._hold_input_until - asyncio.get_running_loop().time()
-            if hold_s > 0:
-                await asyncio.sleep(hold_s)
+        if self._hold_input_until:
+            await self._hold()
         if is_numbered(request):
             request.client_seq = self._next_seq
             self._next_seq += 1
         if self._turns is not None:
             self._turns.sending(request)
         await stream.write(request)
+        self._handed_on()  # the service has it: its copies here go
 
     # -- service → client ----------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import omni_cli.grpc_fork  # noqa: F401  (first: gRPC reads its fork setting when imported)
 import omni_grpc
+from bridge.client_secrets import MAX_OUTSTANDING_PER_KEY, MINTS_PER_S
 from omni_cli.config import (
     DEFAULT_HTTP_PORT,
     BridgeSettings,
@@ -255,6 +256,8 @@ def _add_serve(commands: Any) -> None:
     _add_page_policy(serve)
     _add_rate_limits(serve)
     _add_queue(serve)
+    _add_tenants(serve)
+    _add_client_secrets(serve)
     _add_durability(serve)
     add_record_flags(serve)
 
@@ -298,6 +301,95 @@ def _add_queue(serve: Any) -> None:
         help="a priority class and its API keys, repeatable, highest first; other keys are in "
         "'default', last unless named. Keys on a command line are visible to other users: "
         "prefer OMNI_GRPC_PRIORITY_CLASSES (NAME=KEY,KEY;NAME=KEY) or the config file",
+    )
+
+
+def _add_tenants(serve: Any) -> None:
+    tenants = serve.add_argument_group(
+        "tenants",
+        "what one API key, one address, or a caller without a key may hold, so that none takes "
+        "the service from the others (docs/security.md)",
+    )
+    limits = Limits()
+    for flag, kind, metavar, what in (
+        ("--max-concurrent-streams", int, "N", "streams of every kind at once (default 1024)"),
+        (
+            "--max-streams-per-key",
+            int,
+            "N",
+            "streams and calls one API key may hold (default: half the streams with two keys "
+            "or more, else no bound of its own)",
+        ),
+        (
+            "--max-streams-per-peer",
+            int,
+            "N",
+            "gRPC calls and streams one address may hold (default: three quarters of the streams)",
+        ),
+        (
+            "--max-concurrent-rpcs",
+            int,
+            "N",
+            "gRPC's own bound on calls in flight (default: four times the streams)",
+        ),
+        (
+            "--keyless-calls",
+            int,
+            "N",
+            "health checks (and open reflection) without a key at once (default 16)",
+        ),
+        (
+            "--keyless-call-s",
+            float,
+            "SECONDS",
+            "how long such a call may last; a watch then ends and may watch again (default 30)",
+        ),
+        (
+            "--max-sessions-per-key",
+            int,
+            "N",
+            "live sessions one API key may hold (default: three quarters of --max-sessions "
+            "with two keys or more, else no bound of its own)",
+        ),
+        (
+            "--key-memory-share",
+            float,
+            "SHARE",
+            "the share of --memory-budget-mib one API key may hold with two keys or more "
+            f"(default {limits.key_memory_share:g})",
+        ),
+        (
+            "--key-opens-per-s",
+            float,
+            "N",
+            f"sessions one API key may open a second (default {limits.key_opens_per_s:g})",
+        ),
+        (
+            "--key-resumes-per-s",
+            float,
+            "N",
+            f"resumes one API key may make a second (default {limits.key_resumes_per_s:g})",
+        ),
+    ):
+        tenants.add_argument(flag, type=kind, metavar=metavar, help=what)
+
+
+def _add_client_secrets(parser: Any, defaults: bool = False) -> None:
+    """What one key may mint at the bridge: serve and bridge."""
+    parser.add_argument(
+        "--max-client-secrets-per-key",
+        type=int,
+        metavar="N",
+        default=MAX_OUTSTANDING_PER_KEY if defaults else None,
+        help="client secrets of one API key that may wait to be used at once "
+        f"(default {MAX_OUTSTANDING_PER_KEY})",
+    )
+    parser.add_argument(
+        "--key-mints-per-s",
+        type=float,
+        metavar="N",
+        default=MINTS_PER_S if defaults else None,
+        help=f"client secrets one API key may mint a second (default {MINTS_PER_S:g})",
     )
 
 
@@ -429,6 +521,23 @@ def _add_bridge(commands: Any) -> None:
         help="close a websocket with 1013 slow_consumer when one frame has waited this long "
         "for the client to read (default 10); the session stays resumable",
     )
+    bridge.add_argument(
+        "--memory-budget-mib",
+        type=int,
+        default=1024,
+        metavar="MIB",
+        help="what client frames in flight may cost at once, counted from their length "
+        "before they are parsed; a frame that does not fit waits unread (default 1024)",
+    )
+    bridge.add_argument(
+        "--key-memory-share",
+        type=float,
+        default=0.5,
+        metavar="SHARE",
+        help="the share of that budget one API key's frames may take, with two keys or more "
+        "(default 0.5)",
+    )
+    _add_client_secrets(bridge, defaults=True)
     _add_page_policy(bridge)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from bridge.client_secrets import MAX_OUTSTANDING_PER_KEY, MINTS_PER_S
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS
 from bridge.options import BridgeOptions
 from omni_cli.logs import LOG_FORMATS
@@ -190,6 +191,18 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "record_redact": _split,
     "record_max_age_days": str,
     "record_max_mib": str,
+    "max_concurrent_streams": str,
+    "max_streams_per_key": str,
+    "max_streams_per_peer": str,
+    "max_concurrent_rpcs": str,
+    "keyless_calls": str,
+    "keyless_call_s": str,
+    "max_sessions_per_key": str,
+    "key_memory_share": str,
+    "key_opens_per_s": str,
+    "key_resumes_per_s": str,
+    "max_client_secrets_per_key": str,
+    "key_mints_per_s": str,
 }
 # The settings of the admission queue besides capacity: meaningless without it.
 QUEUE_SETTINGS = ("queue_max_length", "queue_max_wait_s", "queue_max_overtakes", "priority_classes")
@@ -201,6 +214,10 @@ LIMIT_SETTINGS = (
     "key_commands_per_s",
     "key_audio_bytes_per_s",
     "rate_burst_s",
+    "max_sessions_per_key",
+    "key_memory_share",
+    "key_opens_per_s",
+    "key_resumes_per_s",
 )
 
 
@@ -356,6 +373,34 @@ def _seconds(merged: Mapping[str, Any], name: str, default: float) -> float:
     return seconds
 
 
+def _count(merged: Mapping[str, Any], name: str, default: int) -> int:
+    """A whole number setting of at least 1 (0 where the default says "derived")."""
+    try:
+        value = int(merged.get(name, default))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a whole number") from None
+    if value < (0 if default == 0 else 1):
+        raise ConfigError(f"{name} must be at least {'0' if default == 0 else '1'}")
+    return value
+
+
+def _rate(merged: Mapping[str, Any], name: str, default: float) -> float:
+    try:
+        value = float(merged.get(name, default))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number") from None
+    if not value > 0:
+        raise ConfigError(f"{name} must be positive")
+    return value
+
+
+def _share(value: Any) -> float:
+    share = _rate({"key_memory_share": 0.5 if value is None else value}, "key_memory_share", 0.5)
+    if share > 1:
+        raise ConfigError("key_memory_share must be at most 1")
+    return share
+
+
 def _durability(value: Any) -> str:
     if str(value) not in DURABILITY_MODES:
         raise ConfigError(f"durability must be one of {', '.join(DURABILITY_MODES)}")
@@ -429,6 +474,13 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         redis_url=str(merged.get("redis_url", DEFAULT_REDIS_URL)),
         queue=_queue(merged),
         recording=_recording(merged),
+        max_concurrent_streams=_count(merged, "max_concurrent_streams", 1024),
+        # 0: derived from the streams and the keys (ServerSettings.stream_shares, rpc_limit).
+        max_streams_per_key=_count(merged, "max_streams_per_key", 0),
+        max_streams_per_peer=_count(merged, "max_streams_per_peer", 0),
+        max_concurrent_rpcs=_count(merged, "max_concurrent_rpcs", 0),
+        keyless_calls=_count(merged, "keyless_calls", 16),
+        keyless_call_s=_seconds(merged, "keyless_call_s", 30.0),
     )
     return ServeSettings(
         server=server,
@@ -439,6 +491,10 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
             allowed_origins=tuple(map(str, merged.get("allowed_origins", DEFAULT_ALLOWED_ORIGINS))),
             allowed_hosts=tuple(map(str, merged.get("allowed_hosts", ()))),
             send_deadline_s=_seconds(merged, "send_deadline_s", 10.0),
+            max_client_secrets_per_key=_count(
+                merged, "max_client_secrets_per_key", MAX_OUTSTANDING_PER_KEY
+            ),
+            key_mints_per_s=_rate(merged, "key_mints_per_s", MINTS_PER_S),
         ),
         metrics_port=_optional_port(merged.get("metrics_port"), "metrics_port"),
         otlp_endpoint=traces_endpoint(merged.get("otlp_endpoint"), environ),
@@ -468,6 +524,12 @@ def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]
         header_timeout_s=_seconds(vars(args), "handshake_timeout_s", 10.0),
         send_deadline_s=_seconds(vars(args), "send_deadline_s", 10.0),
         multiplex=not args.no_multiplex,
+        memory_budget_bytes=_count(vars(args), "memory_budget_mib", 1024) * MIB,
+        key_memory_share=_share(vars(args).get("key_memory_share")),
+        max_client_secrets_per_key=_count(
+            vars(args), "max_client_secrets_per_key", MAX_OUTSTANDING_PER_KEY
+        ),
+        key_mints_per_s=_rate(vars(args), "key_mints_per_s", MINTS_PER_S),
     )
     return BridgeSettings(
         grpc_target=args.grpc_target,

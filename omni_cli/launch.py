@@ -26,11 +26,13 @@ from aiohttp import web
 from opentelemetry.trace import TracerProvider
 
 from bridge.app import start_bridge
+from bridge.frame_budget import FrameBudget
 from omni_cli.config import BridgeSettings, ServeSettings
 from omni_cli.logs import configure_logging
 from omni_cli.tracing import otlp_tracer_provider
 from omni_cli.workers import BridgeWorkers, parent_gone
 from omni_grpc.server.agent import start_agent
+from omni_grpc.server.allocator import give_back, return_large_blocks
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
 
@@ -124,17 +126,32 @@ async def start_service(
         reuse_port=settings.bridge_workers > 1,
     )
     try:
+        sessions = running.sessions
         service.bridge, service.http_port = await start_bridge(
             target,
             options,
             tracer_provider=tracer_provider,
             local=running.local,  # the same process: no gRPC hop
+            # Client frames count against the service's budget and each key's share of it.
+            frames=FrameBudget(
+                sessions.budget,
+                sessions.key_shares.budget,
+                sessions.audio_wait,
+                on_drained=give_back,  # a flood's free pages go back to the system
+            ),
         )
         if settings.bridge_workers > 1:
             workers = BridgeSettings(
                 grpc_target=target,
-                # The workers reach the service over gRPC, on a few ConverseMany calls.
-                bridge=replace(options, port=service.http_port, multiplex=True),
+                # The workers reach the service over gRPC, on a few ConverseMany calls; each
+                # counts its frames against a budget of its own, the size of the service's.
+                bridge=replace(
+                    options,
+                    port=service.http_port,
+                    multiplex=True,
+                    memory_budget_bytes=settings.server.limits.memory_budget_bytes,
+                    key_memory_share=settings.server.limits.key_memory_share,
+                ),
                 log_level=settings.log_level,
                 log_format=settings.log_format,
                 otlp_endpoint=settings.otlp_endpoint,
@@ -192,7 +209,10 @@ async def _start_bridge_alone(
     settings: BridgeSettings, tracer_provider: TracerProvider | None, *, reuse_port: bool
 ) -> tuple[web.AppRunner, int]:
     options = replace(settings.bridge, reuse_port=reuse_port)
-    return await start_bridge(settings.grpc_target, options, tracer_provider=tracer_provider)
+    return_large_blocks()  # a frame's copies leave the process when freed, as in the service
+    return await start_bridge(
+        settings.grpc_target, options, tracer_provider=tracer_provider, on_drained=give_back
+    )
 
 
 async def _run_bridge(settings: BridgeSettings, tracer_provider: TracerProvider | None) -> None:

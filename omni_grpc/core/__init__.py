@@ -14,6 +14,8 @@ and torch out of this package. The parts, each with the rules it keeps:
 * ``responses.py``: no stale output, and the turn state as a table.
 * ``delivery.py``: numbered events and the :class:`Effects` they travel in (``journal.py``:
   the log that makes resume exact).
+* ``rate_limits.py`` and ``key_shares.py``: what a session and an API key may send, hold and
+  start.
 * ``limits.py`` and ``errors.py``: the server's limits and the core's errors.
 """
 

@@ -17,8 +17,9 @@ The rules held here:
   appended and has not yet committed or cleared waits in the engine. It is counted here, once,
   in the bytes the engine keeps (canonical pcm16, or pcm16 at a rate the engine takes natively:
   8 kHz G.711 counts four times its wire size), against the session's own share
-  (``max_pending_input_bytes``) and then the server's memory budget (``budget.py``). An append
-  past either is refused as retryable ``input_backpressure`` (with a ``retry_after`` when the
+  (``max_pending_input_bytes``), its key's share of the budget when it has one
+  (``key_shares.py``), and then the server's memory budget (``budget.py``). An append past any
+  is refused as retryable ``input_backpressure`` (with a ``retry_after`` when the
   server is full) before it is converted or reaches the engine, and committing nothing is
   refused. A commit, a clear, a cancel, the engine's input_committed or input_cleared, and the
   session's end give the bytes back. With server VAD the engine owns the buffer, commits on its
@@ -100,6 +101,7 @@ class Admission:
 
     __slots__ = (
         "budget",
+        "key_budget",
         "_engine",
         "_limits",
         "_native_rates_hz",
@@ -115,6 +117,9 @@ class Admission:
         self._engine = engine
         self._native_rates_hz = frozenset(engine.native_input_rates_hz)
         self.budget = budget
+        # The share of the budget of the key the session is charged to (set by the transport,
+        # with ``hold_for_key``); None: the server's budget only.
+        self.key_budget: MemoryBudget | None = None
         self.applied_client_seq = 0
         self.pending_input_bytes = 0  # held in the budget too, in the engine's bytes
         self.last_activity = now
@@ -191,7 +196,14 @@ class Admission:
                 "too much uncommitted input; commit or clear first",
                 retryable=True,
             )
-        budget = self.budget
+        key, budget = self.key_budget, self.budget
+        if key is not None and key.held + size > key.capacity_bytes:
+            raise CommandError(
+                "input_backpressure",
+                "this API key holds its share of the server's memory; commit or clear, or retry",
+                retryable=True,
+                retry_after_s=BUDGET_RETRY_AFTER_S,
+            )
         if budget.held + size > budget.capacity_bytes:
             raise CommandError(
                 "input_backpressure",
@@ -200,12 +212,25 @@ class Admission:
                 retry_after_s=BUDGET_RETRY_AFTER_S,
             )
         budget.held += size
+        if key is not None:
+            key.held += size
         self.pending_input_bytes += size
+
+    def hold_for_key(self, key_budget: MemoryBudget | None) -> None:
+        """Charges the pending input to ``key_budget`` from now on (the key of the stream that
+        opened or resumed the session), moving what is held already."""
+        if self.key_budget is not None:
+            self.key_budget.held -= self.pending_input_bytes
+        self.key_budget = key_budget
+        if key_budget is not None:
+            key_budget.held += self.pending_input_bytes
 
     def input_taken(self) -> None:
         """The input buffer was committed, cleared or dropped: its bytes go back."""
         if self.pending_input_bytes:
             self.budget.held -= self.pending_input_bytes
+            if self.key_budget is not None:
+                self.key_budget.held -= self.pending_input_bytes
             self.pending_input_bytes = 0
 
     def touch(self, now: float) -> None:

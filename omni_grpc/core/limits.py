@@ -40,8 +40,17 @@ class Limits:
     session_commands_per_s: float = 500.0
     session_audio_bytes_per_s: float = 8 * 1024 * 1024
     key_commands_per_s: float = 5000.0
-    key_audio_bytes_per_s: float = 64 * 1024 * 1024
+    # A key's audio is about a quarter of what one core parses as base64 JSON (15 MiB frames
+    # take ~150 ms each on a loaded 2-core machine), so one key's flood leaves the rest.
+    key_audio_bytes_per_s: float = 16 * 1024 * 1024
     rate_burst_s: float = 2.0
+    # What one API key may hold and start, with two keys or more (see key_shares.py): its live
+    # sessions (0: three quarters of max_sessions, rounded up), its share of the memory budget,
+    # and sessions opened and resumed a second (buckets of rate_burst_s, like the others).
+    max_sessions_per_key: int = 0
+    key_memory_share: float = 0.5
+    key_opens_per_s: float = 50.0
+    key_resumes_per_s: float = 50.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,12 +7,17 @@ from the heap, and when it is freed its pages stay with the process, mixed with 
 measured with ``scripts/bench_memory.py``, eight sessions of one 10 MiB append each kept
 18.6 MB of resident memory per session, of which 7.3 MB was the audio the engine holds.
 A fixed threshold maps each large block on its own and unmaps it when freed (10.9 MB).
+
+Smaller blocks (a socket's reads, a frame's pieces) still come from the heap; after a flood of
+large frames the free pages among them stay with the process until :func:`give_back` asks glibc
+to return them (``malloc_trim``), which a bridge calls when its frames in flight drain.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 
 logger = logging.getLogger(__name__)
@@ -23,18 +28,32 @@ M_MMAP_THRESHOLD = -3  # mallopt's parameter number, from glibc's malloc.h
 MMAP_THRESHOLD_BYTES = 1024 * 1024
 
 
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc.mallopt, libc.malloc_trim  # noqa: B018  (glibc's, absent from other C libraries)
+    except (OSError, AttributeError, TypeError):
+        return None  # not glibc (musl, macOS): their allocators have no such calls
+    return libc
+
+
+def give_back() -> None:
+    """Returns the heap's free pages to the system (glibc's ``malloc_trim``; elsewhere nothing)."""
+    if (libc := _glibc()) is not None:
+        libc.malloc_trim(0)
+
+
 def return_large_blocks() -> bool:
     """Fixes glibc's mmap threshold for this process; False where the C library is another."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):
-        return False  # not glibc (musl, macOS): their allocators have no such setting
+    libc = _glibc()
+    if libc is None:
+        return False
+    mallopt = libc.mallopt
     done = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
     if not done:
         logger.warning("mallopt refused the mmap threshold; freed audio may stay resident")
     return done
 
 
-__all__ = ["MMAP_THRESHOLD_BYTES", "return_large_blocks"]
+__all__ = ["MMAP_THRESHOLD_BYTES", "give_back", "return_large_blocks"]

@@ -39,7 +39,7 @@ from omni_grpc.server.servicer import SERVICE, DuplexServicer
 from omni_grpc.server.session_gauges import SESSION_GAUGES
 from omni_grpc.server.sessions import Sessions
 from omni_grpc.server.settings import ServerSettings
-from omni_grpc.server.stream_cap import CappedConverse, StreamCap
+from omni_grpc.server.stream_cap import CappedCalls, StreamCap
 from omni_grpc.server.tracing import server_tracer
 from omni_grpc.server.waiting import QUEUE_GAUGES, session_queue
 
@@ -199,21 +199,36 @@ async def start_server(
     interceptors: list[grpc.aio.ServerInterceptor] = (
         [ApiKeyInterceptor(settings.api_keys, keyless)] if settings.api_keys else []
     )
-    # One bound for Converse calls, ConverseMany's streams and in-process streams together;
-    # gRPC's own bound stays for the calls themselves (a ConverseMany call is one call to it).
-    cap = StreamCap(settings.max_concurrent_streams)
-    interceptors.append(CappedConverse(cap))  # after the key check: no place for a bad key
+    # One bound for Converse calls, ConverseMany's streams and in-process streams together, and
+    # the places of each key and peer (stream_cap.py); gRPC's own bound on calls sits well
+    # above, so that calls without a key, which hold only a few places, never reach it.
+    per_key, per_peer = settings.stream_shares()
+    cap = StreamCap(settings.max_concurrent_streams, per_key=per_key, per_peer=per_peer)
+
+    def refused(bound: str, key: str, peer: str) -> None:
+        metrics.KEY_REFUSALS.labels(sessions.key_label(key), bound).inc()
+        sessions.refusals.refused("call", "", peer, bound)
+
+    capped = CappedCalls(
+        cap,
+        StreamCap(settings.keyless_calls),
+        keys=settings.api_keys,
+        open_services=open_services(health=True, reflection=True),
+        keyless_call_s=settings.keyless_call_s,
+        refused=refused,
+    )
+    interceptors.append(capped)  # after the key check: no place for a bad key
     server = grpc.aio.server(
         interceptors=interceptors,
         options=grpc_options(settings),
-        maximum_concurrent_rpcs=settings.max_concurrent_streams,
+        maximum_concurrent_rpcs=settings.rpc_limit(),
     )
     # The in-process entry point serves a bridge in this process, and ConverseMany's streams.
     local = LocalService(sessions, api_keys=settings.api_keys, cap=cap)
     many = MultiplexServicer(local, settings.route).handler()
     server.add_generic_rpc_handlers(
         (
-            DuplexServicer(sessions, settings.route).handler(),
+            DuplexServicer(sessions, settings.route, cap.short).handler(),
             grpc.method_handlers_generic_handler(SERVICE, {CONVERSE_MANY: many}),
         )
     )

@@ -7,8 +7,10 @@
 The comparison itself is :mod:`omni_grpc.wire.keys`, shared with the bridge. Keys are never
 logged. Health checks can be served without a key (``--open-health``, on by default), so a load
 balancer's or Kubernetes' gRPC probe reaches them; reflection can be too
-(``--open-reflection``, off by default: it describes the whole service to anyone). Which key a
-call presented also decides which sessions it may reach (see ``omni_grpc.core.credentials``).
+(``--open-reflection``, off by default: it describes the whole service to anyone); such a call
+without a key holds only a place among a few, for a while (:mod:`omni_grpc.server.stream_cap`).
+A refused call is refused at once, before its request is read. Which key a call presented also
+decides which sessions it may reach (see ``omni_grpc.core.credentials``).
 """
 
 from __future__ import annotations
@@ -51,12 +53,12 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
         async def refuse(request: object, context: grpc.aio.ServicerContext) -> None:
             await context.abort(status.code, status.details, status.trailing_metadata)
 
-        self._refusals = {
-            (False, False): grpc.unary_unary_rpc_method_handler(refuse),
-            (True, False): grpc.stream_unary_rpc_method_handler(refuse),
-            (False, True): grpc.unary_stream_rpc_method_handler(refuse),
-            (True, True): grpc.stream_stream_rpc_method_handler(refuse),
-        }
+        # Refused as request streams whatever the method: gRPC would otherwise wait for a
+        # unary call's request before refusing it, and a call that never sends one would hold
+        # its place in gRPC's own count for ever.
+        unary_response = grpc.stream_unary_rpc_method_handler(refuse)
+        stream_response = grpc.stream_stream_rpc_method_handler(refuse)
+        self._refusals = {False: unary_response, True: stream_response}
 
     async def intercept_service(
         self,
@@ -71,5 +73,4 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        shape = (handler.request_streaming, handler.response_streaming)
-        return self._refusals[shape]
+        return self._refusals[handler.response_streaming]

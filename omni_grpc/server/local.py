@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import grpc
 
 from omni_grpc.core import StreamRefused
+from omni_grpc.server import metrics
 from omni_grpc.server.servicer import SLOW_CONSUMER
 from omni_grpc.server.sessions import Sessions
 from omni_grpc.server.status import unauthenticated
@@ -73,6 +74,7 @@ class LocalStream:
         "_backlog",
         "_cancelled",
         "_metadata",
+        "_place",
         "_service",
         "_started",
         "_stream",
@@ -84,6 +86,9 @@ class LocalStream:
     ) -> None:
         self._service = service
         self._metadata = metadata
+        # The key whose place the stream takes (an in-process stream, or one of a ConverseMany
+        # call, takes no place of an address: the call holds that).
+        self._place = ("", "")
         # The refusal log names ``peer`` (a ConverseMany stream: its call's peer).
         self._stream = ServerStream(service.sessions, bearer_key(metadata), peer)
         # Set once the first message was taken (or refused, as its exception).
@@ -168,11 +173,12 @@ class LocalStream:
     def _release(self) -> None:
         if self._stream.host is not None:
             self._stream.release()
-            self._service.cap.give()
+            self._service.cap.give(*self._place)
 
     async def _start(self, first: pb.ConverseRequest) -> None:
         service = self._service
-        if service._keys and not key_matches(bearer_key(self._metadata), service._keys):
+        key = bearer_key(self._metadata)
+        if service._keys and not key_matches(key, service._keys):
             # As the gRPC key check refuses the call (omni_grpc.server.auth).
             status = unauthenticated()
             message = f"{status.code.name}: {status.details}"
@@ -181,10 +187,17 @@ class LocalStream:
         # A copy: the caller may send the same first message again on a retry.
         first = pb.ConverseRequest.FromString(first.SerializeToString())
         # The place is taken before the open (which awaits), so no two streams take the last.
-        if not service.cap.take():
+        # Without keys on the server, no key is anyone's own: none is bounded apart.
+        self._place = (key if service._keys else "", "")
+        if (bound := service.cap.take(*self._place)) is not None:
+            full = service.cap.refusal(bound)
+            metrics.KEY_REFUSALS.labels(service.sessions.key_label(key), bound).inc()
             exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
-            message = f"{exhausted.name}: {TOO_MANY_STREAMS}"
-            self._refused(StreamBroken(message, status=exhausted))
+            self._refused(
+                broken(full)
+                if full is not None
+                else StreamBroken(f"{exhausted.name}: {TOO_MANY_STREAMS}", status=exhausted)
+            )
             return
         attached = False
         try:
@@ -199,7 +212,7 @@ class LocalStream:
             self._refused(broken(refusal))
         finally:
             if not attached:
-                service.cap.give()
+                service.cap.give(*self._place)
         if not self._started.done():
             self._started.set_result(None)
             self._told.set()

@@ -2,8 +2,9 @@
 
 The sans-io core knows nothing of these; the server counts what goes into the core and what the
 engine hands back. Every label value comes from a closed set (a contract ``oneof`` field name,
-an ending reason, a resume outcome, an error code of the server's own), never a session id, so
-the number of series stays bounded. What every command and engine event bumps (commands and
+an ending reason, a resume outcome, an error code of the server's own) or is the hashed label of
+one of the server's own API keys (``none`` without one), never a session id or a key, so the
+number of series stays bounded. What every command and engine event bumps (commands and
 events by kind, the host's time per append) is counted in plain ints and read at scrape time
 (:mod:`omni_grpc.server.hot_metrics`); the rarer counters here are prometheus-client's own. The
 gauges of attached and detached sessions are computed only when ``/metrics`` is scraped, by
@@ -43,6 +44,13 @@ STREAM_REFUSALS = Counter(
     "omni_grpc_stream_refusals",
     "Streams refused at their first message (a resume, or any other stream), by error code.",
     ["first", "code"],
+)
+KEY_REFUSALS = Counter(
+    "omni_grpc_key_refusals",
+    "Calls, streams, opens and resumes refused, by API key (a hash: omni_grpc.wire.keys."
+    "key_label) and reason (an error code, or the bound: streams, streams_per_key, "
+    "streams_per_peer, keyless_calls).",
+    ["key", "reason"],
 )
 COMMAND_REFUSALS = Counter(
     "omni_grpc_command_refusals",
@@ -122,6 +130,7 @@ __all__ = [
     "ENDING_REASONS",
     "HOT_COUNTS",
     "JOURNAL_OVERFLOWS",
+    "KEY_REFUSALS",
     "RESUMES",
     "SESSIONS_OPENED",
     "SPEECH_END_TO_AUDIO",

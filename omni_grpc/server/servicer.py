@@ -1,8 +1,10 @@
 """The gRPC transport: it only reads and writes streams, and hands everything else on.
 
 Each Converse stream has exactly one reader and one writer. Its first message is read here
-(within ``FIRST_MESSAGE_TIMEOUT_S``) and given to a :class:`~omni_grpc.server.stream.ServerStream`,
-the one way into the sessions, which opens or resumes and says what the stream gets. Then the
+(within ``FIRST_MESSAGE_TIMEOUT_S``, or ``SHORT_FIRST_MESSAGE_S`` from the stream's start while
+streams run short: a stream that says nothing holds a place of its key for nothing) and given
+to a :class:`~omni_grpc.server.stream.ServerStream`, the one way into the sessions, which opens
+or resumes and says what the stream gets. Then the
 reader takes requests with ``context.read()`` and hands them on with their length on the wire;
 the writer drains the stream's send queue with ``context.write()``. A client
 that reads so little that its send queue fills is cut: the call ends with RESOURCE_EXHAUSTED
@@ -35,6 +37,7 @@ logger = logging.getLogger(__name__)
 SERVICE = "omni.duplex.v1.DuplexService"
 EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 FIRST_MESSAGE_TIMEOUT_S = 10.0
+SHORT_FIRST_MESSAGE_S = 1.0
 # How a stream ends when its reader falls too far behind (see SendQueue.fall_behind). The
 # session is only detached: the client resumes and gets what it missed from the journal.
 SLOW_CONSUMER = StreamRefused(
@@ -51,8 +54,11 @@ SLOW_CONSUMER_GRACE_S = 30.0
 class DuplexServicer:
     """Serves DuplexService over the sessions of one server."""
 
-    def __init__(self, sessions: Sessions, route: str = "") -> None:
+    def __init__(
+        self, sessions: Sessions, route: str = "", short: asyncio.Event | None = None
+    ) -> None:
         self.sessions = sessions
+        self._short = short  # set while streams run short (stream_cap.StreamCap.short)
         # Sent as initial metadata on every call: the key a proxy routes back to this replica.
         self._route_metadata = ((ROUTE_HEADER, route),) if route else ()
 
@@ -123,7 +129,7 @@ class DuplexServicer:
 
         try:
             try:
-                first = await _first_request(context)
+                first = await _first_request(context, self._short)
             except StreamRefused as refusal:
                 stream.refused(refusal)  # refused here, before the stream could say anything
                 raise
@@ -153,14 +159,31 @@ class DuplexServicer:
             stream.release()
 
 
-async def _first_request(context: grpc.aio.ServicerContext) -> pb.ConverseRequest | None:
-    """The stream's first message (None when it is no ConverseRequest), read in time."""
+async def _first_request(
+    context: grpc.aio.ServicerContext, short: asyncio.Event | None
+) -> pb.ConverseRequest | None:
+    """The stream's first message (None when it is no ConverseRequest), read in time: within
+    ``FIRST_MESSAGE_TIMEOUT_S``, or ``SHORT_FIRST_MESSAGE_S`` of the start once ``short`` is set."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    read = asyncio.ensure_future(context.read())
+    shortage = asyncio.ensure_future(short.wait() if short is not None else asyncio.Future())
     try:
-        raw = await asyncio.wait_for(context.read(), FIRST_MESSAGE_TIMEOUT_S)
-    except TimeoutError:
-        raise StreamRefused(
-            Status.INVALID_ARGUMENT, "config_timeout", "no first message in time"
-        ) from None
+        await asyncio.wait(
+            {read, shortage}, timeout=FIRST_MESSAGE_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        if not read.done() and shortage.done():
+            await asyncio.wait(
+                {read}, timeout=max(started + SHORT_FIRST_MESSAGE_S - loop.time(), 0)
+            )
+        if not read.done():
+            raise StreamRefused(
+                Status.INVALID_ARGUMENT, "config_timeout", "no first message in time"
+            )
+        raw = read.result()
+    finally:
+        for waiting in (read, shortage):
+            waiting.cancel()
     if raw is EOF:
         raise StreamRefused(Status.INVALID_ARGUMENT, "bad_event", "the stream ended early")
     return _parse(raw)

@@ -19,6 +19,7 @@ from opentelemetry.trace import Tracer
 
 from omni_grpc.core import Effects, Registry, Session, State, StreamRefused
 from omni_grpc.core.errors import Status
+from omni_grpc.core.key_shares import KeyShares
 from omni_grpc.core.rate_limits import KeyAllowances
 from omni_grpc.core.session_queue import SessionQueue, Ticket
 from omni_grpc.core.snapshot import adopt, check_adopted_cursor
@@ -32,6 +33,7 @@ from omni_grpc.server.session_gauges import SESSION_GAUGES
 from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.server.waiting import Tell, WaitingRoom, told_nobody
 from omni_grpc.wire import pb
+from omni_grpc.wire.keys import key_label
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +106,8 @@ class Sessions:
         self.clock = clock
         # The rate allowance of each API key, shared by every session it opens or resumes.
         self._key_allowances = KeyAllowances(tuple(api_keys), registry.limits, clock())
+        # What each key may hold and start: sessions, memory, opens and resumes (key_shares.py).
+        self.key_shares = KeyShares(tuple(api_keys), registry.limits, clock())
         # Input audio and queued output of every session together (see core/budget.py).
         self.budget = registry.budget
         # Refused streams and lookups, whichever transport they came by (see refusals.py).
@@ -133,10 +137,12 @@ class Sessions:
         """Creates a session and its engine session; raises StreamRefused when it cannot.
 
         ``key`` is the API key the stream presented: the session is bound to it, and its
-        commands count against it. At capacity (a server with a queue) the session first waits
-        for a place, its stream told ``session_queued`` through ``tell``; a bad configuration
-        or a drain is refused before any wait.
+        commands count against it. A key past its share of sessions, or opening too fast, is
+        refused first (see core/key_shares.py). At capacity (a server with a queue) the session
+        then waits for a place, its stream told ``session_queued`` through ``tell``; a bad
+        configuration or a drain is refused before any wait.
         """
+        self.key_shares.admit_open(key, self.held_by(key), self.clock())
         ticket = None
         if self.waiting is not None:
             self.registry.check_open(request)
@@ -158,6 +164,7 @@ class Sessions:
             if ticket is not None and self.waiting is not None:
                 self.waiting.opened(ticket)  # the place is the registry's now (or free again)
         session.throttle.key = self._key_allowances.get(key)
+        session.admission.hold_for_key(self.key_shares.budget(key))
         try:
             engine_session = await self.engine.open_session(session.id, session.config)
         except Exception:
@@ -182,6 +189,18 @@ class Sessions:
         logger.info("session %s opened", session.id, extra={"session_id": session.id})
         return host, queue
 
+    def key_label(self, key: str) -> str:
+        """What ``key`` is counted under in metrics: its hash for a key of the server's, else
+        ``none`` (a key no one configured is the client's text)."""
+        return key_label(key) if self.key_shares.digest(key) is not None else "none"
+
+    def held_by(self, key: str) -> int:
+        """The live sessions of ``key`` (0 for a key the server does not have)."""
+        digest = self.key_shares.digest(key)
+        if digest is None:
+            return 0
+        return sum(1 for session in self.registry if session.lock.owner_digest == digest)
+
     def _host(
         self, session: Session, engine_session: EngineSession, *, epoch: int = 1
     ) -> SessionHost:
@@ -205,6 +224,7 @@ class Sessions:
         Raises StreamRefused or ResumeGap when it cannot, and ResumeFoundEnded (with the events the
         client missed, the ending included) when the session ended since.
         """
+        self.key_shares.admit_resume(key, self.clock())  # before any work: a flood costs little
         if self.waiting is not None and self.waiting.holds(request.session_id):
             ticket = await self.waiting.resume(request, key, tell)
             return await self._open(ticket.request, key, ticket)
@@ -231,6 +251,7 @@ class Sessions:
             raise ResumeFoundEnded(effects)
         host = self._hosts[session.id]
         session.throttle.key = self._key_allowances.get(key)  # the new stream's key pays now
+        session.admission.hold_for_key(self.key_shares.budget(key))
         queue = host.attach(generation)
         host.deliver(effects)
         metrics.RESUMES.labels("taken_over" if takeover else "resumed").inc()
@@ -241,6 +262,12 @@ class Sessions:
             extra={"session_id": session.id},
         )
         return host, queue
+
+    def audio_wait(self, key: str, audio_bytes: int) -> float:
+        """Seconds until ``key``'s audio allowance would take ``audio_bytes`` (0: now, or a key
+        without one); takes nothing (a bridge in this process waits on it before parsing)."""
+        allowance = self._key_allowances.get(key)
+        return 0.0 if allowance is None else allowance.audio_bytes.wait_s(audio_bytes, self.clock())
 
     def release(self, host: SessionHost, queue: SendQueue) -> None:
         """The stream of ``queue`` is gone; the session waits for a resume (or expires).

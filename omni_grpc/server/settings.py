@@ -51,8 +51,20 @@ class ServerSettings:
     # A connection with no call for this long is closed with GOAWAY (clients reconnect).
     max_connection_idle_s: float = 300.0
     # Bound on concurrent streams of every kind: Converse calls, ConverseMany's streams and
-    # in-process ones together (stream_cap.py); also gRPC's maximum_concurrent_rpcs.
+    # in-process ones together (stream_cap.py).
     max_concurrent_streams: int = 1024
+    # The places (streams and calls in flight) one API key, and one peer address, may hold;
+    # 0: half the streams per key with two keys or more (else no bound of its own), and three
+    # quarters per peer.
+    max_streams_per_key: int = 0
+    max_streams_per_peer: int = 0
+    # gRPC's own bound on calls in flight, of every kind and caller; 0: four times the streams,
+    # well above what keyed work holds (the bounds above keep tenants apart).
+    max_concurrent_rpcs: int = 0
+    # Calls without a key (health checks, and reflection when open): how many at once, and how
+    # long each may last (a watch is then told to watch again).
+    keyless_calls: int = 16
+    keyless_call_s: float = 30.0
     # Beyond one process (docs/deploy.md): this replica's routing key, handed to clients as
     # the ``x-omni-route`` metadata so a proxy can take their resumes back here ("" : none),
     # and whether sessions are written to Redis for a peer to adopt ("off", "async", "sync").
@@ -61,3 +73,14 @@ class ServerSettings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     # Recorded sessions (``--record``, off by default): see omni_grpc/server/recording.
     recording: RecordSettings = field(default_factory=RecordSettings)
+
+    def stream_shares(self) -> tuple[int, int]:
+        """The places one key and one peer may hold, the defaults resolved (0: no bound)."""
+        streams = self.max_concurrent_streams
+        per_key = self.max_streams_per_key or (streams // 2 if len(self.api_keys) > 1 else 0)
+        per_peer = self.max_streams_per_peer or streams - streams // 4
+        return per_key, per_peer
+
+    def rpc_limit(self) -> int:
+        """gRPC's bound on calls in flight, the default resolved."""
+        return self.max_concurrent_rpcs or 4 * self.max_concurrent_streams

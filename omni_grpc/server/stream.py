@@ -115,6 +115,7 @@ class ServerStream:
         what = "resume" if resume is not None else "stream"
         # The codes are the server's own closed set (docs/protocol.md), never client text.
         metrics.STREAM_REFUSALS.labels(what, refusal.code).inc()
+        metrics.KEY_REFUSALS.labels(self._sessions.key_label(self._key), refusal.code).inc()
         if resume is not None:
             metrics.RESUMES.labels("refused").inc()
         session_id = resume.session_id if resume is not None else ""

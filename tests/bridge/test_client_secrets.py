@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bridge.client_secrets import MAX_OUTSTANDING, ClientSecrets, TooManySecrets
+from bridge.client_secrets import MAX_OUTSTANDING_PER_KEY, ClientSecrets, TooManySecrets
 from tests.bridge.testkit import WITH_EXTENSIONS, realtime_socket, running_bridge, service_settings
 from tests.serving import serving
 
@@ -59,16 +59,31 @@ def test_a_secret_is_used_once_and_expires() -> None:
             minted.mint("k", ttl_s=ttl_s)
 
 
-def test_outstanding_secrets_are_bounded_and_expired_ones_make_room() -> None:
+def test_outstanding_secrets_are_bounded_per_key_and_expired_ones_make_room() -> None:
     now = [0.0]
-    minted = ClientSecrets(clock=lambda: now[0])
-    for _ in range(MAX_OUTSTANDING):
+    minted = ClientSecrets(clock=lambda: now[0], mints_per_s=1e9)  # the rate apart
+    for _ in range(MAX_OUTSTANDING_PER_KEY):
         minted.mint("k", ttl_s=10)
-    with pytest.raises(TooManySecrets):
+    with pytest.raises(TooManySecrets) as refused:
         minted.mint("k", ttl_s=10)
+    assert refused.value.code == "client_secrets_outstanding" and refused.value.retry_after_s > 0
+    minted.mint("other", ttl_s=10)  # another key mints on
     now[0] += 10
     minted.mint("k", ttl_s=10)
     assert len(minted) == 1
+
+
+def test_a_key_minting_too_fast_is_told_when_to_come_back() -> None:
+    now = [0.0]
+    minted = ClientSecrets(clock=lambda: now[0], mints_per_s=10.0)
+    for _ in range(20):  # two seconds of the rate at once
+        minted.mint("k")
+    with pytest.raises(TooManySecrets) as refused:
+        minted.mint("k")
+    assert (refused.value.code, refused.value.retry_after_s) == ("rate_limit_exceeded", 0.1)
+    minted.mint("other")
+    now[0] += 0.1
+    minted.mint("k")
 
 
 async def test_a_page_opens_one_session_with_a_minted_secret(

@@ -15,6 +15,7 @@ from omni_grpc.client.multiplex import MultiplexedConnection
 from omni_grpc.server.app import RunningServer
 from omni_grpc.server.local import LocalService
 from omni_grpc.server.settings import ServerSettings
+from omni_grpc.server.stream_cap import PER_KEY, PER_PEER, STREAMS, StreamCap, peer_address
 from omni_grpc.wire import pb
 from omni_grpc.wire.stream_end import StreamBroken
 from tests.serving import eventually, serving, settings
@@ -88,3 +89,54 @@ async def test_a_refused_converse_call_gives_its_place_back(server: RunningServe
         await eventually(lambda: running.local is not None and running.local.streams == 0)
     finally:
         await connection.close()
+
+
+# -- the places of keys and peers ---------------------------------------------------------
+
+
+def test_a_key_and_a_peer_hold_at_most_their_places() -> None:
+    cap = StreamCap(10, per_key=2, per_peer=3)
+    assert cap.take("a", "ipv4:10.0.0.1") is None
+    assert cap.take("a", "ipv4:10.0.0.2") is None
+    assert cap.take("a", "ipv4:10.0.0.3") == PER_KEY
+    refused = cap.refusal(PER_KEY)
+    assert refused is not None and (refused.code, refused.retryable) == ("resource_exhausted", True)
+    assert "API key" in refused.message and cap.open == 2  # nothing taken
+    assert cap.take("b", "ipv4:10.0.0.1") is None
+    assert cap.take("c", "ipv4:10.0.0.1", stream=False) is None  # a call, not a stream
+    assert cap.take("d", "ipv4:10.0.0.1") == PER_PEER
+    refused = cap.refusal(PER_PEER)
+    assert refused is not None and "address" in refused.message
+    assert cap.open == 3
+    cap.give("a", "ipv4:10.0.0.1")
+    assert cap.take("a", "ipv4:10.0.0.3") is None
+
+
+def test_the_empty_key_and_peer_are_never_bounded_apart() -> None:
+    cap = StreamCap(4, per_key=1, per_peer=1)
+    for _ in range(4):
+        assert cap.take("", "") is None  # no key, no address: only the streams count
+    assert cap.take() == STREAMS and cap.refusal(STREAMS) is None  # in gRPC's own words
+
+
+def test_streams_run_short_at_three_quarters() -> None:
+    cap = StreamCap(8)
+    for _ in range(5):
+        cap.take()
+    assert not cap.short.is_set()
+    cap.take()
+    assert cap.short.is_set()
+    cap.give()
+    assert not cap.short.is_set()
+
+
+@pytest.mark.parametrize(
+    ("peer", "address"),
+    [
+        ("ipv4:10.0.0.7:51234", "ipv4:10.0.0.7"),
+        ("ipv6:[::1]:51234", "ipv6:[::1]"),
+        ("unix:omni.sock", "unix:omni.sock"),
+    ],
+)
+def test_a_peer_is_known_by_its_address(peer: str, address: str) -> None:
+    assert peer_address(peer) == address

@@ -67,6 +67,13 @@ class ConversationSession(ResponseSession):
         self._max_input_bytes = pcm16_bytes(options.max_input_s * 1000, CANONICAL_INPUT_RATE_HZ)
         self._input = bytearray()  # uncommitted canonical input
 
+    async def close(self) -> None:
+        await super().close()
+        # What the ended session held goes now, not when the collector finds its cycles (after
+        # a flood of large appends that was most of the process's memory, for minutes).
+        self._input = bytearray()
+        self._pending = []
+
     def _command_handlers(self) -> dict[str, Handler]:
         return {
             "update_session": self._on_update_session,

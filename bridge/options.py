@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from bridge.client_secrets import MAX_OUTSTANDING_PER_KEY, MINTS_PER_S
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS
-from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes
+from omni_grpc.wire.pcm import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes
 
 # The largest client event the bridge takes: OpenAI's cap on one client event, the reference's too.
 MAX_EVENT_BYTES = 15 * 1024 * 1024

@@ -63,7 +63,7 @@ from omni_grpc.bench import harness
 from omni_grpc.client import ClientOptions, DuplexClient, ReconnectPolicy
 from omni_grpc.client.errors import OpenRefused
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import pcm16_bytes
+from omni_grpc.wire.pcm import pcm16_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK_MS = 100

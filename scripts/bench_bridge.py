@@ -58,7 +58,7 @@ from omni_grpc.bench.measure import (
     measure,
 )
 from omni_grpc.bench.ws_load import DELTA, WsSession, append_frame
-from omni_grpc.wire.audio import pcm16_bytes, pcm16_ms
+from omni_grpc.wire.pcm import pcm16_bytes, pcm16_ms
 
 SERVE_CHILD = [sys.executable, os.path.abspath(__file__)]
 TARGET_RATIO = 0.6

@@ -23,7 +23,7 @@ import grpc
 
 from omni_grpc.bench import harness
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ
+from omni_grpc.wire.pcm import CANONICAL_OUTPUT_RATE_HZ
 
 CLIENT_RATE_HZ = CANONICAL_OUTPUT_RATE_HZ  # 24 kHz: the rate OpenAI clients send in too
 SELF = os.path.abspath(__file__)

@@ -59,7 +59,7 @@ from bench_bridge import Load as BridgeLoad  # noqa: E402 - this script's folder
 from omni_grpc.bench import harness  # noqa: E402
 from omni_grpc.bench.measure import SteppedLoad, measure  # noqa: E402
 from omni_grpc.bench.ws_load import WsSession, append_frame  # noqa: E402
-from omni_grpc.wire.audio import pcm16_bytes  # noqa: E402
+from omni_grpc.wire.pcm import pcm16_bytes  # noqa: E402
 
 PEER_PYTHON = ROOT / ".venv-vllm-omni" / "bin" / "python"
 PEER_RATE_HZ = 16000  # vLLM-Omni's input rate, and the rate of its model units' samples

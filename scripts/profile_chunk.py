@@ -50,7 +50,7 @@ from omni_grpc.server.recording import Recorder, RecordSettings
 from omni_grpc.server.servicer import DuplexServicer
 from omni_grpc.server.sessions import Sessions
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import pcm16_bytes
+from omni_grpc.wire.pcm import pcm16_bytes
 
 EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 ACK_EVERY = 50

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from omni_grpc.audio import formats
-from omni_grpc.wire import audio, kinds, names, pb
+from omni_grpc.wire import kinds, names, pb, pcm
 from omni_grpc.wire.keys import bearer_key, bearer_metadata, key_matches
 
 
@@ -31,12 +31,12 @@ def test_every_kind_of_the_contract_is_in_exactly_one_set(message, sets) -> None
 
 
 def test_the_audio_layer_decodes_every_encoding_and_rate_the_vocabulary_names() -> None:
-    for encoding, width in audio.SAMPLE_WIDTH.items():
-        for rate in audio.SUPPORTED_RATES_HZ:
+    for encoding, width in pcm.SAMPLE_WIDTH.items():
+        for rate in pcm.SUPPORTED_RATES_HZ:
             assert formats.decode(b"\0" * width * 3, encoding, rate).shape == (3,)
-    assert audio.CANONICAL_INPUT.sample_rate_hz in audio.SUPPORTED_RATES_HZ
-    assert audio.CANONICAL_OUTPUT.sample_rate_hz in audio.SUPPORTED_RATES_HZ
-    assert audio.pcm16_ms(audio.pcm16_bytes(20, 16000), 16000) == 20
+    assert pcm.CANONICAL_INPUT.sample_rate_hz in pcm.SUPPORTED_RATES_HZ
+    assert pcm.CANONICAL_OUTPUT.sample_rate_hz in pcm.SUPPORTED_RATES_HZ
+    assert pcm.pcm16_ms(pcm.pcm16_bytes(20, 16000), 16000) == 20
 
 
 def test_keys_match_only_a_configured_key() -> None:

@@ -20,8 +20,8 @@ from bridge.realtime.client_events import (
 )
 from bridge.realtime.tools import tool_choice, toolset
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import G711_RATE_HZ
 from omni_grpc.wire.names import OVERLAP_POLICIES
+from omni_grpc.wire.pcm import G711_RATE_HZ
 
 _PCM16 = pb.AUDIO_ENCODING_PCM16
 _F32 = pb.AUDIO_ENCODING_PCM_F32

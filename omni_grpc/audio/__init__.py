@@ -7,7 +7,9 @@ for streams. Resampling is libsoxr's; nothing here loops over samples in Python.
 
 Nothing else in the service knows how samples are laid out in bytes: the engines and the talk
 command turn pcm16 into float samples and back with :func:`samples_from_pcm16` and
-:func:`samples_to_pcm16`, and read WAV's integer layouts with :func:`samples_from_pcm_frames`.
+:func:`samples_to_pcm16`, and read WAV's integer layouts with :func:`samples_from_pcm_frames`;
+the recordings lay their two tracks out with :func:`pcm16_ints` and
+:func:`silent_pcm16_frames`.
 (The test speech scripts write their clips at a scale of their own: see
 ``scripts/make_test_speech.py``.)
 """
@@ -29,12 +31,14 @@ from omni_grpc.audio.formats import (
     duration_ms,
     encode,
     encode_pcm16,
+    pcm16_ints,
     samples_from_pcm16,
     samples_from_pcm_frames,
     samples_to_pcm16,
+    silent_pcm16_frames,
 )
 from omni_grpc.audio.resample import StreamResampler, resample
-from omni_grpc.wire.audio import (
+from omni_grpc.wire.pcm import (
     CANONICAL_INPUT_RATE_HZ,
     CANONICAL_OUTPUT_RATE_HZ,
     SAMPLE_WIDTH,
@@ -58,9 +62,11 @@ __all__ = [
     "encode",
     "encode_pcm16",
     "from_canonical_output",
+    "pcm16_ints",
     "resample",
     "samples_from_pcm16",
     "samples_from_pcm_frames",
     "samples_to_pcm16",
+    "silent_pcm16_frames",
     "to_canonical_input",
 ]

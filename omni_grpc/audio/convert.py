@@ -1,7 +1,7 @@
 """Conversions at the edge: client formats to the engines' canonical forms and back.
 
 Engines take pcm16 at 16 kHz and produce pcm16 at 24 kHz (the canonical forms of
-:mod:`omni_grpc.wire.audio`). The one-shot functions convert a complete buffer, through float
+:mod:`omni_grpc.wire.pcm`). The one-shot functions convert a complete buffer, through float
 samples. A stream of appends goes through one :class:`InputConverter` per session, and a
 response's output through one :class:`OutputConverter`: they carry resampler state from chunk
 to chunk so that chunk seams stay clean, and work on 16-bit samples throughout (see
@@ -22,7 +22,7 @@ from omni_grpc.audio.formats import (
     encode_pcm16,
 )
 from omni_grpc.audio.resample import StreamResampler, resample
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ, PCM16_WIDTH
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ, PCM16_WIDTH
 
 
 def to_canonical_input(audio: bytes, encoding: int, rate_hz: int) -> bytes:

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from omni_grpc.audio import g711
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import SAMPLE_WIDTH, SUPPORTED_RATES_HZ
+from omni_grpc.wire.pcm import SAMPLE_WIDTH, SUPPORTED_RATES_HZ
 
 PCM16 = pb.AUDIO_ENCODING_PCM16
 PCM_F32 = pb.AUDIO_ENCODING_PCM_F32
@@ -97,6 +97,17 @@ def samples_from_pcm16(data: bytes) -> Samples:
 def samples_to_pcm16(samples: npt.NDArray[np.floating[Any]]) -> bytes:
     """Mono float samples to pcm16 bytes, as :func:`float_to_pcm16`."""
     return float_to_pcm16(samples).astype("<i2", copy=False).tobytes()
+
+
+def pcm16_ints(data: bytes) -> npt.NDArray[np.int16]:
+    """The samples of pcm16 bytes as int16, in the order they lie (a view: no copy)."""
+    return np.frombuffer(data, dtype="<i2")
+
+
+def silent_pcm16_frames(count: int, channels: int) -> npt.NDArray[np.int16]:
+    """``count`` frames of silence of ``channels`` interleaved pcm16 samples, to be filled
+    channel by channel (``frames[:, channel]``); ``tobytes()`` gives them as a WAV lays them."""
+    return np.zeros((count, channels), dtype="<i2")
 
 
 def samples_from_pcm_frames(frames: bytes, width: int, channels: int) -> npt.NDArray[np.float64]:

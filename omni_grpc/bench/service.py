@@ -34,7 +34,7 @@ from omni_grpc.bench.grpc_load import CLIENT_RATE_HZ, Load, append, serve_echo, 
 from omni_grpc.bench.measure import FIXED_SESSIONS, TRIALS, Cost, fixed_costs, measure
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import pcm16_bytes
+from omni_grpc.wire.pcm import pcm16_bytes
 
 if TYPE_CHECKING:
     from omni_grpc.gen.omni.duplex.v1.duplex_pb2_grpc import DuplexServiceAsyncStub

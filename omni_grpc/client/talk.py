@@ -21,7 +21,7 @@ from omni_grpc.client.client import DuplexClient
 from omni_grpc.client.errors import ConnectionLost, DuplexClientError
 from omni_grpc.client.wavio import PcmAudio, write_wav
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_ms
+from omni_grpc.wire.pcm import CANONICAL_OUTPUT_RATE_HZ, pcm16_ms
 
 _QUIET_KINDS = frozenset(
     {"output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "heartbeat_ack"}

@@ -21,7 +21,7 @@ from omni_grpc.audio.formats import (
     samples_from_pcm_frames,
     samples_to_pcm16,
 )
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, SUPPORTED_RATES_HZ, pcm16_ms
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, SUPPORTED_RATES_HZ, pcm16_ms
 
 FALLBACK_RATE_HZ = CANONICAL_INPUT_RATE_HZ
 

@@ -37,8 +37,8 @@ from omni_grpc.core.budget import BUDGET_RETRY_AFTER_S, MemoryBudget
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import canonical_input_bytes
 from omni_grpc.wire.kinds import HANDSHAKE_COMMANDS, UNNUMBERED_COMMANDS
+from omni_grpc.wire.pcm import canonical_input_bytes
 
 # The code that refuses each handshake command sent on a stream that is already open.
 HANDSHAKE_REFUSALS = {

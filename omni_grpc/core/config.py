@@ -17,7 +17,7 @@ from omni_grpc.core.tools import check_tool_choice
 from omni_grpc.core.turn_taking import resolve_interruption, resolve_turn_detection
 from omni_grpc.core.validation import check_config
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import (
+from omni_grpc.wire.pcm import (
     CANONICAL_OUTPUT_RATE_HZ,
     G711_RATE_HZ,
     SUPPORTED_ENCODINGS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import (
+from omni_grpc.wire.pcm import (
     CANONICAL_INPUT_RATE_HZ,
     CANONICAL_OUTPUT,
     SUPPORTED_ENCODINGS,

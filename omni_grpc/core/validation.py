@@ -17,7 +17,6 @@ from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
 from omni_grpc.core.tools import check_call_item, check_tools
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import SAMPLE_WIDTH
 from omni_grpc.wire.bounds import (
     MAX_DURATION_NANOS,
     MAX_DURATION_S,
@@ -27,6 +26,7 @@ from omni_grpc.wire.bounds import (
     MAX_STRUCT_DEPTH,
     MAX_STRUCT_VALUES,
 )
+from omni_grpc.wire.pcm import SAMPLE_WIDTH
 
 _IMAGE_TYPES = ("image/jpeg", "image/png")
 

@@ -12,9 +12,9 @@ it holds. This is the shape of both engines we must host:
   ← our commands, ``handle.events`` → our events, ``close_session``; its own resume/detach are
   not needed because attachment lives in our core, above the engine.
 
-Audio reaches an engine in the canonical form (:data:`omni_grpc.wire.audio.CANONICAL_INPUT`)
+Audio reaches an engine in the canonical form (:data:`omni_grpc.wire.pcm.CANONICAL_INPUT`)
 or as pcm16 at a rate it declares native (``EngineFeatures.native_input_rates_hz``, which spares
-a resample), and engines emit audio in one form (:data:`omni_grpc.wire.audio.CANONICAL_OUTPUT`)
+a resample), and engines emit audio in one form (:data:`omni_grpc.wire.pcm.CANONICAL_OUTPUT`)
 unless a delta names its own; the transport edge converts everything else. Nothing outside
 ``omni_grpc/engine/`` imports a model runtime. What sessions have in common (a worker that
 applies commands in order, the response lifecycle, items, the event queue, the speech player)

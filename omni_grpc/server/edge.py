@@ -15,7 +15,7 @@ from omni_grpc import audio
 from omni_grpc.core.admission import Admitted
 from omni_grpc.server.edge_output import OUTPUT_ENDING_EVENTS, ResponseOutput
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT, SAMPLE_WIDTH
+from omni_grpc.wire.pcm import CANONICAL_INPUT, SAMPLE_WIDTH
 
 PCM16 = pb.AUDIO_ENCODING_PCM16
 # Appends above this many bytes are converted slice by slice (a multiple of every sample width).

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from omni_grpc import audio
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, SAMPLE_WIDTH
+from omni_grpc.wire.pcm import CANONICAL_OUTPUT_RATE_HZ, SAMPLE_WIDTH
 
 PCM16 = pb.AUDIO_ENCODING_PCM16
 # The events after which nothing more of a response's audio comes.

@@ -7,7 +7,7 @@ import pytest
 
 from omni_grpc import audio
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT, CANONICAL_OUTPUT
+from omni_grpc.wire.pcm import CANONICAL_INPUT, CANONICAL_OUTPUT
 
 PCM16 = pb.AUDIO_ENCODING_PCM16
 ENCODINGS = [

@@ -11,7 +11,7 @@ import pytest
 
 from omni_grpc.core import Limits
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT
+from omni_grpc.wire.pcm import CANONICAL_INPUT
 
 from .helpers import ENGINE, VAD_ENGINE, append, close, cmd, decode, open_session, requests, text
 

@@ -10,7 +10,7 @@ from omni_grpc.core.errors import StreamRefused
 from omni_grpc.core.key_shares import KeyShares, session_share
 from omni_grpc.core.rate_limits import MIN_RETRY_AFTER_S
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT
+from omni_grpc.wire.pcm import CANONICAL_INPUT
 
 from .helpers import append, close, decode, open_session, requests
 

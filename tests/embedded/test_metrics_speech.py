@@ -22,7 +22,7 @@ from omni_grpc.server.app import start_server
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
 from omni_grpc.server.settings import ServerSettings
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ, PCM16_WIDTH
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ, PCM16_WIDTH
 from tests.server.streams import open_stream, read_until
 
 from .conftest import speech

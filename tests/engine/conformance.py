@@ -22,7 +22,7 @@ from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine.base import Engine, EngineSession
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT, CANONICAL_OUTPUT
+from omni_grpc.wire.pcm import CANONICAL_INPUT, CANONICAL_OUTPUT
 
 IN_RATE = CANONICAL_INPUT.sample_rate_hz
 OUT_RATE = CANONICAL_OUTPUT.sample_rate_hz

@@ -13,7 +13,7 @@ from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.loopback import LoopbackEngine, LoopbackOptions
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import SUPPORTED_RATES_HZ
+from omni_grpc.wire.pcm import SUPPORTED_RATES_HZ
 from tests.serving import eventually
 
 from .conformance import (

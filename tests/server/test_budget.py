@@ -12,7 +12,7 @@ from omni_grpc.core import Limits
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT, SUPPORTED_RATES_HZ
+from omni_grpc.wire.pcm import CANONICAL_INPUT, SUPPORTED_RATES_HZ
 from tests.server.streams import open_stream, read_until
 from tests.serving import eventually, serving, settings
 

@@ -14,7 +14,7 @@ from omni_grpc import audio as audio_
 from omni_grpc.core.admission import Admitted
 from omni_grpc.server.edge import CONVERT_SLICE_BYTES, AudioEdge
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import (
+from omni_grpc.wire.pcm import (
     CANONICAL_OUTPUT_RATE_HZ,
     PCM16_WIDTH,
     SAMPLE_WIDTH,

@@ -17,7 +17,7 @@ from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine.vllm import VllmEngine
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
 from tests.engine.conformance import Probe, check_lifecycles, transcript, voice_like
 
 from .support import ANSWER_TOKENS, VLLM_MARKS, make_engine

@@ -21,7 +21,7 @@ from omni_grpc.engine.vllm import runtime as vllm_runtime
 from omni_grpc.engine.vllm.prompt import Entry, build_prompt
 from omni_grpc.engine.vllm_omni import VllmOmniOptions
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from omni_grpc.engine.embedded.runtime import Runtime
 from omni_grpc.engine.embedded.session import EmbeddedSession
 from omni_grpc.engine.kit.tts import Synthesizer
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_bytes
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, pcm16_bytes
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import TypeAlias
 
 from omni_grpc.core.errors import CommandError
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_ms
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, pcm16_ms
 
 Modalities: TypeAlias = "tuple[pb.Modality.ValueType, ...]"
 # How a response ended: its status and status_reason.

@@ -20,7 +20,7 @@ from omni_grpc.engine.kit.history import item_text, user_item
 from omni_grpc.engine.kit.responses import ResponseSession
 from omni_grpc.engine.kit.worker import Handler
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, PCM16_WIDTH, pcm16_bytes, pcm16_ms
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, PCM16_WIDTH, pcm16_bytes, pcm16_ms
 
 PENDING_KEPT = 32  # committed user items waiting for an answer
 

@@ -26,7 +26,7 @@ from omni_grpc.engine.kit.turn_detection import (
 )
 from omni_grpc.engine.kit.vad import WINDOW_MS, SileroVad, VadStream
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_bytes, pcm16_ms
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, pcm16_bytes, pcm16_ms
 
 BYTES_PER_MS = pcm16_bytes(1, CANONICAL_INPUT_RATE_HZ)  # 32 bytes of canonical input
 # While silent, a little more than the prefix padding is kept: an onset is only confirmed

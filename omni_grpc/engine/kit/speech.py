@@ -36,7 +36,7 @@ from omni_grpc.engine.kit.clock import MONOTONIC, Clock
 from omni_grpc.engine.kit.event_queue import EventQueue
 from omni_grpc.engine.kit.tts import SentenceSplitter, Synthesizer
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes, pcm16_ms
+from omni_grpc.wire.pcm import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes, pcm16_ms
 
 # How far ahead of real time audio is released: enough to hide network jitter from the
 # client's player, little enough that a barge-in finds most of the answer still unsent.

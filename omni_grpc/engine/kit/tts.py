@@ -21,7 +21,7 @@ from typing import Protocol
 
 from omni_grpc import audio
 from omni_grpc.audio.formats import samples_from_pcm16, samples_to_pcm16
-from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ
+from omni_grpc.wire.pcm import CANONICAL_OUTPUT_RATE_HZ
 
 DEFAULT_VOICE = "en-us"
 DEFAULT_WPM = 175

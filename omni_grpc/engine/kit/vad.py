@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from omni_grpc.audio.formats import samples_from_pcm16
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
 
 # Silero's 16 kHz model reads canonical input as it is.
 WINDOW_SAMPLES = 512

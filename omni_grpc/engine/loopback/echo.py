@@ -8,7 +8,7 @@ import numpy as np
 from omni_grpc import audio
 from omni_grpc.engine.kit import UserInput
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, CANONICAL_OUTPUT_RATE_HZ
 
 _TONE_MS_PER_CHAR = 60.0
 _TONE_MAX_MS = 5000.0

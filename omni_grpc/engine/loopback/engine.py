@@ -11,7 +11,7 @@ from omni_grpc.engine.base import Engine
 from omni_grpc.engine.loopback.options import LoopbackOptions
 from omni_grpc.engine.loopback.session import LoopbackSession
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import SUPPORTED_RATES_HZ
+from omni_grpc.wire.pcm import SUPPORTED_RATES_HZ
 
 FEATURES = EngineFeatures(
     name="loopback",

@@ -16,7 +16,7 @@ from omni_grpc.engine.kit.tools import emit_call, example_arguments, scripted_to
 from omni_grpc.engine.loopback.echo import echo_audio, echo_words, input_tokens
 from omni_grpc.engine.loopback.options import LoopbackOptions
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import (
+from omni_grpc.wire.pcm import (
     CANONICAL_INPUT_RATE_HZ,
     PCM16_WIDTH,
 )

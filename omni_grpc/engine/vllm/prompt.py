@@ -17,7 +17,7 @@ import numpy as np
 
 from omni_grpc import audio
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ import numpy as np
 
 from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.vllm.options import VllmOptions
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from google.protobuf import json_format
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine import kit
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
 
 _CORRELATIONS_KEPT = 1024  # commands whose late error can still name them
 

@@ -33,9 +33,9 @@ from omni_grpc.core.errors import CommandError
 from omni_grpc.engine import kit
 from omni_grpc.engine.vllm_omni.commands import conversation_item
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ, pcm16_ms
 from omni_grpc.wire.error_codes import known_code
 from omni_grpc.wire.names import OVERLAP_ACTIONS, OVERLAP_POLICIES, RESPONSE_STATUSES
+from omni_grpc.wire.pcm import CANONICAL_OUTPUT_RATE_HZ, pcm16_ms
 
 TERMINAL = frozenset({"session.closed", "session.expired"})
 # How a response.done says its response ended: "in_progress" is no end, so it is read as

@@ -22,7 +22,7 @@ from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.vllm_omni.commands import Correlation, command_for, realtime_session
 from omni_grpc.engine.vllm_omni.events import TERMINAL, EventTranslator
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_ms
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, pcm16_ms
 
 logger = logging.getLogger(__name__)
 

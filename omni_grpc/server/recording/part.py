@@ -30,7 +30,7 @@ from omni_grpc.server.recording import manifest
 from omni_grpc.server.recording.lines import ENCODINGS, delta_json, write_whole
 from omni_grpc.server.recording.tracks import Placed, Tracks
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, SAMPLE_WIDTH
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, SAMPLE_WIDTH
 from omni_grpc.wire.recording import (
     FORMAT,
     MANIFEST,

@@ -50,7 +50,7 @@ from omni_grpc.server.recording.writer import (
     Writer,
 )
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
 from omni_grpc.wire.recording import FORMAT
 
 if TYPE_CHECKING:

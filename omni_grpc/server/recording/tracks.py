@@ -134,7 +134,7 @@ class Tracks:
 
     def _end_run(self) -> None:
         if self._run:
-            self._user.append((self._run_start, np.frombuffer(bytes(self._run), dtype="<i2")))
+            self._user.append((self._run_start, audio.pcm16_ints(bytes(self._run))))
             self._run = bytearray()
 
     # -- the assistant ---------------------------------------------------------------------
@@ -273,7 +273,7 @@ class Tracks:
         for start_ms, raw, chunk_rate in response.chunks:
             if start_ms + len(raw) * 500 / chunk_rate > upto_ms - EDGE_MS:
                 kept.append((start_ms, raw, chunk_rate))
-            pcm = np.frombuffer(raw, dtype="<i2")
+            pcm = audio.pcm16_ints(raw)
             if chunk_rate != rate and len(pcm):
                 pcm = _resampled(pcm, chunk_rate, rate)
             at = round(start_ms * rate / 1000) - origin
@@ -292,7 +292,7 @@ class Tracks:
         while self.written < horizon:
             count = min(horizon - self.written, WRITE_SLICE_FRAMES)
             if self._file is not None:
-                block = np.zeros((count, 2), dtype="<i2")
+                block = audio.silent_pcm16_frames(count, 2)
                 self._user = _paste(block, self.written, 0, self._user)
                 self._heard = _paste(block, self.written, 1, self._heard)
                 self._file.write(block.tobytes())
@@ -311,7 +311,7 @@ class Tracks:
 
 def _resampled(pcm: Pcm16, from_hz: int, to_hz: int) -> Pcm16:
     samples = audio.resample(audio.samples_from_pcm16(pcm.tobytes()), from_hz, to_hz)
-    return np.frombuffer(audio.samples_to_pcm16(samples), dtype="<i2").astype(np.int16)
+    return audio.pcm16_ints(audio.samples_to_pcm16(samples)).astype(np.int16)
 
 
 def _paste(

@@ -22,7 +22,7 @@ from omni_grpc.core.limits import Limits
 from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.vllm_omni import VllmOmniEngine
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
 from tests.engine.conformance import Probe, audio_ms, check_lifecycles, kinds, voice_like
 
 from ..support import WARNING_FILTERS

@@ -19,7 +19,7 @@ from omni_grpc import audio
 from omni_grpc.engine.vllm_omni import VllmOmniEngine
 from omni_grpc.server.app import start_server
 from omni_grpc.wire import pb
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
 from tests.bridge.testkit import realtime_socket, running_bridge, service_settings
 from tests.engine.conformance import voice_like
 

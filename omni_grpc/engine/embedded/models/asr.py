@@ -20,7 +20,7 @@ import numpy as np
 
 from omni_grpc.audio.formats import samples_from_pcm16
 from omni_grpc.engine.embedded.models.whisper_models import whisper_files
-from omni_grpc.wire.audio import CANONICAL_INPUT_RATE_HZ, pcm16_ms
+from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, pcm16_ms
 
 # Whisper hallucinates on very short clips; a turn shorter than this is not worth decoding.
 MIN_AUDIO_MS = 150.0

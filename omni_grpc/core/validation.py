@@ -45,6 +45,20 @@ def check_append(
     """
     encoding = append.encoding or config.input_audio_format.encoding
     rate_hz = append.sample_rate_hz or config.input_audio_format.sample_rate_hz
+    check_audio(append, audio, encoding, rate_hz, limits, engine)
+    return encoding, rate_hz
+
+
+def check_audio(
+    append: pb.AppendInputAudio,
+    audio: bytes,
+    encoding: int,
+    rate_hz: int,
+    limits: Limits,
+    engine: EngineFeatures,
+) -> None:
+    """:func:`check_append` with the format already resolved (what the session does, with its
+    input format at hand)."""
     if not audio and not append.video_frames:
         raise CommandError("bad_event", "an append needs audio or video frames", param="audio")
     if encoding not in engine.input_encodings:
@@ -65,7 +79,6 @@ def check_append(
         check_video_frames(append.video_frames, limits)
     if append.HasField("hints"):  # most appends have none: no walk of an empty Struct
         check_struct(append.hints, "hints")
-    return encoding, rate_hz
 
 
 def check_video_frames(frames: Sequence[pb.VideoFrame], limits: Limits) -> None:

@@ -51,13 +51,16 @@ class EngineSession(abc.ABC):
         as ``error`` events carrying the command's ``client_seq``.
         """
 
-    def submit_now(self, request: pb.ConverseRequest) -> list[pb.ConverseResponse] | None:
+    def submit_now(
+        self, request: pb.ConverseRequest, kind: str | None = None
+    ) -> list[pb.ConverseResponse] | None:
         """Applies a cheap command at once, when nothing submitted before it waits, and returns
         the events it made (the caller publishes them, ahead of anything ``events`` yields
         later); None when it cannot, and then the caller hands it to ``submit``.
 
         The synchronous fast path: a command applied here skips the engine's mailbox and the
-        reader of ``events``. An engine that offers nothing of the kind returns None.
+        reader of ``events``. An engine that offers nothing of the kind returns None. ``kind``
+        is the command's ``oneof`` field, when the caller has read it already.
         """
         return None
 

@@ -31,6 +31,11 @@ class AudioEdge:
 
     def __init__(self, config: pb.SessionConfig) -> None:
         self.config = config
+        # The session's output format as plain numbers, compared with each chunk's.
+        self._output_format = (
+            config.output_audio_format.encoding,
+            config.output_audio_format.sample_rate_hz,
+        )
         # Keeps resampler state across appends so chunk seams stay clean.
         self._input = audio.InputConverter()
         self._converting = False
@@ -94,17 +99,23 @@ class AudioEdge:
         self._input.reset()
         self._converting = False
 
+    def configure(self, config: pb.SessionConfig) -> None:
+        """Takes the session's configuration in force (an update may change its formats)."""
+        self.config = config
+        fmt = config.output_audio_format
+        self._output_format = (fmt.encoding, fmt.sample_rate_hz)
+
     def session_output(self, delta: pb.OutputAudioDelta) -> bool:
         """Rewrites an output chunk in place into the session's output format; False when
         none of its audio is ready yet (the resampler holds it), so it is not to be sent."""
-        target = self.config.output_audio_format
+        encoding, rate_hz = self._output_format
         if (
             self._output.converter is None
-            and delta.encoding == target.encoding
-            and delta.sample_rate_hz == target.sample_rate_hz
+            and delta.encoding == encoding
+            and delta.sample_rate_hz == rate_hz
         ):
             return True  # the usual chunk: already in the session's format, nothing held back
-        return self._output.convert(delta, target)
+        return self._output.convert(delta, self.config.output_audio_format)
 
     def output_tail(self, kind: str, event: pb.ConverseResponse) -> pb.ConverseResponse | None:
         """At a response's end (``kind`` in :data:`OUTPUT_ENDING_EVENTS`): the audio its

@@ -228,13 +228,13 @@ class SessionHost:
             else:  # clear_input_audio, cancel_input
                 self._edge.drop_input()
         elif kind == "update_session":
-            self._edge.config = self.session.config  # the formats may have changed
+            self._edge.configure(self.session.config)  # the formats may have changed
             if self.on_config is not None:
                 self.on_config(self)
         try:
             # The fast path: a cheap command the engine applies at once, its events published
             # here, with no mailbox and no pump between (None: the engine queues it).
-            made = self.engine.submit_now(request)
+            made = self.engine.submit_now(request, kind)
             if made is None:
                 await self.engine.submit(request)
             else:

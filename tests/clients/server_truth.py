@@ -65,10 +65,10 @@ class ServerTruth:
             await submit(session, request)
 
         def applying_now(
-            session: LoopbackSession, request: pb.ConverseRequest
+            session: LoopbackSession, request: pb.ConverseRequest, kind: str | None = None
         ) -> list[pb.ConverseResponse] | None:
             # The fast path: a command the engine applied at once reached it here instead.
-            made = submit_now(session, request)
+            made = submit_now(session, request, kind)
             if made is not None:
                 self.engine_input[session.id].append(request)
             return made

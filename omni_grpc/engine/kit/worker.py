@@ -102,8 +102,11 @@ class WorkerSession(EngineSession):
             return
         await self._mailbox.put(request)
 
-    def submit_now(self, request: pb.ConverseRequest) -> list[pb.ConverseResponse] | None:
-        kind = request.WhichOneof("command")
+    def submit_now(
+        self, request: pb.ConverseRequest, kind: str | None = None
+    ) -> list[pb.ConverseResponse] | None:
+        if kind is None:
+            kind = request.WhichOneof("command")
         handler = self._inline.get(kind) if kind else None
         if (
             handler is None

@@ -105,14 +105,16 @@ class LoopbackSession(kit.ConversationSession):
             events.append(
                 pb.ConverseResponse(response_created=pb.ResponseCreated(response=response))
             )
-        delta = pb.OutputAudioDelta(
-            audio=audio,
-            encoding=pb.AUDIO_ENCODING_PCM16,
-            sample_rate_hz=rate_hz,
-            start_ms=self._mirror_ms,
-            duration_ms=length_ms,
-            response_id=self._mirror,
-        )
-        events.append(pb.ConverseResponse(output_audio_delta=delta))
+        # Set field by field in the event's own delta: building the delta by keywords and then
+        # the event around it would copy the audio a second time.
+        event = pb.ConverseResponse()
+        delta = event.output_audio_delta
+        delta.audio = audio
+        delta.encoding = pb.AUDIO_ENCODING_PCM16
+        delta.sample_rate_hz = rate_hz
+        delta.start_ms = self._mirror_ms
+        delta.duration_ms = length_ms
+        delta.response_id = self._mirror
+        events.append(event)
         self._mirror_ms += length_ms
         return events

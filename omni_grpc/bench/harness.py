@@ -306,8 +306,14 @@ async def drive(
         async with gate:
             await session.open()
 
-    await asyncio.gather(*(opened(session) for session in group))
     tally = Tally(len(group), per_answer=per_answer)
+    outcomes = await asyncio.gather(*(opened(session) for session in group), return_exceptions=True)
+    if failed := [outcome for outcome in outcomes if isinstance(outcome, BaseException)]:
+        # A server too loaded to take every session (a refused or timed-out connect) fails the
+        # step, as answers that come late would: the search goes on below it.
+        tally.errors.append(f"{len(failed)} of {len(group)} sessions did not open: {failed[0]!r}")
+        await asyncio.gather(*(session.close() for session in group), return_exceptions=True)
+        return tally
     readers = [asyncio.create_task(session.read(tally)) for session in group]
     start = time.perf_counter() + 0.05
     # Ramp-up (first chunks of every session, phases settling) is not measured.

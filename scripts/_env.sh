@@ -95,9 +95,15 @@ _env_node() {
         return 0
     fi
     _env_npm_ci "$ROOT" buf || return 1
-    if [[ -f "$ROOT/clients/node/package-lock.json" ]]; then
-        _env_npm_ci "$ROOT/clients/node" || return 1
-    fi
+    # The Node client's packages, and those of the bridge's Node acceptance client (OpenAI's
+    # agents SDK). Installed here, before any test runs, and only whole: the stamp is written
+    # after npm ci succeeds, so a tree an interrupted install left half-written is replaced.
+    local folder
+    for folder in clients/node tests/bridge/node; do
+        if [[ -f "$ROOT/$folder/package-lock.json" ]]; then
+            _env_npm_ci "$ROOT/$folder" || return 1
+        fi
+    done
 }
 
 # System packages, each with what shows it is installed: a command on PATH, or (for a library

@@ -70,8 +70,9 @@ class Project:
         for package in ("omni_grpc", "bridge", "omni_cli"):
             (root / package).mkdir()
             (root / package / "__init__.py").write_text("")
-        (root / "clients" / "node").mkdir(parents=True)
-        (root / "clients" / "node" / "package-lock.json").write_text("{}\n")
+        for folder in ("clients/node", "tests/bridge/node"):
+            (root / folder).mkdir(parents=True)
+            (root / folder / "package-lock.json").write_text("{}\n")
         self.tools.mkdir()
         for tool in TOOLS:
             found = shutil.which(tool)
@@ -130,12 +131,16 @@ def test_the_serve_tier_installs_the_runtime_and_no_test_tooling(project: Projec
     assert not [call for call in calls if call.startswith("apt-get")]  # espeak-ng is there
 
 
-def test_the_test_tier_adds_dev_packages_buf_and_the_node_client(project: Project) -> None:
+def test_the_test_tier_adds_dev_packages_buf_and_the_node_clients(project: Project) -> None:
     ready, calls = project.source(None)
     assert ready == f"{project.root}:test"
     assert f"pip -m pip install --quiet -e {project.root}[dev]" in calls
     npm_folders = [call.strip() for call in calls if call.strip().startswith("in ")]
-    assert npm_folders == [f"in {project.root}", f"in {project.root}/clients/node"]
+    assert npm_folders == [
+        f"in {project.root}",
+        f"in {project.root}/clients/node",
+        f"in {project.root}/tests/bridge/node",
+    ]
 
 
 def test_stamps_make_a_second_call_ask_for_nothing(project: Project) -> None:

@@ -22,6 +22,7 @@ from omni_grpc.server.settings import ServerSettings
 from tests.client.proxy import ChaosProxy
 from tests.clients.driver import Client, GoBuild, GoClient, NodeClient
 from tests.clients.server_truth import ServerTruth
+from tests.node_packages import installed
 from tests.serving import settings
 
 CLIENTS = Path(__file__).parents[2] / "clients"
@@ -56,17 +57,8 @@ def go_build() -> GoBuild:
 
 @pytest.fixture(scope="session")
 def stream_wav() -> Path:
-    """The Node command, with its locked packages installed once (npm ci)."""
-    node = CLIENTS / "node"
-    assert shutil.which("node") and shutil.which("npm"), "this test needs Node 20 and npm"
-    if not (node / "node_modules" / "@grpc" / "grpc-js").is_dir():
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=node,
-            check=True,
-            timeout=300,
-        )
-    return node / "stream_wav.mjs"
+    """The Node command, with its locked packages installed whole (tests.node_packages)."""
+    return installed(CLIENTS / "node") / "stream_wav.mjs"
 
 
 @pytest.fixture(params=["go", "node"])

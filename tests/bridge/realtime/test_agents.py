@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +16,15 @@ import orjson
 import pytest
 
 from tests.bridge.testkit import check_plain_event
+from tests.node_packages import installed
 
 NODE_DIR = Path(__file__).parents[1] / "node"  # tests/bridge/node
 
 
 @pytest.fixture(scope="session")
 def agents_client() -> Path:
-    """The Node client script, with its locked packages installed once (npm ci)."""
-    assert shutil.which("node") and shutil.which("npm"), "this test needs Node 20 and npm"
-    if not (NODE_DIR / "node_modules" / "@openai" / "agents-realtime").is_dir():
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=NODE_DIR,
-            check=True,
-            timeout=300,
-        )
-    return NODE_DIR / "agents_client.mjs"
+    """The Node client script, with its locked packages installed whole (tests.node_packages)."""
+    return installed(NODE_DIR) / "agents_client.mjs"
 
 
 async def test_agents_realtime_session_turn_and_response(

@@ -9,8 +9,9 @@ logged. Health checks can be served without a key (``--open-health``, on by defa
 balancer's or Kubernetes' gRPC probe reaches them; reflection can be too
 (``--open-reflection``, off by default: it describes the whole service to anyone); such a call
 without a key holds only a place among a few, for a while (:mod:`omni_grpc.server.stream_cap`).
-A refused call is refused at once, before its request is read. Which key a call presented also
-decides which sessions it may reach (see ``omni_grpc.core.credentials``).
+A refused call is refused at once, before it is served (its first message, if already on its
+way, is let land first: see :func:`omni_grpc.server.status.refuse_call`). Which key a call
+presented also decides which sessions it may reach (see ``omni_grpc.core.credentials``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import grpc
 from grpc_health.v1 import health as grpc_health
 from grpc_reflection.v1alpha import reflection as grpc_reflection
 
-from omni_grpc.server.status import unauthenticated
+from omni_grpc.server.status import refuse_call, unauthenticated
 from omni_grpc.wire.keys import bearer_key, key_matches
 
 HEALTH_SERVICE = grpc_health.SERVICE_NAME  # grpc.health.v1.Health
@@ -51,7 +52,7 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
         status = unauthenticated()
 
         async def refuse(request: object, context: grpc.aio.ServicerContext) -> None:
-            await context.abort(status.code, status.details, status.trailing_metadata)
+            await refuse_call(context, status.code, status.details, status.trailing_metadata)
 
         # Refused as request streams whatever the method: gRPC would otherwise wait for a
         # unary call's request before refusing it, and a call that never sends one would hold

@@ -8,6 +8,9 @@ their grpc status library; our Python client reads them with grpcio-status.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
@@ -16,6 +19,10 @@ from grpc_status import rpc_status
 from omni_grpc.core.errors import Status, StreamRefused
 
 DOMAIN = "omni.duplex.v1"
+# How long a call refused before it is served may take to send its first message (see
+# refuse_call): long enough for a write already on its way, short enough that a call that never
+# writes holds nothing worth having.
+FIRST_WRITE_GRACE_S = 0.2
 
 _CODES: dict[Status, tuple[grpc.StatusCode, int]] = {
     Status.INVALID_ARGUMENT: (grpc.StatusCode.INVALID_ARGUMENT, code_pb2.INVALID_ARGUMENT),
@@ -60,3 +67,22 @@ def unauthenticated() -> grpc.Status:
             details=[_pack(error_details_pb2.ErrorInfo(reason="UNAUTHENTICATED", domain=DOMAIN))],
         )
     )
+
+
+async def refuse_call(
+    context: grpc.aio.ServicerContext,
+    code: grpc.StatusCode,
+    details: str,
+    trailing_metadata: tuple[tuple[str, str | bytes], ...] = (),
+) -> None:
+    """Ends a call refused before it is served (no key, no place) with a status.
+
+    Its first message, if one is on its way, is read (and dropped) first. A Python client
+    writes the first message of a stream and then reads; when the status overtakes that write,
+    grpc.aio reports the failed write instead of the status, as ``INTERNAL`` ("Internal error
+    from Core"; about 1 call in 400 here), and the client sees neither the code nor its retry
+    delay. Read, the write has landed, and the client reads the status.
+    """
+    with contextlib.suppress(Exception):  # nothing, a message, or a broken call: refused alike
+        await asyncio.wait_for(context.read(), FIRST_WRITE_GRACE_S)
+    await context.abort(code, details, trailing_metadata)

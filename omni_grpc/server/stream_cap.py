@@ -36,7 +36,7 @@ from typing import Any, cast
 import grpc
 
 from omni_grpc.core.errors import Status, StreamRefused
-from omni_grpc.server.status import rich_status
+from omni_grpc.server.status import refuse_call, rich_status
 from omni_grpc.wire.keys import bearer_key, key_matches
 
 # What gRPC itself answers a call beyond maximum_concurrent_rpcs; said the same way here.
@@ -148,10 +148,10 @@ def _refusal(message: str) -> StreamRefused:
 async def abort_refused(context: grpc.aio.ServicerContext, refusal: StreamRefused | None) -> None:
     """Ends a call with a refusal of the cap (None: the server's bound, in gRPC's own words)."""
     if refusal is None:
-        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_STREAMS)
+        await refuse_call(context, grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_STREAMS)
         return
     status = rich_status(refusal)
-    await context.abort(status.code, status.details, status.trailing_metadata)
+    await refuse_call(context, status.code, status.details, status.trailing_metadata)
 
 
 class CappedCalls(grpc.aio.ServerInterceptor):

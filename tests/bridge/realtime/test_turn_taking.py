@@ -7,21 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from omni_grpc.engine.embedded.responder import STILL_THERE
-from tests.bridge.testkit import (
-    RealtimeSocket,
-    realtime_socket,
-    running_bridge,
-    service_settings,
-    speech_pcm24,
-)
-from tests.serving import serving
+from tests.bridge.testkit import RealtimeSocket, embedded_bridge, realtime_socket, speech_pcm24
 
 pytestmark = [pytest.mark.model, pytest.mark.subprocess]  # its models; espeak-ng speaks
 
@@ -33,16 +24,6 @@ LONG_QUESTION = (
     "Please tell me a long story about the sea, the ships that sail on it, the sailors who "
     "steer them through the storms, and the harbours where they rest at night."
 )
-
-
-@contextlib.asynccontextmanager
-async def embedded_bridge() -> AsyncIterator[int]:
-    options = {"responder": "echo", "turn_judge": "on", "pace": "realtime"}
-    async with (
-        serving(service_settings(engine="embedded", engine_options=options)) as service,
-        running_bridge(service) as port,
-    ):
-        yield port
 
 
 def silence(ms: int) -> bytes:

@@ -172,6 +172,8 @@ def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
         "supports_barge_in": caps.supports_barge_in,
         "supports_playback_ack": caps.supports_playback_ack,
         "supports_server_vad": caps.supports_server_vad,
+        "supports_semantic_vad": caps.supports_semantic_vad,
+        "supports_interruption_by_words": caps.supports_interruption_by_words,
         "max_pending_input_bytes": caps.max_pending_input_bytes,
         "max_sessions": caps.max_sessions,
     }

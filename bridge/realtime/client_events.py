@@ -99,8 +99,22 @@ class TurnDetectionJson(_Model):
     silence_duration_ms: UInt32 | None = None
     create_response: bool | None = None
     interrupt_response: bool | None = None
-    # semantic_vad's: how soon a turn ends (bridge.realtime.session_config maps it to a silence).
+    # semantic_vad's: how soon a turn ends (the contract's Eagerness; absent means "auto").
     eagerness: Literal["low", "medium", "high", "auto"] | None = None
+    # How long the user may stay silent after an answer before being prompted (the service
+    # bounds it; 0 or absent turns it off).
+    idle_timeout_ms: UInt32 | None = None
+
+
+class InterruptionJson(_Model):
+    """``session.interruption``, a duplex extension: when speech over a reply ends it (the
+    contract's InterruptionConfig, field for field; absent fields are left as they are)."""
+
+    mode: Literal["speech", "words"] | None = None
+    min_duration_ms: UInt32 | None = None
+    min_words: UInt32 | None = None
+    resume_false_interruption: bool | None = None
+    false_interruption_timeout_ms: UInt32 | None = None
 
 
 class TranscriptionJson(_Model):
@@ -171,6 +185,7 @@ class SessionPatch(_Model):
     # Duplex extensions.
     overlap_policy: Literal["listen_only", "barge_in_on_speech"] | None = None
     playback_commit_policy: Literal["commit_all_on_done", "ack_only"] | None = None
+    interruption: InterruptionJson | None = None
     idle_timeout_ms: int | None = Field(default=None, gt=0, le=MAX_DURATION_S * 1000)
     idle_timeout_s: float | None = Field(default=None, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
     engine_options: FreeFormObject | None = None

@@ -30,12 +30,14 @@ EXTENSION_EVENTS = frozenset(
         "response.speak",
         "playback.acknowledged",
         "overlap.decision",
+        "turn_end.decision",
     }
 )
 # Fields of the session object beyond GA's: the duplex settings and the session's state.
 _SESSION_FIELDS = (
     "overlap_policy",
     "playback_commit_policy",
+    "interruption",
     "idle_timeout_ms",
     "state",
     "turn_state",
@@ -73,6 +75,16 @@ def _remove(event: dict[str, Any], path: tuple[str, ...]) -> None:
         node.pop(path[-1], None)
 
 
+def _semantic_idle_timeout(event: dict[str, Any]) -> None:
+    """GA knows an idle timeout on server_vad only; the contract serves it on semantic_vad
+    too, which only an extension client is shown."""
+    session = event.get("session")
+    audio = session.get("audio") if isinstance(session, dict) else None
+    detection = audio.get("input", {}).get("turn_detection") if isinstance(audio, dict) else None
+    if isinstance(detection, dict) and detection.get("type") == "semantic_vad":
+        detection.pop("idle_timeout_ms", None)
+
+
 def plain(event: dict[str, Any]) -> dict[str, Any] | None:
     """The event as the plain OpenAI dialect sends it, or None when it has no place there."""
     kind = event["type"]
@@ -80,4 +92,6 @@ def plain(event: dict[str, Any]) -> dict[str, Any] | None:
         return None
     for path in (*EXTENSION_FIELDS["*"], *EXTENSION_FIELDS.get(kind, ())):
         _remove(event, path)
+    if kind in ("session.created", "session.updated"):
+        _semantic_idle_timeout(event)
     return event

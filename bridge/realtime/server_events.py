@@ -15,7 +15,12 @@ from typing import Any
 
 from bridge.dialect import Event
 from bridge.errors import RATE_LIMIT_CODE, Refusal
-from bridge.realtime.session_json import MODALITY_NAMES, OVERLAP_POLICY_NAMES, session_json
+from bridge.realtime.session_json import (
+    EAGERNESS_NAMES,
+    MODALITY_NAMES,
+    OVERLAP_POLICY_NAMES,
+    session_json,
+)
 from bridge.realtime.tools import CALL_ITEM_TYPES, ITEM_STATUS_NAMES, call_item_json
 from omni_grpc.wire import pb
 from omni_grpc.wire.names import OVERLAP_ACTIONS, RESPONSE_STATUSES
@@ -220,6 +225,21 @@ def _one(kind: str, **fields: Any) -> list[Event]:
     return [{"type": kind, **fields}]
 
 
+def _overlap_decision(e: pb.OverlapDecision) -> list[Event]:
+    return _one(
+        "overlap.decision",
+        policy=OVERLAP_POLICY_NAMES.get(e.policy),
+        action=_OVERLAP_ACTION.get(e.action),
+        reason=e.reason,
+        response_id=e.response_id or None,
+        item_id=e.item_id or None,
+        audio_ms=e.audio_ms,
+        overlap_ms=e.overlap_ms,
+        transcript=e.transcript,
+        input_item_id=e.input_item_id or None,
+    )
+
+
 # Contract event (oneof name) → its Realtime events, for every event that needs no state.
 STATELESS: dict[str, Callable[[Any], list[Event]]] = {
     "session_updated": lambda e: _one("session.updated", session=session_json(e.session)),
@@ -290,11 +310,26 @@ STATELESS: dict[str, Callable[[Any], list[Event]]] = {
     "output_audio_cleared": lambda e: _one(
         "output_audio_buffer.cleared", response_id=e.response_id
     ),
-    "overlap_decision": lambda e: _one(
-        "overlap.decision",
-        policy=OVERLAP_POLICY_NAMES.get(e.policy),
-        action=_OVERLAP_ACTION.get(e.action),
-        reason=e.reason,
+    # GA's own idle prompt; the commit and the response that follow are the service's.
+    "idle_timeout_triggered": lambda e: _one(
+        "input_audio_buffer.timeout_triggered",
+        audio_start_ms=round(e.audio_start_ms),
+        audio_end_ms=round(e.audio_end_ms),
+        item_id=e.item_id,
+    ),
+    # The extensions' view of turn-taking: overlap.decision (pause, resume, cut and the rest)
+    # and turn_end.decision, each one contract event field for field.
+    "overlap_decision": _overlap_decision,
+    "turn_end_decision": lambda e: _one(
+        "turn_end.decision",
+        item_id=e.item_id,
+        audio_end_ms=round(e.audio_end_ms),
+        # -1 in the contract: no words were judged in time.
+        probability=e.probability if e.probability >= 0 else None,
+        wait_ms=e.wait_ms,
+        eagerness=EAGERNESS_NAMES.get(e.eagerness),
+        transcript=e.transcript,
+        decided_ms=e.decided_ms,
     ),
     "error": _error,
 }

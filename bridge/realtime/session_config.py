@@ -13,6 +13,7 @@ from bridge.errors import DialectError
 from bridge.realtime.client_events import (
     FormatObject,
     FormatSpec,
+    InterruptionJson,
     SessionPatch,
     TranscriptionJson,
     TurnDetectionJson,
@@ -60,10 +61,16 @@ _VAD_TYPES = {
     "server_vad": pb.TURN_DETECTION_TYPE_SERVER_VAD,
     "semantic_vad": pb.TURN_DETECTION_TYPE_SEMANTIC_VAD,
 }
-# No engine detects the end of a thought, so the service resolves semantic VAD to the engine's
-# VAD (or to client commits where it has none); its eagerness becomes the silence that ends a
-# turn: OpenAI's "low" lets the user take their time, "high" answers as soon as it can.
-_EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 500, "auto": 500, "high": 300}
+EAGERNESS = {
+    "low": pb.EAGERNESS_LOW,
+    "medium": pb.EAGERNESS_MEDIUM,
+    "high": pb.EAGERNESS_HIGH,
+    "auto": pb.EAGERNESS_AUTO,
+}
+INTERRUPTION_MODES = {
+    "speech": pb.INTERRUPTION_MODE_SPEECH,
+    "words": pb.INTERRUPTION_MODE_WORDS,
+}
 
 
 def audio_format(spec: FormatSpec, param: str) -> pb.AudioFormat:
@@ -89,25 +96,44 @@ def audio_format(spec: FormatSpec, param: str) -> pb.AudioFormat:
 
 
 def _turn_detection(td: TurnDetectionJson | None) -> pb.TurnDetection:
+    # GA replaces turn detection whole, so an idle timeout the object does not name is off
+    # (0), not kept from before as a partial update would keep it.
     if td is None:
-        return pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_NONE)
+        return pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_NONE, idle_timeout_ms=0)
     if td.type not in _VAD_TYPES:
         raise DialectError(
             "unsupported_turn_detection",
             f"unknown turn detection {td.type!r}",
             param="turn_detection.type",
         )
-    silence_ms = td.silence_duration_ms or _EAGERNESS_SILENCE_MS.get(td.eagerness or "", 0)
     out = pb.TurnDetection(
         type=_VAD_TYPES[td.type],
         threshold=td.threshold or 0.0,
         prefix_padding_ms=td.prefix_padding_ms or 0,
-        silence_duration_ms=silence_ms,
+        silence_duration_ms=td.silence_duration_ms or 0,
+        idle_timeout_ms=td.idle_timeout_ms or 0,
     )
+    if td.type == "semantic_vad":
+        # GA's semantic_vad without an eagerness is "auto". The service serves it (or its
+        # stand-in where the engine cannot judge words) and clears it for other types.
+        out.eagerness = EAGERNESS[td.eagerness or "auto"]
     if td.create_response is not None:
         out.create_response = td.create_response
     if td.interrupt_response is not None:
         out.interrupt_response = td.interrupt_response
+    return out
+
+
+def _interruption(rules: InterruptionJson) -> pb.InterruptionConfig:
+    """The extension's ``interruption`` as the contract's; the service checks the bounds."""
+    out = pb.InterruptionConfig(
+        mode=INTERRUPTION_MODES[rules.mode] if rules.mode else pb.INTERRUPTION_MODE_UNSPECIFIED,
+        false_interruption_timeout_ms=rules.false_interruption_timeout_ms or 0,
+    )
+    for name in ("min_duration_ms", "min_words", "resume_false_interruption"):
+        value = getattr(rules, name)
+        if value is not None:
+            setattr(out, name, value)
     return out
 
 
@@ -169,6 +195,8 @@ def config_from_patch(patch: SessionPatch) -> pb.SessionConfig:
         config.temperature = patch.temperature
     if patch.overlap_policy is not None:
         config.overlap_policy = OVERLAP_POLICIES[patch.overlap_policy]
+    if patch.interruption is not None:
+        config.interruption.CopyFrom(_interruption(patch.interruption))
     if patch.playback_commit_policy is not None:
         config.playback_commit_policy = COMMIT_POLICIES[patch.playback_commit_policy]
     if patch.idle_timeout_ms is not None:

@@ -1,10 +1,11 @@
 """Outbound: a ``pb.Session`` and ``pb.Capabilities`` → the Realtime JSON shapes.
 
 The resolved configuration is rendered in the GA ``session`` shape, plus the duplex extensions
-(``overlap_policy``, ``playback_commit_policy``, ``idle_timeout_ms``) and the session's state.
-OpenAI's schema knows pcm16 at one rate only; a session at another rate or in float PCM is
-rendered in fields the GA format object tolerates (:func:`format_json`). Names are those of
-:mod:`bridge.realtime.session_config`, turned around, so the two directions cannot drift apart.
+(``overlap_policy``, ``playback_commit_policy``, ``interruption``, ``idle_timeout_ms``) and the
+session's state. OpenAI's schema knows pcm16 at one rate only; a session at another rate or in
+float PCM is rendered in fields the GA format object tolerates (:func:`format_json`). Names are
+those of :mod:`bridge.realtime.session_config`, turned around, so the two directions cannot drift
+apart.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from bridge.realtime.session_config import COMMIT_POLICIES, ENCODINGS, MODALITIES
+from bridge.realtime.session_config import (
+    COMMIT_POLICIES,
+    EAGERNESS,
+    ENCODINGS,
+    INTERRUPTION_MODES,
+    MODALITIES,
+)
 from bridge.realtime.tools import session_tools_json
 from omni_grpc.wire import pb
 from omni_grpc.wire.names import OVERLAP_POLICIES
@@ -28,6 +35,8 @@ F32_ENCODING = "pcm_f32le"
 MODALITY_NAMES = {value: name for name, value in MODALITIES.items()}
 OVERLAP_POLICY_NAMES = {value: name for name, value in OVERLAP_POLICIES.items()}
 _COMMIT_NAMES = {value: name for name, value in COMMIT_POLICIES.items()}
+EAGERNESS_NAMES = {value: name for name, value in EAGERNESS.items()}
+_INTERRUPTION_MODE_NAMES = {value: name for name, value in INTERRUPTION_MODES.items()}
 _STATE_NAMES = {
     pb.SESSION_STATE_ATTACHED: "attached",
     pb.SESSION_STATE_DETACHED: "detached",
@@ -62,6 +71,16 @@ def format_json(fmt: pb.AudioFormat) -> dict[str, Any]:
 
 
 def _turn_detection_json(td: pb.TurnDetection) -> dict[str, Any] | None:
+    common = {"create_response": td.create_response, "interrupt_response": td.interrupt_response}
+    if td.type == pb.TURN_DETECTION_TYPE_SEMANTIC_VAD:
+        # GA's semantic_vad has no idle timeout: extension clients see it here, and
+        # bridge.realtime.plain takes it out for the others.
+        return {
+            "type": "semantic_vad",
+            "eagerness": EAGERNESS_NAMES.get(td.eagerness, "auto"),
+            **common,
+            "idle_timeout_ms": td.idle_timeout_ms or None,
+        }
     if td.type != pb.TURN_DETECTION_TYPE_SERVER_VAD:
         return None
     return {
@@ -69,8 +88,18 @@ def _turn_detection_json(td: pb.TurnDetection) -> dict[str, Any] | None:
         "threshold": td.threshold,
         "prefix_padding_ms": td.prefix_padding_ms,
         "silence_duration_ms": td.silence_duration_ms,
-        "create_response": td.create_response,
-        "interrupt_response": td.interrupt_response,
+        **common,
+        "idle_timeout_ms": td.idle_timeout_ms or None,
+    }
+
+
+def _interruption_json(rules: pb.InterruptionConfig) -> dict[str, Any]:
+    return {
+        "mode": _INTERRUPTION_MODE_NAMES.get(rules.mode, "speech"),
+        "min_duration_ms": rules.min_duration_ms,
+        "min_words": rules.min_words,
+        "resume_false_interruption": rules.resume_false_interruption,
+        "false_interruption_timeout_ms": rules.false_interruption_timeout_ms,
     }
 
 
@@ -109,6 +138,7 @@ def session_json(session: pb.Session) -> dict[str, Any]:
         ),
         "overlap_policy": OVERLAP_POLICY_NAMES.get(config.overlap_policy),
         "playback_commit_policy": _COMMIT_NAMES.get(config.playback_commit_policy),
+        "interruption": _interruption_json(config.interruption),
         "idle_timeout_ms": config.idle_timeout.ToMilliseconds(),
         "state": _STATE_NAMES.get(session.state),
         "turn_state": _TURN_NAMES.get(session.turn_state),
@@ -142,6 +172,8 @@ def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
         "supports_barge_in": caps.supports_barge_in,
         "supports_playback_ack": caps.supports_playback_ack,
         "supports_server_vad": caps.supports_server_vad,
+        "supports_semantic_vad": caps.supports_semantic_vad,
+        "supports_interruption_by_words": caps.supports_interruption_by_words,
         "max_pending_input_bytes": caps.max_pending_input_bytes,
         "max_sessions": caps.max_sessions,
     }

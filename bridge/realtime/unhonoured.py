@@ -48,16 +48,6 @@ _RULES: dict[str, tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...]
         (("session", "audio", "output", "speed"), _speed_one, "voices speak at one speed"),
         (("session", "speed"), _speed_one, "voices speak at one speed"),
         (
-            ("session", "audio", "input", "turn_detection", "idle_timeout_ms"),
-            _unset,
-            "turn detection has no idle timeout",
-        ),
-        (
-            ("session", "turn_detection", "idle_timeout_ms"),
-            _unset,
-            "turn detection has no idle timeout",
-        ),
-        (
             ("session", "audio", "input", "transcription", "prompt"),
             _empty,
             "transcription takes no prompt",

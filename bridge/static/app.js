@@ -8,7 +8,7 @@
 
 import { AudioIO } from "./audio.js";
 import { Connection } from "./connection.js";
-import { addLine, markCut, setLine, showBargeIn } from "./conversation.js";
+import { addLine, markCut, markOverlap, setLine, showBargeIn } from "./conversation.js";
 import { showTurn } from "./latency.js";
 import { RATE, omni } from "./state.js";
 
@@ -28,6 +28,7 @@ let speaking = false;
 let silentMs = 0;
 let idleMs = 0; // silence sent since the last turn or clear, while nobody speaks
 let turnEndAt = 0; // when the last turn ended (page clock): its answer's latency runs from it
+let turnWaitMs = null; // the silence the service waited for before it ended the last turn
 let played = {};
 let queuedFrames = 0;
 let ackTimer = 0;
@@ -54,7 +55,8 @@ function opening() {
   const session = settings();
   session.output_modalities = ["audio"];
   session.audio = {
-    input: { format: { type: "audio/pcm", rate: RATE } },
+    // The service judges from the words whether a turn is over, where its engine can.
+    input: { format: { type: "audio/pcm", rate: RATE }, turn_detection: { type: "semantic_vad" } },
     output: { ...session.audio?.output, format: { type: "audio/pcm", rate: RATE } },
   };
   return { type: "session.update", session };
@@ -88,6 +90,12 @@ const HANDLERS = {
     input.marks = [];
     $("engine").textContent = e.capabilities ? `engine: ${e.capabilities.engine}` : "";
     showSession(e.session);
+    if (e.capabilities?.supports_interruption_by_words) {
+      // "mm-hm" or a cough over a reply holds it, and it goes on; words cut it.
+      const interruption = { mode: "words", resume_false_interruption: true };
+      connection.send({ type: "session.update",
+                        session: { overlap_policy: "barge_in_on_speech", interruption } });
+    }
   },
   "session.resumed": (e) => showSession(e.session),
   "session.updated": (e) => {
@@ -104,8 +112,18 @@ const HANDLERS = {
     omni.partials[e.item_id] = (omni.partials[e.item_id] || "") + e.delta;
     addLine("you", e.item_id, omni.partials[e.item_id], "spoken partial");
   },
-  "input_audio_buffer.speech_started": () => bargeIn(),
-  "input_audio_buffer.speech_stopped": (e) => { turnEndAt = inputTime(e.audio_end_ms); },
+  // Speech over a reply cuts it here at once, unless the service judges that speech first.
+  "input_audio_buffer.speech_started": () => { if (!judgedByService()) bargeIn(); },
+  "input_audio_buffer.speech_stopped": (e) => {
+    turnEndAt = inputTime(e.audio_end_ms);
+    const judged = omni.turnEnds.at(-1);
+    turnWaitMs = judged?.item_id === e.item_id ? judged.wait_ms : null;
+  },
+  "turn_end.decision": (e) => omni.turnEnds.push(e),
+  "overlap.decision": (e) => {
+    omni.overlaps.push(e);
+    if (e.action === "pause" || e.action === "resume") markOverlap(e.response_id, e);
+  },
   "conversation.item.input_audio_transcription.completed": (e) => {
     omni.userTranscripts.push(e.transcript);
     addLine("you", e.item_id, e.transcript, "spoken").classList.remove("partial");
@@ -121,9 +139,10 @@ const HANDLERS = {
   "response.created": (e) => {
     omni.responses[e.response.id] = {
       audioMs: 0, playedMs: 0, transcript: "", deltas: [], done: false, status: "in_progress",
-      turnEndAt, firstAudioAt: null, clientLatencyMs: null, serverLatencyMs: null,
+      turnEndAt, turnWaitMs, firstAudioAt: null, clientLatencyMs: null, serverLatencyMs: null,
       firstTextMs: null,
     };
+    turnWaitMs = null;
     addLine("assistant", e.response.id, "");
   },
   "response.output_audio.delta": (e) => {
@@ -211,6 +230,13 @@ function endTurn(at) {
 function inputTime(audioMs) {
   const mark = input.marks.find(([endMs]) => endMs >= audioMs);
   return mark ? mark[1] - (mark[0] - audioMs) : performance.now();
+}
+
+// Whether the service judges speech over a reply (its pause, resume or cut are its own).
+function judgedByService() {
+  const rules = omni.session?.interruption;
+  return Boolean(rules && (rules.mode === "words" || rules.min_duration_ms > 0 ||
+                           rules.resume_false_interruption));
 }
 
 // The person speaks over the assistant: stop playing now and cut history to what was heard.

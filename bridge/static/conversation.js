@@ -1,5 +1,5 @@
-// The conversation as the page shows it: one line per turn, and the cut of a reply that the
-// person spoke (or typed) over, marked where it stopped.
+// The conversation as the page shows it: one line per turn, the cut of a reply that the
+// person spoke (or typed) over, marked where it stopped, and a reply the service held.
 
 const $ = (id) => document.getElementById(id);
 const BARGE_SHOWN_MS = 2500;
@@ -42,6 +42,21 @@ export function markCut(id, playedMs) {
   note.className = "note";
   note.textContent = `cut at ${(playedMs / 1000).toFixed(1)} s`;
   p.append(" ", note);
+}
+
+// Shows that the service held a reply for speech over it, and whether it went on.
+export function markOverlap(id, decision) {
+  const p = line(id);
+  if (!p) return;
+  let note = p.querySelector(".overlap");
+  if (!note) {
+    note = document.createElement("em");
+    note.className = "overlap";
+    p.append(" ", note);
+  }
+  const at = `${(decision.audio_ms / 1000).toFixed(1)} s`;
+  note.textContent = decision.action === "pause" ? `paused at ${at}` : `paused, resumed at ${at}`;
+  p.dataset.overlap = decision.action;
 }
 
 let bargeTimer = 0;

@@ -35,7 +35,7 @@ export function showTurn(id, r) {
   row.dataset.id = id;
   const heard = r.status === "cancelled" ? `${ms(r.playedMs)} heard` : ms(r.audioMs);
   for (const value of [name, r.status, heard, ms(r.clientLatencyMs), ms(r.serverLatencyMs),
-                       ms(r.firstTextMs)]) {
+                       ms(r.firstTextMs), ms(r.turnWaitMs)]) {
     const cell = document.createElement("td");
     cell.textContent = value;
     row.append(cell);

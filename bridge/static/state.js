@@ -23,4 +23,6 @@ export const omni = {
   typed: [], // the user's typed items, as the service confirmed them
   errors: [],
   acked: {}, // response id -> last playback.acknowledged
+  overlaps: [], // every overlap.decision: a reply paused, resumed or cut by speech over it
+  turnEnds: [], // every turn_end.decision: how sure the service was a turn ended, its wait
 };

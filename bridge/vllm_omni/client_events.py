@@ -26,7 +26,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 from pydantic import AliasChoices, Field, TypeAdapter, model_validator
 
 from bridge.realtime import client_events as ce
-from bridge.realtime.client_events import Finite, FreeFormObject, PositiveUInt32, _Model
+from bridge.realtime.client_events import Finite, FreeFormObject, PositiveUInt32, UInt32, _Model
 
 # The reference's cap on frames per append and on one frame's base64 text.
 MAX_VIDEO_FRAMES = 2
@@ -51,6 +51,9 @@ class SessionExtras(_Model):
     audio: _AudioRatesJson | None = None
     ref_audio: str | None = None
     extra_body: FreeFormObject | None = None
+    # How long speech over a reply must last to cut it: the contract's
+    # interruption.min_duration_ms (bridge.vllm_omni.inbound).
+    overlap_barge_in_ms: UInt32 | None = None
 
 
 class VllmOmniSessionUpdate(ce.SessionUpdate):

@@ -10,6 +10,8 @@ for the OpenAI one, whose translation it reuses for everything the two share. Wh
 * **Model options.** ``extra_body`` and ``ref_audio`` travel as the engine options of those
   names: the vllm-omni engine hands them to vLLM-Omni, and other engines, which have no use
   for a vLLM-Omni model's options, know them by name and leave them be.
+* **Overlap.** ``overlap_barge_in_ms`` is the contract's ``interruption.min_duration_ms``, one
+  model of overlap for both dialects (:func:`_overlap_settings` says what has no match).
 * **Commit.** A commit that does not say whether to answer leaves the contract's
   ``create_response`` unset, so turn detection (or the model, where it owns the turns) decides;
   the OpenAI dialect says ``false``, as OpenAI's commit never answers by itself.
@@ -130,12 +132,31 @@ def _model_options(config: pb.SessionConfig, extras: ve.SessionExtras) -> None:
         config.engine_options.update({"ref_audio": extras.ref_audio})
 
 
+def _overlap_settings(config: pb.SessionConfig, extras: ve.SessionExtras) -> None:
+    """The reference's overlap settings on the contract's one model of interruption.
+
+    ``overlap_barge_in_ms`` (overlap speech that long cuts the reply) is ``min_duration_ms``,
+    by any speech unless the session names a mode. Its others have no contract setting:
+    ``overlap_short_ack_ms`` marks speech that short as an acknowledgement, where the contract
+    drops all speech shorter than ``min_duration_ms`` alike, and ``overlap_silence_rms`` is an
+    energy gate, where the contract's ``threshold`` is a voice activity probability. They are
+    read and not used, as before.
+    """
+    if extras.overlap_barge_in_ms is None:
+        return
+    rules = config.interruption
+    rules.min_duration_ms = extras.overlap_barge_in_ms
+    if rules.mode == pb.INTERRUPTION_MODE_UNSPECIFIED:
+        rules.mode = pb.INTERRUPTION_MODE_SPEECH
+
+
 def apply_session_extras(
     config: pb.SessionConfig, extras: ve.SessionExtras, *, opening: bool
 ) -> None:
     """Lays the vLLM-Omni fields of a ``session`` over what the OpenAI dialect read."""
     _input_format(config, extras, opening=opening)
     _model_options(config, extras)
+    _overlap_settings(config, extras)
 
 
 def _video_frame(text: str, index: int) -> pb.VideoFrame:

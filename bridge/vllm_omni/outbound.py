@@ -5,8 +5,8 @@ renders, in the shapes vLLM-Omni's own serving gives them, where its clients rea
 
 * the ``session`` object also carries the reference's fields: ``capabilities`` (under the
   reference's names: ``supports_session_resume``, ``chunk_period_ms`` …), the beta format
-  names with ``sample_rate_hz``, ``modalities``, ``idle_timeout_s``, ``extra_body`` and
-  ``ref_audio``, and the reference's ``state`` (open or closed);
+  names with ``sample_rate_hz``, ``modalities``, ``idle_timeout_s``, ``overlap_barge_in_ms``,
+  ``extra_body`` and ``ref_audio``, and the reference's ``state`` (open or closed);
 * a session opened by ``session.update`` is announced by ``session.created`` and then
   ``session.updated``, as the reference answers every accepted update;
 * ``response.created`` names its ``response_id`` at the top level;
@@ -110,6 +110,8 @@ def vllm_omni_session_json(
             "output_audio_format": FORMAT_NAMES.get(out_fmt.encoding, "pcm16"),
             "sample_rate_hz": in_fmt.sample_rate_hz,
             "idle_timeout_s": config.idle_timeout.ToMilliseconds() / 1000,
+            # The reference's name for how long overlap speech must last to cut the reply.
+            "overlap_barge_in_ms": config.interruption.min_duration_ms,
             "extra_body": extra_body,
             "ref_audio": ref_audio if isinstance(ref_audio, str) else None,
         }

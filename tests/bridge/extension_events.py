@@ -122,12 +122,31 @@ class PlaybackAcknowledged(_Extension):
 
 
 class OverlapDecision(_Extension):
-    """Reports how speech over the assistant was treated."""
+    """Reports how speech over the assistant was treated: the reply paused, resumed or cut."""
 
     type: Literal["overlap.decision"]
     policy: Literal["listen_only", "barge_in_on_speech"] | None
-    action: Literal["drop", "listen", "barge_in"] | None
+    action: Literal["drop", "listen", "barge_in", "pause", "resume"] | None
     reason: str
+    response_id: str | None
+    item_id: str | None
+    audio_ms: float = Field(ge=0)
+    overlap_ms: float = Field(ge=0)
+    transcript: str
+    input_item_id: str | None
+
+
+class TurnEndDecision(_Extension):
+    """One judgement of semantic turn detection at a pause in the user's speech."""
+
+    type: Literal["turn_end.decision"]
+    item_id: str
+    audio_end_ms: int = Field(ge=0)
+    probability: float | None = Field(ge=0, le=1)
+    wait_ms: int = Field(ge=0)
+    eagerness: Literal["low", "medium", "high", "auto"] | None
+    transcript: str
+    decided_ms: float = Field(ge=0)
 
 
 ExtensionEvent = Annotated[
@@ -142,7 +161,8 @@ ExtensionEvent = Annotated[
     | ResponseListen
     | ResponseSpeak
     | PlaybackAcknowledged
-    | OverlapDecision,
+    | OverlapDecision
+    | TurnEndDecision,
     Field(discriminator="type"),
 ]
 EXTENSION_EVENT: TypeAdapter[ExtensionEvent] = TypeAdapter(ExtensionEvent)
@@ -160,13 +180,14 @@ _SESSION_EXTRAS = frozenset(
     for name in (
         "overlap_policy",
         "playback_commit_policy",
+        "interruption",
         "idle_timeout_ms",
         "state",
         "turn_state",
         "epoch",
         "engine_options",
     )
-)
+) | {"session.audio.input.turn_detection.idle_timeout_ms"}  # on semantic_vad, which GA's lacks
 _RESPONSE_EXTRAS = frozenset(
     {
         "response.latency",

@@ -39,6 +39,7 @@ VOICE = "en-gb"
 IDLE_TIMEOUT_S = 3.0
 # The latency columns of the turns table: turn end -> first audio, server first audio.
 LATENCY_COLUMNS = (3, 4)
+TURN_WAIT_COLUMN = 6  # the silence the service waited for before it ended the turn
 
 
 @pytest.fixture
@@ -410,3 +411,46 @@ async def test_a_turn_ended_by_server_vad_has_every_latency_cell(tmp_path: Path)
     reply = state["responses"][rid]
     assert reply["clientLatencyMs"] > 0 and reply["serverLatencyMs"] > 0, reply
     assert all(rows[rid][column].endswith(" ms") for column in LATENCY_COLUMNS), rows[rid]
+
+
+@pytest.mark.slow
+async def test_a_backchannel_holds_the_reply_and_the_table_shows_the_turn_end_wait(
+    tmp_path: Path,
+) -> None:
+    """The embedded engine judges turns from their words (SmolLM2): the page asks for it,
+    shows how long the service waited before it ended the turn, and shows the reply held by
+    "yeah" over it and going on (the page asks for that too, where the engine hears words)."""
+    mic = speech_wav(tmp_path, "mic", [0.5, LONG_SPEECH, 2.5, "yeah", 8.0])
+    options = {"responder": "echo", "turn_judge": "on", "pace": "realtime"}
+    running = await start_server(service_settings(engine="embedded", engine_options=options))
+    try:
+        async with running_bridge(running.target) as port, chromium_page(mic) as run:
+            await run.page.goto(f"http://127.0.0.1:{port}/")
+            await run.page.click("#start")
+            rid = await run.until(
+                """() => { const resumed = omni.overlaps.find((d) => d.action === "resume");
+                    return resumed && omni.responses[resumed.response_id]?.done
+                        && resumed.response_id; }""",
+                90,
+            )
+            state = await run.page.evaluate("omni")
+            rows = await table_rows(run)
+            held = await run.page.text_content(f'#transcript p[data-id="{rid}"] .overlap')
+            await run.screenshot("page_turn_taking")
+    finally:
+        await running.stop()
+
+    assert run.problems == [] and state["errors"] == [], (run.problems, state["errors"])
+    assert state["session"]["audio"]["input"]["turn_detection"]["type"] == "semantic_vad"
+    pause, resume = [d for d in state["overlaps"] if d["response_id"] == rid][:2]
+    assert (pause["action"], resume["action"], resume["reason"]) == (
+        "pause",
+        "resume",
+        "backchannel",
+    )
+    assert held is not None and held.startswith("paused, resumed at"), held
+    reply = state["responses"][rid]
+    assert reply["status"] == "completed" and state["bargeIns"] == 0, (reply, state["bargeIns"])
+    # The turn it answered was ended by the service's judgement: its wait is in the table.
+    assert reply["turnWaitMs"] is not None and reply["turnWaitMs"] > 0, reply
+    assert rows[rid][TURN_WAIT_COLUMN] == f"{reply['turnWaitMs']} ms", rows[rid]

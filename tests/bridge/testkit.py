@@ -28,7 +28,7 @@ from tests.bridge.extension_events import (
     PLAIN_EVENT_EXTRAS,
     STANDARD_EVENT_EXTRAS,
 )
-from tests.serving import settings
+from tests.serving import serving, settings
 
 OPENAI_SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 # OpenAI's union is not discriminated for pydantic (the SDK's own discriminator is its own
@@ -105,6 +105,19 @@ async def running_bridge(target: str | RunningServer, **options: Any) -> AsyncIt
         yield port
     finally:
         await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def embedded_bridge() -> AsyncIterator[int]:
+    """A bridge in front of the embedded engine (Whisper, Silero, SmolLM2 judging the end of
+    turns, the echo responder at real-time pace): the engine that hears turn-taking. Its
+    tests load models and run espeak-ng: mark them ``model`` and ``subprocess``."""
+    options = {"responder": "echo", "turn_judge": "on", "pace": "realtime"}
+    async with (
+        serving(settings(engine="embedded", engine_options=options)) as service,
+        running_bridge(service) as port,
+    ):
+        yield port
 
 
 def speech_pcm24(text: str = SPEECH_TEXT) -> bytes:

@@ -201,17 +201,6 @@ async def test_a_full_service_is_a_rate_limit_error_with_its_retry_hint(query: s
             },
             "session.audio.input.noise_reduction",
         ),
-        (
-            {
-                "type": "session.update",
-                "session": {
-                    "audio": {
-                        "input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": 5000}}
-                    }
-                },
-            },
-            "session.audio.input.turn_detection.idle_timeout_ms",
-        ),
         ({"type": "session.update", "session": {"truncation": "disabled"}}, "session.truncation"),
         ({"type": "session.update", "session": {"prompt": {"id": "pmpt_1"}}}, "session.prompt"),
         (

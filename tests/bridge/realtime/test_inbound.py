@@ -57,6 +57,7 @@ GA_UPDATE = {
                     "threshold": 0.6,
                     "silence_duration_ms": 400,
                     "create_response": False,
+                    "idle_timeout_ms": 5000,
                 },
                 "transcription": {"model": "whisper-1", "language": "en"},
             },
@@ -67,6 +68,7 @@ GA_UPDATE = {
         "tool_choice": "auto",
         "overlap_policy": "barge_in_on_speech",
         "playback_commit_policy": "ack_only",
+        "interruption": {"mode": "words", "min_words": 2, "resume_false_interruption": True},
         "idle_timeout_ms": 60000,
         "engine_options": {"pace": "fast"},
     },
@@ -83,8 +85,14 @@ GA_CONFIG = {
         "threshold": 0.6,
         "silence_duration_ms": 400,
         "create_response": False,
+        "idle_timeout_ms": 5000,
     },
     "overlap_policy": "OVERLAP_POLICY_BARGE_IN_ON_SPEECH",
+    "interruption": {
+        "mode": "INTERRUPTION_MODE_WORDS",
+        "min_words": 2,
+        "resume_false_interruption": True,
+    },
     "playback_commit_policy": "PLAYBACK_COMMIT_POLICY_ACK_ONLY",
     "idle_timeout": "60s",
     "max_output_tokens": 512,
@@ -119,11 +127,13 @@ def test_beta_spellings_give_the_same_config() -> None:
                 "threshold": 0.6,
                 "silence_duration_ms": 400,
                 "create_response": False,
+                "idle_timeout_ms": 5000,
             },
             "input_audio_transcription": {"model": "whisper-1", "language": "en"},
             "max_response_output_tokens": 512,
             "overlap_policy": "barge_in_on_speech",
             "playback_commit_policy": "ack_only",
+            "interruption": {"mode": "words", "min_words": 2, "resume_false_interruption": True},
             "idle_timeout_s": 60,
             "engine_options": {"pace": "fast"},
             "tools": [],
@@ -150,7 +160,7 @@ def test_null_turns_off_and_absence_leaves_alone() -> None:
     assert config.HasField("instructions") and config.instructions == ""  # "" clears
 
 
-def test_inf_max_tokens_and_semantic_vad() -> None:
+def test_inf_max_tokens_and_semantic_vad_with_its_eagerness() -> None:
     request = translate(
         {
             "type": "session.update",
@@ -164,9 +174,32 @@ def test_inf_max_tokens_and_semantic_vad() -> None:
     )
     config = request.update_session.config
     assert not config.HasField("max_output_tokens")
-    # The service resolves it to what the engine has; low eagerness waits a second of silence.
-    assert config.turn_detection.type == pb.TURN_DETECTION_TYPE_SEMANTIC_VAD
-    assert config.turn_detection.silence_duration_ms == 1000
+    # The eagerness travels as it is; the service decides what serves it on this engine.
+    detection = config.turn_detection
+    assert detection.type == pb.TURN_DETECTION_TYPE_SEMANTIC_VAD
+    assert (detection.eagerness, detection.silence_duration_ms) == (pb.EAGERNESS_LOW, 0)
+    # GA replaces turn detection whole: an idle timeout it does not name is off.
+    assert detection.HasField("idle_timeout_ms") and detection.idle_timeout_ms == 0
+
+
+@pytest.mark.parametrize("turn_detection", [{"type": "semantic_vad"}, {"type": "server_vad"}])
+def test_eagerness_is_auto_on_semantic_vad_that_names_none_and_unset_elsewhere(
+    turn_detection: dict[str, Any],
+) -> None:
+    session = {"turn_detection": turn_detection}
+    config = translate({"type": "session.update", "session": session}).update_session.config
+    semantic = turn_detection["type"] == "semantic_vad"
+    assert config.turn_detection.eagerness == (
+        pb.EAGERNESS_AUTO if semantic else pb.EAGERNESS_UNSPECIFIED
+    )
+
+
+def test_turning_turn_detection_off_turns_its_idle_timeout_off() -> None:
+    session = {"audio": {"input": {"turn_detection": None}}}
+    config = translate({"type": "session.update", "session": session}).update_session.config
+    assert config.turn_detection.type == pb.TURN_DETECTION_TYPE_NONE
+    assert config.turn_detection.HasField("idle_timeout_ms")
+    assert config.turn_detection.idle_timeout_ms == 0
 
 
 @pytest.mark.parametrize(
@@ -187,6 +220,22 @@ def test_inf_max_tokens_and_semantic_vad() -> None:
         ({"max_output_tokens": 0}, "invalid_session_config", "session.max_output_tokens"),
         ({"overlap_policy": "sometimes"}, "bad_event", "session.overlap_policy"),
         ({"idle_timeout_ms": -1}, "bad_event", "session.idle_timeout_ms"),
+        (
+            {"turn_detection": {"type": "semantic_vad", "eagerness": "eventually"}},
+            "bad_event",
+            "session.turn_detection.eagerness",
+        ),
+        (
+            {"turn_detection": {"type": "server_vad", "idle_timeout_ms": -5}},
+            "bad_event",
+            "session.turn_detection.idle_timeout_ms",
+        ),
+        ({"interruption": {"mode": "loud"}}, "bad_event", "session.interruption.mode"),
+        (
+            {"interruption": {"min_words": "two"}},
+            "bad_event",
+            "session.interruption.min_words",
+        ),
     ],
 )
 def test_session_update_refusals(session: dict[str, Any], code: str, param: str) -> None:

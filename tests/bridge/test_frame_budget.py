@@ -11,11 +11,11 @@ import pytest
 
 from bridge.app import start_bridge
 from bridge.frame_budget import COPIES, FrameBudget, FrameMeter, OwnLedger, own_budget
-from bridge.options import BridgeOptions
+from bridge.options import MAX_EVENT_BYTES, BridgeOptions
 from tests.bridge.testkit import WITH_EXTENSIONS, service_settings
 from tests.serving import serving
 
-TEXT, CONTINUATION, PING = 0x1, 0x0, 0x9
+TEXT, BINARY, CONTINUATION, PING = 0x1, 0x2, 0x0, 0x9
 
 
 def frame(payload: bytes, opcode: int = TEXT, *, fin: bool = True) -> bytes:
@@ -56,9 +56,9 @@ class Transport:
         self.paused = False
 
 
-def meter(budget: FrameBudget, key: str = "a") -> tuple[FrameMeter, Parser, Transport]:
+def meter(budget: FrameBudget, key: str = "a", **caps: int) -> tuple[FrameMeter, Parser, Transport]:
     parser, transport = Parser(), Transport()
-    return FrameMeter(parser, None, transport, budget, key), parser, transport
+    return FrameMeter(parser, None, transport, budget, key, **caps), parser, transport
 
 
 @pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
@@ -183,3 +183,61 @@ def test_a_header_claiming_more_than_the_parser_takes_is_charged_what_it_takes()
     metered = FrameMeter(Parser(), None, Transport(), budget, "a", max_frame_bytes=1000)
     metered.feed_data(claim)
     assert budget.in_flight == 1000 * COPIES
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
+def test_a_frame_over_the_event_cap_is_dropped_from_its_header(step: int) -> None:
+    budget = FrameBudget(OwnLedger(10**9))
+    metered, parser, transport = meter(budget, max_event_bytes=100, max_frame_bytes=1000)
+    small, ping = frame(b"s" * 10), frame(b"", PING)
+    stream = small + frame(b"x" * 500) + ping + frame(b"y" * 101, BINARY) + small
+    for at in range(0, len(stream), step):
+        metered.feed_data(stream[at : at + step])
+    # The parser gets each dropped frame as an empty, unmasked frame of its kind; the rest whole.
+    empty_text, empty_binary = bytes((0x80 | TEXT, 0)), bytes((0x80 | BINARY, 0))
+    assert parser.fed == small + empty_text + ping + empty_binary + small
+    assert not transport.paused
+    assert budget.in_flight == 20 * COPIES  # the dropped frames cost nothing
+    dropped = []
+    for _ in range(4):  # one per message, in order, as the relay hands them on
+        dropped.append(metered.dropped())
+        metered.handled()
+    assert dropped == [False, True, True, False]
+    assert budget.in_flight == 0 and not metered.dropped()
+
+
+def test_a_message_of_several_frames_and_a_frame_past_the_parsers_cap_are_not_dropped() -> None:
+    budget = FrameBudget(OwnLedger(10**9))
+    metered, parser, _ = meter(budget, max_event_bytes=100, max_frame_bytes=1000)
+    # A message's later frames are the parser's to join (and the dialect's to refuse by size).
+    fragmented = frame(b"x" * 50, fin=False) + frame(b"y" * 150, CONTINUATION)
+    # Past what the parser takes, it refuses the frame itself from the same header (1009).
+    claim = struct.pack("!BBQ", 0x81, 0x80 | 127, 5000) + b"\x01\x02\x03\x04"
+    metered.feed_data(fragmented + claim)
+    assert parser.fed == fragmented + claim
+    assert not metered.dropped()
+
+
+async def test_a_real_socket_is_answered_event_too_large_and_reads_on() -> None:
+    budget = FrameBudget(OwnLedger(10**9))
+    async with serving(service_settings()) as service:
+        runner, port = await start_bridge(
+            service.target, BridgeOptions(port=0), local=service.local, frames=budget
+        )
+        try:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.ws_connect(f"http://127.0.0.1:{port}/v1/realtime?{WITH_EXTENSIONS}") as ws,
+            ):
+                await asyncio.wait_for(ws.receive(), 10)  # session.created
+                audio = "A" * (MAX_EVENT_BYTES + 4)
+                await ws.send_str('{"type":"input_audio_buffer.append","audio":"' + audio + '"}')
+                await ws.send_str('{"type":"session.heartbeat"}')
+                error = (await asyncio.wait_for(ws.receive(), 30)).json()
+                assert error["type"] == "error"
+                assert error["error"]["code"] == "event_too_large"
+                answer = await asyncio.wait_for(ws.receive(), 10)
+                assert answer.json()["type"] == "session.heartbeat_ack"  # the socket reads on
+                assert budget.peak < MAX_EVENT_BYTES  # the frame was never charged nor held
+        finally:
+            await runner.cleanup()

@@ -25,6 +25,12 @@ the parser gets an empty frame of its kind in its place, which the relay answers
 milliseconds in one slice (aiohttp joins, unmasks and copies it when its last byte comes), which
 every other session on the loop waited behind, only to be refused for its length.
 
+A large frame (``LARGE_FRAME_BYTES`` and up) also waits while its key has another large frame
+in flight: when its last byte comes, aiohttp joins and unmasks it, and the relay parses and
+decodes it, each in one slice of the loop that every other session waits behind (tens of
+milliseconds for a few MiB). Taken one at a time per key, a key's large frames cannot pile
+those slices up in one pass of the loop; another key's frames go between them.
+
 The budget is the service's own when the bridge runs in its process (the same ledgers its
 sessions' input is held in); a bridge alone has one of its own (``memory_budget_bytes``). When
 a flood has gone through and nothing is in flight, ``on_drained`` runs: the launcher's hands the
@@ -49,6 +55,9 @@ from bridge.metrics import FRAMES_HELD
 COPIES = 4
 # Frames from this length up are checked against their key's audio allowance first.
 AUDIO_CHECK_BYTES = 64 * 1024
+# Frames from this length up go one at a time per key (a frame's loop slices grow with it).
+LARGE_FRAME_BYTES = 1024 * 1024
+_LARGE_COST = LARGE_FRAME_BYTES * COPIES
 # Once frames of this much cost went through and none is in flight, ``on_drained`` runs (the
 # launcher's: the allocator gives the free pages of the flood back to the system).
 DRAINED_AFTER_BYTES = 64 * 1024 * 1024
@@ -107,10 +116,14 @@ class FrameBudget:
         self.in_flight = 0  # what the frames in flight cost, next to what the ledgers hold
         self.peak = 0  # the most the ledger and the frames ever came to together
         self._by_key: Counter[str] = Counter()
+        self._large_by_key: Counter[str] = Counter()  # large frames in flight, per key
         self._waiting: deque[FrameMeter] = deque()
 
     def take(self, key: str, cost: int) -> bool:
         """Charges a frame of ``cost``; False (nothing charged) when it must wait."""
+        large = cost >= _LARGE_COST
+        if large and self._large_by_key[key]:
+            return False
         in_flight, by_key = self.in_flight, self._by_key[key]
         ledger = self._key_ledger(key)
         if by_key and ledger is not None and ledger.held + by_key + cost > ledger.capacity_bytes:
@@ -120,18 +133,25 @@ class FrameBudget:
             return False
         self.in_flight += cost
         self._by_key[key] += cost
+        if large:
+            self._large_by_key[key] += 1
         self._since_drained += cost
         self.peak = max(self.peak, server.held + self.in_flight)
         return True
 
-    def give(self, key: str, cost: int) -> None:
-        """Gives a frame's charge back, and lets the frames that now fit go, in order."""
+    def give(self, key: str, cost: int, large: int = 0) -> None:
+        """Gives the charge of frames back (``large`` of them large), and lets the frames that
+        now fit go, in order."""
         if not cost:
             return
         self.in_flight -= cost
         self._by_key[key] -= cost
         if not self._by_key[key]:
             del self._by_key[key]
+        if large:
+            self._large_by_key[key] -= large
+            if not self._large_by_key[key]:
+                del self._large_by_key[key]
         for meter in list(self._waiting):
             if meter.try_go():
                 self._waiting.remove(meter)
@@ -203,8 +223,10 @@ class FrameMeter:
         self._drop_left = 0  # of the frame being dropped
         self._in_message = False  # a message of several frames is under way
         self._message_cost = 0  # charged for the frames of the message not yet whole
-        # One per whole message not yet handled, in order: (its charge, dropped unread).
-        self._costs: deque[tuple[int, bool]] = deque()
+        self._message_large = 0  # how many of them are large (bridge.frame_budget)
+        # One per whole message not yet handled, in order: (its charge, its large frames,
+        # dropped unread).
+        self._costs: deque[tuple[int, int, bool]] = deque()
         self._held: tuple[int, bool, int] | None = None  # (cost, fin, audio) of a waiting frame
         self._stash = b""  # the bytes after a waiting frame's header
         self._timer: asyncio.TimerHandle | None = None
@@ -227,12 +249,13 @@ class FrameMeter:
     def handled(self) -> None:
         """The oldest message received is handed on: its charge goes back."""
         if self._costs:
-            self._budget.give(self._key, self._costs.popleft()[0])
+            cost, large, _ = self._costs.popleft()
+            self._budget.give(self._key, cost, large)
 
     def dropped(self) -> bool:
         """Whether the oldest message not yet handled was over the event cap and dropped unread
         (the relay received an empty frame in its place)."""
-        return bool(self._costs) and self._costs[0][1]
+        return bool(self._costs) and self._costs[0][2]
 
     def close(self) -> None:
         """The socket is done: every charge goes back, and a waiting frame stops waiting."""
@@ -241,10 +264,11 @@ class FrameMeter:
             self._timer.cancel()
         self._budget.stop_waiting(self)
         self._held, self._stash = None, b""
-        cost = sum(charge for charge, _ in self._costs) + self._message_cost
+        cost = sum(charge for charge, _, _ in self._costs) + self._message_cost
+        large = sum(count for _, count, _ in self._costs) + self._message_large
         self._costs.clear()
-        self._message_cost = 0
-        self._budget.give(self._key, cost)
+        self._message_cost = self._message_large = 0
+        self._budget.give(self._key, cost, large)
 
     # -- frames --------------------------------------------------------------------------
 
@@ -280,7 +304,7 @@ class FrameMeter:
             if self._too_large(opcode, fin, length):
                 # Refused from its header: the parser gets an empty frame of its kind instead.
                 given += (data[start:at], bytes((0x80 | opcode, 0)))
-                self._costs.append((0, True))
+                self._costs.append((0, 0, True))
                 self._drop_left = length
                 at = start = at + size
                 continue
@@ -325,11 +349,16 @@ class FrameMeter:
             self._budget.wait(self)
             self._held_count.inc()
             return False
-        self._message_cost += cost
-        if fin:
-            self._costs.append((self._message_cost, False))
-            self._message_cost = 0
+        self._took(cost, fin)
         return True
+
+    def _took(self, cost: int, fin: bool) -> None:
+        """A frame of ``cost`` was charged: its message's record, once the message is whole."""
+        self._message_cost += cost
+        self._message_large += cost >= _LARGE_COST
+        if fin:
+            self._costs.append((self._message_cost, self._message_large, False))
+            self._message_cost = self._message_large = 0
 
     def _retry(self) -> None:
         """The audio allowance should take the held frame now: try it again."""
@@ -348,10 +377,7 @@ class FrameMeter:
         if not self._budget.take(self._key, cost):
             return False
         self._held = None
-        self._message_cost += cost
-        if fin:
-            self._costs.append((self._message_cost, False))
-            self._message_cost = 0
+        self._took(cost, fin)
         self._go_on()
         return True
 
@@ -414,6 +440,7 @@ class MeteredSocket(web.WebSocketResponse):
 
 __all__ = [
     "COPIES",
+    "LARGE_FRAME_BYTES",
     "FrameBudget",
     "FrameMeter",
     "Ledger",

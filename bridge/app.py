@@ -135,6 +135,7 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         # A key the bridge checked or was given is counted by its hash; a client's own text
         # (a bridge without keys) is not a label.
         key_label(service_key) if options.api_keys or options.service_key else "none",
+        MAX_EVENT_BYTES,  # a frame over it is dropped as it comes, and refused in band
         protocols=("realtime",),
         heartbeat=options.heartbeat_s,
         max_msg_size=MAX_MESSAGE_BYTES,

@@ -68,3 +68,9 @@ class DialectError(Exception):
     def refusal(self) -> Refusal:
         """What the client is told of this error."""
         return Refusal(self.code, self.message, self.error_type, self.param, self.event_id)
+
+
+def event_too_large(limit: int) -> DialectError:
+    """The refusal of a frame over the event cap: a dialect's, or the relay's for a frame the
+    bridge dropped unread (bridge.frame_budget)."""
+    return DialectError("event_too_large", f"an event may have at most {limit} bytes")

@@ -18,6 +18,19 @@ came, each when its key and the server have room: a key over its share waits beh
 With ``audio_wait`` (a service in the same process), a large frame also waits until its key's
 audio allowance would take the audio its length can hold, instead of being parsed and refused.
 
+A frame that alone is over the event cap (``max_event_bytes``, and within what the parser
+takes) is refused from its header: its payload is dropped as it arrives, never buffered, and
+the parser gets an empty frame of its kind in its place, which the relay answers
+``event_too_large`` (:meth:`FrameMeter.dropped`). Read whole, such a frame cost the loop tens of
+milliseconds in one slice (aiohttp joins, unmasks and copies it when its last byte comes), which
+every other session on the loop waited behind, only to be refused for its length.
+
+A large frame (``LARGE_FRAME_BYTES`` and up) also waits while its key has another large frame
+in flight: when its last byte comes, aiohttp joins and unmasks it, and the relay parses and
+decodes it, each in one slice of the loop that every other session waits behind (tens of
+milliseconds for a few MiB). Taken one at a time per key, a key's large frames cannot pile
+those slices up in one pass of the loop; another key's frames go between them.
+
 The budget is the service's own when the bridge runs in its process (the same ledgers its
 sessions' input is held in); a bridge alone has one of its own (``memory_budget_bytes``). When
 a flood has gone through and nothing is in flight, ``on_drained`` runs: the launcher's hands the
@@ -42,10 +55,14 @@ from bridge.metrics import FRAMES_HELD
 COPIES = 4
 # Frames from this length up are checked against their key's audio allowance first.
 AUDIO_CHECK_BYTES = 64 * 1024
+# Frames from this length up go one at a time per key (a frame's loop slices grow with it).
+LARGE_FRAME_BYTES = 1024 * 1024
+_LARGE_COST = LARGE_FRAME_BYTES * COPIES
 # Once frames of this much cost went through and none is in flight, ``on_drained`` runs (the
 # launcher's: the allocator gives the free pages of the flood back to the system).
 DRAINED_AFTER_BYTES = 64 * 1024 * 1024
-_DATA_OPCODES = frozenset({0x0, 0x1, 0x2})  # continuation, text, binary
+_CONTINUATION = 0x0
+_DATA_OPCODES = frozenset({_CONTINUATION, 0x1, 0x2})  # continuation, text, binary
 
 
 class Ledger(Protocol):
@@ -99,10 +116,14 @@ class FrameBudget:
         self.in_flight = 0  # what the frames in flight cost, next to what the ledgers hold
         self.peak = 0  # the most the ledger and the frames ever came to together
         self._by_key: Counter[str] = Counter()
+        self._large_by_key: Counter[str] = Counter()  # large frames in flight, per key
         self._waiting: deque[FrameMeter] = deque()
 
     def take(self, key: str, cost: int) -> bool:
         """Charges a frame of ``cost``; False (nothing charged) when it must wait."""
+        large = cost >= _LARGE_COST
+        if large and self._large_by_key[key]:
+            return False
         in_flight, by_key = self.in_flight, self._by_key[key]
         ledger = self._key_ledger(key)
         if by_key and ledger is not None and ledger.held + by_key + cost > ledger.capacity_bytes:
@@ -112,18 +133,25 @@ class FrameBudget:
             return False
         self.in_flight += cost
         self._by_key[key] += cost
+        if large:
+            self._large_by_key[key] += 1
         self._since_drained += cost
         self.peak = max(self.peak, server.held + self.in_flight)
         return True
 
-    def give(self, key: str, cost: int) -> None:
-        """Gives a frame's charge back, and lets the frames that now fit go, in order."""
+    def give(self, key: str, cost: int, large: int = 0) -> None:
+        """Gives the charge of frames back (``large`` of them large), and lets the frames that
+        now fit go, in order."""
         if not cost:
             return
         self.in_flight -= cost
         self._by_key[key] -= cost
         if not self._by_key[key]:
             del self._by_key[key]
+        if large:
+            self._large_by_key[key] -= large
+            if not self._large_by_key[key]:
+                del self._large_by_key[key]
         for meter in list(self._waiting):
             if meter.try_go():
                 self._waiting.remove(meter)
@@ -178,18 +206,27 @@ class FrameMeter:
         key: str,
         label: str = "none",
         max_frame_bytes: int = 1 << 62,
+        max_event_bytes: int = 1 << 62,
     ) -> None:
         self._held_count = FRAMES_HELD.labels(label)  # the key's hashed label, or none
         self._max_frame_bytes = max_frame_bytes  # what the parser takes at most
+        self._max_event_bytes = max_event_bytes  # a single frame above it is dropped unread
         self._parser = parser
         self._protocol = protocol
         self._transport = transport
         self._budget = budget
         self._key = key
-        self._partial = bytearray()  # a header not whole yet
+        # A header not whole yet, held back from the parser: a frame that is dropped never
+        # reaches it, not even in part.
+        self._partial = b""
         self._payload_left = 0  # of the frame being read
+        self._drop_left = 0  # of the frame being dropped
+        self._in_message = False  # a message of several frames is under way
         self._message_cost = 0  # charged for the frames of the message not yet whole
-        self._costs: deque[int] = deque()  # one per whole message not yet handled, in order
+        self._message_large = 0  # how many of them are large (bridge.frame_budget)
+        # One per whole message not yet handled, in order: (its charge, its large frames,
+        # dropped unread).
+        self._costs: deque[tuple[int, int, bool]] = deque()
         self._held: tuple[int, bool, int] | None = None  # (cost, fin, audio) of a waiting frame
         self._stash = b""  # the bytes after a waiting frame's header
         self._timer: asyncio.TimerHandle | None = None
@@ -212,7 +249,13 @@ class FrameMeter:
     def handled(self) -> None:
         """The oldest message received is handed on: its charge goes back."""
         if self._costs:
-            self._budget.give(self._key, self._costs.popleft())
+            cost, large, _ = self._costs.popleft()
+            self._budget.give(self._key, cost, large)
+
+    def dropped(self) -> bool:
+        """Whether the oldest message not yet handled was over the event cap and dropped unread
+        (the relay received an empty frame in its place)."""
+        return bool(self._costs) and self._costs[0][2]
 
     def close(self) -> None:
         """The socket is done: every charge goes back, and a waiting frame stops waiting."""
@@ -221,49 +264,78 @@ class FrameMeter:
             self._timer.cancel()
         self._budget.stop_waiting(self)
         self._held, self._stash = None, b""
-        cost = sum(self._costs) + self._message_cost
+        cost = sum(charge for charge, _, _ in self._costs) + self._message_cost
+        large = sum(count for _, count, _ in self._costs) + self._message_large
         self._costs.clear()
-        self._message_cost = 0
-        self._budget.give(self._key, cost)
+        self._message_cost = self._message_large = 0
+        self._budget.give(self._key, cost, large)
 
     # -- frames --------------------------------------------------------------------------
 
     def _feed(self, data: bytes) -> tuple[bool, bytes]:
         """Walks the frame headers in ``data``, charging each data frame; feeds the parser all
-        of it, or up to the header of a frame that must wait (the rest is stashed)."""
-        at, end = 0, len(data)
+        of it, or up to the header of a frame that must wait (the rest is stashed), less the
+        payload of each frame dropped for its size."""
+        if self._partial:
+            data, self._partial = self._partial + data, b""
+        given: list[bytes] = []  # what the parser gets, when a frame was dropped on the way
+        start = at = 0  # start: the first byte not yet in given
+        end = len(data)
         while at < end:
+            if self._drop_left:
+                step = min(self._drop_left, end - at)
+                self._drop_left -= step
+                at = start = at + step
+                continue
             if self._payload_left:
                 step = min(self._payload_left, end - at)
                 self._payload_left -= step
                 at += step
                 continue
-            if self._partial:
-                taken = min(14 - len(self._partial), end - at)
-                self._partial += data[at : at + taken]
-                header = _header(self._partial, 0)
-                if header is None:
-                    return self._parser.feed_data(data)
-                at += header[0] - (len(self._partial) - taken)
-                self._partial.clear()
-            else:
-                header = _header(data, at)
-                if header is None:
-                    self._partial += data[at:]
-                    return self._parser.feed_data(data)
-                at += header[0]
-            _, opcode, fin, length = header
-            self._payload_left = length
+            header = _header(data, at)
+            if header is None:
+                self._partial = data[at:]
+                return self._give(given, data[start:at])
+            size, opcode, fin, length = header
             if opcode not in _DATA_OPCODES:
+                at += size
+                self._payload_left = length
                 continue
+            if self._too_large(opcode, fin, length):
+                # Refused from its header: the parser gets an empty frame of its kind instead.
+                given += (data[start:at], bytes((0x80 | opcode, 0)))
+                self._costs.append((0, 0, True))
+                self._drop_left = length
+                at = start = at + size
+                continue
+            at += size
+            self._payload_left = length
+            self._in_message = not fin
             # A header may claim any length; past the parser's cap the frame is refused anyway.
             length = min(length, self._max_frame_bytes)
             audio = length * 3 // 4 if length >= AUDIO_CHECK_BYTES else 0
             if not self._charge(length * COPIES, fin, audio):
                 self._stash = data[at:]
                 self._pause()
-                return self._parser.feed_data(data[:at])
-        return self._parser.feed_data(data)
+                return self._give(given, data[start:at])
+        return self._give(given, data[start:])
+
+    def _too_large(self, opcode: int, fin: bool, length: int) -> bool:
+        """Whether a data frame is a whole message over the event cap that the parser would
+        take (past its cap the parser refuses the frame itself, from the same header)."""
+        return (
+            fin
+            and opcode != _CONTINUATION
+            and not self._in_message
+            and self._max_event_bytes < length <= self._max_frame_bytes
+        )
+
+    def _give(self, given: list[bytes], last: bytes) -> tuple[bool, bytes]:
+        """Feeds the parser what it gets of this read."""
+        if given:
+            given.append(last)
+            last = b"".join(given)
+        return self._parser.feed_data(last)
 
     def _charge(self, cost: int, fin: bool, audio: int) -> bool:
         """Charges a data frame whose header was read; False when it waits (it is held)."""
@@ -277,11 +349,16 @@ class FrameMeter:
             self._budget.wait(self)
             self._held_count.inc()
             return False
-        self._message_cost += cost
-        if fin:
-            self._costs.append(self._message_cost)
-            self._message_cost = 0
+        self._took(cost, fin)
         return True
+
+    def _took(self, cost: int, fin: bool) -> None:
+        """A frame of ``cost`` was charged: its message's record, once the message is whole."""
+        self._message_cost += cost
+        self._message_large += cost >= _LARGE_COST
+        if fin:
+            self._costs.append((self._message_cost, self._message_large, False))
+            self._message_cost = self._message_large = 0
 
     def _retry(self) -> None:
         """The audio allowance should take the held frame now: try it again."""
@@ -300,10 +377,7 @@ class FrameMeter:
         if not self._budget.take(self._key, cost):
             return False
         self._held = None
-        self._message_cost += cost
-        if fin:
-            self._costs.append(self._message_cost)
-            self._message_cost = 0
+        self._took(cost, fin)
         self._go_on()
         return True
 
@@ -328,8 +402,16 @@ class MeteredSocket(web.WebSocketResponse):
     bytes a client sent before that wait in the connection, and go through the meter too.
     """
 
-    def __init__(self, budget: FrameBudget, key: str, label: str, **options: Any) -> None:
+    def __init__(
+        self,
+        budget: FrameBudget,
+        key: str,
+        label: str,
+        max_event_bytes: int = 1 << 62,
+        **options: Any,
+    ) -> None:
         super().__init__(**options)
+        self._max_event_bytes = max_event_bytes  # a frame over it is refused from its header
         self._budget = budget
         self._key = key
         self._label = label  # the key's hashed label in metrics (none: not a key of ours)
@@ -349,6 +431,7 @@ class MeteredSocket(web.WebSocketResponse):
             self._key,
             self._label,
             self._max_msg_size or 1 << 62,
+            self._max_event_bytes,
         )
         handler._payload_parser = self.meter = meter
         if tail:
@@ -357,6 +440,7 @@ class MeteredSocket(web.WebSocketResponse):
 
 __all__ = [
     "COPIES",
+    "LARGE_FRAME_BYTES",
     "FrameBudget",
     "FrameMeter",
     "Ledger",

@@ -39,9 +39,9 @@ from opentelemetry.trace import Tracer
 
 from bridge.client_socket import ClientFellBehind, ClientSocket
 from bridge.dialect import Dialect
-from bridge.errors import RATE_LIMIT_CODE, DialectError, Refusal
+from bridge.errors import RATE_LIMIT_CODE, DialectError, Refusal, event_too_large
 from bridge.frame_budget import FrameMeter
-from bridge.options import BridgeOptions
+from bridge.options import MAX_EVENT_BYTES, BridgeOptions
 from bridge.stream_ends import (
     TRANSPORT_RETRY_S,
     close_code,
@@ -290,6 +290,7 @@ class Relay:
                 await self._tell(Refusal("bad_event", "send events as text frames"))
                 continue
             try:
+                self._refuse_dropped()
                 opening = self._dialect.opening(message.data, model=self._model)
             except DialectError as error:
                 self._handed_on()
@@ -335,6 +336,7 @@ class Relay:
                         continue
                     if message.type is WSMsgType.TEXT:
                         try:
+                            self._refuse_dropped()
                             request = self._dialect.request(message.data)
                         except DialectError as error:
                             self._handed_on()
@@ -365,6 +367,12 @@ class Relay:
     def _received(self, kind: WSMsgType) -> None:
         """A message came: a text or binary one holds its frames' charge until handed on."""
         self._unhanded = kind in (WSMsgType.TEXT, WSMsgType.BINARY)
+
+    def _refuse_dropped(self) -> None:
+        """Raises ``event_too_large`` for a text message the meter dropped unread for its size
+        (the relay received an empty frame in its place)."""
+        if self._meter is not None and self._meter.dropped():
+            raise event_too_large(MAX_EVENT_BYTES)
 
     def _handed_on(self) -> None:
         """The last message's command has left (or it was answered): its charge goes back."""

@@ -25,7 +25,7 @@ import orjson
 from google.protobuf.message import Error as ProtobufError
 from pydantic import TypeAdapter, ValidationError
 
-from bridge.errors import DialectError
+from bridge.errors import DialectError, event_too_large
 from bridge.options import MAX_EVENT_BYTES
 from bridge.realtime import client_events as ce
 from bridge.realtime.session_config import MODALITIES, audio_format, config_from_patch
@@ -49,7 +49,7 @@ def parse_client_frame(frame: str | bytes) -> dict[str, Any]:
     string ``type``, parsed once, for a caller that looks at it before validating it (the
     audio fast path, the unhonoured fields); raises DialectError for size, JSON and shape."""
     if len(frame) > MAX_EVENT_BYTES:
-        raise DialectError("event_too_large", f"an event may have at most {MAX_EVENT_BYTES} bytes")
+        raise event_too_large(MAX_EVENT_BYTES)
     try:
         data = orjson.loads(frame)
     except orjson.JSONDecodeError:

@@ -4,18 +4,31 @@ when they do not fit, going in order when room comes back; a real socket's frame
 from __future__ import annotations
 
 import asyncio
+import base64
 import struct
 
 import aiohttp
+import orjson
 import pytest
 
 from bridge.app import start_bridge
-from bridge.frame_budget import COPIES, FrameBudget, FrameMeter, OwnLedger, own_budget
-from bridge.options import BridgeOptions
+from bridge.frame_budget import (
+    COPIES,
+    LARGE_FRAME_BYTES,
+    FrameBudget,
+    FrameMeter,
+    OwnLedger,
+    own_budget,
+)
+from bridge.options import MAX_EVENT_BYTES, BridgeOptions
 from tests.bridge.testkit import WITH_EXTENSIONS, service_settings
 from tests.serving import serving
 
-TEXT, CONTINUATION, PING = 0x1, 0x0, 0x9
+TEXT, BINARY, CONTINUATION, PING = 0x1, 0x2, 0x0, 0x9
+NO_TURN_DETECTION = {  # the input is held, as a flood's is
+    "type": "session.update",
+    "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}},
+}
 
 
 def frame(payload: bytes, opcode: int = TEXT, *, fin: bool = True) -> bytes:
@@ -56,9 +69,9 @@ class Transport:
         self.paused = False
 
 
-def meter(budget: FrameBudget, key: str = "a") -> tuple[FrameMeter, Parser, Transport]:
+def meter(budget: FrameBudget, key: str = "a", **caps: int) -> tuple[FrameMeter, Parser, Transport]:
     parser, transport = Parser(), Transport()
-    return FrameMeter(parser, None, transport, budget, key), parser, transport
+    return FrameMeter(parser, None, transport, budget, key, **caps), parser, transport
 
 
 @pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
@@ -183,3 +196,116 @@ def test_a_header_claiming_more_than_the_parser_takes_is_charged_what_it_takes()
     metered = FrameMeter(Parser(), None, Transport(), budget, "a", max_frame_bytes=1000)
     metered.feed_data(claim)
     assert budget.in_flight == 1000 * COPIES
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
+def test_a_frame_over_the_event_cap_is_dropped_from_its_header(step: int) -> None:
+    budget = FrameBudget(OwnLedger(10**9))
+    metered, parser, transport = meter(budget, max_event_bytes=100, max_frame_bytes=1000)
+    small, ping = frame(b"s" * 10), frame(b"", PING)
+    stream = small + frame(b"x" * 500) + ping + frame(b"y" * 101, BINARY) + small
+    for at in range(0, len(stream), step):
+        metered.feed_data(stream[at : at + step])
+    # The parser gets each dropped frame as an empty, unmasked frame of its kind; the rest whole.
+    empty_text, empty_binary = bytes((0x80 | TEXT, 0)), bytes((0x80 | BINARY, 0))
+    assert parser.fed == small + empty_text + ping + empty_binary + small
+    assert not transport.paused
+    assert budget.in_flight == 20 * COPIES  # the dropped frames cost nothing
+    dropped = []
+    for _ in range(4):  # one per message, in order, as the relay hands them on
+        dropped.append(metered.dropped())
+        metered.handled()
+    assert dropped == [False, True, True, False]
+    assert budget.in_flight == 0 and not metered.dropped()
+
+
+def test_a_message_of_several_frames_and_a_frame_past_the_parsers_cap_are_not_dropped() -> None:
+    budget = FrameBudget(OwnLedger(10**9))
+    metered, parser, _ = meter(budget, max_event_bytes=100, max_frame_bytes=1000)
+    # A message's later frames are the parser's to join (and the dialect's to refuse by size).
+    fragmented = frame(b"x" * 50, fin=False) + frame(b"y" * 150, CONTINUATION)
+    # Past what the parser takes, it refuses the frame itself from the same header (1009).
+    claim = struct.pack("!BBQ", 0x81, 0x80 | 127, 5000) + b"\x01\x02\x03\x04"
+    metered.feed_data(fragmented + claim)
+    assert parser.fed == fragmented + claim
+    assert not metered.dropped()
+
+
+async def test_a_real_socket_is_answered_event_too_large_and_reads_on() -> None:
+    budget = FrameBudget(OwnLedger(10**9))
+    async with serving(service_settings()) as service:
+        runner, port = await start_bridge(
+            service.target, BridgeOptions(port=0), local=service.local, frames=budget
+        )
+        try:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.ws_connect(f"http://127.0.0.1:{port}/v1/realtime?{WITH_EXTENSIONS}") as ws,
+            ):
+                await asyncio.wait_for(ws.receive(), 10)  # session.created
+                audio = "A" * (MAX_EVENT_BYTES + 4)
+                await ws.send_str('{"type":"input_audio_buffer.append","audio":"' + audio + '"}')
+                await ws.send_str('{"type":"session.heartbeat"}')
+                error = (await asyncio.wait_for(ws.receive(), 30)).json()
+                assert error["type"] == "error"
+                assert error["error"]["code"] == "event_too_large"
+                answer = await asyncio.wait_for(ws.receive(), 10)
+                assert answer.json()["type"] == "session.heartbeat_ack"  # the socket reads on
+                assert budget.peak < MAX_EVENT_BYTES  # the frame was never charged nor held
+        finally:
+            await runner.cleanup()
+
+
+def test_a_keys_large_frames_go_one_at_a_time_and_other_keys_between() -> None:
+    budget = FrameBudget(OwnLedger(10**12))
+    large = frame(b"x" * LARGE_FRAME_BYTES)
+    a1, _, _ = meter(budget, "a")
+    a2, a2_parser, a2_transport = meter(budget, "a")
+    b1, _, b1_transport = meter(budget, "b")
+    a1.feed_data(large)
+    a2.feed_data(large)  # a's second large frame waits, unread, for its first
+    b1.feed_data(large)  # b's goes: the rule is per key
+    a2.feed_data(frame(b"y" * 10))  # kept behind the waiting frame, in order
+    assert a2_transport.paused and len(a2_parser.fed) == len(large) - LARGE_FRAME_BYTES
+    assert not b1_transport.paused
+    small, _, small_transport = meter(budget, "a")
+    small.feed_data(frame(b"z" * 10))  # a's small frames are not held by its large one
+    assert not small_transport.paused
+    a1.handled()
+    assert not a2_transport.paused and a2_parser.fed == large + frame(b"y" * 10)
+    a2.close()
+    b1.handled()
+    small.handled()
+    assert budget.in_flight == 0
+
+
+async def test_large_appends_of_one_key_on_two_sockets_are_all_applied() -> None:
+    budget = FrameBudget(OwnLedger(10**12))
+    audio = base64.b64encode(b"\x00\x08" * (LARGE_FRAME_BYTES // 2)).decode()
+    append = '{"type":"input_audio_buffer.append","audio":"' + audio + '"}'
+    async with serving(service_settings()) as service:
+        runner, port = await start_bridge(
+            service.target, BridgeOptions(port=0), local=service.local, frames=budget
+        )
+        url = f"http://127.0.0.1:{port}/v1/realtime?{WITH_EXTENSIONS}"
+        try:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.ws_connect(url) as first,
+                http.ws_connect(url) as second,
+            ):
+                for ws in (first, second):
+                    await asyncio.wait_for(ws.receive(), 10)  # session.created
+                    await ws.send_str(orjson.dumps(NO_TURN_DETECTION).decode())
+                for ws in (first, second):  # the same key's large frames, together
+                    await ws.send_str(append)
+                    await ws.send_str(append)
+                    await ws.send_str('{"type":"session.heartbeat"}')
+                for ws in (first, second):  # each waited its turn; none was refused
+                    while (event := (await asyncio.wait_for(ws.receive(), 30)).json())[
+                        "type"
+                    ] != "session.heartbeat_ack":
+                        assert event["type"] != "error", event
+                assert budget.in_flight == 0
+        finally:
+            await runner.cleanup()

@@ -32,7 +32,8 @@ from opentelemetry.trace import Tracer, TracerProvider
 
 from bridge.client_secrets import ClientSecrets
 from bridge.dialects import VLLM_OMNI_PATH, dialect_name, make_dialect
-from bridge.frame_budget import FrameBudget, MeteredSocket, own_budget
+from bridge.frame_budget import FrameBudget, own_budget
+from bridge.frame_meter import MeteredSocket
 from bridge.gate import Gate, add_security_headers, host_middleware
 from bridge.metrics import CONNECTIONS, REFUSALS, metrics_handler
 from bridge.minting import minting_handler

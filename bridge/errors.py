@@ -72,5 +72,5 @@ class DialectError(Exception):
 
 def event_too_large(limit: int) -> DialectError:
     """The refusal of a frame over the event cap: a dialect's, or the relay's for a frame the
-    bridge dropped unread (bridge.frame_budget)."""
+    bridge dropped unread (bridge.frame_meter)."""
     return DialectError("event_too_large", f"an event may have at most {limit} bytes")

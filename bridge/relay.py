@@ -40,7 +40,7 @@ from opentelemetry.trace import Tracer
 from bridge.client_socket import ClientFellBehind, ClientSocket
 from bridge.dialect import Dialect
 from bridge.errors import RATE_LIMIT_CODE, DialectError, Refusal, event_too_large
-from bridge.frame_budget import FrameMeter
+from bridge.frame_meter import FrameMeter
 from bridge.options import MAX_EVENT_BYTES, BridgeOptions
 from bridge.stream_ends import (
     TRANSPORT_RETRY_S,

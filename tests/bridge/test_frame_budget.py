@@ -12,14 +12,8 @@ import orjson
 import pytest
 
 from bridge.app import start_bridge
-from bridge.frame_budget import (
-    COPIES,
-    LARGE_FRAME_BYTES,
-    FrameBudget,
-    FrameMeter,
-    OwnLedger,
-    own_budget,
-)
+from bridge.frame_budget import COPIES, LARGE_FRAME_BYTES, FrameBudget, OwnLedger, own_budget
+from bridge.frame_meter import FrameMeter
 from bridge.options import MAX_EVENT_BYTES, BridgeOptions
 from tests.bridge.testkit import WITH_EXTENSIONS, service_settings
 from tests.serving import serving

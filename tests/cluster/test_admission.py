@@ -1,12 +1,15 @@
 """Three replicas at capacity behind HAProxy: each tells the proxy its free room through the
 agent check, so new sessions go where there is room, while a call that names its replica
 still goes there; a session that waits on a full replica and is cut resumes its wait there,
-keeping its place."""
+keeping its place; and one client connection carries more waiting sessions through the proxy
+than HAProxy's default bound on a connection's streams."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +17,9 @@ import pytest
 
 from omni_cli.cluster import haproxy_config
 from omni_grpc.client import ClientOptions, DuplexClient
+from omni_grpc.client.channel import ChannelSettings, Connection, Stream
 from omni_grpc.wire import pb
+from omni_grpc.wire.stream_end import StreamBroken
 from tests.client.proxy import ChaosProxy
 from tests.cluster.local import LocalCluster, wait_for
 from tests.cluster.speaker import PATIENT
@@ -27,6 +32,9 @@ SERVE = (
     *("--capacity", str(CAPACITY), "--shutdown-grace-s", "5"),
 )
 WAIT_S = 60.0  # generous: the suite runs on a loaded 2-core machine
+# HAProxy's own bound on the streams of one client connection, when its configuration sets
+# none (tune.h2.max-concurrent-streams): past it, a stream waits in the client, unanswered.
+PROXY_DEFAULT_STREAMS = 100
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +57,12 @@ def weights(cluster: LocalCluster) -> dict[str, int]:
         for row in rows
         if row["pxname"] == "replicas" and row["svname"] in ROUTES
     }
+
+
+def empty(cluster: LocalCluster) -> bool:
+    """Whether no replica holds a session (a detached one included) or a wait."""
+    healths = [cluster.health(route)[1] for route in ROUTES]
+    return all(health["sessions"] == 0 and health["queued"] == 0 for health in healths)
 
 
 def direct(cluster: LocalCluster, route: str) -> str:
@@ -127,13 +141,74 @@ async def test_a_cut_wait_on_a_full_replica_resumes_there_and_keeps_its_place(
             await victim.close()
             held.remove(victim)
             admitted = await asyncio.wait_for(opening, WAIT_S)
-            held.append(admitted)
-            assert admitted.session_id == notices[0].session_id
-            assert admitted._conn.route == owner
-            assert cluster.metric(owner, "omni_grpc_queue_admitted_total") >= 1
+            try:
+                assert admitted.session_id == notices[0].session_id
+                assert admitted._conn.route == owner
+                assert cluster.metric(owner, "omni_grpc_queue_admitted_total") >= 1
+            finally:
+                # Closed through its proxy while it is there: closed after, the session
+                # would stay for the disconnect grace, holding a place the next test needs.
+                await admitted.close()
     finally:
         for client in held:
             await client.close()
+
+
+async def first_answer(stream: Stream) -> str:
+    """What a new session is told first: admitted, queued, or refused (an error's code)."""
+    await stream.write(pb.ConverseRequest(open_session=pb.OpenSession(config=pb.SessionConfig())))
+    first = await stream.read()
+    if first is None:
+        return "ended"
+    kind = first.WhichOneof("event")
+    return first.error.code if kind == "error" else str(kind)
+
+
+async def close_and_drain(stream: Stream) -> None:
+    """Closes the session (a waiting one is closed once admitted) and reads to the end, so
+    no session is left for the disconnect grace. The end may come as CANCELLED: HAProxy 2.6
+    cancels a stream the server ends before the client half-closed it (docs/deploy.md)."""
+    with contextlib.suppress(StreamBroken):
+        await stream.write(pb.ConverseRequest(client_seq=1, close_session=pb.CloseSession()))
+        while await stream.read() is not None:
+            pass
+
+
+@pytest.mark.timeout(300)  # three generous waits, not one
+async def test_one_connection_through_the_proxy_carries_more_sessions_than_its_default(
+    cluster: LocalCluster,
+) -> None:
+    # A bridge process carries every session of its websockets, waiting ones included, on
+    # one gRPC connection to the proxy (so do a process's clients of one target: gRPC puts
+    # their channels on one connection). Each must be answered, admitted or told its place:
+    # the replicas' queues, not the proxy's bound on a connection's streams, decide who waits.
+    # Every replica empty, and the proxy told so: each gets its share of the new sessions.
+    await wait_for(
+        lambda: empty(cluster) and set(weights(cluster).values()) == {100},
+        WAIT_S,
+        "an empty cluster, as the proxy sees it",
+    )
+    sessions = PROXY_DEFAULT_STREAMS + CAPACITY * len(ROUTES)
+    connection = Connection(ChannelSettings(target=cluster.target))
+    streams = [connection.converse() for _ in range(sessions)]
+
+    async def answered(stream: Stream) -> str:
+        try:
+            return await asyncio.wait_for(first_answer(stream), WAIT_S)
+        except TimeoutError:
+            return "no answer"
+
+    try:
+        told = Counter(await asyncio.gather(*(answered(stream) for stream in streams)))
+        queued = sessions - CAPACITY * len(ROUTES)
+        assert told == {"session_created": CAPACITY * len(ROUTES), "session_queued": queued}
+        assert sum(cluster.metric(r, "omni_grpc_queue_length") for r in ROUTES) == queued
+    finally:
+        await asyncio.wait_for(
+            asyncio.gather(*(close_and_drain(stream) for stream in streams)), 2 * WAIT_S
+        )
+        await connection.close()
+    await wait_for(lambda: empty(cluster), WAIT_S, "every session closed and every queue empty")
 
 
 def test_the_filled_template_asks_each_replica_for_its_room() -> None:

@@ -43,6 +43,7 @@ _SESSION_FIELDS = (
     "turn_state",
     "epoch",
     "engine_options",
+    "recording",
 )
 _RESPONSE_PATHS = (
     ("response", "latency"),

@@ -1,11 +1,11 @@
 """Outbound: a ``pb.Session`` and ``pb.Capabilities`` → the Realtime JSON shapes.
 
 The resolved configuration is rendered in the GA ``session`` shape, plus the duplex extensions
-(``overlap_policy``, ``playback_commit_policy``, ``interruption``, ``idle_timeout_ms``) and the
-session's state. OpenAI's schema knows pcm16 at one rate only; a session at another rate or in
-float PCM is rendered in fields the GA format object tolerates (:func:`format_json`). Names are
-those of :mod:`bridge.realtime.session_config`, turned around, so the two directions cannot drift
-apart.
+(``overlap_policy``, ``playback_commit_policy``, ``interruption``, ``idle_timeout_ms``, and
+``recording`` on a server that records: whether this session is) and the session's state.
+OpenAI's schema knows pcm16 at one rate only; a session at another rate or in float PCM is
+rendered in fields the GA format object tolerates (:func:`format_json`). Names are those of
+:mod:`bridge.realtime.session_config`, turned around, so the two directions cannot drift apart.
 """
 
 from __future__ import annotations
@@ -151,6 +151,13 @@ def session_json(session: pb.Session) -> dict[str, Any]:
     out.update(session_tools_json(config))
     if config.HasField("engine_options"):
         out["engine_options"] = json_format.MessageToDict(config.engine_options)
+    if config.HasField("recording"):  # a server that records says whether this session is
+        recording = config.recording
+        out["recording"] = {
+            "enabled": recording.enabled,
+            "omit_audio": recording.omit_audio,
+            "omit_text": recording.omit_text,
+        }
     return out
 
 

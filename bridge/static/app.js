@@ -64,6 +64,8 @@ function opening() {
 
 function showSession(session) {
   omni.session = session;
+  // A server that records says so of each session; the person talking should see it.
+  $("recorded").hidden = !session.recording?.enabled;
   const voice = session.audio?.output?.voice;
   $("voice").placeholder = voice || "the engine's default";
   if (voice && !$("voice").value) $("voice").value = voice;

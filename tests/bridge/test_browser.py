@@ -202,6 +202,8 @@ async def test_every_control_works(impatient_service: RunningServer, tmp_path: P
         await page.click("#start")
         await run.until("() => omni.status === 'live'", 10)
         [host] = list(impatient_service.sessions)
+        # A server that records nothing: the page does not say the session is recorded.
+        assert await page.is_hidden("#recorded")
 
         # Instructions and voice: applied to the live session, down to the engine.
         await page.fill("#instructions", INSTRUCTIONS)

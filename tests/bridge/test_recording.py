@@ -60,8 +60,19 @@ async def test_a_session_option_asks_for_a_recording_in_both_dialects(
         asked = await opened(url, {"recording": {"enabled": True, "omit_text": True}})
         plain = await opened(url, {"instructions": "not recorded"})
     assert asked["type"] == "session.created", asked
+    # The session says it is recorded, and how; one that did not ask says it is not.
+    told = {"enabled": True, "omit_audio": False, "omit_text": True}
+    assert asked["session"]["recording"] == told
+    assert plain["session"]["recording"]["enabled"] is False
     await asking_service.stop()  # the recordings written to their ends
     assert recorded_ids(tmp_path) == [asked["session"]["id"]] != [plain["session"]["id"]]
+
+
+async def test_a_stock_client_is_not_told_of_recordings(asking_service: RunningServer) -> None:
+    async with running_bridge(asking_service) as port:
+        url = f"ws://127.0.0.1:{port}/v1/realtime"  # no extensions: GA's session object only
+        created = await opened(url, {"instructions": "a stock client"})
+    assert created["type"] == "session.created" and "recording" not in created["session"]
 
 
 @pytest.fixture
@@ -80,6 +91,8 @@ async def page_session(running: RunningServer, tmp_path: Path) -> str:
     async with running_bridge(running.target) as port, chromium_page(mic) as run:
         await run.page.goto(f"http://127.0.0.1:{port}/")
         await run.page.click("#start")
+        # The page tells the person talking that the session is recorded.
+        await run.until("() => !document.getElementById('recorded').hidden", 30)
         first = await run.until(
             """() => { const [id, r] = Object.entries(omni.responses)[0] || [];
                 return r && r.done && r.status === "cancelled" && id; }""",

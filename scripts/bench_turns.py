@@ -2,14 +2,19 @@
 """Measures turn-taking as a person on the other end would notice it, per setting.
 
     .venv/bin/python scripts/bench_turns.py [--settings NAME,...] [--per-kind N]
+                                            [--transport grpc|bridge]
                                             [--engine-option KEY=VALUE ...] [--target HOST:PORT]
 
 Plays the turn-taking set (scripts/turn_set.py: complete requests, hesitations inside
 sentences, backchannels, fillers and coughs over a reply, meant interruptions) against the
-service through gRPC, each dialogue in a session of its own, in real time, and prints one row
-per setting (scripts/turn_score.py says what each column measures). The service is the default
-engine (embedded: Whisper base, SmolLM2, espeak-ng), started in a child process with
-``--engine-option``s, unless ``--target`` names one already running.
+service, each dialogue in a session of its own, in real time, and prints one row per setting
+(scripts/turn_score.py says what each column measures). ``--transport`` says how the client
+reaches it: ``grpc`` (the default), the project's Python client; ``bridge``, the ``openai``
+SDK's realtime client through the websocket bridge that ``omni-grpc serve`` runs beside the
+service (scripts/turn_bridge.py: GA's session.update and events, and the duplex extensions for
+the settings that judge interruptions). The service is the default engine (embedded: Whisper
+base, SmolLM2, espeak-ng), started in a child process with ``--engine-option``s, unless
+``--target`` names one already running (its gRPC address, or its bridge's with ``bridge``).
 
 Settings (``--settings``, comma-separated; all by default):
 
@@ -36,8 +41,9 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import turn_score
-from turn_driver import GrpcTransport, Setting, play
+from turn_driver import GrpcTransport, Setting, Transport, play
 from turn_set import KINDS, dialogues
 
 from omni_grpc.client import DuplexClient
@@ -73,38 +79,62 @@ def free_port() -> int:
         return port
 
 
-def start_service(options: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    """The service with the default engine in a child process, on a free port."""
-    port = free_port()
-    command = [sys.executable, "-m", "omni_cli", "serve", "--grpc-port", str(port)]
-    command += ["--http-port", "0", "--log-level", "warning"]
+def start_service(options: list[str], transport: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The service with the default engine in a child process, on free ports; returns it and
+    the address ``transport`` reaches it at: gRPC's, or that of the websocket bridge, which
+    ``omni-grpc serve`` runs in the service's process."""
+    grpc_port = free_port()
+    bridge_port = free_port() if transport == "bridge" else 0  # 0: no bridge
+    command = [sys.executable, "-m", "omni_cli", "serve", "--grpc-port", str(grpc_port)]
+    command += ["--http-port", str(bridge_port), "--log-level", "warning"]
     for option in options:
         command += ["--engine-option", option]
+    port = bridge_port if transport == "bridge" else grpc_port
     return subprocess.Popen(command, cwd=ROOT), f"127.0.0.1:{port}"
 
 
-async def wait_ready(target: str) -> None:
+async def _reachable(target: str, transport: str) -> None:
+    if transport == "bridge":
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://{target}/health") as answer,
+        ):
+            answer.raise_for_status()
+    else:
+        client = await DuplexClient.connect(target)
+        await client.close()
+
+
+async def wait_ready(target: str, transport: str) -> None:
     until = time.monotonic() + START_TIMEOUT_S
     while True:
         try:
-            client = await DuplexClient.connect(target)
+            await _reachable(target, transport)
         except Exception:
             if time.monotonic() > until:
                 raise
             await asyncio.sleep(1.0)
             continue
-        await client.close()
         return
 
 
+def make_transport(kind: str, target: str) -> Transport:
+    if kind == "bridge":
+        # Imported here: the openai SDK comes with the test tier, not the runtime packages.
+        from turn_bridge import BridgeTransport
+
+        return BridgeTransport(target)
+    return GrpcTransport(target)
+
+
 async def run(
-    target: str, names: list[str], per_kind: int | None, kinds: set[str]
+    target: str, transport: str, names: list[str], per_kind: int | None, kinds: set[str]
 ) -> list[turn_score.Row]:
     rows = []
     for name in names:
         setting, records = SETTINGS[name], []
         for dialogue in [d for d in dialogues(per_kind) if d.kind in kinds]:
-            record = await play(dialogue, setting, GrpcTransport(target))
+            record = await play(dialogue, setting, make_transport(transport, target))
             records.append(record)
             print(f"  {name}: {turn_score.describe(record)}", file=sys.stderr)
         rows.append(turn_score.score(name, records))
@@ -124,21 +154,28 @@ async def main() -> int:
     parser.add_argument("--per-kind", type=int, default=None, help="dialogues of each kind")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds")
     parser.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--target", help="a running service (HOST:PORT) instead of a child")
+    parser.add_argument("--transport", choices=("grpc", "bridge"), default="grpc")
+    parser.add_argument(
+        "--target", help="a running service (HOST:PORT, its bridge's with bridge), not a child"
+    )
     args = parser.parse_args()
     names = [name.strip() for name in args.settings.split(",") if name.strip()]
     unknown = [name for name in names if name not in SETTINGS]
     if unknown:
         parser.error(f"unknown settings {unknown}; known: {', '.join(SETTINGS)}")
-    child, target = (None, args.target) if args.target else start_service(args.engine_option)
+    transport = args.transport
+    child, target = (
+        (None, args.target) if args.target else start_service(args.engine_option, transport)
+    )
     load_before = os.getloadavg()
     try:
-        await wait_ready(target)
-        rows = await run(target, names, args.per_kind, set(args.kinds.split(",")))
+        await wait_ready(target, transport)
+        rows = await run(target, transport, names, args.per_kind, set(args.kinds.split(",")))
     finally:
         if child is not None:
             child.terminate()
             child.wait(timeout=30)
+    print(f"through {'the bridge (openai SDK)' if transport == 'bridge' else 'gRPC'}\n")
     print_table(rows)
     after = os.getloadavg()
     print(f"\nload average {load_before[0]:.1f} before, {after[0]:.1f} after (1 min)")

@@ -11,8 +11,9 @@ must be where it stopped (else audio was repeated or lost).
 
 The transport is a seam: :class:`Transport` opens a session with a :class:`Setting`, sends
 audio, acks playback and yields what it receives as :class:`Heard` events. :class:`GrpcTransport`
-is the project's Python client over gRPC; a transport for the websocket bridge (a stock OpenAI
-client, its GA events plus the duplex extensions) fits the same five methods.
+is the project's Python client over gRPC; ``turn_bridge.BridgeTransport`` is the ``openai``
+SDK's realtime client over the websocket bridge (GA events, plus the duplex extensions where a
+setting needs them).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class Heard:
     """One event as the client received it, at ``at`` (its perf_counter)."""
 
     at: float
-    kind: str  # speech_stopped, audio, response_done, overlap, turn_end, other
+    kind: str  # speech_stopped, audio, response_done, overlap, turn_end, transcript, error, other
     response_id: str = ""
     start_ms: float = 0.0  # audio: on the response's media clock
     duration_ms: float = 0.0
@@ -61,6 +62,7 @@ class Heard:
     probability: float = 0.0  # turn_end: the judgement, and the wait it chose
     wait_ms: float = 0.0
     decided_ms: float = 0.0  # turn_end: how long after the pause the judgement came
+    text: str = ""  # transcript: the user's turn as the service heard it; error: its message
 
 
 class Transport(Protocol):
@@ -103,6 +105,10 @@ def heard(event: pb.ConverseResponse, at: float) -> Heard:
         return Heard(
             at, "turn_end", probability=t.probability, wait_ms=t.wait_ms, decided_ms=t.decided_ms
         )
+    if kind == "input_transcription":
+        return Heard(at, "transcript", text=event.input_transcription.transcript)
+    if kind == "error":
+        return Heard(at, "error", text=event.error.message)
     return Heard(at, "other")
 
 

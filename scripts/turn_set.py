@@ -39,7 +39,7 @@ COMPLETE = (
     "what is twelve times eighteen",
 )
 # (the words before the pause, the pause in ms, the words after it)
-HESITATIONS = (
+HESITATIONS: tuple[tuple[str, int, str], ...] = (
     ("i want to fly to", 800, "boston on friday"),
     ("can you book a table for", 1200, "two people tonight"),
     ("remind me to call my", 500, "sister at six"),

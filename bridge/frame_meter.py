@@ -167,7 +167,7 @@ class FrameMeter:
                 at += size
                 self._payload_left = length
                 continue
-            if self._too_large(opcode, fin, length):
+            if length > self._max_event_bytes and self._too_large(opcode, fin, length):
                 # Refused from its header: the parser gets an empty frame of its kind instead.
                 given += (data[start:at], bytes((0x80 | opcode, 0)))
                 self._costs.append((0, 0, True))
@@ -184,6 +184,8 @@ class FrameMeter:
                 self._stash = data[at:]
                 self._pause()
                 return self._give(given, data[start:at])
+        if not given and not start:  # the usual read: every byte of it goes to the parser
+            return self._parser.feed_data(data)
         return self._give(given, data[start:])
 
     def _too_large(self, opcode: int, fin: bool, length: int) -> bool:

@@ -1,7 +1,8 @@
 """The Go and Node clients against a server at capacity with an admission queue
 (``--max-sessions 1 --queue``): an open past capacity waits, told its place, and is admitted
-with session_created once the session before it closes; a wait the server refuses comes back
-as the client's typed refusal, with its code and retry delay.
+with session_created once the session before it closes; a wait cut in the transport is resumed
+on the replica its route names and keeps its place; a wait the server refuses comes back as
+the client's typed refusal, with its code and retry delay.
 
 The place is held by the test's own session on a raw stream, so the client's open is queued
 for sure and admitted only when the test closes it: no race with the clock.
@@ -23,6 +24,7 @@ from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import RunningServer
 from omni_grpc.server.settings import QueueSettings
 from omni_grpc.wire import pb
+from tests.client.proxy import ChaosProxy
 from tests.clients.driver import Client, assert_server_agrees, gliding_tone, queued_positions
 from tests.clients.server_truth import ServerTruth
 from tests.server.streams import open_stream, read_until
@@ -74,6 +76,42 @@ async def test_a_queued_open_is_told_its_place_and_admitted_when_one_frees(
     assert_server_agrees(client, truth, run, sent)
     assert run.reconnects == 0
     assert [e.kind for e in run.events if not e.seq] == ["session_created"]
+
+
+async def notices_read(process: asyncio.subprocess.Process, count: int) -> list[int]:
+    """Reads the client's stderr until it printed ``count`` queue notices; their positions."""
+    assert process.stderr is not None
+    positions: list[int] = []
+    while len(positions) < count:
+        line = await asyncio.wait_for(process.stderr.readline(), CLIENT_START_S)
+        assert line, "the client ended its stderr before it was queued"
+        positions += queued_positions(line.decode())
+    return positions
+
+
+async def test_a_cut_wait_resumes_on_its_replica_and_keeps_its_place(
+    client: Client, truth: ServerTruth, tmp_path: Path
+) -> None:
+    sent = gliding_tone(tmp_path / "in.wav", 0.5)
+    chosen = settings(api_keys=(client.api_key,), queue=QueueSettings(capacity=1), route="r7")
+    async with (
+        serving(chosen) as running,
+        ChaosProxy("127.0.0.1", running.grpc_port, seed=client.seeds["served"]) as proxy,
+        holding_the_place(running, client.api_key) as (holder_id, holder),
+    ):
+        process = await client.start(proxy.target, tmp_path / "in.wav", tmp_path / "out.wav")
+        assert await notices_read(process, 1) == [1]
+        assert proxy.cut_all() >= 1
+        # The resumed wait's stream is told its place again: the wait is attached to it.
+        assert await notices_read(process, 1) == [1]
+        await close(holder)
+        run = await client.finish(process, tmp_path / "out.wav")
+    # The holder's call, the open, and the wait's resume, which went to the wait's replica.
+    assert truth.call_routes == ["", "", "r7"]
+    assert truth.opened == [holder_id, run.session_id]
+    truth.opened.remove(holder_id)
+    assert_server_agrees(client, truth, run, sent)  # one session, opened once, not twice
+    assert run.route == "r7"
 
 
 async def test_a_refused_wait_is_the_clients_typed_refusal_with_its_code(

@@ -1,5 +1,5 @@
 """The Go and Node clients against a server at capacity with an admission queue
-(``--max-sessions 1 --queue``): an open past capacity waits, told its place, and is admitted
+(``omni-grpc serve --capacity 1``): an open past capacity waits, told its place, and is admitted
 with session_created once the session before it closes; a wait cut in the transport is resumed
 on the replica its route names and keeps its place; a wait the server refuses comes back as
 the client's typed refusal, with its code and retry delay.

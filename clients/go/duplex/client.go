@@ -119,8 +119,12 @@ func Open(conn grpc.ClientConnInterface, config *pb.SessionConfig, opts Options)
 
 // adopt takes the stream that answered the open: session_created, or session_resumed when
 // the session was admitted just as a cut wait was resumed (the wait's token resumes the
-// session then, and the stream is the session's, as after a reconnect).
+// session then, and the stream is the session's, as after a reconnect). A wait's refusal
+// comes back as *OpenRefusedError.
 func (c *Client) adopt(att *attachment, reply *pb.ConverseResponse, wait *pb.SessionQueued) error {
+	if refusal := waitRefusal(reply); refusal != nil {
+		return refusal
+	}
 	if created := reply.GetSessionCreated(); created != nil {
 		c.SessionID, c.Created, c.token, c.att = created.GetSession().GetId(), created, created.GetResumeToken(), att
 		c.learnRoute(created.GetRoute())

@@ -60,9 +60,9 @@ func cutWhileWaiting(err error) bool {
 }
 
 // waitInQueue follows a wait from its first session_queued (reply) to the answer that ends
-// it: session_created, or session_resumed when the session was admitted just as a cut wait
-// was resumed. It returns that answer's stream, the first notice (the wait's id and token)
-// and the answer.
+// it: session_created, session_resumed when the session was admitted just as a cut wait was
+// resumed, or the refusal. It returns that answer's stream, the first notice (the wait's id
+// and token) and the answer.
 func (c *Client) waitInQueue(att *attachment, reply *pb.ConverseResponse) (*attachment, *pb.SessionQueued, *pb.ConverseResponse, error) {
 	wait := reply.GetSessionQueued() // later notices carry no token: keep the first
 	for queued := wait; queued != nil; queued = reply.GetSessionQueued() {
@@ -83,10 +83,6 @@ func (c *Client) waitInQueue(att *attachment, reply *pb.ConverseResponse) (*atta
 		if att, reply, err = c.resumeWait(wait); err != nil {
 			return nil, nil, nil, err
 		}
-	}
-	if refusal := waitRefusal(reply); refusal != nil {
-		att.cancel()
-		return nil, nil, nil, refusal
 	}
 	return att, wait, reply, nil
 }

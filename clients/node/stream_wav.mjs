@@ -8,13 +8,15 @@
 // that asks for a response (or, with --vad, trailing silence lets the server's voice activity
 // detection end it). Every event is printed to stdout as one JSON line (audio bytes as their
 // count); when the answer is done the session is closed, the reply audio is written as WAV, and
-// one JSON summary line goes to stderr. Exit status: 0 answered, 1 the session failed, 2
-// unusable arguments or input.
+// one JSON summary line goes to stderr. On a server at capacity with a queue, each
+// session_queued goes to stderr as "queued: position N, ...". Exit status: 0 answered, 1 the
+// session failed, 2 unusable arguments or input, 3 the server refused the wait in its queue
+// (after "refused: CODE, retry after N ms").
 
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { grpc } from "./lib/contract.mjs";
-import { ResumingSession } from "./lib/resuming_session.mjs";
+import { durationMs, grpc } from "./lib/contract.mjs";
+import { OpenRefused, ResumingSession } from "./lib/resuming_session.mjs";
 import { readWav, writeWav } from "./lib/wav.mjs";
 import { ReplyRecorder } from "./lib/reply_recorder.mjs";
 
@@ -129,6 +131,11 @@ async function run(settings) {
     credentials: credentialsFrom(settings),
     config: sessionConfig(settings),
     onEvent: (event) => recorder.onEvent(event),
+    onQueued: (queued) => {
+      const waitMs = Math.round(durationMs(queued.estimated_wait));
+      const where = `position ${queued.position}, estimated wait ${waitMs} ms`;
+      process.stderr.write(`queued: ${where}, class ${queued.priority_class}\n`);
+    },
   });
   let status = 0;
   try {
@@ -179,5 +186,10 @@ run(settings).then(
   (error) => {
     process.stderr.write(`stream_wav: ${error.message}\n`);
     process.exitCode = 1;
+    if (error instanceof OpenRefused) {
+      // Its own status and line: a caller may try again after the server's delay.
+      process.stderr.write(`refused: ${error.errorCode}, retry after ${error.retryAfterMs} ms\n`);
+      process.exitCode = 3;
+    }
   },
 );

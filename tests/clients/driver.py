@@ -19,7 +19,7 @@ import json
 import math
 import re
 import wave
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -66,6 +66,7 @@ class Run:
     route: str  # the routing key it kept at the end ("" when it never got one)
     reply: bytes
     reply_rate_hz: int
+    queued_at: list[int] = field(default_factory=list)  # each position the server's queue told
 
     def kinds(self, events: list[Printed] | None = None) -> list[str]:
         return [e.kind for e in (self.events if events is None else events)]
@@ -112,7 +113,9 @@ class Client:
         assert process.returncode == 0, text
         with wave.open(str(out), "rb") as wav:
             reply, rate_hz = wav.readframes(wav.getnframes()), wav.getframerate()
-        return self.read(stdout.decode(), text, reply, rate_hz)
+        run = self.read(stdout.decode(), text, reply, rate_hz)
+        run.queued_at = queued_positions(text)
+        return run
 
     def read(self, stdout: str, stderr: str, reply: bytes, rate_hz: int) -> Run:
         raise NotImplementedError
@@ -200,6 +203,12 @@ class NodeClient(Client):
                 assert shown == int(value), path
             else:
                 assert shown == value, (path, shown, value)
+
+
+def queued_positions(stderr: str) -> list[int]:
+    """The positions of the session_queued notices a client printed (both print them alike:
+    ``queued: position N, estimated wait M ms, class C``)."""
+    return [int(n) for n in re.findall(r"^queued: position (\d+), ", stderr, re.MULTILINE)]
 
 
 def leaves(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], Any]]:

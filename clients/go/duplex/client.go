@@ -26,9 +26,12 @@ type Options struct {
 	Backoff          Backoff       // DefaultBackoff when zero
 	AckEvery         int           // acknowledge after this many journaled events (16)
 	ProbeEvery       int           // after this many unconfirmed commands, ask with a heartbeat (32)
-	HandshakeTimeout time.Duration // for the answer to open or resume (10 s)
+	HandshakeTimeout time.Duration // for the first answer to open or resume, not a queue's wait (10 s)
 	EventBuffer      int           // events held for a slow reader (256)
 	Seed             int64         // for the backoff jitter; 0 takes the time
+	// OnQueued hears each session_queued of an open that waits in the server's queue
+	// (position, estimated wait, priority class); nil: the wait is silent.
+	OnQueued func(*pb.SessionQueued)
 }
 
 func (o Options) withDefaults() Options {
@@ -99,19 +102,44 @@ func Open(conn grpc.ClientConnInterface, config *pb.SessionConfig, opts Options)
 	att, reply, err := c.handshake(&pb.ConverseRequest{Command: &pb.ConverseRequest_OpenSession{
 		OpenSession: &pb.OpenSession{Config: config},
 	}})
+	var wait *pb.SessionQueued
+	if err == nil && reply.GetSessionQueued() != nil {
+		att, wait, reply, err = c.waitInQueue(att, reply)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open session: %w", err)
 	}
-	created := reply.GetSessionCreated()
-	if created == nil {
+	if err := c.adopt(att, reply, wait); err != nil {
 		att.cancel()
-		return nil, fmt.Errorf("open session: answered with %T, not session_created", reply.Event)
+		return nil, fmt.Errorf("open session: %w", err)
 	}
-	c.SessionID, c.Created, c.token, c.att = created.GetSession().GetId(), created, created.GetResumeToken(), att
-	c.learnRoute(created.GetRoute())
-	c.events <- reply
 	go c.run(att)
 	return c, nil
+}
+
+// adopt takes the stream that answered the open: session_created, or session_resumed when
+// the session was admitted just as a cut wait was resumed (the wait's token resumes the
+// session then, and the stream is the session's, as after a reconnect). A wait's refusal
+// comes back as *OpenRefusedError.
+func (c *Client) adopt(att *attachment, reply *pb.ConverseResponse, wait *pb.SessionQueued) error {
+	if refusal := waitRefusal(reply); refusal != nil {
+		return refusal
+	}
+	if created := reply.GetSessionCreated(); created != nil {
+		c.SessionID, c.Created, c.token, c.att = created.GetSession().GetId(), created, created.GetResumeToken(), att
+		c.learnRoute(created.GetRoute())
+		c.events <- reply
+		return nil
+	}
+	if wait == nil || reply.GetSessionResumed() == nil {
+		return fmt.Errorf("answered with %T, not session_created", reply.Event)
+	}
+	c.SessionID = wait.GetSessionId()
+	if err := c.attach(att, reply); err != nil {
+		return err
+	}
+	c.events <- reply
+	return nil
 }
 
 // Events delivers every event once, in order, across reconnects; it is closed when the

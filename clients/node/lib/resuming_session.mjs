@@ -12,6 +12,7 @@
 // Everything that changes state happens synchronously inside the stream's event handlers, so
 // replayed events that arrive in the same tick as `session_resumed` cannot overtake the resend.
 
+import { cutWhileWaiting, resumeWaitRequest, WaitCut, waitRefusalOf } from "./admission_queue.mjs";
 import { DEFAULT_RECONNECT, retrying } from "./backoff.mjs";
 import { CommandJournal, EventCursor, ProtocolViolation } from "./bookkeeping.mjs";
 import {
@@ -48,6 +49,17 @@ export class SessionError extends Error {
   }
 }
 
+/** The server would not admit the session: its wait in the queue was refused. */
+export class OpenRefused extends SessionError {
+  name = "OpenRefused";
+
+  constructor(message, { code, errorCode, retryAfterMs }) {
+    super(message, { code });
+    this.errorCode = errorCode; // the server's reason: queue_wait_exceeded, server_shutting_down
+    this.retryAfterMs = retryAfterMs; // when trying again may work; 0 when the server gave none
+  }
+}
+
 export class ResumingSession {
   sessionId = "";
   capabilities = null;
@@ -59,6 +71,7 @@ export class ResumingSession {
   #options;
   #onEvent;
   #token = "";
+  #wait = null; // the first session_queued of an open waiting at capacity: its id and token
   #journal = new CommandJournal();
   #cursor = new EventCursor();
   #link = null; // the stream commands go to; null while reconnecting
@@ -78,15 +91,25 @@ export class ResumingSession {
    *
    * options: target ("host:port"), apiKey, credentials (insecure by default), config (a
    * SessionConfig object), onEvent (called with every event, session_created first),
-   * reconnect (see backoff.mjs), protoRoot.
+   * onQueued (called with each session_queued while the open waits in the server's queue),
+   * reconnect (see backoff.mjs), handshakeTimeoutMs (for the first answer of each stream;
+   * 10 s), protoRoot. A refused wait rejects with OpenRefused.
    */
   static async open(options) {
     const session = new ResumingSession(options);
+    let first = { open_session: { config: options.config ?? {} } };
     try {
-      await session.#withRetries(
-        () => ({ open_session: { config: options.config ?? {} } }),
-        session.#reconnectPolicy.maxElapsedMs,
-      );
+      for (;;) {
+        try {
+          await session.#withRetries(() => first, session.#reconnectPolicy.maxElapsedMs);
+          break;
+        } catch (error) {
+          if (!(error instanceof WaitCut)) {
+            throw error;
+          }
+          first = error.request; // the wait's resume, which keeps its place
+        }
+      }
     } catch (error) {
       session.#finish(error); // closes the channel, so nothing keeps the process alive
       throw error;
@@ -193,7 +216,8 @@ export class ResumingSession {
       broken: (link, code, details, route) => this.#onBroken(link, code, details, route),
       drain: () => this.#wake(),
     };
-    return new StreamLink(this.#client, this.#metadata(), first, on, HANDSHAKE_TIMEOUT_MS).answered;
+    const timeoutMs = this.#options.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS;
+    return new StreamLink(this.#client, this.#metadata(), first, on, timeoutMs).answered;
   }
 
   #metadata() {
@@ -218,7 +242,7 @@ export class ResumingSession {
       return;
     }
     try {
-      if (link.phase === "handshake") {
+      if (link.phase === "handshake" || link.phase === "queued") {
         this.#onHandshake(link, event);
       } else {
         this.#receive(event);
@@ -232,8 +256,13 @@ export class ResumingSession {
 
   #onHandshake(link, event) {
     const kind = event.event;
+    if (!this.sessionId && this.#onWaitEvent(link, event)) {
+      return;
+    }
     const expected = this.sessionId ? "session_resumed" : "session_created";
-    if (kind !== expected) {
+    // A session admitted just as its cut wait was resumed answers that resume.
+    const admittedOnResume = !this.sessionId && this.#wait && kind === "session_resumed";
+    if (kind !== expected && !admittedOnResume) {
       link.drop();
       const message = kind === "resync_required"
         ? `the server cannot replay the missed events (${event.resync_required.reason})`
@@ -244,6 +273,10 @@ export class ResumingSession {
     if (kind === "session_created") {
       this.#adoptCreated(event.session_created);
     } else {
+      if (admittedOnResume) {
+        this.sessionId = this.#wait.session_id;
+        this.#startAcking();
+      }
       this.#adoptResumed(event);
     }
     this.#noteApplied(event.applied_client_seq);
@@ -255,6 +288,27 @@ export class ResumingSession {
     }
     link.settle(null);
     this.#wake();
+  }
+
+  /** Handles what an open hears while it waits in the queue; false for any other event. */
+  #onWaitEvent(link, event) {
+    const refusal = waitRefusalOf(event);
+    if (refusal) {
+      link.drop();
+      const message = `the server refused the session: ${refusal.errorCode} ${refusal.message}`;
+      link.settle(new OpenRefused(message, refusal));
+      return true;
+    }
+    if (event.event !== "session_queued") {
+      return false;
+    }
+    const queued = event.session_queued;
+    this.#wait ??= queued; // later notices carry no token
+    link.heard(); // the wait may last far longer than the handshake timeout
+    link.phase = "queued";
+    this.#learnRoute(queued.route); // a resume of the wait must reach this replica
+    this.#options.onQueued?.(queued);
+    return true;
   }
 
   #adoptCreated(created) {
@@ -300,12 +354,20 @@ export class ResumingSession {
     }
     this.#learnRoute(route); // a refusal that names the session's replica: the retry goes there
     const handshaking = link.phase === "handshake";
+    const waiting = link.phase === "queued";
     link.phase = "dead";
     if (this.#link === link) {
       this.#link = null;
     }
     this.#wake();
-    if (handshaking) {
+    if (waiting && cutWhileWaiting(code)) {
+      const why = `the wait was cut: ${statusName(code)} ${details}`;
+      link.settle(new WaitCut(why, resumeWaitRequest(this.#wait)));
+    } else if (waiting) {
+      // The server ended the wait (its refusal event, if any, was lost): no retry helps.
+      const why = `the server ended the wait: ${statusName(code)} ${details}`;
+      link.settle(new SessionError(why, { code }));
+    } else if (handshaking) {
       link.settle(new StreamBroken(details, code, route));
     } else if (!this.#ended) {
       this.#reconnect(`${statusName(code)} ${details}`);

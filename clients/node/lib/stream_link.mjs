@@ -20,11 +20,12 @@ export class StreamBroken extends Error {
 }
 
 export class StreamLink {
-  phase = "handshake"; // then "live", and "dead" at the end
+  phase = "handshake"; // then "live" (or "queued" first), and "dead" at the end
   congested = false; // the call's buffer is full: wait for "drain" before writing more
   #call;
   #settle;
   #headers = null; // the response headers, once they came
+  #timer; // the handshake timeout, until the first answer
 
   /**
    * Opens a Converse call on `client` and writes `first`. What the call does is reported to
@@ -36,13 +37,13 @@ export class StreamLink {
     this.answered = new Promise((resolve, reject) => {
       this.#settle = (error) => (error ? reject(error) : resolve());
     });
-    const timer = setTimeout(() => {
+    this.#timer = setTimeout(() => {
       on.broken(this, grpc.status.DEADLINE_EXCEEDED, "no answer to the handshake in time");
       this.drop();
     }, timeoutMs);
     this.answered.then(
-      () => clearTimeout(timer),
-      () => clearTimeout(timer),
+      () => this.heard(),
+      () => this.heard(),
     );
     this.#call = client.Converse(metadata);
     this.#call.on("data", (event) => on.data(this, event));
@@ -69,6 +70,14 @@ export class StreamLink {
 
   get alive() {
     return this.phase !== "dead";
+  }
+
+  /**
+   * The server answered: the handshake timeout is off. An open queued at capacity calls it at
+   * the first session_queued, since the wait that follows may last minutes.
+   */
+  heard() {
+    clearTimeout(this.#timer);
   }
 
   /** Ends the handshake: fulfilled when `error` is null. Later calls change nothing. */

@@ -4,6 +4,9 @@
 // broken connection is resumed where it broke; the output shows it only as session_resumed.
 //
 //	omni-stream-wav --target HOST:PORT --api-key KEY --wav in.wav --out reply.wav
+//
+// On a server at capacity with a queue, each session_queued goes to stderr as "queued:
+// position N, ..."; a refused wait exits with status 3 after "refused: CODE, retry after N ms".
 package main
 
 import (
@@ -103,6 +106,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := talk(s, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "omni-stream-wav: %v\n", err)
+		var refused *duplex.OpenRefusedError
+		if errors.As(err, &refused) {
+			// Its own status and line: a caller may try again after the server's delay.
+			fmt.Fprintf(stderr, "refused: %s, retry after %d ms\n", refused.Code, refused.RetryAfter.Milliseconds())
+			return 3
+		}
 		return 1
 	}
 	return 0
@@ -118,7 +127,10 @@ func talk(s settings, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	client, err := duplex.Open(conn, sessionConfig(audio.RateHz), duplex.Options{APIKey: s.apiKey})
+	client, err := duplex.Open(conn, sessionConfig(audio.RateHz), duplex.Options{
+		APIKey:   s.apiKey,
+		OnQueued: func(queued *pb.SessionQueued) { printQueued(stderr, queued) },
+	})
 	if err != nil {
 		return err
 	}
@@ -155,6 +167,12 @@ func talk(s settings, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "reply: %.2f s saved to %s\n", answer.audio().Seconds(), s.outPath)
 	}
 	return closeErr
+}
+
+// printQueued tells where the open waits in the server's queue.
+func printQueued(stderr io.Writer, queued *pb.SessionQueued) {
+	fmt.Fprintf(stderr, "queued: position %d, estimated wait %d ms, class %s\n",
+		queued.GetPosition(), queued.GetEstimatedWait().AsDuration().Milliseconds(), queued.GetPriorityClass())
 }
 
 // say sends the audio in chunks, then commits the turn with a request for an answer.

@@ -35,6 +35,7 @@ from bridge.dialects import VLLM_OMNI_PATH, dialect_name, make_dialect
 from bridge.frame_budget import FrameBudget, own_budget
 from bridge.frame_meter import MeteredSocket
 from bridge.gate import Gate, add_security_headers, host_middleware
+from bridge.loop_shares import LoopShares
 from bridge.metrics import CONNECTIONS, REFUSALS, metrics_handler
 from bridge.minting import minting_handler
 from bridge.options import MAX_EVENT_BYTES, BridgeOptions
@@ -73,6 +74,8 @@ class Bridge:
         self.frames = frames or own_budget(
             options.memory_budget_bytes, options.api_keys, options.key_memory_share, on_drained
         )
+        # The loop time each key's commands may take in one pass (bridge.loop_shares).
+        self.loop_shares = LoopShares()
         # What a request must show before it is served.
         self.gate = Gate(
             allowed_origins=options.allowed_origins,
@@ -169,6 +172,8 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         transport=request.transport,
         tracer=bridge.tracer,
         meter=ws.meter,
+        # Without keys of its own, what a client presents is its own text, not a tenant.
+        share=bridge.loop_shares.of(key if options.api_keys else ""),
     )
     bridge.relays.add(relay)
     CONNECTIONS.inc()

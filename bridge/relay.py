@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -41,6 +42,7 @@ from bridge.client_socket import ClientFellBehind, ClientSocket
 from bridge.dialect import Dialect
 from bridge.errors import RATE_LIMIT_CODE, DialectError, Refusal, event_too_large
 from bridge.frame_meter import FrameMeter
+from bridge.loop_shares import KeyShare
 from bridge.options import MAX_EVENT_BYTES, BridgeOptions
 from bridge.stream_ends import (
     TRANSPORT_RETRY_S,
@@ -109,8 +111,11 @@ class Relay:
         transport: asyncio.Transport | None = None,
         tracer: Tracer | None = None,
         meter: FrameMeter | None = None,
+        share: KeyShare | None = None,
     ) -> None:
         self.ws = ws
+        # The key's share of a loop pass, which each command's handing on is charged to.
+        self._share = share
         # The socket's frames are charged from their headers until their commands leave
         # (bridge.frame_budget): ``_handed_on`` gives back each message's charge, once.
         self._meter = meter
@@ -329,6 +334,10 @@ class Relay:
                 if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
                     break
                 self._received(message.type)
+                share = self._share
+                if share is not None:
+                    await share.turn()  # the key's other sockets had this pass: wait
+                started = time.perf_counter()  # not the loop's clock: uvloop's counts whole ms
                 try:
                     if closing or self._end_reason in _ENDED:
                         # The client closed the session, or it ended, and the service ends the
@@ -357,6 +366,8 @@ class Relay:
                         await self._tell(Refusal("bad_event", "send events as text frames"))
                 finally:
                     self._handed_on()
+                    if share is not None:
+                        share.spent(time.perf_counter() - started)
         except (StreamBroken, ConnectionError):
             return  # the stream or the socket ended under us; the pump tells the client why
 

@@ -34,6 +34,7 @@ from omni_cli.workers import BridgeWorkers, parent_gone
 from omni_grpc.server.agent import start_agent
 from omni_grpc.server.allocator import give_back, return_large_blocks
 from omni_grpc.server.app import RunningServer, start_server
+from omni_grpc.server.collector import settle_collector
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
 
 logger = logging.getLogger(__name__)
@@ -186,6 +187,7 @@ async def serve(settings: ServeSettings) -> None:
 
 async def _serve(settings: ServeSettings, tracer_provider: TracerProvider | None) -> None:
     service = await start_service(settings, tracer_provider=tracer_provider)
+    settle_collector()  # what the service is made of is left out of later collections
     scheme = "https" if settings.server.tls_cert_file else "http"
     bridge = (
         f", websocket bridge on {scheme}://{settings.server.host}:{service.http_port}/"

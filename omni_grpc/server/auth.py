@@ -51,14 +51,18 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
         self._keyless = frozenset(keyless)
         status = unauthenticated()
 
-        async def refuse(request: object, context: grpc.aio.ServicerContext) -> None:
-            await refuse_call(context, status.code, status.details, status.trailing_metadata)
+        def refusing(streaming: bool) -> Callable[..., Awaitable[None]]:
+            async def refuse(request: object, context: grpc.aio.ServicerContext) -> None:
+                code, details, trailing = status.code, status.details, status.trailing_metadata
+                await refuse_call(context, code, details, trailing, streaming=streaming)
+
+            return refuse
 
         # Refused as request streams whatever the method: gRPC would otherwise wait for a
         # unary call's request before refusing it, and a call that never sends one would hold
         # its place in gRPC's own count for ever.
-        unary_response = grpc.stream_unary_rpc_method_handler(refuse)
-        stream_response = grpc.stream_stream_rpc_method_handler(refuse)
+        unary_response = grpc.stream_unary_rpc_method_handler(refusing(False))
+        stream_response = grpc.stream_stream_rpc_method_handler(refusing(True))
         self._refusals = {False: unary_response, True: stream_response}
 
     async def intercept_service(

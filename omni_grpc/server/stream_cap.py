@@ -145,13 +145,18 @@ def _refusal(message: str) -> StreamRefused:
     )
 
 
-async def abort_refused(context: grpc.aio.ServicerContext, refusal: StreamRefused | None) -> None:
-    """Ends a call with a refusal of the cap (None: the server's bound, in gRPC's own words)."""
+async def refuse_over_cap(
+    context: grpc.aio.ServicerContext, refusal: StreamRefused | None, *, streaming: bool
+) -> None:
+    """Ends a call refused by the cap (None: the server's bound, in gRPC's own words); the
+    handler returns right after (see :func:`refuse_call`)."""
     if refusal is None:
-        await refuse_call(context, grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_STREAMS)
+        exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+        await refuse_call(context, exhausted, TOO_MANY_STREAMS, streaming=streaming)
         return
     status = rich_status(refusal)
-    await refuse_call(context, status.code, status.details, status.trailing_metadata)
+    trailing = status.trailing_metadata
+    await refuse_call(context, status.code, status.details, trailing, streaming=streaming)
 
 
 class CappedCalls(grpc.aio.ServerInterceptor):
@@ -229,7 +234,8 @@ class CappedCalls(grpc.aio.ServerInterceptor):
             if bound is not None:
                 bound = KEYLESS if keyless else bound
                 told(bound, key, context.peer())
-                await abort_refused(context, cap.refusal(bound))
+                await refuse_over_cap(context, cap.refusal(bound), streaming=streaming)
+                return None
             try:
                 if within is None:
                     return await _serve(behaviour, unary, streaming, request_iterator, context)
@@ -288,7 +294,7 @@ __all__ = [
     "TOO_MANY_STREAMS",
     "CappedCalls",
     "StreamCap",
-    "abort_refused",
     "peer_address",
+    "refuse_over_cap",
     "share",
 ]

@@ -10,7 +10,10 @@ short grace, before it refuses (``omni_grpc.server.status.refuse_call``).
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 from collections.abc import AsyncIterator
+from types import FrameType
 
 import grpc
 import pytest
@@ -29,6 +32,7 @@ OPEN = pb.ConverseRequest(open_session=pb.OpenSession())
 # A client that writes this long after its call started still has its write land (the grace
 # is made long here, so that a loaded machine cannot make the write late).
 WRITE_AFTER_S = 0.05
+SERVER_CODE = os.path.dirname(status.__file__)  # the server's own modules
 
 
 @pytest.fixture
@@ -83,3 +87,32 @@ async def test_a_refused_call_that_never_writes_is_still_refused(server: Running
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await asyncio.wait_for(call.read(), 30)
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_refused_stream_leaves_nothing_for_the_cycle_collector(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream refused for want of a key or a place is ended by setting its status, not by
+    an abort, whose exception would hold the handler's frames, and they the call: a cycle per
+    refusal, which under a key's churn of refused calls made long full collections."""
+    monkeypatch.setattr(status, "FIRST_WRITE_GRACE_S", 10.0)
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        stub = duplex_pb2_grpc.DuplexServiceStub(channel)
+        held, _ = await open_stream(stub, metadata=KEY)  # the one place
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds is kept in gc.garbage
+        try:
+            for metadata in (KEY, None) * 5:
+                await _refused_after_a_late_write(stub, metadata)
+            gc.collect()
+            left = [
+                found
+                for found in gc.garbage
+                if isinstance(found, grpc.aio.AbortError)
+                or (isinstance(found, FrameType) and SERVER_CODE in found.f_code.co_filename)
+            ]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        assert left == []
+        held.cancel()

@@ -39,12 +39,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import math
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,14 +55,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import aiohttp
 
-from omni_cli.cluster import AGENT_INTER, free_port
+from omni_cli.cluster import AGENT_INTER
+from omni_cli.cluster_child import ClusterChild
 from omni_grpc.bench import harness
 from omni_grpc.client import ClientOptions, DuplexClient, ReconnectPolicy
 from omni_grpc.client.errors import OpenRefused
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import pcm16_bytes
 
-ROOT = Path(__file__).resolve().parents[1]
 CHUNK_MS = 100
 GOLD, STANDARD = "bench-gold-key", "bench-standard-key"
 GOLD_SHARE = 0.2
@@ -120,12 +117,10 @@ class Record:
 # -- the cluster ----------------------------------------------------------------------------
 
 
-class Cluster:
+class Cluster(ClusterChild):
     """scripts/cluster's runner as a child process: Redis, the replicas, HAProxy."""
 
     def __init__(self, replicas: int, plan: Plan, workdir: Path) -> None:
-        self.state_file = workdir / f"cluster-{replicas}.json"
-        self.log = (workdir / f"cluster-{replicas}.log").open("wb")
         serve = [
             *("--engine", "loopback", "--engine-option", "mode=mirror"),
             *("--engine-option", "pace=fast", "--capacity", str(plan.capacity)),
@@ -135,45 +130,27 @@ class Cluster:
         env = dict(os.environ)
         env["OMNI_GRPC_API_KEYS"] = f"{GOLD},{STANDARD}"
         env["OMNI_GRPC_PRIORITY_CLASSES"] = f"gold={GOLD}"
-        self.process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "omni_cli.cluster", "--replicas", str(replicas)),
-                *("--grpc-port", str(free_port()), "--http-port", str(free_port())),
-                *("--state-file", str(self.state_file), "--", *serve),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        self.state: dict[str, object] = {}
+        state_file, log = workdir / f"cluster-{replicas}.json", workdir / f"cluster-{replicas}.log"
+        super().__init__(replicas, serve, state_file, log, env)
 
     async def ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not self.state_file.exists():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the cluster did not start; see its log")
-            await asyncio.sleep(0.1)
-        self.state = json.loads(self.state_file.read_text())
+        try:
+            while not self.read_state():
+                if time.monotonic() > deadline:
+                    raise SystemExit("the cluster did not start; see its log")
+                await asyncio.sleep(0.1)
+        except RuntimeError as ended:
+            raise SystemExit(str(ended)) from None
 
     @property
     def target(self) -> str:
-        return str(self.state["proxy"]["grpc"])  # type: ignore[index]
+        return str(self.state["proxy"]["grpc"])
 
     @property
     def health_urls(self) -> dict[str, str]:
         replicas = self.state["replicas"]
-        return {r["route"]: f"http://{r['metrics']}/health" for r in replicas}  # type: ignore[attr-defined]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
+        return {r["route"]: f"http://{r['metrics']}/health" for r in replicas}
 
 
 # -- the load -------------------------------------------------------------------------------

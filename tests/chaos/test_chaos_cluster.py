@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 
 from omni_cli.cluster import free_port, haproxy_config, program, proxy_sees_all_up, redis_command
+from omni_cli.cluster_child import ROOT
 from omni_grpc.core import Limits
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
 from tests.chaos.test_chaos import SESSIONS, TAKEOVERS, Talker, Truth, check_sessions
 from tests.client.proxy import ChaosProxy
-from tests.cluster.local import ROOT, wait_for
+from tests.cluster.local import wait_for
 from tests.serving import settings
 
 # Redis and HAProxy are child processes.

@@ -1,7 +1,8 @@
 """A local cluster for tests: ``scripts/cluster``'s own runner, as a real child process.
 
-:class:`LocalCluster` starts ``python -m omni_cli.cluster`` (Redis, the replicas, HAProxy
-from deploy/haproxy, the bridge), waits for its state file, and stops it. Tests kill, signal and
+:class:`LocalCluster` starts ``python -m omni_cli.cluster`` (Redis, the replicas, HAProxy from
+deploy/haproxy, the bridge) as :mod:`omni_cli.cluster_child` does, waits for its state file, and
+stops it. Tests kill, signal and
 scrape the processes the state file names. Everything waits on conditions with generous
 deadlines, never on fixed sleeps: the suite runs on a loaded 2-core machine.
 """
@@ -13,64 +14,36 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from omni_cli.cluster import free_port
+from omni_cli.cluster_child import ClusterChild
 
-ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120.0
 # Loopback at real-time pace (a response lasts as long as its audio, so a kill lands in the
 # middle of one), answering with the conversation so far (recall) to show a history survived.
 LOOPBACK = ("--engine", "loopback", "--engine-option", "recall=1", "--shutdown-grace-s", "20")
 
 
-class LocalCluster:
+class LocalCluster(ClusterChild):
     """Redis, replicas, HAProxy and the bridge as scripts/cluster starts them."""
 
     def __init__(self, tmp: Path, replicas: int = 3, serve_args: tuple[str, ...] = LOOPBACK):
-        self.state_file = tmp / "cluster.json"
-        self.grpc_port, self.http_port = free_port(), free_port()
-        self._log = (tmp / "cluster.log").open("wb")
-        self.process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "omni_cli.cluster", "--replicas", str(replicas)),
-                *("--grpc-port", str(self.grpc_port), "--http-port", str(self.http_port)),
-                *("--state-file", str(self.state_file), "--", *serve_args),
-            ],
-            cwd=ROOT,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        self.log_path = tmp / "cluster.log"
-        self.state: dict[str, Any] = {}
+        super().__init__(replicas, serve_args, tmp / "cluster.json", tmp / "cluster.log")
 
     def wait_ready(self) -> LocalCluster:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not self.state_file.exists():
+        while not self.read_state():
             assert self.process.poll() is None, self.log()
             assert time.monotonic() < deadline, "the cluster did not start in time"
             time.sleep(0.1)
-        self.state = json.loads(self.state_file.read_text())
         return self
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-6000:]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
 
     # -- what the state file names ----------------------------------------------------------
 

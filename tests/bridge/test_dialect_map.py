@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 from omni_grpc.wire import pb
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dialect_map", ROOT / "scripts/dialect_map.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("dialect_map")
 
 
 def test_the_dialect_map_in_the_docs_is_current() -> None:

@@ -9,33 +9,17 @@ belong to no loop).
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine
 from tests.conftest import loads_models
+from tests.scripts import load_script
 
-
-def _load_script(name: str) -> ModuleType:
-    """A module of scripts/ (not a package), by its name."""
-    path = Path(__file__).resolve().parents[2] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # Dataclasses look their module up by name, and the scripts import each other by name.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-speech = _load_script("make_test_speech")
-speech_set = _load_script("speech_set")  # the speech test set (after make_test_speech)
-word_error_rate = _load_script("word_error_rate")
+speech = load_script("make_test_speech")
+speech_set = load_script("speech_set")  # the speech test set (after make_test_speech)
+word_error_rate = load_script("word_error_rate")
 
 
 @pytest.fixture(scope="session")

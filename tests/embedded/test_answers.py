@@ -8,12 +8,8 @@ bound leaves three answers of room for another machine's arithmetic.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -28,21 +24,12 @@ from omni_grpc.engine.embedded.responder import (
     SentenceLimit,
     SmolResponder,
 )
+from tests.scripts import load_script
 
 MIN_CORRECT = 18  # of 28
 
 
-def _load_questions() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "scripts" / "lm_questions.py"
-    spec = importlib.util.spec_from_file_location("lm_questions", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-questions = _load_questions()
+questions = load_script("lm_questions")
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,9 @@ import pytest
 
 from omni_grpc.engine.embedded import EmbeddedEngine
 from omni_grpc.wire import pb
+from tests.scripts import load_script
 
-from .conftest import _load_script, speech, speech_set, word_error_rate
+from .conftest import speech, speech_set, word_error_rate
 from .driver import open_driver
 
 
@@ -91,7 +92,7 @@ def test_errors_are_counted_word_by_word(said: str, heard: str, errors: int) -> 
 
 def test_the_fixed_prompts_tried_hold_no_word_of_the_set() -> None:
     """A prompt built from the set's own words would be fitted to it, not generic."""
-    bench_hearing = _load_script("bench_hearing")
+    bench_hearing = load_script("bench_hearing")
     said = {
         word for text in speech_set.utterances() for word in re.findall(r"[a-z']+", text.lower())
     }

@@ -8,10 +8,7 @@ through the real detector. To put an engine under the suite, add one line to HEA
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +17,7 @@ from omni_grpc.core.config import resolve_config
 from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import Engine
 from omni_grpc.wire import pb
+from tests.scripts import load_script
 from tests.vllm.support import hearing_spec as vllm_hearing_spec
 
 from .conformance import EngineSpec, Probe, check_lifecycles, kinds
@@ -41,17 +39,7 @@ HEARING = [
 ]
 
 
-def _speech() -> object:
-    path = Path(__file__).resolve().parents[2] / "scripts" / "make_test_speech.py"
-    spec = importlib.util.spec_from_file_location("make_test_speech", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-speech = _speech()
+speech = load_script("make_test_speech")
 
 
 @pytest.fixture(params=HEARING, ids=str)

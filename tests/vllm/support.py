@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import importlib.util
 import logging
 import os
 import sys
 import threading
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from omni_grpc.engine.vllm import VllmEngine, VllmOptions, VllmRuntime
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,16 +53,6 @@ EOS_ID = 0  # <|endoftext|> of the tiny model's tokenizer
 ANSWER_TOKENS = 16
 
 
-def _tiny_models() -> ModuleType:
-    path = ROOT / "scripts" / "make_tiny_models.py"
-    spec = importlib.util.spec_from_file_location("make_tiny_models", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def tiny_options(**overrides: str) -> dict[str, str]:
     """Engine options for the tiny Qwen2-Audio model on a CPU.
 
@@ -72,7 +61,7 @@ def tiny_options(**overrides: str) -> dict[str, str]:
     makes every answer exactly ANSWER_TOKENS tokens and end normally, whatever the audio.
     Greedy sampling makes the tokens a function of the prompt (and so of the audio).
     """
-    model = _tiny_models().ensure("qwen2-audio")
+    model = load_script("make_tiny_models").ensure("qwen2-audio")
     options = {
         "model": str(model),
         "dtype": "float32",

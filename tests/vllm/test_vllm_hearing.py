@@ -4,33 +4,19 @@ goes on; a long one ends it. Real speech made by espeak-ng, as the embedded test
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine.vllm import VllmEngine
 from omni_grpc.wire import pb
 from tests.engine.conformance import Probe
+from tests.scripts import load_script
 
 from .support import VLLM_MARKS, make_engine
 
 pytestmark = VLLM_MARKS
 
 
-def _speech() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "scripts" / "make_test_speech.py"
-    spec = importlib.util.spec_from_file_location("make_test_speech", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-speech = _speech()
+speech = load_script("make_test_speech")
 
 
 async def test_semantic_vad_is_the_eagernesss_silence_and_words_are_refused() -> None:

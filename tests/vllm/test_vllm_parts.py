@@ -22,6 +22,7 @@ from omni_grpc.engine.vllm.prompt import Entry, build_prompt
 from omni_grpc.engine.vllm_omni import VllmOmniOptions
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -130,10 +131,7 @@ def test_importing_the_engines_imports_no_model_runtime() -> None:
 
 
 def test_the_capability_table_in_the_docs_is_current() -> None:
-    spec = importlib.util.spec_from_file_location("engine_table", ROOT / "scripts/engine_table.py")
-    assert spec is not None and spec.loader is not None
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
+    table = load_script("engine_table")
     doc = (ROOT / "docs" / "engines.md").read_text(encoding="utf-8")
     assert table.render(doc) == doc, "run `python scripts/engine_table.py --write`"
     for name in known_engines():

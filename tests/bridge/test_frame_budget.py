@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import aiohttp
 import orjson
@@ -156,6 +158,20 @@ async def test_a_large_frame_waits_for_its_keys_audio_allowance() -> None:
     assert not waits
 
 
+@asynccontextmanager
+async def bridge_url(budget: FrameBudget) -> AsyncIterator[str]:
+    """A bridge whose frames are charged to ``budget``, in front of a loopback service; the
+    URL of its Realtime socket (extensions on)."""
+    async with serving(service_settings()) as service:
+        runner, port = await start_bridge(
+            service.target, BridgeOptions(port=0), local=service.local, frames=budget
+        )
+        try:
+            yield f"http://127.0.0.1:{port}/v1/realtime?{WITH_EXTENSIONS}"
+        finally:
+            await runner.cleanup()
+
+
 def test_a_bridge_alone_shares_its_budget_between_two_keys_or_more() -> None:
     budget = own_budget(1000, ("a", "b"), 0.25)
     assert budget._key_ledger("a") is not None
@@ -164,24 +180,18 @@ def test_a_bridge_alone_shares_its_budget_between_two_keys_or_more() -> None:
 
 async def test_a_real_socket_charges_its_frames_until_their_commands_left() -> None:
     budget = FrameBudget(OwnLedger(10**9))
-    async with serving(service_settings()) as service:
-        runner, port = await start_bridge(
-            service.target, BridgeOptions(port=0), local=service.local, frames=budget
-        )
-        try:
-            async with (
-                aiohttp.ClientSession() as http,
-                http.ws_connect(f"http://127.0.0.1:{port}/v1/realtime?{WITH_EXTENSIONS}") as ws,
-            ):
-                await asyncio.wait_for(ws.receive(), 10)  # session.created
-                heartbeat = '{"type":"session.heartbeat"}'
-                await ws.send_str(heartbeat)
-                answer = await asyncio.wait_for(ws.receive(), 10)
-                assert answer.json()["type"] == "session.heartbeat_ack"
-                assert budget.peak >= len(heartbeat) * COPIES  # it was charged...
-                assert budget.in_flight == 0  # ...until its command left
-        finally:
-            await runner.cleanup()
+    async with (
+        bridge_url(budget) as url,
+        aiohttp.ClientSession() as http,
+        http.ws_connect(url) as ws,
+    ):
+        await asyncio.wait_for(ws.receive(), 10)  # session.created
+        heartbeat = '{"type":"session.heartbeat"}'
+        await ws.send_str(heartbeat)
+        answer = await asyncio.wait_for(ws.receive(), 10)
+        assert answer.json()["type"] == "session.heartbeat_ack"
+        assert budget.peak >= len(heartbeat) * COPIES  # it was charged...
+        assert budget.in_flight == 0  # ...until its command left
 
 
 def test_a_header_claiming_more_than_the_parser_takes_is_charged_what_it_takes() -> None:
@@ -227,27 +237,21 @@ def test_a_message_of_several_frames_and_a_frame_past_the_parsers_cap_are_not_dr
 
 async def test_a_real_socket_is_answered_event_too_large_and_reads_on() -> None:
     budget = FrameBudget(OwnLedger(10**9))
-    async with serving(service_settings()) as service:
-        runner, port = await start_bridge(
-            service.target, BridgeOptions(port=0), local=service.local, frames=budget
-        )
-        try:
-            async with (
-                aiohttp.ClientSession() as http,
-                http.ws_connect(f"http://127.0.0.1:{port}/v1/realtime?{WITH_EXTENSIONS}") as ws,
-            ):
-                await asyncio.wait_for(ws.receive(), 10)  # session.created
-                audio = "A" * (MAX_EVENT_BYTES + 4)
-                await ws.send_str('{"type":"input_audio_buffer.append","audio":"' + audio + '"}')
-                await ws.send_str('{"type":"session.heartbeat"}')
-                error = (await asyncio.wait_for(ws.receive(), 30)).json()
-                assert error["type"] == "error"
-                assert error["error"]["code"] == "event_too_large"
-                answer = await asyncio.wait_for(ws.receive(), 10)
-                assert answer.json()["type"] == "session.heartbeat_ack"  # the socket reads on
-                assert budget.peak < MAX_EVENT_BYTES  # the frame was never charged nor held
-        finally:
-            await runner.cleanup()
+    async with (
+        bridge_url(budget) as url,
+        aiohttp.ClientSession() as http,
+        http.ws_connect(url) as ws,
+    ):
+        await asyncio.wait_for(ws.receive(), 10)  # session.created
+        audio = "A" * (MAX_EVENT_BYTES + 4)
+        await ws.send_str('{"type":"input_audio_buffer.append","audio":"' + audio + '"}')
+        await ws.send_str('{"type":"session.heartbeat"}')
+        error = (await asyncio.wait_for(ws.receive(), 30)).json()
+        assert error["type"] == "error"
+        assert error["error"]["code"] == "event_too_large"
+        answer = await asyncio.wait_for(ws.receive(), 10)
+        assert answer.json()["type"] == "session.heartbeat_ack"  # the socket reads on
+        assert budget.peak < MAX_EVENT_BYTES  # the frame was never charged nor held
 
 
 def test_a_keys_large_frames_go_one_at_a_time_and_other_keys_between() -> None:
@@ -277,29 +281,22 @@ async def test_large_appends_of_one_key_on_two_sockets_are_all_applied() -> None
     budget = FrameBudget(OwnLedger(10**12))
     audio = base64.b64encode(b"\x00\x08" * (LARGE_FRAME_BYTES // 2)).decode()
     append = '{"type":"input_audio_buffer.append","audio":"' + audio + '"}'
-    async with serving(service_settings()) as service:
-        runner, port = await start_bridge(
-            service.target, BridgeOptions(port=0), local=service.local, frames=budget
-        )
-        url = f"http://127.0.0.1:{port}/v1/realtime?{WITH_EXTENSIONS}"
-        try:
-            async with (
-                aiohttp.ClientSession() as http,
-                http.ws_connect(url) as first,
-                http.ws_connect(url) as second,
-            ):
-                for ws in (first, second):
-                    await asyncio.wait_for(ws.receive(), 10)  # session.created
-                    await ws.send_str(orjson.dumps(NO_TURN_DETECTION).decode())
-                for ws in (first, second):  # the same key's large frames, together
-                    await ws.send_str(append)
-                    await ws.send_str(append)
-                    await ws.send_str('{"type":"session.heartbeat"}')
-                for ws in (first, second):  # each waited its turn; none was refused
-                    while (event := (await asyncio.wait_for(ws.receive(), 30)).json())[
-                        "type"
-                    ] != "session.heartbeat_ack":
-                        assert event["type"] != "error", event
-                assert budget.in_flight == 0
-        finally:
-            await runner.cleanup()
+    async with (
+        bridge_url(budget) as url,
+        aiohttp.ClientSession() as http,
+        http.ws_connect(url) as first,
+        http.ws_connect(url) as second,
+    ):
+        for ws in (first, second):
+            await asyncio.wait_for(ws.receive(), 10)  # session.created
+            await ws.send_str(orjson.dumps(NO_TURN_DETECTION).decode())
+        for ws in (first, second):  # the same key's large frames, together
+            await ws.send_str(append)
+            await ws.send_str(append)
+            await ws.send_str('{"type":"session.heartbeat"}')
+        for ws in (first, second):  # each waited its turn; none was refused
+            while (event := (await asyncio.wait_for(ws.receive(), 30)).json())[
+                "type"
+            ] != "session.heartbeat_ack":
+                assert event["type"] != "error", event
+        assert budget.in_flight == 0

@@ -4,8 +4,10 @@ Token buckets per key (``rate_limits.py``) bound the commands and audio a key se
 what it holds and starts, so that no key takes the service from the others:
 
 * **Sessions.** With two keys or more, no key holds more than ``session_share`` live sessions
-  (``max_sessions_per_key``; by default three quarters of ``max_sessions``, rounded up, so that
-  another key can always get in). One past it is refused ``resource_exhausted``, retryable, as
+  (``max_sessions_per_key``; by default three quarters of the sessions the server serves at
+  once, rounded up: ``max_sessions``, or the capacity of its queue when it has one, so that
+  another key can always get in). A queue's own room is shared the same way
+  (``session_queue.py``). One past it is refused ``resource_exhausted``, retryable, as
   a full server refuses. A server with one key, or none, has no share: the key is the tenant.
 * **Memory.** With two keys or more, each key's sessions together hold at most
   ``key_memory_share`` of the memory budget (input audio, and the frames a bridge in the same
@@ -32,13 +34,21 @@ from omni_grpc.core.limits import Limits
 from omni_grpc.core.rate_limits import MIN_RETRY_AFTER_S, TokenBucket
 
 
-def session_share(limits: Limits, keys: int) -> int:
-    """The live sessions one key may hold among ``keys`` keys (0: no share of its own)."""
-    if limits.max_sessions_per_key:
-        return limits.max_sessions_per_key
+def share_of(room: int, keys: int) -> int:
+    """What one key of ``keys`` may hold of ``room`` places: three quarters, rounded up, so
+    that another key always finds some (0: one key or none, which has no share of its own)."""
     if keys < 2:
         return 0
-    return limits.max_sessions - limits.max_sessions // 4
+    return max(1, room - room // 4)
+
+
+def session_share(limits: Limits, keys: int, capacity: int = 0) -> int:
+    """The live sessions one key may hold among ``keys`` keys (0: no share of its own), of the
+    ``capacity`` the server serves at once (its queue's; 0: ``max_sessions``)."""
+    if limits.max_sessions_per_key:
+        return limits.max_sessions_per_key
+    room = min(capacity, limits.max_sessions) if capacity > 0 else limits.max_sessions
+    return share_of(room, keys)
 
 
 class KeyShares:
@@ -46,9 +56,11 @@ class KeyShares:
 
     __slots__ = ("_budgets", "_digests", "_limits", "_opens", "_resumes", "session_share")
 
-    def __init__(self, keys: tuple[str, ...], limits: Limits, now: float) -> None:
+    def __init__(
+        self, keys: tuple[str, ...], limits: Limits, now: float, capacity: int = 0
+    ) -> None:
         self._limits = limits
-        self.session_share = session_share(limits, len(keys))
+        self.session_share = session_share(limits, len(keys), capacity)
         burst = limits.rate_burst_s
         self._opens = {key: TokenBucket(limits.key_opens_per_s, burst, now) for key in keys}
         self._resumes = {key: TokenBucket(limits.key_resumes_per_s, burst, now) for key in keys}
@@ -114,4 +126,4 @@ def _take(bucket: TokenBucket, now: float, what: str) -> None:
     bucket.spend(1)
 
 
-__all__ = ["KeyShares", "session_share"]
+__all__ = ["KeyShares", "session_share", "share_of"]

@@ -20,9 +20,17 @@ back (tickets admitted, notices to send, sessions that leave). The rules:
   after ``max_overtakes``, and then only the due heads of other classes that fell due before it
   go first, at most one per class. While a class has sessions waiting, it gets at least one in
   every ``starvation_bound + 1`` admissions.
-* **Bounds.** At most ``max_length`` sessions wait (one more is refused ``queue_full``) and none
-  waits longer than ``max_wait_s`` (refused ``queue_wait_exceeded``). Both are retryable, with
-  the time until a place should free as the hint.
+* **Bounds.** At most ``max_length`` sessions wait with a stream (one more is refused
+  ``queue_full``) and none waits longer than ``max_wait_s`` (refused ``queue_wait_exceeded``).
+  Both are retryable, with the time until a place should free as the hint. A wait whose stream
+  went holds its place but not room in the queue; so that such waits stay bounded too, at most
+  ``HELD_PER_ROOM`` times ``max_length`` sessions are held in all.
+* **Fair room.** No one fills the queue for the others. With a ``key_share``, one API key holds
+  at most that many waits with a stream (and ``HELD_PER_ROOM`` times as many in all); one past
+  it is refused ``queue_full``, naming the key's share. Room is kept for the classes above:
+  a class may fill the queue only up to ``max_length`` less :attr:`QueuePolicy.class_reserve`
+  for each class above it, so a session of a higher class always finds room while the lower
+  ones wait.
 * **Streams come and go.** A waiting session whose stream went keeps its place for the
   disconnect grace (``grace_s``), passed over meanwhile (it is in nobody's position), and takes
   it back when a resume brings its id and token; after the grace it has left. A resume while a
@@ -62,6 +70,8 @@ LENGTHS_KEPT = 64  # the session lengths the estimates learn from: the latest on
 MIN_LENGTH_S = 1.0  # no estimate assumes a session shorter than this
 RETELL_S = 1.0  # an estimate is told again when it strays this far from the countdown...
 RETELL_SHARE = 0.2  # ...or this share of the last one told, whichever is more
+# Waits held in all (with a stream or within their grace) per wait with a stream allowed.
+HELD_PER_ROOM = 4
 ARRIVALS_KEPT = 64  # the arrivals of each class whose rate the estimates of lower ones use...
 RATE_WINDOW_S = 120.0  # ...those of this long ago at most
 
@@ -77,16 +87,28 @@ class QueuePolicy:
     max_overtakes: int = 4
     grace_s: float = 30.0  # how long a session whose stream went keeps its place
     retry_after_s: float = 1.0  # the least retry hint of a refusal
+    key_share: int = 0  # the waits with a stream one API key may hold (0: no share of its own)
 
     def __post_init__(self) -> None:
         if self.capacity < 1:
             raise ValueError("capacity must be at least 1")
         if self.max_length < 0 or self.max_wait_s <= 0 or self.grace_s < 0:
             raise ValueError("max_length, max_wait_s and grace_s must not be negative")
+        if self.key_share < 0:
+            raise ValueError("key_share must not be negative")
         if self.max_overtakes < 1:
             raise ValueError("max_overtakes must be at least 1")
         if DEFAULT_CLASS not in self.classes or len(set(self.classes)) != len(self.classes):
             raise ValueError(f"classes must be distinct and include {DEFAULT_CLASS!r}")
+
+    @property
+    def class_reserve(self) -> int:
+        """The room in the queue kept for each class above a session's own (see the module):
+        an eighth of the queue shared among the classes above the lowest (none for a queue too
+        short to spare a place for each)."""
+        if len(self.classes) < 2:
+            return 0
+        return self.max_length // (8 * (len(self.classes) - 1))
 
     @property
     def starvation_bound(self) -> int:
@@ -217,11 +239,11 @@ class SessionQueue:
         if room and not any(t.attached for waiting in self._waiting for t in waiting):
             ticket.granted = True
             self.pending += 1
-        elif len(self) >= self.policy.max_length:
+        elif (full := self._no_room(ticket)) is not None:
             raise StreamRefused(
                 Status.RESOURCE_EXHAUSTED,
                 "queue_full",
-                f"the server is at capacity and {len(self)} sessions wait: retry later",
+                f"the server is at capacity and {full}: retry later",
                 retryable=True,
                 retry_after_s=self.retry_after_s(now, started),
             )
@@ -229,6 +251,22 @@ class SessionQueue:
             self._waiting[ticket.rank].append(ticket)
         self._tickets[ticket.id] = ticket
         return ticket
+
+    def _no_room(self, ticket: Ticket) -> str | None:
+        """Why ``ticket`` may not wait (see "Bounds" and "Fair room"), or None when it may."""
+        policy = self.policy
+        held = [t for waiting in self._waiting for t in waiting]
+        with_stream = sum(t.attached for t in held)
+        room = policy.max_length - ticket.rank * policy.class_reserve
+        if with_stream >= room or len(held) >= HELD_PER_ROOM * policy.max_length:
+            return f"{with_stream} sessions wait"
+        if policy.key_share:
+            owner = ticket.lock.owner_digest
+            own = [t for t in held if t.lock.owner_digest == owner]
+            attached = sum(t.attached for t in own)
+            if attached >= policy.key_share or len(own) >= HELD_PER_ROOM * policy.key_share:
+                return f"this API key holds its share of the queue: limit={policy.key_share}"
+        return None
 
     def grant(self, live: int) -> list[Ticket]:
         """Admits waiting sessions into the free places (``live`` sessions hold some)."""

@@ -159,7 +159,9 @@ async def start_server(
     engine = create_engine(settings.engine, dict(settings.engine_options))
     queue = None
     if settings.queue is not None:  # checked before the engine starts (minutes, on a GPU)
-        queue = session_queue(settings.queue, settings.limits, engine.features.capacity)
+        queue = session_queue(
+            settings.queue, settings.limits, engine.features.capacity, len(settings.api_keys)
+        )
         queue.route = settings.route
         metrics.register_collectors(QUEUE_GAUGES)
     await engine.start()

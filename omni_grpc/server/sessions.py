@@ -107,7 +107,8 @@ class Sessions:
         # The rate allowance of each API key, shared by every session it opens or resumes.
         self._key_allowances = KeyAllowances(tuple(api_keys), registry.limits, clock())
         # What each key may hold and start: sessions, memory, opens and resumes (key_shares.py).
-        self.key_shares = KeyShares(tuple(api_keys), registry.limits, clock())
+        capacity = queue.policy.capacity if queue is not None else 0
+        self.key_shares = KeyShares(tuple(api_keys), registry.limits, clock(), capacity)
         # Input audio and queued output of every session together (see core/budget.py).
         self.budget = registry.budget
         # Refused streams and lookups, whichever transport they came by (see refusals.py).

@@ -26,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from omni_grpc.core import Registry, Session, Status, StreamRefused
+from omni_grpc.core.key_shares import share_of
 from omni_grpc.core.limits import Limits
 from omni_grpc.core.session_queue import DEFAULT_CLASS, QueuePolicy, SessionQueue, Ticket
 from omni_grpc.server.settings import QueueSettings
@@ -69,9 +70,13 @@ WAITED = Histogram(
 )
 
 
-def session_queue(chosen: QueueSettings, limits: Limits, engine_capacity: int) -> SessionQueue:
+def session_queue(
+    chosen: QueueSettings, limits: Limits, engine_capacity: int, keys: int = 0
+) -> SessionQueue:
     """The queue ``chosen`` asks for: its capacity is the engine's (``engine_capacity``; 0 when
-    it knows none), or less when ``chosen`` says less, and never more than ``max_sessions``."""
+    it knows none), or less when ``chosen`` says less, and never more than ``max_sessions``.
+    With ``keys`` API keys (two or more), each key may hold the share of its waits that
+    :func:`~omni_grpc.core.key_shares.share_of` gives it of the queue's length."""
     known = [capacity for capacity in (chosen.capacity, engine_capacity) if capacity > 0]
     capacity = min(*known, limits.max_sessions) if known else limits.max_sessions
     names = [name for name, _ in chosen.classes]
@@ -85,6 +90,7 @@ def session_queue(chosen: QueueSettings, limits: Limits, engine_capacity: int) -
         max_overtakes=chosen.max_overtakes,
         grace_s=limits.disconnect_grace_s,
         retry_after_s=limits.open_retry_after_s,
+        key_share=share_of(chosen.max_length, keys) if chosen.max_length else 0,
     )
     return SessionQueue(policy, {key: name for name, keys in chosen.classes for key in keys})
 

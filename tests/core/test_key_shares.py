@@ -119,3 +119,13 @@ def test_the_share_is_a_question_a_queue_can_ask_apart_from_the_bucket() -> None
     assert not shares.over_share("unknown", 100)  # not a key of the server's
     assert not KeyShares(KEYS[:1], Limits(max_sessions=8), now=0.0).over_share("key-a", 100)
     shares.take_open("key-a", now=0.0)  # the bucket alone, as a queue's door would take it
+
+
+def test_the_share_of_sessions_comes_from_what_the_server_serves_at_once() -> None:
+    limits = Limits(max_sessions=100)
+    assert session_share(limits, 2) == 75  # no queue: max_sessions
+    assert session_share(limits, 2, capacity=8) == 6  # a queue's capacity, not max_sessions
+    assert session_share(limits, 2, capacity=400) == 75  # never past max_sessions
+    assert session_share(limits, 1, capacity=8) == 0  # one key is the tenant
+    shares = KeyShares(KEYS, limits, now=0.0, capacity=4)
+    assert shares.over_share("key-a", 3) and not shares.over_share("key-b", 2)

@@ -543,3 +543,69 @@ def test_the_wait_token_is_spent_once_the_client_spoke_on_the_created_stream() -
     request = pb.ResumeSession(session_id=ticket.id, resume_token=wait_token)
     with pytest.raises(StreamRefused, match="session_resume_expired"):
         registry.resume(request, 3.0)
+
+
+# -- fair room: key shares, class reserves, waits without a stream -------------------------
+
+
+def test_a_wait_whose_stream_went_holds_its_place_but_not_room_in_the_queue() -> None:
+    q = queue(capacity=1, max_length=2)
+    first, second = (q.arrive(OPEN, 0.0, key="", started=[0.0]) for _ in range(2))
+    with pytest.raises(StreamRefused, match="queue_full"):
+        q.arrive(OPEN, 0.0, key="", started=[0.0])
+    assert q.detach(first, first.generation, 1.0)
+    third = q.arrive(OPEN, 1.0, key="", started=[0.0])  # the gone stream's room is free
+    assert not third.granted
+    assert q.order() == [second, third]  # and the gone one is passed over meanwhile
+    resumed, _ = q.resume(first.id, first.token, key="")
+    assert resumed is first and q.order() == [first, second, third]  # its place, kept
+
+
+def test_waits_without_a_stream_stay_bounded_in_all() -> None:
+    q = queue(capacity=1, max_length=1)
+    for t in range(4):  # HELD_PER_ROOM waits held, each of whose stream went
+        ticket = q.arrive(OPEN, float(t), key="", started=[0.0])
+        assert q.detach(ticket, ticket.generation, float(t))
+    with pytest.raises(StreamRefused, match="queue_full"):
+        q.arrive(OPEN, 5.0, key="", started=[0.0])
+
+
+def test_one_key_holds_at_most_its_share_of_the_queue() -> None:
+    made = QueuePolicy(capacity=1, max_length=8, key_share=6)
+    q = SessionQueue(made)
+    for _ in range(6):
+        q.arrive(OPEN, 0.0, key="key-a", started=[0.0])
+    with pytest.raises(StreamRefused) as refused:
+        q.arrive(OPEN, 0.0, key="key-a", started=[0.0])
+    assert refused.value.code == "queue_full" and refused.value.retryable
+    assert "share of the queue: limit=6" in refused.value.message
+    other = q.arrive(OPEN, 0.0, key="key-b", started=[0.0])  # another key still finds room
+    assert q.order()[-1] is other
+
+
+def test_a_key_share_counts_its_waits_without_a_stream_in_the_bound_in_all() -> None:
+    q = SessionQueue(QueuePolicy(capacity=1, max_length=8, key_share=1))
+    for t in range(4):
+        ticket = q.arrive(OPEN, float(t), key="key-a", started=[0.0])
+        assert q.detach(ticket, ticket.generation, float(t))
+    with pytest.raises(StreamRefused, match="share of the queue"):
+        q.arrive(OPEN, 5.0, key="key-a", started=[0.0])
+
+
+def test_room_is_kept_for_the_classes_above() -> None:
+    q = queue(capacity=1, max_length=32)  # three classes: 2 places kept for each above
+    assert q.policy.class_reserve == 2
+    for _ in range(28):  # the default class (two classes above it) fills 32 - 2 * 2
+        q.arrive(OPEN, 0.0, key="", started=[0.0])
+    with pytest.raises(StreamRefused, match="queue_full"):
+        q.arrive(OPEN, 0.0, key="", started=[0.0])
+    q.arrive(OPEN, 0.0, key="silver-key", started=[0.0])  # silver: one class above it
+    q.arrive(OPEN, 0.0, key="silver-key", started=[0.0])
+    with pytest.raises(StreamRefused, match="queue_full"):
+        q.arrive(OPEN, 0.0, key="silver-key", started=[0.0])
+    gold = [q.arrive(OPEN, 0.0, key="gold-key", started=[0.0]) for _ in range(2)]
+    assert q.order()[:2] == gold  # the highest class found room, and goes first
+
+
+def test_a_queue_with_one_class_keeps_no_room() -> None:
+    assert QueuePolicy(capacity=1, max_length=256).class_reserve == 0

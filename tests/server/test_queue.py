@@ -20,6 +20,7 @@ from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import RunningServer
 from omni_grpc.server.settings import QueueSettings
 from omni_grpc.wire import pb
+from omni_grpc.wire.keys import bearer_metadata
 from omni_grpc.wire.stream_end import StreamBroken
 from tests.server.streams import open_stream, read
 from tests.serving import FakeClock, eventually, serving, settings
@@ -308,3 +309,47 @@ async def test_without_a_queue_a_session_past_max_sessions_is_refused_as_ever() 
                 "resource_exhausted",
             )
             first.cancel()
+
+
+async def test_one_key_cannot_fill_the_queue_or_every_place_for_another() -> None:
+    """Two keys, two places, one each: key-a queues up to its share of the queue (three
+    quarters of 8), then is refused; key-b still finds room, and is admitted first (a higher
+    class) when a place frees; key-a's cancelled waits free their room."""
+    keys = ("key-a", "key-b")
+    chosen = settings(
+        api_keys=keys,
+        queue=QueueSettings(capacity=2, max_length=8, classes=(("gold", ("key-b",)),)),
+        route="r1",
+    )
+    async with (
+        serving(chosen) as running,
+        grpc.aio.insecure_channel(running.target) as channel,
+    ):
+        stub = duplex_pb2_grpc.DuplexServiceStub(channel)
+        a_key, b_key = bearer_metadata("key-a"), bearer_metadata("key-b")
+        places = [(await open_stream(stub, metadata=key))[0] for key in (a_key, b_key)]
+        a_waits = []
+        for _ in range(6):
+            call = stub.Converse(metadata=a_key)
+            await call.write(OPEN)
+            assert (await read(call)).WhichOneof("event") == "session_queued"
+            a_waits.append(call)
+        refused = stub.Converse(metadata=a_key)
+        await refused.write(OPEN)
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await read(refused)
+        assert StreamBroken.from_error(error.value).code == "queue_full"
+        b_wait = stub.Converse(metadata=b_key)
+        await b_wait.write(OPEN)
+        told = (await read(b_wait)).session_queued
+        assert (told.position, told.priority_class) == (1, "gold")
+        await places[0].write(CLOSE)
+        assert (await read(b_wait)).WhichOneof("event") == "session_created"
+        for call in a_waits:
+            call.cancel()
+        await eventually(lambda: waiting(running) == (0, 6))  # places kept, room freed
+        again = stub.Converse(metadata=a_key)
+        await again.write(OPEN)
+        assert (await read(again)).WhichOneof("event") == "session_queued"
+        for call in (again, b_wait, *places):
+            call.cancel()

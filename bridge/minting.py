@@ -2,7 +2,8 @@
 
 With ``Authorization: Bearer <api key>`` (one of the bridge's keys) the endpoint answers
 ``{"value": "ek_…", "expires_at": <unix s>}``, as OpenAI's endpoint of that name does; the body
-may ask for ``expires_after.seconds`` (10 s to 2 h; 60 s when not given). A key with too many
+may ask for ``expires_after.seconds`` (10 s to 2 h; 60 s when not given), and must come whole
+within :data:`bridge.bodies.BODY_TIMEOUT_S` (408 after it; 413 past 64 KiB). A key with too many
 secrets waiting to be used, or minting too fast, gets 429 with ``Retry-After`` and a typed
 error (``client_secrets_outstanding`` or ``rate_limit_exceeded``); other keys mint on. The store
 of the secrets is :mod:`bridge.client_secrets`.
@@ -17,6 +18,7 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from bridge.bodies import BodyRefused, read_body
 from bridge.client_secrets import DEFAULT_TTL_S, ClientSecrets, TooManySecrets
 from bridge.gate import Gate, unauthorized
 from bridge.metrics import KEY_REFUSALS
@@ -24,12 +26,14 @@ from omni_grpc.wire.keys import bearer_credentials, key_label, key_matches
 
 # The longest a refused mint waits for its answer (its retry hint, up to this).
 MAX_HOLD_S = 1.0
+# A mint's body is one small JSON object; anything much larger is not one.
+MAX_BODY_BYTES = 64 * 1024
 
 
 def minting_handler(gate: Gate, client_secrets: ClientSecrets) -> Handler:
     """``POST /v1/realtime/client_secrets``: one secret for a caller that holds a bridge key."""
 
-    async def mint(request: web.Request) -> web.Response:
+    async def mint(request: web.Request) -> web.StreamResponse:
         refusal = gate.page_refusal(request)
         if refusal is not None:
             return refusal
@@ -38,7 +42,11 @@ def minting_handler(gate: Gate, client_secrets: ClientSecrets) -> Handler:
         if not key_matches(key, gate.api_keys):
             return unauthorized()
         try:
-            ttl_s = _requested_ttl_s(await request.read())
+            raw = await read_body(request, limit_bytes=MAX_BODY_BYTES)
+        except BodyRefused as refused:
+            return await refused.answer(request)
+        try:
+            ttl_s = _requested_ttl_s(raw)
             value, expires_at = client_secrets.mint(key, ttl_s)
         except ValueError as error:
             return _json(400, {"error": {"type": "invalid_request_error", "message": str(error)}})

@@ -7,6 +7,7 @@ up, it expires, only a real key mints, and it never reaches a log.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+import bridge.bodies
 from bridge.client_secrets import MAX_OUTSTANDING_PER_KEY, ClientSecrets, TooManySecrets
 from tests.bridge.testkit import WITH_EXTENSIONS, realtime_socket, running_bridge, service_settings
 from tests.serving import serving
@@ -150,3 +152,30 @@ async def test_only_a_real_key_mints_and_bad_requests_are_refused() -> None:
     # Without keys there is nothing to stand for: no endpoint.
     async with serving(service_settings()) as service, running_bridge(service.target) as port:
         assert (await mint(port, {})).status == 404
+
+
+async def test_a_body_that_comes_slowly_or_too_large_is_refused_and_its_socket_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bridge.bodies, "BODY_TIMEOUT_S", 0.5)
+    async with (
+        serving(service_settings(api_keys=(KEY,))) as service,
+        running_bridge(service.target, api_keys=(KEY,)) as port,
+    ):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        head = (
+            "POST /v1/realtime/client_secrets HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 100\r\n\r\n{"
+        )
+        writer.write(head.encode())  # one byte of the hundred, and then nothing
+        await writer.drain()
+        started = time.monotonic()
+        answer = await asyncio.wait_for(reader.read(), timeout=10.0)  # to the socket's close
+        assert time.monotonic() - started < 5.0
+        assert answer.startswith(b"HTTP/1.1 408 ") and b'"code":"request_timeout"' in answer
+        writer.close()
+        large = await mint(port, {"Authorization": f"Bearer {KEY}"}, {"pad": "x" * 70_000})
+        assert large.status == 413
+        assert (await large.json())["error"]["code"] == "request_too_large"
+        assert (await mint(port, {"Authorization": f"Bearer {KEY}"}, {})).status == 200

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from omni_grpc.wire.bounds import echoed_event_id
+
 BRIDGE_ERROR_CODES: dict[str, str] = {
     "invalid_json": "the frame is not valid JSON",
     "unknown_event": "the event type is not one the bridge knows",
@@ -67,7 +69,8 @@ class DialectError(Exception):
 
     def refusal(self) -> Refusal:
         """What the client is told of this error."""
-        return Refusal(self.code, self.message, self.error_type, self.param, self.event_id)
+        echoed = echoed_event_id(self.event_id)
+        return Refusal(self.code, self.message, self.error_type, self.param, echoed)
 
 
 def event_too_large(limit: int) -> DialectError:

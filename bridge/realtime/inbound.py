@@ -31,6 +31,7 @@ from bridge.realtime import client_events as ce
 from bridge.realtime.session_config import MODALITIES, audio_format, config_from_patch
 from bridge.realtime.tools import call_item, tool_choice, toolset
 from omni_grpc.wire import pb
+from omni_grpc.wire.bounds import quoted
 
 
 def decode_client_event(
@@ -73,7 +74,10 @@ def validate_client_event(
     event_id = event_id if isinstance(event_id, str) else ""
     if data["type"] not in types:
         raise DialectError(
-            "unknown_event", f"unknown event type {data['type']!r}", param="type", event_id=event_id
+            "unknown_event",
+            f"unknown event type {quoted(data['type'])}",
+            param="type",
+            event_id=event_id,
         )
     try:
         return adapter.validate_python(data)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 
 from omni_grpc.wire import pb
+from omni_grpc.wire.bounds import echoed_event_id
 
 
 class Status(enum.Enum):
@@ -75,14 +76,15 @@ class CommandError(Exception):
         self.retry_after_s = retry_after_s
 
     def to_error(self, *, client_seq: int = 0, event_id: str = "") -> pb.ErrorReport:
-        """Renders the error event body, echoing the offending command's numbers."""
+        """Renders the error event body, echoing the offending command's numbers (its
+        ``event_id`` only when it is of an id's size: ``wire/bounds.py``)."""
         error = pb.ErrorReport(
             code=self.code,
             type=error_type(self.code),
             message=self.message,
             param=self.param,
             client_seq=client_seq,
-            event_id=event_id,
+            event_id=echoed_event_id(event_id),
             retryable=self.retryable,
         )
         if self.retry_after_s:

@@ -35,3 +35,21 @@ MAX_TOOL_SCHEMA_CHARS = 65536
 MAX_FUNCTION_ARGUMENTS_CHARS = 65536
 MAX_FUNCTION_OUTPUT_CHARS = 262144
 MAX_CALL_ID_CHARS = 128
+# What an error echoes of the command it refuses: an ``event_id`` up to this long (a longer one
+# is the client's payload, not an id: echoed, it would make every refusal as large as the
+# message it answers), and this much of any other client text it quotes (an unknown ``type``).
+MAX_ECHOED_EVENT_ID_CHARS = 512
+MAX_QUOTED_CHARS = 64
+
+
+def echoed_event_id(event_id: str) -> str:
+    """``event_id`` as an error may echo it: whole, or nothing when it is past the bound."""
+    return event_id if len(event_id) <= MAX_ECHOED_EVENT_ID_CHARS else ""
+
+
+def quoted(text: str) -> str:
+    """Client text as an error message may quote it: ``repr`` of at most
+    :data:`MAX_QUOTED_CHARS` characters of it, marked when cut."""
+    if len(text) <= MAX_QUOTED_CHARS:
+        return repr(text)
+    return f"{text[:MAX_QUOTED_CHARS]!r}... ({len(text)} characters)"

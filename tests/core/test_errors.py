@@ -29,3 +29,9 @@ def test_command_error_renders_without_a_retry_hint_unless_given() -> None:
     error = CommandError("bad_event", "nope", param="audio")
     assert str(error) == "bad_event: nope"
     assert not error.to_error().HasField("retry_after")
+
+
+def test_an_error_echoes_an_event_id_only_of_an_ids_size() -> None:
+    error = CommandError("bad_event", "nope")
+    assert error.to_error(event_id="e" * 512).event_id == "e" * 512
+    assert error.to_error(event_id="e" * 513).event_id == ""  # a payload, not an id

@@ -309,6 +309,14 @@ def test_unknown_event_echoes_the_client_event_id() -> None:
     assert refusal(b'{"type": "nope", "event_id": "c7"}').event_id == "c7"
 
 
+def test_an_error_quotes_and_echoes_only_a_bounded_part_of_what_the_client_sent() -> None:
+    # Echoed whole, a frame of quotes came back three times its size (escaped), per error.
+    huge = "'" * 100_000
+    error = refusal(orjson.dumps({"type": huge, "event_id": huge}))
+    assert error.code == "unknown_event" and error.refusal().event_id == ""
+    assert len(error.message) < 200 and "(100000 characters)" in error.message
+
+
 def test_oversized_frame_is_refused_before_parsing() -> None:
     frame = b'{"type":"input_audio_buffer.append","audio":"' + b"A" * MAX_EVENT_BYTES + b'"}'
     assert refusal(frame).code == "event_too_large"

@@ -69,6 +69,46 @@ def _redacted(key: str, value: Any) -> Any:
     return redact_text(value)
 
 
+# Words that make an option's name a secret's: its value never reaches a recording, at any depth.
+SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "credential", "auth")
+SECRET_LEFT_OUT = "<left out>"
+# The fields whose objects are options a client or operator names freely (a Struct).
+OPTIONS_KEYS = frozenset({"engine_options"})
+
+
+def redact_secrets(node: Any) -> Any:
+    """``node`` with every value under an options object (:data:`OPTIONS_KEYS`) whose name
+    holds a secret word (:data:`SECRET_WORDS`, in any case, ``api_key`` and ``apiKey`` alike)
+    left out, however deep it is nested."""
+    if isinstance(node, dict):
+        return {
+            key: secrets_left_out(value) if key in OPTIONS_KEYS else redact_secrets(value)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [redact_secrets(each) for each in node]
+    return node
+
+
+def secrets_left_out(options: Any) -> Any:
+    """``options`` (an object of named options) with every value under a secret's name left
+    out, at any depth (see :func:`redact_secrets`)."""
+    if isinstance(options, dict):
+        return {
+            name: SECRET_LEFT_OUT if is_secret_name(str(name)) else secrets_left_out(value)
+            for name, value in options.items()
+        }
+    if isinstance(options, list):
+        return [secrets_left_out(each) for each in options]
+    return options
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an option called ``name`` holds a secret (see :data:`SECRET_WORDS`)."""
+    folded = name.lower()
+    return any(word in folded for word in SECRET_WORDS)
+
+
 def left_out(text: str) -> str:
     """What a recording without text holds in place of ``text``."""
     return f"<{len(text)} characters left out>"
@@ -78,11 +118,17 @@ __all__ = [
     "FORMAT",
     "LINE_TYPES",
     "MANIFEST",
+    "OPTIONS_KEYS",
+    "SECRET_LEFT_OUT",
+    "SECRET_WORDS",
     "TEXT_KEYS",
     "TRACKS",
     "audio_file",
     "events_file",
+    "is_secret_name",
     "left_out",
     "message_json",
+    "redact_secrets",
     "redact_text",
+    "secrets_left_out",
 ]

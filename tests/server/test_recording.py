@@ -177,3 +177,32 @@ def test_recording_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="record must be one of"):
         RecordSettings(policy="sometimes")
     assert dataclasses.replace(RecordSettings(), policy="all").policy == "all"
+
+
+async def test_options_named_as_secrets_are_left_out_at_any_depth(tmp_path: Path) -> None:
+    """Engine options a client names like secrets (``api_key``, ``apiKey``, ``token``,
+    ``password``, nested too) never reach a recording; the rest of them is kept."""
+    secrets = ("sk-top-level", "camel-cased", "tok-nested", "pw-in-a-list")
+    async with serving(settings(recording=recording(tmp_path))) as running:
+        config = pb.SessionConfig()
+        config.CopyFrom(CONFIG)
+        config.engine_options.update(
+            {
+                "api_key": secrets[0],
+                "apiKey": secrets[1],
+                "upstream": {"token": secrets[2], "retries": 3},
+                "servers": [{"name": "a", "password": secrets[3]}],
+            }
+        )
+        client = await DuplexClient.connect(running.target, config=config, options=OPTIONS)
+        await client.update_session(config)
+        await collect_until(client, "session_updated")
+        await client.close()
+    recorded = load(tmp_path / client.session_id)
+    everything = b"".join(path.read_bytes() for path in (tmp_path / client.session_id).iterdir())
+    for secret in secrets:
+        assert secret.encode() not in everything, secret
+    created = next(line for _, line in recorded.lines if line.get("kind") == "session_created")
+    kept = created["event"]["session"]["config"]["engine_options"]
+    assert kept["upstream"] == {"token": "<left out>", "retries": 3}  # the rest is kept
+    assert kept["servers"] == [{"name": "a", "password": "<left out>"}]

@@ -37,6 +37,7 @@ from omni_grpc.wire.recording import (
     audio_file,
     events_file,
     message_json,
+    redact_secrets,
     redact_text,
 )
 
@@ -345,6 +346,9 @@ class PartWriter:
         return {"bytes": len(data), "blake2b": hashlib.blake2b(data, digest_size=8).hexdigest()}
 
     def _text(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A rare line's body as recorded: secrets in options always left out, and the text
+        too when the recording omits it (never on the usual chunk's line)."""
+        body = redact_secrets(body)
         return redact_text(body) if self.info.omit_text else body
 
     def _placed(self, placed: Placed) -> None:

@@ -51,7 +51,7 @@ from omni_grpc.server.recording.writer import (
 )
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
-from omni_grpc.wire.recording import FORMAT
+from omni_grpc.wire.recording import FORMAT, secrets_left_out
 
 if TYPE_CHECKING:
     from omni_grpc.server.host import SessionHost
@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # Engine options whose names say they hold a secret: the manifest leaves their values out.
-SECRET_WORDS = ("key", "token", "secret", "password", "credential")
 # How long records wait on the loop before they go to the writer thread together: the thread
 # wakes (and takes the GIL) less often, and writes a few hundred milliseconds per file at once;
 # a crash loses at most the batch not yet handed over.
@@ -358,10 +357,7 @@ def _session_fields(
     settings: RecordSettings, engine: EngineFeatures, options: dict[str, str]
 ) -> dict[str, Any]:
     """The manifest's session-wide fields (engine options that look secret are left out)."""
-    kept = {
-        name: "<left out>" if any(word in name.lower() for word in SECRET_WORDS) else value
-        for name, value in options.items()
-    }
+    kept = secrets_left_out(options)
     return {
         "format": FORMAT,
         "engine": {"name": engine.name, "options": kept},
@@ -375,4 +371,4 @@ def _session_fields(
     }
 
 
-__all__ = ["BATCH_S", "SECRET_WORDS", "Recorder", "Recording"]
+__all__ = ["BATCH_S", "Recorder", "Recording"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import wave
 from pathlib import Path
 
 import pytest
@@ -15,12 +16,13 @@ from omni_grpc.client import DuplexClient
 from omni_grpc.client.recordings import load, read_lines
 from omni_grpc.server.recording import RecordSettings
 from omni_grpc.server.recording import recorder as recorder_module
+from omni_grpc.server.recording import tracks as tracks_module
 from omni_grpc.server.recording.counters import STOPPED
 from omni_grpc.server.recording.part import PartWriter
 from omni_grpc.wire import pb
 from tests.client.conftest import CONFIG, OPTIONS, collect_until, tone
 from tests.client.proxy import ChaosProxy
-from tests.serving import serving, settings
+from tests.serving import eventually, serving, settings
 
 KEY = "test-key-that-must-not-be-recorded"
 
@@ -171,6 +173,55 @@ async def test_a_disk_that_falls_behind_stops_the_recording_and_never_the_sessio
     assert seqs == list(range(1, len(seqs) + 1))
     assert part["stopped"]["last_seq"] == (seqs[-1] if seqs else 0)
     assert len(seqs) < len([e for e in received if e.seq])
+
+
+async def test_audio_sent_far_faster_than_real_time_stops_the_recording_not_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tracks_module, "MAX_AHEAD_S", 2.0)
+    before = STOPPED.labels("ahead_of_clock")._value.get()
+    async with serving(settings(recording=recording(tmp_path))) as running:
+        client = await DuplexClient.connect(running.target, config=CONFIG, options=OPTIONS)
+        received: list[pb.ConverseResponse] = []
+        for _ in range(40):  # 4 s of audio at once, then cleared: the flood of the probe
+            await client.append_audio(tone(100))
+        await client.clear_input()
+        for _ in range(5):  # the session goes on
+            await client.append_audio(tone(100))
+        await client.commit(create_response=True)
+        await collect_until(client, "response_done", into=received)
+        await client.close()
+        folder = tmp_path / client.session_id
+    assert STOPPED.labels("ahead_of_clock")._value.get() == before + 1
+    [part] = json.loads((folder / "manifest.json").read_bytes())["parts"]
+    assert (part["ended"], part["stopped"]["reason"]) == ("stopped", "ahead_of_clock")
+    with wave.open(str(folder / "audio.wav")) as wav:  # what it held up to its stop, no more
+        assert wav.getnframes() / wav.getframerate() < 3.0
+
+
+async def test_a_live_recording_past_the_cap_is_stopped_and_its_session_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(recorder_module, "RETENTION_EVERY_S", 0.1)
+    before = STOPPED.labels("max_total_bytes")._value.get()
+    chosen = settings(recording=recording(tmp_path, max_total_bytes=16 * 1024))
+    async with serving(chosen) as running:
+        client = await DuplexClient.connect(running.target, config=CONFIG, options=OPTIONS)
+        received: list[pb.ConverseResponse] = []
+        for _ in range(4):  # answers of a second each: far past 16 KiB of files in all
+            for _ in range(10):
+                await client.append_audio(tone(100))
+            await client.commit(create_response=True)
+            await collect_until(client, "response_done", into=received)
+        await eventually(lambda: STOPPED.labels("max_total_bytes")._value.get() > before)
+        await client.append_text("still served")
+        await client.create_response()
+        await collect_until(client, "response_done", into=received)
+        await client.close()
+        folder = tmp_path / client.session_id
+    assert [e.WhichOneof("event") for e in received].count("response_done") == 5
+    [part] = json.loads((folder / "manifest.json").read_bytes())["parts"]
+    assert (part["ended"], part["stopped"]["reason"]) == ("stopped", "max_total_bytes")
 
 
 def test_recording_settings_are_checked() -> None:

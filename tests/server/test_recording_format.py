@@ -15,8 +15,8 @@ import pytest
 from omni_grpc.client.recordings import load, read_lines
 from omni_grpc.server.recording.lines import stop_reason
 from omni_grpc.server.recording.part import PartInfo, PartWriter
-from omni_grpc.server.recording.retention import sweep
-from omni_grpc.server.recording.tracks import SETTLE_S, Tracks
+from omni_grpc.server.recording.retention import over_cap, sweep
+from omni_grpc.server.recording.tracks import MAX_AHEAD_S, SETTLE_S, AheadOfClock, Tracks
 from omni_grpc.wire import pb
 
 RATE = 16000
@@ -218,6 +218,18 @@ def test_the_user_track_keeps_pauses_and_lays_fast_audio_end_to_end() -> None:
     assert (start, frames, resampled) == (33600, 1600, True)
 
 
+def test_audio_far_ahead_of_the_clock_stops_the_track_before_memory_holds_it() -> None:
+    tracks = Tracks(None, RATE)
+    seconds = int(MAX_AHEAD_S)
+    for _ in range(seconds):  # a client at 120 times real time: all of it waits ahead
+        tracks.user(0.0, pcm(1000), pb.AUDIO_ENCODING_PCM16, RATE)
+    with pytest.raises(AheadOfClock, match="ahead of the clock"):
+        tracks.user(0.0, pcm(1000), pb.AUDIO_ENCODING_PCM16, RATE)
+    paced = Tracks(None, RATE)  # the same audio at real time never comes near the bound
+    for second in range(seconds + 10):
+        paced.user(float(second + 1), pcm(1000), pb.AUDIO_ENCODING_PCM16, RATE)
+
+
 def test_a_cancelled_answer_is_heard_until_its_cancel_and_placed_after_the_one_before() -> None:
     tracks = Tracks(None, RATE)
     for n in range(10):  # a 1 s answer sent at once at 1.0 s
@@ -249,6 +261,18 @@ def test_retention_deletes_old_recordings_then_the_oldest_past_the_cap(tmp_path:
     gone = sweep(tmp_path, max_age_s=50, max_total_bytes=1500, live={"live"}, now=1000)
     assert sorted(path.name for path in gone) == ["a", "old"]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["b", "live", "not-a-recording"]
+
+
+def test_live_recordings_past_the_cap_are_stopped_largest_first(tmp_path: Path) -> None:
+    for name, size in (("done", 300), ("small", 200), ("large", 900), ("mid", 500)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "manifest.json").write_bytes(b"{}")
+        (folder / "audio.wav").write_bytes(b"x" * (size - 2))
+    live = {"small", "large", "mid"}
+    assert over_cap(tmp_path, 900, live) == ["large", "mid"]  # 1,900 -> 1,000 -> 500
+    assert over_cap(tmp_path, 5000, live) == []
+    assert over_cap(tmp_path, 0, live) == []  # no cap
 
 
 def test_the_usual_event_is_written_as_proto_json_is() -> None:

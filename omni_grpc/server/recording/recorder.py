@@ -35,7 +35,7 @@ from omni_grpc.core import Effects, State
 from omni_grpc.core.limits import PROTOCOL_VERSION, EngineFeatures
 from omni_grpc.server.recording.counters import STARTED, STOPPED
 from omni_grpc.server.recording.part import PartInfo
-from omni_grpc.server.recording.retention import RETENTION_EVERY_S, sweep
+from omni_grpc.server.recording.retention import RETENTION_EVERY_S, over_cap, sweep
 from omni_grpc.server.recording.settings import RecordSettings
 from omni_grpc.server.recording.state import RecordingState
 from omni_grpc.server.recording.writer import (
@@ -315,16 +315,22 @@ class Recorder:
 
     def too_slow(self, recording: Recording) -> None:
         """The writer fell too far behind this recording: it stops; its session goes on."""
+        self._stop(recording, "too_slow", "the disk fell behind")
+
+    def _stop(self, recording: Recording, reason: str, why: str) -> None:
+        """Stops ``recording`` before its session ends (its manifest says ``reason``)."""
         recording.failed = True
         self._recordings.pop(recording.session_id, None)
         recording.uninstall()
-        STOPPED.labels("too_slow").inc()
+        STOPPED.labels(reason).inc()
         logger.warning(
-            "session %s: recording stopped (too_slow: the disk fell behind); the session goes on",
+            "session %s: recording stopped (%s: %s); the session goes on",
             recording.session_id,
+            reason,
+            why,
             extra={"session_id": recording.session_id},
         )
-        self.batch.append((FAIL, recording, 0, self.clock(), "too_slow"))
+        self.batch.append((FAIL, recording, 0, self.clock(), reason))
 
     def hand_over(self) -> None:
         """Gives the records collected so far to the writer thread."""
@@ -344,12 +350,18 @@ class Recorder:
     async def _keep_sweeping(self) -> None:
         settings = self.settings
         while True:
+            cap = settings.max_total_bytes
             try:
-                await asyncio.to_thread(
-                    sweep, self.folder, settings.max_age_s, settings.max_total_bytes, self.live()
-                )
+                await asyncio.to_thread(sweep, self.folder, settings.max_age_s, cap, self.live())
+                over = await asyncio.to_thread(over_cap, self.folder, cap, self.live())
             except OSError as error:
                 logger.warning("recordings: the retention sweep failed: %s", error)
+                over = []
+            for session_id in over:
+                if (recording := self._recordings.get(session_id)) is not None:
+                    self._stop(recording, "max_total_bytes", "the recordings passed their cap")
+            if over:
+                self.hand_over()
             await asyncio.sleep(RETENTION_EVERY_S)
 
 

@@ -4,7 +4,10 @@ A recording's age is the time since its newest file was last written. The sweep 
 recorder starts and every :data:`RETENTION_EVERY_S` after: first every recording older than
 ``max_age_s`` goes, then, while all of them together hold more than ``max_total_bytes``, the
 oldest. A recording this server is writing is never deleted (another replica's may be, once
-it is old enough: its writer then fails and stops that recording, never the session). Only
+it is old enough: its writer then fails and stops that recording, never the session); but the
+cap holds for it too: while the recordings together still hold more than ``max_total_bytes``,
+the largest of those being written are stopped (:func:`over_cap`), so no live recording grows
+the folder past the cap for longer than a sweep's period. Only
 folders that hold a ``manifest.json`` are counted or touched: the record dir may hold
 anything else.
 """
@@ -90,4 +93,21 @@ def sweep(
     return deleted
 
 
-__all__ = ["RETENTION_EVERY_S", "Held", "holdings", "sweep"]
+def over_cap(root: Path, max_total_bytes: int, live: Collection[str]) -> list[str]:
+    """The ``live`` recordings to stop, largest first, while everything under ``root`` holds
+    more than ``max_total_bytes`` (0: no cap); after :func:`sweep` deleted what it may."""
+    if not max_total_bytes:
+        return []
+    found = holdings(root)
+    total = sum(held.size for held in found)
+    stopped = []
+    for held in sorted(found, key=lambda held: held.size, reverse=True):
+        if total <= max_total_bytes:
+            break
+        if held.folder.name in live:
+            stopped.append(held.folder.name)
+            total -= held.size  # it grows no more; the next sweep may delete it
+    return stopped
+
+
+__all__ = ["RETENTION_EVERY_S", "Held", "holdings", "over_cap", "sweep"]

@@ -17,6 +17,11 @@ earliest moment either track may still change (the *horizon*), so a crash leaves
 whole up to its last write; the header's sizes are brought up to date every
 :data:`HEADER_EVERY_S` of audio and at the end (a reader of a crashed recording takes the
 file's length, see :mod:`omni_grpc.client.recordings`).
+
+Audio a client sends faster than real time is laid end to end, ahead of the clock, and waits
+in memory for the horizon to reach it. At most :data:`MAX_AHEAD_S` of it waits: an append that
+would hold more raises :class:`AheadOfClock`, and the recording stops (``ahead_of_clock``, in
+its manifest and the metric) while its session goes on. A client at real time is never near it.
 """
 
 from __future__ import annotations
@@ -43,6 +48,12 @@ LAY_STEP_MS = 1000.0
 EDGE_MS = 20.0  # audio either side of a stretch being resampled, so its edges do not ring
 WRITE_SLICE_FRAMES = 1 << 18  # silence over a long pause is written a slice at a time
 HEADER_BYTES = 44
+# The user's audio that may wait ahead of the clock (sent faster than real time), in seconds.
+MAX_AHEAD_S = 120.0
+
+
+class AheadOfClock(Exception):
+    """The user's audio runs further ahead of the clock than :data:`MAX_AHEAD_S`."""
 
 
 def wav_header(rate_hz: int, frames: int) -> bytes:
@@ -102,6 +113,7 @@ class Tracks:
         self._assistant_end = 0
         self._responses: dict[str, _Response] = {}  # not yet placed, in order
         self._items: dict[str, str] = {}  # item id -> response id, for truncates
+        self._max_ahead = round(MAX_AHEAD_S * rate_hz)
         if file is not None:
             file.write(wav_header(rate_hz, 0))
 
@@ -124,6 +136,11 @@ class Tracks:
         if start < self.written:
             start = self.written
         self._user_end = start + frames
+        if self._user_end - arrived > self._max_ahead:
+            raise AheadOfClock(
+                f"the user's audio runs {(self._user_end - arrived) / self.rate:.0f} s ahead "
+                f"of the clock (at most {MAX_AHEAD_S:g} s may wait)"
+            )
         if self._file is not None and frames:
             if self._run and start == self._run_start + len(self._run) // 2:
                 self._run += raw  # follows the one before: one run, one array when written

@@ -3,7 +3,8 @@
 The event loop hands over batches of records (:mod:`.recorder` collects them for
 :data:`~.recorder.BATCH_S`); this thread turns each into lines and frames (:class:`.PartWriter`)
 and, after each batch, writes what every recording it touched has made. A write that fails
-(a full disk, a file size limit, a disk that went away) stops that recording only: its files
+(a full disk, a file size limit, a disk that went away), or a client's audio that runs too far
+ahead of the clock to wait in memory (:class:`~.tracks.AheadOfClock`), stops that recording only: its files
 are left whole up to their last complete record, its manifest says where it stopped, a log
 line and ``omni_grpc_recordings_stopped_total{reason}`` say so, and the session goes on.
 """
@@ -21,6 +22,7 @@ from omni_grpc.server.recording.counters import STOPPED
 from omni_grpc.server.recording.lines import stop_reason
 from omni_grpc.server.recording.part import PartWriter
 from omni_grpc.server.recording.state import RecordingState
+from omni_grpc.server.recording.tracks import AheadOfClock
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +64,8 @@ class Writer:
                     self._apply(record)
                 except OSError as error:
                     self._fail(recording, now, stop_reason(error), error)
+                except AheadOfClock as error:
+                    self._fail(recording, now, "ahead_of_clock", error)
                 except Exception as error:
                     logger.exception(
                         "session %s: recording failed",

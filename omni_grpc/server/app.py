@@ -33,7 +33,7 @@ from omni_grpc.server.auth import ApiKeyInterceptor, open_services
 from omni_grpc.server.durable import DurableStore
 from omni_grpc.server.local import LocalService
 from omni_grpc.server.multiplex import METHOD as CONVERSE_MANY
-from omni_grpc.server.multiplex import MultiplexServicer
+from omni_grpc.server.multiplex import MultiplexServicer, send_limit
 from omni_grpc.server.recording import Recorder
 from omni_grpc.server.servicer import SERVICE, DuplexServicer
 from omni_grpc.server.session_gauges import SESSION_GAUGES
@@ -52,7 +52,9 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, Any]]:
         # A little above the core's own cap, so an oversize command gets a typed in-band error
         # (event_too_large) and the stream survives, instead of a transport-level kill.
         ("grpc.max_receive_message_length", settings.limits.max_message_bytes + 1024 * 1024),
-        ("grpc.max_send_message_length", 4 * 1024 * 1024),
+        # As large as the largest event (a session's tools may pass 4 MiB, gRPC's default):
+        # ConverseMany's batches are cut to it, so no event ends a call (multiplex.py).
+        ("grpc.max_send_message_length", send_limit(settings.limits.max_message_bytes)),
         # Notice dead peers within ~30 s even when a session is quiet, and let clients ping.
         ("grpc.keepalive_time_ms", 20_000),
         ("grpc.keepalive_timeout_ms", 10_000),
@@ -227,7 +229,8 @@ async def start_server(
     )
     # The in-process entry point serves a bridge in this process, and ConverseMany's streams.
     local = LocalService(sessions, api_keys=settings.api_keys, cap=cap)
-    many = MultiplexServicer(local, settings.route).handler()
+    limit = send_limit(settings.limits.max_message_bytes)
+    many = MultiplexServicer(local, settings.route, send_limit_bytes=limit).handler()
     server.add_generic_rpc_handlers(
         (
             DuplexServicer(sessions, settings.route, cap.short).handler(),

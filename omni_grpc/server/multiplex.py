@@ -7,9 +7,11 @@ in the server's one stream cap (:mod:`omni_grpc.server.stream_cap`). Per stream 
 hands its requests to the session in order (a stream held back by its rate limit holds back no
 other) and a pump takes its events. Events leave in batches: the writer sends, in one
 message, everything the pumps queued while its previous write was in flight, so a quiet call
-answers at once and a busy one sends few large messages. Events go out as the journal
-serialized them, framed by hand (a ``StreamEvent`` is its stream id and the event's bytes),
-never parsed again.
+answers at once and a busy one sends few large messages; a batch larger than the call's send
+limit (:func:`send_limit`) goes as several messages, so the events of many streams together
+never end the call (one message over the limit would end it, and every stream on it). Events
+go out as the journal serialized them, framed by hand (a ``StreamEvent`` is its stream id and
+the event's bytes), never parsed again.
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ MAX_UNREAD_BYTES = 16 * 1024 * 1024
 OVERRUN_RETRY_AFTER_S = 1.0
 
 
+def send_limit(max_message_bytes: int) -> int:
+    """The largest message the server sends: the contract's largest command (an event echoes
+    at most about as much, such as a session's tools) and room for its envelope."""
+    return max_message_bytes + 1024 * 1024
+
+
 def _framed(stream_id: int, event: bytes) -> bytes:
     """One ``ConverseManyResponse.events`` entry: StreamEvent{stream_id, event}, serialized."""
     return length_field(1, varint_field(1, stream_id) + length_field(2, event))
@@ -60,9 +68,10 @@ def _ended(stream_id: int, broken: StreamBroken | None) -> bytes:
 class MultiplexServicer:
     """Serves ConverseMany over the in-process entry point of this server's sessions."""
 
-    def __init__(self, local: LocalService, route: str = "") -> None:
+    def __init__(self, local: LocalService, route: str = "", *, send_limit_bytes: int) -> None:
         self.local = local
         self._route_metadata = ((ROUTE_HEADER, route),) if route else ()
+        self._send_limit = send_limit_bytes
 
     def handler(self) -> grpc.RpcMethodHandler:
         """The method's handler: batches parsed by protobuf, events sent as framed bytes."""
@@ -77,16 +86,19 @@ class MultiplexServicer:
     ) -> None:
         if self._route_metadata:
             await context.send_initial_metadata(self._route_metadata)
-        call = _Call(self.local, context)
+        call = _Call(self.local, context, self._send_limit)
         await call.run()
 
 
 class _Call:
     """One ConverseMany call: its streams, and the writer that batches their events."""
 
-    def __init__(self, local: LocalService, context: grpc.aio.ServicerContext) -> None:
+    def __init__(
+        self, local: LocalService, context: grpc.aio.ServicerContext, send_limit: int
+    ) -> None:
         self._local = local
         self._context = context
+        self._send_limit = send_limit
         self._streams: dict[int, _Substream] = {}
         self._pending: list[bytes] = []
         self._pending_bytes = 0
@@ -142,7 +154,13 @@ class _Call:
             batch, self._pending, self._pending_bytes = self._pending, [], 0
             self._ready.clear()
             self._room.set()
-            await self._context.write(b"".join(batch))
+            start, size = 0, 0
+            for end, framed in enumerate(batch):
+                if size + len(framed) > self._send_limit and end > start:
+                    await self._context.write(b"".join(batch[start:end]))
+                    start, size = end, 0
+                size += len(framed)
+            await self._context.write(b"".join(batch[start:]))
 
 
 class _Substream:
@@ -208,4 +226,4 @@ class _Substream:
         await self._call.send(_ended(self.id, broken))
 
 
-__all__ = ["METHOD", "MultiplexServicer"]
+__all__ = ["METHOD", "MultiplexServicer", "send_limit"]

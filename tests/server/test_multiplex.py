@@ -142,3 +142,41 @@ async def test_a_broken_call_moves_unanswered_streams_and_ends_answered_ones() -
             assert broken.value.status is grpc.StatusCode.UNAVAILABLE  # its client resumes
         finally:
             await connection.close()
+
+
+def _large_tools(count: int) -> pb.SessionConfig:
+    """A configuration whose tools take ``count`` times 60 KiB (the contract allows 128)."""
+    schema = '{"type": "object", "description": "' + "x" * 60_000 + '"}'
+    tools = [pb.FunctionTool(name=f"tool_{n}", parameters_json=schema) for n in range(count)]
+    return pb.SessionConfig(tools=pb.ToolSet(tools=tools))
+
+
+async def test_events_larger_than_grpcs_default_limit_never_end_the_call() -> None:
+    """Events of several streams queued together pass gRPC's 4 MiB default, and one event alone
+    does too: the batches are cut at the call's send limit, and every stream goes on."""
+    async with serving(settings()) as running:
+        connection = MultiplexedConnection(ChannelSettings(target=running.target), calls=1)
+        try:
+            streams = [connection.converse() for _ in range(3)]
+            for stream in streams:
+                await stream.write(OPEN)
+                created = await stream.read()
+                assert created is not None and created.WhichOneof("event") == "session_created"
+            sizes = (40, 40, 90)  # 2.4, 2.4 and 5.4 MB of tools
+            for stream, count in zip(streams, sizes, strict=True):
+                update = pb.UpdateSession(config=_large_tools(count))
+                await stream.write(pb.ConverseRequest(client_seq=1, update_session=update))
+            for stream, count in zip(streams, sizes, strict=True):
+                updated = await stream.read()
+                assert updated is not None and updated.WhichOneof("event") == "session_updated"
+                assert len(updated.session_updated.session.config.tools.tools) == count
+            for stream in streams:
+                await stream.write(
+                    pb.ConverseRequest(client_seq=2, close_session=pb.CloseSession())
+                )
+                kinds = []
+                while (event := await stream.read()) is not None:
+                    kinds.append(event.WhichOneof("event"))
+                assert kinds[-1] == "session_closed"
+        finally:
+            await connection.close()

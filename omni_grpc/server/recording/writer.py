@@ -4,9 +4,10 @@ The event loop hands over batches of records (:mod:`.recorder` collects them for
 :data:`~.recorder.BATCH_S`); this thread turns each into lines and frames (:class:`.PartWriter`)
 and, after each batch, writes what every recording it touched has made. A write that fails
 (a full disk, a file size limit, a disk that went away), or a client's audio that runs too far
-ahead of the clock to wait in memory (:class:`~.tracks.AheadOfClock`), stops that recording only: its files
-are left whole up to their last complete record, its manifest says where it stopped, a log
-line and ``omni_grpc_recordings_stopped_total{reason}`` say so, and the session goes on.
+ahead of the clock to wait in memory (:class:`~.tracks.AheadOfClock`), stops that recording
+only: its files are left whole up to their last complete record, its manifest says where it
+stopped, a log line and ``omni_grpc_recordings_stopped_total{reason}`` say so, and the session
+goes on.
 """
 
 from __future__ import annotations

@@ -43,6 +43,15 @@ MAX_UNREAD_REQUESTS = 256
 MAX_UNREAD_BYTES = 16 * 1024 * 1024
 # The retry hint of a stream cut for that: about what a rate limit's refusal asks.
 OVERRUN_RETRY_AFTER_S = 1.0
+# A new stream on a call that holds as many as the server's whole stream cap: refused before
+# anything is made for it (the cap itself would refuse it at its first message, after a stream
+# object and two tasks existed for it).
+CALL_FULL = StreamBroken(
+    "the call holds as many streams as the server serves: start another call",
+    status=grpc.StatusCode.RESOURCE_EXHAUSTED,
+    code="resource_exhausted",
+    retry_after_s=OVERRUN_RETRY_AFTER_S,
+)
 
 
 def send_limit(max_message_bytes: int) -> int:
@@ -110,6 +119,13 @@ class _Call:
         writer = asyncio.create_task(self._write())
         try:
             while (batch := await self._context.read()) is not EOF:
+                if self._new_streams(batch) > self._local.cap.limit:
+                    # More new streams in one message than the server serves at all: no client
+                    # of ours sends that, and each would cost two tasks before its first check.
+                    await self._context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"a batch may start at most {self._local.cap.limit} streams",
+                    )
                 for request in batch.requests:
                     if (overrun := self._dispatch(request)) is not None:
                         await self.send(overrun)
@@ -121,13 +137,21 @@ class _Call:
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
 
+    def _new_streams(self, batch: pb.ConverseManyRequest) -> int:
+        """How many of ``batch``'s requests name a stream the call does not have yet."""
+        streams = self._streams
+        return sum(1 for r in batch.requests if not r.cancel and r.stream_id not in streams)
+
     def _dispatch(self, request: pb.StreamRequest) -> bytes | None:
-        """Hands a request to its stream; the framed end of a stream it overran, if it did."""
+        """Hands a request to its stream; the framed end of a stream it overran, if it did, or
+        of a new one past the streams the call may hold (the server's whole cap)."""
         stream = self._streams.get(request.stream_id)
         if request.cancel:
             if stream is not None:
                 stream.cancel()
             return None
+        if stream is None and len(self._streams) >= self._local.cap.limit:
+            return _ended(request.stream_id, CALL_FULL)  # no stream object, no task
         if stream is None:
             metadata: Sequence[tuple[str, str]] = bearer_metadata(request.api_key)
             local = self._local.converse(metadata, self._context.peer())

@@ -115,3 +115,35 @@ async def test_a_stream_sending_past_its_unread_bound_is_cut_and_the_call_goes_o
         again = await _next(call, RESUMED, "heartbeat_ack")
         assert again.event.applied_client_seq == applied + 1
         call.cancel()
+
+
+async def test_new_streams_past_the_cap_are_refused_before_anything_is_made_for_them() -> None:
+    """A call holds at most the server's stream cap (here 4): a fifth stream is ended at once,
+    typed, and the others go on; a batch that starts more streams than the cap at all ends the
+    call (200,000 of them had frozen the loop for 15 s and taken 2 GB)."""
+    async with (
+        serving(settings(max_concurrent_streams=4)) as running,
+        grpc.aio.insecure_channel(running.target) as channel,
+    ):
+        method = channel.stream_stream(
+            METHOD,
+            request_serializer=pb.ConverseManyRequest.SerializeToString,
+            response_deserializer=pb.ConverseManyResponse.FromString,
+        )
+        call = method()
+        for stream_id in range(1, 5):
+            await call.write(_batch(stream_id, OPEN))
+            assert (await _next(call, stream_id, "session_created")).HasField("event")
+        await call.write(_batch(5, OPEN))
+        end = (await _next(call, 5, "session_created")).end
+        assert (end.code, end.status_code) == ("resource_exhausted", 8)  # RESOURCE_EXHAUSTED
+        await call.write(_batch(1, HEARTBEAT))
+        assert (await _next(call, 1, "heartbeat_ack")).HasField("event")  # the others go on
+        flood = method()
+        many = [pb.StreamRequest(stream_id=n, request=OPEN) for n in range(10, 15)]
+        await flood.write(pb.ConverseManyRequest(requests=many))
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await flood.read()
+        assert ended.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "at most 4 streams" in (ended.value.details() or "")
+        call.cancel()

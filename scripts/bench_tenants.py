@@ -17,7 +17,14 @@ The attacks (key A, unless said):
 * ``sessions``: as many sessions as it may open, held with heartbeats;
 * ``client-secrets``: two-hour client secrets minted as fast as the bridge answers;
 * ``frame-flood``: websockets each sending three appends of a large base64 frame, input held;
-* ``append-flood``: websockets sending plain 20 ms appends as fast as their sockets take them.
+* ``append-flood``: websockets sending plain 20 ms appends as fast as their sockets take them;
+* ``many-streams``: ConverseMany batches, without a key, each naming 200,000 new streams;
+* ``recording-flood``: with ``--record all``, websockets sending 1 MiB of audio a second, each
+  append cleared at once (the recorder lays audio sent faster than real time ahead of the clock);
+* ``echo-flood``: websockets that never read, sending unknown ``type`` values of 1 MiB of quotes
+  (an error that echoed them escaped was three times their size);
+* ``slow-bodies``: HTTP requests to mint a client secret that send one byte of their body;
+* ``event-id-echo``: gRPC sessions whose refused commands carry a 5 MiB ``event_id``.
 
     scripts/bench_tenants.py            # the sizes: 1 GiB budget, 60 x 3 frames of 15 MiB
     scripts/bench_tenants.py --quick    # a smoke run: small sizes, 3 s each
@@ -38,6 +45,7 @@ import os
 import socket
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -64,7 +72,14 @@ ATTACKS = (
     "client-secrets",
     "frame-flood",
     "append-flood",
+    "many-streams",
+    "recording-flood",
+    "echo-flood",
+    "slow-bodies",
+    "event-id-echo",
 )
+# What an attack needs of the server beyond the common flags ("{tmp}": a folder of the run).
+SERVER_FLAGS = {"recording-flood": ("--record", "all", "--record-dir", "{tmp}")}
 CHUNK_MS = 20
 CHUNK = b"\x00\x08" * (24 * CHUNK_MS)  # 20 ms of pcm16 at 24 kHz, OpenAI's default input
 NO_TURN_DETECTION = {
@@ -84,6 +99,10 @@ class Sizes:
     flood_sockets: int = 60
     frame_mib: float = 15.0
     append_sockets: int = 20
+    batch_streams: int = 200_000
+    recorded_sockets: int = 4
+    echo_sockets: int = 20
+    slow_bodies: int = 500
 
 
 QUICK = Sizes(
@@ -94,6 +113,10 @@ QUICK = Sizes(
     flood_sockets=12,
     frame_mib=4.0,
     append_sockets=4,
+    batch_streams=20_000,
+    recorded_sockets=2,
+    echo_sockets=4,
+    slow_bodies=100,
 )
 
 
@@ -132,9 +155,11 @@ def reset_peak(pid: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def server(sizes: Sizes) -> Any:
+async def server(sizes: Sizes, flags: tuple[str, ...] = ()) -> Any:
     grpc_port, http_port, metrics_port = free_port(), free_port(), free_port()
+    scratch = tempfile.TemporaryDirectory(prefix="bench-tenants-")
     command = [sys.executable, "-m", "omni_cli", "serve", "--engine", "loopback"]
+    command += [flag.format(tmp=scratch.name) for flag in flags]
     command += ["--engine-option", "pace=fast", "--api-key", A, "--api-key", B]
     command += ["--grpc-port", str(grpc_port), "--http-port", str(http_port)]
     command += ["--metrics-port", str(metrics_port), "--memory-budget-mib", str(sizes.budget_mib)]
@@ -155,6 +180,7 @@ async def server(sizes: Sizes) -> Any:
     finally:
         child.terminate()
         await child.wait()
+        scratch.cleanup()
 
 
 # -- the victim: key B, a paced session -------------------------------------------------------
@@ -341,6 +367,106 @@ async def append_flood(grpc_port: int, http_port: int, sizes: Sizes) -> None:
         await asyncio.gather(*(one() for _ in range(sizes.append_sockets)))
 
 
+async def many_streams(grpc_port: int, http_port: int, sizes: Sizes) -> None:
+    open_ = pb.ConverseRequest(open_session=pb.OpenSession())
+    batch = pb.ConverseManyRequest(
+        requests=[pb.StreamRequest(stream_id=n, request=open_) for n in range(sizes.batch_streams)]
+    ).SerializeToString()
+    options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}", options=options) as channel:
+        method = channel.stream_stream(
+            "/omni.duplex.v1.DuplexService/ConverseMany",
+            request_serializer=None,
+            response_deserializer=None,
+        )
+        while True:  # a batch, then another once the call is ended
+            call = method()
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await call.write(batch)
+                while await call.read() is not grpc.aio.EOF:  # type: ignore[attr-defined]
+                    pass
+            await asyncio.sleep(0.1)
+
+
+async def recording_flood(grpc_port: int, http_port: int, sizes: Sizes) -> None:
+    chunk = base64.b64encode(b"\x00\x08" * (32 * 1024)).decode()  # 64 KiB of audio
+    append = orjson.dumps({"type": "input_audio_buffer.append", "audio": chunk}).decode()
+    async with aiohttp.ClientSession() as http:
+
+        async def one() -> None:
+            with contextlib.suppress(aiohttp.ClientError, ConnectionError):
+                ws = await realtime(http, http_port)
+                reader = asyncio.create_task(drain(ws))
+                await ws.send_str(orjson.dumps(NO_TURN_DETECTION).decode())
+                while not ws.closed:  # 1 MiB a second, each append let go at once
+                    for _ in range(16):
+                        await ws.send_str(append)
+                        await ws.send_str('{"type":"input_audio_buffer.clear"}')
+                    await asyncio.sleep(1.0)
+                await reader
+
+        await asyncio.gather(*(one() for _ in range(sizes.recorded_sockets)))
+
+
+async def echo_flood(grpc_port: int, http_port: int, sizes: Sizes) -> None:
+    frame = orjson.dumps({"type": "'" * (1024 * 1024), "event_id": "'" * 1024}).decode()
+    async with aiohttp.ClientSession() as http:
+
+        async def one() -> None:
+            with contextlib.suppress(aiohttp.ClientError, ConnectionError):
+                ws = await realtime(http, http_port)
+                while not ws.closed:  # never read: the errors pile up at the server
+                    await ws.send_str(frame)
+
+        await asyncio.gather(*(one() for _ in range(sizes.echo_sockets)))
+
+
+async def slow_bodies(grpc_port: int, http_port: int, sizes: Sizes) -> None:
+    head = (
+        "POST /v1/realtime/client_secrets HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {A}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 100\r\n\r\n{"
+    ).encode()
+
+    async def one() -> None:
+        while True:  # one byte of a hundred, then held until the server lets go
+            with contextlib.suppress(OSError):
+                reader, writer = await asyncio.open_connection("127.0.0.1", http_port)
+                writer.write(head)
+                await writer.drain()
+                await reader.read()
+                writer.close()
+            await asyncio.sleep(0.1)
+
+    await asyncio.gather(*(one() for _ in range(sizes.slow_bodies)))
+
+
+async def event_id_echo(grpc_port: int, http_port: int, sizes: Sizes) -> None:
+    options = [("grpc.max_send_message_length", 32 * 1024 * 1024)]
+    options.append(("grpc.max_receive_message_length", 32 * 1024 * 1024))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}", options=options) as channel:
+        stub = duplex_pb2_grpc.DuplexServiceStub(channel)
+
+        async def one() -> None:
+            while True:
+                call = stub.Converse(metadata=bearer_metadata(A))
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    await call.write(pb.ConverseRequest(open_session=pb.OpenSession()))
+                    await call.read()
+                    for seq in range(1, 1_000_000):  # a commit of nothing: refused, echoed
+                        commit = pb.CommitInputAudio()
+                        request = pb.ConverseRequest(
+                            client_seq=seq,
+                            event_id="e" * (5 * 1024 * 1024),
+                            commit_input_audio=commit,
+                        )
+                        await call.write(request)
+                        await call.read()
+                await asyncio.sleep(0.5)
+
+        await asyncio.gather(*(one() for _ in range(4)))
+
+
 RUN: dict[str, Callable[[int, int, Sizes], Awaitable[None]]] = {
     "keyless-watch": keyless_watch,
     "silent-streams": silent_streams,
@@ -348,6 +474,11 @@ RUN: dict[str, Callable[[int, int, Sizes], Awaitable[None]]] = {
     "client-secrets": client_secrets,
     "frame-flood": frame_flood,
     "append-flood": append_flood,
+    "many-streams": many_streams,
+    "recording-flood": recording_flood,
+    "echo-flood": echo_flood,
+    "slow-bodies": slow_bodies,
+    "event-id-echo": event_id_echo,
 }
 
 
@@ -356,7 +487,7 @@ RUN: dict[str, Callable[[int, int, Sizes], Awaitable[None]]] = {
 
 async def measure(attack: str | None, sizes: Sizes, quick: bool) -> Result:
     result = Result(attack or "none", budget_mib=sizes.budget_mib)
-    async with server(sizes) as (pid, grpc_port, http_port):
+    async with server(sizes, SERVER_FLAGS.get(attack or "", ())) as (pid, grpc_port, http_port):
         attacker = None
         reset_peak(pid)
         result.baseline_mib = status_kib(pid, "VmRSS") / 1024

@@ -77,11 +77,18 @@ function showSession(session) {
 function showStatus(status) {
   const badge = $("status");
   badge.textContent = status === "closed" && omni.closeReason ? `closed · ${omni.closeReason}`
-                                                               : status;
+                    : status === "queued" && omni.queue ? queueText(omni.queue)
+                    : status;
   badge.className = `status ${status}`;
   const attached = status === "live" || status === "resumed";
   $("send").disabled = $("apply").disabled = !attached;
   if (status === "closed") stopped();
+}
+
+// Where a waiting session stands, as the service last said it.
+function queueText({ position, estimatedWaitMs }) {
+  const wait = estimatedWaitMs > 0 ? ` · about ${Math.ceil(estimatedWaitMs / 1000)} s` : "";
+  return `waiting for a place · ${position} in line${wait} · the microphone opens then`;
 }
 
 const HANDLERS = {
@@ -199,6 +206,12 @@ function onMic({ pcm, rms }) {
   const capturedAt = performance.now();
   $("meter").value = omni.muted ? 0 : Math.min(1, rms * 8);
   if (omni.muted) return; // muted: nothing leaves the page
+  if (omni.status === "queued") {
+    // Held closed until the session starts: speech now would reach no one (the page says so).
+    omni.heldChunks += 1;
+    $("meter").value = 0;
+    return;
+  }
   const append = { type: "input_audio_buffer.append", audio: toBase64(pcm) };
   connection.sendOrKeep(append, () => {
     input.sentMs += CHUNK_MS;
@@ -362,6 +375,8 @@ $("mute").addEventListener("click", () => setMuted(!omni.muted));
 $("compose").addEventListener("submit", sendText);
 $("apply").addEventListener("click", applySettings);
 omni.dropSocket = () => connection.drop();
+// A page closed or navigated away (not one kept in the back-forward cache) ends its session.
+addEventListener("pagehide", (event) => { if (!event.persisted) connection.leave(); });
 
 // -- base64 --------------------------------------------------------------------------------
 

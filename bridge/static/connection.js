@@ -4,6 +4,11 @@
 // the resume cursor; after a drop the page reconnects with session.resume from the last seq it
 // saw and drops the repeated part of a group it had half received, so nothing is lost or
 // doubled. Audio captured while reconnecting waits in a short outbox and goes out after.
+//
+// A session that waits for a place in the service's queue is told its place and estimated
+// wait (session.queued, again as they change): the page shows them, holds its microphone closed
+// until the session starts (app.js), and resumes the wait, not a new one, after a drop. A page
+// that goes away (pagehide) closes its session at once instead of leaving it for the grace.
 
 import { omni } from "./state.js";
 
@@ -35,7 +40,8 @@ export class Connection {
   }
 
   open() {
-    Object.assign(omni, { sessionId: "", token: "", lastSeq: 0, ackedSeq: 0, closeReason: "" });
+    Object.assign(omni, { sessionId: "", token: "", lastSeq: 0, ackedSeq: 0, closeReason: "",
+                          queue: null });
     this.terminal = false;
     this.retry = 0;
     this.outbox = [];
@@ -55,6 +61,18 @@ export class Connection {
     }
     this.live = false; // nothing goes after session.close: the service is closing the socket
     setTimeout(() => ws.readyState < WebSocket.CLOSING && ws.close(1000, "stopped"), CLOSE_WAIT_MS);
+  }
+
+  // The page goes away (closed, reloaded, navigated): its session ends now, so its place is
+  // free at once rather than after the disconnect grace a dropped network is given.
+  leave() {
+    if (this.terminal || !this.ws) return;
+    this.terminal = true;
+    clearTimeout(this.timer);
+    if (this.live && this.ws.readyState === WebSocket.OPEN) {
+      this.ws.send(JSON.stringify({ type: "session.close", reason: "page_closed" }));
+    }
+    this.ws.close(1000, "page_closed");
   }
 
   // A test's network cut seen from the page: the socket goes, the session stays.
@@ -147,6 +165,15 @@ export class Connection {
       omni.resumes += 1;
       this.attached("resumed");
       setTimeout(() => omni.status === "resumed" && this.setStatus("live"), RESUMED_SHOWN_MS);
+    } else if (event.type === "session.queued") {
+      // The wait's own id and token: a drop while waiting resumes the wait, keeping its place.
+      omni.sessionId = event.session_id;
+      omni.token = event.resume_token;
+      omni.queue = { position: event.position, estimatedWaitMs: event.estimated_wait_ms,
+                     priorityClass: event.priority_class };
+      omni.queueNotices += 1;
+      this.retry = 0;
+      this.setStatus("queued"); // shown again with each notice: a new place, a new wait
     } else if (TERMINAL.has(event.type)) {
       // The service ends the stream after this: nothing more to send on it.
       this.terminal = true;
@@ -156,6 +183,7 @@ export class Connection {
   }
 
   attached(status) {
+    omni.queue = null;
     this.live = true;
     this.retry = 0;
     this.sentAt = performance.now(); // the opening message or the resume

@@ -3,9 +3,13 @@
 export const RATE = 24000; // pcm16 at 24 kHz, OpenAI's default: nothing resamples on the page
 
 export const omni = {
-  status: "idle", // idle, connecting, live, reconnecting, resumed, closed
+  status: "idle", // idle, connecting, queued, live, reconnecting, resumed, closed
   states: ["idle"], // every status the page went through, in order
   closeReason: "",
+  // While the session waits for a place: {position, estimatedWaitMs, priorityClass}; else null.
+  queue: null,
+  queueNotices: 0, // session.queued events received
+  heldChunks: 0, // microphone chunks not sent because the session was still waiting
   sessionId: "",
   token: "",
   session: null, // the session object the service last reported (created, updated, resumed)

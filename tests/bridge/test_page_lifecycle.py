@@ -1,0 +1,77 @@
+"""The page's session from its start to its end, in headless Chromium, as a person meets it:
+waiting in the service's queue (its place and wait shown, the microphone held closed until the
+session starts) and leaving (a page closed without Stop ends its session at once, not after
+the disconnect grace)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from omni_grpc.client import DuplexClient
+from omni_grpc.server.app import RunningServer, start_server
+from omni_grpc.server.settings import QueueSettings
+from tests.bridge.page_driver import chromium_page, speech_wav
+from tests.bridge.testkit import SPEECH_TEXT, running_bridge, service_settings
+from tests.serving import eventually
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+async def one_place() -> AsyncIterator[RunningServer]:
+    """A paced loopback that serves one session at a time; the next ones wait in its queue."""
+    chosen = service_settings(
+        engine_options={"pace": "realtime"}, queue=QueueSettings(capacity=1), route="r1"
+    )
+    running = await start_server(chosen)
+    yield running
+    await running.stop()
+
+
+async def test_a_waiting_page_shows_its_place_holds_the_microphone_then_goes_live(
+    one_place: RunningServer, tmp_path: Path
+) -> None:
+    speech = speech_wav(tmp_path, "speech", [SPEECH_TEXT, 1.0])
+    holder = await DuplexClient.connect(one_place.target)  # takes the only place
+    async with running_bridge(one_place) as port, chromium_page(speech) as run:
+        await run.page.goto(f"http://127.0.0.1:{port}/")
+        await run.page.click("#start")
+        queue = await run.until("() => omni.status === 'queued' && omni.queue", 10)
+        badge = await run.page.text_content("#status")
+        await run.until("() => omni.heldChunks >= 5", 10)  # the microphone runs, held closed
+        assert one_place.sessions.waiting is not None
+        assert one_place.sessions.waiting.queue.waiting()["default"] == (1, 0)
+        await run.screenshot("page-queued")
+        await holder.close()  # the place frees: the page's session starts
+        await run.until("() => omni.status === 'live'", 10)
+        held = await run.page.evaluate("omni.heldChunks")
+        states = await run.page.evaluate("omni.states")
+    assert run.problems == [], run.problems
+    assert queue["position"] == 1 and queue["priorityClass"] == "default"
+    assert badge is not None and "waiting for a place · 1 in line" in badge, badge
+    assert states[:3] == ["idle", "connecting", "queued"] and "live" in states, states
+    assert held >= 5
+
+
+async def test_a_page_that_goes_away_ends_its_session_at_once(tmp_path: Path) -> None:
+    running = await start_server(service_settings(engine_options={"pace": "realtime"}))
+    try:
+        quiet = speech_wav(tmp_path, "quiet", [1.0])
+        async with running_bridge(running) as port, chromium_page(quiet) as run:
+            await run.page.goto(f"http://127.0.0.1:{port}/")
+            await run.page.click("#start")
+            await run.until("() => omni.status === 'live'", 10)
+            assert len(running.registry) == 1
+            left = time.monotonic()
+            await run.page.goto("about:blank")  # closed without Stop
+            await eventually(lambda: len(running.registry) == 0, timeout_s=5.0)
+            gone_s = time.monotonic() - left
+        assert run.problems == [], run.problems
+        # Well inside the disconnect grace a dropped network is given (30 s).
+        assert gone_s < running.settings.limits.disconnect_grace_s / 6
+    finally:
+        await running.stop()

@@ -18,9 +18,11 @@ from collections.abc import Callable, Iterator, Sequence
 from opentelemetry.trace import Tracer
 
 from omni_grpc.core import Effects, Registry, Session, State, StreamRefused
+from omni_grpc.core.credentials import SessionLock
 from omni_grpc.core.errors import Status
 from omni_grpc.core.key_shares import KeyShares
 from omni_grpc.core.rate_limits import KeyAllowances
+from omni_grpc.core.session import resume_refused
 from omni_grpc.core.session_queue import SessionQueue, Ticket
 from omni_grpc.core.snapshot import adopt, check_adopted_cursor
 from omni_grpc.engine.base import Engine, EngineSession
@@ -238,7 +240,7 @@ class Sessions:
             if not self.registry.knows(request.session_id):
                 self._adopting.add(request.session_id)
                 try:
-                    await self._adopt(request)
+                    await self._adopt(request, key)
                 except StoreUnavailable:
                     raise SessionStoreAway() from None
                 finally:
@@ -294,18 +296,24 @@ class Sessions:
 
     # -- durability: adopting and handing over ---------------------------------------------
 
-    async def _adopt(self, request: pb.ResumeSession) -> None:
+    async def _adopt(self, request: pb.ResumeSession, key: str) -> None:
         """Rebuilds a stored session here when its owner is gone or handed it over.
 
         Returns without a session when the store has none (the resume is then refused as
         unknown); raises StreamRefused (``session_elsewhere``, retryable) while the owner lives,
         and StoreUnavailable while the store does not answer (the caller refuses the resume
-        ``session_store_unavailable``, retryable).
+        ``session_store_unavailable``, retryable). ``key`` and the resume's token are checked
+        against the stored digests first: a stranger is refused as for an unknown session, the
+        same answer after the same work, and learns no route and moves nothing.
         """
         assert self.store is not None
         stored = await self.store.load(request.session_id)
         if stored is None:
             return
+        state = stored.state
+        lock = SessionLock.unseal(state.owner_digest, state.token_digest, state.recovery_digest)
+        if not lock.opens(key, request.resume_token, attached=False):
+            raise resume_refused()
         why = "handed_over" if not stored.route else "owner_lost"
         if stored.route and stored.route != self.store.route:
             lease = await self.store.owner_lease(stored.route)

@@ -18,13 +18,20 @@ import pytest
 
 from omni_cli.cluster import free_port, redis_command
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
-from omni_grpc.server.durable import DurableStore, ItemLog, StoreUnavailable, journal_key
+from omni_grpc.server.durable import (
+    DurableStore,
+    ItemLog,
+    StoreUnavailable,
+    journal_key,
+    lease_key,
+)
 from omni_grpc.wire import pb
+from omni_grpc.wire.keys import bearer_metadata
 from omni_grpc.wire.stream_end import StreamBroken
 from tests.cluster.local import wait_for
 from tests.conftest import starts_processes
 from tests.core.helpers import ack, created, open_session
-from tests.server.streams import read
+from tests.server.streams import open_stream, read
 from tests.serving import serving, settings
 
 GRACE_S = 30.0
@@ -226,12 +233,14 @@ async def test_a_resume_while_redis_is_away_is_told_to_retry_not_that_the_sessio
 
 
 async def _refused_resume(
-    channel: grpc.aio.Channel, session_id: str
+    channel: grpc.aio.Channel, session_id: str, key: str = "", token: str = "t" * 43
 ) -> tuple[grpc.StatusCode | None, str, float]:
-    """Resumes ``session_id``; returns the refusal as the client reads it: status, error code
-    (ErrorInfo) and retry hint (RetryInfo, 0 when not retryable)."""
-    call = duplex_pb2_grpc.DuplexServiceStub(channel).Converse()
-    request = pb.ResumeSession(session_id=session_id, resume_token="t" * 43)
+    """Resumes ``session_id`` (with ``key``, when one is given); returns the refusal as the
+    client reads it: status, error code (ErrorInfo) and retry hint (RetryInfo, 0 when not
+    retryable)."""
+    metadata = bearer_metadata(key) if key else None
+    call = duplex_pb2_grpc.DuplexServiceStub(channel).Converse(metadata=metadata)
+    request = pb.ResumeSession(session_id=session_id, resume_token=token)
     await call.write(pb.ConverseRequest(resume_session=request))
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await read(call)
@@ -255,3 +264,44 @@ async def _journal_len(store: DurableStore, session_id: str, length: int) -> boo
 
 async def _gone(store: DurableStore, session_id: str) -> bool:
     return await store.load(session_id) is None
+
+
+async def test_a_stranger_learns_no_route_and_moves_nothing(redis_url: str) -> None:
+    """Another key (or a wrong token) resuming a stored session on a replica that does not hold
+    it gets the answer an unknown id gets, whether the owner lives (no ``session_elsewhere``,
+    no route) or is gone (no adoption); the owner's own resume still finds its session."""
+    owner_key, stranger = "key-owner", "key-stranger"
+    replicas = [
+        settings(
+            durability="sync", redis_url=redis_url, route=route, api_keys=(owner_key, stranger)
+        )
+        for route in ("r1", "r2")
+    ]
+    async with (
+        serving(replicas[0]) as first,
+        serving(replicas[1]) as second,
+        grpc.aio.insecure_channel(first.target) as to_first,
+        grpc.aio.insecure_channel(second.target) as to_second,
+    ):
+        stub = duplex_pb2_grpc.DuplexServiceStub(to_first)
+        call, created = await open_stream(stub, metadata=bearer_metadata(owner_key))
+        session_id, token = created.session.id, created.resume_token
+        store = second.sessions.store
+        assert store is not None
+        await wait_for(lambda: _route(store, session_id, "r1"), 20, "the write")
+        unknown = await _refused_resume(to_second, "sess_" + secrets.token_hex(16), stranger)
+        assert unknown == (grpc.StatusCode.NOT_FOUND, "session_resume_expired", 0.0)
+        for key, presented in ((stranger, token), (owner_key, "t" * 43), (stranger, "t" * 43)):
+            assert await _refused_resume(to_second, session_id, key, presented) == unknown
+        elsewhere = await _refused_resume(to_second, session_id, owner_key, token)
+        assert elsewhere[:2] == (grpc.StatusCode.UNAVAILABLE, "session_elsewhere")
+        # The owner's lease lapses (as a killed replica's does): still nothing for a stranger.
+        owner_store = first.sessions.store
+        assert owner_store is not None
+        owner_store._tasks[1].cancel()  # its lease loop: the lease is renewed no more
+        await owner_store.redis.delete(lease_key("r1"))
+        assert await _refused_resume(to_second, session_id, stranger, token) == unknown
+        kept = await store.load(session_id)
+        assert kept is not None and kept.route == "r1"  # not claimed: no peer adopted it
+        assert not second.registry.knows(session_id)
+        call.cancel()

@@ -23,7 +23,9 @@ another bridge. :func:`start_bridge` is the entry point (``omni-grpc serve`` and
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -40,6 +42,7 @@ from bridge.metrics import CONNECTIONS, REFUSALS, metrics_handler
 from bridge.minting import minting_handler
 from bridge.options import MAX_EVENT_BYTES, BridgeOptions
 from bridge.relay import Relay
+from bridge.resume_secrets import ResumeSecrets
 from bridge.tracing import bridge_tracer
 from bridge.transport import ServiceLink
 from omni_grpc.client.channel import ChannelSettings, Connection
@@ -90,6 +93,7 @@ class Bridge:
                 if options.api_keys
                 else None
             ),
+            resume_secrets=ResumeSecrets(options.api_keys) if options.api_keys else None,
         )
         self.relays: set[Relay] = set()
         self.tracer = tracer  # each turn's span and its context for the service; None: off
@@ -130,7 +134,7 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     if isinstance(admitted, web.Response):
         REFUSALS.labels(str(admitted.status)).inc()
         return admitted
-    key = admitted  # the client's key, or the one its client secret stands for
+    key = admitted.key  # the client's key, or the one its secret stands for
     options = bridge.options
     service_key = options.service_key or key
     ws = MeteredSocket(
@@ -151,15 +155,22 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     resume_only = (
         query.get("autostart", "").lower() in _FALSE or query.get("resume", "").lower() in _TRUE
     )
+    resume_only = resume_only or bool(admitted.only_session)
     model = query.get("model", "")
     # The duplex extensions go to a client that asks for them (?extensions=1); a stock OpenAI
     # client, which checks every event against the GA schema, gets that schema only
     # (bridge.realtime.plain). The vLLM-Omni dialect has them always.
+    extensions = query.get("extensions", "").lower() in _TRUE
     dialect = make_dialect(
         dialect_name(request.path, query),
         max_audio_delta_bytes=options.max_audio_delta_bytes,
-        extensions=query.get("extensions", "").lower() in _TRUE,
+        extensions=extensions,
     )
+    # A page admitted with a secret holds no key to come back with: it is given resume secrets.
+    secrets = bridge.gate.resume_secrets
+    resume_secret = None
+    if admitted.by_secret and secrets is not None and extensions:
+        resume_secret = functools.partial(_resume_secret, secrets, key)
     assert bridge.service is not None, "the channel opens before the first request"
     relay = Relay(
         ws,
@@ -174,6 +185,8 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         meter=ws.meter,
         # Without keys of its own, what a client presents is its own text, not a tenant.
         share=bridge.loop_shares.of(key if options.api_keys else ""),
+        resume_secret=resume_secret,
+        only_session=admitted.only_session,
     )
     bridge.relays.add(relay)
     CONNECTIONS.inc()
@@ -183,6 +196,10 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         CONNECTIONS.dec()
         bridge.relays.discard(relay)
     return ws
+
+
+def _resume_secret(secrets: ResumeSecrets, key: str, session_id: str) -> str:
+    return secrets.issue(key, session_id, time.time())
 
 
 async def health(request: web.Request) -> web.Response:

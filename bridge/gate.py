@@ -11,8 +11,9 @@ DNS-rebinding page reaches it under its own name. So, before any websocket is up
   came to), or match ``allowed_origins``: exact origins, ``*`` as the port for any port, or
   ``*`` alone for every origin, ``null`` included. Clients that send no Origin (SDKs, servers)
   are not browsers acting for a page and pass. Refused with 403.
-* **Key**, when keys are configured: one of them, or a short-lived client secret one of them
-  minted (:mod:`bridge.client_secrets`); else 401 with ``WWW-Authenticate: Bearer``.
+* **Key**, when keys are configured: one of them, a short-lived client secret one of them
+  minted (:mod:`bridge.client_secrets`), or a resume secret that resumes one session
+  (:mod:`bridge.resume_secrets`); else 401 with ``WWW-Authenticate: Bearer``.
 
 The page and its static files go through the Host check too, and every response carries
 headers that keep the page out of frames and its files from being sniffed as something else.
@@ -21,6 +22,7 @@ headers that keep the page out of frames and its files from being sniffed as som
 from __future__ import annotations
 
 import ipaddress
+import time
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -28,6 +30,8 @@ from aiohttp.typedefs import Handler, Middleware
 from multidict import CIMultiDict
 
 from bridge.client_secrets import ClientSecrets
+from bridge.resume_secrets import PREFIX as RESUME_PREFIX
+from bridge.resume_secrets import ResumeSecrets
 from omni_grpc.wire.keys import bearer_credentials, key_matches
 
 KEY_PROTOCOL_PREFIX = "openai-insecure-api-key."
@@ -89,6 +93,17 @@ def _is_ip_address(name: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class Admitted:
+    """Who a request stands for, once the gate let it through."""
+
+    key: str  # what the bridge presents to the service
+    # Admitted with a secret (a client or resume secret), not a key: a page that holds nothing
+    # else, and is handed resume secrets to come back with.
+    by_secret: bool = False
+    only_session: str = ""  # a resume secret's session: the one thing the socket may resume
+
+
+@dataclass(frozen=True, slots=True)
 class Gate:
     """The checks made before a request is served; see the module's docstring."""
 
@@ -97,6 +112,7 @@ class Gate:
     bound_host: str = "127.0.0.1"
     api_keys: tuple[str, ...] = ()
     client_secrets: ClientSecrets | None = None  # the secrets the keys minted, if any
+    resume_secrets: ResumeSecrets | None = None  # signed by the keys, if any
 
     def host_allowed(self, host_header: str | None) -> bool:
         """Whether the Host header names this bridge (no header: not a browser; allowed)."""
@@ -132,19 +148,25 @@ class Gate:
             return _refuse(403, "origin_not_allowed")
         return None
 
-    def admit(self, request: web.Request) -> str | web.Response:
-        """The key to present to the service for ``request``, or the response that refuses it.
+    def admit(self, request: web.Request) -> Admitted | web.Response:
+        """Who ``request`` stands for, or the response that refuses it.
 
-        A client secret is used up here and stands for the key that minted it.
+        A client secret is used up here and stands for the key that minted it; a resume
+        secret stands for its session's key, for that session alone.
         """
         refusal = self.page_refusal(request)
         if refusal is not None:
             return refusal
         key = presented_key(request)
         if not self.api_keys or key_matches(key, self.api_keys):
-            return key
+            return Admitted(key)
+        if key.startswith(RESUME_PREFIX) and self.resume_secrets is not None:
+            resumes = self.resume_secrets.redeem(key, time.time())
+            if resumes is not None:
+                return Admitted(resumes[0], by_secret=True, only_session=resumes[1])
+            return unauthorized()
         owner = self.client_secrets.redeem(key) if self.client_secrets is not None else None
-        return owner if owner is not None else unauthorized()
+        return Admitted(owner, by_secret=True) if owner is not None else unauthorized()
 
 
 def unauthorized() -> web.Response:

@@ -31,8 +31,9 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import grpc
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -90,6 +91,30 @@ SLOW_CONSUMER = "slow_consumer"
 ELSEWHERE_ATTEMPTS = 40
 
 
+# The refusal of a socket a resume secret opened whose first event is not its session's resume.
+RESUME_SECRET_SCOPE = Refusal(
+    "invalid_api_key",
+    "a resume secret resumes its own session only (session.resume with its session_id)",
+    "invalid_request_error",
+)
+
+
+# The events that carry a resume secret to a page a secret admitted (the wait's too: a page
+# that drops while it waits for a place resumes the wait).
+_SECRET_KINDS = frozenset({"session_created", "session_resumed", "session_queued"})
+_SECRET_EVENTS = frozenset({"session.created", "session.resumed", "session.queued"})
+
+
+def _named(event: dict[str, Any]) -> str:
+    """The session id a session.created, session.resumed or session.queued event names."""
+    return str(event.get("session_id") or event.get("session", {}).get("id") or "")
+
+
+def _resumes(request: pb.ConverseRequest, session_id: str) -> bool:
+    """Whether ``request`` is the resume of ``session_id``."""
+    return request.HasField("resume_session") and request.resume_session.session_id == session_id
+
+
 def is_numbered(request: pb.ConverseRequest) -> bool:
     """Says whether the request needs a ``client_seq`` (heartbeats and acks do not)."""
     return request.WhichOneof("command") not in UNNUMBERED_COMMANDS
@@ -112,8 +137,15 @@ class Relay:
         tracer: Tracer | None = None,
         meter: FrameMeter | None = None,
         share: KeyShare | None = None,
+        resume_secret: Callable[[str], str] | None = None,
+        only_session: str = "",
     ) -> None:
         self.ws = ws
+        # A socket a secret opened: each session.created and session.resumed carries a resume
+        # secret for its session (bridge.resume_secrets); one a resume secret opened may only
+        # resume ``only_session``.
+        self._resume_secret = resume_secret
+        self._only_session = only_session
         # The key's share of a loop pass, which each command's handing on is charged to.
         self._share = share
         # The socket's frames are charged from their headers until their commands leave
@@ -307,6 +339,10 @@ class Relay:
                     return None
                 continue
             self._handed_on()  # what the frame became is small: the first request
+            if self._only_session and not _resumes(opening.request, self._only_session):
+                await self._tell(RESUME_SECRET_SCOPE)
+                await self._close_ws(WSCloseCode.POLICY_VIOLATION, RESUME_SECRET_SCOPE.code)
+                return None
             self._opening_update = opening.update_id
             return opening.request, opening.then
 
@@ -419,7 +455,12 @@ class Relay:
         if kind == "error" and response.error.code == RATE_LIMIT_CODE:
             hint_s = response.error.retry_after.ToMilliseconds() / 1000
             self._hold_input_until = asyncio.get_running_loop().time() + hint_s
-        for event in self._dialect.expand(response):
+        events = self._dialect.expand(response)
+        if self._resume_secret is not None and kind in _SECRET_KINDS:
+            for event in events:
+                if event.get("type") in _SECRET_EVENTS and (session_id := _named(event)):
+                    event["resume_secret"] = self._resume_secret(session_id)
+        for event in events:
             await self._send(event)
 
     async def _deliver_serialized(self, payload: bytes) -> None:

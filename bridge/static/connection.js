@@ -41,7 +41,7 @@ export class Connection {
 
   open() {
     Object.assign(omni, { sessionId: "", token: "", lastSeq: 0, ackedSeq: 0, closeReason: "",
-                          queue: null });
+                          queue: null, resumeSecret: "" });
     this.terminal = false;
     this.retry = 0;
     this.outbox = [];
@@ -115,7 +115,10 @@ export class Connection {
 
   connect(resuming) {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const key = new URLSearchParams(location.search).get("key");
+    // A page opened with a client secret (?key=ek_...) has used it up: it comes back with the
+    // resume secret its session was given (it resumes that session only).
+    const urlKey = new URLSearchParams(location.search).get("key");
+    const key = resuming && omni.resumeSecret ? omni.resumeSecret : urlKey;
     const protocols = ["realtime"];
     if (key) protocols.push("openai-insecure-api-key." + key);
     // The page resumes and acks, so it asks for the duplex extensions (seq, resume token).
@@ -156,6 +159,7 @@ export class Connection {
     } else if (GROUP_PART.test(event.event_id)) {
       this.groupIds.add(event.event_id);
     }
+    if (event.resume_secret) omni.resumeSecret = event.resume_secret;
     if (event.type === "session.created") {
       omni.sessionId = event.session.id;
       omni.token = event.resume_token;

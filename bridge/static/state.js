@@ -12,6 +12,8 @@ export const omni = {
   heldChunks: 0, // microphone chunks not sent because the session was still waiting
   sessionId: "",
   token: "",
+  // What a page opened with a client secret resumes with (the secret itself is used up).
+  resumeSecret: "",
   session: null, // the session object the service last reported (created, updated, resumed)
   capabilities: null,
   lastSeq: 0,

@@ -33,6 +33,7 @@ class SessionResumed(_Extension):
     resume_token: str
     attachment_generation: int = Field(ge=1)
     replayed_events: int = Field(ge=0)
+    resume_secret: str | None = None  # to a socket a client or resume secret opened
 
 
 class SessionQueued(_Extension):
@@ -41,6 +42,7 @@ class SessionQueued(_Extension):
     type: Literal["session.queued"]
     session_id: str
     resume_token: str  # in the first one only ("" after)
+    resume_secret: str | None = None  # to a socket a client or resume secret opened
     position: int = Field(ge=1)
     estimated_wait_ms: int = Field(ge=0)
     priority_class: str
@@ -198,7 +200,9 @@ _RESPONSE_EXTRAS = frozenset(
 )
 STANDARD_EVENT_EXTRAS: dict[str, frozenset[str]] = {
     "*": frozenset({"server_event_seq"}),
-    "session.created": frozenset({"resume_token", "attachment_generation", "capabilities"})
+    "session.created": frozenset(
+        {"resume_token", "attachment_generation", "capabilities", "resume_secret"}
+    )
     | _SESSION_EXTRAS,
     "session.updated": _SESSION_EXTRAS,
     "response.created": _RESPONSE_EXTRAS,

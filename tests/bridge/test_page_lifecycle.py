@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from omni_grpc.client import DuplexClient
@@ -73,5 +74,36 @@ async def test_a_page_that_goes_away_ends_its_session_at_once(tmp_path: Path) ->
         assert run.problems == [], run.problems
         # Well inside the disconnect grace a dropped network is given (30 s).
         assert gone_s < running.settings.limits.disconnect_grace_s / 6
+    finally:
+        await running.stop()
+
+
+async def test_a_page_opened_with_a_client_secret_resumes_after_a_drop(tmp_path: Path) -> None:
+    """The page's one-use secret is spent by its first socket: after a drop it comes back with
+    the resume secret its session was given, not the spent secret (which failed twelve times
+    over, and the session expired)."""
+    key = "backend-key"
+    running = await start_server(
+        service_settings(engine_options={"pace": "realtime"}, api_keys=(key,))
+    )
+    try:
+        quiet = speech_wav(tmp_path, "quiet", [1.0])
+        async with running_bridge(running, api_keys=(key,)) as port, chromium_page(quiet) as run:
+            async with aiohttp.ClientSession() as http:
+                minting = f"http://127.0.0.1:{port}/v1/realtime/client_secrets"
+                async with http.post(minting, headers={"Authorization": f"Bearer {key}"}) as made:
+                    secret = (await made.json())["value"]
+            await run.page.goto(f"http://127.0.0.1:{port}/?key={secret}")
+            await run.page.click("#start")
+            await run.until("() => omni.status === 'live' && omni.resumeSecret", 10)
+            session_id = await run.page.evaluate("omni.sessionId")
+            await run.page.evaluate("omni.dropSocket()")
+            await run.until("() => omni.resumes === 1 && omni.status !== 'reconnecting'", 15)
+            await run.page.evaluate("omni.dropSocket()")  # and again, with the fresh one
+            await run.until("() => omni.resumes === 2 && omni.status !== 'reconnecting'", 15)
+            states = await run.page.evaluate("omni.states")
+            after = await run.page.evaluate("omni.sessionId")
+        assert run.problems == [], run.problems  # no refused upgrade on the way
+        assert after == session_id and "closed" not in states, states
     finally:
         await running.stop()

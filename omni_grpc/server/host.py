@@ -9,9 +9,10 @@ is turned into a form the engine takes on the way in (untouched when it is alrea
 it), and output audio into the session's format on the way out, so neither the core nor the
 engines ever see another format.
 
-A recorded session's host (:mod:`omni_grpc.server.recording`) has its ``receive``, ``deliver``
-and ``release`` wrapped on the instance, so that a host that is not recorded pays nothing for
-recording.
+Whoever observes a host (tracing, durability, recording, the turn metrics) registers a tap
+(:mod:`omni_grpc.server.taps`) and is told what the host did; nothing wraps or replaces a
+method. Each hook has its own list of taps, so a host pays only for what is observed: with no
+tap, one truth test of an empty tuple per command and per event.
 """
 
 from __future__ import annotations
@@ -21,19 +22,27 @@ import contextlib
 import logging
 from collections.abc import Callable
 from time import perf_counter
+from typing import TypeVar
 
 from omni_grpc.core import Effects, Session
-from omni_grpc.core.admission import INPUT_ENDING_COMMANDS, Admitted
+from omni_grpc.core.commands import (
+    AppendAudio,
+    CancelInput,
+    ClearAudio,
+    CommitAudio,
+    EngineCommand,
+    UpdateSession,
+)
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.base import EngineSession
 from omni_grpc.server import metrics
-from omni_grpc.server.durable import DurableStore, ItemLog
 from omni_grpc.server.edge import OUTPUT_ENDING_EVENTS, AudioEdge
 from omni_grpc.server.send_queue import SendQueue
-from omni_grpc.server.tracing import TurnTraces
+from omni_grpc.server.taps import HOOKS, HostTap
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
+_Tap = TypeVar("_Tap", bound=HostTap)
 
 # Bumped per command and per engine event as plain ints, read at scrape time (hot_metrics.py).
 _HOT = metrics.HOT_COUNTS
@@ -52,8 +61,6 @@ class SessionHost:
         engine: EngineSession,
         on_ended: Callable[[Session], None],
         clock: Callable[[], float],
-        turns: TurnTraces | None = None,
-        store: DurableStore | None = None,
     ) -> None:
         self.session = session
         self.engine = engine
@@ -67,19 +74,61 @@ class SessionHost:
         self.expiry_reason = "idle_timeout"
         self._overflow_counted = False
         self._appends = 0  # appends received, for the timing sample (APPEND_TIMING_EVERY)
-        # When the engine last said the user stopped speaking, until the first audio after it.
-        self._speech_ended_at: float | None = None
-        # The session's turns as spans; None when tracing is off (one check per message).
-        self._turns = turns
-        if turns is not None:
-            engine.on_stage = turns.stage
-        # Durability: the store writes the session behind each event; the items it keeps are
-        # what an adopting peer gives its fresh engine session as the history.
-        self.store = store
-        self.items = ItemLog() if store is not None else None
-        # Told after each update_session the core applied (recording on request starts or
-        # stops with the configuration); None when no one asks.
-        self.on_config: Callable[[SessionHost], None] | None = None
+        # The taps, in the order they came, and filed by the hooks each overrides (taps.py).
+        self.taps: tuple[HostTap, ...] = ()
+        self._admitted: tuple[HostTap, ...] = ()
+        self._handed: tuple[HostTap, ...] = ()
+        self._handled: tuple[HostTap, ...] = ()
+        self._delivered: tuple[HostTap, ...] = ()
+        self._released: tuple[HostTap, ...] = ()
+        self._configured: tuple[HostTap, ...] = ()
+        self._ended: tuple[HostTap, ...] = ()
+        # Engine event kind -> the taps told of it (a tap may watch a kind for a while).
+        self._watchers: dict[str, tuple[HostTap, ...]] = {}
+        self._all_events: tuple[HostTap, ...] = ()  # taps told of every event
+
+    # -- taps ------------------------------------------------------------------------------
+
+    def add_tap(self, tap: HostTap) -> None:
+        """Registers an observer: from now on it is told of what it overrides a hook for."""
+        self.taps = (*self.taps, tap)
+        self._file_taps()
+
+    def remove_tap(self, tap: HostTap) -> None:
+        """Takes an observer off (idempotent)."""
+        self.taps = tuple(t for t in self.taps if t is not tap)
+        self._watchers = {
+            kind: rest for kind, taps in self._watchers.items() if (rest := _without(taps, tap))
+        }
+        self._file_taps()
+
+    def watch(self, tap: HostTap, kind: str) -> None:
+        """Tells ``tap`` of engine events of ``kind`` too, until :meth:`unwatch`."""
+        if tap not in self._watchers.get(kind, ()):
+            self._watchers[kind] = (*self._watchers.get(kind, ()), tap)
+
+    def unwatch(self, tap: HostTap, kind: str) -> None:
+        """Stops telling ``tap`` of ``kind`` (unless its ``events`` name it)."""
+        rest = _without(self._watchers.get(kind, ()), tap)
+        if rest:
+            self._watchers[kind] = rest
+        else:
+            self._watchers.pop(kind, None)
+
+    def tap_of(self, kind: type[_Tap]) -> _Tap | None:
+        """The registered tap of class ``kind``, if one is."""
+        return next((tap for tap in self.taps if isinstance(tap, kind)), None)
+
+    def _file_taps(self) -> None:
+        filed = {hook: tuple(t for t in self.taps if _overrides(t, hook)) for hook in HOOKS}
+        self._admitted, self._handed = filed["admitted"], filed["handed"]
+        self._handled, self._delivered = filed["handled"], filed["delivered"]
+        self._released, self._configured = filed["released"], filed["configured"]
+        self._ended = filed["ended"]
+        self._all_events = tuple(tap for tap in filed["event"] if tap.events is None)
+        for tap in filed["event"]:
+            for kind in tap.events or ():
+                self.watch(tap, kind)
 
     def tail_heard(self) -> bytes:
         """The audio the last commit flushed from the input resampler to the engine."""
@@ -94,14 +143,10 @@ class SessionHost:
 
     def attach(self, generation: int) -> SendQueue:
         """Registers the send queue of a stream that now owns (or resumes) the session."""
-        barrier = self._settled if self.store is not None and self.store.mode == "sync" else None
+        barrier = next(filter(None, (tap.send_barrier(self) for tap in self.taps)), None)
         queue = SendQueue(generation, self.session.admission.budget, barrier)
         self._queues[generation] = queue
         return queue
-
-    async def _settled(self) -> None:
-        if self.store is not None:
-            await self.store.settled(self.session)
 
     def release(self, queue: SendQueue) -> None:
         """The stream of ``queue`` is gone: detach it if it still owned the session.
@@ -119,6 +164,8 @@ class SessionHost:
                 queue.generation,
                 extra={"session_id": self.session.id},
             )
+        for tap in self._released:
+            tap.released(self, queue)
 
     # -- core calls ------------------------------------------------------------------------
 
@@ -133,8 +180,6 @@ class SessionHost:
         """
         kind = request.WhichOneof("command")
         _HOT.commands[kind] += 1
-        if self._turns is not None:
-            self._turns.command(request)
         session = self.session
         started = 0.0
         if kind == "append_input_audio":
@@ -143,14 +188,18 @@ class SessionHost:
                 started = perf_counter()  # host time, not the session clock
         now = self._clock()
         effects = session.receive(generation, request, now, kind, size)
+        if self._admitted:
+            for tap in self._admitted:
+                tap.admitted(self, generation, request, effects)
         if effects.sends or effects.end_streams or effects.ended:
             self.deliver(effects)
-        elif self.store is not None and self.items is not None:
-            self.store.mark(session, self.items)  # the command's number is the session's now
-        for admitted in effects.engine:
+        for command in effects.engine:
             if self.ended:
                 break
-            await self._submit(admitted, now)
+            await self._submit(command, now)
+        if self._handled:
+            for tap in self._handled:
+                tap.handled(self, generation, request)
         if started:
             _HOT.append_handled(perf_counter() - started)
         if session.last_refusal:
@@ -196,47 +245,54 @@ class SessionHost:
         if self.session.journal.overflowed and not self._overflow_counted:
             self._overflow_counted = True
             metrics.JOURNAL_OVERFLOWS.inc()
-        if self.store is not None and self.items is not None and not effects.ended:
-            self.store.mark(self.session, self.items)
+        if self._delivered:
+            for tap in self._delivered:
+                tap.delivered(self, effects)
         if effects.ended and not self.ended:
             self.ended = True
             metrics.session_ended(self.session, self.expiry_reason)
-            if self._turns is not None:
-                self._turns.close()
+            for tap in self._ended:
+                tap.ended(self)
             self._on_ended(self.session)
             asyncio.get_running_loop().create_task(self._shut_engine())
 
     # -- engine ----------------------------------------------------------------------------
 
-    async def _submit(self, admitted: Admitted, now: float) -> None:
+    async def _submit(self, command: EngineCommand, now: float) -> None:
         """Hands one admitted command to the engine, its audio in a form the engine takes.
 
         Called from the stream's reader, in command order: when the engine falls behind, its
         full mailbox stops the reader, and gRPC flow control pushes back on the client. What
         the engine makes at once is published at ``now``, the command's time.
         """
-        request, kind = admitted.request, admitted.kind
-        if kind == "append_input_audio":  # the usual command first
-            if not self._edge.engine_input(admitted):
-                self.session.admission.input_taken()  # what the core held for it goes back
-                self._answer(request, CommandError("bad_audio", "the audio cannot be decoded"))
-                return
-        elif kind in INPUT_ENDING_COMMANDS:
-            if kind == "commit_input_audio":
-                if tail := self._edge.input_tail(request):
+        match command:
+            case AppendAudio(native=False):  # native appends (the usual) go as they came
+                converted = self._edge.engine_input(command)
+                if converted is None:
+                    self.session.admission.input_taken()  # what the core held goes back
+                    self._answer(command, CommandError("bad_audio", "the audio cannot be decoded"))
+                    return
+                command = converted
+            case CommitAudio():
+                if tail := self._edge.input_tail(command):
+                    for tap in self._handed:
+                        tap.handed(self, tail)
                     await self.engine.submit(tail)
-            else:  # clear_input_audio, cancel_input
+            case ClearAudio() | CancelInput():
                 self._edge.drop_input()
-        elif kind == "update_session":
-            self._edge.configure(self.session.config)  # the formats may have changed
-            if self.on_config is not None:
-                self.on_config(self)
+            case UpdateSession():
+                self._edge.configure(self.session.config)  # the formats may have changed
+                for tap in self._configured:
+                    tap.configured(self)
+        if self._handed:
+            for tap in self._handed:
+                tap.handed(self, command)
         try:
             # The fast path: a cheap command the engine applies at once, its events published
             # here, with no mailbox and no pump between (None: the engine queues it).
-            made = self.engine.submit_now(request, kind)
+            made = self.engine.submit_now(command)
             if made is None:
-                await self.engine.submit(request)
+                await self.engine.submit(command)
             else:
                 for event in made:
                     self._engine_event(event, now)
@@ -249,10 +305,10 @@ class SessionHost:
             self.expiry_reason = "engine_failure"
             self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
 
-    def _answer(self, request: pb.ConverseRequest, error: CommandError) -> None:
+    def _answer(self, command: EngineCommand, error: CommandError) -> None:
         """Refuses an append the core admitted but the host cannot take, with an error event."""
         metrics.COMMAND_REFUSALS.labels(error.code).inc()
-        body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)
+        body = error.to_error(client_seq=command.client_seq, event_id=command.event_id)
         self.deliver(self.session.publish(pb.ConverseResponse(error=body), self._clock()))
 
     async def _pump_loop(self) -> None:
@@ -275,32 +331,26 @@ class SessionHost:
         ``now``, the command's time)."""
         kind = event.WhichOneof("event")
         _HOT.events[kind] += 1
-        if kind == "output_audio_delta":
-            if not self._edge.session_output(event.output_audio_delta):
-                return  # its audio is all still in the resampler: the next delta carries it
-            if self._speech_ended_at is not None:
-                metrics.SPEECH_END_TO_AUDIO.observe(perf_counter() - self._speech_ended_at)
-                self._speech_ended_at = None
-        elif kind == "response_done":
-            metrics.response_done(event)  # its latencies, into the histograms
-        elif kind == "speech_stopped":
-            self._speech_ended_at = perf_counter()
-        if self._turns is not None:
-            self._turns.event(kind, event)
+        if kind == "output_audio_delta" and not self._edge.session_output(event.output_audio_delta):
+            return  # its audio is all still in the resampler: the next delta carries it
+        if self._all_events:
+            for tap in self._all_events:
+                tap.event(self, kind, event)
+        if kind in self._watchers:
+            for tap in self._watchers[kind]:
+                tap.event(self, kind, event)
         if now is None:
             now = self._clock()
         if kind in OUTPUT_ENDING_EVENTS and (tail := self._edge.output_tail(kind, event)):
             self.deliver(self.session.publish(tail, now))  # the response's last audio
-        if self.items is not None:
-            self.items.observe(kind, event)
         self.deliver(self.session.publish(event, now, kind))
 
     async def abandon(self) -> None:
         """Stops the session's tasks and engine without any event (server shutdown)."""
         for task in self._tasks:
             task.cancel()
-        if self._turns is not None:
-            self._turns.close()
+        for tap in self._ended:
+            tap.ended(self)
         with contextlib.suppress(Exception):
             await self.engine.close()
 
@@ -317,6 +367,14 @@ class SessionHost:
             self.session.state.name,
             extra={"session_id": self.session.id},
         )
+
+
+def _overrides(tap: HostTap, hook: str) -> bool:
+    return getattr(type(tap), hook) is not getattr(HostTap, hook)
+
+
+def _without(taps: tuple[HostTap, ...], tap: HostTap) -> tuple[HostTap, ...]:
+    return tuple(t for t in taps if t is not tap)
 
 
 __all__ = ["SendQueue", "SessionHost"]

@@ -225,10 +225,10 @@ async def start_server(
     )
     # The in-process entry point serves a bridge in this process, and ConverseMany's streams.
     local = LocalService(sessions, api_keys=settings.api_keys, cap=cap)
-    many = MultiplexServicer(local, settings.route).handler()
+    many = MultiplexServicer(sessions, local.gate, settings.route).handler()
     server.add_generic_rpc_handlers(
         (
-            DuplexServicer(sessions, settings.route, cap.short).handler(),
+            DuplexServicer(sessions, settings.route, cap).handler(),
             grpc.method_handlers_generic_handler(SERVICE, {CONVERSE_MANY: many}),
         )
     )

@@ -22,7 +22,6 @@ import contextlib
 import logging
 from collections.abc import Callable
 from time import perf_counter
-from typing import TypeVar
 
 from omni_grpc.core import Effects, Session
 from omni_grpc.core.commands import (
@@ -38,11 +37,10 @@ from omni_grpc.engine.base import EngineSession
 from omni_grpc.server import metrics
 from omni_grpc.server.edge import OUTPUT_ENDING_EVENTS, AudioEdge
 from omni_grpc.server.send_queue import SendQueue
-from omni_grpc.server.taps import HOOKS, HostTap
+from omni_grpc.server.taps import Taps
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
-_Tap = TypeVar("_Tap", bound=HostTap)
 
 # Bumped per command and per engine event as plain ints, read at scrape time (hot_metrics.py).
 _HOT = metrics.HOT_COUNTS
@@ -74,61 +72,8 @@ class SessionHost:
         self.expiry_reason = "idle_timeout"
         self._overflow_counted = False
         self._appends = 0  # appends received, for the timing sample (APPEND_TIMING_EVERY)
-        # The taps, in the order they came, and filed by the hooks each overrides (taps.py).
-        self.taps: tuple[HostTap, ...] = ()
-        self._admitted: tuple[HostTap, ...] = ()
-        self._handed: tuple[HostTap, ...] = ()
-        self._handled: tuple[HostTap, ...] = ()
-        self._delivered: tuple[HostTap, ...] = ()
-        self._released: tuple[HostTap, ...] = ()
-        self._configured: tuple[HostTap, ...] = ()
-        self._ended: tuple[HostTap, ...] = ()
-        # Engine event kind -> the taps told of it (a tap may watch a kind for a while).
-        self._watchers: dict[str, tuple[HostTap, ...]] = {}
-        self._all_events: tuple[HostTap, ...] = ()  # taps told of every event
-
-    # -- taps ------------------------------------------------------------------------------
-
-    def add_tap(self, tap: HostTap) -> None:
-        """Registers an observer: from now on it is told of what it overrides a hook for."""
-        self.taps = (*self.taps, tap)
-        self._file_taps()
-
-    def remove_tap(self, tap: HostTap) -> None:
-        """Takes an observer off (idempotent)."""
-        self.taps = tuple(t for t in self.taps if t is not tap)
-        self._watchers = {
-            kind: rest for kind, taps in self._watchers.items() if (rest := _without(taps, tap))
-        }
-        self._file_taps()
-
-    def watch(self, tap: HostTap, kind: str) -> None:
-        """Tells ``tap`` of engine events of ``kind`` too, until :meth:`unwatch`."""
-        if tap not in self._watchers.get(kind, ()):
-            self._watchers[kind] = (*self._watchers.get(kind, ()), tap)
-
-    def unwatch(self, tap: HostTap, kind: str) -> None:
-        """Stops telling ``tap`` of ``kind`` (unless its ``events`` name it)."""
-        rest = _without(self._watchers.get(kind, ()), tap)
-        if rest:
-            self._watchers[kind] = rest
-        else:
-            self._watchers.pop(kind, None)
-
-    def tap_of(self, kind: type[_Tap]) -> _Tap | None:
-        """The registered tap of class ``kind``, if one is."""
-        return next((tap for tap in self.taps if isinstance(tap, kind)), None)
-
-    def _file_taps(self) -> None:
-        filed = {hook: tuple(t for t in self.taps if _overrides(t, hook)) for hook in HOOKS}
-        self._admitted, self._handed = filed["admitted"], filed["handed"]
-        self._handled, self._delivered = filed["handled"], filed["delivered"]
-        self._released, self._configured = filed["released"], filed["configured"]
-        self._ended = filed["ended"]
-        self._all_events = tuple(tap for tap in filed["event"] if tap.events is None)
-        for tap in filed["event"]:
-            for kind in tap.events or ():
-                self.watch(tap, kind)
+        # The observers, filed by the hooks each overrides (taps.py): empty, they cost nothing.
+        self.taps = Taps()
 
     def tail_heard(self) -> bytes:
         """The audio the last commit flushed from the input resampler to the engine."""
@@ -143,7 +88,7 @@ class SessionHost:
 
     def attach(self, generation: int) -> SendQueue:
         """Registers the send queue of a stream that now owns (or resumes) the session."""
-        barrier = next(filter(None, (tap.send_barrier(self) for tap in self.taps)), None)
+        barrier = self.taps.send_barrier(self)
         queue = SendQueue(generation, self.session.admission.budget, barrier)
         self._queues[generation] = queue
         return queue
@@ -164,7 +109,7 @@ class SessionHost:
                 queue.generation,
                 extra={"session_id": self.session.id},
             )
-        for tap in self._released:
+        for tap in self.taps.released:
             tap.released(self, queue)
 
     # -- core calls ------------------------------------------------------------------------
@@ -188,8 +133,9 @@ class SessionHost:
                 started = perf_counter()  # host time, not the session clock
         now = self._clock()
         effects = session.receive(generation, request, now, kind, size)
-        if self._admitted:
-            for tap in self._admitted:
+        taps = self.taps
+        if taps.admitted:
+            for tap in taps.admitted:
                 tap.admitted(self, generation, request, effects)
         if effects.sends or effects.end_streams or effects.ended:
             self.deliver(effects)
@@ -197,8 +143,8 @@ class SessionHost:
             if self.ended:
                 break
             await self._submit(command, now)
-        if self._handled:
-            for tap in self._handled:
+        if taps.handled:
+            for tap in taps.handled:
                 tap.handled(self, generation, request)
         if started:
             _HOT.append_handled(perf_counter() - started)
@@ -245,13 +191,13 @@ class SessionHost:
         if self.session.journal.overflowed and not self._overflow_counted:
             self._overflow_counted = True
             metrics.JOURNAL_OVERFLOWS.inc()
-        if self._delivered:
-            for tap in self._delivered:
+        if self.taps.delivered:
+            for tap in self.taps.delivered:
                 tap.delivered(self, effects)
         if effects.ended and not self.ended:
             self.ended = True
             metrics.session_ended(self.session, self.expiry_reason)
-            for tap in self._ended:
+            for tap in self.taps.ended:
                 tap.ended(self)
             self._on_ended(self.session)
             asyncio.get_running_loop().create_task(self._shut_engine())
@@ -275,17 +221,17 @@ class SessionHost:
                 command = converted
             case CommitAudio():
                 if tail := self._edge.input_tail(command):
-                    for tap in self._handed:
+                    for tap in self.taps.handed:
                         tap.handed(self, tail)
                     await self.engine.submit(tail)
             case ClearAudio() | CancelInput():
                 self._edge.drop_input()
             case UpdateSession():
                 self._edge.configure(self.session.config)  # the formats may have changed
-                for tap in self._configured:
+                for tap in self.taps.configured:
                     tap.configured(self)
-        if self._handed:
-            for tap in self._handed:
+        if self.taps.handed:
+            for tap in self.taps.handed:
                 tap.handed(self, command)
         try:
             # The fast path: a cheap command the engine applies at once, its events published
@@ -333,11 +279,12 @@ class SessionHost:
         _HOT.events[kind] += 1
         if kind == "output_audio_delta" and not self._edge.session_output(event.output_audio_delta):
             return  # its audio is all still in the resampler: the next delta carries it
-        if self._all_events:
-            for tap in self._all_events:
+        taps = self.taps
+        if taps.all_events:
+            for tap in taps.all_events:
                 tap.event(self, kind, event)
-        if kind in self._watchers:
-            for tap in self._watchers[kind]:
+        if kind in taps.watchers:
+            for tap in taps.watchers[kind]:
                 tap.event(self, kind, event)
         if now is None:
             now = self._clock()
@@ -349,7 +296,7 @@ class SessionHost:
         """Stops the session's tasks and engine without any event (server shutdown)."""
         for task in self._tasks:
             task.cancel()
-        for tap in self._ended:
+        for tap in self.taps.ended:
             tap.ended(self)
         with contextlib.suppress(Exception):
             await self.engine.close()
@@ -367,14 +314,6 @@ class SessionHost:
             self.session.state.name,
             extra={"session_id": self.session.id},
         )
-
-
-def _overrides(tap: HostTap, hook: str) -> bool:
-    return getattr(type(tap), hook) is not getattr(HostTap, hook)
-
-
-def _without(taps: tuple[HostTap, ...], tap: HostTap) -> tuple[HostTap, ...]:
-    return tuple(t for t in taps if t is not tap)
 
 
 __all__ = ["SendQueue", "SessionHost"]

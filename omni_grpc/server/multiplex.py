@@ -1,9 +1,10 @@
 """``ConverseMany``: many Converse streams on one gRPC call, for a bridge in its own process.
 
-Each stream of the call is an in-process stream (:mod:`omni_grpc.server.local`), so it opens,
-resumes, numbers and ends exactly as a Converse call does: its own key is checked again (the
-call's was checked before it reached this, :mod:`omni_grpc.server.auth`) and it takes a place
-in the server's one stream cap (:mod:`omni_grpc.server.stream_cap`). Per stream a feeder
+Each stream of the call is a :class:`~omni_grpc.server.local_stream.LocalStream`, as a bridge's
+in-process stream is, so it opens, resumes, numbers and ends exactly as a Converse call does
+(:mod:`omni_grpc.server.stream`): its own key is checked again (the call's was checked before it
+reached this, :mod:`omni_grpc.server.auth`) and it takes a place in the server's one stream cap
+(:mod:`omni_grpc.server.stream_cap`). Per stream a feeder
 hands its requests to the session in order (a stream held back by its rate limit holds back no
 other) and a pump takes its events. Events leave in batches: the writer sends, in one
 message, everything the pumps queued while its previous write was in flight, so a quiet call
@@ -20,7 +21,9 @@ from collections.abc import Sequence
 
 import grpc
 
-from omni_grpc.server.local import LocalService, LocalStream
+from omni_grpc.server.local_stream import LocalStream
+from omni_grpc.server.sessions import Sessions
+from omni_grpc.server.stream import StreamGate
 from omni_grpc.wire import pb
 from omni_grpc.wire.framing import length_field, varint_field
 from omni_grpc.wire.keys import ROUTE_HEADER, bearer_metadata
@@ -60,8 +63,9 @@ def _ended(stream_id: int, broken: StreamBroken | None) -> bytes:
 class MultiplexServicer:
     """Serves ConverseMany over the in-process entry point of this server's sessions."""
 
-    def __init__(self, local: LocalService, route: str = "") -> None:
-        self.local = local
+    def __init__(self, sessions: Sessions, gate: StreamGate, route: str = "") -> None:
+        self._sessions = sessions
+        self._gate = gate  # the server's keys and its one stream cap
         self._route_metadata = ((ROUTE_HEADER, route),) if route else ()
 
     def handler(self) -> grpc.RpcMethodHandler:
@@ -77,15 +81,18 @@ class MultiplexServicer:
     ) -> None:
         if self._route_metadata:
             await context.send_initial_metadata(self._route_metadata)
-        call = _Call(self.local, context)
+        call = _Call(self._sessions, self._gate, context)
         await call.run()
 
 
 class _Call:
     """One ConverseMany call: its streams, and the writer that batches their events."""
 
-    def __init__(self, local: LocalService, context: grpc.aio.ServicerContext) -> None:
-        self._local = local
+    def __init__(
+        self, sessions: Sessions, gate: StreamGate, context: grpc.aio.ServicerContext
+    ) -> None:
+        self._sessions = sessions
+        self._gate = gate
         self._context = context
         self._streams: dict[int, _Substream] = {}
         self._pending: list[bytes] = []
@@ -118,7 +125,8 @@ class _Call:
             return None
         if stream is None:
             metadata: Sequence[tuple[str, str]] = bearer_metadata(request.api_key)
-            local = self._local.converse(metadata, self._context.peer())
+            peer = self._context.peer()
+            local = LocalStream(self._sessions, self._gate, tuple(metadata), peer)
             stream = _Substream(self, request.stream_id, local)
             self._streams[request.stream_id] = stream
         return None if stream.take(request.request) else stream.overrun()

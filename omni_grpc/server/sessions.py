@@ -207,19 +207,19 @@ class Sessions:
         self, session: Session, engine_session: EngineSession, *, epoch: int = 1
     ) -> SessionHost:
         host = SessionHost(session, engine_session, self._forget, self.clock)
-        host.add_tap(TurnMetrics())
+        host.taps.add(TurnMetrics())
         if self._tracer is not None:
             turns = TurnTraces(self._tracer, session.id)
             engine_session.on_stage = turns.stage
-            host.add_tap(turns)
+            host.taps.add(turns)
         if self.store is not None:
-            host.add_tap(DurableTap(self.store))
+            host.taps.add(DurableTap(self.store))
         self._hosts[session.id] = host
         if self.recorder is not None:
             # An adopted session's recording is the next part of the one begun elsewhere.
             self.recorder.consider(host, started_by="adopted" if epoch > 1 else "open", part=epoch)
             if session.recording == "on-request":
-                host.add_tap(RecordOnRequest(self.recorder))
+                host.taps.add(RecordOnRequest(self.recorder))
         return host
 
     async def resume(
@@ -389,7 +389,7 @@ class Sessions:
             self.recorder.finish(host, "handed_over")
         self._freed()
         await host.abandon()
-        durable = host.tap_of(DurableTap)
+        durable = host.taps.of(DurableTap)
         assert self.store is not None and durable is not None
         await self.store.hand_over(host.session, durable.items)
 

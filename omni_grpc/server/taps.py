@@ -9,8 +9,8 @@ effects (``delivered``), a stream gone (``released``), the configuration changed
 (``configured``), and the end of the host (``ended``: the session ended, or the host was
 abandoned at a shutdown or a hand-over). The rules held here:
 
-* **Registered, never wrapped.** Observers register with :meth:`SessionHost.add_tap` and come
-  off with :meth:`SessionHost.remove_tap`; nothing replaces a method of the host.
+* **Registered, never wrapped.** Observers register with ``host.taps.add`` and come off with
+  ``host.taps.remove`` (:class:`Taps`); nothing replaces a method of the host.
 * **What is not asked for costs nothing.** A tap overrides only the methods it needs; the host
   files it under those alone, and an engine event goes only to the taps whose :attr:`events`
   name its kind (None: every kind). With no tap, the host's per-chunk path is what it was: a
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from time import perf_counter
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, TypeVar
 
 from omni_grpc.core import Effects, Session
 from omni_grpc.core.commands import EngineCommand
@@ -57,10 +57,7 @@ class SessionHost(Protocol):
 
     session: Session
     engine: EngineSession
-
-    def watch(self, tap: HostTap, kind: str) -> None: ...
-
-    def unwatch(self, tap: HostTap, kind: str) -> None: ...
+    taps: Taps
 
     def tail_heard(self) -> bytes: ...
 
@@ -105,6 +102,93 @@ class HostTap:
         return None
 
 
+_Tap = TypeVar("_Tap", bound=HostTap)
+
+
+class Taps:
+    """The taps of one host, filed by the hooks each overrides: the host runs through a
+    hook's tuple only when it is not empty (see the module)."""
+
+    __slots__ = (
+        "admitted",
+        "all",
+        "all_events",
+        "configured",
+        "delivered",
+        "ended",
+        "handed",
+        "handled",
+        "released",
+        "watchers",
+    )
+
+    def __init__(self) -> None:
+        self.all: tuple[HostTap, ...] = ()  # in the order they came
+        self.admitted: tuple[HostTap, ...] = ()
+        self.handed: tuple[HostTap, ...] = ()
+        self.handled: tuple[HostTap, ...] = ()
+        self.delivered: tuple[HostTap, ...] = ()
+        self.released: tuple[HostTap, ...] = ()
+        self.configured: tuple[HostTap, ...] = ()
+        self.ended: tuple[HostTap, ...] = ()
+        self.all_events: tuple[HostTap, ...] = ()  # told of every engine event
+        # Engine event kind -> the taps told of it (a tap may watch a kind for a while).
+        self.watchers: dict[str, tuple[HostTap, ...]] = {}
+
+    def add(self, tap: HostTap) -> None:
+        """Registers an observer: from now on it is told of what it overrides a hook for."""
+        self.all = (*self.all, tap)
+        self._file()
+
+    def remove(self, tap: HostTap) -> None:
+        """Takes an observer off (idempotent)."""
+        self.all = _without(self.all, tap)
+        self.watchers = {
+            kind: rest for kind, taps in self.watchers.items() if (rest := _without(taps, tap))
+        }
+        self._file()
+
+    def watch(self, tap: HostTap, kind: str) -> None:
+        """Tells ``tap`` of engine events of ``kind`` too, until :meth:`unwatch`."""
+        if tap not in self.watchers.get(kind, ()):
+            self.watchers[kind] = (*self.watchers.get(kind, ()), tap)
+
+    def unwatch(self, tap: HostTap, kind: str) -> None:
+        """Stops telling ``tap`` of ``kind``."""
+        rest = _without(self.watchers.get(kind, ()), tap)
+        if rest:
+            self.watchers[kind] = rest
+        else:
+            self.watchers.pop(kind, None)
+
+    def of(self, kind: type[_Tap]) -> _Tap | None:
+        """The registered tap of class ``kind``, if one is."""
+        return next((tap for tap in self.all if isinstance(tap, kind)), None)
+
+    def send_barrier(self, host: SessionHost) -> Callable[[], Awaitable[None]] | None:
+        """The first barrier a tap sets on a stream's writes (None: none)."""
+        return next(filter(None, (tap.send_barrier(host) for tap in self.all)), None)
+
+    def _file(self) -> None:
+        filed = {hook: tuple(t for t in self.all if _overrides(t, hook)) for hook in HOOKS}
+        self.admitted, self.handed = filed["admitted"], filed["handed"]
+        self.handled, self.delivered = filed["handled"], filed["delivered"]
+        self.released, self.configured = filed["released"], filed["configured"]
+        self.ended = filed["ended"]
+        self.all_events = tuple(tap for tap in filed["event"] if tap.events is None)
+        for tap in filed["event"]:
+            for kind in tap.events or ():
+                self.watch(tap, kind)
+
+
+def _overrides(tap: HostTap, hook: str) -> bool:
+    return getattr(type(tap), hook) is not getattr(HostTap, hook)
+
+
+def _without(taps: tuple[HostTap, ...], tap: HostTap) -> tuple[HostTap, ...]:
+    return tuple(t for t in taps if t is not tap)
+
+
 class TurnMetrics(HostTap):
     """The turn latencies the server measures itself: speech end to first audio, and those
     the engine reports in ``response_done``. Told only of the few events it reads; it asks for
@@ -118,12 +202,12 @@ class TurnMetrics(HostTap):
     def event(self, host: SessionHost, kind: str | None, event: pb.ConverseResponse) -> None:
         if kind == "output_audio_delta":
             metrics.SPEECH_END_TO_AUDIO.observe(perf_counter() - self._speech_ended_at)
-            host.unwatch(self, "output_audio_delta")
+            host.taps.unwatch(self, "output_audio_delta")
         elif kind == "response_done":
             metrics.response_done(event)  # its latencies, into the histograms
         elif kind == "speech_stopped":
             self._speech_ended_at = perf_counter()
-            host.watch(self, "output_audio_delta")
+            host.taps.watch(self, "output_audio_delta")
 
 
 class DurableTap(HostTap):
@@ -162,4 +246,4 @@ class DurableTap(HostTap):
         return settled
 
 
-__all__ = ["HOOKS", "DurableTap", "HostTap", "TurnMetrics"]
+__all__ = ["HOOKS", "DurableTap", "HostTap", "Taps", "TurnMetrics"]

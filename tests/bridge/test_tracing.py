@@ -165,7 +165,7 @@ async def test_nothing_is_traced_when_tracing_is_off(
             assert (await ws.recv())["type"] == "session.created"
             [host] = service.server.sessions
             [relay] = service.bridge.app[BRIDGE].relays
-            assert host.tap_of(TurnTraces) is None and relay._turns is None
+            assert host.taps.of(TurnTraces) is None and relay._turns is None
             await ws.send(APPEND_100MS)
             await ws.send({"type": "input_audio_buffer.commit", "create_response": True})
             await ws.until("response.done")

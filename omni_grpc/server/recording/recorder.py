@@ -124,11 +124,11 @@ class Recording(RecordingState, HostTap):
 
     def install(self) -> None:
         """Registers the recording as one of the host's taps."""
-        self._host.add_tap(self)
+        self._host.taps.add(self)
 
     def uninstall(self) -> None:
         """Takes the tap off the host."""
-        self._host.remove_tap(self)
+        self._host.taps.remove(self)
 
     def admitted(
         self, host: TappedHost, generation: int, request: pb.ConverseRequest, effects: Effects

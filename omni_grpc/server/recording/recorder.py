@@ -74,17 +74,9 @@ TOTAL_BUFFER_BYTES = 256 * 1024 * 1024
 _NUMBERED = b"\x08"  # a numbered event's bytes start with field 1 (seq), which is never 0
 
 
-class _Pending:
-    """A command being handled, as the recording saw it when the core had decided on it."""
-
-    __slots__ = ("generation", "heard", "request", "skip", "t")
-
-    def __init__(self, t: float, generation: int, request: pb.ConverseRequest, skip: str) -> None:
-        self.t = t
-        self.generation = generation
-        self.request = request
-        self.skip = skip
-        self.heard: AppendAudio | None = None  # an append as the engine got it
+# A command being handled, as the recording saw it when the core had decided on it:
+# (time, generation, request, skip). A tuple: built on every chunk of a recorded session.
+_Pending = tuple[float, int, pb.ConverseRequest, str]
 
 
 class Recording(RecordingState, HostTap):
@@ -102,6 +94,8 @@ class Recording(RecordingState, HostTap):
         self.closing = ""
         self._unnumbered: list[tuple[float, int, bytes]] = []  # sends of one stream, waiting
         self._command: _Pending | None = None  # the command being handled
+        # What the engine took of it: for an append, the append as the engine heard it.
+        self._heard: EngineCommand | None = None
 
     def put(self, record: tuple[Any, ...]) -> None:
         """Hands one record over; stops the recording when its buffer is full."""
@@ -136,29 +130,30 @@ class Recording(RecordingState, HostTap):
         # The command's line is written once it is handled (its events follow it); what the
         # core decided of it is read now, before anything else changes the session.
         self.receiving += 1
-        self._command = _Pending(self.recorder.clock(), generation, request, host.session.last_skip)
+        self._command = (self.recorder.clock(), generation, request, host.session.last_skip)
+        self._heard = None
 
     def handed(self, host: TappedHost, command: EngineCommand) -> None:
-        pending = self._command
-        if (
-            pending is not None
-            and pending.heard is None
-            and isinstance(command, AppendAudio)
-            and pending.request.HasField("append_input_audio")  # not a commit's resampler tail
-        ):
-            pending.heard = command
+        # The first command the engine took of it: an append's own (a commit's resampler tail,
+        # handed too, is recorded as the host's tail_heard with the commit's line instead).
+        if self._heard is None:
+            self._heard = command
 
     def handled(self, host: TappedHost, generation: int, request: pb.ConverseRequest) -> None:
         pending, self._command = self._command, None
-        if pending is None or pending.request is not request:
+        if pending is None or pending[2] is not request:
             return  # the recording began while this command was being handled
         self.receiving -= 1
+        t, _, _, skip = pending
         if request.HasField("append_input_audio"):
-            self._appended(pending, request.append_input_audio)
+            heard = self._heard
+            assert heard is None or isinstance(heard, AppendAudio)
+            self._appended(t, generation, skip, request, heard)
         else:
             body = request.SerializeToString()
             tail = host.tail_heard() if request.HasField("commit_input_audio") else b""
-            self.put((COMMAND, self, len(body), pending.t, generation, body, pending.skip, tail))
+            self.put((COMMAND, self, len(body), t, generation, body, skip, tail))
+        self._heard = None
         self._events(())  # what the command made, after it
         if self.closing and not self.receiving:
             self.recorder.finish(self._host, self.closing)
@@ -185,10 +180,17 @@ class Recording(RecordingState, HostTap):
         if not self.receiving:
             self.recorder.finish(self._host, self.closing)
 
-    def _appended(self, pending: _Pending, append: pb.AppendInputAudio) -> None:
+    def _appended(
+        self,
+        t: float,
+        generation: int,
+        skip: str,
+        request: pb.ConverseRequest,
+        heard: AppendAudio | None,
+    ) -> None:
         """An append, once handled: its audio as the engine heard it (converted by the edge),
         unless the session skipped or refused it, beside its format as it came."""
-        heard = pending.heard
+        append = request.append_input_audio
         sent = (append.encoding, append.sample_rate_hz, len(append.audio))
         extra = None  # the rare parts of an append, as proto bytes
         if append.HasField("audio_end_ms") or append.HasField("hints") or append.video_frames:
@@ -197,13 +199,12 @@ class Recording(RecordingState, HostTap):
                 hints=append.hints if append.HasField("hints") else None,
                 video_frames=[pb.VideoFrame(mime_type=f.mime_type) for f in append.video_frames],
             ).SerializeToString()
-        request = pending.request
         audio: bytes | None = None
         encoding, rate_hz = int(append.encoding), append.sample_rate_hz
         if heard is not None:
             audio, encoding, rate_hz = heard.audio, heard.encoding, heard.rate_hz
-        record = (APPEND, self, len(audio) if audio else 0, pending.t, pending.generation)
-        ids = (pending.skip, request.client_seq, request.event_id)
+        record = (APPEND, self, len(audio) if audio else 0, t, generation)
+        ids = (skip, request.client_seq, request.event_id)
         self.put((*record, *ids, sent, extra, audio, encoding, rate_hz))
 
     def _events(self, sends: Iterable[tuple[int, bytes]]) -> None:

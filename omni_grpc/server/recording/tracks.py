@@ -22,7 +22,6 @@ file's length, see :mod:`omni_grpc.client.recordings`).
 from __future__ import annotations
 
 import contextlib
-import struct
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -30,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from omni_grpc import audio
+from omni_grpc.audio.wav import wav_header
 from omni_grpc.wire import pb
 
 Pcm16 = npt.NDArray[np.int16]
@@ -42,20 +42,7 @@ HEADER_EVERY_S = 0.5
 LAY_STEP_MS = 1000.0
 EDGE_MS = 20.0  # audio either side of a stretch being resampled, so its edges do not ring
 WRITE_SLICE_FRAMES = 1 << 18  # silence over a long pause is written a slice at a time
-HEADER_BYTES = 44
-
-
-def wav_header(rate_hz: int, frames: int) -> bytes:
-    """The 44-byte header of a 16-bit stereo PCM WAV of ``frames`` frames."""
-    data = frames * 4
-    return (
-        b"RIFF"
-        + struct.pack("<I", 36 + data)
-        + b"WAVEfmt "
-        + struct.pack("<IHHIIHH", 16, 1, 2, rate_hz, rate_hz * 4, 4, 16)
-        + b"data"
-        + struct.pack("<I", data)
-    )
+TRACKS = 2  # the WAV's channels: what the user said, what the engine said
 
 
 @dataclass(slots=True)
@@ -103,7 +90,7 @@ class Tracks:
         self._responses: dict[str, _Response] = {}  # not yet placed, in order
         self._items: dict[str, str] = {}  # item id -> response id, for truncates
         if file is not None:
-            file.write(wav_header(rate_hz, 0))
+            file.write(wav_header(rate_hz, 0, TRACKS))
 
     # -- the user --------------------------------------------------------------------------
 
@@ -304,7 +291,7 @@ class Tracks:
         assert self._file is not None
         self._file.flush()
         self._file.seek(0)
-        self._file.write(wav_header(self.rate, self.written))
+        self._file.write(wav_header(self.rate, self.written, TRACKS))
         self._file.seek(0, 2)
         self._header_at = self.written
 

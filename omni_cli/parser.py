@@ -11,8 +11,7 @@ import argparse
 from typing import Any
 
 import omni_grpc
-from bridge.client_secrets import MAX_OUTSTANDING_PER_KEY, MINTS_PER_S
-from omni_cli.config import DEFAULT_HTTP_PORT, default_engine
+from omni_cli.config import BRIDGE_DEFAULTS, DEFAULT_HTTP_PORT, MIB, default_engine
 from omni_cli.logs import LOG_FORMATS
 from omni_cli.recordings import add_record_flags, add_recordings_parser, add_replay_parser
 from omni_cli.run import run_bench, run_bridge, run_replay, run_serve, run_talk
@@ -300,16 +299,17 @@ def _add_client_secrets(parser: Any, defaults: bool = False) -> None:
         "--max-client-secrets-per-key",
         type=int,
         metavar="N",
-        default=MAX_OUTSTANDING_PER_KEY if defaults else None,
+        default=BRIDGE_DEFAULTS.max_client_secrets_per_key if defaults else None,
         help="client secrets of one API key that may wait to be used at once "
-        f"(default {MAX_OUTSTANDING_PER_KEY})",
+        f"(default {BRIDGE_DEFAULTS.max_client_secrets_per_key})",
     )
     parser.add_argument(
         "--key-mints-per-s",
         type=float,
         metavar="N",
-        default=MINTS_PER_S if defaults else None,
-        help=f"client secrets one API key may mint a second (default {MINTS_PER_S:g})",
+        default=BRIDGE_DEFAULTS.key_mints_per_s if defaults else None,
+        help="client secrets one API key may mint a second "
+        f"(default {BRIDGE_DEFAULTS.key_mints_per_s:g})",
     )
 
 
@@ -421,9 +421,10 @@ def _add_bridge(commands: Any) -> None:
     bridge.add_argument(
         "--handshake-timeout-s",
         type=float,
-        default=10.0,
+        default=BRIDGE_DEFAULTS.header_timeout_s,
         metavar="SECONDS",
-        help="close connections that have not sent their request headers by then (default 10)",
+        help="close connections that have not sent their request headers by then "
+        f"(default {BRIDGE_DEFAULTS.header_timeout_s:g})",
     )
     bridge.add_argument(
         "--metrics-port",
@@ -436,26 +437,28 @@ def _add_bridge(commands: Any) -> None:
     bridge.add_argument(
         "--send-deadline-s",
         type=float,
-        default=10.0,
+        default=BRIDGE_DEFAULTS.send_deadline_s,
         metavar="SECONDS",
         help="close a websocket with 1013 slow_consumer when one frame has waited this long "
-        "for the client to read (default 10); the session stays resumable",
+        f"for the client to read (default {BRIDGE_DEFAULTS.send_deadline_s:g}); the session "
+        "stays resumable",
     )
     bridge.add_argument(
         "--memory-budget-mib",
         type=int,
-        default=1024,
+        default=BRIDGE_DEFAULTS.memory_budget_bytes // MIB,
         metavar="MIB",
         help="what client frames in flight may cost at once, counted from their length "
-        "before they are parsed; a frame that does not fit waits unread (default 1024)",
+        "before they are parsed; a frame that does not fit waits unread "
+        f"(default {BRIDGE_DEFAULTS.memory_budget_bytes // MIB})",
     )
     bridge.add_argument(
         "--key-memory-share",
         type=float,
-        default=0.5,
+        default=BRIDGE_DEFAULTS.key_memory_share,
         metavar="SHARE",
         help="the share of that budget one API key's frames may take, with two keys or more "
-        "(default 0.5)",
+        f"(default {BRIDGE_DEFAULTS.key_memory_share:g})",
     )
     _add_client_secrets(bridge, defaults=True)
     _add_page_policy(bridge)

@@ -268,6 +268,9 @@ class MeteredSocket(web.WebSocketResponse):
 
     The meter takes the parser's place as the parser is set, before anything is fed to it:
     bytes a client sent before that wait in the connection, and go through the meter too.
+    aiohttp has no public seam for this: the private parts it uses (``_post_start``, the
+    handler's ``_payload_parser`` and ``_message_tail``) are pinned, with aiohttp's exact
+    version, by ``tests/bridge/test_frame_meter_pins.py``.
     """
 
     def __init__(

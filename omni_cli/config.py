@@ -21,8 +21,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from bridge.client_secrets import MAX_OUTSTANDING_PER_KEY, MINTS_PER_S
-from bridge.gate import DEFAULT_ALLOWED_ORIGINS
 from bridge.options import BridgeOptions
 from omni_cli.logs import LOG_FORMATS
 from omni_cli.tracing import traces_endpoint
@@ -34,7 +32,9 @@ from omni_grpc.server.recording.settings import DAY_S, REDACTIONS, RecordSetting
 from omni_grpc.server.settings import QueueSettings, ServerSettings
 
 ENV_PREFIX = "OMNI_GRPC_"
-DEFAULT_HTTP_PORT = 8080
+# The bridge's defaults are BridgeOptions' own: read from it, never restated here.
+BRIDGE_DEFAULTS = BridgeOptions()
+DEFAULT_HTTP_PORT = BRIDGE_DEFAULTS.port
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -395,7 +395,10 @@ def _rate(merged: Mapping[str, Any], name: str, default: float) -> float:
 
 
 def _share(value: Any) -> float:
-    share = _rate({"key_memory_share": 0.5 if value is None else value}, "key_memory_share", 0.5)
+    default = BRIDGE_DEFAULTS.key_memory_share
+    share = _rate(
+        {"key_memory_share": default if value is None else value}, "key_memory_share", default
+    )
     if share > 1:
         raise ConfigError("key_memory_share must be at most 1")
     return share
@@ -488,13 +491,15 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         log_level=_log_level(merged.get("log_level", "info")),
         log_format=_log_format(merged.get("log_format", "text")),
         bridge=BridgeOptions(
-            allowed_origins=tuple(map(str, merged.get("allowed_origins", DEFAULT_ALLOWED_ORIGINS))),
-            allowed_hosts=tuple(map(str, merged.get("allowed_hosts", ()))),
-            send_deadline_s=_seconds(merged, "send_deadline_s", 10.0),
-            max_client_secrets_per_key=_count(
-                merged, "max_client_secrets_per_key", MAX_OUTSTANDING_PER_KEY
+            allowed_origins=tuple(
+                map(str, merged.get("allowed_origins", BRIDGE_DEFAULTS.allowed_origins))
             ),
-            key_mints_per_s=_rate(merged, "key_mints_per_s", MINTS_PER_S),
+            allowed_hosts=tuple(map(str, merged.get("allowed_hosts", ()))),
+            send_deadline_s=_seconds(merged, "send_deadline_s", BRIDGE_DEFAULTS.send_deadline_s),
+            max_client_secrets_per_key=_count(
+                merged, "max_client_secrets_per_key", BRIDGE_DEFAULTS.max_client_secrets_per_key
+            ),
+            key_mints_per_s=_rate(merged, "key_mints_per_s", BRIDGE_DEFAULTS.key_mints_per_s),
         ),
         metrics_port=_optional_port(merged.get("metrics_port"), "metrics_port"),
         otlp_endpoint=traces_endpoint(merged.get("otlp_endpoint"), environ),
@@ -519,17 +524,22 @@ def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]
         tls_key_file=args.tls_key,
         grpc_root_cert_file=args.grpc_root_cert,
         grpc_plaintext=args.grpc_plaintext,
-        allowed_origins=tuple(args.allowed_origin or DEFAULT_ALLOWED_ORIGINS),
+        allowed_origins=tuple(args.allowed_origin or BRIDGE_DEFAULTS.allowed_origins),
         allowed_hosts=tuple(args.allowed_host or ()),
-        header_timeout_s=_seconds(vars(args), "handshake_timeout_s", 10.0),
-        send_deadline_s=_seconds(vars(args), "send_deadline_s", 10.0),
+        header_timeout_s=_seconds(
+            vars(args), "handshake_timeout_s", BRIDGE_DEFAULTS.header_timeout_s
+        ),
+        send_deadline_s=_seconds(vars(args), "send_deadline_s", BRIDGE_DEFAULTS.send_deadline_s),
         multiplex=not args.no_multiplex,
-        memory_budget_bytes=_count(vars(args), "memory_budget_mib", 1024) * MIB,
+        memory_budget_bytes=_count(
+            vars(args), "memory_budget_mib", BRIDGE_DEFAULTS.memory_budget_bytes // MIB
+        )
+        * MIB,
         key_memory_share=_share(vars(args).get("key_memory_share")),
         max_client_secrets_per_key=_count(
-            vars(args), "max_client_secrets_per_key", MAX_OUTSTANDING_PER_KEY
+            vars(args), "max_client_secrets_per_key", BRIDGE_DEFAULTS.max_client_secrets_per_key
         ),
-        key_mints_per_s=_rate(vars(args), "key_mints_per_s", MINTS_PER_S),
+        key_mints_per_s=_rate(vars(args), "key_mints_per_s", BRIDGE_DEFAULTS.key_mints_per_s),
     )
     return BridgeSettings(
         grpc_target=args.grpc_target,

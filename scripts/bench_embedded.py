@@ -34,6 +34,7 @@ import make_test_speech as speech
 import speech_set
 from google.protobuf import struct_pb2
 
+from omni_grpc.core.commands import engine_command
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine.embedded import EmbeddedEngine
@@ -163,9 +164,11 @@ async def one_turn(
     for seq, offset in enumerate(range(0, len(pcm), chunk), start=1):
         await asyncio.sleep(max(0.0, start + offset / 32000 - time.perf_counter()))
         await session.submit(
-            pb.ConverseRequest(
-                client_seq=seq,
-                append_input_audio=(pb.AppendInputAudio(audio=pcm[offset : offset + chunk])),
+            engine_command(
+                pb.ConverseRequest(
+                    client_seq=seq,
+                    append_input_audio=(pb.AppendInputAudio(audio=pcm[offset : offset + chunk])),
+                )
             )
         )
         if offset <= speech_end_byte < offset + chunk:

@@ -70,11 +70,15 @@ Metadata = Annotated[
 ]
 
 
-class _Model(BaseModel):
+class ClientModel(BaseModel):
+    """The base of every client event and its parts: strict types, unknown fields ignored,
+    frozen. Public: a dialect built on this one (``bridge.vllm_omni``) reads its own events on
+    the same base."""
+
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
 
 
-class FormatObject(_Model):
+class FormatObject(ClientModel):
     """A GA audio format object: a MIME ``type`` (``"audio/pcm"``) and, for PCM, a ``rate``;
     or the same object as the bridge renders it for what GA cannot name (a rate other than
     24 kHz in ``sample_rate_hz``, float PCM as ``encoding``), so a client may send back what
@@ -90,7 +94,7 @@ class FormatObject(_Model):
 FormatSpec = FormatObject | str
 
 
-class TurnDetectionJson(_Model):
+class TurnDetectionJson(ClientModel):
     """``turn_detection`` as OpenAI spells it; ``null`` (handled by the caller) turns it off."""
 
     type: str
@@ -106,7 +110,7 @@ class TurnDetectionJson(_Model):
     idle_timeout_ms: UInt32 | None = None
 
 
-class InterruptionJson(_Model):
+class InterruptionJson(ClientModel):
     """``session.interruption``, a duplex extension: when speech over a reply ends it (the
     contract's InterruptionConfig, field for field; absent fields are left as they are)."""
 
@@ -117,20 +121,20 @@ class InterruptionJson(_Model):
     false_interruption_timeout_ms: UInt32 | None = None
 
 
-class TranscriptionJson(_Model):
+class TranscriptionJson(ClientModel):
     """Input transcription settings; ``null`` (handled by the caller) turns them off."""
 
     model: str | None = None
     language: str | None = None
 
 
-class VoiceId(_Model):
+class VoiceId(ClientModel):
     """A custom voice named by id."""
 
     id: str
 
 
-class AudioInputJson(_Model):
+class AudioInputJson(ClientModel):
     """``session.audio.input``."""
 
     format: FormatSpec | None = None
@@ -138,21 +142,21 @@ class AudioInputJson(_Model):
     transcription: TranscriptionJson | None = None
 
 
-class AudioOutputJson(_Model):
+class AudioOutputJson(ClientModel):
     """``session.audio.output``."""
 
     format: FormatSpec | None = None
     voice: str | VoiceId | None = None
 
 
-class AudioJson(_Model):
+class AudioJson(ClientModel):
     """``session.audio``."""
 
     input: AudioInputJson | None = None
     output: AudioOutputJson | None = None
 
 
-class RecordingJson(_Model):
+class RecordingJson(ClientModel):
     """``session.recording``: the contract's SessionRecording (docs/operations.md)."""
 
     enabled: bool | None = None
@@ -160,7 +164,7 @@ class RecordingJson(_Model):
     omit_text: bool = False
 
 
-class SessionPatch(_Model):
+class SessionPatch(ClientModel):
     """The ``session`` of ``session.update``: GA fields, beta fields and our extensions.
 
     Which fields were given at all is read from ``model_fields_set``, because ``null`` means
@@ -195,7 +199,7 @@ class SessionPatch(_Model):
     tool_choice: ToolChoiceSpec | None = None
 
 
-class _Event(_Model):
+class _Event(ClientModel):
     event_id: str = ""
 
 
@@ -240,7 +244,7 @@ class OutputAudioClear(_Event):
     response_id: str = ""
 
 
-class ResponseOptions(_Model):
+class ResponseOptions(ClientModel):
     """The ``response`` of ``response.create``; what the engine cannot honour is ignored."""
 
     output_modalities: list[Literal["text", "audio"]] | None = None
@@ -265,7 +269,7 @@ class ResponseCancel(_Event):
     response_id: str = ""
 
 
-class ContentJson(_Model):
+class ContentJson(ClientModel):
     """One content part of a conversation item."""
 
     type: str
@@ -274,7 +278,7 @@ class ContentJson(_Model):
     audio: str | None = None
 
 
-class ItemJson(_Model):
+class ItemJson(ClientModel):
     """A conversation item as a client creates it."""
 
     id: str = ""

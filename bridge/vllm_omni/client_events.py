@@ -26,25 +26,31 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 from pydantic import AliasChoices, Field, TypeAdapter, model_validator
 
 from bridge.realtime import client_events as ce
-from bridge.realtime.client_events import Finite, FreeFormObject, PositiveUInt32, UInt32, _Model
+from bridge.realtime.client_events import (
+    ClientModel,
+    Finite,
+    FreeFormObject,
+    PositiveUInt32,
+    UInt32,
+)
 
 # The reference's cap on frames per append and on one frame's base64 text.
 MAX_VIDEO_FRAMES = 2
 MAX_VIDEO_FRAME_CHARS = 4_000_000
 
 
-class _RateJson(_Model):
+class _RateJson(ClientModel):
     """An ``audio.input`` or ``audio.output`` block, read for its ``sample_rate_hz`` only."""
 
     sample_rate_hz: PositiveUInt32 | None = None
 
 
-class _AudioRatesJson(_Model):
+class _AudioRatesJson(ClientModel):
     input: _RateJson | None = None
     output: _RateJson | None = None
 
 
-class SessionExtras(_Model):
+class SessionExtras(ClientModel):
     """What a vLLM-Omni ``session`` says beyond the OpenAI dialect's fields."""
 
     sample_rate_hz: PositiveUInt32 | None = None
@@ -76,7 +82,7 @@ class VllmOmniSessionUpdate(ce.SessionUpdate):
         return data
 
 
-class VadHint(_Model):
+class VadHint(ClientModel):
     """The client's own voice activity verdict on a chunk."""
 
     is_speech: bool | None = None

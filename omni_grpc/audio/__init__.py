@@ -9,7 +9,7 @@ Nothing else in the service knows how samples are laid out in bytes: the engines
 command turn pcm16 into float samples and back with :func:`samples_from_pcm16` and
 :func:`samples_to_pcm16`, and read WAV's integer layouts with :func:`samples_from_pcm_frames`;
 the recordings lay their two tracks out with :func:`pcm16_ints` and
-:func:`silent_pcm16_frames`.
+:func:`silent_pcm16_frames`. WAV files are written and read in :mod:`omni_grpc.audio.wav` only.
 (The test speech scripts write their clips at a scale of their own: see
 ``scripts/make_test_speech.py``.)
 """

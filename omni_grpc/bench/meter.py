@@ -2,9 +2,10 @@
 
 The benchmarks measure the server process's CPU per chunk; with the loopback engine in
 ``mirror`` mode part of it is the engine's (checking the append, making its events), which a
-real engine would spend on a model instead. :func:`install` wraps every command handler of the
-loopback session (those its worker applies and those of the synchronous path) in a CPU clock
-of the event loop's thread, so the gateway's share is the process's CPU less :func:`spent_s`.
+real engine would spend on a model instead. :func:`install` has the loopback session wrap every
+command handler (those its worker applies and those of the synchronous path) in a CPU clock of
+the event loop's thread, through the worker's ``handler_meter`` hook (nothing is replaced on a
+class or an instance), so the gateway's share is the process's CPU less :func:`spent_s`.
 
 The clock reads CPU time, not wall time: a handler that waits (for room in its event queue)
 counts only what the loop ran meanwhile, which at the loads measured is nothing or little.
@@ -25,27 +26,11 @@ _calls = [0]  # metered calls so far, clocked or not
 SAMPLE_EVERY = 16
 
 
-# The loopback session's handler tables: the worker's, and the synchronous path's.
-TABLES = ("_command_handlers", "_inline_handlers")
-
-
 def install() -> None:
     """Meters the loopback session's handlers in this process (a benchmark's child only)."""
     from omni_grpc.engine.loopback.session import LoopbackSession
 
-    for name in TABLES:
-        unmetered = getattr(LoopbackSession, name, None)
-        if unmetered is not None:
-            setattr(LoopbackSession, name, _metered_table(unmetered))
-
-
-def _metered_table(
-    unmetered: Callable[[Any], dict[str, Callable[..., Any]]],
-) -> Callable[[Any], dict[str, Callable[..., Any]]]:
-    def metered_handlers(session: Any) -> dict[str, Callable[..., Any]]:
-        return {kind: metered(handler) for kind, handler in unmetered(session).items()}
-
-    return metered_handlers
+    LoopbackSession.handler_meter = metered
 
 
 def metered(handler: Callable[..., Any], *, every: int = SAMPLE_EVERY) -> Callable[..., Any]:

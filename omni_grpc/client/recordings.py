@@ -12,14 +12,12 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-import wave
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omni_grpc.audio.wav import HEADER_BYTES, wav_bytes
 from omni_grpc.wire.recording import MANIFEST, events_file
-
-WAV_HEADER_BYTES = 44
 
 
 class RecordingError(Exception):
@@ -51,7 +49,7 @@ class Part:
         name = self.entry.get("audio")
         if not name or not (self.folder / name).is_file():
             return b""
-        data = (self.folder / name).read_bytes()[WAV_HEADER_BYTES:]
+        data = (self.folder / name).read_bytes()[HEADER_BYTES:]
         return data[: len(data) - len(data) % 4]
 
 
@@ -208,13 +206,7 @@ def export(folder: Path, archive: Path) -> Path:
 
 
 def _whole_wav(part: Part) -> bytes:
-    out = io.BytesIO()
-    with wave.open(out, "wb") as writer:
-        writer.setnchannels(2)
-        writer.setsampwidth(2)
-        writer.setframerate(part.rate_hz)
-        writer.writeframes(part.frames())
-    return out.getvalue()
+    return wav_bytes(part.frames(), part.rate_hz, channels=2)
 
 
 __all__ = [

@@ -7,7 +7,6 @@ would refuse is resampled to the canonical input rate (what engines take anyway)
 
 from __future__ import annotations
 
-import wave
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from omni_grpc.audio.formats import (
     samples_from_pcm_frames,
     samples_to_pcm16,
 )
+from omni_grpc.audio.wav import WavError, read_wav, wav_bytes
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, SUPPORTED_RATES_HZ, pcm16_ms
 
 FALLBACK_RATE_HZ = CANONICAL_INPUT_RATE_HZ
@@ -75,10 +75,8 @@ def read_audio(path: str | Path, *, raw_rate_hz: int | None = None) -> PcmAudio:
             if raw_rate_hz <= 0:
                 raise AudioInputError("the raw sample rate must be positive")
             return _normalize(samples_from_pcm16(data).astype(np.float64), raw_rate_hz)
-        with wave.open(str(path), "rb") as wav:
-            channels, width, rate = wav.getnchannels(), wav.getsampwidth(), wav.getframerate()
-            frames = wav.readframes(wav.getnframes())
-    except (wave.Error, EOFError) as error:
+        channels, width, rate, frames = read_wav(path.read_bytes())
+    except WavError as error:
         raise AudioInputError(
             f"{path}: not a PCM WAV file ({error}); for raw pcm16 give --raw-rate"
         ) from None
@@ -89,8 +87,4 @@ def read_audio(path: str | Path, *, raw_rate_hz: int | None = None) -> PcmAudio:
 
 def write_wav(path: str | Path, pcm16: bytes, rate_hz: int) -> None:
     """Writes mono pcm16 as a WAV file."""
-    with wave.open(str(path), "wb") as wav:
-        wav.setnchannels(1)
-        wav.setsampwidth(2)
-        wav.setframerate(rate_hz)
-        wav.writeframes(pcm16)
+    Path(path).write_bytes(wav_bytes(pcm16, rate_hz))

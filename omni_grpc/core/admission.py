@@ -8,10 +8,10 @@ The rules held here:
   ``UNNUMBERED_COMMANDS`` (heartbeat, ack) may come unnumbered, and the handshake commands only
   as the first message of a stream.
 * **Admitted once, trusted after.** A command bound for the engine is checked here once and
-  handed on as an :class:`Admitted` command that carries what later layers need: its kind and,
-  for an append, its audio (read once: protobuf's upb makes a new ``bytes`` object at every read
-  of a bytes field), its format resolved against the session's, and whether the engine takes
-  that format as it is. The edge converts only what this says it must; engines trust the
+  handed on as the engine's own frozen value (:mod:`.commands`), its fields read once: for an
+  append, its audio (protobuf's upb makes a new ``bytes`` object at every read of a bytes
+  field), its format resolved against the session's, and whether the engine takes that format
+  as it is (``native``). The edge converts only what this says it must; engines trust the
   canonical form they get.
 * **Bounded pending input, in one ledger.** When the client commits its own turns, audio it
   appended and has not yet committed or cleared waits in the engine. It is counted here, once,
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from omni_grpc.core import tools, validation
 from omni_grpc.core.budget import BUDGET_RETRY_AFTER_S, MemoryBudget
+from omni_grpc.core.commands import AppendAudio, EngineCommand, append_audio, engine_command
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
 from omni_grpc.wire import pb
@@ -51,49 +52,8 @@ INPUT_ENDING_COMMANDS = frozenset({"commit_input_audio", "clear_input_audio", "c
 INPUT_TAKEN_EVENTS = frozenset({"input_committed", "input_cleared"})
 _PCM16 = pb.AUDIO_ENCODING_PCM16
 _SERVER_VAD = pb.TURN_DETECTION_TYPE_SERVER_VAD
-
-
-class Admitted:
-    """A command the session applied, on its way to the engine with what later layers need.
-
-    ``audio`` is the append's audio as read once here (empty for other commands), in
-    ``encoding`` at ``rate_hz`` (the session's input format where the append names none);
-    ``native`` says the engine takes that form as it is, so the edge passes it through.
-    """
-
-    __slots__ = ("audio", "encoding", "kind", "native", "rate_hz", "request")
-
-    def __init__(
-        self,
-        kind: str,
-        request: pb.ConverseRequest,
-        audio: bytes = b"",
-        encoding: pb.AudioEncoding.ValueType = pb.AUDIO_ENCODING_UNSPECIFIED,
-        rate_hz: int = 0,
-        native: bool = True,
-    ) -> None:
-        self.kind = kind
-        self.request = request
-        self.audio = audio
-        self.encoding = encoding
-        self.rate_hz = rate_hz
-        self.native = native
-
-    def __repr__(self) -> str:
-        return f"Admitted({self.kind}, client_seq={self.request.client_seq})"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Admitted):
-            return NotImplemented
-        return (
-            self.kind == other.kind
-            and self.request == other.request
-            and self.audio == other.audio
-            and (self.encoding, self.rate_hz, self.native)
-            == (other.encoding, other.rate_hz, other.native)
-        )
-
-    __hash__ = None  # type: ignore[assignment]  # a mutable command inside: not hashable
+# Builds an append's value in one call, its rare parts absent: the usual chunk, on the hot path.
+_new_append = tuple.__new__
 
 
 class Admission:
@@ -162,7 +122,9 @@ class Admission:
         self.applied_client_seq = seq
         return kind
 
-    def admit(self, kind: str, request: pb.ConverseRequest, config: pb.SessionConfig) -> Admitted:
+    def admit(
+        self, kind: str, request: pb.ConverseRequest, config: pb.SessionConfig
+    ) -> EngineCommand:
         """Checks a command bound for the engine (not an append) and ends the pending input
         for the commands that end it."""
         validation.check_command(request, kind, self._limits, self._engine)
@@ -173,7 +135,7 @@ class Admission:
             if committing and not self.pending_input_bytes:
                 raise CommandError("input_audio_buffer_empty", "there is no input audio to commit")
             self.input_taken()
-        return Admitted(kind, request)
+        return engine_command(request, kind)
 
     def admit_audio(
         self,
@@ -181,7 +143,7 @@ class Admission:
         append: pb.AppendInputAudio,
         audio: bytes,
         config: pb.SessionConfig,
-    ) -> Admitted:
+    ) -> AppendAudio:
         """Checks an append (its ``audio`` read once by the caller) and holds what it adds to
         the pending input; raises CommandError when it is refused, holding nothing."""
         if config is not self._config:  # read once per configuration, not per chunk
@@ -202,7 +164,12 @@ class Admission:
             if append.video_frames:
                 size += sum(len(frame.data) for frame in append.video_frames)
             self._hold(size)
-        return Admitted("append_input_audio", request, audio, encoding, rate_hz, native)
+        seq, event_id = request.client_seq, request.event_id
+        if append.video_frames or append.hints.fields or append.HasField("audio_end_ms"):
+            return append_audio(append, audio, encoding, rate_hz, seq, event_id, native)
+        return _new_append(
+            AppendAudio, (audio, encoding, rate_hz, native, seq, event_id, None, (), None)
+        )
 
     def _hold(self, size: int) -> None:
         if self.pending_input_bytes + size > self._limits.max_pending_input_bytes:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from omni_grpc.core.admission import Admitted
+from omni_grpc.core.commands import EngineCommand
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.journal import Journal
 from omni_grpc.wire import pb
@@ -29,7 +29,7 @@ class Effects:
     # (attachment generation, serialized ConverseResponse), in the order to write them.
     sends: list[tuple[int, bytes]] = field(default_factory=list)
     # Commands for the engine, in order, as the session admitted them.
-    engine: list[Admitted] = field(default_factory=list)
+    engine: list[EngineCommand] = field(default_factory=list)
     # (generation, reason): end that stream once its sends are written.
     end_streams: list[tuple[int, str]] = field(default_factory=list)
     # The session is over: close its engine session and free its slot.

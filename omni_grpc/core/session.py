@@ -34,8 +34,9 @@ The rules held here:
 
 from __future__ import annotations
 
-from omni_grpc.core.admission import INPUT_TAKEN_EVENTS, Admission, Admitted
+from omni_grpc.core.admission import INPUT_TAKEN_EVENTS, Admission
 from omni_grpc.core.budget import MemoryBudget
+from omni_grpc.core.commands import UpdateSession
 from omni_grpc.core.config import merge_config, resolve_recording
 from omni_grpc.core.credentials import SessionLock
 from omni_grpc.core.delivery import Delivery, Effects
@@ -94,6 +95,10 @@ class Session:
         # The error code of the last command's refusal ("" when it was applied): the transport
         # reads it after each ``receive`` to count refusals by code.
         self.last_refusal = ""
+        # Why the last command was skipped with no effect ("" when it was not): "stale", from a
+        # stream that no longer speaks for the session, or "duplicate", a resend of a command
+        # applied before. Observers (a recording) read it instead of deciding again.
+        self.last_skip = ""
         # The server's memory budget (the registry's); a session made alone has one of its own.
         if budget is None:
             budget = MemoryBudget(limits.memory_budget_bytes)
@@ -337,11 +342,13 @@ class Session:
 
         ``kind`` is the command's ``oneof`` field and ``size`` its length on the wire, when the
         transport has them already (each is read once per command; 0 and None: found here).
-        A command bound for the engine comes back in ``Effects.engine``, admitted.
+        A command bound for the engine comes back in ``Effects.engine``, as the engine's value
+        (:mod:`omni_grpc.core.commands`).
         """
-        self.last_refusal = ""
+        self.last_refusal = self.last_skip = ""
         # Every command comes through here: the checks below are the helpers' bodies, inline.
         if self.state is not State.ATTACHED or generation != self.generation:
+            self.last_skip = "stale"
             return Effects()  # a replaced or detached stream no longer speaks for the session
         if self._activating == generation:
             # A client speaks on a resumed stream only after reading session_resumed, so it
@@ -353,6 +360,7 @@ class Session:
             kind = request.WhichOneof("command")
         try:
             if admission.number(request, kind) is None:
+                self.last_skip = "duplicate"
                 return Effects()
             limit = self._limits.max_message_bytes
             if kind == "append_input_audio":  # the usual command, its audio read once here
@@ -403,12 +411,7 @@ class Session:
         updated = pb.ConverseResponse(session_updated=pb.SessionUpdated(session=self.view()))
         effects = self._emit(updated, now)
         # The engine gets the whole configuration in force, not the patch.
-        whole = pb.ConverseRequest(
-            client_seq=request.client_seq,
-            event_id=request.event_id,
-            update_session=pb.UpdateSession(config=self.config),
-        )
-        effects.engine.append(Admitted("update_session", whole))
+        effects.engine.append(UpdateSession(self.config, request.client_seq, request.event_id))
         return effects
 
     def publish(self, event: pb.ConverseResponse, now: float, kind: str | None = None) -> Effects:

@@ -1,7 +1,9 @@
 """The one seam between sessions and whatever produces speech.
 
 An :class:`Engine` opens :class:`EngineSession` objects. A session takes the commands the core
-let through, in order, with ``submit``, and yields its output as ``ConverseResponse`` events
+let through, in order, with ``submit``, as the frozen values of :mod:`omni_grpc.core.commands`
+(never a protobuf request: the core read it once, and an engine dispatches on the value's
+class), and yields its output as ``ConverseResponse`` events
 (without ``seq``: numbering is the core's job) from ``events``. ``close`` ends it and frees what
 it holds. This is the shape of both engines we must host:
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Callable
 
+from omni_grpc.core.commands import EngineCommand
 from omni_grpc.core.limits import EngineFeatures
 from omni_grpc.wire import pb
 
@@ -43,7 +46,7 @@ class EngineSession(abc.ABC):
     on_stage: Callable[[str, str], None] | None = None
 
     @abc.abstractmethod
-    async def submit(self, request: pb.ConverseRequest) -> None:
+    async def submit(self, command: EngineCommand) -> None:
         """Takes one command, already validated and numbered, with canonical audio.
 
         Must not block for long: queue the work and return. Refusals that depend on the
@@ -51,16 +54,13 @@ class EngineSession(abc.ABC):
         as ``error`` events carrying the command's ``client_seq``.
         """
 
-    def submit_now(
-        self, request: pb.ConverseRequest, kind: str | None = None
-    ) -> list[pb.ConverseResponse] | None:
+    def submit_now(self, command: EngineCommand) -> list[pb.ConverseResponse] | None:
         """Applies a cheap command at once, when nothing submitted before it waits, and returns
         the events it made (the caller publishes them, ahead of anything ``events`` yields
         later); None when it cannot, and then the caller hands it to ``submit``.
 
         The synchronous fast path: a command applied here skips the engine's mailbox and the
-        reader of ``events``. An engine that offers nothing of the kind returns None. ``kind``
-        is the command's ``oneof`` field, when the caller has read it already.
+        reader of ``events``. An engine that offers nothing of the kind returns None.
         """
         return None
 

@@ -230,10 +230,10 @@ async def start_server(
     # The in-process entry point serves a bridge in this process, and ConverseMany's streams.
     local = LocalService(sessions, api_keys=settings.api_keys, cap=cap)
     limit = send_limit(settings.limits.max_message_bytes)
-    many = MultiplexServicer(local, settings.route, send_limit_bytes=limit).handler()
+    many = MultiplexServicer(sessions, local.gate, settings.route, send_limit_bytes=limit).handler()
     server.add_generic_rpc_handlers(
         (
-            DuplexServicer(sessions, settings.route, cap.short).handler(),
+            DuplexServicer(sessions, settings.route, cap).handler(),
             grpc.method_handlers_generic_handler(SERVICE, {CONVERSE_MANY: many}),
         )
     )

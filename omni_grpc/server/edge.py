@@ -3,8 +3,9 @@
 Engines take pcm16 at the rates they declare native (``EngineFeatures.native_input_rates_hz``;
 :data:`CANONICAL_INPUT` unless they say more) and produce :data:`CANONICAL_OUTPUT` unless a
 delta names its own format. The core decided, when it admitted an append, whether its format is
-native (``Admitted.native``): such an append goes to the engine untouched; any other is
-converted to canonical input here, as the stream's reader hands it to the engine. Output chunks
+native (``AppendAudio.native``): such an append goes to the engine as it is; for any other
+the edge returns a new value, its audio converted to canonical input, as the stream's reader
+hands it to the engine (values are frozen: nothing is changed in place). Output chunks
 are converted to the session's ``output_audio_format`` before they are journaled, and only when
 their format differs from it, with one resampler stream per response (:mod:`.edge_output`).
 """
@@ -12,7 +13,7 @@ their format differs from it, with one resampler stream per response (:mod:`.edg
 from __future__ import annotations
 
 from omni_grpc import audio
-from omni_grpc.core.admission import Admitted
+from omni_grpc.core.commands import AppendAudio, CommitAudio
 from omni_grpc.server.edge_output import OUTPUT_ENDING_EVENTS, ResponseOutput
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT, SAMPLE_WIDTH
@@ -42,24 +43,26 @@ class AudioEdge:
         self._output = ResponseOutput()
         self.last_tail = b""  # the last commit's resampler tail, which the engine heard
 
-    def engine_input(self, admitted: Admitted) -> bool:
-        """Puts the admitted append's audio in the form the engine gets, in its request: as it
-        came when the core found it native, else converted to the canonical input form. False
+    def engine_input(self, append: AppendAudio) -> AppendAudio | None:
+        """The admitted append in the form the engine gets: itself when the core found it
+        native, else a new value with its audio converted to the canonical input form. None
         when the audio cannot be decoded after all (the caller refuses the append)."""
-        append = admitted.request.append_input_audio
-        if admitted.native:
-            append.encoding, append.sample_rate_hz = admitted.encoding, admitted.rate_hz
-            return True
-        encoding, rate = admitted.encoding, admitted.rate_hz
-        if admitted.audio and not _same(encoding, rate, CANONICAL_INPUT):
+        if append.native:
+            return append
+        encoding, rate = append.encoding, append.rate_hz
+        audio = append.audio
+        if audio and not _same(encoding, rate, CANONICAL_INPUT):
             try:
-                append.audio = self._convert(admitted.audio, encoding, rate)
+                audio = self._convert(audio, encoding, rate)
             except ValueError:  # audio.AudioFormatError: the core's checks should prevent it
-                return False
+                return None
             self._converting = True
-        append.encoding = CANONICAL_INPUT.encoding
-        append.sample_rate_hz = CANONICAL_INPUT.sample_rate_hz
-        return True
+        return append._replace(
+            audio=audio,
+            encoding=CANONICAL_INPUT.encoding,
+            rate_hz=CANONICAL_INPUT.sample_rate_hz,
+            native=True,
+        )
 
     def _convert(self, data: bytes, encoding: int, rate: int) -> bytes:
         # A large append goes through in slices: the float copies decoding and resampling make
@@ -73,7 +76,7 @@ class AudioEdge:
             for start in range(0, len(data), CONVERT_SLICE_BYTES)
         )
 
-    def input_tail(self, request: pb.ConverseRequest) -> pb.ConverseRequest | None:
+    def input_tail(self, commit: CommitAudio) -> AppendAudio | None:
         """Before a commit: the few milliseconds the resampler still holds, as an append
         (kept as :attr:`last_tail` too, for a recording)."""
         self.last_tail = b""
@@ -83,15 +86,12 @@ class AudioEdge:
         tail = self.last_tail = self._input.flush()
         if not tail:
             return None
-        return pb.ConverseRequest(
-            client_seq=request.client_seq,
-            append_input_audio=(
-                pb.AppendInputAudio(
-                    audio=tail,
-                    encoding=CANONICAL_INPUT.encoding,
-                    sample_rate_hz=CANONICAL_INPUT.sample_rate_hz,
-                )
-            ),
+        return AppendAudio(
+            tail,
+            CANONICAL_INPUT.encoding,
+            CANONICAL_INPUT.sample_rate_hz,
+            True,
+            commit.client_seq,
         )
 
     def drop_input(self) -> None:

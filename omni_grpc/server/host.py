@@ -9,9 +9,10 @@ is turned into a form the engine takes on the way in (untouched when it is alrea
 it), and output audio into the session's format on the way out, so neither the core nor the
 engines ever see another format.
 
-A recorded session's host (:mod:`omni_grpc.server.recording`) has its ``receive``, ``deliver``
-and ``release`` wrapped on the instance, so that a host that is not recorded pays nothing for
-recording.
+Whoever observes a host (tracing, durability, recording, the turn metrics) registers a tap
+(:mod:`omni_grpc.server.taps`) and is told what the host did; nothing wraps or replaces a
+method. Each hook has its own list of taps, so a host pays only for what is observed: with no
+tap, one truth test of an empty tuple per command and per event.
 """
 
 from __future__ import annotations
@@ -23,14 +24,20 @@ from collections.abc import Callable
 from time import perf_counter
 
 from omni_grpc.core import Effects, Session
-from omni_grpc.core.admission import INPUT_ENDING_COMMANDS, Admitted
+from omni_grpc.core.commands import (
+    AppendAudio,
+    CancelInput,
+    ClearAudio,
+    CommitAudio,
+    EngineCommand,
+    UpdateSession,
+)
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.base import EngineSession
 from omni_grpc.server import metrics
-from omni_grpc.server.durable import DurableStore, ItemLog
 from omni_grpc.server.edge import OUTPUT_ENDING_EVENTS, AudioEdge
 from omni_grpc.server.send_queue import SendQueue
-from omni_grpc.server.tracing import TurnTraces
+from omni_grpc.server.taps import Taps
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -52,8 +59,6 @@ class SessionHost:
         engine: EngineSession,
         on_ended: Callable[[Session], None],
         clock: Callable[[], float],
-        turns: TurnTraces | None = None,
-        store: DurableStore | None = None,
     ) -> None:
         self.session = session
         self.engine = engine
@@ -67,19 +72,8 @@ class SessionHost:
         self.expiry_reason = "idle_timeout"
         self._overflow_counted = False
         self._appends = 0  # appends received, for the timing sample (APPEND_TIMING_EVERY)
-        # When the engine last said the user stopped speaking, until the first audio after it.
-        self._speech_ended_at: float | None = None
-        # The session's turns as spans; None when tracing is off (one check per message).
-        self._turns = turns
-        if turns is not None:
-            engine.on_stage = turns.stage
-        # Durability: the store writes the session behind each event; the items it keeps are
-        # what an adopting peer gives its fresh engine session as the history.
-        self.store = store
-        self.items = ItemLog() if store is not None else None
-        # Told after each update_session the core applied (recording on request starts or
-        # stops with the configuration); None when no one asks.
-        self.on_config: Callable[[SessionHost], None] | None = None
+        # The observers, filed by the hooks each overrides (taps.py): empty, they cost nothing.
+        self.taps = Taps()
 
     def tail_heard(self) -> bytes:
         """The audio the last commit flushed from the input resampler to the engine."""
@@ -94,14 +88,10 @@ class SessionHost:
 
     def attach(self, generation: int) -> SendQueue:
         """Registers the send queue of a stream that now owns (or resumes) the session."""
-        barrier = self._settled if self.store is not None and self.store.mode == "sync" else None
+        barrier = self.taps.send_barrier(self)
         queue = SendQueue(generation, self.session.admission.budget, barrier)
         self._queues[generation] = queue
         return queue
-
-    async def _settled(self) -> None:
-        if self.store is not None:
-            await self.store.settled(self.session)
 
     def release(self, queue: SendQueue) -> None:
         """The stream of ``queue`` is gone: detach it if it still owned the session.
@@ -119,6 +109,8 @@ class SessionHost:
                 queue.generation,
                 extra={"session_id": self.session.id},
             )
+        for tap in self.taps.released:
+            tap.released(self, queue)
 
     # -- core calls ------------------------------------------------------------------------
 
@@ -133,8 +125,6 @@ class SessionHost:
         """
         kind = request.WhichOneof("command")
         _HOT.commands[kind] += 1
-        if self._turns is not None:
-            self._turns.command(request)
         session = self.session
         started = 0.0
         if kind == "append_input_audio":
@@ -143,14 +133,19 @@ class SessionHost:
                 started = perf_counter()  # host time, not the session clock
         now = self._clock()
         effects = session.receive(generation, request, now, kind, size)
+        taps = self.taps
+        if taps.admitted:
+            for tap in taps.admitted:
+                tap.admitted(self, generation, request, effects)
         if effects.sends or effects.end_streams or effects.ended:
             self.deliver(effects)
-        elif self.store is not None and self.items is not None:
-            self.store.mark(session, self.items)  # the command's number is the session's now
-        for admitted in effects.engine:
+        for command in effects.engine:
             if self.ended:
                 break
-            await self._submit(admitted, now)
+            await self._submit(command, now)
+        if taps.handled:
+            for tap in taps.handled:
+                tap.handled(self, generation, request)
         if started:
             _HOT.append_handled(perf_counter() - started)
         if session.last_refusal:
@@ -196,47 +191,54 @@ class SessionHost:
         if self.session.journal.overflowed and not self._overflow_counted:
             self._overflow_counted = True
             metrics.JOURNAL_OVERFLOWS.inc()
-        if self.store is not None and self.items is not None and not effects.ended:
-            self.store.mark(self.session, self.items)
+        if self.taps.delivered:
+            for tap in self.taps.delivered:
+                tap.delivered(self, effects)
         if effects.ended and not self.ended:
             self.ended = True
             metrics.session_ended(self.session, self.expiry_reason)
-            if self._turns is not None:
-                self._turns.close()
+            for tap in self.taps.ended:
+                tap.ended(self)
             self._on_ended(self.session)
             asyncio.get_running_loop().create_task(self._shut_engine())
 
     # -- engine ----------------------------------------------------------------------------
 
-    async def _submit(self, admitted: Admitted, now: float) -> None:
+    async def _submit(self, command: EngineCommand, now: float) -> None:
         """Hands one admitted command to the engine, its audio in a form the engine takes.
 
         Called from the stream's reader, in command order: when the engine falls behind, its
         full mailbox stops the reader, and gRPC flow control pushes back on the client. What
         the engine makes at once is published at ``now``, the command's time.
         """
-        request, kind = admitted.request, admitted.kind
-        if kind == "append_input_audio":  # the usual command first
-            if not self._edge.engine_input(admitted):
-                self.session.admission.input_taken()  # what the core held for it goes back
-                self._answer(request, CommandError("bad_audio", "the audio cannot be decoded"))
-                return
-        elif kind in INPUT_ENDING_COMMANDS:
-            if kind == "commit_input_audio":
-                if tail := self._edge.input_tail(request):
+        match command:
+            case AppendAudio(native=False):  # native appends (the usual) go as they came
+                converted = self._edge.engine_input(command)
+                if converted is None:
+                    self.session.admission.input_taken()  # what the core held goes back
+                    self._answer(command, CommandError("bad_audio", "the audio cannot be decoded"))
+                    return
+                command = converted
+            case CommitAudio():
+                if tail := self._edge.input_tail(command):
+                    for tap in self.taps.handed:
+                        tap.handed(self, tail)
                     await self.engine.submit(tail)
-            else:  # clear_input_audio, cancel_input
+            case ClearAudio() | CancelInput():
                 self._edge.drop_input()
-        elif kind == "update_session":
-            self._edge.configure(self.session.config)  # the formats may have changed
-            if self.on_config is not None:
-                self.on_config(self)
+            case UpdateSession():
+                self._edge.configure(self.session.config)  # the formats may have changed
+                for tap in self.taps.configured:
+                    tap.configured(self)
+        if self.taps.handed:
+            for tap in self.taps.handed:
+                tap.handed(self, command)
         try:
             # The fast path: a cheap command the engine applies at once, its events published
             # here, with no mailbox and no pump between (None: the engine queues it).
-            made = self.engine.submit_now(request, kind)
+            made = self.engine.submit_now(command)
             if made is None:
-                await self.engine.submit(request)
+                await self.engine.submit(command)
             else:
                 for event in made:
                     self._engine_event(event, now)
@@ -249,10 +251,10 @@ class SessionHost:
             self.expiry_reason = "engine_failure"
             self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
 
-    def _answer(self, request: pb.ConverseRequest, error: CommandError) -> None:
+    def _answer(self, command: EngineCommand, error: CommandError) -> None:
         """Refuses an append the core admitted but the host cannot take, with an error event."""
         metrics.COMMAND_REFUSALS.labels(error.code).inc()
-        body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)
+        body = error.to_error(client_seq=command.client_seq, event_id=command.event_id)
         self.deliver(self.session.publish(pb.ConverseResponse(error=body), self._clock()))
 
     async def _pump_loop(self) -> None:
@@ -275,32 +277,27 @@ class SessionHost:
         ``now``, the command's time)."""
         kind = event.WhichOneof("event")
         _HOT.events[kind] += 1
-        if kind == "output_audio_delta":
-            if not self._edge.session_output(event.output_audio_delta):
-                return  # its audio is all still in the resampler: the next delta carries it
-            if self._speech_ended_at is not None:
-                metrics.SPEECH_END_TO_AUDIO.observe(perf_counter() - self._speech_ended_at)
-                self._speech_ended_at = None
-        elif kind == "response_done":
-            metrics.response_done(event)  # its latencies, into the histograms
-        elif kind == "speech_stopped":
-            self._speech_ended_at = perf_counter()
-        if self._turns is not None:
-            self._turns.event(kind, event)
+        if kind == "output_audio_delta" and not self._edge.session_output(event.output_audio_delta):
+            return  # its audio is all still in the resampler: the next delta carries it
+        taps = self.taps
+        if taps.all_events:
+            for tap in taps.all_events:
+                tap.event(self, kind, event)
+        if kind in taps.watchers:
+            for tap in taps.watchers[kind]:
+                tap.event(self, kind, event)
         if now is None:
             now = self._clock()
         if kind in OUTPUT_ENDING_EVENTS and (tail := self._edge.output_tail(kind, event)):
             self.deliver(self.session.publish(tail, now))  # the response's last audio
-        if self.items is not None:
-            self.items.observe(kind, event)
         self.deliver(self.session.publish(event, now, kind))
 
     async def abandon(self) -> None:
         """Stops the session's tasks and engine without any event (server shutdown)."""
         for task in self._tasks:
             task.cancel()
-        if self._turns is not None:
-            self._turns.close()
+        for tap in self.taps.ended:
+            tap.ended(self)
         with contextlib.suppress(Exception):
             await self.engine.close()
 

@@ -2,35 +2,21 @@
 without a gRPC hop.
 
 :class:`LocalService` stands beside :class:`~omni_grpc.server.servicer.DuplexServicer` and
-offers what the bridge uses of a gRPC connection (``converse`` opening one stream). Each
-:class:`LocalStream` adapts a :class:`~omni_grpc.server.stream.ServerStream`, the one way into
-the sessions, to a gRPC client stream's reads and writes: the first write opens or resumes;
-every later command goes to the session host from the caller's task, in order; events come
-from the stream's send queue. A refused stream fails its reads with the
-:class:`~omni_grpc.wire.stream_end.StreamBroken` a gRPC client would have read from the status
-(code, retry hint, owner's route); ``cancel`` is the client going away, and the session waits
-detached for a resume. What it saves per chunk is a gRPC client write and read and the server's
+offers what the bridge uses of a gRPC connection (``converse`` opening one stream, a
+:class:`~omni_grpc.server.local_stream.LocalStream`: a stream into the sessions with a gRPC
+client stream's reads and writes, its checks before it opens those of every stream). What it
+saves per chunk is a gRPC client write and read and the server's
 read and write, with their serializing and the HTTP/2 framing between them.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
-import grpc
-
-from omni_grpc.core import StreamRefused
-from omni_grpc.server import metrics
-from omni_grpc.server.servicer import SLOW_CONSUMER
+from omni_grpc.server.local_stream import LocalStream
 from omni_grpc.server.sessions import Sessions
-from omni_grpc.server.status import unauthenticated
-from omni_grpc.server.stream import ServerStream, broken
-from omni_grpc.server.stream_cap import TOO_MANY_STREAMS, StreamCap
-from omni_grpc.wire import pb
-from omni_grpc.wire.keys import bearer_key, key_matches
-from omni_grpc.wire.stream_end import StreamBroken
+from omni_grpc.server.stream import StreamGate
+from omni_grpc.server.stream_cap import StreamCap
 
 PEER = "in-process"  # what the refusal log names as the peer of an in-process stream
 
@@ -47,10 +33,10 @@ class LocalService:
         cap: StreamCap | None = None,
     ) -> None:
         self.sessions = sessions
-        self._keys = tuple(api_keys)
         # The server's one bound on streams, shared with its Converse calls (see stream_cap);
         # a cap of its own (``max_streams``) when none is given.
         self.cap = cap if cap is not None else StreamCap(max_streams)
+        self.gate = StreamGate(tuple(api_keys), self.cap)
 
     @property
     def streams(self) -> int:
@@ -61,172 +47,10 @@ class LocalService:
         self, metadata: Sequence[tuple[str, str]] | None = None, peer: str = PEER
     ) -> LocalStream:
         """Starts a stream; it opens or resumes on its first write, as a Converse call does."""
-        return LocalStream(self, tuple(metadata or ()), peer)
+        return LocalStream(self.sessions, self.gate, tuple(metadata or ()), peer)
 
     async def close(self) -> None:
         """Nothing to close: the streams end with the relays that hold them."""
-
-
-class LocalStream:
-    """One stream into the sessions, with the reads and writes of a gRPC client's stream."""
-
-    __slots__ = (
-        "_backlog",
-        "_cancelled",
-        "_metadata",
-        "_place",
-        "_service",
-        "_started",
-        "_stream",
-        "_told",
-    )
-
-    def __init__(
-        self, service: LocalService, metadata: tuple[tuple[str, str], ...], peer: str
-    ) -> None:
-        self._service = service
-        self._metadata = metadata
-        # The key whose place the stream takes (an in-process stream, or one of a ConverseMany
-        # call, takes no place of an address: the call holds that).
-        self._place = ("", "")
-        # The refusal log names ``peer`` (a ConverseMany stream: its call's peer).
-        self._stream = ServerStream(service.sessions, bearer_key(metadata), peer)
-        # Set once the first message was taken (or refused, as its exception).
-        self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        # What a stream sends without a session's send queue: session_queued while it waits
-        # for a place, a resume's gap or ending.
-        self._backlog: deque[bytes] = deque()
-        self._told = asyncio.Event()  # set by each notice while it waits, and when it starts
-        self._cancelled = False
-
-    async def write(self, request: pb.ConverseRequest, size: int = 0) -> None:
-        """Hands one request on (``size``: its length on the wire, when it came by one); the
-        first opens or resumes the session."""
-        if self._cancelled:
-            raise StreamBroken("the stream was cancelled")
-        if not self._started.done():
-            await self._start(request)
-        elif (queue := self._stream.queue) is not None and queue.end_reason is None:
-            pause_s = await self._stream.command(request, size)
-            if pause_s > 0:
-                # Refused for rate: the writer is held back until the hint has run out, as
-                # gRPC's flow control holds back a Converse client whose reader pauses.
-                await asyncio.sleep(pause_s)
-        # Otherwise the service reads no more (as a gRPC server whose reader returned).
-
-    async def read(self) -> pb.ConverseResponse | None:
-        """The next event, or None once the service ended the stream."""
-        payload = await self.read_serialized()
-        return None if payload is None else pb.ConverseResponse.FromString(payload)
-
-    async def read_serialized(self) -> bytes | None:
-        """The next event as the journal keeps it (serialized), or None at the stream's end."""
-        while not self._started.done():  # it may wait for a place, told where it stands
-            if self._backlog:
-                return self._backlog.popleft()
-            self._told.clear()
-            await self._told.wait()
-        if self._started.exception() is not None:
-            await self._started  # a refused stream raises its StreamBroken here
-        if self._backlog:  # what it was told while it waited, before the session's events
-            return self._backlog.popleft()
-        queue = self._stream.queue
-        if queue is None:
-            return None
-        payload = await queue.next()
-        if self._cancelled:
-            raise StreamBroken("the stream was cancelled")
-        if queue.fell_behind.is_set():
-            self._release()
-            raise broken(SLOW_CONSUMER)
-        if payload is None:
-            self._release()
-        return payload
-
-    async def flush(self, write: Callable[[bytes], Awaitable[None]]) -> None:
-        """Writes with ``write``, at once, what the last command made (:meth:`SendQueue.flush`),
-        from the task that wrote the command, so the reading task is not woken for it."""
-        queue = self._stream.queue
-        if queue is not None and not self._cancelled and self._stream.host is not None:
-            await queue.flush(write)
-
-    async def write_out(self, write: Callable[[bytes], Awaitable[None]], payload: bytes) -> None:
-        """Writes one event read by :meth:`read_serialized` with ``write``, as the stream's one
-        write in flight, so that events flushed and read go out in the order they were made."""
-        queue = self._stream.queue
-        if queue is None:
-            await write(payload)
-        else:
-            await queue.write_out(write, payload)
-
-    def cancel(self) -> None:
-        """The client went away: the stream goes, the session waits for a resume."""
-        if self._cancelled:
-            return
-        self._cancelled = True
-        self._refused(StreamBroken("the stream was cancelled"))
-        queue = self._stream.queue
-        if queue is not None:
-            self._release()
-            queue.end("cancelled")  # wakes a read waiting for the next event
-
-    def _release(self) -> None:
-        if self._stream.host is not None:
-            self._stream.release()
-            self._service.cap.give(*self._place)
-
-    async def _start(self, first: pb.ConverseRequest) -> None:
-        service = self._service
-        key = bearer_key(self._metadata)
-        if service._keys and not key_matches(key, service._keys):
-            # As the gRPC key check refuses the call (omni_grpc.server.auth).
-            status = unauthenticated()
-            message = f"{status.code.name}: {status.details}"
-            self._refused(StreamBroken(message, status=status.code, code="unauthenticated"))
-            return
-        # A copy: the caller may send the same first message again on a retry.
-        first = pb.ConverseRequest.FromString(first.SerializeToString())
-        # The place is taken before the open (which awaits), so no two streams take the last.
-        # Without keys on the server, no key is anyone's own: none is bounded apart.
-        self._place = (key if service._keys else "", "")
-        if (bound := service.cap.take(*self._place)) is not None:
-            full = service.cap.refusal(bound)
-            metrics.KEY_REFUSALS.labels(service.sessions.key_label(key), bound).inc()
-            exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
-            self._refused(
-                broken(full)
-                if full is not None
-                else StreamBroken(f"{exhausted.name}: {TOO_MANY_STREAMS}", status=exhausted)
-            )
-            return
-        attached = False
-        try:
-            ending = await self._stream.attach(first, self._tell)
-            if ending is None:
-                attached = True
-                if self._cancelled:  # the client went while the session opened
-                    self._release()  # gives the place back
-            else:
-                self._backlog.extend(ending)
-        except StreamRefused as refusal:
-            self._refused(broken(refusal))
-        finally:
-            if not attached:
-                service.cap.give(*self._place)
-        if not self._started.done():
-            self._started.set_result(None)
-            self._told.set()
-
-    async def _tell(self, payload: bytes) -> None:
-        """What the stream is told while it waits for a place: read before it starts."""
-        self._backlog.append(payload)
-        self._told.set()
-
-    def _refused(self, failure: StreamBroken) -> None:
-        if not self._started.done():
-            self._started.set_exception(failure)
-            self._started.exception()  # read raises it; no warning when none comes
-            self._told.set()
 
 
 __all__ = ["LocalService", "LocalStream"]

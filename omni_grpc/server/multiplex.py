@@ -1,9 +1,10 @@
 """``ConverseMany``: many Converse streams on one gRPC call, for a bridge in its own process.
 
-Each stream of the call is an in-process stream (:mod:`omni_grpc.server.local`), so it opens,
-resumes, numbers and ends exactly as a Converse call does: its own key is checked again (the
-call's was checked before it reached this, :mod:`omni_grpc.server.auth`) and it takes a place
-in the server's one stream cap (:mod:`omni_grpc.server.stream_cap`). Per stream a feeder
+Each stream of the call is a :class:`~omni_grpc.server.local_stream.LocalStream`, as a bridge's
+in-process stream is, so it opens, resumes, numbers and ends exactly as a Converse call does
+(:mod:`omni_grpc.server.stream`): its own key is checked again (the call's was checked before it
+reached this, :mod:`omni_grpc.server.auth`) and it takes a place in the server's one stream cap
+(:mod:`omni_grpc.server.stream_cap`). Per stream a feeder
 hands its requests to the session in order (a stream held back by its rate limit holds back no
 other) and a pump takes its events. Events leave in batches: the writer sends, in one
 message, everything the pumps queued while its previous write was in flight, so a quiet call
@@ -22,7 +23,9 @@ from collections.abc import Sequence
 
 import grpc
 
-from omni_grpc.server.local import LocalService, LocalStream
+from omni_grpc.server.local_stream import LocalStream
+from omni_grpc.server.sessions import Sessions
+from omni_grpc.server.stream import StreamGate
 from omni_grpc.wire import pb
 from omni_grpc.wire.framing import length_field, varint_field
 from omni_grpc.wire.keys import ROUTE_HEADER, bearer_metadata
@@ -43,6 +46,8 @@ MAX_UNREAD_REQUESTS = 256
 MAX_UNREAD_BYTES = 16 * 1024 * 1024
 # The retry hint of a stream cut for that: about what a rate limit's refusal asks.
 OVERRUN_RETRY_AFTER_S = 1.0
+# The streams one call may hold on a server with no stream cap (its settings' default).
+DEFAULT_STREAM_LIMIT = 1024
 # A new stream on a call that holds as many as the server's whole stream cap: refused before
 # anything is made for it (the cap itself would refuse it at its first message, after a stream
 # object and two tasks existed for it).
@@ -77,8 +82,11 @@ def _ended(stream_id: int, broken: StreamBroken | None) -> bytes:
 class MultiplexServicer:
     """Serves ConverseMany over the in-process entry point of this server's sessions."""
 
-    def __init__(self, local: LocalService, route: str = "", *, send_limit_bytes: int) -> None:
-        self.local = local
+    def __init__(
+        self, sessions: Sessions, gate: StreamGate, route: str = "", *, send_limit_bytes: int
+    ) -> None:
+        self._sessions = sessions
+        self._gate = gate  # the server's keys and its one stream cap
         self._route_metadata = ((ROUTE_HEADER, route),) if route else ()
         self._send_limit = send_limit_bytes
 
@@ -95,7 +103,7 @@ class MultiplexServicer:
     ) -> None:
         if self._route_metadata:
             await context.send_initial_metadata(self._route_metadata)
-        call = _Call(self.local, context, self._send_limit)
+        call = _Call(self._sessions, self._gate, context, self._send_limit)
         await call.run()
 
 
@@ -103,9 +111,17 @@ class _Call:
     """One ConverseMany call: its streams, and the writer that batches their events."""
 
     def __init__(
-        self, local: LocalService, context: grpc.aio.ServicerContext, send_limit: int
+        self,
+        sessions: Sessions,
+        gate: StreamGate,
+        context: grpc.aio.ServicerContext,
+        send_limit: int,
     ) -> None:
-        self._local = local
+        self._sessions = sessions
+        self._gate = gate
+        # The streams one call may hold: the server's whole cap (a new one past it is refused
+        # before anything is made for it).
+        self._stream_limit = gate.cap.limit if gate.cap is not None else DEFAULT_STREAM_LIMIT
         self._context = context
         self._send_limit = send_limit
         self._streams: dict[int, _Substream] = {}
@@ -119,12 +135,12 @@ class _Call:
         writer = asyncio.create_task(self._write())
         try:
             while (batch := await self._context.read()) is not EOF:
-                if self._new_streams(batch) > self._local.cap.limit:
+                if self._new_streams(batch) > self._stream_limit:
                     # More new streams in one message than the server serves at all: no client
                     # of ours sends that, and each would cost two tasks before its first check.
                     await self._context.abort(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"a batch may start at most {self._local.cap.limit} streams",
+                        f"a batch may start at most {self._stream_limit} streams",
                     )
                 for request in batch.requests:
                     if (overrun := self._dispatch(request)) is not None:
@@ -150,11 +166,12 @@ class _Call:
             if stream is not None:
                 stream.cancel()
             return None
-        if stream is None and len(self._streams) >= self._local.cap.limit:
+        if stream is None and len(self._streams) >= self._stream_limit:
             return _ended(request.stream_id, CALL_FULL)  # no stream object, no task
         if stream is None:
             metadata: Sequence[tuple[str, str]] = bearer_metadata(request.api_key)
-            local = self._local.converse(metadata, self._context.peer())
+            peer = self._context.peer()
+            local = LocalStream(self._sessions, self._gate, tuple(metadata), peer)
             stream = _Substream(self, request.stream_id, local)
             self._streams[request.stream_id] = stream
         return None if stream.take(request.request) else stream.overrun()

@@ -1,10 +1,10 @@
 """The gRPC transport: it only reads and writes streams, and hands everything else on.
 
-Each Converse stream has exactly one reader and one writer. Its first message is read here
-(within ``FIRST_MESSAGE_TIMEOUT_S``, or ``SHORT_FIRST_MESSAGE_S`` from the stream's start while
-streams run short: a stream that says nothing holds a place of its key for nothing) and given
-to a :class:`~omni_grpc.server.stream.ServerStream`, the one way into the sessions, which opens
-or resumes and says what the stream gets. Then the
+Each Converse stream has exactly one reader and one writer. A
+:class:`~omni_grpc.server.stream.ServerStream`, the one way into the sessions, reads its first
+message through this transport in time, opens or resumes, and says what the stream gets (the
+call's key and place were checked before it was served, by :mod:`.auth` and
+:mod:`.stream_cap`). Then the
 reader takes requests with ``context.read()`` and hands them on with their length on the wire;
 the writer drains the stream's send queue with ``context.write()``. A client
 that reads so little that its send queue fills is cut: the call ends with RESOURCE_EXHAUSTED
@@ -28,24 +28,16 @@ from omni_grpc.core.errors import Status
 from omni_grpc.server.host import SendQueue
 from omni_grpc.server.sessions import SessionElsewhere, Sessions
 from omni_grpc.server.status import rich_status
-from omni_grpc.server.stream import ServerStream
+from omni_grpc.server.stream import SLOW_CONSUMER, ServerStream, StreamGate
+from omni_grpc.server.stream_cap import StreamCap
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import REFUSAL_HEADER, ROUTE_HEADER, bearer_key, resume_token
+from omni_grpc.wire.stream_end import StreamBroken
 
 logger = logging.getLogger(__name__)
 
 SERVICE = "omni.duplex.v1.DuplexService"
 EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
-FIRST_MESSAGE_TIMEOUT_S = 10.0
-SHORT_FIRST_MESSAGE_S = 1.0
-# How a stream ends when its reader falls too far behind (see SendQueue.fall_behind). The
-# session is only detached: the client resumes and gets what it missed from the journal.
-SLOW_CONSUMER = StreamRefused(
-    Status.RESOURCE_EXHAUSTED,
-    "slow_consumer",
-    "the client read too slowly; resume the session to get the missed events",
-    retryable=True,
-)
 # How long a stream cut for a slow reader waits for its write in flight before it gives up on
 # telling the client why (a client that never reads again cannot be told anything).
 SLOW_CONSUMER_GRACE_S = 30.0
@@ -54,11 +46,10 @@ SLOW_CONSUMER_GRACE_S = 30.0
 class DuplexServicer:
     """Serves DuplexService over the sessions of one server."""
 
-    def __init__(
-        self, sessions: Sessions, route: str = "", short: asyncio.Event | None = None
-    ) -> None:
+    def __init__(self, sessions: Sessions, route: str = "", cap: StreamCap | None = None) -> None:
         self.sessions = sessions
-        self._short = short  # set while streams run short (stream_cap.StreamCap.short)
+        # The server's keys were checked by the interceptor; the cap says when places run short.
+        self._gate = StreamGate((), cap)
         # Sent as initial metadata on every call: the key a proxy routes back to this replica.
         self._route_metadata = ((ROUTE_HEADER, route),) if route else ()
 
@@ -117,7 +108,7 @@ class DuplexServicer:
     async def converse(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:
         # The key was checked by the interceptor; the session is bound and charged to it.
         key = bearer_key(tuple(context.invocation_metadata() or ()))
-        stream = ServerStream(self.sessions, key, context.peer())
+        stream = ServerStream(self.sessions, key, context.peer(), self._gate)
         told = False  # whether the stream said something while it waited (session_queued)
 
         async def tell(payload: bytes) -> None:
@@ -127,13 +118,17 @@ class DuplexServicer:
             told = True
             await context.write(payload)
 
+        async def read_first() -> pb.ConverseRequest | None:
+            raw = await context.read()
+            if raw is EOF:
+                raise StreamRefused(Status.INVALID_ARGUMENT, "bad_event", "the stream ended early")
+            return _parse(raw)
+
         try:
-            try:
-                first = await _first_request(context, self._short)
-            except StreamRefused as refusal:
-                stream.refused(refusal)  # refused here, before the stream could say anything
-                raise
-            ending = await stream.attach(first, tell)
+            ending = await stream.open(read_first, tell, placed=True)
+        except StreamBroken as failure:  # not for a Converse call: it was checked when served
+            await context.abort(failure.status or grpc.StatusCode.UNKNOWN, str(failure))
+            return
         except StreamRefused as refusal:
             if told:
                 # Its headers went with session_queued: the refusal goes in band too, since a
@@ -157,36 +152,6 @@ class DuplexServicer:
             await _pump_stream(stream, context)
         finally:
             stream.release()
-
-
-async def _first_request(
-    context: grpc.aio.ServicerContext, short: asyncio.Event | None
-) -> pb.ConverseRequest | None:
-    """The stream's first message (None when it is no ConverseRequest), read in time: within
-    ``FIRST_MESSAGE_TIMEOUT_S``, or ``SHORT_FIRST_MESSAGE_S`` of the start once ``short`` is set."""
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    read = asyncio.ensure_future(context.read())
-    shortage = asyncio.ensure_future(short.wait() if short is not None else asyncio.Future())
-    try:
-        await asyncio.wait(
-            {read, shortage}, timeout=FIRST_MESSAGE_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
-        )
-        if not read.done() and shortage.done():
-            await asyncio.wait(
-                {read}, timeout=max(started + SHORT_FIRST_MESSAGE_S - loop.time(), 0)
-            )
-        if not read.done():
-            raise StreamRefused(
-                Status.INVALID_ARGUMENT, "config_timeout", "no first message in time"
-            )
-        raw = read.result()
-    finally:
-        for waiting in (read, shortage):
-            waiting.cancel()
-    if raw is EOF:
-        raise StreamRefused(Status.INVALID_ARGUMENT, "bad_event", "the stream ended early")
-    return _parse(raw)
 
 
 async def _pump_stream(stream: ServerStream, context: grpc.aio.ServicerContext) -> None:

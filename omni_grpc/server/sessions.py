@@ -30,8 +30,10 @@ from omni_grpc.server import metrics
 from omni_grpc.server.durable import ADOPTIONS, MOVED, DurableStore, StoreUnavailable
 from omni_grpc.server.host import SendQueue, SessionHost
 from omni_grpc.server.recording import Recorder
+from omni_grpc.server.recording.recorder import RecordOnRequest
 from omni_grpc.server.refusals import RefusalLog
 from omni_grpc.server.session_gauges import SESSION_GAUGES
+from omni_grpc.server.taps import DurableTap, TurnMetrics
 from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.server.waiting import Tell, WaitingRoom, told_nobody
 from omni_grpc.wire import pb
@@ -207,14 +209,20 @@ class Sessions:
     def _host(
         self, session: Session, engine_session: EngineSession, *, epoch: int = 1
     ) -> SessionHost:
-        turns = TurnTraces(self._tracer, session.id) if self._tracer is not None else None
-        host = SessionHost(session, engine_session, self._forget, self.clock, turns, self.store)
+        host = SessionHost(session, engine_session, self._forget, self.clock)
+        host.taps.add(TurnMetrics())
+        if self._tracer is not None:
+            turns = TurnTraces(self._tracer, session.id)
+            engine_session.on_stage = turns.stage
+            host.taps.add(turns)
+        if self.store is not None:
+            host.taps.add(DurableTap(self.store))
         self._hosts[session.id] = host
         if self.recorder is not None:
             # An adopted session's recording is the next part of the one begun elsewhere.
             self.recorder.consider(host, started_by="adopted" if epoch > 1 else "open", part=epoch)
             if session.recording == "on-request":
-                host.on_config = self.recorder.reconsider
+                host.taps.add(RecordOnRequest(self.recorder))
         return host
 
     async def resume(
@@ -390,8 +398,9 @@ class Sessions:
             self.recorder.finish(host, "handed_over")
         self._freed()
         await host.abandon()
-        assert self.store is not None and host.items is not None
-        await self.store.hand_over(host.session, host.items)
+        durable = host.taps.of(DurableTap)
+        assert self.store is not None and durable is not None
+        await self.store.hand_over(host.session, durable.items)
 
     # -- time ------------------------------------------------------------------------------
 

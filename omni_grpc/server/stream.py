@@ -2,7 +2,22 @@
 
 A stream comes as a ``Converse`` call (:mod:`.servicer`), as a stream of a ``ConverseMany`` call
 (:mod:`.multiplex`), or from a bridge in the service's own process (:mod:`.local`). Each wraps
-its stream in a :class:`ServerStream` and only moves bytes; the rules of a stream are here, once:
+its stream in a :class:`ServerStream` and only moves bytes; the rules of a stream are here, once,
+and :meth:`ServerStream.open` applies the checks before a stream opens, in this order:
+
+* **The key**, when the server has keys (:class:`StreamGate`): a stream without a valid one is
+  refused ``UNAUTHENTICATED`` (a Converse call's key was checked before it was served, by
+  :mod:`.auth`, so it passes here).
+* **A place** in the server's one stream cap (:mod:`.stream_cap`), of the stream's key, taken
+  before the first message is awaited (so two streams cannot take the last one) and given back
+  when the stream goes; a Converse call's place is its call's (the cap's interceptor holds it
+  while the call runs, so that a call refused for it is refused before it is served).
+* **The first message in time**: within :data:`FIRST_MESSAGE_TIMEOUT_S`, or
+  :data:`SHORT_FIRST_MESSAGE_S` of the stream's start while places run short (a stream that says
+  nothing holds a place of its key for nothing); ``config_timeout`` otherwise.
+* **The refusal**: each is counted and logged once (:mod:`.refusals`), and raised for the
+  transport to end the stream with (:func:`broken` renders one for a stream that is not a gRPC
+  call, in the words a gRPC client would have read).
 
 * **The first message** must be an unnumbered open or resume; anything else is refused before
   a session is touched (``bad_first_message``; ``invalid_message`` when it is no
@@ -20,20 +35,48 @@ its stream in a :class:`ServerStream` and only moves bytes; the rules of a strea
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
 
 from omni_grpc.core import ResumeGap, StreamRefused
 from omni_grpc.core.errors import CommandError, Status
 from omni_grpc.server import metrics
 from omni_grpc.server.host import SendQueue, SessionHost
 from omni_grpc.server.sessions import ResumeFoundEnded, SessionElsewhere, Sessions
-from omni_grpc.server.status import rich_status
+from omni_grpc.server.status import rich_status, unauthenticated
+from omni_grpc.server.stream_cap import TOO_MANY_STREAMS, StreamCap
 from omni_grpc.server.waiting import Tell, WaitEnded, told_nobody
 from omni_grpc.wire import pb
+from omni_grpc.wire.keys import key_matches
 from omni_grpc.wire.stream_end import StreamBroken
 
 FIRST_COMMANDS = ("open_session", "resume_session")
 NOT_A_REQUEST = "the message is not a ConverseRequest"
+FIRST_MESSAGE_TIMEOUT_S = 10.0
+SHORT_FIRST_MESSAGE_S = 1.0
+# How a stream ends when its reader falls too far behind (see SendQueue.fall_behind). The
+# session is only detached: the client resumes and gets what it missed from the journal.
+SLOW_CONSUMER = StreamRefused(
+    Status.RESOURCE_EXHAUSTED,
+    "slow_consumer",
+    "the client read too slowly; resume the session to get the missed events",
+    retryable=True,
+)
+# Reads a stream's first message (None: it is no ConverseRequest); raises StreamRefused when
+# the stream ended before it.
+FirstMessage = Callable[[], Awaitable[pb.ConverseRequest | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamGate:
+    """What every stream must pass before it opens: the server's keys (none: no key is
+    anyone's own) and its one stream cap."""
+
+    keys: tuple[str, ...] = ()
+    cap: StreamCap | None = None
 
 
 def first_message_refused(first: pb.ConverseRequest | None) -> StreamRefused | None:
@@ -65,15 +108,95 @@ def broken(refusal: StreamRefused) -> StreamBroken:
 class ServerStream:
     """One stream into the sessions, whichever transport carries it (see the module)."""
 
-    __slots__ = ("_key", "_peer", "_sessions", "host", "queue")
+    __slots__ = ("_gate", "_key", "_peer", "_place", "_sessions", "host", "queue")
 
-    def __init__(self, sessions: Sessions, key: str, peer: str) -> None:
+    def __init__(
+        self, sessions: Sessions, key: str, peer: str, gate: StreamGate | None = None
+    ) -> None:
         self._sessions = sessions
-        self._key = key  # checked by the transport; the session is bound and charged to it
+        self._key = key  # checked in open(); the session is bound and charged to it
         self._peer = peer  # who the refusal log names
+        self._gate = gate if gate is not None else StreamGate()
+        self._place: str | None = None  # the key whose place the stream holds in the cap
         self.host: SessionHost | None = None
         # The attached stream's send queue: its writer drains it (see send_queue.py).
         self.queue: SendQueue | None = None
+
+    async def open(
+        self, read_first: FirstMessage, tell: Tell = told_nobody, *, placed: bool = False
+    ) -> list[bytes] | None:
+        """Applies the checks before a stream opens (see the module), then attaches as
+        :meth:`attach` does, with what it returns. ``placed``: the transport's call holds
+        the stream's place already (a Converse call).
+
+        Raises StreamRefused, counted and logged, for a refusal after the key; StreamBroken,
+        in gRPC's own words, for a stream without a valid key or beyond the server's bound.
+        """
+        gate, key = self._gate, self._key
+        if gate.keys and not key_matches(key, gate.keys):
+            status = unauthenticated()
+            message = f"{status.code.name}: {status.details}"
+            raise StreamBroken(message, status=status.code, code="unauthenticated")
+        if not placed and gate.cap is not None:
+            self._take_place(gate.cap, key if gate.keys else "")
+        try:
+            try:
+                first = await self._first_in_time(read_first)
+            except StreamRefused as refusal:
+                self.refused(refusal)  # refused before the stream could say anything
+                raise
+            ending = await self.attach(first, tell)
+        except BaseException:
+            self._give_place()
+            raise
+        if ending is not None:
+            self._give_place()
+        return ending
+
+    def _take_place(self, cap: StreamCap, key: str) -> None:
+        # Taken before the first message is awaited, so no two streams take the last place.
+        bound = cap.take(key, "")
+        if bound is None:
+            self._place = key
+            return
+        metrics.KEY_REFUSALS.labels(self._sessions.key_label(self._key), bound).inc()
+        full = cap.refusal(bound)
+        if full is not None:
+            raise full
+        exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+        raise StreamBroken(f"{exhausted.name}: {TOO_MANY_STREAMS}", status=exhausted)
+
+    def _give_place(self) -> None:
+        if self._place is not None and self._gate.cap is not None:
+            self._gate.cap.give(self._place, "")
+            self._place = None
+
+    async def _first_in_time(self, read_first: FirstMessage) -> pb.ConverseRequest | None:
+        """The first message, read within its deadline: shorter while places run short."""
+        cap = self._gate.cap
+        short = cap.short if cap is not None else None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        read = asyncio.ensure_future(read_first())
+        shortage = asyncio.ensure_future(short.wait() if short is not None else asyncio.Future())
+        try:
+            await asyncio.wait(
+                {read, shortage},
+                timeout=FIRST_MESSAGE_TIMEOUT_S,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if not read.done() and shortage.done():
+                await asyncio.wait(
+                    {read}, timeout=max(started + SHORT_FIRST_MESSAGE_S - loop.time(), 0)
+                )
+            if not read.done():
+                raise StreamRefused(
+                    Status.INVALID_ARGUMENT, "config_timeout", "no first message in time"
+                )
+            return read.result()
+        finally:
+            for waiting in (read, shortage):
+                waiting.cancel()
 
     async def attach(
         self, first: pb.ConverseRequest | None, tell: Tell = told_nobody
@@ -146,10 +269,20 @@ class ServerStream:
         return pause_s
 
     def release(self) -> None:
-        """The stream is gone: its session waits, detached, for a resume (or expires)."""
+        """The stream is gone: its session waits, detached, for a resume (or expires); its
+        place in the cap goes back."""
         if self.host is not None and self.queue is not None:
             self._sessions.release(self.host, self.queue)
             self.host = None
+        self._give_place()
 
 
-__all__ = ["ServerStream", "broken", "first_message_refused"]
+__all__ = [
+    "FIRST_MESSAGE_TIMEOUT_S",
+    "SHORT_FIRST_MESSAGE_S",
+    "SLOW_CONSUMER",
+    "ServerStream",
+    "StreamGate",
+    "broken",
+    "first_message_refused",
+]

@@ -25,8 +25,8 @@ and ``.decided_ms``.
 ``response_done`` (or ``response_listen``, the engine choosing not to answer) ends the turn, with
 the engine's own ``TurnLatency`` and usage as attributes. No transcript or audio goes into a span.
 
-When tracing is off the host holds no :class:`TurnTraces` at all: its cost is one attribute
-check per command and per engine event.
+:class:`TurnTraces` is a tap of the session host (:mod:`omni_grpc.server.taps`): when tracing
+is off the host has no such tap, and pays nothing for it.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer, TracerProvid
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import omni_grpc
+from omni_grpc.core import Effects
+from omni_grpc.server.taps import HostTap, SessionHost
 from omni_grpc.wire import pb
 
 TRACER_NAME = "omni_grpc.server"
@@ -72,7 +74,7 @@ class _Turn:
     first_audio_ns: int | None = None
 
 
-class TurnTraces:
+class TurnTraces(HostTap):
     """The turns of one session, as spans: fed every command and engine event by its host."""
 
     __slots__ = (
@@ -102,6 +104,17 @@ class TurnTraces:
         if name == "first_token":
             self._first_tokens.setdefault(response_id, time.time_ns())
 
+    def admitted(
+        self, host: SessionHost, generation: int, request: pb.ConverseRequest, effects: Effects
+    ) -> None:
+        self.command(request)
+
+    def event(self, host: SessionHost, kind: str | None, event: pb.ConverseResponse) -> None:
+        self.engine_event(kind, event)
+
+    def ended(self, host: SessionHost) -> None:
+        self.close()
+
     def command(self, request: pb.ConverseRequest) -> None:
         """A command came in: a new trace context starts a new turn under it."""
         carrier = request.trace_context
@@ -121,7 +134,7 @@ class TurnTraces:
         self._end_turn("superseded")
         self._open_turn(now, opened_by=opened_by)
 
-    def event(self, kind: str | None, event: pb.ConverseResponse) -> None:
+    def engine_event(self, kind: str | None, event: pb.ConverseResponse) -> None:
         """An engine event went by: it may start, end or mark a stage of the turn."""
         now = time.time_ns()
         turn = self._turn

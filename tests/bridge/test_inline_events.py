@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from omni_grpc.bench.grpc_load import mirror_settings
-from omni_grpc.server.local import LocalStream
+from omni_grpc.server.local_stream import LocalStream
 from tests.bridge.testkit import realtime_socket, running_bridge
 from tests.serving import serving
 

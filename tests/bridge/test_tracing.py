@@ -26,6 +26,7 @@ from omni_cli.config import ServeSettings
 from omni_cli.launch import Service, start_service
 from omni_grpc.server.host import SessionHost
 from omni_grpc.server.settings import ServerSettings
+from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.wire import pb
 from tests.bridge.testkit import realtime_socket, service_settings
 
@@ -164,7 +165,7 @@ async def test_nothing_is_traced_when_tracing_is_off(
             assert (await ws.recv())["type"] == "session.created"
             [host] = service.server.sessions
             [relay] = service.bridge.app[BRIDGE].relays
-            assert host._turns is None and relay._turns is None
+            assert host.taps.of(TurnTraces) is None and relay._turns is None
             await ws.send(APPEND_100MS)
             await ws.send({"type": "input_audio_buffer.commit", "create_response": True})
             await ws.until("response.done")

@@ -38,6 +38,7 @@ from omni_grpc.client import (
 )
 from omni_grpc.client.recordings import load, read_lines
 from omni_grpc.core import Limits
+from omni_grpc.core.commands import EngineCommand, kind_of
 from omni_grpc.core.journal import Journal
 from omni_grpc.core.registry import Registry
 from omni_grpc.engine.loopback.session import LoopbackSession
@@ -81,21 +82,17 @@ class Truth:
             self.journals[session.id] = session.journal
             return session, effects
 
-        async def submitting(session: LoopbackSession, request: pb.ConverseRequest) -> None:
-            self.engine_input[session.id].append(
-                (request.client_seq, str(request.WhichOneof("command")))
-            )
-            await submit(session, request)
+        async def submitting(session: LoopbackSession, command: EngineCommand) -> None:
+            self.engine_input[session.id].append((command.client_seq, kind_of(command)))
+            await submit(session, command)
 
         def applying_now(
-            session: LoopbackSession, request: pb.ConverseRequest, kind: str | None = None
+            session: LoopbackSession, command: EngineCommand
         ) -> list[pb.ConverseResponse] | None:
             # The fast path: a command the engine applied at once reached it here instead.
-            made = submit_now(session, request, kind)
+            made = submit_now(session, command)
             if made is not None:
-                self.engine_input[session.id].append(
-                    (request.client_seq, str(request.WhichOneof("command")))
-                )
+                self.engine_input[session.id].append((command.client_seq, kind_of(command)))
             return made
 
         monkeypatch.setattr(Journal, "record", recording)

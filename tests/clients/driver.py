@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 from google.protobuf import json_format
 
+from omni_grpc.core.commands import AppendAudio, kind_of
 from omni_grpc.wire import pb
 from tests.clients.server_truth import ServerTruth
 
@@ -228,9 +229,9 @@ def assert_server_agrees(client: Client, truth: ServerTruth, run: Run, sent: byt
     commands = truth.engine_input[session_id]
     assert [c.client_seq for c in commands] == list(range(1, len(commands) + 1))
     chunks = math.ceil(len(sent) / CHUNK_BYTES)
-    kinds = [c.WhichOneof("command") for c in commands]
+    kinds = [kind_of(c) for c in commands]
     assert kinds[: chunks + 1] == ["append_input_audio"] * chunks + ["commit_input_audio"]
-    assert b"".join(c.append_input_audio.audio for c in commands[:chunks]) == sent
+    assert b"".join(c.audio for c in commands[:chunks] if isinstance(c, AppendAudio)) == sent
     # The client printed every journaled event once, in order, each exactly as journaled.
     journal = truth.events(session_id)
     numbered = [e for e in run.events if e.seq]

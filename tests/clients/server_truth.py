@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from omni_grpc.core.commands import EngineCommand
 from omni_grpc.core.journal import Journal
 from omni_grpc.core.registry import Registry
 from omni_grpc.engine.loopback.session import LoopbackSession
@@ -30,7 +31,7 @@ class ServerTruth:
         self.resumes: dict[str, int] = defaultdict(int)
         self._journals: dict[str, Journal] = {}
         self._journaled: dict[int, list[bytes]] = defaultdict(list)
-        self.engine_input: dict[str, list[pb.ConverseRequest]] = defaultdict(list)
+        self.engine_input: dict[str, list[EngineCommand]] = defaultdict(list)
         # How many commands the engine had received when each resume was granted: where a cut
         # fell, read at the moment that counts (a test polling for the cut reads it later, by
         # which time a quick client may have resent everything).
@@ -60,17 +61,17 @@ class ServerTruth:
             )
             return granted
 
-        async def submitting(session: LoopbackSession, request: pb.ConverseRequest) -> None:
-            self.engine_input[session.id].append(request)
-            await submit(session, request)
+        async def submitting(session: LoopbackSession, command: EngineCommand) -> None:
+            self.engine_input[session.id].append(command)
+            await submit(session, command)
 
         def applying_now(
-            session: LoopbackSession, request: pb.ConverseRequest, kind: str | None = None
+            session: LoopbackSession, command: EngineCommand
         ) -> list[pb.ConverseResponse] | None:
             # The fast path: a command the engine applied at once reached it here instead.
-            made = submit_now(session, request, kind)
+            made = submit_now(session, command)
             if made is not None:
-                self.engine_input[session.id].append(request)
+                self.engine_input[session.id].append(command)
             return made
 
         async def conversing(servicer: DuplexServicer, requests: Any, context: Any) -> None:

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from omni_grpc.core import Effects, EngineFeatures, Limits, Registry, Session
+from omni_grpc.core.commands import AppendAudio, EngineCommand, engine_command, kind_of
 from omni_grpc.wire import pb
+from omni_grpc.wire.pcm import CANONICAL_INPUT
 
 ENGINE = EngineFeatures(name="test-engine", default_model="test-model")
 VAD_ENGINE = EngineFeatures(name="vad-engine", default_model="test-model", supports_server_vad=True)
@@ -28,9 +30,30 @@ def decode(effects: Effects, generation: int | None = None) -> list[pb.ConverseR
     ]
 
 
-def requests(effects: Effects) -> list[pb.ConverseRequest]:
-    """The requests of the commands ``effects`` hand on to the engine, admitted, in order."""
-    return [admitted.request for admitted in effects.engine]
+# A session's input format when its configuration names none.
+DEFAULT_INPUT = pb.AudioFormat(encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=24000)
+
+
+def requests(effects: Effects) -> list[tuple[str, EngineCommand]]:
+    """The commands ``effects`` hand on to the engine, admitted, in order, each with its kind
+    (values are named tuples, which compare equal across classes: the kind tells them apart)."""
+    return [(kind_of(command), command) for command in effects.engine]
+
+
+def handed(
+    request: pb.ConverseRequest,
+    fmt: pb.AudioFormat = CANONICAL_INPUT,
+) -> tuple[str, EngineCommand]:
+    """What the core hands the engine for ``request``: its typed value, an append's format
+    resolved against the session's input format ``fmt`` (the append's own when it names one),
+    native when it is the canonical input (the test engines declare no other native rate)."""
+    command = engine_command(request)
+    if isinstance(command, AppendAudio):
+        encoding = command.encoding or fmt.encoding
+        rate_hz = command.rate_hz or fmt.sample_rate_hz
+        native = (encoding, rate_hz) == (CANONICAL_INPUT.encoding, CANONICAL_INPUT.sample_rate_hz)
+        command = command._replace(encoding=encoding, rate_hz=rate_hz, native=native)
+    return kind_of(command), command
 
 
 def kinds(events: Iterable[pb.ConverseResponse]) -> list[str | None]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from omni_grpc.core import Effects, Limits, Registry, Session
 from omni_grpc.wire import pb
 
-from .helpers import ENGINE, cmd, requests
+from .helpers import ENGINE, cmd, handed, requests
 
 LIMITS = Limits(disconnect_grace_s=30.0, idle_timeout_s=120.0, journal_ttl_s=60.0)
 Key = tuple[str, str, int]  # (kind, label, applied_client_seq) of one numbered event
@@ -165,7 +165,7 @@ class SessionModel:
             self.registry.discard(self.session)  # the transport's job when `ended` is set
 
     def deliver(self, effects: Effects) -> None:
-        self.engine_seqs += [request.client_seq for request in requests(effects)]
+        self.engine_seqs += [command.client_seq for _, command in requests(effects)]
         for generation, payload in effects.sends:
             event = pb.ConverseResponse.FromString(payload)
             if self.pending is not None and generation == self.pending.generation:
@@ -209,7 +209,7 @@ class SessionModel:
         else:
             self.applied = seq or self.applied
             if kind == "append_input_text":
-                forwarded = [request]
+                forwarded = [handed(request)]
                 self.engine_expected.append(seq)
             elif kind == "heartbeat":
                 self.expect("heartbeat_ack", "")

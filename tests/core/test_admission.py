@@ -13,7 +13,18 @@ from omni_grpc.core import Limits
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT
 
-from .helpers import ENGINE, VAD_ENGINE, append, close, cmd, decode, open_session, requests, text
+from .helpers import (
+    ENGINE,
+    VAD_ENGINE,
+    append,
+    close,
+    cmd,
+    decode,
+    handed,
+    open_session,
+    requests,
+    text,
+)
 
 # -- pending input ----------------------------------------------------------------------
 
@@ -33,8 +44,8 @@ def backpressure(client_seq: int) -> pb.ErrorReport:
 
 def test_pending_input_beyond_the_cap_is_refused_retryably() -> None:
     s = open_session(limits=Limits(max_pending_input_bytes=8), config=CANONICAL).session
-    assert requests(s.receive(1, append(1, b"\0" * 4), now=0.0)) == [append(1, b"\0" * 4)]
-    assert requests(s.receive(1, append(2, b"\0" * 4), now=0.0)) == [append(2, b"\0" * 4)]
+    assert requests(s.receive(1, append(1, b"\0" * 4), now=0.0)) == [handed(append(1, b"\0" * 4))]
+    assert requests(s.receive(1, append(2, b"\0" * 4), now=0.0)) == [handed(append(2, b"\0" * 4))]
     refused = s.receive(1, append(3, b"\0" * 2), now=0.0)
     assert requests(refused) == []
     assert decode(refused) == [
@@ -55,9 +66,9 @@ def test_pending_input_beyond_the_cap_is_refused_retryably() -> None:
 def test_commit_clear_and_cancel_free_the_budget(drain: pb.ConverseRequest) -> None:
     s = open_session(limits=Limits(max_pending_input_bytes=4), config=CANONICAL).session
     s.receive(1, append(1, b"\0" * 4), now=0.0)
-    assert requests(s.receive(1, drain, now=0.0)) == [drain]
+    assert requests(s.receive(1, drain, now=0.0)) == [handed(drain)]
     assert s.admission.pending_input_bytes == 0
-    assert requests(s.receive(1, append(3, b"\0" * 4), now=0.0)) == [append(3, b"\0" * 4)]
+    assert requests(s.receive(1, append(3, b"\0" * 4), now=0.0)) == [handed(append(3, b"\0" * 4))]
 
 
 @pytest.mark.parametrize(
@@ -141,7 +152,7 @@ def test_with_server_vad_the_engine_owns_the_buffer() -> None:
     assert requests(s.receive(1, append(1, b"\0" * 8), now=0.0))  # the engine bounds it
     assert s.admission.pending_input_bytes == 0
     commit = cmd(2, commit_input_audio=pb.CommitInputAudio())
-    assert requests(s.receive(1, commit, now=0.0)) == [commit]
+    assert requests(s.receive(1, commit, now=0.0)) == [handed(commit)]
 
 
 # -- oversize ---------------------------------------------------------------------------
@@ -166,4 +177,4 @@ def test_an_oversize_command_is_refused_and_the_session_goes_on() -> None:
             ),
         )
     ]
-    assert requests(s.receive(1, text(2, "small"), now=0.0)) == [text(2, "small")]
+    assert requests(s.receive(1, text(2, "small"), now=0.0)) == [handed(text(2, "small"))]

@@ -5,10 +5,20 @@ from __future__ import annotations
 import pytest
 
 from omni_grpc.core import Effects
-from omni_grpc.core.admission import Admitted
 from omni_grpc.wire import pb
 
-from .helpers import ack, append, cmd, decode, heartbeat, open_session, requests, text
+from .helpers import (
+    DEFAULT_INPUT,
+    ack,
+    append,
+    cmd,
+    decode,
+    handed,
+    heartbeat,
+    open_session,
+    requests,
+    text,
+)
 
 
 def gap_error(expected: int, got: int, event_id: str = "") -> pb.ErrorReport:
@@ -26,7 +36,8 @@ def test_the_next_number_is_applied_and_forwarded() -> None:
     s = open_session().session
     for client_seq in (1, 2, 3):
         effects = s.receive(1, text(client_seq, f"t{client_seq}"), now=0.0)
-        handed_on = Admitted("append_input_text", text(client_seq, f"t{client_seq}"))
+        _, handed_on = handed(text(client_seq, f"t{client_seq}"))
+        assert requests(effects) == [handed(text(client_seq, f"t{client_seq}"))]
         assert effects == Effects(engine=[handed_on])
         assert s.applied_client_seq == client_seq
 
@@ -53,7 +64,7 @@ def test_a_jump_ahead_is_refused_and_echoes_the_offender(jump: int) -> None:
     ]
     assert s.applied_client_seq == 0
     # The refused number was not consumed: the client can send the right one next.
-    assert requests(s.receive(1, text(1), now=0.0)) == [text(1)]
+    assert requests(s.receive(1, text(1), now=0.0)) == [handed(text(1))]
 
 
 @pytest.mark.parametrize("request_", [heartbeat(), ack(0)], ids=["heartbeat", "ack_events"])
@@ -122,7 +133,7 @@ def test_a_refused_command_still_uses_up_its_number() -> None:
     assert refused[0].error.code == "bad_audio"
     assert (refused[0].applied_client_seq, s.applied_client_seq) == (1, 1)
     assert s.receive(1, append(1), now=0.0) == Effects()
-    assert requests(s.receive(1, append(2), now=0.0)) == [append(2)]
+    assert requests(s.receive(1, append(2), now=0.0)) == [handed(append(2), DEFAULT_INPUT)]
 
 
 def test_every_event_reports_the_last_applied_client_seq() -> None:
@@ -144,4 +155,4 @@ def test_commands_from_a_replaced_generation_are_ignored_even_when_in_order() ->
     s.resume(opened.token, 0, now=0.0)
     assert s.receive(1, text(1), now=0.0) == Effects()
     assert s.applied_client_seq == 0
-    assert requests(s.receive(2, text(1), now=0.0)) == [text(1)]
+    assert requests(s.receive(2, text(1), now=0.0)) == [handed(text(1))]

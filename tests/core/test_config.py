@@ -11,7 +11,7 @@ from omni_grpc.core import CommandError, EngineFeatures, Limits
 from omni_grpc.core.config import merge_config, resolve_config
 from omni_grpc.wire import pb
 
-from .helpers import ENGINE, VAD_ENGINE, cmd, decode, open_session, requests
+from .helpers import ENGINE, VAD_ENGINE, cmd, decode, handed, open_session, requests
 
 LIMITS = Limits()
 PCM16, F32 = pb.AUDIO_ENCODING_PCM16, pb.AUDIO_ENCODING_PCM_F32
@@ -327,7 +327,9 @@ def test_session_update_announces_and_forwards_the_complete_config() -> None:
             seq=1, applied_client_seq=1, session_updated=pb.SessionUpdated(session=s.view())
         )
     ]
-    assert requests(effects) == [cmd(1, "ev-u", update_session=pb.UpdateSession(config=s.config))]
+    assert requests(effects) == [
+        handed(cmd(1, "ev-u", update_session=pb.UpdateSession(config=s.config)))
+    ]
 
 
 def test_a_refused_update_changes_nothing() -> None:

@@ -15,7 +15,7 @@ from omni_grpc.core.rate_limits import (
 )
 from omni_grpc.wire import pb
 
-from .helpers import append, close, decode, heartbeat, kinds, open_session, requests, text
+from .helpers import append, close, decode, handed, heartbeat, kinds, open_session, requests, text
 
 # 10 commands a second and 100 audio bytes a second, a bucket holding 1 s of each.
 SLOW = Limits(
@@ -138,7 +138,7 @@ def test_closing_is_never_refused() -> None:
 def test_a_refused_command_is_answered_not_applied_and_its_number_used_up() -> None:
     s = open_session(limits=SLOW).session
     for seq in range(1, 11):
-        assert requests(s.receive(1, text(seq), now=0.0)) == [text(seq)]
+        assert requests(s.receive(1, text(seq), now=0.0)) == [handed(text(seq))]
     refused = s.receive(1, text(11, event_id="e11"), now=0.0)
     assert requests(refused) == []
     [event] = decode(refused)
@@ -148,7 +148,7 @@ def test_a_refused_command_is_answered_not_applied_and_its_number_used_up() -> N
     assert event.error.retry_after.ToMilliseconds() == 100
     assert event.seq and event.applied_client_seq == 11  # journaled: a resume replays it
     # The retry after the wait is the next command; it is applied.
-    assert requests(s.receive(1, text(12), now=0.1)) == [text(12)]
+    assert requests(s.receive(1, text(12), now=0.1)) == [handed(text(12))]
     assert requests(s.receive(1, text(11), now=0.2)) == []  # the old number stays used
 
 

@@ -11,6 +11,7 @@ from omni_grpc.core.limits import capabilities
 from omni_grpc.wire import pb
 
 from .helpers import (
+    DEFAULT_INPUT,
     ENGINE,
     append,
     close,
@@ -18,6 +19,7 @@ from .helpers import (
     created,
     decode,
     done,
+    handed,
     heartbeat,
     kinds,
     open_session,
@@ -88,7 +90,7 @@ def test_takeover_replaces_the_old_stream_and_ignores_it_afterwards() -> None:
     for late in (text(2), close(2), heartbeat(0)):
         assert s.receive(1, late, now=3.0) == Effects()
     assert (s.applied_client_seq, s.state.name) == (1, "ATTACHED")
-    assert requests(s.receive(2, text(2), now=4.0)) == [text(2)]
+    assert requests(s.receive(2, text(2), now=4.0)) == [handed(text(2))]
 
 
 def test_detach_of_a_stale_generation_is_a_no_op() -> None:
@@ -302,7 +304,7 @@ def test_errors_keep_the_session_usable(request_: pb.ConverseRequest, code: str)
     assert [event.error.code for event in refused] == [code]
     assert s.state.name == "ATTACHED"
     assert requests(s.receive(1, append(s.applied_client_seq + 1), now=0.0)) == [
-        append(s.applied_client_seq)
+        handed(append(s.applied_client_seq), DEFAULT_INPUT)
     ]
 
 

@@ -19,7 +19,7 @@ from omni_grpc.wire.bounds import (
     MAX_TOOLS,
 )
 
-from .helpers import ENGINE, LIMITS, cmd, decode, open_session, requests, text
+from .helpers import ENGINE, LIMITS, cmd, decode, handed, open_session, requests, text
 
 WEATHER_SCHEMA = json.dumps(
     {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -162,7 +162,7 @@ def test_a_response_is_checked_against_its_own_or_the_sessions_tools(
     s = open_session(config=pb.SessionConfig(tools=toolset(tool()))).session
     s.receive(1, text(1), now=0.0)
     effects = s.receive(1, request_, now=0.0)
-    assert (requests(effects) == [request_]) is passes
+    assert (requests(effects) == [handed(request_)]) is passes
     errors = [event.error for event in decode(effects) if event.HasField("error")]
     assert [error.code for error in errors] == ([] if passes else ["bad_event"])
 

@@ -11,7 +11,7 @@ from omni_grpc.core.config import resolve_config
 from omni_grpc.core.validation import check_append, check_command
 from omni_grpc.wire import pb
 
-from .helpers import ENGINE, append, cmd, decode, open_session, requests
+from .helpers import ENGINE, append, cmd, decode, handed, open_session, requests
 
 LIMITS = Limits()
 CONFIG = resolve_config(pb.SessionConfig(), LIMITS, ENGINE)  # PCM16 at 24 kHz
@@ -191,6 +191,6 @@ def test_the_session_refuses_through_an_error_event_and_forwards_nothing() -> No
 def test_append_uses_its_own_format_over_the_session_one() -> None:
     s = open_session().session
     ulaw = append(1, b"\0", encoding=pb.AUDIO_ENCODING_G711_ULAW, sample_rate_hz=8000)
-    assert requests(s.receive(1, ulaw, now=0.0)) == [ulaw]
+    assert requests(s.receive(1, ulaw, now=0.0)) == [handed(ulaw)]
     # One G.711 sample at 8 kHz: two pcm16 samples of canonical input at 16 kHz.
     assert s.admission.pending_input_bytes == 4

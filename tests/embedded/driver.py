@@ -9,6 +9,7 @@ import numpy as np
 import soxr
 from google.protobuf import struct_pb2
 
+from omni_grpc.core.commands import engine_command
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine.embedded import EmbeddedEngine, EmbeddedSession
@@ -36,7 +37,9 @@ class Driver:
 
     async def send(self, **command: object) -> int:
         self._client_seq += 1
-        await self.session.submit(pb.ConverseRequest(client_seq=self._client_seq, **command))  # type: ignore[arg-type]
+        await self.session.submit(
+            engine_command(pb.ConverseRequest(client_seq=self._client_seq, **command))
+        )  # type: ignore[arg-type]
         return self._client_seq
 
     async def stream(

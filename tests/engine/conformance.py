@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from omni_grpc import audio
+from omni_grpc.core.commands import engine_command
 from omni_grpc.core.config import resolve_config
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine.base import Engine, EngineSession
@@ -127,7 +128,7 @@ class Probe:
         """Submits one numbered command, e.g. ``send(barge_in=pb.BargeIn())``; returns its seq."""
         self._client_seq += 1
         request = pb.ConverseRequest(client_seq=self._client_seq, **command)  # type: ignore[arg-type]
-        await self.session.submit(request)
+        await self.session.submit(engine_command(request))
         return self._client_seq
 
     async def append(self, pcm16: bytes, chunk_ms: int = 20) -> None:

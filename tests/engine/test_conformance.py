@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 
 from omni_grpc.core import CommandError, Limits
+from omni_grpc.core.commands import engine_command
 from omni_grpc.core.config import resolve_config
 from omni_grpc.engine import create_engine
 from omni_grpc.engine.base import Engine
@@ -231,7 +232,9 @@ async def test_close_mid_response_stops_everything(engine: Engine, spec: EngineS
     await probe.stream_end()
     assert probe.delivered == delivered, "events came after close"
     await probe.session.close()  # idempotent
-    await probe.session.submit(pb.ConverseRequest(client_seq=99, barge_in=pb.BargeIn()))
+    await probe.session.submit(
+        engine_command(pb.ConverseRequest(client_seq=99, barge_in=pb.BargeIn()))
+    )
     assert probe.failure is None
     await asyncio.sleep(0)
     assert asyncio.all_tasks() - before == set()

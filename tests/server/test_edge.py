@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from omni_grpc import audio as audio_
-from omni_grpc.core.admission import Admitted
+from omni_grpc.core.commands import AppendAudio, CommitAudio
 from omni_grpc.server.edge import CONVERT_SLICE_BYTES, AudioEdge
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import (
@@ -35,15 +35,16 @@ def _append(audio: bytes, encoding: int, rate_hz: int) -> pb.ConverseRequest:
     )
 
 
-def _admitted(audio: bytes, encoding: int, rate_hz: int, *, native: bool = False) -> Admitted:
+def _admitted(audio: bytes, encoding: int, rate_hz: int, *, native: bool = False) -> AppendAudio:
     """An append as the core hands it on: its audio, its format, and whether it is native."""
-    request = _append(audio, encoding, rate_hz)
-    return Admitted("append_input_audio", request, audio, encoding, rate_hz, native)  # type: ignore[arg-type]
+    return AppendAudio(audio, encoding, rate_hz, native, client_seq=1)
 
 
-def _engine_input(edge: AudioEdge, admitted: Admitted) -> pb.AppendInputAudio:
-    assert edge.engine_input(admitted)
-    return admitted.request.append_input_audio
+def _engine_input(edge: AudioEdge, admitted: AppendAudio) -> AppendAudio:
+    converted = edge.engine_input(admitted)
+    assert converted is not None
+    assert converted.native and converted.client_seq == admitted.client_seq
+    return converted
 
 
 def _noise(size: int) -> bytes:
@@ -74,8 +75,8 @@ def test_the_charged_size_is_what_the_engine_gets_by_the_commit(encoding: int) -
     audio = _noise(2 * CONVERT_SLICE_BYTES)
     charged = canonical_input_bytes(len(audio), encoding, rate)  # what the core holds
     converted = _engine_input(edge, _admitted(audio, encoding, rate)).audio
-    tail = edge.input_tail(pb.ConverseRequest(client_seq=2))
-    produced = len(converted) + (len(tail.append_input_audio.audio) if tail else 0)
+    tail = edge.input_tail(CommitAudio(client_seq=2))
+    produced = len(converted) + (len(tail.audio) if tail else 0)
     assert abs(charged - produced) <= PCM16_WIDTH
 
 
@@ -83,12 +84,12 @@ def test_an_append_the_core_found_native_passes_untouched() -> None:
     edge = AudioEdge(pb.SessionConfig())
     audio = _noise(960)
     append = _engine_input(edge, _admitted(audio, PCM16, 24000, native=True))
-    assert (append.audio, append.encoding, append.sample_rate_hz) == (audio, PCM16, 24000)
-    assert edge.input_tail(pb.ConverseRequest(client_seq=2)) is None  # nothing held back
+    assert (append.audio, append.encoding, append.rate_hz) == (audio, PCM16, 24000)
+    assert edge.input_tail(CommitAudio(client_seq=2)) is None  # nothing held back
     # Any other form is made canonical: 48 kHz pcm16, G.711.
     for encoding, rate in ((PCM16, 48000), (ULAW, 8000)):
         converted = _engine_input(edge, _admitted(audio, encoding, rate))
-        assert (converted.encoding, converted.sample_rate_hz) == (PCM16, 16000)
+        assert (converted.encoding, converted.rate_hz) == (PCM16, 16000)
 
 
 def test_output_in_the_session_s_format_passes_untouched() -> None:

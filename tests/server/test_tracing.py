@@ -360,7 +360,7 @@ def test_the_turn_carries_the_judgement_that_ended_it(exporter: InMemorySpanExpo
         pb.ConverseResponse(response_done=pb.ResponseDone(response=pb.Response(id="r1"))),
     ]
     for event in events:
-        traces.event(event.WhichOneof("event"), event)
+        traces.engine_event(event.WhichOneof("event"), event)
     [turn] = [span for span in exporter.get_finished_spans() if span.name == "omni.turn"]
     assert turn.attributes is not None
     assert turn.attributes["omni.turn_end.probability"] == pytest.approx(0.97)

@@ -23,6 +23,7 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from omni_grpc.core.commands import UpdateSession
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine import kit
 from omni_grpc.engine.embedded.early_answer import EarlyAnswer
@@ -108,8 +109,8 @@ class EmbeddedSession(ListeningSession):
             )
         return responder, pace == "realtime", problem
 
-    def _update(self, request: pb.ConverseRequest) -> None:
-        super()._update(request)
+    def _update(self, update: UpdateSession) -> None:
+        super()._update(update)
         self._responder, self._realtime, problem = self._session_options(self.config)
         if problem is not None:
             raise problem

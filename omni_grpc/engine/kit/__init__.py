@@ -43,7 +43,13 @@ from omni_grpc.engine.kit.event_queue import EventQueue
 from omni_grpc.engine.kit.history import History, item_text, user_item
 from omni_grpc.engine.kit.responses import ResponseSession
 from omni_grpc.engine.kit.speech import LEAD_MS, Pacing, SpeechPlayer, audio_delta
-from omni_grpc.engine.kit.worker import Handler, InlineHandler, WorkerSession
+from omni_grpc.engine.kit.worker import (
+    Handler,
+    Handlers,
+    InlineHandler,
+    InlineHandlers,
+    WorkerSession,
+)
 
 __all__ = [
     "LEAD_MS",
@@ -53,8 +59,10 @@ __all__ = [
     "ConversationSession",
     "EventQueue",
     "Handler",
+    "Handlers",
     "History",
     "InlineHandler",
+    "InlineHandlers",
     "Modalities",
     "Outcome",
     "Pacing",

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from omni_grpc.core.commands import AckPlayback
 from omni_grpc.core.errors import CommandError
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, pcm16_ms
@@ -137,11 +138,12 @@ class Answer:
         """
         unsent_chars = 0
         for event in unread:
-            kind = event.WhichOneof("event")
-            if kind == "output_audio_delta":
+            if event.HasField("output_audio_delta"):
                 self.sent_ms = min(self.sent_ms, event.output_audio_delta.start_ms)
-            elif kind in ("output_audio_transcript_delta", "output_text_delta"):
-                unsent_chars += len(getattr(event, kind).delta)
+            elif event.HasField("output_audio_transcript_delta"):
+                unsent_chars += len(event.output_audio_transcript_delta.delta)
+            elif event.HasField("output_text_delta"):
+                unsent_chars += len(event.output_text_delta.delta)
         self.sent_text = self.sent_text[: len(self.sent_text) - unsent_chars]
 
 
@@ -222,7 +224,7 @@ def done_event(
     return pb.ConverseResponse(response_done=pb.ResponseDone(response=response))
 
 
-def find_answer(answers: list[Answer], ack: pb.AckPlayback) -> Answer:
+def find_answer(answers: list[Answer], ack: AckPlayback) -> Answer:
     """The response an ack is about: the one named, else the newest (with the named item)."""
     if ack.response_id:
         named = [a for a in answers if a.id == ack.response_id]
@@ -242,14 +244,14 @@ def find_answer(answers: list[Answer], ack: pb.AckPlayback) -> Answer:
     return answer
 
 
-def acknowledge(answer: Answer, ack: pb.AckPlayback, *, ack_only: bool) -> pb.PlaybackAcknowledged:
+def acknowledge(answer: Answer, ack: AckPlayback, *, ack_only: bool) -> pb.PlaybackAcknowledged:
     """Records played audio of ``answer`` and says what entered history.
 
     Nobody can have played more than was sent, and played time never goes back. Under
     ``ack_only`` a finished item is in history once all of it was heard; otherwise once done.
     """
     answer.played_ms = min(max(answer.played_ms, ack.played_ms), answer.sent_ms)
-    wanted = ack.committed_ms if ack.HasField("committed_ms") else ack.played_ms
+    wanted = ack.played_ms if ack.committed_ms is None else ack.committed_ms
     committed = min(wanted, answer.sent_ms)
     return pb.PlaybackAcknowledged(
         response_id=answer.id,

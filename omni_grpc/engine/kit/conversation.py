@@ -13,19 +13,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, Self
 
+from omni_grpc.core import commands as cmd
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.kit.answers import UserInput, acknowledge, find_answer, new_id
 from omni_grpc.engine.kit.clock import MONOTONIC, Clock
 from omni_grpc.engine.kit.history import item_text, user_item
 from omni_grpc.engine.kit.responses import ResponseSession
-from omni_grpc.engine.kit.worker import Handler
+from omni_grpc.engine.kit.worker import Handlers
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, PCM16_WIDTH, pcm16_bytes, pcm16_ms
 
 PENDING_KEPT = 32  # committed user items waiting for an answer
 
 
-def assert_canonical_input(append: pb.AppendInputAudio, audio: bytes) -> None:
+def assert_canonical_input(append: cmd.AppendAudio) -> None:
     """Asserts (a debug check, not a validation) that an append is canonical input.
 
     The core admitted the append once, format and whole samples included, and the edge made it
@@ -33,8 +34,8 @@ def assert_canonical_input(append: pb.AppendInputAudio, audio: bytes) -> None:
     it is a bug of the server's, not the client's error.
     """
     assert (append.encoding or pb.AUDIO_ENCODING_PCM16) == pb.AUDIO_ENCODING_PCM16, append.encoding
-    assert (append.sample_rate_hz or CANONICAL_INPUT_RATE_HZ) == CANONICAL_INPUT_RATE_HZ
-    assert not len(audio) % PCM16_WIDTH, "torn pcm16 samples"
+    assert (append.rate_hz or CANONICAL_INPUT_RATE_HZ) == CANONICAL_INPUT_RATE_HZ
+    assert not len(append.audio) % PCM16_WIDTH, "torn pcm16 samples"
 
 
 class SessionOptions(Protocol):
@@ -74,40 +75,40 @@ class ConversationSession(ResponseSession):
         self._input = bytearray()
         self._pending = []
 
-    def _command_handlers(self) -> dict[str, Handler]:
+    def _command_handlers(self) -> Handlers:
         return {
-            "update_session": self._on_update_session,
-            "append_input_audio": self._on_append_input_audio,
-            "commit_input_audio": self._on_commit_input_audio,
-            "clear_input_audio": self._on_clear_input_audio,
-            "cancel_input": self._on_cancel_input,
-            "append_input_text": self._on_append_input_text,
-            "create_response": self._on_create_response,
-            "cancel_response": self._on_cancel_response,
-            "barge_in": self._on_barge_in,
-            "clear_output_audio": self._on_clear_output_audio,
-            "create_conversation_item": self._on_create_conversation_item,
-            "retrieve_conversation_item": self._on_retrieve_conversation_item,
-            "delete_conversation_item": self._on_delete_conversation_item,
-            "truncate_conversation_item": self._on_truncate_conversation_item,
-            "ack_playback": self._on_ack_playback,
+            cmd.UpdateSession: self._on_update_session,
+            cmd.AppendAudio: self._on_append_input_audio,
+            cmd.CommitAudio: self._on_commit_input_audio,
+            cmd.ClearAudio: self._on_clear_input_audio,
+            cmd.CancelInput: self._on_cancel_input,
+            cmd.AppendText: self._on_append_input_text,
+            cmd.CreateResponse: self._on_create_response,
+            cmd.CancelResponse: self._on_cancel_response,
+            cmd.BargeIn: self._on_barge_in,
+            cmd.ClearOutput: self._on_clear_output_audio,
+            cmd.CreateItem: self._on_create_conversation_item,
+            cmd.RetrieveItem: self._on_retrieve_conversation_item,
+            cmd.DeleteItem: self._on_delete_conversation_item,
+            cmd.TruncateItem: self._on_truncate_conversation_item,
+            cmd.AckPlayback: self._on_ack_playback,
         }
 
     # -- input ---------------------------------------------------------------------------
 
-    def _on_update_session(self, request: pb.ConverseRequest) -> None:
-        self.config = request.update_session.config
+    def _on_update_session(self, update: cmd.UpdateSession) -> None:
+        self.config = update.config
 
-    def _on_append_input_audio(self, request: pb.ConverseRequest) -> None:
-        audio = request.append_input_audio.audio
-        assert_canonical_input(request.append_input_audio, audio)
+    def _on_append_input_audio(self, append: cmd.AppendAudio) -> None:
+        audio = append.audio
+        assert_canonical_input(append)
         # A hard cap of the engine's own, not the pending-input rule (the core's, in one
         # ledger): it holds where the core counts nothing (server VAD) and against a bug.
         if len(self._input) + len(audio) > self._max_input_bytes:
             raise CommandError("input_backpressure", "too much uncommitted input", retryable=True)
         self._input += audio
 
-    async def _on_commit_input_audio(self, request: pb.ConverseRequest) -> None:
+    async def _on_commit_input_audio(self, commit: cmd.CommitAudio) -> None:
         turn_started = self._clock.now()
         if not self._input:
             raise CommandError("input_audio_buffer_empty", "there is no input audio to commit")
@@ -119,7 +120,7 @@ class ConversationSession(ResponseSession):
                 item_done=pb.ItemDone(item=item, previous_item_id=user.previous_item_id)
             )
         )
-        if self._creates_response(request.commit_input_audio):
+        if self._creates_response(commit):
             await self._take_turn(turn_started)
 
     async def _commit_turn(
@@ -147,10 +148,10 @@ class ConversationSession(ResponseSession):
         )
         return user, item
 
-    def _creates_response(self, commit: pb.CommitInputAudio | None = None) -> bool:
+    def _creates_response(self, commit: cmd.CommitAudio | None = None) -> bool:
         """Whether a commit (or a turn server VAD ended) is answered at once: as the commit
         says; unset, as turn detection says; unset there too, yes."""
-        if commit is not None and commit.HasField("create_response"):
+        if commit is not None and commit.create_response is not None:
             return commit.create_response
         detection = self.config.turn_detection
         return detection.create_response if detection.HasField("create_response") else True
@@ -159,18 +160,18 @@ class ConversationSession(ResponseSession):
         """Drops the uncommitted input."""
         self._input.clear()
 
-    async def _on_clear_input_audio(self, request: pb.ConverseRequest) -> None:
+    async def _on_clear_input_audio(self, clear: cmd.ClearAudio) -> None:
         self._clear_input()
         await self._events.put(pb.ConverseResponse(input_cleared=pb.InputCleared()))
 
-    async def _on_cancel_input(self, request: pb.ConverseRequest) -> None:
+    async def _on_cancel_input(self, cancel: cmd.CancelInput) -> None:
         self._clear_input()
         if self._active is not None:
             await self._cancel(self._active, "barge_in")
         await self._events.put(pb.ConverseResponse(input_cleared=pb.InputCleared()))
 
-    async def _on_append_input_text(self, request: pb.ConverseRequest) -> None:
-        text = request.append_input_text.text
+    async def _on_append_input_text(self, append: cmd.AppendText) -> None:
+        text = append.text
         part = pb.ContentPart(type=pb.CONTENT_TYPE_INPUT_TEXT, text=text)
         item = user_item(part, new_id("item"))
         previous = self._history.add(item)
@@ -179,8 +180,8 @@ class ConversationSession(ResponseSession):
 
     # -- conversation items --------------------------------------------------------------
 
-    async def _on_create_conversation_item(self, request: pb.ConverseRequest) -> None:
-        item, previous = self._history.insert(request.create_conversation_item, new_id("item"))
+    async def _on_create_conversation_item(self, create: cmd.CreateItem) -> None:
+        item, previous = self._history.insert(create, new_id("item"))
         if item.type == pb.ITEM_TYPE_FUNCTION_CALL_OUTPUT:  # answered by the next response
             self._add_pending(UserInput(item.id, previous, text=item.output, call_output=True))
         elif item.role == pb.ITEM_ROLE_USER and item.type != pb.ITEM_TYPE_FUNCTION_CALL:
@@ -192,18 +193,17 @@ class ConversationSession(ResponseSession):
         for item in items:
             self._history.add(item)
 
-    async def _on_retrieve_conversation_item(self, request: pb.ConverseRequest) -> None:
-        item = self._history.get(request.retrieve_conversation_item.item_id)
+    async def _on_retrieve_conversation_item(self, retrieve: cmd.RetrieveItem) -> None:
+        item = self._history.get(retrieve.item_id)
         await self._events.put(pb.ConverseResponse(item_retrieved=pb.ItemRetrieved(item=item)))
 
-    async def _on_delete_conversation_item(self, request: pb.ConverseRequest) -> None:
-        item_id = request.delete_conversation_item.item_id
+    async def _on_delete_conversation_item(self, delete: cmd.DeleteItem) -> None:
+        item_id = delete.item_id
         self._history.delete(item_id)
         self._pending = [user for user in self._pending if user.item_id != item_id]
         await self._events.put(pb.ConverseResponse(item_deleted=pb.ItemDeleted(item_id=item_id)))
 
-    async def _on_truncate_conversation_item(self, request: pb.ConverseRequest) -> None:
-        truncate = request.truncate_conversation_item
+    async def _on_truncate_conversation_item(self, truncate: cmd.TruncateItem) -> None:
         self._history.check_truncate(truncate)
         self._cut(truncate.item_id, truncate.audio_end_ms)
         body = pb.ItemTruncated(
@@ -211,8 +211,7 @@ class ConversationSession(ResponseSession):
         )
         await self._events.put(pb.ConverseResponse(item_truncated=body))
 
-    async def _on_ack_playback(self, request: pb.ConverseRequest) -> None:
-        ack = request.ack_playback
+    async def _on_ack_playback(self, ack: cmd.AckPlayback) -> None:
         answer = find_answer(list(self._answers.values()), ack)
         body = acknowledge(answer, ack, ack_only=self._ack_only())
         if answer.hold.held:  # the listener says where it stopped hearing the paused reply

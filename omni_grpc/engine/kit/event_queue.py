@@ -61,8 +61,10 @@ class EventQueue:
         kept: collections.deque[pb.ConverseResponse] = collections.deque()
         taken = []
         for event in self._items:
-            kind = event.WhichOneof("event")
-            if kind in RESPONSE_OUTPUT_EVENTS and getattr(event, kind).response_id == response_id:
+            # Which output event it is, if one (a cancel's rare path: asked field by field).
+            names = (field.name for field, _ in event.ListFields())
+            kind = next((name for name in names if name in RESPONSE_OUTPUT_EVENTS), None)
+            if kind is not None and getattr(event, kind).response_id == response_id:
                 taken.append(event)
             else:
                 kept.append(event)

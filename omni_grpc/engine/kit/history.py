@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 
+from omni_grpc.core.commands import CreateItem, TruncateItem
 from omni_grpc.core.errors import CommandError
 from omni_grpc.wire import pb
 
@@ -72,9 +73,7 @@ class History:
         self.get(item_id)
         del self._items[item_id]
 
-    def insert(
-        self, create: pb.CreateConversationItem, new_id: str
-    ) -> tuple[pb.ConversationItem, str]:
+    def insert(self, create: CreateItem, new_id: str) -> tuple[pb.ConversationItem, str]:
         """Checks and stores an item a client made; returns the stored item and its previous."""
         item = pb.ConversationItem()
         item.CopyFrom(create.item)
@@ -92,7 +91,7 @@ class History:
         previous = self.add(item, after=create.previous_item_id)
         return item, previous
 
-    def check_truncate(self, truncate: pb.TruncateConversationItem) -> None:
+    def check_truncate(self, truncate: TruncateItem) -> None:
         """Refuses a truncate of anything but the audio of an assistant item, within it."""
         item = self.get(truncate.item_id)
         audio_part = bool(item.content) and item.content[0].type == pb.CONTENT_TYPE_OUTPUT_AUDIO

@@ -35,6 +35,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Protocol, Self
 
+from omni_grpc.core import commands as cmd
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.kit.answers import Answer, Outcome, UserInput, new_id
 from omni_grpc.engine.kit.conversation import (
@@ -46,7 +47,7 @@ from omni_grpc.engine.kit.idle import IdleTimer, heard_by
 from omni_grpc.engine.kit.listening import Listener, Pause, SpeechStart, Turn
 from omni_grpc.engine.kit.overlap_session import OverlapSession
 from omni_grpc.engine.kit.vad import SileroVad
-from omni_grpc.engine.kit.worker import Handler
+from omni_grpc.engine.kit.worker import Handlers
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -92,12 +93,12 @@ class ListeningSession(OverlapSession):
         self._idle = IdleTimer(0.0)
         self._configure_turns()
 
-    def _command_handlers(self) -> dict[str, Handler]:
+    def _command_handlers(self) -> Handlers:
         return {
             **super()._command_handlers(),
-            "update_session": self._update,
-            "append_input_audio": self._hear,
-            "commit_input_audio": self._commit,
+            cmd.UpdateSession: self._update,
+            cmd.AppendAudio: self._hear,
+            cmd.CommitAudio: self._commit,
         }
 
     # -- what an engine adds (see the module docstring) -----------------------------------
@@ -143,9 +144,9 @@ class ListeningSession(OverlapSession):
         if not detection.idle_timeout_ms:
             self._idle.stop()
 
-    def _update(self, request: pb.ConverseRequest) -> None:
+    def _update(self, update: cmd.UpdateSession) -> None:
         was_vad = self._vad()
-        self.config = request.update_session.config
+        self.config = update.config
         self._listener.configure(self.config.turn_detection)
         self._configure_turns()
         if was_vad and not self._vad() and self._listener.speaking:
@@ -154,10 +155,9 @@ class ListeningSession(OverlapSession):
 
     # -- input -------------------------------------------------------------------------------
 
-    async def _hear(self, request: pb.ConverseRequest) -> None:
-        append = request.append_input_audio
+    async def _hear(self, append: cmd.AppendAudio) -> None:
         pcm = append.audio
-        assert_canonical_input(append, pcm)
+        assert_canonical_input(append)
         listener = self._listener
         if not self._vad():
             if len(listener.buffer.audio) + len(pcm) > self._max_input_bytes:
@@ -244,7 +244,7 @@ class ListeningSession(OverlapSession):
         )
         await self._answer_turn(item_id, turn, time.monotonic(), self._creates_response(), True)
 
-    async def _commit(self, request: pb.ConverseRequest) -> None:
+    async def _commit(self, commit: cmd.CommitAudio) -> None:
         turn_started = time.monotonic()
         if not self._listener.buffer.audio:
             raise CommandError("input_audio_buffer_empty", "there is no input audio to commit")
@@ -261,7 +261,7 @@ class ListeningSession(OverlapSession):
                     )
                 )
             )
-        create = self._creates_response(request.commit_input_audio)
+        create = self._creates_response(commit)
         await self._answer_turn(item_id, turn, turn_started, create, False)
 
     async def _answer_turn(
@@ -338,7 +338,7 @@ class ListeningSession(OverlapSession):
         self._abandon_overlap()
         self._forget_speech()
 
-    async def _on_barge_in(self, request: pb.ConverseRequest) -> None:
+    async def _on_barge_in(self, barge_in: cmd.BargeIn) -> None:
         answer = self._require_active("")
         self._listener.reset()  # what the user said over the assistant is dropped too
         self._speech_item = ""

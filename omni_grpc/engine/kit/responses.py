@@ -21,6 +21,7 @@ import asyncio
 import logging
 from typing import Any, ClassVar
 
+from omni_grpc.core import commands as cmd
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.kit.answers import (
     Answer,
@@ -67,7 +68,7 @@ class ResponseSession(WorkerSession):
         listen (nothing was announced, and nothing ends). Runs as the player task."""
         raise NotImplementedError
 
-    async def _on_create_response(self, request: pb.ConverseRequest) -> None:
+    async def _on_create_response(self, create: cmd.CreateResponse) -> None:
         if self._active is not None:
             raise CommandError(
                 "response_already_active", f"response {self._active.id} is still running"
@@ -76,14 +77,14 @@ class ResponseSession(WorkerSession):
             raise CommandError(
                 "response_create_without_input", "nothing was committed since the last response"
             )
-        create = request.create_response
+        choice = create.tool_choice
         await self._start_response(
             self._clock.now(),
-            tuple(create.output_modalities) or self._modalities(),
-            create.instructions if create.HasField("instructions") else None,
+            create.output_modalities or self._modalities(),
+            create.instructions,
             metadata=dict(create.metadata),
-            tools=create.tools if create.HasField("tools") else None,
-            tool_choice=create.tool_choice if create.tool_choice.mode else None,
+            tools=create.tools,
+            tool_choice=choice if choice is not None and choice.mode else None,
         )
 
     async def _take_turn(self, turn_started: float, *, by_server_vad: bool = False) -> None:
@@ -227,16 +228,16 @@ class ResponseSession(WorkerSession):
             )
         return self._active
 
-    async def _on_cancel_response(self, request: pb.ConverseRequest) -> None:
-        answer = self._require_active(request.cancel_response.response_id)
+    async def _on_cancel_response(self, cancel: cmd.CancelResponse) -> None:
+        answer = self._require_active(cancel.response_id)
         await self._cancel(answer, "client_cancelled")
         await self._start_deferred()
 
-    async def _on_barge_in(self, request: pb.ConverseRequest) -> None:
+    async def _on_barge_in(self, barge_in: cmd.BargeIn) -> None:
         await self._cancel(self._require_active(""), "barge_in")
 
-    async def _on_clear_output_audio(self, request: pb.ConverseRequest) -> None:
-        named = request.clear_output_audio.response_id
+    async def _on_clear_output_audio(self, clear: cmd.ClearOutput) -> None:
+        named = clear.response_id
         finished = self._answers.get(named)
         cleared = pb.ConverseResponse(output_audio_cleared=pb.OutputAudioCleared(response_id=named))
         if finished is not None and finished.done:  # nothing runs here; the client's copy stops

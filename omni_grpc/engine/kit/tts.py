@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
-import struct
 from collections.abc import Sequence
 from typing import Protocol
 
 from omni_grpc import audio
 from omni_grpc.audio.formats import samples_from_pcm16, samples_to_pcm16
+from omni_grpc.audio.wav import WavError, read_streamed_wav
 from omni_grpc.wire.pcm import CANONICAL_OUTPUT_RATE_HZ
 
 DEFAULT_VOICE = "en-us"
@@ -98,7 +98,12 @@ class Espeak:
             if voice_name(voice) == DEFAULT_VOICE:
                 raise
             wav = await self._run(text, DEFAULT_VOICE)  # an unknown voice name: say it anyway
-        rate, pcm = _parse_wav(wav)
+        try:
+            rate, pcm = read_streamed_wav(wav)
+        except WavError as error:
+            raise TtsUnavailable(
+                f"espeak-ng did not write a WAV file with samples: {error}"
+            ) from None
         if not pcm:
             return b""
         resampled = audio.resample(samples_from_pcm16(pcm), rate, CANONICAL_OUTPUT_RATE_HZ)
@@ -134,22 +139,6 @@ async def run_espeak(program: str, options: Sequence[str], text: str, min_bytes:
             f"espeak-ng failed ({process.returncode}): {err.decode(errors='replace').strip()[:200]}"
         )
     return out
-
-
-def _parse_wav(wav: bytes) -> tuple[int, bytes]:
-    """(rate, pcm16 samples) of espeak-ng's WAV; its streamed header has no true sizes."""
-    if wav[:4] != b"RIFF" or wav[8:12] != b"WAVE":
-        raise TtsUnavailable("espeak-ng did not write a WAV file")
-    offset, rate = 12, 0
-    while offset + 8 <= len(wav):
-        chunk, size = wav[offset : offset + 4], struct.unpack("<I", wav[offset + 4 : offset + 8])[0]
-        if chunk == b"fmt ":
-            rate = struct.unpack("<I", wav[offset + 12 : offset + 16])[0]
-        elif chunk == b"data":
-            data = wav[offset + 8 :]
-            return rate, data[: len(data) - len(data) % 2]
-        offset += 8 + size
-    raise TtsUnavailable("espeak-ng wrote a WAV file without samples")
 
 
 class SentenceSplitter:

@@ -2,10 +2,10 @@
 
 ``submit`` puts a command in the mailbox and returns; the worker takes commands one at a time
 and calls the handler that the dispatch table (:meth:`WorkerSession._command_handlers`) holds
-for the command's kind. A handler that raises :class:`CommandError` refuses its command with
-an ``error`` event carrying the command's ``client_seq``; any other exception is a bug, which
-ends the session: ``events`` raises :class:`EngineError` once the reader has taken what was
-queued before it.
+for the command's class (a value of :mod:`omni_grpc.core.commands`). A handler that raises
+:class:`CommandError` refuses its command with an ``error`` event carrying the command's
+``client_seq``; any other exception is a bug, which ends the session: ``events`` raises
+:class:`EngineError` once the reader has taken what was queued before it.
 
 A handler is either a coroutine function or a plain function. Plain handlers need no await:
 they change state and queue nothing, or raise a refusal. They are the seam for the synchronous
@@ -28,6 +28,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, ClassVar, Self, TypeAlias
 
+from omni_grpc.core import commands
+from omni_grpc.core.commands import EngineCommand
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.base import EngineError, EngineSession
 from omni_grpc.engine.kit.event_queue import EventQueue
@@ -36,11 +38,15 @@ from omni_grpc.wire import pb
 logger = logging.getLogger(__name__)
 
 # A command handler: plain, or a coroutine function (see the module docstring).
-Handler: TypeAlias = Callable[[pb.ConverseRequest], Awaitable[None] | None]
+# Typed as taking any command: each handler takes the class it is filed under in the table.
+Handler: TypeAlias = Callable[[Any], Awaitable[None] | None]
 # A handler for the synchronous path: applies the command and returns the events it made.
-InlineHandler: TypeAlias = Callable[[pb.ConverseRequest], list[pb.ConverseResponse]]
+InlineHandler: TypeAlias = Callable[[Any], list[pb.ConverseResponse]]
+# A dispatch table: a handler per command class.
+Handlers: TypeAlias = dict[type[EngineCommand], Handler]
+InlineHandlers: TypeAlias = dict[type[EngineCommand], InlineHandler]
 # The commands the synchronous path takes when their handler is plain: the cheap, frequent ones.
-INLINE_KINDS = frozenset({"append_input_audio"})
+INLINE_KINDS: frozenset[type[EngineCommand]] = frozenset({commands.AppendAudio})
 # Work a background job hands to the worker (:meth:`WorkerSession._post`).
 Job: TypeAlias = Callable[[], Awaitable[None]]
 
@@ -50,6 +56,9 @@ class WorkerSession(EngineSession):
 
     # The engine's name, in log lines and in the error that ends a failed session.
     engine_name: ClassVar[str] = "engine"
+    # Wraps every handler of the dispatch tables when a session starts (a benchmark counts the
+    # engine's own CPU with it, ``omni_grpc.bench.meter``); None: handlers run as they are.
+    handler_meter: ClassVar[Callable[[Callable[..., Any]], Callable[..., Any]] | None] = None
 
     def __init__(
         self,
@@ -62,11 +71,11 @@ class WorkerSession(EngineSession):
         self.id = session_id
         self.config = config
         self._on_close: Callable[[Self], None] = on_close
-        self._mailbox: asyncio.Queue[pb.ConverseRequest | Job] = asyncio.Queue(queue_size)
+        self._mailbox: asyncio.Queue[EngineCommand | Job] = asyncio.Queue(queue_size)
         self._events = EventQueue(queue_size)
-        self._handlers: dict[str, Handler] = {}
+        self._handlers: Handlers = {}
         # Empty until the worker has opened the session: nothing runs ahead of ``_on_open``.
-        self._inline: dict[str, InlineHandler] = {}
+        self._inline: InlineHandlers = {}
         self._player: asyncio.Task[None] | None = None  # plays the running response
         self._tasks: set[asyncio.Task[None]] = set()  # background jobs, cancelled at the end
         self._failure: BaseException | None = None
@@ -77,11 +86,11 @@ class WorkerSession(EngineSession):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.id})"
 
-    def _command_handlers(self) -> dict[str, Handler]:
-        """The dispatch table: a handler per command kind; other kinds are refused."""
+    def _command_handlers(self) -> Handlers:
+        """The dispatch table: a handler per command class; other commands are refused."""
         return {}
 
-    def _inline_handlers(self) -> dict[str, InlineHandler]:
+    def _inline_handlers(self) -> InlineHandlers:
         """Handlers for the synchronous path beyond the plain ones of :data:`INLINE_KINDS`."""
         return {}
 
@@ -94,20 +103,16 @@ class WorkerSession(EngineSession):
 
     # -- the seam ------------------------------------------------------------------------
 
-    async def submit(self, request: pb.ConverseRequest) -> None:
+    async def submit(self, command: EngineCommand) -> None:
         if self._closed or self._failure is not None:
             logger.debug(
                 "session %s: command after the end ignored", self.id, extra={"session_id": self.id}
             )
             return
-        await self._mailbox.put(request)
+        await self._mailbox.put(command)
 
-    def submit_now(
-        self, request: pb.ConverseRequest, kind: str | None = None
-    ) -> list[pb.ConverseResponse] | None:
-        if kind is None:
-            kind = request.WhichOneof("command")
-        handler = self._inline.get(kind) if kind else None
+    def submit_now(self, command: EngineCommand) -> list[pb.ConverseResponse] | None:
+        handler = self._inline.get(type(command))
         if (
             handler is None
             or self._busy
@@ -118,9 +123,9 @@ class WorkerSession(EngineSession):
         ):
             return None  # the mailbox keeps the order: the worker applies it after the rest
         try:
-            return handler(request)
+            return handler(command)
         except CommandError as error:
-            body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)
+            body = error.to_error(client_seq=command.client_seq, event_id=command.event_id)
             return [pb.ConverseResponse(error=body)]
 
     def queue_depths(self) -> tuple[int, int]:
@@ -166,16 +171,16 @@ class WorkerSession(EngineSession):
     # -- the worker ----------------------------------------------------------------------
 
     async def _run(self) -> None:
-        self._handlers = self._command_handlers()
+        self._handlers = self._metered(self._command_handlers())
         try:
             await self._on_open()
-            self._inline = self._plain_inline() | self._inline_handlers()
+            self._inline = self._plain_inline() | self._metered(self._inline_handlers())
             while True:
-                request = await self._mailbox.get()
+                command = await self._mailbox.get()
                 self._busy = True
-                await self._apply(request)
-                # A large append's message would otherwise stay until the next command.
-                del request
+                await self._apply(command)
+                # A large append's audio would otherwise stay until the next command.
+                del command
                 self._busy = not self._mailbox.empty()
         except Exception as error:  # a bug must end the session, not leave it hanging
             logger.exception(
@@ -186,8 +191,14 @@ class WorkerSession(EngineSession):
             )
             self._fail(error)
 
-    def _plain_inline(self) -> dict[str, InlineHandler]:
-        inline: dict[str, InlineHandler] = {}
+    def _metered(self, table: dict[type[EngineCommand], Any]) -> dict[type[EngineCommand], Any]:
+        meter = type(self).handler_meter  # read on the class: a plain function, not bound
+        if meter is None:
+            return table
+        return {kind: meter(handler) for kind, handler in table.items()}
+
+    def _plain_inline(self) -> InlineHandlers:
+        inline: InlineHandlers = {}
         for kind in INLINE_KINDS:
             handler = self._handlers.get(kind)
             if handler is not None and not inspect.iscoroutinefunction(handler):
@@ -207,21 +218,22 @@ class WorkerSession(EngineSession):
         if not self._closed and self._failure is None:
             await self._mailbox.put(job)
 
-    async def _apply(self, request: pb.ConverseRequest | Job) -> None:
-        if not isinstance(request, pb.ConverseRequest):
-            await request()
+    async def _apply(self, command: EngineCommand | Job) -> None:
+        if not isinstance(command, tuple):  # a job (every command is a named tuple)
+            await command()
             return
-        kind = request.WhichOneof("command")
-        handler = self._handlers.get(kind) if kind else None
+        handler = self._handlers.get(type(command))
         try:
             if handler is None:
-                refusal = f"the {self.engine_name} engine does not take {kind}"
-                raise CommandError("bad_event", refusal)
-            pending = handler(request)
+                kind = commands.kind_of(command)
+                raise CommandError(
+                    "bad_event", f"the {self.engine_name} engine does not take {kind}"
+                )
+            pending = handler(command)
             if pending is not None:
                 await pending
         except CommandError as error:
-            body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)
+            body = error.to_error(client_seq=command.client_seq, event_id=command.event_id)
             await self._events.put(pb.ConverseResponse(error=body))
 
     def _spawn(self, job: Coroutine[Any, Any, None]) -> None:
@@ -234,8 +246,8 @@ class WorkerSession(EngineSession):
 def _making_no_events(handler: Handler) -> InlineHandler:
     """A plain handler as an inline one: it queues nothing, so it makes no events."""
 
-    def apply(request: pb.ConverseRequest) -> list[pb.ConverseResponse]:
-        handler(request)
+    def apply(command: EngineCommand) -> list[pb.ConverseResponse]:
+        handler(command)
         return []
 
     return apply

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from omni_grpc.core.commands import AppendAudio
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine import kit
 from omni_grpc.engine.kit.tools import emit_call, example_arguments, scripted_tool
@@ -48,10 +49,10 @@ class LoopbackSession(kit.ConversationSession):
         self._mirror: str | None = None  # mode=mirror: the id of its one open response
         self._mirror_ms = 0.0
 
-    def _command_handlers(self) -> dict[str, kit.Handler]:
+    def _command_handlers(self) -> kit.Handlers:
         handlers = super()._command_handlers()
         if self._options.mode == "mirror":
-            handlers["append_input_audio"] = self._reflect
+            handlers[AppendAudio] = self._reflect
         return handlers
 
     def _prepare(self, answer: kit.Answer) -> None:
@@ -74,26 +75,25 @@ class LoopbackSession(kit.ConversationSession):
         await player.say(words, echo_audio(answer.inputs))
         return pb.RESPONSE_STATUS_COMPLETED, "stop"
 
-    def _inline_handlers(self) -> dict[str, kit.InlineHandler]:
+    def _inline_handlers(self) -> kit.InlineHandlers:
         if self._options.mode == "mirror":
-            return {"append_input_audio": self._reflect_now}
+            return {AppendAudio: self._reflect_now}
         return {}
 
-    async def _reflect(self, request: pb.ConverseRequest) -> None:
+    async def _reflect(self, append: AppendAudio) -> None:
         """Mirror mode, from the mailbox: as :meth:`_reflect_now`, its events queued."""
-        for event in self._reflect_now(request):
+        for event in self._reflect_now(append):
             await self._events.put(event)
 
-    def _reflect_now(self, request: pb.ConverseRequest) -> list[pb.ConverseResponse]:
+    def _reflect_now(self, append: AppendAudio) -> list[pb.ConverseResponse]:
         """Mirror mode: the appended audio comes straight back as one output chunk, as it came
         (same bytes, same rate), so a mirrored chunk costs the engine no conversion at all.
         The server hands it pcm16 at a rate the engine declared native (the core checked it),
         so nothing is checked again here but the mirror's own bound."""
-        append = request.append_input_audio
-        # Unset fields mean canonical input, as the seam has it (omni_grpc.engine.base).
+        # A rate of 0 means canonical input, as the seam has it (omni_grpc.engine.base).
         assert append.encoding in (0, pb.AUDIO_ENCODING_PCM16), "the edge hands engines pcm16"
         audio = append.audio
-        rate_hz = append.sample_rate_hz or CANONICAL_INPUT_RATE_HZ
+        rate_hz = append.rate_hz or CANONICAL_INPUT_RATE_HZ
         assert not len(audio) % PCM16_WIDTH, "torn pcm16 samples"
         length_ms = len(audio) / PCM16_WIDTH * 1000.0 / rate_hz  # as pcm16_ms has it
         if length_ms > self._options.max_input_s * 1000:

@@ -21,6 +21,7 @@ import enum
 import logging
 from collections.abc import AsyncIterator, Callable
 
+from omni_grpc.core.commands import DeleteItem
 from omni_grpc.engine import kit
 from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.kit.listening_session import Hearing, ListeningSession
@@ -96,9 +97,9 @@ class VllmSession(ListeningSession):
             self._item_audio.popitem(last=False)
         return user, item
 
-    async def _on_delete_conversation_item(self, request: pb.ConverseRequest) -> None:
-        self._item_audio.pop(request.delete_conversation_item.item_id, None)
-        await super()._on_delete_conversation_item(request)
+    async def _on_delete_conversation_item(self, delete: DeleteItem) -> None:
+        self._item_audio.pop(delete.item_id, None)
+        await super()._on_delete_conversation_item(delete)
 
     # -- the answer ----------------------------------------------------------------------
 

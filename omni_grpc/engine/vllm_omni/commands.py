@@ -14,6 +14,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from omni_grpc.core import commands as cmd
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine import kit
 from omni_grpc.wire import pb
@@ -43,9 +44,9 @@ class Correlation:
         self._prefix = f"{session_id}:"
         self._commands: collections.OrderedDict[str, tuple[int, str]] = collections.OrderedDict()
 
-    def event_id(self, request: pb.ConverseRequest) -> str:
-        event_id = f"{self._prefix}{request.client_seq}"
-        self._commands[event_id] = (request.client_seq, request.event_id)
+    def event_id(self, command: cmd.EngineCommand) -> str:
+        event_id = f"{self._prefix}{command.client_seq}"
+        self._commands[event_id] = (command.client_seq, command.event_id)
         while len(self._commands) > _CORRELATIONS_KEPT:
             self._commands.popitem(last=False)
         return event_id
@@ -150,91 +151,80 @@ def conversation_item(body: object) -> pb.ConversationItem:
 
 
 def command_for(
-    request: pb.ConverseRequest, commands: Any, event_id: str, commit_answers: bool | None
+    command: cmd.EngineCommand, commands: Any, event_id: str, commit_answers: bool | None
 ) -> Any:
     """The vLLM-Omni command for one of ours; CommandError for one it has no equal of.
 
     ``commit_answers`` is what a commit that does not say whether to answer means: the
     session's turn detection, or None where the model owns the turns.
     """
-    kind = request.WhichOneof("command")
-    if kind == "append_input_audio":
-        append = request.append_input_audio
-        kit.assert_canonical_input(append, append.audio)  # the core and edge saw to it
-        hints = _plain(json_format.MessageToDict(append.hints))
-        is_speech = hints.get("is_speech")
-        return commands.AppendAudio(
-            audio=append.audio,
-            format="pcm16",
-            sample_rate_hz=CANONICAL_INPUT_RATE_HZ,
-            is_speech=is_speech if isinstance(is_speech, bool) else None,
-            video_frames=tuple(
-                binascii.b2a_base64(frame.data, newline=False).decode("ascii")
-                for frame in append.video_frames
-            ),
-            hints=hints,
-            event_id=event_id,
-        )
-    if kind == "commit_input_audio":
-        commit = request.commit_input_audio
-        answer = commit.create_response if commit.HasField("create_response") else commit_answers
-        return commands.Commit(create_response=answer, event_id=event_id)
-    if kind == "create_response":
-        create = request.create_response
-        options: dict[str, object] = {}
-        if create.output_modalities:
-            speaks = pb.MODALITY_AUDIO in create.output_modalities
-            options["modalities"] = ["audio", "text"] if speaks else ["text"]
-        if create.HasField("instructions"):
-            options["instructions"] = create.instructions
-        return commands.CreateResponse(options=options, event_id=event_id)
-    if kind == "cancel_response":
-        named = request.cancel_response.response_id or None
-        return commands.CancelResponse(response_id=named, event_id=event_id)
-    if kind == "clear_output_audio":
-        named = request.clear_output_audio.response_id or None
-        return commands.ClearOutputAudio(response_id=named, event_id=event_id)
-    if kind == "create_conversation_item":
-        create_item = request.create_conversation_item
-        return commands.CreateItem(
-            item=realtime_item(create_item.item),
-            previous_item_id=create_item.previous_item_id or None,
-            event_id=event_id,
-        )
-    if kind == "retrieve_conversation_item":
-        item_id = request.retrieve_conversation_item.item_id
-        return commands.SignalTurn(
-            event="conversation.item.retrieve",
-            signal_payload={"item_id": item_id},
-            event_id=event_id,
-        )
-    if kind == "delete_conversation_item":
-        item_id = request.delete_conversation_item.item_id
-        return commands.DeleteItem(item_id=item_id, event_id=event_id)
-    if kind == "truncate_conversation_item":
-        truncate = request.truncate_conversation_item
-        return commands.TruncateItem(
-            item_id=truncate.item_id,
-            audio_end_ms=int(truncate.audio_end_ms),
-            content_index=truncate.content_index,
-            event_id=event_id,
-        )
-    if kind == "ack_playback":
-        ack = request.ack_playback
-        return commands.AckPlayback(
-            played_ms=int(ack.played_ms),
-            committed_ms=int(ack.committed_ms) if ack.HasField("committed_ms") else None,
-            response_id=ack.response_id or None,
-            item_id=ack.item_id or None,
-            event_id=event_id,
-        )
-    simple = {
-        "clear_input_audio": "ClearInput",
-        "cancel_input": "CancelInput",
-        "barge_in": "BargeIn",
-    }
-    if kind in simple:
-        return getattr(commands, simple[kind])(event_id=event_id)
-    if kind == "append_input_text":
-        return commands.AppendText(text=request.append_input_text.text, event_id=event_id)
+    match command:
+        case cmd.AppendAudio():
+            kit.assert_canonical_input(command)  # the core and edge saw to it
+            hints = _plain(json_format.MessageToDict(command.hints)) if command.hints else {}
+            is_speech = hints.get("is_speech")
+            return commands.AppendAudio(
+                audio=command.audio,
+                format="pcm16",
+                sample_rate_hz=CANONICAL_INPUT_RATE_HZ,
+                is_speech=is_speech if isinstance(is_speech, bool) else None,
+                video_frames=tuple(
+                    binascii.b2a_base64(frame.data, newline=False).decode("ascii")
+                    for frame in command.video_frames
+                ),
+                hints=hints,
+                event_id=event_id,
+            )
+        case cmd.CommitAudio(create_response=asked):
+            answer = commit_answers if asked is None else asked
+            return commands.Commit(create_response=answer, event_id=event_id)
+        case cmd.CreateResponse():
+            options: dict[str, object] = {}
+            if command.output_modalities:
+                speaks = pb.MODALITY_AUDIO in command.output_modalities
+                options["modalities"] = ["audio", "text"] if speaks else ["text"]
+            if command.instructions is not None:
+                options["instructions"] = command.instructions
+            return commands.CreateResponse(options=options, event_id=event_id)
+        case cmd.CancelResponse(response_id=named):
+            return commands.CancelResponse(response_id=named or None, event_id=event_id)
+        case cmd.ClearOutput(response_id=named):
+            return commands.ClearOutputAudio(response_id=named or None, event_id=event_id)
+        case cmd.CreateItem(item=item, previous_item_id=previous):
+            return commands.CreateItem(
+                item=realtime_item(item), previous_item_id=previous or None, event_id=event_id
+            )
+        case cmd.RetrieveItem(item_id=item_id):
+            return commands.SignalTurn(
+                event="conversation.item.retrieve",
+                signal_payload={"item_id": item_id},
+                event_id=event_id,
+            )
+        case cmd.DeleteItem(item_id=item_id):
+            return commands.DeleteItem(item_id=item_id, event_id=event_id)
+        case cmd.TruncateItem():
+            return commands.TruncateItem(
+                item_id=command.item_id,
+                audio_end_ms=int(command.audio_end_ms),
+                content_index=command.content_index,
+                event_id=event_id,
+            )
+        case cmd.AckPlayback():
+            committed = command.committed_ms
+            return commands.AckPlayback(
+                played_ms=int(command.played_ms),
+                committed_ms=None if committed is None else int(committed),
+                response_id=command.response_id or None,
+                item_id=command.item_id or None,
+                event_id=event_id,
+            )
+        case cmd.ClearAudio():
+            return commands.ClearInput(event_id=event_id)
+        case cmd.CancelInput():
+            return commands.CancelInput(event_id=event_id)
+        case cmd.BargeIn():
+            return commands.BargeIn(event_id=event_id)
+        case cmd.AppendText(text=text):
+            return commands.AppendText(text=text, event_id=event_id)
+    kind = cmd.kind_of(command)
     raise CommandError("bad_event", f"the vllm-omni engine does not take {kind}")

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from omni_grpc.core import commands as cmd
 from omni_grpc.engine import kit
 from omni_grpc.engine.base import EngineError
 from omni_grpc.engine.vllm_omni.commands import Correlation, command_for, realtime_session
@@ -27,7 +28,6 @@ from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, pcm16_ms
 logger = logging.getLogger(__name__)
 
 QUEUE_SIZE = 256
-_CLEARS_INPUT = frozenset({"clear_input_audio", "cancel_input", "barge_in"})
 
 
 class VllmOmniSession(kit.WorkerSession):
@@ -57,19 +57,17 @@ class VllmOmniSession(kit.WorkerSession):
     def __repr__(self) -> str:
         return f"VllmOmniSession({self.id} = {self.handle.session_id})"
 
-    def _command_handlers(self) -> dict[str, kit.Handler]:
+    def _command_handlers(self) -> kit.Handlers:
         # Every command is translated; what vLLM-Omni has no equal of is refused there.
-        kinds = pb.ConverseRequest.DESCRIPTOR.oneofs_by_name["command"].fields
-        return {field.name: self._forward for field in kinds}
+        return dict.fromkeys(cmd.KINDS, self._forward)
 
-    async def _forward(self, request: pb.ConverseRequest) -> None:
+    async def _forward(self, command: cmd.EngineCommand) -> None:
         """Translates one command (a refusal raises CommandError) and submits it."""
-        kind = request.WhichOneof("command")
-        event_id = self._correlation.event_id(request)
-        if kind == "update_session":
-            self.config = request.update_session.config
+        event_id = self._correlation.event_id(command)
+        if isinstance(command, cmd.UpdateSession):
+            self.config = command.config
             patch = realtime_session(self.config, self._defaults)
-            command = self._commands.UpdateSession(patch=patch, event_id=event_id)
+            theirs = self._commands.UpdateSession(patch=patch, event_id=event_id)
         else:
             # Who answers a commit: vLLM-Omni's model itself, or the session's turn detection.
             answers = (
@@ -77,15 +75,15 @@ class VllmOmniSession(kit.WorkerSession):
                 if self._defaults.get("auto_response")
                 else self.config.turn_detection.create_response
             )
-            command = command_for(request, self._commands, event_id, answers)
-        if kind == "append_input_audio":
-            audio = request.append_input_audio.audio
-            self._translator.appended(pcm16_ms(len(audio), CANONICAL_INPUT_RATE_HZ))
-        elif kind in _CLEARS_INPUT:
-            self._translator.cleared()
-        elif kind == "commit_input_audio":
-            self._translator.committing()
-        await self.handle.submit(command)
+            theirs = command_for(command, self._commands, event_id, answers)
+        match command:
+            case cmd.AppendAudio(audio=audio):
+                self._translator.appended(pcm16_ms(len(audio), CANONICAL_INPUT_RATE_HZ))
+            case cmd.ClearAudio() | cmd.CancelInput() | cmd.BargeIn():
+                self._translator.cleared()
+            case cmd.CommitAudio():
+                self._translator.committing()
+        await self.handle.submit(theirs)
 
     async def _read(self) -> None:
         try:

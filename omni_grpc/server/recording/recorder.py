@@ -2,12 +2,13 @@
 
 A :class:`Recorder` serves one server. When a session starts under a policy that records it
 (:func:`omni_grpc.core.config.resolve_recording` says so in its configuration in force), a
-:class:`Recording` wraps the two places every command and every event of a session already
-pass, the host's ``receive`` and ``deliver`` (and ``release``, to note a detach). The wrappers
-are set on the host *instance*, so an unrecorded session runs the plain methods and pays
-nothing at all. A command is handed over once its handling ended: an append's audio is then
-what the engine received (the edge converts it in place), a commit's resampler tail is the
-host's :meth:`~omni_grpc.server.host.SessionHost.tail_heard`, and the events it made follow it.
+:class:`Recording` registers as a tap of the session's host (:mod:`omni_grpc.server.taps`):
+it is told of each command the core decided on, of each command as the engine took it, of
+each carrying out of effects, and of a stream's release. An unrecorded session has no such tap
+and pays nothing. A command is handed over once its handling ended: an append's audio is the
+one the engine received (the typed command the edge handed on), its skip what the core decided
+(``Session.last_skip``), a commit's resampler tail the host's ``tail_heard``, and the events it
+made follow it. ``RecordOnRequest`` starts or stops a recording as the configuration changes.
 
 What the wrappers see goes, as tuples, into one list per server, handed to the writer thread
 (:mod:`.writer`) every :data:`BATCH_S`: a reference to a payload the core already made (an
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import omni_grpc
 from omni_grpc.core import Effects, State
+from omni_grpc.core.commands import AppendAudio, EngineCommand
 from omni_grpc.core.limits import PROTOCOL_VERSION, EngineFeatures
 from omni_grpc.server.recording.counters import STARTED, STOPPED
 from omni_grpc.server.recording.part import PartInfo
@@ -49,13 +51,15 @@ from omni_grpc.server.recording.writer import (
     STREAM,
     Writer,
 )
+from omni_grpc.server.send_queue import SendQueue
+from omni_grpc.server.taps import HostTap
+from omni_grpc.server.taps import SessionHost as TappedHost
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
 from omni_grpc.wire.recording import FORMAT, secrets_left_out
 
 if TYPE_CHECKING:
     from omni_grpc.server.host import SessionHost
-    from omni_grpc.server.send_queue import SendQueue
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +73,14 @@ TOTAL_BUFFER_BYTES = 256 * 1024 * 1024
 _NUMBERED = b"\x08"  # a numbered event's bytes start with field 1 (seq), which is never 0
 
 
-class Recording(RecordingState):
+# A command being handled, as the recording saw it when the core had decided on it:
+# (time, generation, request, skip). A tuple: built on every chunk of a recorded session.
+_Pending = tuple[float, int, pb.ConverseRequest, str]
+
+
+class Recording(RecordingState, HostTap):
     """One session's recording on the event loop (and, in what it shares with the writer
-    thread, :class:`~.state.RecordingState`, its writer's side)."""
+    thread, :class:`~.state.RecordingState`, its writer's side): a tap of its session host."""
 
     def __init__(self, recorder: Recorder, host: SessionHost, first_seq: int) -> None:
         super().__init__(host.session.id)
@@ -83,6 +92,9 @@ class Recording(RecordingState):
         # Why the recording is to end once no command is being handled ("" while it goes on).
         self.closing = ""
         self._unnumbered: list[tuple[float, int, bytes]] = []  # sends of one stream, waiting
+        self._command: _Pending | None = None  # the command being handled
+        # What the engine took of it: for an append, the append as the engine heard it.
+        self._heard: EngineCommand | None = None
 
     def put(self, record: tuple[Any, ...]) -> None:
         """Hands one record over; stops the recording when its buffer is full."""
@@ -101,60 +113,64 @@ class Recording(RecordingState):
         if recorder.timer is None:
             recorder.timer = recorder.loop.call_later(BATCH_S, recorder.hand_over)
 
-    # -- the wrappers ----------------------------------------------------------------------
+    # -- the tap ---------------------------------------------------------------------------
 
     def install(self) -> None:
-        """Puts the recording wrappers on the host."""
-        host, session = self._host, self._host.session
-        receive, deliver, release = host.receive, host.deliver, host.release
-        clock, put = self.recorder.clock, self.put
+        """Registers the recording as one of the host's taps."""
+        self._host.taps.add(self)
 
-        async def recorded_receive(
-            generation: int, request: pb.ConverseRequest, size: int = 0
-        ) -> float:
-            t = clock()
-            seq = request.client_seq
-            skip = ""
-            if session.state is not State.ATTACHED or generation != session.generation:
-                skip = "stale"
-            elif 0 < seq <= session.applied_client_seq:
-                skip = "duplicate"
-            append = request.append_input_audio if request.HasField("append_input_audio") else None
-            sent = (append.encoding, append.sample_rate_hz, len(append.audio)) if append else None
-            self.receiving += 1
-            try:
-                return await receive(generation, request, size)
-            finally:
-                self.receiving -= 1
-                if append is not None and sent is not None:
-                    self._appended(t, generation, skip, request, append, sent)
-                else:
-                    body = request.SerializeToString()
-                    tail = host.tail_heard() if request.HasField("commit_input_audio") else b""
-                    put((COMMAND, self, len(body), t, generation, body, skip, tail))
-                self._events(())  # what the command made, after it
-                if self.closing and not self.receiving:
-                    self.recorder.finish(host, self.closing)
+    def uninstall(self) -> None:
+        """Takes the tap off the host."""
+        self._host.taps.remove(self)
 
-        def recorded_deliver(effects: Effects) -> None:
-            if self.receiving:  # the command's events follow its line: only keep these
-                for generation, payload in effects.sends:
-                    if payload[:1] != _NUMBERED:
-                        self._unnumbered.append((clock(), generation, payload))
-            else:
-                self._events(effects.sends)
-            deliver(effects)
-            if effects.ended:
-                self.close_after("ended")
+    def admitted(
+        self, host: TappedHost, generation: int, request: pb.ConverseRequest, effects: Effects
+    ) -> None:
+        # The command's line is written once it is handled (its events follow it); what the
+        # core decided of it is read now, before anything else changes the session.
+        self.receiving += 1
+        self._command = (self.recorder.clock(), generation, request, host.session.last_skip)
+        self._heard = None
 
-        def recorded_release(queue: SendQueue) -> None:
-            release(queue)
-            if session.state is State.DETACHED:
-                put((NOTE, self, 0, clock(), "detached", {"generation": queue.generation}))
+    def handed(self, host: TappedHost, command: EngineCommand) -> None:
+        # The first command the engine took of it: an append's own (a commit's resampler tail,
+        # handed too, is recorded as the host's tail_heard with the commit's line instead).
+        if self._heard is None:
+            self._heard = command
 
-        host.receive = recorded_receive  # type: ignore[method-assign]
-        host.deliver = recorded_deliver  # type: ignore[method-assign]
-        host.release = recorded_release  # type: ignore[method-assign]
+    def handled(self, host: TappedHost, generation: int, request: pb.ConverseRequest) -> None:
+        pending, self._command = self._command, None
+        if pending is None or pending[2] is not request:
+            return  # the recording began while this command was being handled
+        self.receiving -= 1
+        t, _, _, skip = pending
+        if request.HasField("append_input_audio"):
+            heard = self._heard
+            assert heard is None or isinstance(heard, AppendAudio)
+            self._appended(t, generation, skip, request, heard)
+        else:
+            body = request.SerializeToString()
+            tail = host.tail_heard() if request.HasField("commit_input_audio") else b""
+            self.put((COMMAND, self, len(body), t, generation, body, skip, tail))
+        self._heard = None
+        self._events(())  # what the command made, after it
+        if self.closing and not self.receiving:
+            self.recorder.finish(self._host, self.closing)
+
+    def delivered(self, host: TappedHost, effects: Effects) -> None:
+        if self.receiving:  # the command's events follow its line: only keep these
+            for generation, payload in effects.sends:
+                if payload[:1] != _NUMBERED:
+                    self._unnumbered.append((self.recorder.clock(), generation, payload))
+        else:
+            self._events(effects.sends)
+        if effects.ended:
+            self.close_after("ended")
+
+    def released(self, host: TappedHost, queue: SendQueue) -> None:
+        if host.session.state is State.DETACHED:
+            generation = {"generation": queue.generation}
+            self.put((NOTE, self, 0, self.recorder.clock(), "detached", generation))
 
     def close_after(self, reason: str) -> None:
         """Ends the recording for ``reason``, after the command being handled, if one is (so
@@ -163,25 +179,18 @@ class Recording(RecordingState):
         if not self.receiving:
             self.recorder.finish(self._host, self.closing)
 
-    def uninstall(self) -> None:
-        """Takes the wrappers off: the host runs its own methods again."""
-        for name in ("receive", "deliver", "release"):
-            self._host.__dict__.pop(name, None)
-
     def _appended(
         self,
         t: float,
         generation: int,
         skip: str,
         request: pb.ConverseRequest,
-        append: pb.AppendInputAudio,
-        sent: tuple[int, int, int],
+        heard: AppendAudio | None,
     ) -> None:
-        """An append, once handled: the audio in it now is what the engine heard (the edge
-        converts it in place), unless the session skipped or refused it."""
-        heard: bytes | None = None
-        if not skip and not self._host.session.last_refusal:
-            heard = append.audio
+        """An append, once handled: its audio as the engine heard it (converted by the edge),
+        unless the session skipped or refused it, beside its format as it came."""
+        append = request.append_input_audio
+        sent = (append.encoding, append.sample_rate_hz, len(append.audio))
         extra = None  # the rare parts of an append, as proto bytes
         if append.HasField("audio_end_ms") or append.HasField("hints") or append.video_frames:
             extra = pb.AppendInputAudio(
@@ -189,9 +198,13 @@ class Recording(RecordingState):
                 hints=append.hints if append.HasField("hints") else None,
                 video_frames=[pb.VideoFrame(mime_type=f.mime_type) for f in append.video_frames],
             ).SerializeToString()
-        size = len(heard) if heard else 0
-        record = (APPEND, self, size, t, generation, skip, request.client_seq, request.event_id)
-        self.put((*record, sent, extra, heard, append.encoding, append.sample_rate_hz))
+        audio: bytes | None = None
+        encoding, rate_hz = int(append.encoding), append.sample_rate_hz
+        if heard is not None:
+            audio, encoding, rate_hz = heard.audio, heard.encoding, heard.rate_hz
+        record = (APPEND, self, len(audio) if audio else 0, t, generation)
+        ids = (skip, request.client_seq, request.event_id)
+        self.put((*record, *ids, sent, extra, audio, encoding, rate_hz))
 
     def _events(self, sends: Iterable[tuple[int, bytes]]) -> None:
         """Hands over every event journaled since the last call, and the sends of one stream
@@ -383,4 +396,14 @@ def _session_fields(
     }
 
 
-__all__ = ["BATCH_S", "Recorder", "Recording"]
+class RecordOnRequest(HostTap):
+    """A session recorded on request: its recording starts or stops with its configuration."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+
+    def configured(self, host: TappedHost) -> None:
+        self._recorder.reconsider(host)  # type: ignore[arg-type]  # the host that tells it
+
+
+__all__ = ["BATCH_S", "RecordOnRequest", "Recorder", "Recording"]

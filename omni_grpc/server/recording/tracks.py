@@ -27,7 +27,6 @@ its manifest and the metric) while its session goes on. A client at real time is
 from __future__ import annotations
 
 import contextlib
-import struct
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -35,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from omni_grpc import audio
+from omni_grpc.audio.wav import wav_header
 from omni_grpc.wire import pb
 
 Pcm16 = npt.NDArray[np.int16]
@@ -47,26 +47,13 @@ HEADER_EVERY_S = 0.5
 LAY_STEP_MS = 1000.0
 EDGE_MS = 20.0  # audio either side of a stretch being resampled, so its edges do not ring
 WRITE_SLICE_FRAMES = 1 << 18  # silence over a long pause is written a slice at a time
-HEADER_BYTES = 44
+TRACKS = 2  # the WAV's channels: what the user said, what the engine said
 # The user's audio that may wait ahead of the clock (sent faster than real time), in seconds.
 MAX_AHEAD_S = 120.0
 
 
 class AheadOfClock(Exception):
     """The user's audio runs further ahead of the clock than :data:`MAX_AHEAD_S`."""
-
-
-def wav_header(rate_hz: int, frames: int) -> bytes:
-    """The 44-byte header of a 16-bit stereo PCM WAV of ``frames`` frames."""
-    data = frames * 4
-    return (
-        b"RIFF"
-        + struct.pack("<I", 36 + data)
-        + b"WAVEfmt "
-        + struct.pack("<IHHIIHH", 16, 1, 2, rate_hz, rate_hz * 4, 4, 16)
-        + b"data"
-        + struct.pack("<I", data)
-    )
 
 
 @dataclass(slots=True)
@@ -115,7 +102,7 @@ class Tracks:
         self._items: dict[str, str] = {}  # item id -> response id, for truncates
         self._max_ahead = round(MAX_AHEAD_S * rate_hz)
         if file is not None:
-            file.write(wav_header(rate_hz, 0))
+            file.write(wav_header(rate_hz, 0, TRACKS))
 
     # -- the user --------------------------------------------------------------------------
 
@@ -321,7 +308,7 @@ class Tracks:
         assert self._file is not None
         self._file.flush()
         self._file.seek(0)
-        self._file.write(wav_header(self.rate, self.written))
+        self._file.write(wav_header(self.rate, self.written, TRACKS))
         self._file.seek(0, 2)
         self._header_at = self.written
 

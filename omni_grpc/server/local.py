@@ -5,8 +5,8 @@ without a gRPC hop.
 offers what the bridge uses of a gRPC connection (``converse`` opening one stream, a
 :class:`~omni_grpc.server.local_stream.LocalStream`: a stream into the sessions with a gRPC
 client stream's reads and writes, its checks before it opens those of every stream). What it
-saves per chunk is a gRPC client write and read and the server's
-read and write, with their serializing and the HTTP/2 framing between them.
+saves per chunk is a gRPC client write and read and the server's read and write, with their
+serializing and the HTTP/2 framing between them.
 """
 
 from __future__ import annotations

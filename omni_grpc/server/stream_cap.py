@@ -21,8 +21,8 @@ keep tenants apart are here, in one :class:`StreamCap`:
   to watch again, so it holds nothing for long.
 * **Every call's request comes in time.** A call whose method takes one request is read as a
   stream here, so a call whose request never comes is ended after ``MESSAGE_TIMEOUT_S`` instead
-  of holding its place for ever (gRPC itself would wait). Converse's first message has its own
-  deadline (``servicer.py``), shorter when streams run short (:attr:`StreamCap.short`).
+  of holding its place for ever (gRPC itself would wait). A stream's first message has its own
+  deadline (``stream.py``), shorter when streams run short (:attr:`StreamCap.short`).
 """
 
 from __future__ import annotations

@@ -305,7 +305,14 @@ class Sessions:
         stored = await self.store.load(request.session_id)
         if stored is None:
             return
-        why = "handed_over" if not stored.route else "owner_lost"
+        # own_route: this replica restarted under its old route and takes back its own.
+        why = (
+            "handed_over"
+            if not stored.route
+            else "own_route"
+            if stored.route == self.store.route
+            else "owner_lost"
+        )
         if stored.route and stored.route != self.store.route:
             lease = await self.store.owner_lease(stored.route)
             if lease == "serving":

@@ -102,7 +102,10 @@ def main() -> int:
         redis = subprocess.Popen(redis_command(port, Path(tmp)), stdout=subprocess.DEVNULL)
         try:
             ping = [program("redis-cli"), "-p", str(port), "ping"]
+            deadline = time.monotonic() + 30
             while subprocess.run(ping, capture_output=True, check=False).stdout.strip() != b"PONG":
+                if time.monotonic() > deadline or redis.poll() is not None:
+                    raise SystemExit("redis-server did not start")
                 time.sleep(0.05)
             work = run(f"redis://127.0.0.1:{port}/0", args.sessions, args.seconds)
             if not args.profile:

@@ -11,7 +11,14 @@ HAProxy's agent check with its free room (``--agent-port``), so new sessions go 
 room.
 
 The children are plain processes, so a test (or a person) can kill -9 a replica, SIGTERM it,
-or stop Redis, and watch the rest carry on. docs/deploy.md explains the pieces.
+or stop Redis, and watch the rest carry on. With ``--restart on-failure`` (a replica that died
+of a signal or an error) or ``--restart always`` (any exit, a drain's too), the runner is the
+replicas' supervisor, as systemd's ``Restart=`` or a Kubernetes pod's restart policy is: a dead
+replica is started again after :data:`RESTART_DELAY_S` (doubled, up to
+:data:`MAX_RESTART_DELAY_S`, while it keeps dying young) with its own route and ports, and the
+state file is written again with its new pid and its count of restarts. A restarted replica
+takes back the sessions still its own (their record names its route) as their clients resume;
+those its peers adopted meanwhile stay theirs. docs/deploy.md explains the pieces.
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ READY_TIMEOUT_S = 120.0  # a loaded 2-core machine imports the server slowly
 AGENT_INTER = "250ms"  # how often the proxy asks each replica for its room
 POLL_S = 0.1
 STOP_TIMEOUT_S = 15.0
+RESTART_POLICIES = ("no", "on-failure", "always")
+RESTART_DELAY_S = 0.5  # after a replica's death, before it starts again (systemd: RestartSec)
+MAX_RESTART_DELAY_S = 30.0  # the longest wait while it keeps dying young (a crash loop)
+YOUNG_S = 10.0  # a replica that dies younger than this waits twice as long the next time
 # Where Debian installs programs for the administrator (haproxy is in /usr/sbin), folders an
 # ordinary user's PATH leaves out.
 SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
@@ -62,6 +73,10 @@ class Replica:
     metrics_port: int
     process: subprocess.Popen[bytes]
     agent_port: int = 0
+    restarts: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    died_at: float | None = None  # when the supervisor saw it dead (None: running)
+    delay_s: float = RESTART_DELAY_S  # before its next start, once dead
 
 
 @dataclass
@@ -76,6 +91,7 @@ class Cluster:
     replicas: list[Replica] = field(default_factory=list)
     bridges: list[tuple[int, subprocess.Popen[bytes]]] = field(default_factory=list)
     proxy: subprocess.Popen[bytes] | None = None
+    serve_args: list[str] = field(default_factory=list)  # every replica's, at each start
 
     def state(self) -> dict[str, object]:
         """What the state file holds."""
@@ -95,6 +111,7 @@ class Cluster:
                     "metrics": f"127.0.0.1:{replica.metrics_port}",
                     "agent": f"127.0.0.1:{replica.agent_port}",
                     "route": replica.route,
+                    "restarts": replica.restarts,
                 }
                 for replica in self.replicas
             ],
@@ -153,10 +170,18 @@ def _omni(*args: str) -> list[str]:
     return [sys.executable, "-m", "omni_cli", *args]
 
 
-def start_replica(cluster: Cluster, index: int, serve_args: Sequence[str]) -> Replica:
+def start_replica(cluster: Cluster, index: int) -> Replica:
     """Starts replica ``r<index>`` with durable sessions in the cluster's Redis."""
     route = f"r{index}"
     grpc_port, metrics_port, agent_port = free_port(), free_port(), free_port()
+    process = _spawn_replica(cluster, route, (grpc_port, metrics_port, agent_port))
+    return Replica(route, grpc_port, metrics_port, process, agent_port)
+
+
+def _spawn_replica(
+    cluster: Cluster, route: str, ports: tuple[int, int, int]
+) -> subprocess.Popen[bytes]:
+    grpc_port, metrics_port, agent_port = ports
     command = _omni(
         "serve",
         "--grpc-port",
@@ -173,10 +198,38 @@ def start_replica(cluster: Cluster, index: int, serve_args: Sequence[str]) -> Re
         f"redis://127.0.0.1:{cluster.redis_port}/0",
         "--durability",
         "async",
-        *serve_args,  # later flags win: the caller may choose sync, or off
+        *cluster.serve_args,  # later flags win: the caller may choose sync, or off
     )
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    return Replica(route, grpc_port, metrics_port, process, agent_port)
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
+
+
+def supervise(cluster: Cluster, policy: str, now: float) -> list[Replica]:
+    """Starts again, with its own route and ports, every replica that ``policy`` says to
+    restart and whose delay has passed; returns those restarted (the state file changes)."""
+    restarted = []
+    for replica in cluster.replicas:
+        code = replica.process.poll()
+        if code is None or policy == "no" or (policy == "on-failure" and code == 0):
+            continue
+        if replica.died_at is None:
+            replica.died_at = now
+            young = now - replica.started_at < YOUNG_S
+            replica.delay_s = (
+                min(replica.delay_s * 2, MAX_RESTART_DELAY_S) if young else RESTART_DELAY_S
+            )
+            print(f"scripts/cluster: replica {replica.route} exited ({code})", flush=True)
+        if now - replica.died_at < replica.delay_s:
+            continue
+        ports = (replica.grpc_port, replica.metrics_port, replica.agent_port)
+        replica.process = _spawn_replica(cluster, replica.route, ports)
+        replica.restarts += 1
+        replica.started_at, replica.died_at = now, None
+        restarted.append(replica)
+        print(
+            f"scripts/cluster: replica {replica.route} restarted (pid {replica.process.pid})",
+            flush=True,
+        )
+    return restarted
 
 
 def _answers_http(port: int, path: str) -> bool:
@@ -242,11 +295,11 @@ def start(args: argparse.Namespace, workdir: Path, cluster: Cluster) -> None:
     cluster.redis = subprocess.Popen(
         redis_command(cluster.redis_port, workdir), stdout=subprocess.DEVNULL
     )
-    serve_args = list(args.serve_args)
-    if serve_args[:1] == ["--"]:
-        serve_args = serve_args[1:]
+    cluster.serve_args = list(args.serve_args)
+    if cluster.serve_args[:1] == ["--"]:
+        cluster.serve_args = cluster.serve_args[1:]
     for index in range(1, args.replicas + 1):
-        cluster.replicas.append(start_replica(cluster, index, serve_args))
+        cluster.replicas.append(start_replica(cluster, index))
     for _ in range(args.bridges):
         port = free_port()
         command = _omni(
@@ -280,6 +333,13 @@ def stop(cluster: Cluster) -> None:
             process.wait()
 
 
+def write_state(cluster: Cluster, path: Path) -> None:
+    """Writes the state file whole, at once (a reader never sees half of it)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(cluster.state(), indent=2) + "\n")
+    partial.replace(path)
+
+
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="scripts/cluster", description=__doc__.split("\n\n")[0] if __doc__ else None
@@ -290,6 +350,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--redis-port", type=int, default=0, help="default: a free port")
     parser.add_argument("--bridges", type=int, default=1, help="bridge processes (default 1)")
     parser.add_argument("--state-file", required=True, metavar="FILE")
+    parser.add_argument(
+        "--restart",
+        choices=RESTART_POLICIES,
+        default="no",
+        help="start a dead replica again: no (default), on-failure (killed or failed), always",
+    )
     parser.add_argument(
         "--haproxy-template", default="deploy/haproxy/haproxy.cfg.in", metavar="FILE"
     )
@@ -311,8 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cluster = Cluster(args.grpc_port, args.http_port, args.redis_port or free_port())
         try:
             start(args, Path(workdir), cluster)
-            state = json.dumps(cluster.state(), indent=2)
-            Path(args.state_file).write_text(state + "\n")
+            write_state(cluster, Path(args.state_file))
             print(
                 f"omni-grpc cluster ready: gRPC on 127.0.0.1:{args.grpc_port}, "
                 f"bridge on http://127.0.0.1:{args.http_port}/, {args.replicas} replicas, "
@@ -321,6 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             while not stopping:
                 time.sleep(POLL_S)
+                if not stopping and supervise(cluster, args.restart, time.monotonic()):
+                    write_state(cluster, Path(args.state_file))
         except RuntimeError as error:
             print(f"scripts/cluster: {error}", file=sys.stderr)
             return 1

@@ -28,7 +28,10 @@ class ClusterChild:
         state_file: Path,
         log_path: Path,
         env: Mapping[str, str] | None = None,
+        cluster_args: Sequence[str] = (),
     ) -> None:
+        """``cluster_args`` go to the runner itself (``--restart always``), ``serve_args`` to
+        every replica."""
         self.state_file = state_file
         self.log_path = log_path
         self.grpc_port, self.http_port = free_port(), free_port()
@@ -37,7 +40,7 @@ class ClusterChild:
             [
                 *(sys.executable, "-m", "omni_cli.cluster", "--replicas", str(replicas)),
                 *("--grpc-port", str(self.grpc_port), "--http-port", str(self.http_port)),
-                *("--state-file", str(state_file), "--", *serve_args),
+                *("--state-file", str(state_file), *cluster_args, "--", *serve_args),
             ],
             cwd=ROOT,
             env=dict(env) if env is not None else None,

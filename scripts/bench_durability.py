@@ -189,7 +189,7 @@ async def sustained(replicas: int, workdir: Path, quick: bool) -> tuple[harness.
             child.stop()
 
 
-async def bench(quick: bool) -> int:
+async def bench(quick: bool, cost_only: bool = False) -> int:
     harness.raise_open_file_limit()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="omni-bench-") as tmp:
@@ -200,8 +200,10 @@ async def bench(quick: bool) -> int:
             print(f"cost per chunk, {COST_SESSIONS} sessions x {COST_CHUNK_MS} ms chunks:")
             costs = await cost_per_chunk(quick)
             os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))  # replicas use both CPUs
-            print("sessions sustained through HAProxy, 20 ms chunks, durability async:")
-            caps = {n: await sustained(n, Path(tmp), quick) for n in (1, 2)}
+            caps = {}
+            if not cost_only:
+                print("sessions sustained through HAProxy, 20 ms chunks, durability async:")
+                caps = {n: await sustained(n, Path(tmp), quick) for n in (1, 2)}
         finally:
             redis.stop()
     harness.print_table(
@@ -216,6 +218,9 @@ async def bench(quick: bool) -> int:
         ],
         costs,
     )
+    if not caps:
+        harness.print_load_average(load_before)
+        return 0
     one, two = caps[1][0].sessions, caps[2][0].sessions
     rows = []
     for n, (cap, us) in caps.items():
@@ -239,6 +244,9 @@ async def bench(quick: bool) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of half a minute")
+    parser.add_argument(
+        "--cost-only", action="store_true", help="the cost per chunk alone (half a minute)"
+    )
     parser.add_argument("--serve-replica", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="off", help=argparse.SUPPRESS)
     parser.add_argument("--route", default="r1", help=argparse.SUPPRESS)
@@ -246,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.serve_replica:
         return harness.run(serve(args.mode, args.route, args.cpu))
-    return harness.run(bench(args.quick))
+    return harness.run(bench(args.quick, args.cost_only))
 
 
 if __name__ == "__main__":

@@ -77,8 +77,16 @@ class Journal:
         return len(self._entries)
 
     def entries_after(self, seq: int) -> list[tuple[int, bytes]]:
-        """The (seq, payload) of every kept event after ``seq``, oldest first (for a store)."""
-        return [(entry_seq, payload) for entry_seq, _, payload in self._entries if entry_seq > seq]
+        """The (seq, payload) of every kept event after ``seq``, oldest first (for a store),
+        read from the newest end: a store asks for what it has not written yet, a few events,
+        after every one of them, and a journal nobody acknowledges holds thousands."""
+        newer = []
+        for entry_seq, _, payload in reversed(self._entries):
+            if entry_seq <= seq:
+                break
+            newer.append((entry_seq, payload))
+        newer.reverse()
+        return newer
 
     def newest_after(self, seq: int) -> list[tuple[int, float, bytes]]:
         """The (seq, produced_at, payload) of every kept event after ``seq``, oldest first,

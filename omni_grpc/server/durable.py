@@ -4,9 +4,18 @@ One :class:`DurableStore` per replica. Hosts mark their session dirty after each
 core (:meth:`DurableStore.mark`, a set insertion); one writer task takes every dirty session and
 writes, in one pipelined MULTI/EXEC per round, what changed since the last round: the session's
 state (``omni_grpc.core.snapshot``), the journal entries numbered since (a sorted set scored by
-seq, trimmed to what the client has not acknowledged) and the conversation items. The lag is
-one round trip to Redis; in ``sync`` mode a stream's writer waits for it before each event goes
-on the wire (:meth:`settled`), so a client never holds an event the store has not.
+seq, trimmed to what the client has not acknowledged) and the conversation items. In ``sync``
+mode a stream's writer waits for the write before each event goes on the wire
+(:meth:`settled`), so a client never holds an event the store has not.
+
+A round is one round trip: the Lua scripts are loaded once (again after Redis comes back, or
+says it lost them) and the rounds call them by their hash (a pipeline that names a script
+object would first ask Redis whether it has it, a round trip of its own before every round).
+One round is in flight at a time, and the next carries every session that changed meanwhile:
+on a busy machine each extra round, and each extra turn of the event loop between rounds,
+costs more than the wait it saves (see docs/measurements/2026-12-07-sync-durability.md). A
+``sync`` waiter goes as soon as the round holding its event is back, even if its session
+numbered more events while the round was out.
 
 Each replica keeps a lease, ``omni:replica:<route>``, refreshed every :data:`LEASE_REFRESH_S`
 and gone :data:`LEASE_TTL_S` after the replica stops refreshing it (killed), or set to
@@ -39,7 +48,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from prometheus_client import Counter, Gauge
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from omni_grpc.core import Session, State
 from omni_grpc.core.snapshot import SessionState, export_state
@@ -142,7 +151,8 @@ class _Written:
     # Whether a missing record may be made: at the first write, or when Redis came back empty;
     # otherwise a missing record means a peer adopted the session and ended it.
     may_create: bool = True
-    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    # sync mode's waiters, each with the journal head it waits for.
+    waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
 
 
 class DurableStore:
@@ -170,6 +180,7 @@ class DurableStore:
         self._written: dict[str, _Written] = {}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._scripts_loaded = False  # WRITE and DROP are in Redis's script cache
         self._stopped = False
         self._fenced: set[str] = set()  # sessions a peer adopted: never written from here again
         self._leased = False  # held the lease at the last renewal (a lapse means a stall)
@@ -184,6 +195,8 @@ class DurableStore:
     async def start(self) -> None:
         """Starts the writer and the lease (Redis may be away: both keep trying)."""
         await self._renew_lease()
+        with contextlib.suppress(RedisError, OSError):
+            await self._load_scripts()  # else at the first round
         self._tasks = [
             asyncio.create_task(self._write_loop()),
             asyncio.create_task(self._lease_loop()),
@@ -200,7 +213,7 @@ class DurableStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         with contextlib.suppress(RedisError, OSError):
-            await self._write_round()
+            await self._write_round(*self._take_round())
             await self.redis.delete(lease_key(self.route))
         await self.redis.aclose()
 
@@ -234,10 +247,13 @@ class DurableStore:
         if self.mode != "sync" or not self.up or session.id not in self._live:
             return  # an ended session's record is deleted, not written: nothing to wait for
         written = self._written.get(session.id)
-        if written is not None and written.head >= session.journal.head:
+        head = session.journal.head
+        if written is not None and written.head >= head:
             return
         waiter = asyncio.get_running_loop().create_future()
-        self._written.setdefault(session.id, _Written()).waiters.append(waiter)
+        # Released by the first round that writes this head, even if the session numbered
+        # more events while that round was out: those wait for the next one, not this event.
+        self._written.setdefault(session.id, _Written()).waiters.append((head, waiter))
         self._wake.set()
         await waiter
 
@@ -261,37 +277,54 @@ class DurableStore:
             logger.warning("session %s: not handed over, a peer had adopted it", session.id)
 
     async def _write_loop(self) -> None:
+        """One round after another while something is dirty. A round that ends with more
+        dirty goes straight on to the next, on the same turn of the loop (the event is set:
+        no wait), so under load each round carries every session that changed meanwhile."""
         while True:
             await self._wake.wait()
             self._wake.clear()
             try:
-                await self._write_round()
+                await self._write_round(*self._take_round())
             except (RedisError, OSError) as error:
                 self._went_down(error)
                 await asyncio.sleep(RETRY_S)
                 self._wake.set()
 
-    async def _write_round(self) -> None:
+    def _take_round(self) -> tuple[dict[str, tuple[Session, ItemLog]], dict[str, int]]:
         dirty, self._dirty = self._dirty, {}
         gone, self._gone = self._gone, {}
+        return dirty, gone
+
+    def _put_back(self, dirty: dict[str, tuple[Session, ItemLog]], gone: dict[str, int]) -> None:
+        """A round that failed: its sessions are dirty again (and, since Redis may have lost
+        them, written whole: :meth:`_went_down`)."""
+        for session_id, value in dirty.items():
+            self._dirty.setdefault(session_id, value)
+        for session_id, epoch in gone.items():
+            self._gone.setdefault(session_id, epoch)
+
+    async def _write_round(
+        self, dirty: dict[str, tuple[Session, ItemLog]], gone: dict[str, int]
+    ) -> None:
+        """Writes ``dirty`` and deletes ``gone`` in one MULTI/EXEC, one round trip, and takes
+        in what it wrote; on a failure both are put back and the error raised."""
         if not dirty and not gone:
             return
         try:
-            async with self.redis.pipeline(transaction=True) as pipe:
-                heads = {}
-                for session_id, (session, items) in dirty.items():
-                    written = self._written.setdefault(session_id, _Written())
-                    heads[session_id] = await self._queue_session(
-                        pipe, session, items, written, route=self.route
-                    )
-                for session_id, epoch in gone.items():
-                    keys = [session_key(session_id), journal_key(session_id)]
-                    await self._drop(keys=keys, args=[epoch], client=pipe)
-                results = await pipe.execute()
+            try:
+                pipe, heads = await self._queue_round(dirty, gone)
+                async with pipe:
+                    results = await pipe.execute()
+            except NoScriptError:
+                # Redis lost its script cache (SCRIPT FLUSH, or a restart not seen yet): load
+                # them and write again. Each write brings the record up to the same state,
+                # so a script that did run before the error runs again to the same effect.
+                self._scripts_loaded = False
+                pipe, heads = await self._queue_round(dirty, gone)
+                async with pipe:
+                    results = await pipe.execute()
         except BaseException:
-            for session_id, value in dirty.items():
-                self._dirty.setdefault(session_id, value)  # written again next round
-            self._gone.update(gone)
+            self._put_back(dirty, gone)
             raise
         DURABILITY_ROUNDS.inc()
         self._came_up()
@@ -302,8 +335,36 @@ class DurableStore:
                 self._fence(session_id, _text(result[1]))
                 continue
             kept.head, kept.dropped, kept.may_create = head, dropped, False
-            if kept.head >= dirty[session_id][0].journal.head:
-                self._release_waiters(kept)
+            # Each waiter goes as soon as its own event is written, even if the session
+            # numbered more while the round was out (those wait for the next round).
+            self._release_waiters(kept, head)
+
+    async def _queue_round(
+        self, dirty: dict[str, tuple[Session, ItemLog]], gone: dict[str, int]
+    ) -> tuple[Any, dict[str, tuple[int, int]]]:
+        """A pipeline (MULTI/EXEC) with the writes of ``dirty`` and the deletions of
+        ``gone`` queued, and the head and trim point each write brings the store to. Nothing
+        is sent but, once per Redis, the scripts (so the pipeline calls them by hash and need
+        not ask Redis first whether it has them, a round trip of its own)."""
+        if not self._scripts_loaded:
+            await self._load_scripts()
+        pipe = self.redis.pipeline(transaction=True)
+        heads = {}
+        for session_id, (session, items) in dirty.items():
+            written = self._written.setdefault(session_id, _Written())
+            heads[session_id] = await self._queue_session(
+                pipe, session, items, written, route=self.route
+            )
+        for session_id, epoch in gone.items():
+            keys = [session_key(session_id), journal_key(session_id)]
+            await self._drop(keys=keys, args=[epoch], client=pipe)
+        pipe.scripts.clear()  # loaded above: no SCRIPT EXISTS before the round
+        return pipe, heads
+
+    async def _load_scripts(self) -> None:
+        for script in (self._write, self._drop):
+            await self.redis.script_load(script.script)
+        self._scripts_loaded = True
 
     def _fence(self, session_id: str, owner: str) -> None:
         """A peer adopted the session: it leaves this replica's memory and is never written
@@ -360,6 +421,7 @@ class DurableStore:
             logger.warning("durability: Redis is away (%s); sessions go on in memory", error)
         self.up = False
         DURABILITY_UP.set(0)
+        self._scripts_loaded = False  # Redis may come back without them
         self._leased = False  # a lease missing when Redis is back says nothing of a stall
         for written in self._written.values():
             written.head = -1  # Redis may come back empty: write every session whole
@@ -376,13 +438,18 @@ class DurableStore:
                 self.mark(session, items)
 
     @staticmethod
-    def _release_waiters(written: _Written | None) -> None:
-        if written is None:
+    def _release_waiters(written: _Written | None, head: int | None = None) -> None:
+        """Releases the waiters of ``written`` for a journal head up to ``head`` (all of them
+        when None: the session ended, moved, or the store is away)."""
+        if written is None or not written.waiters:
             return
-        for waiter in written.waiters:
-            if not waiter.done():
+        waiting = []
+        for need, waiter in written.waiters:
+            if head is not None and need > head:
+                waiting.append((need, waiter))
+            elif not waiter.done():
                 waiter.set_result(None)
-        written.waiters.clear()
+        written.waiters = waiting
 
     # -- the lease -------------------------------------------------------------------------
 

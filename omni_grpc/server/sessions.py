@@ -322,7 +322,14 @@ class Sessions:
         lock = SessionLock.unseal(state.owner_digest, state.token_digest, state.recovery_digest)
         if not lock.opens(key, request.resume_token, attached=False):
             raise resume_refused()
-        why = "handed_over" if not stored.route else "owner_lost"
+        # own_route: this replica restarted under its old route and takes back its own.
+        why = (
+            "handed_over"
+            if not stored.route
+            else "own_route"
+            if stored.route == self.store.route
+            else "owner_lost"
+        )
         if stored.route and stored.route != self.store.route:
             lease = await self.store.owner_lease(stored.route)
             if lease == "serving":

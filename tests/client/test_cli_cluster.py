@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,3 +79,43 @@ def test_the_real_sbin_folders_hold_what_debian_installs_there(
     monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")  # an ordinary user's
     assert Path(program("haproxy")).is_absolute()  # /usr/sbin/haproxy, from scripts/_env.sh
     assert Path(program("redis-server")).is_absolute()
+
+
+def _exited(code: int) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])
+    process.wait()
+    return process
+
+
+@pytest.mark.subprocess
+def test_the_supervisor_restarts_as_its_policy_says_and_waits_longer_in_a_crash_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """scripts/cluster --restart: a replica killed or failed comes back (on-failure, always), a
+    clean exit only with always; each start keeps the route and ports, and a replica that dies
+    young waits twice as long before its next start. (The starts here run a process that exits
+    at once: tests/cluster/test_restart.py restarts a real replica.)"""
+    started: list[tuple[str, tuple[int, int, int]]] = []
+
+    def spawn(_: cluster.Cluster, route: str, ports: tuple[int, int, int]) -> object:
+        started.append((route, ports))
+        return _exited(0)  # a start that ran and ended: seen dead at the next look
+
+    monkeypatch.setattr(cluster, "_spawn_replica", spawn)
+    local = cluster.Cluster(50051, 8080, 6379)
+    killed = cluster.Replica("r1", 7001, 9001, _exited(137), 9101, started_at=0.0)
+    clean = cluster.Replica("r2", 7002, 9002, _exited(0), 9102, started_at=0.0)
+    local.replicas = [killed, clean]
+    delay = cluster.RESTART_DELAY_S
+    assert cluster.supervise(local, "no", 100.0) == []
+    assert cluster.supervise(local, "on-failure", 100.0) == []  # seen dead: waits its delay
+    assert cluster.supervise(local, "on-failure", 100.0 + delay) == [killed]
+    assert started == [("r1", (7001, 9001, 9101))] and killed.restarts == 1
+    # r1's new start died young (at once): its next start waits twice as long; r2 lived long.
+    now = 100.0 + delay
+    assert cluster.supervise(local, "always", now) == []
+    assert (killed.delay_s, clean.delay_s) == (2 * delay, delay)
+    assert cluster.supervise(local, "always", now + delay) == [clean]
+    assert cluster.supervise(local, "always", now + 2 * delay - 0.01) == []
+    assert killed in cluster.supervise(local, "always", now + 2 * delay)
+    assert killed.restarts == 2 and [route for route, _ in started] == ["r1", "r2", "r1"]

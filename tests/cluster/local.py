@@ -15,11 +15,13 @@ import os
 import re
 import signal
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from omni_cli.cluster import proxy_sees_all_up
 from omni_cli.cluster_child import ClusterChild
 
 START_TIMEOUT_S = 120.0
@@ -31,8 +33,20 @@ LOOPBACK = ("--engine", "loopback", "--engine-option", "recall=1", "--shutdown-g
 class LocalCluster(ClusterChild):
     """Redis, replicas, HAProxy and the bridge as scripts/cluster starts them."""
 
-    def __init__(self, tmp: Path, replicas: int = 3, serve_args: tuple[str, ...] = LOOPBACK):
-        super().__init__(replicas, serve_args, tmp / "cluster.json", tmp / "cluster.log")
+    def __init__(
+        self,
+        tmp: Path,
+        replicas: int = 3,
+        serve_args: tuple[str, ...] = LOOPBACK,
+        cluster_args: tuple[str, ...] = (),
+    ):
+        super().__init__(
+            replicas,
+            serve_args,
+            tmp / "cluster.json",
+            tmp / "cluster.log",
+            cluster_args=cluster_args,
+        )
 
     def wait_ready(self) -> LocalCluster:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -41,6 +55,16 @@ class LocalCluster(ClusterChild):
             assert time.monotonic() < deadline, "the cluster did not start in time"
             time.sleep(0.1)
         return self
+
+    def restarted(self, route: str, restarts: int) -> bool:
+        """Whether the supervisor (``--restart``) has started ``route`` again ``restarts``
+        times and the proxy sees every replica up (the state file is read again)."""
+        self.read_state()
+        if self.replica(route)["restarts"] < restarts:
+            return False
+        stats_port = urllib.parse.urlsplit(self.state["proxy"]["stats"]).port
+        servers = len(self.state["replicas"]) + len(self.state["bridges"])
+        return stats_port is not None and proxy_sees_all_up(stats_port, servers)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-6000:]
@@ -74,12 +98,14 @@ class LocalCluster(ClusterChild):
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read())
 
-    def metric(self, route: str, name: str) -> float:
-        """The sum of every sample of ``name`` (all labels) a replica exposes now."""
+    def metric(self, route: str, name: str, labels: str = "") -> float:
+        """The sum of every sample of ``name`` (all labels, or only those ``labels`` says,
+        as written in the exposition: ``why="own_route"``) a replica exposes now."""
         url = f"http://{self.replica(route)['metrics']}/metrics"
         with urllib.request.urlopen(url, timeout=5) as reply:
             text = reply.read().decode()
-        pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", re.MULTILINE)
+        which = rf"\{{{re.escape(labels)}\}}" if labels else r"(?:\{[^}]*\})?"
+        pattern = re.compile(rf"^{re.escape(name)}{which} (\S+)$", re.MULTILINE)
         return sum(float(value) for value in pattern.findall(text))
 
 

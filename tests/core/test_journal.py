@@ -27,6 +27,18 @@ def test_seq_starts_at_one_and_has_no_gaps() -> None:
     assert j.replay_after(5, now=5.0) == []
 
 
+def test_entries_after_gives_what_is_newer_oldest_first_whatever_was_trimmed() -> None:
+    """What a store writes: every kept event after the seq it asks from."""
+    j = journal()
+    for n in range(1, 7):
+        j.record(b"e%d" % n, now=0.0)
+    j.ack(2)
+    assert j.entries_after(0) == [(n, b"e%d" % n) for n in range(3, 7)]
+    assert j.entries_after(4) == [(5, b"e5"), (6, b"e6")]
+    assert j.entries_after(6) == []
+    assert j.entries_after(9) == []
+
+
 def test_ack_trims_and_reack_is_idempotent() -> None:
     j = journal()
     for payload in (b"aa", b"bbb", b"cccc"):

@@ -30,7 +30,7 @@ from omni_grpc.wire.keys import bearer_metadata
 from omni_grpc.wire.stream_end import StreamBroken
 from tests.cluster.local import wait_for
 from tests.conftest import starts_processes
-from tests.core.helpers import ack, created, open_session
+from tests.core.helpers import ack, created, delta, open_session
 from tests.server.streams import open_stream, read
 from tests.serving import serving, settings
 
@@ -202,6 +202,47 @@ async def test_sync_waits_for_the_write_and_not_for_a_redis_that_is_away(
                 await dead.claim(session.id, "r1")
         finally:
             await dead.stop()
+    finally:
+        await store.stop()
+
+
+async def test_many_sessions_written_round_after_round_end_as_they_are(redis_url: str) -> None:
+    """Sync writes of many sessions at once, changing while rounds are out: every wait ends,
+    and every session's record and journal end exactly as the session is."""
+    store = await _store(redis_url, "r1", mode="sync")
+    try:
+        sessions = [open_session().session for _ in range(24)]
+        items = [ItemLog() for _ in sessions]
+        for step in range(20):
+            for session, log in zip(sessions, items, strict=True):
+                session.publish(delta(f"resp_{step}"), 1.0)
+                store.mark(session, log)
+            await asyncio.sleep(0)  # a round may start before the next step
+            waits = [store.settled(s) for s in sessions[step % 3 :: 3]]
+            await asyncio.wait_for(asyncio.gather(*waits), 20)
+        await asyncio.wait_for(asyncio.gather(*(store.settled(s) for s in sessions)), 20)
+        for session in sessions:
+            stored = await store.load(session.id)
+            assert stored is not None and stored.state.head == session.journal.head
+            assert [seq for seq, _ in stored.entries] == list(range(1, session.journal.head + 1))
+    finally:
+        await store.stop()
+
+
+async def test_a_round_that_finds_the_scripts_gone_loads_them_and_writes(redis_url: str) -> None:
+    """The rounds call the scripts by their hash; a Redis that lost them (SCRIPT FLUSH)
+    answers NOSCRIPT, and the round loads them and writes again, the store still up."""
+    store = await _store(redis_url, "r1", mode="sync")
+    try:
+        session = open_session().session
+        store.mark(session, ItemLog())
+        await asyncio.wait_for(store.settled(session), 20)
+        await store.redis.script_flush()
+        session.publish(created("resp_after_flush"), 1.0)
+        store.mark(session, ItemLog())
+        await asyncio.wait_for(store.settled(session), 20)
+        assert store.up
+        assert await _head(store, session.id, session.journal.head)
     finally:
         await store.stop()
 

@@ -3936,6 +3936,8 @@ class TurnEndDecision(_message.Message):
     EAGERNESS_FIELD_NUMBER: _builtins.int
     TRANSCRIPT_FIELD_NUMBER: _builtins.int
     DECIDED_MS_FIELD_NUMBER: _builtins.int
+    SOUND_PROBABILITY_FIELD_NUMBER: _builtins.int
+    WORDS_PROBABILITY_FIELD_NUMBER: _builtins.int
     item_id: _builtins.str
     """Names the user item the turn will become."""
     audio_end_ms: _builtins.float
@@ -3954,6 +3956,14 @@ class TurnEndDecision(_message.Message):
     """Gives how long after audio_end_ms (on the input audio clock) the judgement was made: a
     wait already over by then ends the turn at once.
     """
+    sound_probability: _builtins.float
+    """Gives the judgement of the sound of the speech alone (its pitch and pace at the pause), in
+    [0, 1]; absent when the engine has no such judge or it did not judge in time.
+    """
+    words_probability: _builtins.float
+    """Gives the judgement of the words alone, in [0, 1]; absent when no words were judged.
+    probability is the two combined (or the one present).
+    """
     def __init__(
         self,
         *,
@@ -3964,12 +3974,21 @@ class TurnEndDecision(_message.Message):
         eagerness: Global___Eagerness.ValueType = ...,
         transcript: _builtins.str = ...,
         decided_ms: _builtins.float = ...,
+        sound_probability: _builtins.float | None = ...,
+        words_probability: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_sound_probability", b"_sound_probability", "_words_probability", b"_words_probability", "sound_probability", b"sound_probability", "words_probability", b"words_probability"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["audio_end_ms", b"audio_end_ms", "decided_ms", b"decided_ms", "eagerness", b"eagerness", "item_id", b"item_id", "probability", b"probability", "transcript", b"transcript", "wait_ms", b"wait_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_sound_probability", b"_sound_probability", "_words_probability", b"_words_probability", "audio_end_ms", b"audio_end_ms", "decided_ms", b"decided_ms", "eagerness", b"eagerness", "item_id", b"item_id", "probability", b"probability", "sound_probability", b"sound_probability", "transcript", b"transcript", "wait_ms", b"wait_ms", "words_probability", b"words_probability"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__sound_probability: _TypeAlias = _typing.Literal["sound_probability"]  # noqa: Y015
+    _WhichOneofArgType__sound_probability: _TypeAlias = _typing.Literal["_sound_probability", b"_sound_probability"]  # noqa: Y015
+    _WhichOneofReturnType__words_probability: _TypeAlias = _typing.Literal["words_probability"]  # noqa: Y015
+    _WhichOneofArgType__words_probability: _TypeAlias = _typing.Literal["_words_probability", b"_words_probability"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sound_probability) -> _WhichOneofReturnType__sound_probability | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__words_probability) -> _WhichOneofReturnType__words_probability | None: ...
 
 Global___TurnEndDecision: _TypeAlias = TurnEndDecision  # noqa: Y015
 

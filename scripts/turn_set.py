@@ -26,6 +26,7 @@ writes the user's side of each dialogue as 16 kHz WAV files to listen to:
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,8 +163,14 @@ def held(words: str, style: str) -> speech.Signal:
 
 
 def _hesitation(first: str, pause_ms: int, rest: str, style: str) -> Dialogue:
+    # espeak-ng ends a phrase with 180-450 ms of its own silence: cut, so that the pause is
+    # the silence the dialogue says (the set before 2026-12-07 kept it: its pauses were about
+    # 350 ms longer than their names).
+    phrase = held(first, style)
+    _, end_ms = speech.speech_edges_ms(phrase)
+    phrase = phrase[: math.ceil(end_ms * speech.RATE_HZ / 1000)]
     scene = speech.Scene().pause(LEAD_MS)
-    scene.add_speech(held(first, style), first).pause(pause_ms).speak(rest)
+    scene.add_speech(phrase, first).pause(pause_ms).speak(rest)
     name = f"{first} ... {rest}" + (f" ({style})" if style else "")
     return Dialogue("hesitation", name, scene.pause(TAIL_MS), pause_ms=pause_ms)
 

@@ -56,16 +56,28 @@ def combined(sound: float | None, words: float | None) -> float | None:
     return SOUND_WEIGHT * sound + (1.0 - SOUND_WEIGHT) * words
 
 
+# While the words are still being read, the reader counts as undecided, this even prior: the
+# ear alone moves the probability by its weight, so a turn that sounds finished may end before
+# the words are read (at auto no sooner than about 350 ms after the pause; on a loaded machine
+# the words take a second or more), and one that sounds unfinished waits; the words, when they
+# come, settle it.
+UNREAD = 0.5
+
+
 @dataclass(frozen=True, slots=True)
 class Judgement:
     """What the judges made of a pause: the ear's probability and the reader's (None where
-    that judge did not judge), and the one the wait follows."""
+    that judge did not judge; ``reading``: the reader has yet to), and the one the wait
+    follows."""
 
     sound: float | None = None
     words: float | None = None
+    reading: bool = False
 
     @property
     def probability(self) -> float | None:
+        if self.reading and self.words is None:
+            return combined(self.sound, UNREAD)
         return combined(self.sound, self.words)
 
 

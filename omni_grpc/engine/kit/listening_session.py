@@ -290,27 +290,39 @@ class ListeningSession(OverlapSession):
 
     async def _judge_pause(self, pause: Pause) -> None:
         """Judges the turn up to ``pause`` (off the worker) and hands the result back: its
-        sound at once, while its words are being written, then the words."""
+        sound at once, while its words are being written, then the words. Where the sound is
+        judged before the words are, that is a first decision (the words still to be read)."""
         loop = asyncio.get_running_loop()
-        hearing = self._hearing
-        text, words, sound = "", None, None
-        heard = None
+        hearing, pause_ms = self._hearing, pause.speech_end_ms
+        reading = asyncio.ensure_future(self._read_pause(pause))
+        sound = None
         if hearing.ear is not None:
-            heard = loop.run_in_executor(hearing.executor, hearing.ear.probability, pause.audio)
-        reading, scorer = self._pause_words(pause), hearing.scorer
+            try:
+                sound = await loop.run_in_executor(
+                    hearing.executor, hearing.ear.probability, pause.audio
+                )
+            except Exception:
+                logger.exception("session %s: hearing a pause failed", self.id, extra=self._log)
+            if sound is not None and hearing.scorer is not None and not reading.done():
+                first = Judgement(sound=sound, reading=True)
+                await self._post(lambda: self._pause_judged(pause_ms, "", first))
+        text, words = await reading
+        judgement = Judgement(sound=sound, words=words)
+        await self._post(lambda: self._pause_judged(pause_ms, text, judgement))
+
+    async def _read_pause(self, pause: Pause) -> tuple[str, float | None]:
+        """The words up to ``pause`` and the reader's judgement of them (None: not judged)."""
+        reading, scorer = self._pause_words(pause), self._hearing.scorer
+        text = ""
         try:
             text = await reading if reading is not None else ""
             if text.strip() and scorer is not None:
-                words = await loop.run_in_executor(hearing.executor, scorer.probability, text)
+                loop = asyncio.get_running_loop()
+                words = await loop.run_in_executor(self._hearing.executor, scorer.probability, text)
+                return text, words
         except Exception:  # a failed judgement of the words leaves the sound's
             logger.exception("session %s: judging a pause failed", self.id, extra=self._log)
-        if heard is not None:
-            try:
-                sound = await heard
-            except Exception:
-                logger.exception("session %s: hearing a pause failed", self.id, extra=self._log)
-        judgement = Judgement(sound=sound, words=words)
-        await self._post(lambda: self._pause_judged(pause.speech_end_ms, text, judgement))
+        return text, None
 
     async def _pause_judged(self, pause_ms: float, text: str, judgement: Judgement) -> None:
         turn_end = self._turn_end

@@ -3922,9 +3922,11 @@ Global___OverlapDecision: _TypeAlias = OverlapDecision  # noqa: Y015
 @_typing.final
 class TurnEndDecision(_message.Message):
     """TurnEndDecision reports one judgement of semantic turn detection: at a pause in the user's
-    speech, how likely the words so far end the turn and how long the engine waits for more
-    before ending it. If the user speaks again within the wait, the turn goes on (and the next
-    pause is judged again); otherwise speech_stopped follows when the wait is over.
+    speech, how likely the turn so far is over and how long the engine waits for more before
+    ending it. If the user speaks again within the wait, the turn goes on (and the next pause is
+    judged again); otherwise speech_stopped follows when the wait is over. An engine with more
+    than one judge may decide a pause twice: first on the judge that is quicker (the sound, with
+    no words_probability), then on all of them; the later decision's wait replaces the earlier.
     """
 
     DESCRIPTOR: _descriptor.Descriptor

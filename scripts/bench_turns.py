@@ -44,7 +44,7 @@ from pathlib import Path
 
 import aiohttp
 import turn_score
-from turn_driver import GrpcTransport, Setting, Transport, play
+from turn_driver import GrpcTransport, Record, Setting, Transport, play
 from turn_set import KINDS, PARTS, dialogues
 
 from omni_grpc.client import DuplexClient
@@ -135,7 +135,8 @@ async def run(
     per_kind: int | None,
     kinds: set[str],
     part: str = "tuning",
-) -> list[turn_score.Row]:
+) -> list[tuple[turn_score.Row, list[Record]]]:
+    """Each setting's row, with the records it was scored on."""
     rows = []
     for name in names:
         setting, records = SETTINGS[name], []
@@ -143,15 +144,25 @@ async def run(
             record = await play(dialogue, setting, make_transport(transport, target))
             records.append(record)
             print(f"  {name}: {turn_score.describe(record)}", file=sys.stderr)
-        rows.append(turn_score.score(name, records))
+        rows.append((turn_score.score(name, records), records))
     return rows
 
 
-def print_table(rows: list[turn_score.Row]) -> None:
-    print("| " + " | ".join(turn_score.HEADER) + " |")
-    print("|" + " --- |" * len(turn_score.HEADER))
-    for row in rows:
-        print("| " + " | ".join(turn_score.cells(row)) + " |")
+def _table(header: tuple[str, ...], lines: list[list[str]]) -> None:
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
+    for line in lines:
+        print("| " + " | ".join(line) + " |")
+
+
+def print_tables(rows: list[tuple[turn_score.Row, list[Record]]]) -> None:
+    """The settings' row each, then for each setting where each turn's time went."""
+    _table(turn_score.HEADER, [turn_score.cells(row) for row, _ in rows])
+    for row, records in rows:
+        timed = [r for r in records if r.dialogue.kind in ("complete", "hesitation")]
+        if timed:
+            print(f"\nwhere the time went, {row.setting} (ms from the end of speech, client):\n")
+            _table(turn_score.TIMING_HEADER, [turn_score.timing(r) for r in timed])
 
 
 async def main() -> int:
@@ -187,7 +198,7 @@ async def main() -> int:
             child.wait(timeout=30)
     via = "the bridge (openai SDK)" if transport == "bridge" else "gRPC"
     print(f"through {via}, the {args.part} part of the set\n")
-    print_table(rows)
+    print_tables(rows)
     after = os.getloadavg()
     print(f"\nload average {load_before[0]:.1f} before, {after[0]:.1f} after (1 min)")
     return 0

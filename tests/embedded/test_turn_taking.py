@@ -104,18 +104,20 @@ async def test_a_finished_question_ends_its_turn_sooner_than_the_fixed_silence(
     fixed_ms, _ = await ended_at(engine, pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_SERVER_VAD))
     decisions = [e.turn_end_decision for e in driver.of("turn_end_decision")]
     assert len({d.audio_end_ms for d in decisions}) == 1  # one pause, decided once or twice
-    # The turn ended on the last decision: on the sound alone if the words came later than
-    # its wait, else on both; either way sooner than the fixed silence.
+    # The turn ended on the last decision: on both judges where the words came within the wait
+    # the sound alone chose, sooner than the fixed silence; on the sound alone where the
+    # machine was too busy for that, after the middle of the scale's wait.
     ended_by = decisions[-1]
     assert ended_by.eagerness == pb.EAGERNESS_AUTO
     assert ended_by.sound_probability > 0.5, ended_by  # it sounds finished
-    assert ended_by.wait_ms < 500.0 <= fixed_ms
     assert semantic_ms <= max(ended_by.wait_ms, ended_by.decided_ms) + TOLERANCE_MS
     read = settled(driver)
-    if read:  # the words came while the turn still waited: they read a whole question
+    if read:
         (judged,) = read
-        assert judged.probability >= 0.9 and judged.transcript
-        assert judged.wait_ms == WAITS[pb.EAGERNESS_AUTO].finished_ms
+        assert judged.probability >= 0.9 and judged.transcript  # a whole question
+        assert judged.wait_ms == WAITS[pb.EAGERNESS_AUTO].finished_ms < 500.0 <= fixed_ms
+    else:
+        assert ended_by.wait_ms < WAITS[pb.EAGERNESS_AUTO].longest_ms / 4
 
 
 async def start_answer(engine: EmbeddedEngine, **config: object) -> tuple[Driver, str]:

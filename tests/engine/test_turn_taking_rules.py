@@ -218,20 +218,21 @@ def test_the_idle_timer_counts_silence_after_the_answer_was_heard() -> None:
 
 
 def test_the_sound_decides_first_while_the_words_are_read_and_the_words_settle_it() -> None:
-    # Until the words are read the reader counts as undecided (UNREAD): a turn that sounds
-    # finished gets a wait between the finished and the longest, never the shortest.
+    # Until the words are read the reader counts as "unfinished" (UNREAD): a turn that sounds
+    # finished gets a wait in the middle of the scale, longer than the fixed silence, shorter
+    # than a turn that sounds unfinished gets.
     sounds_done = Judgement(sound=1.0, reading=True)
     assert sounds_done.probability == pytest.approx(SOUND_WEIGHT + (1 - SOUND_WEIGHT) * UNREAD)
     first_wait = wait_ms(sounds_done.probability, AUTO)
-    assert AUTO.finished_ms < first_wait < AUTO.unjudged_ms
-    assert wait_ms(Judgement(sound=0.0, reading=True).probability, AUTO) > AUTO.unjudged_ms
+    assert AUTO.unjudged_ms < first_wait < AUTO.longest_ms / 4
+    assert wait_ms(Judgement(sound=0.2, reading=True).probability, AUTO) > 2 * first_wait
     timer = TurnEndTimer(pb.EAGERNESS_AUTO)
     timer.paused(1000.0)
     first = timer.judged(1000.0, sounds_done, now_ms=1100.0)
     assert first is not None and first.wait_ms == first_wait
     event = first.event("i", pb.EAGERNESS_AUTO, "").turn_end_decision
     assert event.sound_probability == 1.0 and not event.HasField("words_probability")
-    # The words come: "I want to fly to" reads unfinished, and the wait grows again.
-    settled = timer.judged(1000.0, Judgement(sound=1.0, words=0.0), now_ms=1250.0)
-    assert settled is not None and settled.wait_ms > first_wait
-    assert not timer.due(1000.0 + first_wait) and timer.due(1000.0 + settled.wait_ms)
+    # The words come and read finished: the wait shrinks to the shortest.
+    settled = timer.judged(1000.0, Judgement(sound=1.0, words=1.0), now_ms=1250.0)
+    assert settled is not None and settled.wait_ms == AUTO.finished_ms < first_wait
+    assert timer.due(1250.0)

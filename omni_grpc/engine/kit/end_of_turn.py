@@ -56,12 +56,13 @@ def combined(sound: float | None, words: float | None) -> float | None:
     return SOUND_WEIGHT * sound + (1.0 - SOUND_WEIGHT) * words
 
 
-# While the words are still being read, the reader counts as undecided, this even prior: the
-# ear alone moves the probability by its weight, so a turn that sounds finished may end before
-# the words are read (at auto no sooner than about 350 ms after the pause; on a loaded machine
-# the words take a second or more), and one that sounds unfinished waits; the words, when they
-# come, settle it.
-UNREAD = 0.5
+# While the words are still being read, the reader's verdict is taken to be "unfinished": the
+# ear alone moves the probability, by its weight at most, so a turn that sounds finished ends
+# only after a wait of the middle of the scale (at auto about 900 ms, against 350 ms with an
+# even prior, which on a loaded machine answered two more hesitations of the set, the words
+# coming too late to hold them: docs/measurements/2026-12-07-two-judges.md), and one that does
+# not waits longer; the words, when they come, settle it.
+UNREAD = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,11 @@ MEL_BANDS = 80
 # after longer silence the model took a cut phrase for a finished one ("i want to fly to":
 # 0.03 with 200 ms after it, 0.86 with 500), so trailing digital silence is cut to this.
 TAIL_MS = 200
+# Digital silence: samples within a few steps of 16-bit zero, not only zero itself. Audio that
+# was resampled on its way in (a client's 24 kHz, brought down by soxr) carries its triangular
+# dither of one or two steps where it was silent; a microphone's own silence is far louder
+# (-60 dBFS and up) and is kept.
+SILENCE_LEVEL = 8 / 32768
 # Whisper's normalisation of the samples, as the model was trained on.
 _VARIANCE_FLOOR = 1e-7
 
@@ -69,7 +74,7 @@ def model_path() -> Path:
 def last_window(samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """The last 8 s of ``samples`` (their trailing digital silence cut to :data:`TAIL_MS`),
     padded with silence at the start when shorter, scaled to zero mean and unit variance."""
-    sounding = np.flatnonzero(samples)
+    sounding = np.flatnonzero(np.abs(samples) > SILENCE_LEVEL)
     tail = TAIL_MS * CANONICAL_INPUT_RATE_HZ // 1000
     end = min(samples.size, int(sounding[-1]) + 1 + tail) if sounding.size else samples.size
     size = WINDOW_S * CANONICAL_INPUT_RATE_HZ

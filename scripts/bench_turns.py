@@ -27,7 +27,8 @@ Settings (``--settings``, comma-separated; all by default):
 
 The figures depend on the machine and its load: record them on a quiet one (docs/performance.md
 says how they were taken). ``--per-kind N`` plays the first N dialogues of each kind (a smoke
-run), ``--kinds`` only some kinds (complete, hesitation, backchannel, interruption).
+run), ``--kinds`` only some kinds (complete, hesitation, backchannel, interruption),
+``--part held-out`` the part of the set no tuning saw (``all``: both; scripts/turn_set.py).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from pathlib import Path
 
 import aiohttp
 import turn_score
-from turn_driver import GrpcTransport, Setting, Transport, play
-from turn_set import KINDS, dialogues
+from turn_driver import GrpcTransport, Record, Setting, Transport, play
+from turn_set import KINDS, PARTS, dialogues
 
 from omni_grpc.client import DuplexClient
 from omni_grpc.wire import pb
@@ -128,24 +129,40 @@ def make_transport(kind: str, target: str) -> Transport:
 
 
 async def run(
-    target: str, transport: str, names: list[str], per_kind: int | None, kinds: set[str]
-) -> list[turn_score.Row]:
+    target: str,
+    transport: str,
+    names: list[str],
+    per_kind: int | None,
+    kinds: set[str],
+    part: str = "tuning",
+) -> list[tuple[turn_score.Row, list[Record]]]:
+    """Each setting's row, with the records it was scored on."""
     rows = []
     for name in names:
         setting, records = SETTINGS[name], []
-        for dialogue in [d for d in dialogues(per_kind) if d.kind in kinds]:
+        for dialogue in [d for d in dialogues(per_kind, part) if d.kind in kinds]:
             record = await play(dialogue, setting, make_transport(transport, target))
             records.append(record)
             print(f"  {name}: {turn_score.describe(record)}", file=sys.stderr)
-        rows.append(turn_score.score(name, records))
+        rows.append((turn_score.score(name, records), records))
     return rows
 
 
-def print_table(rows: list[turn_score.Row]) -> None:
-    print("| " + " | ".join(turn_score.HEADER) + " |")
-    print("|" + " --- |" * len(turn_score.HEADER))
-    for row in rows:
-        print("| " + " | ".join(turn_score.cells(row)) + " |")
+def _table(header: tuple[str, ...], lines: list[list[str]]) -> None:
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
+    for line in lines:
+        print("| " + " | ".join(line) + " |")
+
+
+def print_tables(rows: list[tuple[turn_score.Row, list[Record]]]) -> None:
+    """The settings' row each, then for each setting where each turn's time went."""
+    _table(turn_score.HEADER, [turn_score.cells(row) for row, _ in rows])
+    for row, records in rows:
+        timed = [r for r in records if r.dialogue.kind in ("complete", "hesitation")]
+        if timed:
+            print(f"\nwhere the time went, {row.setting} (ms from the end of speech, client):\n")
+            _table(turn_score.TIMING_HEADER, [turn_score.timing(r) for r in timed])
 
 
 async def main() -> int:
@@ -153,6 +170,9 @@ async def main() -> int:
     parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names")
     parser.add_argument("--per-kind", type=int, default=None, help="dialogues of each kind")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds")
+    parser.add_argument(
+        "--part", choices=PARTS, default="tuning", help="the set's part (turn_set.py)"
+    )
     parser.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--transport", choices=("grpc", "bridge"), default="grpc")
     parser.add_argument(
@@ -170,13 +190,15 @@ async def main() -> int:
     load_before = os.getloadavg()
     try:
         await wait_ready(target, transport)
-        rows = await run(target, transport, names, args.per_kind, set(args.kinds.split(",")))
+        kinds = set(args.kinds.split(","))
+        rows = await run(target, transport, names, args.per_kind, kinds, args.part)
     finally:
         if child is not None:
             child.terminate()
             child.wait(timeout=30)
-    print(f"through {'the bridge (openai SDK)' if transport == 'bridge' else 'gRPC'}\n")
-    print_table(rows)
+    via = "the bridge (openai SDK)" if transport == "bridge" else "gRPC"
+    print(f"through {via}, the {args.part} part of the set\n")
+    print_tables(rows)
     after = os.getloadavg()
     print(f"\nload average {load_before[0]:.1f} before, {after[0]:.1f} after (1 min)")
     return 0

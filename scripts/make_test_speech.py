@@ -47,11 +47,15 @@ def say(
     words_per_minute: int = 160,
     pitch: int = 50,
     rate_hz: int = RATE_HZ,
+    ssml: bool = False,
 ) -> Signal:
     """espeak-ng speaking ``text``, as mono float32 at ``rate_hz``; ``pitch`` is espeak-ng's
-    0 to 99 (50 is the voice's own)."""
+    0 to 99 (50 is the voice's own); ``ssml``: ``text`` is SSML (``<speak>...</speak>``, with
+    ``<prosody>`` to draw a word out)."""
+    command = ["espeak-ng", "-v", voice, "-s", str(words_per_minute), "-p", str(pitch)]
+    command += ["-m", "--stdout"] if ssml else ["--stdout"]
     wav = subprocess.run(
-        ["espeak-ng", "-v", voice, "-s", str(words_per_minute), "-p", str(pitch), "--stdout"],
+        command,
         input=text.encode(),
         capture_output=True,
         check=True,
@@ -104,6 +108,10 @@ class Scene:
 
     def speak(self, text: str, **kwargs: object) -> Scene:
         phrase = say(text, rate_hz=self.rate_hz, **kwargs)  # type: ignore[arg-type]
+        return self.add_speech(phrase, text)
+
+    def add_speech(self, phrase: Signal, text: str) -> Scene:
+        """Adds speech made elsewhere (``text``: its words), with its true edges."""
         start, end = speech_edges_ms(phrase, self.rate_hz)
         self.segments.append((self.duration_ms + start, self.duration_ms + end, text))
         return self.add(phrase)

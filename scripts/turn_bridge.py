@@ -166,9 +166,12 @@ def heard(event: dict[str, Any], at: float, clock: ResponseClock) -> Heard:
         return Heard(
             at,
             "turn_end",
+            audio_end_ms=float(event.get("audio_end_ms") or 0.0),
             probability=float(event.get("probability") or 0.0),  # null: none judged in time
             wait_ms=float(event["wait_ms"]),
             decided_ms=float(event.get("decided_ms") or 0.0),
+            sound=event.get("sound_probability"),
+            words=event.get("words_probability"),
         )
     if kind == "conversation.item.input_audio_transcription.completed":
         return Heard(at, "transcript", text=event["transcript"])

@@ -58,10 +58,12 @@ class Heard:
     cancelled: bool = False  # response_done
     action: str = ""  # overlap: pause, resume, barge_in, drop, listen
     audio_ms: float = 0.0  # overlap: where the reply stopped or goes on
-    audio_end_ms: float = 0.0  # speech_stopped: on the input clock
+    audio_end_ms: float = 0.0  # speech_stopped, turn_end: on the input clock
     probability: float = 0.0  # turn_end: the judgement, and the wait it chose
     wait_ms: float = 0.0
     decided_ms: float = 0.0  # turn_end: how long after the pause the judgement came
+    sound: float | None = None  # turn_end: each judge's own verdict (None: it did not judge)
+    words: float | None = None
     text: str = ""  # transcript: the user's turn as the service heard it; error: its message
 
 
@@ -103,7 +105,14 @@ def heard(event: pb.ConverseResponse, at: float) -> Heard:
     if kind == "turn_end_decision":
         t = event.turn_end_decision
         return Heard(
-            at, "turn_end", probability=t.probability, wait_ms=t.wait_ms, decided_ms=t.decided_ms
+            at,
+            "turn_end",
+            audio_end_ms=t.audio_end_ms,
+            probability=t.probability,
+            wait_ms=t.wait_ms,
+            decided_ms=t.decided_ms,
+            sound=t.sound_probability if t.HasField("sound_probability") else None,
+            words=t.words_probability if t.HasField("words_probability") else None,
         )
     if kind == "input_transcription":
         return Heard(at, "transcript", text=event.input_transcription.transcript)

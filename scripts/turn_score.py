@@ -14,6 +14,12 @@ Each measure is read off the client's clock, the way a person on the other end w
   cuts it, or its cancelled end) (p50, p95); and whether the reply ended;
 * **resume after a false interruption**: from the sound's last sample to the reply going on
   (p50, p95), and whether any resume repeated or lost audio (by more than 1 ms).
+
+And where the time of each turn went (:func:`timing`, one row per complete request and
+hesitation): the judges' verdicts at the pause that ended the turn and how long after it the
+decision came (on the service's input clock: the pause is detected 96 ms into the silence),
+the wait it chose, then, on the client's clock from the end of speech, the turn's end
+(``speech_stopped``), its transcript and the answer's first audio.
 """
 
 from __future__ import annotations
@@ -183,3 +189,53 @@ def describe(record: Record) -> str:
     if record.failure:
         parts.append(f"FAILED {record.failure}")
     return "; ".join(parts)
+
+
+TIMING_HEADER = (
+    "dialogue",
+    "sound / words / combined",
+    "decided after the pause, ms (input clock)",
+    "wait, ms",
+    "turn ended",
+    "transcript",
+    "first audio",
+)
+
+
+def timing(record: Record) -> list[str]:
+    """Where one turn's time went (module docstring): a row of the timing table."""
+
+    def after_speech(kind: str) -> str:
+        at = next((e.at for e in record.events if e.kind == kind and e.at > record.speech_end), 0)
+        return f"{(at - record.speech_end) * 1000:.0f}" if at else "—"
+
+    def p(value: float | None) -> str:
+        return "—" if value is None or value < 0 else f"{value:.2f}"
+
+    stopped = next((e for e in record.events if e.kind == "speech_stopped"), None)
+    # The decisions of the pause that ended the turn (the first one, for an early answer).
+    decisions = [
+        e
+        for e in record.events
+        if e.kind == "turn_end"
+        and stopped is not None
+        and e.at <= stopped.at
+        and abs(e.audio_end_ms - stopped.audio_end_ms) < 1.0
+    ]
+    last = decisions[-1] if decisions else None
+    verdicts = "—"
+    decided = wait = "—"
+    if last is not None:
+        verdicts = f"{p(last.sound)} / {p(last.words)} / {p(last.probability)}"
+        decided = " then ".join(f"{e.decided_ms:.0f}" for e in decisions)
+        wait = f"{last.wait_ms:.0f}"
+    name = record.dialogue.name + (" (EARLY)" if answered_early(record) else "")
+    return [
+        f"{record.dialogue.kind}: {name}",
+        verdicts,
+        decided,
+        wait,
+        after_speech("speech_stopped"),
+        after_speech("transcript"),
+        after_speech("audio"),
+    ]

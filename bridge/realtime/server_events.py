@@ -330,6 +330,9 @@ STATELESS: dict[str, Callable[[Any], list[Event]]] = {
         eagerness=EAGERNESS_NAMES.get(e.eagerness),
         transcript=e.transcript,
         decided_ms=e.decided_ms,
+        # Each judge alone (absent in the contract: that judge did not judge).
+        sound_probability=(e.sound_probability if e.HasField("sound_probability") else None),
+        words_probability=(e.words_probability if e.HasField("words_probability") else None),
     ),
     "error": _error,
 }

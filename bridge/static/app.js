@@ -29,6 +29,7 @@ let silentMs = 0;
 let idleMs = 0; // silence sent since the last turn or clear, while nobody speaks
 let turnEndAt = 0; // when the last turn ended (page clock): its answer's latency runs from it
 let turnWaitMs = null; // the silence the service waited for before it ended the last turn
+let turnDecidedMs = null; // and how long after the end of speech it had decided on that wait
 let played = {};
 let queuedFrames = 0;
 let ackTimer = 0;
@@ -126,7 +127,9 @@ const HANDLERS = {
   "input_audio_buffer.speech_stopped": (e) => {
     turnEndAt = inputTime(e.audio_end_ms);
     const judged = omni.turnEnds.at(-1);
-    turnWaitMs = judged?.item_id === e.item_id ? judged.wait_ms : null;
+    const ours = judged?.item_id === e.item_id;
+    turnWaitMs = ours ? judged.wait_ms : null;
+    turnDecidedMs = ours ? judged.decided_ms : null;
   },
   "turn_end.decision": (e) => omni.turnEnds.push(e),
   "overlap.decision": (e) => {
@@ -148,10 +151,10 @@ const HANDLERS = {
   "response.created": (e) => {
     omni.responses[e.response.id] = {
       audioMs: 0, playedMs: 0, transcript: "", deltas: [], done: false, status: "in_progress",
-      turnEndAt, turnWaitMs, firstAudioAt: null, clientLatencyMs: null, serverLatencyMs: null,
+      turnEndAt, turnWaitMs, turnDecidedMs, firstAudioAt: null, clientLatencyMs: null, serverLatencyMs: null,
       firstTextMs: null,
     };
-    turnWaitMs = null;
+    turnWaitMs = turnDecidedMs = null;
     addLine("assistant", e.response.id, "");
   },
   "response.output_audio.delta": (e) => {

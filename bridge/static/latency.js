@@ -21,6 +21,14 @@ function ms(value) {
   return value === null || value === undefined ? "–" : `${Math.round(value)} ms`;
 }
 
+// The turn-end cell: the wait chosen, and when the judgement that chose it came (the judging
+// is time the user waits too: a 200 ms wait decided 1.1 s after the speech ended is 1.1 s).
+export function turnEnd(r) {
+  if (r.turnWaitMs === null || r.turnWaitMs === undefined) return "–";
+  if (r.turnDecidedMs === null || r.turnDecidedMs === undefined) return ms(r.turnWaitMs);
+  return `${ms(r.turnWaitMs)}, decided ${ms(r.turnDecidedMs)} after speech`;
+}
+
 function svg(tag, attributes, text) {
   const node = document.createElementNS(SVG, tag);
   for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
@@ -35,7 +43,7 @@ export function showTurn(id, r) {
   row.dataset.id = id;
   const heard = r.status === "cancelled" ? `${ms(r.playedMs)} heard` : ms(r.audioMs);
   for (const value of [name, r.status, heard, ms(r.clientLatencyMs), ms(r.serverLatencyMs),
-                       ms(r.firstTextMs), ms(r.turnWaitMs)]) {
+                       ms(r.firstTextMs), turnEnd(r)]) {
     const cell = document.createElement("td");
     cell.textContent = value;
     row.append(cell);

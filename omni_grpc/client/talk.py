@@ -7,7 +7,14 @@ client's clock, measured from the end of input (the commit, or ``speech_stopped`
 
 * TTFT: to the first text or transcript delta;
 * TTFP: to the first audio delta;
-* RTF: from the end of input to the last audio delta, divided by the audio's duration.
+* RTF: from the end of input to the last audio delta, divided by the audio's duration. Above 1
+  the answer took longer to arrive than to play (a server that releases audio at real-time
+  pace, as the embedded engine does by default, always gives a little over 1); the line says
+  so where it prints one.
+
+With server VAD the run ends once every turn the server detected is answered and the input is
+all sent, whichever comes last: a file that ends in a long silence has its answer before the
+silence is sent, and the run ends with the input.
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ _QUIET_KINDS = frozenset(
     {"output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "heartbeat_ack"}
 )
 VAD_TAIL_MS = 1200  # silence after the input, so the detector sees the turn end
+RTF_ABOVE_1 = (
+    "end of input to last audio over the audio's length: above 1, the answer arrived slower "
+    "than it plays, as audio paced in real time does"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,7 +77,10 @@ class TurnTiming:
 
         rtf = "-"
         if self.last_audio is not None and self.audio_ms > 0:
-            rtf = f"{(self.last_audio - self.end_of_input) / (self.audio_ms / 1000):.3f}"
+            ratio = (self.last_audio - self.end_of_input) / (self.audio_ms / 1000)
+            rtf = f"{ratio:.3f}"
+            if ratio > 1:
+                rtf += f" ({RTF_ABOVE_1})"
         return (
             f"ttft {ms(self.first_text)} | ttfp {ms(self.first_audio)} | rtf {rtf} | "
             f"{self.audio_ms / 1000:.2f} s audio"
@@ -90,10 +104,13 @@ class TalkRun:
         self.failure: str | None = None
 
     def end_input(self, at: float) -> None:
-        """The client finished sending (and committed, without VAD)."""
+        """The client finished sending (and committed, without VAD). With VAD, a run whose
+        turns were all answered while the input's last silence was still being sent is over."""
         self.input_done = True
         if not self.vad:
             self.pending = TurnTiming(end_of_input=at)
+        elif self.turns and self.pending is None and self.active is None:
+            self.finished.set()
 
     def on_event(self, event: pb.ConverseResponse) -> None:
         now = time.monotonic()

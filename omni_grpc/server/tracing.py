@@ -20,7 +20,8 @@ the host takes them from the engine, with explicit start and end times on the se
 
 Under semantic turn detection the turn span carries the judgement that ended the turn (the
 last ``turn_end_decision`` before its response): ``omni.turn_end.probability``, ``.wait_ms``
-and ``.decided_ms``.
+and ``.decided_ms``, and each judge's own verdict where it judged
+(``omni.turn_end.sound_probability``, ``.words_probability``).
 
 ``response_done`` (or ``response_listen``, the engine choosing not to answer) ends the turn, with
 the engine's own ``TurnLatency`` and usage as attributes. No transcript or audio goes into a span.
@@ -151,13 +152,15 @@ class TurnTraces(HostTap):
             )
         elif kind == "turn_end_decision":
             decision = event.turn_end_decision
-            turn.span.set_attributes(
-                {
-                    "omni.turn_end.probability": decision.probability,
-                    "omni.turn_end.wait_ms": decision.wait_ms,
-                    "omni.turn_end.decided_ms": decision.decided_ms,
-                }
-            )
+            attributes: dict[str, float] = {
+                "omni.turn_end.probability": decision.probability,
+                "omni.turn_end.wait_ms": decision.wait_ms,
+                "omni.turn_end.decided_ms": decision.decided_ms,
+            }
+            for judge in ("sound_probability", "words_probability"):
+                if decision.HasField(judge):
+                    attributes[f"omni.turn_end.{judge}"] = getattr(decision, judge)
+            turn.span.set_attributes(attributes)
         elif kind == "input_committed":
             turn.committed_ns = now
         elif kind == "input_transcription":

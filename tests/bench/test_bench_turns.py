@@ -106,9 +106,17 @@ def test_bench_turns_runs_through_the_bridge() -> None:
         r"complete: 'what is the capital of france'; first audio \d+ ms$", result.stderr, re.M
     )
     assert "through the bridge (openai SDK)" in result.stdout
-    table = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    blocks = [block.splitlines() for block in result.stdout.split("\n\n")]
+    table, timing = [block for block in blocks if block and block[0].startswith("|")]
     assert table[0] == "| " + " | ".join(turn_score.HEADER) + " |"
     (row,) = table[2:]
+    # Where the turn's time went: one row, timed from the end of speech.
+    assert timing[0] == "| " + " | ".join(turn_score.TIMING_HEADER) + " |"
+    (timed,) = timing[2:]
+    assert re.match(
+        r"\| complete: what is the capital of france \| — \| — \| — \| \d+ \| \d+ \| \d+ \|$",
+        timed,
+    ), timed
     assert re.match(
         r"\| fixed 500 ms \| — \| — \| \d+ / \d+ \| — \| — / — \| — \| — / — \| 0 \|$", row
     ), row

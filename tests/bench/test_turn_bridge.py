@@ -79,7 +79,15 @@ def test_ga_and_extension_events_become_the_drivers_observations() -> None:
         {"type": "response.done", "response": {"id": "r1", "status": "cancelled"}},
         {"type": "response.done", "response": {"id": "r2", "status": "completed"}},
         {"type": "overlap.decision", "action": "pause", "response_id": "r2", "audio_ms": 900.5},
-        {"type": "turn_end.decision", "probability": None, "wait_ms": 700, "decided_ms": 85},
+        {
+            "type": "turn_end.decision",
+            "audio_end_ms": 2300,
+            "probability": None,
+            "wait_ms": 700,
+            "decided_ms": 85,
+            "sound_probability": 0.4,
+            "words_probability": None,
+        },
         {
             "type": "conversation.item.input_audio_transcription.completed",
             "item_id": "i",
@@ -105,6 +113,7 @@ def test_ga_and_extension_events_become_the_drivers_observations() -> None:
         700.0,
         85.0,
     )
+    assert (judged.audio_end_ms, judged.sound, judged.words) == (2300.0, 0.4, None)
     assert (words.kind, words.text) == ("transcript", "What time is it?")
     assert (error.kind, error.text) == ("error", "no")
     assert other.kind == "other"

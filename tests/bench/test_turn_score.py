@@ -57,6 +57,40 @@ def test_first_audio_is_timed_from_the_last_speech_sample_sent() -> None:
     assert "(1 unanswered)" in turn_score.cells(row)[3]
 
 
+def test_the_timing_table_says_where_a_turn_s_time_went() -> None:
+    complete = Dialogue("complete", "what time is it", scene((300, 1500)))
+    timed = record(
+        complete,
+        Heard(11.9, "turn_end", audio_end_ms=900.0, probability=0.1, sound=0.1, words=None),
+        Heard(12.1, "turn_end", audio_end_ms=1500.0, probability=0.62, sound=0.9, decided_ms=96),
+        Heard(
+            12.3,
+            "turn_end",
+            audio_end_ms=1500.0,
+            probability=0.95,
+            wait_ms=200,
+            decided_ms=300,
+            sound=0.9,
+            words=1.0,
+        ),
+        Heard(12.31, "speech_stopped", audio_end_ms=1500.0),
+        Heard(12.4, "transcript", text="What time is it?"),
+        Heard(12.75, "audio", "r1"),
+        speech_end=12.0,
+    )
+    assert turn_score.timing(timed) == [
+        "complete: what time is it",
+        "0.90 / 1.00 / 0.95",
+        "96 then 300",  # the sound's decision, then the words'; the earlier pause is not this
+        "200",
+        "310",
+        "400",
+        "750",
+    ]
+    never = record(complete, speech_end=12.0)
+    assert turn_score.timing(never)[1:] == ["—"] * 6
+
+
 def test_an_interruption_is_timed_to_what_first_stops_the_reply() -> None:
     over = Dialogue("interruption", "i", scene((300, 1200)), over=scene((0, 600)))
     stopped = record(

@@ -149,6 +149,8 @@ class TurnEndDecision(_Extension):
     eagerness: Literal["low", "medium", "high", "auto"] | None
     transcript: str
     decided_ms: float = Field(ge=0)
+    sound_probability: float | None = Field(ge=0, le=1)
+    words_probability: float | None = Field(ge=0, le=1)
 
 
 ExtensionEvent = Annotated[

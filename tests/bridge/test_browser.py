@@ -13,6 +13,7 @@ import asyncio
 import collections
 import itertools
 import json
+import math
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -455,4 +456,9 @@ async def test_a_backchannel_holds_the_reply_and_the_table_shows_the_turn_end_wa
     assert reply["status"] == "completed" and state["bargeIns"] == 0, (reply, state["bargeIns"])
     # The turn it answered was ended by the service's judgement: its wait is in the table.
     assert reply["turnWaitMs"] is not None and reply["turnWaitMs"] > 0, reply
-    assert rows[rid][TURN_WAIT_COLUMN] == f"{reply['turnWaitMs']} ms", rows[rid]
+    # And how long after the end of speech the judgement came: time the user waited too.
+    decided = reply["turnDecidedMs"]
+    assert decided is not None and decided > 0, reply
+    assert rows[rid][TURN_WAIT_COLUMN] == (
+        f"{reply['turnWaitMs']} ms, decided {math.floor(decided + 0.5)} ms after speech"
+    ), rows[rid]

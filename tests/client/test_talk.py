@@ -6,7 +6,7 @@ import io
 import time
 from pathlib import Path
 
-from omni_grpc.client.talk import TalkRun, TalkSettings, talk
+from omni_grpc.client.talk import TalkRun, TalkSettings, TurnTiming, talk
 from omni_grpc.client.wavio import PcmAudio, read_audio
 from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
@@ -81,6 +81,36 @@ def test_vad_turns_are_timed_from_speech_stopped() -> None:
     assert turn.first_text is not None and turn.first_text >= turn.end_of_input
     assert "assistant: hello" in out.getvalue() and "turn 1: ttft" in out.getvalue()
     assert len(talk_state.reply) == 4800
+
+
+def test_a_vad_run_answered_before_its_silence_is_sent_ends_with_the_input() -> None:
+    # A file that ends in seconds of silence: the server ends the turn and answers it while
+    # the silence is still being sent; the run is over once it is sent, not at the timeout.
+    talk_state = TalkRun(io.StringIO(), verbose=False, vad=True)
+    talk_state.on_event(_event(seq=1, speech_stopped=pb.SpeechStopped(audio_end_ms=900)))
+    talk_state.on_event(_event(seq=2, response_created=pb.ResponseCreated()))
+    talk_state.on_event(_event(seq=3, response_done=pb.ResponseDone()))
+    assert not talk_state.finished.is_set()  # more speech may follow in the file
+    talk_state.end_input(time.monotonic())
+    assert talk_state.finished.is_set() and talk_state.failure is None
+    assert len(talk_state.turns) == 1
+
+
+def test_a_vad_run_waits_for_a_turn_still_being_answered() -> None:
+    talk_state = TalkRun(io.StringIO(), verbose=False, vad=True)
+    talk_state.on_event(_event(seq=1, speech_stopped=pb.SpeechStopped(audio_end_ms=900)))
+    talk_state.on_event(_event(seq=2, response_created=pb.ResponseCreated()))
+    talk_state.end_input(time.monotonic())
+    assert not talk_state.finished.is_set()
+    talk_state.on_event(_event(seq=3, response_done=pb.ResponseDone()))
+    assert talk_state.finished.is_set()
+
+
+def test_an_rtf_above_1_says_what_it_is() -> None:
+    slow = TurnTiming(end_of_input=10.0, first_audio=10.5, last_audio=13.0, audio_ms=2000.0)
+    assert "rtf 1.500 (end of input to last audio over the audio's length" in slow.summary()
+    fast = TurnTiming(end_of_input=10.0, first_audio=10.2, last_audio=11.0, audio_ms=2000.0)
+    assert "rtf 0.500 |" in fast.summary()
 
 
 def test_an_error_after_the_input_fails_the_run() -> None:

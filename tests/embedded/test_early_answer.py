@@ -10,6 +10,7 @@ what these tests are about.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
@@ -323,3 +324,63 @@ async def test_two_sessions_answered_early_at_once_each_get_their_own_answer(
         (request,) = [asked for asked, _, _ in asks.made if asked.turns == [("user", heard)]]
         spoken = said(response_events(driver.seen, done.id))
         assert spoken and spoken == await direct_answer(smol_engine, request)
+
+
+async def test_an_answer_begun_at_a_pause_and_dropped_leaves_no_trace(
+    smol_engine: EmbeddedEngine,
+) -> None:
+    """The answer begun at a pause, its first phrase's audio made too, then the user speaks on:
+    nothing of it reaches the conversation, the transcript or the audio the client hears."""
+    assert smol_engine.runtime is not None and smol_engine.runtime.smol is not None
+    scene = (
+        speech.Scene()
+        .pause(300)
+        .speak("What is the capital")
+        .pause(700)
+        .speak("of France?")
+        .pause(1500)
+    )
+    (_, first_end, _), _ = scene.segments
+    detection = pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_SERVER_VAD, silence_duration_ms=1200)
+    with (
+        Said(smol_engine) as voice,
+        Asks(smol_engine.runtime.smol, voice) as asks,
+        Heard(smol_engine) as heard,
+    ):
+        driver = asks.driver = await open_driver(smol_engine, turn_detection=detection)
+        try:
+            # Inside the pause, once the early answer was asked and its first phrase is being
+            # synthesized: the answer begun, its audio made ahead.
+            def begun() -> bool:
+                return asks.answer_to(heard) and len(voice.phrases) > asks.said_before[0]
+
+            await send_waiting(driver, scene.pcm16(), first_end + 400, begun)
+            done = (await driver.until("response_done")).response_done.response
+        finally:
+            await driver.close()
+    *early, (final, _, _) = asks.made
+    assert early and all(stream._stop.is_set() for _, stream, _ in early)
+    ahead = voice.phrases[asks.said_before[0] : asks.said_before[-1]]
+    assert ahead, "no phrase of the early answer was synthesized ahead"
+    kinds = [event.WhichOneof("event") for event in driver.seen]
+    stopped_at = kinds.index("speech_stopped")
+    # The conversation: one user turn, the whole sentence; one response, to it.
+    assert kinds.count("speech_stopped") == kinds.count("input_committed") == 1
+    assert kinds.count("response_created") == 1 and kinds.index("response_created") > stopped_at
+    heard_text = driver.of("input_transcription")[0].input_transcription.transcript
+    assert final.turns == [("user", heard_text)]
+    # Nothing of a response was sent before the turn ended.
+    answer_kinds = {"output_audio_delta", "output_audio_transcript_delta", "output_text_delta"}
+    assert not answer_kinds & set(kinds[:stopped_at])
+    # The audio and its transcript: the final answer's only, from its start, once.
+    deltas = [e.output_audio_delta for e in driver.of("output_audio_delta")]
+    assert deltas and {d.response_id for d in deltas} == {done.id}
+    assert deltas[0].start_ms == 0.0
+    assert all(
+        abs(a.start_ms + a.duration_ms - b.start_ms) < 1e-6 for a, b in itertools.pairwise(deltas)
+    )
+    spoken = said(response_events(driver.seen, done.id))
+    assert spoken == await direct_answer(smol_engine, final)
+    assert done.output[0].content[0].transcript == spoken
+    # Every phrase synthesized after the final answer was asked is the final answer's.
+    assert "".join(voice.phrases[asks.said_before[-1] :]) == spoken

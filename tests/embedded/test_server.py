@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import io
+import time
+
 import grpc
 import numpy as np
 import soxr
 
+from omni_grpc.client.talk import VAD_TAIL_MS, TalkSettings, talk
+from omni_grpc.client.wavio import PcmAudio
 from omni_grpc.engine.embedded import EmbeddedEngine
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc
 from omni_grpc.server.app import start_server
@@ -66,3 +71,31 @@ async def test_a_question_over_grpc_gets_a_spoken_answer(engine: EmbeddedEngine)
     assert words(answer) == words(f"you said {heard}")  # the echo of what was heard
     heard_back = retranscribe(engine, b"".join(d.audio for d in deltas))
     assert heard_as(answer, heard_back), heard_back
+
+
+async def test_talk_with_vad_ends_after_the_answer_to_a_file_ending_in_silence(
+    engine: EmbeddedEngine,
+) -> None:
+    # omni-grpc talk --vad: the answer comes while the file's last 3 s of silence are being
+    # sent; the run ends, status 0, once they are, not at its timeout.
+    settings = ServerSettings(
+        grpc_port=0, engine="embedded", engine_options={"responder": "echo", "pace": "fast"}
+    )
+    scene = speech.standard_scenes()["question"].pause(3000)
+    audio = PcmAudio(scene.pcm16(), 16000)
+    server = await start_server(settings)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        started = time.monotonic()
+        status = await talk(
+            TalkSettings(target=server.target, audio=audio, vad=True, timeout_s=30.0),
+            out=out,
+            err=err,
+        )
+        took_s = time.monotonic() - started
+    finally:
+        await server.stop()
+    assert status == 0, err.getvalue()
+    assert "assistant: you said" in out.getvalue().lower()
+    sent_s = scene.duration_ms / 1000 + VAD_TAIL_MS / 1000
+    assert sent_s <= took_s < sent_s + 15.0, (took_s, sent_s)

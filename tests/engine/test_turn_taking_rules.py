@@ -3,13 +3,19 @@ speech over a reply, and the idle timer, all on a clock the test moves."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from omni_grpc.engine.kit.end_of_turn import (
     FINISHED_P,
+    SOUND_WEIGHT,
     UNFINISHED_P,
+    UNREAD,
     WAITS,
+    Judgement,
     TurnEndTimer,
+    combined,
     wait_ms,
 )
 from omni_grpc.engine.kit.idle import IdleTimer, heard_by
@@ -61,22 +67,43 @@ def test_a_pause_ends_the_turn_after_its_judged_wait_unless_speech_goes_on() -> 
     timer = TurnEndTimer(pb.EAGERNESS_AUTO)
     timer.paused(1000.0)
     assert not timer.due(1000.0 + AUTO.longest_ms - 1) and timer.due(1000.0 + AUTO.longest_ms)
-    decision = timer.judged(1000.0, 0.95, now_ms=1350.0)
+    decision = timer.judged(1000.0, Judgement(sound=0.97, words=0.93), now_ms=1350.0)
     assert decision is not None
     assert (decision.wait_ms, decision.decided_ms) == (AUTO.finished_ms, 350.0)
     assert timer.due(1350.0)  # the wait was over before the judgement came: at once
     event = decision.event("item_1", pb.EAGERNESS_AUTO, "Done.").turn_end_decision
     assert (event.item_id, event.audio_end_ms, event.wait_ms) == ("item_1", 1000.0, 200)
+    assert (event.sound_probability, event.words_probability) == (0.97, 0.93)
+    assert event.probability == pytest.approx(0.95)
 
     timer.paused(2000.0)
     timer.spoke()
     assert not timer.due(10_000.0)
-    assert timer.judged(2000.0, 0.9, now_ms=2300.0) is None  # that pause is over
+    assert timer.judged(2000.0, Judgement(words=0.9), now_ms=2300.0) is None  # that pause is over
     timer.paused(3000.0)
-    assert timer.judged(2000.0, 0.9, now_ms=3100.0) is None  # a judgement of an older pause
-    undecided = timer.judged(3000.0, None, now_ms=3100.0)
+    assert timer.judged(2000.0, Judgement(words=0.9), now_ms=3100.0) is None  # an older pause
+    undecided = timer.judged(3000.0, Judgement(), now_ms=3100.0)
     assert undecided is not None and undecided.wait_ms == AUTO.unjudged_ms
-    assert undecided.event("i", pb.EAGERNESS_AUTO, "").turn_end_decision.probability == -1.0
+    unjudged = undecided.event("i", pb.EAGERNESS_AUTO, "").turn_end_decision
+    assert unjudged.probability == -1.0
+    assert not unjudged.HasField("sound_probability")
+    assert not unjudged.HasField("words_probability")
+
+
+def test_two_judges_combine_with_no_cliff() -> None:
+    # One judge alone is the probability; both, their weighted mean.
+    assert combined(None, None) is None
+    assert (combined(0.3, None), combined(None, 0.7)) == (0.3, 0.7)
+    assert combined(0.2, 0.8) == pytest.approx(SOUND_WEIGHT * 0.2 + (1 - SOUND_WEIGHT) * 0.8)
+    # A finished request that one judge gets wrong (a word misheard: the words read 0) is
+    # still not taken for an unfinished one: the wait stays short of the longest.
+    for fooled in (Judgement(sound=1.0, words=0.0), Judgement(sound=0.0, words=1.0)):
+        assert fooled.probability is not None
+        assert wait_ms(fooled.probability, AUTO) < AUTO.longest_ms / 2
+    # And the wait moves smoothly with either judge: no step between neighbours.
+    waits = [wait_ms(combined(0.95, words), AUTO) for words in (i / 100 for i in range(101))]
+    steps = [abs(a - b) for a, b in itertools.pairwise(waits)]
+    assert max(steps) < 0.1 * AUTO.longest_ms
 
 
 @pytest.mark.parametrize(
@@ -188,3 +215,24 @@ def test_the_idle_timer_counts_silence_after_the_answer_was_heard() -> None:
     never = IdleTimer(timeout_ms=0.0)
     never.arm(0.0)
     assert not never.due(1e9)
+
+
+def test_the_sound_decides_first_while_the_words_are_read_and_the_words_settle_it() -> None:
+    # Until the words are read the reader counts as "unfinished" (UNREAD): a turn that sounds
+    # finished gets a wait in the middle of the scale, longer than the fixed silence, shorter
+    # than a turn that sounds unfinished gets.
+    sounds_done = Judgement(sound=1.0, reading=True)
+    assert sounds_done.probability == pytest.approx(SOUND_WEIGHT + (1 - SOUND_WEIGHT) * UNREAD)
+    first_wait = wait_ms(sounds_done.probability, AUTO)
+    assert AUTO.unjudged_ms < first_wait < AUTO.longest_ms / 4
+    assert wait_ms(Judgement(sound=0.2, reading=True).probability, AUTO) > 2 * first_wait
+    timer = TurnEndTimer(pb.EAGERNESS_AUTO)
+    timer.paused(1000.0)
+    first = timer.judged(1000.0, sounds_done, now_ms=1100.0)
+    assert first is not None and first.wait_ms == first_wait
+    event = first.event("i", pb.EAGERNESS_AUTO, "").turn_end_decision
+    assert event.sound_probability == 1.0 and not event.HasField("words_probability")
+    # The words come and read finished: the wait shrinks to the shortest.
+    settled = timer.judged(1000.0, Judgement(sound=1.0, words=1.0), now_ms=1250.0)
+    assert settled is not None and settled.wait_ms == AUTO.finished_ms < first_wait
+    assert timer.due(1250.0)

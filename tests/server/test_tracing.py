@@ -350,7 +350,13 @@ def test_the_turn_carries_the_judgement_that_ended_it(exporter: InMemorySpanExpo
     traces = TurnTraces(tracer, "s1")
     judged = [  # a hesitation, then the end of the turn
         pb.TurnEndDecision(probability=0.02, wait_ms=4000, decided_ms=180.0),
-        pb.TurnEndDecision(probability=0.97, wait_ms=200, decided_ms=240.0),
+        pb.TurnEndDecision(
+            probability=0.97,
+            wait_ms=200,
+            decided_ms=240.0,
+            sound_probability=0.99,
+            words_probability=0.95,
+        ),
     ]
     events = [
         pb.ConverseResponse(speech_started=pb.SpeechStarted()),
@@ -366,4 +372,28 @@ def test_the_turn_carries_the_judgement_that_ended_it(exporter: InMemorySpanExpo
     assert turn.attributes["omni.turn_end.probability"] == pytest.approx(0.97)
     assert turn.attributes["omni.turn_end.wait_ms"] == 200
     assert turn.attributes["omni.turn_end.decided_ms"] == 240.0
+    assert turn.attributes["omni.turn_end.sound_probability"] == pytest.approx(0.99)
+    assert turn.attributes["omni.turn_end.words_probability"] == pytest.approx(0.95)
+    provider.shutdown()
+
+
+def test_a_judge_that_did_not_judge_leaves_no_attribute(exporter: InMemorySpanExporter) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = server_tracer(provider)
+    assert tracer is not None
+    traces = TurnTraces(tracer, "s1")
+    heard_only = pb.TurnEndDecision(probability=0.8, wait_ms=300, sound_probability=0.8)
+    events = [
+        pb.ConverseResponse(speech_started=pb.SpeechStarted()),
+        pb.ConverseResponse(turn_end_decision=heard_only),
+        pb.ConverseResponse(response_created=pb.ResponseCreated(response=pb.Response(id="r1"))),
+        pb.ConverseResponse(response_done=pb.ResponseDone(response=pb.Response(id="r1"))),
+    ]
+    for event in events:
+        traces.event(event.WhichOneof("event"), event)
+    [turn] = [span for span in exporter.get_finished_spans() if span.name == "omni.turn"]
+    assert turn.attributes is not None
+    assert turn.attributes["omni.turn_end.sound_probability"] == pytest.approx(0.8)
+    assert "omni.turn_end.words_probability" not in turn.attributes
     provider.shutdown()

@@ -13,6 +13,7 @@ from omni_grpc.engine.base import Engine, EngineError
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.runtime import Runtime
 from omni_grpc.engine.embedded.session import EmbeddedSession
+from omni_grpc.engine.kit.end_of_turn import SoundScorer
 from omni_grpc.engine.kit.tts import Synthesizer
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, pcm16_bytes
@@ -116,9 +117,13 @@ class EmbeddedEngine(Engine):
             options.asr_rescoring == "on" or (options.asr_rescoring == "auto" and smol is not None)
         ):
             reranker = LmRescorer(model)
-        scorer = None
+        scorer, ear = None, None
         if model is not None and self._judges_turns():
-            scorer = SmolTurnScorer(model)
+            judges = options.turn_judges
+            scorer = SmolTurnScorer(model) if judges != "sound" else None
+            ear = self._load_ear() if judges != "words" else None
+            if scorer is None and ear is None:
+                scorer = SmolTurnScorer(model)  # Smart Turn missing: the words alone
         else:
             self.features = dataclasses.replace(self.features, supports_semantic_vad=False)
         beam = options.asr_beam_size or (RESCORED_BEAM if reranker else BEAM_SIZE)
@@ -141,7 +146,24 @@ class EmbeddedEngine(Engine):
             vad_executor=self._vad_executor,
             calls=calls,
             turn_scorer=scorer,
+            turn_ear=ear,
         )
+
+    def _load_ear(self) -> SoundScorer | None:
+        """Smart Turn, the judge of a turn's end by its sound; None (the words judge alone)
+        where it is not installed, unless it was asked for alone."""
+        from omni_grpc.engine.embedded.models.smart_turn import SmartTurn, SmartTurnMissing
+
+        try:
+            return SmartTurn()
+        except SmartTurnMissing:
+            if self.options.turn_judges == "sound":
+                raise
+            logger.warning(
+                "the Smart Turn model is not installed, so the end of a turn is judged "
+                "by its words alone"
+            )
+            return None
 
     def _load_voice(self) -> Synthesizer:
         """The Piper voice (``tts`` piper, or auto when it is installed), else espeak-ng."""

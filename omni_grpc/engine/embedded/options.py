@@ -11,6 +11,7 @@ from omni_grpc.engine.kit.options import Converters, check_choice, check_range, 
 RESPONDERS = ("auto", "echo", "smollm2")
 PACES = ("realtime", "fast")
 SYNTHESIZERS = ("auto", "piper", "espeak")
+TURN_JUDGES = ("both", "words", "sound")
 
 _CONVERTERS: Converters = {
     "responder": str,
@@ -31,6 +32,7 @@ _CONVERTERS: Converters = {
     "partial_every_ms": float,
     "answer_at_pause": str,
     "turn_judge": str,
+    "turn_judges": str,
     "capacity": int,
 }
 
@@ -82,6 +84,11 @@ class EmbeddedOptions:
       semantic turn detection (:mod:`.end_of_turn`) wherever SmolLM2 is loaded (for the
       answers, or for rescoring); ``on`` loads it for that even under the echo responder;
       ``off`` serves semantic turn detection as a fixed silence (the eagerness's).
+    * ``turn_judges``: who judges the end of a turn where it is judged: ``both`` (the default)
+      Smart Turn by the sound of the speech (:mod:`.models.smart_turn`) and SmolLM2 by its
+      words, their verdicts combined; ``words`` SmolLM2 alone; ``sound`` Smart Turn alone
+      (docs/protocol.md#turn-taking has each one's figures). Without the Smart Turn model
+      installed, ``both`` falls back to the words.
     * ``capacity``: the sessions it says it serves at once (what a server with ``--capacity``
       admits before new ones wait); default 2, as many answers as it writes side by side on
       two cores (docs/engines.md, several sessions at once).
@@ -105,6 +112,7 @@ class EmbeddedOptions:
     partial_every_ms: float = 800.0
     answer_at_pause: str = "on"
     turn_judge: str = "auto"
+    turn_judges: str = "both"
     capacity: int = 2
 
     def __post_init__(self) -> None:
@@ -125,6 +133,7 @@ class EmbeddedOptions:
         check_range("partial_every_ms", self.partial_every_ms, 300, 5000)
         check_choice("answer_at_pause", self.answer_at_pause, ("on", "off"))
         check_choice("turn_judge", self.turn_judge, ("auto", "on", "off"))
+        check_choice("turn_judges", self.turn_judges, TURN_JUDGES)
         check_range("capacity", self.capacity, 1, 4096)
 
     @classmethod

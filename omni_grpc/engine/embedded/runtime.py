@@ -9,7 +9,7 @@ from omni_grpc.engine.embedded.models.asr import Transcriber
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.responder import EchoResponder, Responder, SmolResponder
 from omni_grpc.engine.embedded.tool_calls import CallWriter
-from omni_grpc.engine.kit.end_of_turn import TurnScorer
+from omni_grpc.engine.kit.end_of_turn import SoundScorer, TurnScorer
 from omni_grpc.engine.kit.tts import Synthesizer
 from omni_grpc.engine.kit.vad import SileroVad
 
@@ -30,6 +30,7 @@ class Runtime:
     vad_executor: Executor
     calls: CallWriter | None = None  # SmolLM2's function calls, when it is loaded
     turn_scorer: TurnScorer | None = None  # SmolLM2's judgement of a turn's end, when loaded
+    turn_ear: SoundScorer | None = None  # Smart Turn's, by the sound of the speech
 
     def responder(self, name: str) -> Responder:
         """The responder called ``name`` ("auto", "echo" or "smollm2"); echo if no LM."""

@@ -4,8 +4,9 @@ SmolLM2's judgement of a turn's end, and answering through a responder and espea
 The kit's :class:`~omni_grpc.engine.kit.ListeningSession` has server VAD and the turn-taking
 (the end of a turn, speech over a reply, idle prompts). What is the embedded engine's own is
 what it hears and how it answers: at a pause that may end the turn it starts transcribing it
-(and, while the silence lasts, writing the answer: :mod:`.early_answer`); Whisper's likeliest
-reading of that pause is what SmolLM2 judges for the end of the turn (:mod:`.end_of_turn`); the
+(and, while the silence lasts, writing the answer: :mod:`.early_answer`); Smart Turn judges the
+sound of the turn for its end and SmolLM2 Whisper's quick reading of that pause
+(:mod:`.end_of_turn`); the
 words of speech over a reply are a quick greedy decode of it; while the user speaks, partial
 transcripts (:mod:`.partials`); each committed turn is written down on the model threads.
 
@@ -65,7 +66,7 @@ class EmbeddedSession(ListeningSession):
         on_close: Callable[[EmbeddedSession], None],
     ) -> None:
         options = runtime.options
-        hearing = Hearing(runtime.vad, runtime.vad_executor, runtime.turn_scorer)
+        hearing = Hearing(runtime.vad, runtime.vad_executor, runtime.turn_scorer, runtime.turn_ear)
         super().__init__(session_id, config, options, on_close, hearing)
         self._runtime = runtime
         self._last_turn: kit.UserInput | None = None

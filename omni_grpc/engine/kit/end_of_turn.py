@@ -1,11 +1,16 @@
-"""Semantic end of turn: at a pause, how long to wait for more speech, from the words so far.
+"""Semantic end of turn: at a pause, how long to wait for more speech, from what was heard.
 
 A fixed silence (server VAD's 500 ms) answers a speaker who pauses inside a sentence ("I want
 to fly to ... Boston") half way through, and makes every finished question wait as long. So at
-each pause an engine that hears words judges them (a :class:`TurnScorer`: how likely the words
-so far are a whole turn), and the turn ends after a wait that follows that probability: short
-when the words sound finished, long when they do not, never past the eagerness's longest wait
-(OpenAI's semantic_vad: about 8, 4 and 2 s for low, medium and high).
+each pause an engine judges the turn so far, with up to two judges: an ear (a
+:class:`SoundScorer`: how likely the sound of the speech, its pitch and pace at the end, is a
+finished turn) and a reader (a :class:`TurnScorer`: how likely the words so far are a whole
+turn). Their :class:`Judgement` is one probability, a weighted mean of the two
+(:func:`combined`): each judge moves it only by its weight, so one judge fooled (a word
+misheard, a phrase spoken with a final fall) cannot alone take a turn from "finished" to
+"unfinished", there is no cliff. The turn ends after a wait that follows that probability:
+short when the turn sounds finished, long when it does not, never past the eagerness's longest
+wait (OpenAI's semantic_vad: about 8, 4 and 2 s for low, medium and high).
 
 Everything here is pure and runs on the input audio clock (milliseconds of audio the session
 was given), the clock turn detection already counts silence on: :class:`TurnEndTimer` is told
@@ -27,6 +32,54 @@ class TurnScorer(Protocol):
 
     def probability(self, text: str) -> float:
         """The probability, in [0, 1], that ``text`` is all the user meant to say."""
+
+
+class SoundScorer(Protocol):
+    """Judges whether the sound of speech ends a user's turn; blocking, off the event loop."""
+
+    def probability(self, pcm16: bytes) -> float:
+        """The probability, in [0, 1], that the speaker of ``pcm16`` (canonical 16 kHz PCM16,
+        the turn up to its pause) has finished."""
+
+
+# The ear's share of the judgement where both judges judged; the reader has the rest. Measured
+# on the turn-taking set (scripts/bench_judges.py, docs/measurements/2026-12-07-two-judges.md).
+SOUND_WEIGHT = 0.5
+
+
+def combined(sound: float | None, words: float | None) -> float | None:
+    """One probability from the two judges' (None: that judge did not judge)."""
+    if sound is None:
+        return words
+    if words is None:
+        return sound
+    return SOUND_WEIGHT * sound + (1.0 - SOUND_WEIGHT) * words
+
+
+# While the words are still being read, the reader's verdict is taken to be "unfinished": the
+# ear alone moves the probability, by its weight at most, so a turn that sounds finished ends
+# only after a wait of the middle of the scale (at auto about 900 ms, against 350 ms with an
+# even prior, which on a loaded machine answered two more hesitations of the set, the words
+# coming too late to hold them: docs/measurements/2026-12-07-two-judges.md), and one that does
+# not waits longer; the words, when they come, settle it.
+UNREAD = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """What the judges made of a pause: the ear's probability and the reader's (None where
+    that judge did not judge; ``reading``: the reader has yet to), and the one the wait
+    follows."""
+
+    sound: float | None = None
+    words: float | None = None
+    reading: bool = False
+
+    @property
+    def probability(self) -> float | None:
+        if self.reading and self.words is None:
+            return combined(self.sound, UNREAD)
+        return combined(self.sound, self.words)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +122,16 @@ def wait_ms(probability: float | None, waits: Waits) -> float:
 
 @dataclass(frozen=True, slots=True)
 class TurnEndDecision:
-    """One judgement: the pause it was made at, the probability, and the wait chosen."""
+    """One judgement: the pause it was made at, the judges' verdicts, and the wait chosen."""
 
     pause_ms: float  # where the speech paused, on the input clock
-    probability: float | None
+    judgement: Judgement
     wait_ms: float
     decided_ms: float  # how long after the pause the judgement came
+
+    @property
+    def probability(self) -> float | None:
+        return self.judgement.probability
 
     def event(
         self, item_id: str, eagerness: pb.Eagerness.ValueType, transcript: str
@@ -88,6 +145,8 @@ class TurnEndDecision:
             eagerness=eagerness,
             transcript=transcript,
             decided_ms=self.decided_ms,
+            sound_probability=self.judgement.sound,
+            words_probability=self.judgement.words,
         )
         return pb.ConverseResponse(turn_end_decision=body)
 
@@ -110,15 +169,15 @@ class TurnEndTimer:
         self.due_ms = pause_ms + self.waits.longest_ms
 
     def judged(
-        self, pause_ms: float, probability: float | None, now_ms: float
+        self, pause_ms: float, judgement: Judgement, now_ms: float
     ) -> TurnEndDecision | None:
         """Takes the judgement of the pause at ``pause_ms``, made at ``now_ms``; returns the
         decision, or None if that pause is no longer the one waited on."""
         if self.pause_ms is None or pause_ms != self.pause_ms:
             return None
-        wait = wait_ms(probability, self.waits)
+        wait = wait_ms(judgement.probability, self.waits)
         self.due_ms = pause_ms + wait
-        return TurnEndDecision(pause_ms, probability, wait, now_ms - pause_ms)
+        return TurnEndDecision(pause_ms, judgement, wait, now_ms - pause_ms)
 
     def spoke(self) -> None:
         """Speech went on: no turn ends until the next pause."""

@@ -7,8 +7,8 @@ has a voice activity detector (Silero, :mod:`.vad`):
   reports ``speech_started`` and ``speech_stopped`` and commits the turns it detects. Without
   it (turn detection NONE) the client commits, from the same buffer.
 * **The end of a turn.** After ``silence_duration_ms`` (SERVER_VAD), or under SEMANTIC_VAD after
-  the wait that the judgement of the words at each pause chose (:mod:`.end_of_turn`; each
-  judgement is a ``turn_end_decision``).
+  the wait that the judgement of each pause chose (:mod:`.end_of_turn`: the sound of the turn
+  judged at once, its words once they are written; each judgement is a ``turn_end_decision``).
 * **Speech over a reply** (:mod:`.overlap_session`, which this class builds on): OpenAI's
   behaviour by default, the reply ends at the speech's onset; with the interruption settings
   it is held, judged, and ended or resumed.
@@ -18,7 +18,8 @@ Every decision runs on the worker. Background work (the words of a pause, their 
 hands its result back with ``_post``, and everything timed runs on the input audio clock, so
 the session's behaviour is a function of the audio it was given.
 
-An engine supplies what it hears with (all optional): ``scorer``, its judge of words; hooks for
+An engine supplies what it hears with (all optional): ``scorer``, its judge of words, and
+``ear``, its judge of the sound of speech; hooks for
 what it does at a pause (:meth:`_paused`: transcribe early), the words of a pause
 (:meth:`_pause_words`) and of speech over a reply (:meth:`_overlap_words`), what becomes of a
 committed turn (:meth:`_heard_turn`: transcribe it), and what it does after each append or when
@@ -42,7 +43,7 @@ from omni_grpc.engine.kit.conversation import (
     SessionOptions,
     assert_canonical_input,
 )
-from omni_grpc.engine.kit.end_of_turn import TurnEndTimer, TurnScorer
+from omni_grpc.engine.kit.end_of_turn import Judgement, SoundScorer, TurnEndTimer, TurnScorer
 from omni_grpc.engine.kit.idle import IdleTimer, heard_by
 from omni_grpc.engine.kit.listening import Listener, Pause, SpeechStart, Turn
 from omni_grpc.engine.kit.overlap_session import OverlapSession
@@ -63,12 +64,14 @@ class ListeningOptions(SessionOptions, Protocol):
 
 @dataclass(slots=True)
 class Hearing:
-    """What an engine hears with: the detector, its thread, and (optionally) a judge of words,
-    run on that thread (its work comes at pauses, while the detector has little to do)."""
+    """What an engine hears with: the detector, its thread, and (optionally) judges of words
+    and of sound, run on that thread (their work comes at pauses, while the detector has
+    little to do)."""
 
     vad: SileroVad
     executor: Executor
     scorer: TurnScorer | None = None
+    ear: SoundScorer | None = None
 
 
 class ListeningSession(OverlapSession):
@@ -286,23 +289,44 @@ class ListeningSession(OverlapSession):
     # -- the end of a turn, judged ---------------------------------------------------------
 
     async def _judge_pause(self, pause: Pause) -> None:
-        """Judges the words up to ``pause`` (off the worker) and hands the result back."""
-        text, probability = "", None
-        words, scorer = self._pause_words(pause), self._hearing.scorer
+        """Judges the turn up to ``pause`` (off the worker) and hands the result back: its
+        sound at once, while its words are being written, then the words. Where the sound is
+        judged before the words are, that is a first decision (the words still to be read)."""
+        loop = asyncio.get_running_loop()
+        hearing, pause_ms = self._hearing, pause.speech_end_ms
+        reading = asyncio.ensure_future(self._read_pause(pause))
+        sound = None
+        if hearing.ear is not None:
+            try:
+                sound = await loop.run_in_executor(
+                    hearing.executor, hearing.ear.probability, pause.audio
+                )
+            except Exception:
+                logger.exception("session %s: hearing a pause failed", self.id, extra=self._log)
+            if sound is not None and hearing.scorer is not None and not reading.done():
+                first = Judgement(sound=sound, reading=True)
+                await self._post(lambda: self._pause_judged(pause_ms, "", first))
+        text, words = await reading
+        judgement = Judgement(sound=sound, words=words)
+        await self._post(lambda: self._pause_judged(pause_ms, text, judgement))
+
+    async def _read_pause(self, pause: Pause) -> tuple[str, float | None]:
+        """The words up to ``pause`` and the reader's judgement of them (None: not judged)."""
+        reading, scorer = self._pause_words(pause), self._hearing.scorer
+        text = ""
         try:
-            text = await words if words is not None else ""
+            text = await reading if reading is not None else ""
             if text.strip() and scorer is not None:
                 loop = asyncio.get_running_loop()
-                probability = await loop.run_in_executor(
-                    self._hearing.executor, scorer.probability, text
-                )
-        except Exception:  # a failed judgement waits the eagerness's fixed silence
+                words = await loop.run_in_executor(self._hearing.executor, scorer.probability, text)
+                return text, words
+        except Exception:  # a failed judgement of the words leaves the sound's
             logger.exception("session %s: judging a pause failed", self.id, extra=self._log)
-        await self._post(lambda: self._pause_judged(pause.speech_end_ms, text, probability))
+        return text, None
 
-    async def _pause_judged(self, pause_ms: float, text: str, probability: float | None) -> None:
+    async def _pause_judged(self, pause_ms: float, text: str, judgement: Judgement) -> None:
         turn_end = self._turn_end
-        decision = turn_end.judged(pause_ms, probability, self.input_clock_ms) if turn_end else None
+        decision = turn_end.judged(pause_ms, judgement, self.input_clock_ms) if turn_end else None
         if turn_end is None or decision is None:
             return  # the user spoke on, or detection changed
         eagerness = self.config.turn_detection.eagerness

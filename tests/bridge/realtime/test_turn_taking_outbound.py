@@ -105,7 +105,9 @@ def test_the_idle_prompt_is_gas_timeout_triggered(extensions: bool) -> None:
     )
 
 
-def turn_end(probability: float) -> pb.ConverseResponse:
+def turn_end(
+    probability: float, sound: float | None = None, words: float | None = None
+) -> pb.ConverseResponse:
     return pb.ConverseResponse(
         seq=2,
         turn_end_decision=pb.TurnEndDecision(
@@ -116,13 +118,15 @@ def turn_end(probability: float) -> pb.ConverseResponse:
             eagerness=pb.EAGERNESS_AUTO,
             transcript="I want to fly to",
             decided_ms=85.5,
+            sound_probability=sound,
+            words_probability=words,
         ),
     )
 
 
 def test_a_turn_end_decision_reaches_extension_clients_only() -> None:
     assert rendered(False, turn_end(0.12)) == []
-    judged, unjudged = rendered(True, turn_end(0.12), turn_end(-1))
+    judged, unjudged = rendered(True, turn_end(0.12, 0.2, 0.04), turn_end(-1))
     assert {key: judged[key] for key in judged if key not in ("event_id", "server_event_seq")} == {
         "type": "turn_end.decision",
         "item_id": USER_ITEM,
@@ -132,8 +136,11 @@ def test_a_turn_end_decision_reaches_extension_clients_only() -> None:
         "eagerness": "auto",
         "transcript": "I want to fly to",
         "decided_ms": 85.5,
+        "sound_probability": 0.2,
+        "words_probability": 0.04,
     }
     assert unjudged["probability"] is None  # no words were judged in time
+    assert (unjudged["sound_probability"], unjudged["words_probability"]) == (None, None)
 
 
 def overlap(action: pb.OverlapAction.ValueType, reason: str, audio_ms: float) -> pb.OverlapDecision:

@@ -3922,9 +3922,11 @@ Global___OverlapDecision: _TypeAlias = OverlapDecision  # noqa: Y015
 @_typing.final
 class TurnEndDecision(_message.Message):
     """TurnEndDecision reports one judgement of semantic turn detection: at a pause in the user's
-    speech, how likely the words so far end the turn and how long the engine waits for more
-    before ending it. If the user speaks again within the wait, the turn goes on (and the next
-    pause is judged again); otherwise speech_stopped follows when the wait is over.
+    speech, how likely the turn so far is over and how long the engine waits for more before
+    ending it. If the user speaks again within the wait, the turn goes on (and the next pause is
+    judged again); otherwise speech_stopped follows when the wait is over. An engine with more
+    than one judge may decide a pause twice: first on the judge that is quicker (the sound, with
+    no words_probability), then on all of them; the later decision's wait replaces the earlier.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -3936,6 +3938,8 @@ class TurnEndDecision(_message.Message):
     EAGERNESS_FIELD_NUMBER: _builtins.int
     TRANSCRIPT_FIELD_NUMBER: _builtins.int
     DECIDED_MS_FIELD_NUMBER: _builtins.int
+    SOUND_PROBABILITY_FIELD_NUMBER: _builtins.int
+    WORDS_PROBABILITY_FIELD_NUMBER: _builtins.int
     item_id: _builtins.str
     """Names the user item the turn will become."""
     audio_end_ms: _builtins.float
@@ -3954,6 +3958,14 @@ class TurnEndDecision(_message.Message):
     """Gives how long after audio_end_ms (on the input audio clock) the judgement was made: a
     wait already over by then ends the turn at once.
     """
+    sound_probability: _builtins.float
+    """Gives the judgement of the sound of the speech alone (its pitch and pace at the pause), in
+    [0, 1]; absent when the engine has no such judge or it did not judge in time.
+    """
+    words_probability: _builtins.float
+    """Gives the judgement of the words alone, in [0, 1]; absent when no words were judged.
+    probability is the two combined (or the one present).
+    """
     def __init__(
         self,
         *,
@@ -3964,12 +3976,21 @@ class TurnEndDecision(_message.Message):
         eagerness: Global___Eagerness.ValueType = ...,
         transcript: _builtins.str = ...,
         decided_ms: _builtins.float = ...,
+        sound_probability: _builtins.float | None = ...,
+        words_probability: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_sound_probability", b"_sound_probability", "_words_probability", b"_words_probability", "sound_probability", b"sound_probability", "words_probability", b"words_probability"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["audio_end_ms", b"audio_end_ms", "decided_ms", b"decided_ms", "eagerness", b"eagerness", "item_id", b"item_id", "probability", b"probability", "transcript", b"transcript", "wait_ms", b"wait_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_sound_probability", b"_sound_probability", "_words_probability", b"_words_probability", "audio_end_ms", b"audio_end_ms", "decided_ms", b"decided_ms", "eagerness", b"eagerness", "item_id", b"item_id", "probability", b"probability", "sound_probability", b"sound_probability", "transcript", b"transcript", "wait_ms", b"wait_ms", "words_probability", b"words_probability"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__sound_probability: _TypeAlias = _typing.Literal["sound_probability"]  # noqa: Y015
+    _WhichOneofArgType__sound_probability: _TypeAlias = _typing.Literal["_sound_probability", b"_sound_probability"]  # noqa: Y015
+    _WhichOneofReturnType__words_probability: _TypeAlias = _typing.Literal["words_probability"]  # noqa: Y015
+    _WhichOneofArgType__words_probability: _TypeAlias = _typing.Literal["_words_probability", b"_words_probability"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sound_probability) -> _WhichOneofReturnType__sound_probability | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__words_probability) -> _WhichOneofReturnType__words_probability | None: ...
 
 Global___TurnEndDecision: _TypeAlias = TurnEndDecision  # noqa: Y015
 

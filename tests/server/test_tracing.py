@@ -391,7 +391,7 @@ def test_a_judge_that_did_not_judge_leaves_no_attribute(exporter: InMemorySpanEx
         pb.ConverseResponse(response_done=pb.ResponseDone(response=pb.Response(id="r1"))),
     ]
     for event in events:
-        traces.event(event.WhichOneof("event"), event)
+        traces.engine_event(event.WhichOneof("event"), event)
     [turn] = [span for span in exporter.get_finished_spans() if span.name == "omni.turn"]
     assert turn.attributes is not None
     assert turn.attributes["omni.turn_end.sound_probability"] == pytest.approx(0.8)

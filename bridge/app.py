@@ -33,6 +33,7 @@ from aiohttp import WSCloseCode, web
 from opentelemetry.trace import Tracer, TracerProvider
 
 from bridge.client_secrets import ClientSecrets
+from bridge.client_socket import ClientSocket
 from bridge.dialects import VLLM_OMNI_PATH, dialect_name, make_dialect
 from bridge.frame_budget import FrameBudget, own_budget
 from bridge.frame_meter import MeteredSocket
@@ -45,6 +46,7 @@ from bridge.relay import Relay
 from bridge.resume_secrets import ResumeSecrets
 from bridge.tracing import bridge_tracer
 from bridge.transport import ServiceLink
+from bridge.webrtc.calls import Calls
 from omni_grpc.client.channel import ChannelSettings, Connection
 from omni_grpc.client.multiplex import MultiplexedConnection
 from omni_grpc.wire.keys import bearer_metadata, key_label
@@ -125,6 +127,7 @@ class Bridge:
 
 
 BRIDGE = web.AppKey("bridge", Bridge)
+CALLS = web.AppKey("calls", Calls)
 
 
 async def realtime(request: web.Request) -> web.StreamResponse:
@@ -173,14 +176,13 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         resume_secret = functools.partial(_resume_secret, secrets, key)
     assert bridge.service is not None, "the channel opens before the first request"
     relay = Relay(
-        ws,
+        ClientSocket(ws, request.transport, options.send_deadline_s),
         bridge.service,
         options,
         metadata=bearer_metadata(service_key),
         model=model,
         autostart=bool(model) and not resume_only,
         dialect=dialect,
-        transport=request.transport,
         tracer=bridge.tracer,
         meter=ws.meter,
         # Without keys of its own, what a client presents is its own text, not a tenant.
@@ -240,6 +242,17 @@ def create_app(
     app.router.add_get(VLLM_OMNI_PATH, realtime)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics_handler(bridge.gate))
+    calls = Calls(
+        options,
+        lambda: bridge.service,
+        bridge.relays,
+        bridge.loop_shares,
+        bridge.gate.admit,
+        bridge.gate.origin_allowed,
+        bridge.gate.resume_secrets,
+    )
+    calls.add_routes(app)
+    app[CALLS] = calls
     if bridge.gate.client_secrets is not None:
         minting = minting_handler(bridge.gate, bridge.gate.client_secrets)
         app.router.add_post("/v1/realtime/client_secrets", minting)

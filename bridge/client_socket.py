@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import orjson
-from aiohttp import WSMsgType, web
+from aiohttp import WSMessage, WSMsgType, web
 
 from bridge.dialect import Event
 
@@ -21,7 +21,8 @@ class ClientFellBehind(Exception):
 
 
 class ClientSocket:
-    """Sends JSON events to one client, each within the send deadline."""
+    """One client's websocket as a :class:`bridge.carrier.Carrier`: sends JSON events, each
+    within the send deadline."""
 
     __slots__ = ("_deadline_s", "_transport", "ws")
 
@@ -31,6 +32,13 @@ class ClientSocket:
         self.ws = ws
         self._transport = transport  # the client's connection, dropped if it never reads again
         self._deadline_s = deadline_s
+
+    @property
+    def closed(self) -> bool:
+        return self.ws.closed
+
+    async def receive(self) -> WSMessage:
+        return await self.ws.receive()
 
     async def send(self, event: Event) -> None:
         """Sends one event; raises ClientFellBehind if it waits too long for room."""

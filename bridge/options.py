@@ -53,6 +53,10 @@ class BridgeOptions:
     heartbeat_s: float = 30.0  # websocket pings
     send_deadline_s: float = 10.0  # a client that takes no frame for so long goes
     max_audio_delta_bytes: int = MAX_AUDIO_DELTA_BYTES  # raw audio per outbound delta
+    # WebRTC calls (bridge.webrtc): addresses ICE offers besides the interfaces' (127.0.0.1 is
+    # added when ``host`` is a loopback address), and STUN/TURN servers for NAT.
+    webrtc_host_addresses: tuple[str, ...] = ()
+    webrtc_ice_servers: tuple[str, ...] = ()
 
 
 __all__ = ["MAX_AUDIO_DELTA_BYTES", "MAX_EVENT_BYTES", "BridgeOptions"]

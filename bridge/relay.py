@@ -1,4 +1,7 @@
-"""One websocket ⇄ one ``Converse`` stream: the bridge's only per-connection state.
+"""One client connection ⇄ one ``Converse`` stream: the bridge's only per-connection state.
+
+The connection is a :class:`bridge.carrier.Carrier`: a websocket, or a WebRTC call's data
+channel and tracks; the relay sees only its events.
 
 A relay moves through the states of :class:`RelayState`. In ``HANDSHAKE`` it has no stream
 yet: the session opens at once when the URL names a ``model`` (what stock OpenAI clients do),
@@ -36,10 +39,11 @@ from dataclasses import replace
 from typing import Any
 
 import grpc
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType
 from opentelemetry.trace import Tracer
 
-from bridge.client_socket import ClientFellBehind, ClientSocket
+from bridge.carrier import Carrier
+from bridge.client_socket import ClientFellBehind
 from bridge.dialect import Dialect
 from bridge.errors import RATE_LIMIT_CODE, DialectError, Refusal, event_too_large
 from bridge.frame_meter import FrameMeter
@@ -125,7 +129,7 @@ class Relay:
 
     def __init__(
         self,
-        ws: web.WebSocketResponse,
+        carrier: Carrier,
         service: ServiceLink,
         options: BridgeOptions,
         *,
@@ -133,14 +137,15 @@ class Relay:
         model: str,
         autostart: bool,
         dialect: Dialect,
-        transport: asyncio.Transport | None = None,
         tracer: Tracer | None = None,
         meter: FrameMeter | None = None,
         share: KeyShare | None = None,
         resume_secret: Callable[[str], str] | None = None,
         only_session: str = "",
     ) -> None:
-        self.ws = ws
+        # The client's connection: a websocket or a WebRTC call (bridge.carrier). Every event
+        # goes out through it, within the send deadline.
+        self._carrier = carrier
         # A socket a secret opened: each session.created and session.resumed carries a resume
         # secret for its session (bridge.resume_secrets); one a resume secret opened may only
         # resume ``only_session``.
@@ -152,9 +157,7 @@ class Relay:
         # (bridge.frame_budget): ``_handed_on`` gives back each message's charge, once.
         self._meter = meter
         self._unhanded = False
-        # Every frame goes out through it, within the send deadline.
-        self._socket = ClientSocket(ws, transport, options.send_deadline_s)
-        self._send = self._socket.send
+        self._send = carrier.send
         self.state = RelayState.HANDSHAKE
         self._service = service
         self._metadata = tuple(metadata)
@@ -182,6 +185,9 @@ class Relay:
         self._resuming = False  # the stream opens with a resume (safe to send again)
         # The span of each turn and its context for the service; None when tracing is off.
         self._turns = RelayTurns(tracer) if tracer is not None else None
+        # Set when the service first answers the stream (its session, or its place in the
+        # queue), or when the relay ends without an answer: a WebRTC call is answered then.
+        self.answered = asyncio.Event()
 
     @property
     def session_id(self) -> str:
@@ -237,13 +243,14 @@ class Relay:
             await self._close_behind()
         finally:
             self._move(RelayState.CLOSED)
+            self.answered.set()
             if self._meter is not None:
                 self._meter.close()
             if self._turns is not None:
                 self._turns.close()
             if self._stream is not None:
                 self._stream.cancel()
-            if not self.ws.closed:
+            if not self._carrier.closed:
                 await self._close_ws(WSCloseCode.OK, "")
 
     async def close(self, code: int, reason: str) -> None:
@@ -274,7 +281,7 @@ class Relay:
             # stops first, so the close waits for the client's answer (the closing handshake).
             reader.cancel()
             await asyncio.wait({reader})
-        await self._socket.close(code, reason)
+        await self._carrier.close(code, reason)
 
     async def _relay(
         self, stream: ServiceStream, first: pb.ConverseRequest, pending: pb.ConverseRequest | None
@@ -309,11 +316,16 @@ class Relay:
         deadline = loop.time() + self._config_timeout_s
         while True:
             try:
-                message = await self.ws.receive(timeout=max(deadline - loop.time(), 0.001))
+                async with asyncio.timeout(max(deadline - loop.time(), 0.001)):
+                    message = await self._carrier.receive()
             except TimeoutError:
                 await self._tell(Refusal("config_timeout", "no first event in time"))
                 await self._close_ws(WSCloseCode.POLICY_VIOLATION, "config_timeout")
                 return None
+            if isinstance(message, pb.ConverseRequest):
+                # Audio a call's track brought before any session was named: no session could
+                # take it, as none can take a websocket's append before its first event.
+                continue
             self._received(message.type)
             if message.type is not WSMsgType.TEXT:
                 self._handed_on()
@@ -366,7 +378,13 @@ class Relay:
                 # a flooding client meets TCP's flow control (and its frames cost nothing here).
                 if self._hold_input_until:  # 0 unless a rate limit refused a command before
                     await self._hold()
-                message = await self.ws.receive()
+                message = await self._carrier.receive()
+                if isinstance(message, pb.ConverseRequest):
+                    # A command the carrier made itself (a call's audio): numbered and sent as
+                    # the dialect's own are, unless the session is ending.
+                    if not closing and self._end_reason not in _ENDED:
+                        await self._write(stream, message)
+                    continue
                 if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
                     break
                 self._received(message.type)
@@ -445,6 +463,7 @@ class Relay:
     async def _deliver(self, response: pb.ConverseResponse) -> None:
         """Acts on one contract event and sends its JSON events."""
         kind = response.WhichOneof("event")
+        self.answered.set()
         if self._turns is not None:
             self._turns.received(kind, response)
         if kind in ("session_created", "session_resumed"):

@@ -1,0 +1,254 @@
+"""WebRTC calls on the bridge, with a real aiortc caller: Opus both ways, events on the channel.
+
+The caller speaks real speech on its track; the loopback engine says the turn back, and the
+caller must hear it on the answer's track, with OpenAI's call events on the channel and no
+audio deltas there. Refused calls are HTTP errors with the dialect's error object, and leave
+no peer connection, task or socket behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+from typing import Any
+
+import orjson
+import pytest
+from aiortc import RTCPeerConnection
+
+from omni_grpc.server.app import RunningServer
+from tests.bridge.test_resume import wait_for_journal
+from tests.bridge.testkit import check_plain_event, running_bridge
+from tests.bridge.webrtc_caller import RATE, Caller, Refused, calling, voiced_ms
+from tests.serving import eventually
+
+MODEL = "?model=loopback-test"
+
+
+def held() -> tuple[int, int, int]:
+    """What calls hold in this process: live peer connections, tasks, open descriptors."""
+    gc.collect()
+    peers = sum(
+        1
+        for o in gc.get_objects()
+        if isinstance(o, RTCPeerConnection) and o.connectionState != "closed"
+    )
+    return peers, len(asyncio.all_tasks()), len(os.listdir("/proc/self/fd"))
+
+
+NO_TURN_DETECTION = {
+    "type": "session.update",
+    "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}},
+}
+
+
+async def ask(caller: Caller, speech: bytes) -> dict[str, Any]:
+    """Says ``speech`` (and a second of silence, so all of it is in), commits and asks for an
+    answer; returns its ``response.done``."""
+    start = len(caller.events)
+    caller.microphone.say(speech + bytes(RATE * 2))
+    await caller.microphone.spoken.wait()
+    caller.send({"type": "input_audio_buffer.commit"})
+    caller.send({"type": "response.create"})
+    return await caller.until("response.done", after=start)
+
+
+async def test_a_call_is_heard_and_answered_on_its_tracks(bridge_port: int, speech: bytes) -> None:
+    async with calling(bridge_port, MODEL) as caller:
+        assert caller.call_id.startswith("rtc_")
+        caller.send(NO_TURN_DETECTION)
+        await caller.until("session.updated")
+        done = await ask(caller, speech)
+        assert done["response"]["status"] == "completed"
+        response_id = done["response"]["id"]
+        stopped = await caller.until("output_audio_buffer.stopped")
+        assert stopped["response_id"] == response_id
+        types = caller.types()
+        for event in caller.events:
+            check_plain_event(event)
+        # The answer's audio rides the track, never the channel; its start and end are told.
+        assert "response.output_audio.delta" not in types
+        assert types.count("output_audio_buffer.started") == 1
+        assert types.index("output_audio_buffer.started") < types.index(
+            "output_audio_buffer.stopped"
+        )
+        assert "error" not in types, [e for e in caller.events if e["type"] == "error"]
+        # The loopback says the turn back: the speech heard is the speech said (Opus both
+        # ways, so measured by its voiced length, within 20%).
+        said = voiced_ms(speech)
+        assert said > 1000
+        # The last frames left the bridge; they reach the caller's jitter buffer just after.
+        await eventually(lambda: voiced_ms(caller.heard) >= 0.8 * said)
+        await asyncio.sleep(0.3)
+        assert voiced_ms(caller.heard) <= 1.2 * said, (said, voiced_ms(caller.heard))
+
+
+async def test_a_clear_stops_the_answer_at_once_and_the_history_keeps_what_was_sent(
+    service: RunningServer, speech: bytes
+) -> None:
+    async with running_bridge(service) as port, calling(port, MODEL + "&extensions=1") as caller:
+        caller.send(NO_TURN_DETECTION)
+        await caller.until("session.updated")
+        start = len(caller.events)
+        caller.microphone.say(speech + bytes(RATE * 2))
+        await caller.microphone.spoken.wait()
+        caller.send({"type": "input_audio_buffer.commit"})
+        caller.send({"type": "response.create"})
+        started = await caller.until("output_audio_buffer.started", after=start)
+        await eventually(lambda: voiced_ms(caller.heard) >= 500)  # some of the answer heard
+        # What the stock client sends to interrupt (its response may be done on the service
+        # and still playing here).
+        caller.send({"type": "output_audio_buffer.clear"})
+        cleared = await caller.until("output_audio_buffer.cleared", after=start)
+        assert cleared["response_id"] == started["response_id"]
+        heard_at_clear = len(caller.heard)
+        acked = await caller.until("playback.acknowledged", after=start)
+        assert acked["truncate"] and acked["response_id"] == started["response_id"]
+        # The history keeps what left on the track: more than was heard before the clear was
+        # sent, less than the whole answer.
+        assert 500 <= acked["played_ms"] < len(speech) / (RATE * 2) * 1000 - 500, acked
+        await caller.until("response.done", after=start)
+        # Nothing more of the answer is heard: what was in flight and in the caller's jitter
+        # buffer (under 300 ms), then silence.
+        await asyncio.sleep(0.5)
+        assert voiced_ms(caller.heard[heard_at_clear + RATE * 2 * 3 // 10 :]) == 0
+        assert "output_audio_buffer.stopped" not in caller.types()[start:]
+        assert caller.types()[start:].count("output_audio_buffer.cleared") == 1
+
+
+async def test_refused_calls_are_typed_http_errors_and_leave_nothing(
+    service: RunningServer,
+) -> None:
+    async with running_bridge(service.target, api_keys=("sk-good",)) as port:
+        url = f"http://127.0.0.1:{port}/v1/realtime/calls"
+
+        async def refused(headers: dict[str, str], sdp: str | None = None) -> tuple[int, Any]:
+            caller = Caller()
+            try:
+                await caller.call(url, headers, offer_sdp=sdp)
+            except Refused as refusal:
+                return refusal.status, orjson.loads(refusal.body)
+            finally:
+                await caller.close()
+            raise AssertionError("the call was answered")
+
+        before = held()
+        status, body = await refused({"Authorization": "Bearer sk-bad"})
+        assert status == 401 and body["error"]["code"] == "invalid_api_key"
+        status, body = await refused(
+            {"Authorization": "Bearer sk-good", "Origin": "https://evil.example"}
+        )
+        assert status == 403 and body["error"]["code"] == "origin_not_allowed"
+        status, body = await refused({"Authorization": "Bearer sk-good"}, sdp="v=0\r\nnot sdp")
+        assert status == 400 and body["error"]["code"] == "invalid_offer"
+        status, body = await refused(
+            {"Authorization": "Bearer sk-good", "Content-Type": "text/plain"}
+        )
+        assert status == 415 and body["error"]["code"] == "unsupported_media_type"
+        assert len(service.sessions.registry) == 0  # no session was opened for a refused call
+        # No peer connection is left, and no task or descriptor more than before (what other
+        # tests of this process left may still end meanwhile).
+        await eventually(
+            lambda: (now := held())[0] == 0 and now[1] <= before[1] and now[2] <= before[2]
+        )
+
+
+@pytest.mark.parametrize("path", ["in_process", "grpc"])
+async def test_a_call_to_a_full_service_is_refused_typed_with_nothing_left(path: str) -> None:
+    from omni_grpc.server.settings import QueueSettings
+    from tests.bridge.testkit import service_settings
+    from tests.serving import serving
+
+    chosen = service_settings(queue=QueueSettings(capacity=1, max_wait_s=30.0, max_length=0))
+    async with serving(chosen) as running:
+        target: str | RunningServer = running if path == "in_process" else running.target
+        async with running_bridge(target) as port, calling(port, MODEL) as first:
+            first.send(NO_TURN_DETECTION)
+            await first.until("session.updated")
+            caller = Caller()
+            try:
+                with pytest.raises(Refused) as refused:
+                    await caller.call(f"http://127.0.0.1:{port}/v1/realtime/calls{MODEL}")
+            finally:
+                await caller.close()
+            assert refused.value.status == 429
+            error = orjson.loads(refused.value.body)["error"]
+            assert (error["type"], error["code"]) == ("rate_limit_error", "queue_full")
+            assert held()[0] == 2  # the first call's two ends (caller and bridge), no other
+
+
+def journaled(events: list[dict[str, Any]]) -> list[tuple[int, int, dict[str, Any]]]:
+    """(seq, index in its group, event) of each journaled event (ids ``event_<tag>_<seq>_<k>``),
+    in the order received."""
+    out = []
+    for event in events:
+        parts = event.get("event_id", "").split("_")
+        if len(parts) == 4:
+            out.append((int(parts[2]), int(parts[3]), event))
+    return out
+
+
+async def test_a_cut_call_resumes_on_a_new_peer_connection_with_nothing_lost_or_doubled(
+    speech: bytes,
+) -> None:
+    from omni_grpc.server.app import start_server
+    from tests.bridge.testkit import service_settings
+
+    # The loopback answers at twice real time, so the answer is still being made at the cut.
+    paced = await start_server(service_settings(engine_options={"pace": "realtime", "speed": "2"}))
+    try:
+        async with running_bridge(paced) as port:
+            first = Caller()
+            await first.call(f"http://127.0.0.1:{port}/v1/realtime/calls{MODEL}&extensions=1")
+            created = await first.until("session.created")
+            first.send(NO_TURN_DETECTION)
+            await first.until("session.updated")
+            first.microphone.say(speech + bytes(RATE * 2))
+            await first.microphone.spoken.wait()
+            first.send({"type": "input_audio_buffer.commit"})
+            first.send({"type": "response.create"})
+            await first.until("output_audio_buffer.started")
+            await first.until("response.output_audio_transcript.delta")
+            await first.close()  # the network goes: no hang-up, no session.close
+            assert "response.done" not in first.types()
+            seen = [e["server_event_seq"] for e in first.events if "server_event_seq" in e]
+            # The answer goes on while no call carries it: the resume has events to replay.
+            await wait_for_journal(paced, created, max(seen) + 1)
+            second = Caller()
+            await second.call(
+                f"http://127.0.0.1:{port}/v1/realtime/calls{MODEL}&extensions=1",
+                {
+                    "Omni-Session-Id": created["session"]["id"],
+                    "Omni-Resume-Token": created["resume_token"],
+                    "Omni-Last-Event-Seq": str(max(seen)),
+                },
+            )
+            try:
+                resumed = await second.until("session.resumed")
+                assert resumed["session_id"] == created["session"]["id"]
+                assert resumed["replayed_events"] > 0  # made while no call carried them
+                done = await second.until("response.done")
+                assert done["response"]["status"] == "completed"
+                await second.until("output_audio_buffer.stopped")
+                # Every journaled event once and in order, across the two calls: a group the
+                # first call saw in part comes again whole, with the same ids, which drop out.
+                events = journaled(first.events) + journaled(second.events)
+                unique = list(dict.fromkeys((seq, k) for seq, k, _ in events))
+                assert unique == sorted(unique)
+                words = "".join(
+                    event["delta"]
+                    for event in {e["event_id"]: e for _, _, e in events}.values()
+                    if event["type"] == "response.output_audio_transcript.delta"
+                )
+                assert words == done["response"]["output"][0]["content"][0]["transcript"]
+                # The audio of replayed events is not played again on the new track: what both
+                # tracks carried together is at most the answer, once.
+                await asyncio.sleep(0.3)
+                said = voiced_ms(speech)
+                assert voiced_ms(first.heard) + voiced_ms(second.heard) <= 1.2 * said
+                assert voiced_ms(second.heard) > 0
+            finally:
+                await second.close()
+    finally:
+        await paced.stop()

@@ -149,22 +149,31 @@ class CallCarrier:
             logger.info("a call's caller floods its channel; ending the call")
             self.ended()
             return
-        self._held_events += 1
         if isinstance(message, bytes):
-            self._inbound.append(WSMessage(WSMsgType.BINARY, message, None))
+            received = WSMessage(WSMsgType.BINARY, message, None)
         else:
-            self._inbound.append(WSMessage(WSMsgType.TEXT, self._as_call(message), None))
+            text = self._as_call(message)
+            if text is None:
+                return
+            received = WSMessage(WSMsgType.TEXT, text, None)
+        self._held_events += 1
+        self._inbound.append(received)
         self._ready.set()
 
-    def _as_call(self, text: str) -> str:
-        """The client's event as the relay gets it: formats set to the call's, and the answer's
-        audio stopped here for a cancel or a clear (the event still goes to the service)."""
+    def _as_call(self, text: str) -> str | None:
+        """The client's event as the relay gets it (None: it is the carrier's own): formats set
+        to the call's, and the answer's audio stopped here for a cancel or a clear."""
         try:
             event = orjson.loads(text)
         except orjson.JSONDecodeError:
             return text  # the dialect refuses it, in band
         kind = event.get("type") if isinstance(event, dict) else None
-        if kind in ("response.cancel", "output_audio_buffer.clear"):
+        if kind == "output_audio_buffer.clear":
+            # The output buffer is the call's, here: clearing it stops the audio and tells the
+            # session what was heard; stopping the response is response.cancel's business.
+            self._interrupt()
+            return None
+        if kind == "response.cancel":
             self._interrupt()
         elif kind == "session.update" and isinstance(session := event.get("session"), dict):
             audio = session.get("audio")

@@ -1,0 +1,183 @@
+"""The stock ``@openai/agents-realtime`` ``RealtimeSession`` in headless Chromium, over WebRTC.
+
+The page (``node/webrtc_agent.mjs``, bundled by esbuild from the locked packages) sets no
+transport option, so the SDK takes its browser default, WebRTC: it posts its SDP offer to the
+bridge's ``/v1/realtime/calls`` with a client secret the bridge minted, sends its microphone
+(Chromium's fake one, playing a WAV of speech) on its Opus track, and plays the answer's track.
+The loopback engine behind the bridge says each turn back, so the answer heard is the question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from omni_grpc.server.app import RunningServer
+from tests.bridge.page_driver import PageRun, chromium_page, speech_wav
+from tests.bridge.testkit import SPEECH_TEXT, running_bridge, service_settings
+from tests.node_packages import installed
+from tests.serving import serving
+
+pytestmark = pytest.mark.browser
+
+NODE_DIR = Path(__file__).parent / "node"
+KEY = "sk-webrtc-test"
+PAGE = """<!doctype html><meta charset="utf-8"><title>agent</title>
+<script type="module" src="/agent.js"></script>"""
+
+
+@pytest.fixture(scope="module")
+def agent_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The page's script: the SDK and ``webrtc_agent.mjs``, bundled for the browser."""
+    folder = installed(NODE_DIR)
+    out = tmp_path_factory.mktemp("bundle") / "agent.js"
+    subprocess.run(
+        [
+            str(folder / "node_modules" / ".bin" / "esbuild"),
+            str(folder / "webrtc_agent.mjs"),
+            "--bundle",
+            "--format=esm",
+            "--platform=browser",
+            f"--outfile={out}",
+            "--log-level=warning",
+        ],
+        check=True,
+        timeout=120,
+    )
+    return out
+
+
+@contextlib.asynccontextmanager
+async def page_server(bundle: Path) -> AsyncIterator[int]:
+    """An app's own origin (another port on 127.0.0.1) serving the page and its script."""
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text=PAGE, content_type="text/html")
+
+    async def none(request: web.Request) -> web.Response:
+        return web.Response(status=204)
+
+    async def script(request: web.Request) -> web.FileResponse:
+        return web.FileResponse(bundle)
+
+    app = web.Application()
+    app.router.add_get("/", page)
+    app.router.add_get("/agent.js", script)
+    app.router.add_get("/favicon.ico", none)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
+async def client_secret(port: int) -> str:
+    """A client secret minted by the bridge, as an app's backend gets one for its page."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"http://127.0.0.1:{port}/v1/realtime/client_secrets",
+            headers={"Authorization": f"Bearer {KEY}"},
+            json={},
+        ) as answer,
+    ):
+        assert answer.status == 200, await answer.text()
+        return str((await answer.json())["value"])
+
+
+@contextlib.asynccontextmanager
+async def agent_page(
+    bundle: Path, service: RunningServer, microphone: Path, *, tools: bool
+) -> AsyncIterator[PageRun]:
+    """The agent's page, connected to a bridge (with keys) in front of ``service``."""
+    async with (
+        running_bridge(service, api_keys=(KEY,)) as bridge_port,
+        page_server(bundle) as page_port,
+        chromium_page(microphone) as run,
+    ):
+        secret = await client_secret(bridge_port)
+        calls = f"http://127.0.0.1:{bridge_port}/v1/realtime/calls"
+        await run.page.goto(
+            f"http://127.0.0.1:{page_port}/?key={secret}&url={calls}&tools={int(tools)}"
+        )
+        await run.until("omni.connected || omni.errors.length", 30)
+        assert await run.page.evaluate("omni.errors") == []
+        yield run
+
+
+def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [event for event in events if event["type"] == kind]
+
+
+async def test_a_stock_browser_agent_is_heard_answered_and_interrupted_over_webrtc(
+    agent_bundle: Path, tmp_path: Path
+) -> None:
+    microphone = speech_wav(tmp_path, "question", [0.5, SPEECH_TEXT, 1.0])
+    # Real time: the answer plays long enough to be interrupted.
+    chosen = service_settings(engine_options={"pace": "realtime"})
+    async with (
+        serving(chosen) as service,
+        agent_page(agent_bundle, service, microphone, tools=False) as run,
+    ):
+        assert (await run.page.evaluate("omni.callId()")).startswith("rtc_")
+        # The question is all in once the microphone has played it (its WAV, then silence).
+        await asyncio.sleep(4.5)
+        await run.page.evaluate("omni.send({type: 'input_audio_buffer.commit'})")
+        await run.page.evaluate("omni.send({type: 'response.create'})")
+        await run.until("omni.events.some(e => e.type === 'output_audio_buffer.started')", 30)
+        before = await run.page.evaluate("omni.heardEnergy()")
+        await asyncio.sleep(1.0)
+        heard = await run.page.evaluate("omni.heardEnergy()")
+        assert heard > before + 0.01, (before, heard)  # the answer is heard on the track
+        await run.page.evaluate("omni.interrupt()")
+        await run.until("omni.events.some(e => e.type === 'output_audio_buffer.cleared')", 10)
+        await asyncio.sleep(0.5)  # what was in flight and in the jitter buffer plays out
+        cut = await run.page.evaluate("omni.heardEnergy()")
+        await asyncio.sleep(1.5)
+        after = await run.page.evaluate("omni.heardEnergy()")
+        assert after - cut < 0.001, (cut, after)  # silence after the barge-in
+        events: list[dict[str, Any]] = await run.page.evaluate("omni.events")
+        # The question was heard: its turn held audio (an empty one is refused with an error),
+        # and the answer heard above is that audio, said back.
+        assert len(of_type(events, "input_audio_buffer.committed")) == 1
+        assert of_type(events, "response.output_audio.delta") == []
+        assert of_type(events, "output_audio_buffer.stopped") == []
+        assert of_type(events, "error") == [], " ".join(e["type"] for e in events)
+        assert await run.page.evaluate("omni.errors") == []
+        assert run.problems == []
+
+
+async def test_a_stock_browser_agent_runs_its_tool_over_webrtc(
+    agent_bundle: Path, tmp_path: Path
+) -> None:
+    microphone = speech_wav(tmp_path, "question", [0.5, "what is the weather in Paris", 1.0])
+    chosen = service_settings(engine_options={"pace": "fast", "tool_call": "auto"})
+    async with (
+        serving(chosen) as service,
+        agent_page(agent_bundle, service, microphone, tools=True) as run,
+    ):
+        await asyncio.sleep(3.5)
+        await run.page.evaluate("omni.send({type: 'input_audio_buffer.commit'})")
+        await run.page.evaluate("omni.send({type: 'response.create'})")
+        await run.until("omni.toolRuns.length > 0", 30)
+        # The SDK sent the tool's output and asked for the answer, which calls nothing.
+        await run.until(
+            "omni.events.filter(e => e.type === 'response.done').some(e =>"
+            " !(e.response.output || []).some(i => i.type === 'function_call'))",
+            30,
+        )
+        events: list[dict[str, Any]] = await run.page.evaluate("omni.events")
+        assert of_type(events, "error") == []
+        assert await run.page.evaluate("omni.errors") == []
+        assert run.problems == []

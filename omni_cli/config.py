@@ -155,6 +155,8 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "api_keys": _split,
     "allowed_origins": _split,
     "allowed_hosts": _split,
+    "webrtc_addresses": _split,
+    "ice_servers": _split,
     "tls_cert": str,
     "tls_key": str,
     "open_health": str,
@@ -253,6 +255,8 @@ _LIST_SETTINGS = (
     "api_keys",
     "allowed_origins",
     "allowed_hosts",
+    "webrtc_addresses",
+    "ice_servers",
     "priority_classes",
     "record_redact",
 )
@@ -272,6 +276,10 @@ def _flag_layer(args: argparse.Namespace) -> dict[str, Any]:
         layer["allowed_origins"] = list(args.allowed_origin)
     if args.allowed_host:
         layer["allowed_hosts"] = list(args.allowed_host)
+    if args.webrtc_address:
+        layer["webrtc_addresses"] = list(args.webrtc_address)
+    if args.ice_server:
+        layer["ice_servers"] = list(args.ice_server)
     if args.priority_class:
         layer["priority_classes"] = _classes(args.priority_class, "--priority-class")
     if args.record_redact:
@@ -495,6 +503,8 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
                 map(str, merged.get("allowed_origins", BRIDGE_DEFAULTS.allowed_origins))
             ),
             allowed_hosts=tuple(map(str, merged.get("allowed_hosts", ()))),
+            webrtc_host_addresses=tuple(map(str, merged.get("webrtc_addresses", ()))),
+            webrtc_ice_servers=tuple(map(str, merged.get("ice_servers", ()))),
             send_deadline_s=_seconds(merged, "send_deadline_s", BRIDGE_DEFAULTS.send_deadline_s),
             max_client_secrets_per_key=_count(
                 merged, "max_client_secrets_per_key", BRIDGE_DEFAULTS.max_client_secrets_per_key
@@ -526,6 +536,8 @@ def resolve_bridge_settings(args: argparse.Namespace, environ: Mapping[str, str]
         grpc_plaintext=args.grpc_plaintext,
         allowed_origins=tuple(args.allowed_origin or BRIDGE_DEFAULTS.allowed_origins),
         allowed_hosts=tuple(args.allowed_host or ()),
+        webrtc_host_addresses=tuple(args.webrtc_address or ()),
+        webrtc_ice_servers=tuple(args.ice_server or ()),
         header_timeout_s=_seconds(
             vars(args), "handshake_timeout_s", BRIDGE_DEFAULTS.header_timeout_s
         ),

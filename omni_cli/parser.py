@@ -41,6 +41,25 @@ def _add_log_format(parser: Any, default: str | None) -> None:
     )
 
 
+def _add_webrtc(parser: Any) -> None:
+    """What ICE offers on WebRTC calls (docs/deploy.md): serve and bridge."""
+    parser.add_argument(
+        "--webrtc-address",
+        action="append",
+        metavar="ADDRESS",
+        help="an address of this machine that WebRTC calls offer besides its interfaces' "
+        "(e.g. a LAN address); repeatable. Default: 127.0.0.1 when the bridge listens on "
+        "loopback",
+    )
+    parser.add_argument(
+        "--ice-server",
+        action="append",
+        metavar="URL",
+        help="a STUN or TURN server for WebRTC calls behind NAT: stun:host:port or "
+        "turn:user:secret@host:port; repeatable (the first of each kind is used)",
+    )
+
+
 def _add_page_policy(parser: Any) -> None:
     """Which web pages (Origin) and host names (Host) the bridge answers: serve and bridge."""
     parser.add_argument(
@@ -173,6 +192,7 @@ def _add_serve(commands: Any) -> None:
     serve.add_argument("--log-level", choices=LOG_LEVELS, help="log level (default info)")
     _add_log_format(serve, None)  # None: the file or the environment may set it
     _add_page_policy(serve)
+    _add_webrtc(serve)
     _add_rate_limits(serve)
     _add_queue(serve)
     _add_tenants(serve)
@@ -462,6 +482,7 @@ def _add_bridge(commands: Any) -> None:
     )
     _add_client_secrets(bridge, defaults=True)
     _add_page_policy(bridge)
+    _add_webrtc(bridge)
 
 
 def build_parser() -> argparse.ArgumentParser:

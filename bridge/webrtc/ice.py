@@ -5,14 +5,14 @@ but never on 127.0.0.1; and a browser's offer carries no candidates of its own (
 reach the bridge later, in its connectivity checks, which aioice answers as peer-reflexive
 candidates). So a bridge reachable only on loopback, or a test machine whose only peer is
 itself, would offer nothing the caller can reach. :func:`offer_addresses` adds the addresses
-an operator names (``webrtc_host_addresses``: 127.0.0.1 for loopback, a LAN address aioice
+an operator names (``--webrtc-address``: 127.0.0.1 for loopback, a LAN address aioice
 would not pick) to those aioice gathers; a bridge bound to a loopback address adds 127.0.0.1
 itself. It does so by wrapping aioice's address lister, once per process: aioice has no
 option for it.
 
 Behind NAT, name a STUN server (a server-reflexive candidate, the public address) or a TURN
 server (a relayed candidate, for callers whose networks allow no direct path) with
-``webrtc_ice_servers``: ``stun:host:port`` or ``turn:user:secret@host:port`` (``turns:`` for
+``--ice-server``: ``stun:host:port`` or ``turn:user:secret@host:port`` (``turns:`` for
 TURN over TLS, ``?transport=tcp`` for TCP). aioice uses the first STUN and the first TURN
 server of the list.
 """

@@ -9,6 +9,7 @@ no peer connection, task or socket behind.
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
 import os
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from aiortc import RTCPeerConnection
 
 from omni_grpc.server.app import RunningServer
+from omni_grpc.wire import pb
 from tests.bridge.test_resume import wait_for_journal
 from tests.bridge.testkit import check_plain_event, running_bridge
 from tests.bridge.webrtc_caller import RATE, Caller, Refused, calling, voiced_ms
@@ -252,3 +254,58 @@ async def test_a_cut_call_resumes_on_a_new_peer_connection_with_nothing_lost_or_
                 await second.close()
     finally:
         await paced.stop()
+
+
+async def test_a_barge_in_cuts_the_answer_and_acks_what_left_on_the_track() -> None:
+    """The carrier alone, its answer's track pulled as aiortc pulls it: speech_started from the
+    service stops the audio at once and tells the session how far the item had gone."""
+    from bridge.webrtc.carrier import CallCarrier
+
+    carrier = CallCarrier(1.0, lambda: None)
+    pcm = (b"\x00\x10" * (RATE // 10)) * 10  # a second of loud audio
+    await carrier.send(
+        {
+            "type": "response.output_audio.delta",
+            "response_id": "r1",
+            "item_id": "i1",
+            "delta": base64.b64encode(pcm).decode(),
+        }
+    )
+    frames = [await carrier.track.recv() for _ in range(15)]  # 300 ms leave, in real time
+    assert all(bytes(f.planes[0])[:2] == b"\x00\x10" for f in frames)
+    await carrier.send({"type": "input_audio_buffer.speech_started", "item_id": "u2"})
+    after = bytes((await carrier.track.recv()).planes[0])
+    assert after == bytes(len(after))  # silence from the next frame on
+    told = [orjson.loads(text) for text in carrier._early]
+    assert [e["type"] for e in told] == [
+        "output_audio_buffer.started",
+        "input_audio_buffer.speech_started",
+        "output_audio_buffer.cleared",
+    ]
+    ack = await carrier.receive()
+    assert isinstance(ack, pb.ConverseRequest)
+    assert ack.ack_playback.truncate and ack.ack_playback.item_id == "i1"
+    assert ack.ack_playback.played_ms == 300.0
+    # Late audio of the cut response is not played.
+    await carrier.send(
+        {
+            "type": "response.output_audio.delta",
+            "response_id": "r1",
+            "item_id": "i1",
+            "delta": base64.b64encode(pcm).decode(),
+        }
+    )
+    assert not carrier.track.busy
+    carrier.ended()
+
+
+def test_ice_servers_take_stun_and_turn_with_credentials() -> None:
+    from bridge.webrtc.ice import ice_servers
+
+    stun, turn = ice_servers(["stun:stun.example:3478", "turns:me:s%40cret@turn.example:5349"])
+    assert (stun.urls, stun.username, stun.credential) == ("stun:stun.example:3478", None, None)
+    assert (turn.urls, turn.username, turn.credential) == (
+        "turns:turn.example:5349",
+        "me",
+        "s@cret",
+    )

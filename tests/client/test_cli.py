@@ -128,6 +128,25 @@ def test_the_bridge_multiplexes_unless_told_not_to() -> None:
     assert not resolve_bridge_settings(bridge_args("--no-multiplex"), {}).bridge.multiplex
 
 
+def test_webrtc_ice_settings_reach_the_bridge_from_flags_or_the_environment() -> None:
+    flags = ("--webrtc-address", "192.168.1.5", "--ice-server", "stun:stun.example:3478")
+    bridge = resolve_bridge_settings(bridge_args(*flags), {}).bridge
+    assert bridge.webrtc_host_addresses == ("192.168.1.5",)
+    assert bridge.webrtc_ice_servers == ("stun:stun.example:3478",)
+    served = resolve_serve_settings(serve_args(*flags), {}).bridge
+    assert (served.webrtc_host_addresses, served.webrtc_ice_servers) == (
+        bridge.webrtc_host_addresses,
+        bridge.webrtc_ice_servers,
+    )
+    env = {
+        "OMNI_GRPC_ICE_SERVERS": "stun:a:1,turn:u:p@b:2",
+        "OMNI_GRPC_WEBRTC_ADDRESSES": "10.0.0.2",
+    }
+    from_env = resolve_serve_settings(serve_args(), env).bridge
+    assert from_env.webrtc_ice_servers == ("stun:a:1", "turn:u:p@b:2")
+    assert from_env.webrtc_host_addresses == ("10.0.0.2",)
+
+
 def test_bridge_needs_a_target(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["bridge"])

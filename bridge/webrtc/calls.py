@@ -53,6 +53,7 @@ from bridge.options import BridgeOptions
 from bridge.relay import Relay, RelayState
 from bridge.resume_secrets import ResumeSecrets
 from bridge.transport import ServiceLink
+from bridge.webrtc import jitter
 from bridge.webrtc.carrier import CallCarrier
 from bridge.webrtc.ice import ice_servers, offer_addresses
 from bridge.webrtc.media import hear_caller
@@ -106,6 +107,7 @@ class Calls:
         # A caller a secret admitted is handed resume secrets, as a page's websocket is
         # (bridge.resume_secrets): it holds no key to come back with.
         self._resume_secrets = resume_secrets
+        jitter.install()  # a lost packet costs 20 ms of audio, not a stalled buffer
         if options.webrtc_host_addresses or _is_loopback(options.host):
             offer_addresses(options.webrtc_host_addresses or ("127.0.0.1",))
         self._configuration = RTCConfiguration(iceServers=ice_servers(options.webrtc_ice_servers))

@@ -309,3 +309,64 @@ def test_ice_servers_take_stun_and_turn_with_credentials() -> None:
         "me",
         "s@cret",
     )
+
+
+async def test_a_lossy_jittery_uplink_still_gets_whole_answers(
+    service: RunningServer, speech: bytes
+) -> None:
+    """One caller packet in ten lost and one in ten held back 30 ms, on the way to the bridge:
+    the bridge's jitter buffer and Opus's concealment carry the turn, the answer arrives
+    whole, and the session goes on to a second turn."""
+    async with running_bridge(service) as port, calling(port, MODEL) as caller:
+        [sender] = caller.peer.getSenders()
+        dtls = sender.transport
+        send_rtp = dtls._send_rtp
+        packets = 0
+
+        async def lossy(data: bytes) -> None:
+            nonlocal packets
+            if data[1] & 0x7F in range(72, 77):  # RTCP (sender reports): always through
+                await send_rtp(data)
+                return
+            packets += 1
+            if packets % 10 == 3:
+                return  # lost
+            if packets % 10 == 7:
+                await asyncio.sleep(0.03)  # late
+            await send_rtp(data)
+
+        dtls._send_rtp = lossy  # type: ignore[method-assign]
+        caller.send(NO_TURN_DETECTION)
+        await caller.until("session.updated")
+        said = voiced_ms(speech)
+        for turn in range(2):
+            start, heard_before = len(caller.events), len(caller.heard)
+            done = await ask(caller, speech)
+            assert done["response"]["status"] == "completed", turn
+            await caller.until("output_audio_buffer.stopped", after=start)
+            await eventually(
+                lambda since=heard_before: voiced_ms(caller.heard[since:]) >= 0.75 * said
+            )
+        assert packets > 300  # the loss was on the path the whole time
+        assert "error" not in caller.types()
+
+
+@pytest.mark.parametrize("lost_every", [0, 10, 4])
+def test_the_call_jitter_buffer_skips_lost_packets_and_keeps_its_depth(lost_every: int) -> None:
+    from aiortc.rtp import RtpPacket
+
+    from bridge.webrtc.jitter import CallJitterBuffer
+
+    buffer = CallJitterBuffer(capacity=16, prefetch=4)
+    released: list[tuple[int, int]] = []  # (the newest packet's number, the frame's)
+    sent = [n for n in range(300) if not lost_every or n % lost_every != 3]
+    for number in sent:
+        packet = RtpPacket(payload_type=111, sequence_number=number, timestamp=number * 960)
+        packet._data = number.to_bytes(2, "big")  # type: ignore[attr-defined]
+        _, frame = buffer.add(packet)
+        if frame is not None:
+            released.append((number, int.from_bytes(frame.data, "big")))
+    frames = [frame for _, frame in released]
+    assert frames == sent[: len(frames)]  # every packet that came, once, in order
+    assert len(frames) >= len(sent) - 5
+    assert max(newest - frame for newest, frame in released) <= 6  # 120 ms at most

@@ -370,3 +370,36 @@ def test_the_call_jitter_buffer_skips_lost_packets_and_keeps_its_depth(lost_ever
     assert frames == sent[: len(frames)]  # every packet that came, once, in order
     assert len(frames) >= len(sent) - 5
     assert max(newest - frame for newest, frame in released) <= 6  # 120 ms at most
+
+
+async def test_a_resume_takes_the_session_from_a_call_whose_path_died_unnoticed(
+    service: RunningServer,
+) -> None:
+    """The old call's path is dead but nothing said so (no hang-up, ICE still thinks it is
+    up): the new offer's resume takes the session over, and the old call is ended, its peer
+    connection closed on the bridge."""
+    async with running_bridge(service) as port:
+        url = f"http://127.0.0.1:{port}/v1/realtime/calls{MODEL}&extensions=1"
+        first = Caller()
+        await first.call(url)
+        created = await first.until("session.created")
+        second = Caller()
+        try:
+            await second.call(
+                url,
+                {
+                    "Omni-Session-Id": created["session"]["id"],
+                    "Omni-Resume-Token": created["resume_token"],
+                    "Omni-Last-Event-Seq": "0",
+                },
+            )
+            resumed = await second.until("session.resumed")
+            assert resumed["session_id"] == created["session"]["id"]
+            await first.until("session.replaced")
+            await eventually(lambda: first.peer.connectionState == "closed", timeout_s=15)
+            # The session carries on over the new call.
+            second.send({"type": "conversation.item.retrieve", "item_id": "none"})
+            await second.until("error", after=1)
+        finally:
+            await first.close()
+            await second.close()

@@ -43,7 +43,7 @@ CALL_RATE_HZ = CANONICAL_OUTPUT_RATE_HZ
 # Caller audio the relay has not taken yet, at most (then the oldest goes).
 MAX_HELD_AUDIO_MS = 5000
 # Answer audio queued on the track, at most: a longer answer's tail is dropped (and logged).
-MAX_QUEUED_ANSWER_MS = 10 * 60 * 1000
+MAX_QUEUED_ANSWER_MS = 2 * 60 * 1000  # 5.8 MB of pcm16 at 24 kHz
 _BYTES_PER_MS = CALL_RATE_HZ * 2 // 1000
 
 

@@ -14,6 +14,7 @@ import gc
 import os
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from aiortc import RTCPeerConnection
@@ -402,4 +403,55 @@ async def test_a_resume_takes_the_session_from_a_call_whose_path_died_unnoticed(
             await second.until("error", after=1)
         finally:
             await first.close()
+            await second.close()
+
+
+async def test_a_call_opened_with_a_client_secret_resumes_with_its_resume_secret(
+    service: RunningServer,
+) -> None:
+    """A call a client secret opened holds no key to come back with: like a page's websocket
+    it is handed a resume secret, which resumes that session on a new call and nothing else."""
+    async with running_bridge(service, api_keys=("sk-backend",)) as port:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                f"http://127.0.0.1:{port}/v1/realtime/client_secrets",
+                headers={"Authorization": "Bearer sk-backend"},
+                json={},
+            ) as minted,
+        ):
+            secret = (await minted.json())["value"]
+        url = f"http://127.0.0.1:{port}/v1/realtime/calls{MODEL}&extensions=1"
+        async with calling(
+            port, f"{MODEL}&extensions=1", {"Authorization": f"Bearer {secret}"}
+        ) as first:
+            created = await first.until("session.created")
+        resume_secret = created["resume_secret"]
+        assert resume_secret.startswith("rs_")
+        named = {
+            "Authorization": f"Bearer {resume_secret}",
+            "Omni-Session-Id": created["session"]["id"],
+            "Omni-Resume-Token": created["resume_token"],
+        }
+
+        async def refused(headers: dict[str, str]) -> int:
+            caller = Caller()
+            try:
+                await caller.call(url, headers)
+            except Refused as refusal:
+                return refusal.status
+            finally:
+                await caller.close()
+            raise AssertionError("answered")
+
+        # Not a new session, not another session's resume.
+        assert await refused({"Authorization": f"Bearer {resume_secret}"}) == 401
+        assert await refused({**named, "Omni-Session-Id": "sess_other"}) == 401
+        second = Caller()
+        try:
+            await second.call(url, named)
+            resumed = await second.until("session.resumed")
+            assert resumed["session_id"] == created["session"]["id"]
+            assert resumed["resume_secret"].startswith("rs_")
+        finally:
             await second.close()

@@ -369,7 +369,7 @@ async def _read_offer(request: web.Request) -> Offer | web.Response:
                 413, "offer_too_large", "the offer is too large", "invalid_request_error"
             )
         return Offer(body.decode("utf-8", "replace"))
-    if request.content_type == "multipart/form-data":
+    if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
         form = await request.post()
         sdp, session = form.get("sdp"), form.get("session")
         if not isinstance(sdp, str):

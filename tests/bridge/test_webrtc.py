@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from aiortc import RTCPeerConnection
+from aiortc import RTCPeerConnection, RTCSessionDescription
 
 from omni_grpc.server.app import RunningServer
 from omni_grpc.wire import pb
@@ -455,3 +455,32 @@ async def test_a_call_opened_with_a_client_secret_resumes_with_its_resume_secret
             assert resumed["resume_secret"].startswith("rs_")
         finally:
             await second.close()
+
+
+async def test_a_server_starts_a_call_with_the_form_of_sdp_and_session(
+    service: RunningServer,
+) -> None:
+    """The multipart form a backend posts to start a call for a browser: the offer, and the
+    session's configuration, which opens the call's session."""
+    async with running_bridge(service) as port:
+        caller = Caller()
+        try:
+            await caller.peer.setLocalDescription(await caller.peer.createOffer())
+            form = aiohttp.FormData(default_to_multipart=True)  # as curl -F and browsers send it
+            form.add_field("sdp", caller.peer.localDescription.sdp)
+            session = {"type": "realtime", "model": "loopback-test", "instructions": "Be brief."}
+            form.add_field("session", orjson.dumps(session).decode())
+            async with (
+                aiohttp.ClientSession() as http,
+                http.post(f"http://127.0.0.1:{port}/v1/realtime/calls", data=form) as answer,
+            ):
+                assert answer.status == 201, await answer.text()
+                sdp = await answer.text()
+            await caller.peer.setRemoteDescription(RTCSessionDescription(sdp, "answer"))
+            # The form's session opened the call's session, as a websocket's first
+            # session.update opens one: created with it.
+            created = await caller.until("session.created")
+            assert created["session"]["instructions"] == "Be brief."
+            assert "error" not in caller.types()
+        finally:
+            await caller.close()

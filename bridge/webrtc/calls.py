@@ -20,10 +20,10 @@ a client secret as the bearer, and gets ``201`` with the SDP answer and the call
   websocket: the journal after that event is replayed on the new channel, and only audio
   made after the resume is heard on the new track. A caller that knows nothing of it just
   starts a new call.
-* **Nothing half-open.** A call whose channel has not opened within the config timeout, whose
-  peer connection failed or closed, or that was hung up (``POST .../{id}/hangup`` or
-  ``DELETE .../{id}``) ends its relay; the session stays resumable for its grace, as a
-  websocket's does when its socket goes.
+* **Nothing half-open.** A call whose channel has not opened within the config timeout, or
+  whose peer connection failed or closed, ends its relay; the session stays resumable for its
+  grace, as a websocket's does when its socket goes. A hang-up (``POST .../{id}/hangup`` or
+  ``DELETE .../{id}``) closes the session too, as OpenAI's does.
 
 aiortc is the WebRTC stack (:mod:`bridge.webrtc.ice` for what ICE offers).
 """
@@ -112,6 +112,7 @@ class Calls:
             offer_addresses(options.webrtc_host_addresses or ("127.0.0.1",))
         self._configuration = RTCConfiguration(iceServers=ice_servers(options.webrtc_ice_servers))
         self.peers: dict[str, RTCPeerConnection] = {}  # live calls, by call id
+        self._carriers: dict[str, CallCarrier] = {}  # their carriers, by call id
         self._tasks: set[asyncio.Task[None]] = set()
 
     def add_routes(self, app: web.Application) -> None:
@@ -160,10 +161,12 @@ class Calls:
         admitted = self._admit(request)
         if isinstance(admitted, web.Response):
             return admitted
-        peer = self.peers.get(request.match_info["call_id"])
-        if peer is None:
+        carrier = self._carriers.get(request.match_info["call_id"])
+        if carrier is None:
             return refusal_response(404, "call_not_found", "no such call", "invalid_request_error")
-        await peer.close()
+        # As OpenAI's hang-up: the call ends with its session (the caller's own close, after
+        # what it sent before); the peer connection goes when the service has closed it.
+        carrier.as_if_sent({"type": "session.close", "reason": "hang_up"})
         return web.Response(status=200)
 
     async def create(self, request: web.Request) -> web.Response:
@@ -211,6 +214,7 @@ class Calls:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         self.peers[call_id] = peer
+        self._carriers[call_id] = carrier
         try:
             await asyncio.wait_for(relay.answered.wait(), self._options.config_timeout_s)
         except TimeoutError:
@@ -281,7 +285,7 @@ class Calls:
         resuming = bool(session_id and resume_token)
         extensions = resuming or query.get("extensions", "").lower() in _TRUE
         if resuming:
-            carrier.first(
+            carrier.as_if_sent(
                 {
                     "type": "session.resume",
                     "session_id": session_id,
@@ -290,7 +294,7 @@ class Calls:
                 }
             )
         if offer.session is not None:
-            carrier.first({"type": "session.update", "session": offer.session})
+            carrier.as_if_sent({"type": "session.update", "session": offer.session})
         model = query.get("model", "") or str((offer.session or {}).get("model", ""))
         service = self._service()
         assert service is not None
@@ -332,6 +336,7 @@ class Calls:
         task.add_done_callback(self._tasks.discard)
 
     async def _close_peer(self, call_id: str, peer: RTCPeerConnection) -> None:
+        self._carriers.pop(call_id, None)
         if self.peers.get(call_id) is peer:
             del self.peers[call_id]
         with contextlib.suppress(Exception):  # a closing peer connection may fail its close

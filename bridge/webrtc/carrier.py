@@ -101,7 +101,7 @@ class CallCarrier:
         else:
             channel.on("open", self._flush)
 
-    def first(self, event: Event) -> None:
+    def as_if_sent(self, event: Event) -> None:
         """Queues an event as if the caller had sent it (a resume, a form's session)."""
         self._held_events += 1
         self._inbound.append(WSMessage(WSMsgType.TEXT, orjson.dumps(event).decode(), None))

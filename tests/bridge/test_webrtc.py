@@ -484,3 +484,20 @@ async def test_a_server_starts_a_call_with_the_form_of_sdp_and_session(
             assert "error" not in caller.types()
         finally:
             await caller.close()
+
+
+async def test_a_hang_up_ends_the_call_and_an_unknown_call_is_not_found(
+    service: RunningServer,
+) -> None:
+    async with running_bridge(service) as port, calling(port, MODEL) as caller:
+        await caller.until("session.created")
+        base = f"http://127.0.0.1:{port}/v1/realtime/calls"
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{base}/rtc_unknown/hangup") as unknown:
+                assert unknown.status == 404
+                assert (await unknown.json())["error"]["code"] == "call_not_found"
+            async with http.post(f"{base}/{caller.call_id}/hangup") as hung_up:
+                assert hung_up.status == 200
+        await eventually(lambda: caller.peer.connectionState == "closed", timeout_s=15)
+        # The session ended with the call (a call that just went would keep it for its grace).
+        assert len(service.sessions.registry) == 0

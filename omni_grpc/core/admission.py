@@ -134,6 +134,11 @@ class Admission:
         self.pending_input_bytes = 0  # held in the budget too, in the engine's bytes
         self.last_activity = now
 
+    @property
+    def max_pending_input_bytes(self) -> int:
+        """The session's own bound on its uncommitted input."""
+        return self._limits.max_pending_input_bytes
+
     def number(self, request: pb.ConverseRequest, kind: str | None) -> str | None:
         """Checks the command's kind and number; returns the kind, or None for a repeat.
 
@@ -195,14 +200,22 @@ class Admission:
             validation.check_metadata(request.trace_context, "trace_context")
         validation.check_audio(append, audio, encoding, rate_hz, self._limits, self._engine)
         native = encoding == _PCM16 and rate_hz in self._native_rates_hz
+        admitted = Admitted("append_input_audio", request, audio, encoding, rate_hz, native)
         if commits:  # the client commits its turns: its input is held
-            size = len(audio)
-            if not native:
-                size = canonical_input_bytes(size, encoding, rate_hz)
-            if append.video_frames:
-                size += sum(len(frame.data) for frame in append.video_frames)
-            self._hold(size)
-        return Admitted("append_input_audio", request, audio, encoding, rate_hz, native)
+            self._hold(held_bytes(admitted))
+        return admitted
+
+    def readmit(self, request: pb.ConverseRequest) -> Admitted:
+        """A command admitted on another replica, as stored for the adopter to replay (an
+        append with its format resolved): nothing is checked or held again, the ledger came
+        with the session (:meth:`restore_pending`)."""
+        kind = request.WhichOneof("command") or ""
+        if kind != "append_input_audio":
+            return Admitted(kind, request)
+        append = request.append_input_audio
+        encoding, rate_hz = append.encoding, append.sample_rate_hz
+        native = encoding == _PCM16 and rate_hz in self._native_rates_hz
+        return Admitted(kind, request, append.audio, encoding, rate_hz, native)
 
     def _hold(self, size: int) -> None:
         if self.pending_input_bytes + size > self._limits.max_pending_input_bytes:
@@ -231,6 +244,13 @@ class Admission:
             key.held += size
         self.pending_input_bytes += size
 
+    def restore_pending(self, size: int) -> None:
+        """Holds ``size`` bytes of input admitted on another replica (an adopted session, whose
+        audio the adopter replays into its engine). Never refused: the bytes were admitted
+        once, within the same per-session bound, and refusing them now would lose them."""
+        self.budget.held += size
+        self.pending_input_bytes += size
+
     def hold_for_key(self, key_budget: MemoryBudget | None) -> None:
         """Charges the pending input to ``key_budget`` from now on (the key of the stream that
         opened or resumed the session), moving what is held already."""
@@ -255,6 +275,17 @@ class Admission:
     def idle_deadline(self, config: pb.SessionConfig) -> float:
         """When the session idles out if nothing happens before."""
         return self.last_activity + config.idle_timeout.ToMilliseconds() / 1000
+
+
+def held_bytes(admitted: Admitted) -> int:
+    """What an admitted append adds to the pending input, in the bytes the engine keeps."""
+    size = len(admitted.audio)
+    if not admitted.native:
+        size = canonical_input_bytes(size, admitted.encoding, admitted.rate_hz)
+    append = admitted.request.append_input_audio
+    if append.video_frames:
+        size += sum(len(frame.data) for frame in append.video_frames)
+    return size
 
 
 def client_commits(config: pb.SessionConfig) -> bool:

@@ -41,6 +41,12 @@ class EngineSession(abc.ABC):
     # response id) when the language model's first piece comes, which a speaking engine sends
     # only with the audio made from it. The server sets it to trace turns; None: nobody asks.
     on_stage: Callable[[str, str], None] | None = None
+    # Set by a durable server (``--durability``): after applying each numbered command taken
+    # through ``submit``, the session yields a marker, an event with no ``event`` but the
+    # command's number in ``applied_client_seq``, behind the events the command made; the
+    # server then knows that command's effect is in what it stores
+    # (:mod:`omni_grpc.server.replay_log`). A command ``submit_now`` applied needs none.
+    report_applied: bool = False
 
     @abc.abstractmethod
     async def submit(self, request: pb.ConverseRequest) -> None:

@@ -4,7 +4,9 @@ One :class:`DurableStore` per replica. Hosts mark their session dirty after each
 core (:meth:`DurableStore.mark`, a set insertion); one writer task takes every dirty session and
 writes, in one pipelined MULTI/EXEC per round, what changed since the last round: the session's
 state (``omni_grpc.core.snapshot``), the journal entries numbered since (a sorted set scored by
-seq, trimmed to what the client has not acknowledged) and the conversation items. The lag is
+seq, trimmed to what the client has not acknowledged), the conversation items, and what a new
+owner must replay into its engine (:mod:`omni_grpc.server.replay_log`: the uncommitted input,
+a list per session, and the commands the engine had not applied yet). The lag is
 one round trip to Redis; in ``sync`` mode a stream's writer waits for it before each event goes
 on the wire (:meth:`settled`), so a client never holds an event the store has not.
 
@@ -44,6 +46,7 @@ from redis.exceptions import RedisError
 from omni_grpc.core import Session, State
 from omni_grpc.core.snapshot import SessionState, export_state
 from omni_grpc.server import fence
+from omni_grpc.server.replay_log import ReplayLog
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -85,6 +88,24 @@ def journal_key(session_id: str) -> str:
     return f"omni:journal:{session_id}"
 
 
+def input_key(session_id: str) -> str:
+    return f"omni:input:{session_id}"
+
+
+def commands_key(session_id: str) -> str:
+    return f"omni:commands:{session_id}"
+
+
+def record_keys(session_id: str) -> list[str]:
+    """The keys of one session's record, in the order the fenced scripts take them."""
+    return [
+        session_key(session_id),
+        journal_key(session_id),
+        input_key(session_id),
+        commands_key(session_id),
+    ]
+
+
 def lease_key(route: str) -> str:
     return f"omni:replica:{route}"
 
@@ -95,20 +116,25 @@ class StoreUnavailable(Exception):
 
 @dataclass(slots=True)
 class Stored:
-    """A session as the store holds it: its state, journal entries, items and owner."""
+    """A session as the store holds it: its state, journal entries, items and owner, and
+    what its new owner replays into its engine (:func:`replay_log.replay_order`)."""
 
     state: SessionState
     entries: list[tuple[int, bytes]]
     items: list[pb.ConversationItem]
     route: str
+    appends: list[bytes] = field(default_factory=list)
+    commands: list[bytes] = field(default_factory=list)
 
 
 class ItemLog:
-    """The conversation items of one session, in order, as its events tell them."""
+    """The conversation items of one session, in order, as its events tell them, and the
+    session's :class:`ReplayLog` (written with them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, replay: ReplayLog | None = None) -> None:
         self._items: collections.OrderedDict[str, pb.ConversationItem] = collections.OrderedDict()
         self.changed = False
+        self.replay = replay
 
     def observe(self, kind: str | None, event: pb.ConverseResponse) -> None:
         """Follows one engine event: finished items enter, deleted ones leave."""
@@ -138,6 +164,7 @@ class _Written:
 
     head: int = -1  # -1: nothing written (or Redis came back and may be empty)
     dropped: int = 0
+    token: bytes = b""  # the resume token digest written
     epoch: int = 1  # the fencing token this replica holds (bumped by each adoption)
     # Whether a missing record may be made: at the first write, or when Redis came back empty;
     # otherwise a missing record means a peer adopted the session and ended it.
@@ -172,6 +199,7 @@ class DurableStore:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
         self._fenced: set[str] = set()  # sessions a peer adopted: never written from here again
+        self.rounds = 0  # rounds of writes done (the test hook of fault_hook waits on it)
         self._leased = False  # held the lease at the last renewal (a lapse means a stall)
         # Called with (session id, the adopter's route) when a write finds the session adopted.
         self.on_fenced: Callable[[str, str], None] | None = None
@@ -234,7 +262,13 @@ class DurableStore:
         if self.mode != "sync" or not self.up or session.id not in self._live:
             return  # an ended session's record is deleted, not written: nothing to wait for
         written = self._written.get(session.id)
-        if written is not None and written.head >= session.journal.head:
+        if (
+            written is not None
+            and written.head >= session.journal.head
+            # A rotated resume token (in session_resumed) goes out only once the store holds
+            # it: an adopter that knew only the old one would refuse the client's new one.
+            and written.token == session.lock.resume.sealed()[0]
+        ):
             return
         waiter = asyncio.get_running_loop().create_future()
         self._written.setdefault(session.id, _Written()).waiters.append(waiter)
@@ -285,8 +319,7 @@ class DurableStore:
                         pipe, session, items, written, route=self.route
                     )
                 for session_id, epoch in gone.items():
-                    keys = [session_key(session_id), journal_key(session_id)]
-                    await self._drop(keys=keys, args=[epoch], client=pipe)
+                    await self._drop(keys=record_keys(session_id), args=[epoch], client=pipe)
                 results = await pipe.execute()
         except BaseException:
             for session_id, value in dirty.items():
@@ -294,15 +327,19 @@ class DurableStore:
             self._gone.update(gone)
             raise
         DURABILITY_ROUNDS.inc()
+        self.rounds += 1
         self._came_up()
-        for (session_id, (head, dropped)), result in zip(heads.items(), results, strict=False):
+        for (session_id, (head, dropped, token)), result in zip(
+            heads.items(), results, strict=False
+        ):
             if (kept := self._written.get(session_id)) is None:
                 continue  # it ended while the round was written
             if result[0] != 1:
                 self._fence(session_id, _text(result[1]))
                 continue
-            kept.head, kept.dropped, kept.may_create = head, dropped, False
-            if kept.head >= dirty[session_id][0].journal.head:
+            kept.head, kept.dropped, kept.may_create, kept.token = head, dropped, False, token
+            session = dirty[session_id][0]
+            if kept.head >= session.journal.head and token == session.lock.resume.sealed()[0]:
                 self._release_waiters(kept)
 
     def _fence(self, session_id: str, owner: str) -> None:
@@ -326,8 +363,9 @@ class DurableStore:
 
     async def _queue_session(
         self, pipe: Any, session: Session, items: ItemLog, written: _Written, *, route: str
-    ) -> tuple[int, int]:
-        """Queues the writes that bring the store up to ``session``; returns (head, dropped)."""
+    ) -> tuple[int, int, bytes]:
+        """Queues the writes that bring the store up to ``session``; returns (head, dropped,
+        the token digest written)."""
         state = export_state(session)
         whole = written.head < 0
         if whole:
@@ -343,16 +381,20 @@ class DurableStore:
             fields["items"] = items.serialized()
         detached = session.state is State.DETACHED
         ttl_ms = self._detached_ttl_ms if detached else self._record_ttl_ms
+        drop, appends, commands = (
+            items.replay.take_changes(whole) if items.replay is not None else (-1, [], None)
+        )
         args: list[Any] = [written.epoch, int(written.may_create), int(whole), ttl_ms, trim]
-        args.append(len(fields))
+        args += [len(fields), drop, len(appends), -1 if commands is None else len(commands)]
         for name, value in fields.items():
             args += [name, value]
+        args += appends
+        args += commands or []
         for seq, payload in entries:
             args += [seq, payload]
         # Queued on the pipeline (redis-py loads the script before the pipeline runs).
-        keys = [session_key(session.id), journal_key(session.id)]
-        await self._write(keys=keys, args=args, client=pipe)
-        return state.head, state.dropped_through
+        await self._write(keys=record_keys(session.id), args=args, client=pipe)
+        return state.head, state.dropped_through, state.token_digest
 
     def _went_down(self, error: Exception) -> None:
         DURABILITY_ERRORS.inc()
@@ -427,7 +469,9 @@ class DurableStore:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hgetall(session_key(session_id))
                 pipe.zrange(journal_key(session_id), 0, -1, withscores=True)
-                record, journal = await pipe.execute()
+                pipe.lrange(input_key(session_id), 0, -1)
+                pipe.lrange(commands_key(session_id), 0, -1)
+                record, journal, appends, commands = await pipe.execute()
         except (RedisError, OSError) as error:
             self._went_down(error)
             raise StoreUnavailable(str(error)) from error
@@ -440,7 +484,8 @@ class DurableStore:
             return None
         items = list(pb.Response.FromString(record.get(b"items", b"")).output)
         entries = sorted((int(seq), payload) for payload, seq in journal)
-        return Stored(state, entries, items, record.get(b"route", b"").decode())
+        route = record.get(b"route", b"").decode()
+        return Stored(state, entries, items, route, list(appends), list(commands))
 
     async def owner_lease(self, route: str) -> str | None:
         """``serving``, ``draining``, or None when the owner's lease is gone."""

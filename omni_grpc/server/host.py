@@ -23,12 +23,18 @@ from collections.abc import Callable
 from time import perf_counter
 
 from omni_grpc.core import Effects, Session
-from omni_grpc.core.admission import INPUT_ENDING_COMMANDS, Admitted
+from omni_grpc.core.admission import (
+    INPUT_ENDING_COMMANDS,
+    INPUT_TAKEN_EVENTS,
+    Admitted,
+    held_bytes,
+)
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.base import EngineSession
-from omni_grpc.server import metrics
+from omni_grpc.server import fault_hook, metrics
 from omni_grpc.server.durable import DurableStore, ItemLog
 from omni_grpc.server.edge import OUTPUT_ENDING_EVENTS, AudioEdge
+from omni_grpc.server.replay_log import ReplayLog, replay_order
 from omni_grpc.server.send_queue import SendQueue
 from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.wire import pb
@@ -54,6 +60,8 @@ class SessionHost:
         clock: Callable[[], float],
         turns: TurnTraces | None = None,
         store: DurableStore | None = None,
+        *,
+        adopted: bool = False,
     ) -> None:
         self.session = session
         self.engine = engine
@@ -74,9 +82,19 @@ class SessionHost:
         if turns is not None:
             engine.on_stage = turns.stage
         # Durability: the store writes the session behind each event; the items it keeps are
-        # what an adopting peer gives its fresh engine session as the history.
+        # what an adopting peer gives its fresh engine session as the history, and the replay
+        # log what it replays into it (the uncommitted input, the commands not yet applied).
         self.store = store
-        self.items = ItemLog() if store is not None else None
+        self.replay: ReplayLog | None = None
+        self.items: ItemLog | None = None
+        if store is not None:
+            self.replay = ReplayLog(session.admission.max_pending_input_bytes)
+            self.items = ItemLog(self.replay)
+            engine.report_applied = True
+        # Server VAD: a speech_started the replay makes again after an adoption, which the
+        # client was told already (see replay_stored); None: nothing to drop.
+        self._speech_told_through: int | None = None
+        self._faults = fault_hook.armed(adopted)
         # Told after each update_session the core applied (recording on request starts or
         # stops with the configuration); None when no one asks.
         self.on_config: Callable[[SessionHost], None] | None = None
@@ -143,6 +161,9 @@ class SessionHost:
                 started = perf_counter()  # host time, not the session clock
         now = self._clock()
         effects = session.receive(generation, request, now, kind, size)
+        if self.replay is not None:
+            for admitted in effects.engine:  # in the same round as the number that covers it
+                self._keep_for_replay(admitted)
         if effects.sends or effects.end_streams or effects.ended:
             self.deliver(effects)
         elif self.store is not None and self.items is not None:
@@ -151,6 +172,8 @@ class SessionHost:
             if self.ended:
                 break
             await self._submit(admitted, now)
+        if self._faults is not None and effects.engine and self._faults.command(kind):
+            self._die_written()
         if started:
             _HOT.append_handled(perf_counter() - started)
         if session.last_refusal:
@@ -158,6 +181,48 @@ class SessionHost:
             metrics.COMMAND_REFUSALS.labels(session.last_refusal).inc()
         retry_at = session.throttle.retry_at
         return retry_at - self._clock() if retry_at else 0.0
+
+    def _keep_for_replay(self, admitted: Admitted) -> None:
+        assert self.replay is not None
+        if admitted.kind == "append_input_audio":
+            # Its format resolved in the request, as the edge would: stored as it came.
+            append = admitted.request.append_input_audio
+            append.encoding, append.sample_rate_hz = admitted.encoding, admitted.rate_hz
+            self.replay.appended(admitted.request, held_bytes(admitted))
+        else:
+            self.replay.submitted(admitted.kind, admitted.request)
+
+    async def replay_stored(self, appends: list[bytes], commands: list[bytes]) -> None:
+        """An adopted session: its uncommitted input and the commands its lost owner had not
+        applied go into the fresh engine, in the client's order, before any new command.
+
+        Server VAD: the client may have been told ``speech_started`` for the turn in progress
+        already (the stored journal's last word on speech); the fresh detector hearing the same
+        audio says it again, and that one is dropped, so no event is doubled and no audio lost.
+        """
+        requests = replay_order(appends, commands)
+        if not requests:
+            return
+        if self._speech_in_progress():
+            self._speech_told_through = requests[-1].client_seq
+        now = self._clock()
+        for request in requests:
+            admitted = self.session.admission.readmit(request)
+            self._keep_for_replay(admitted)
+            await self._submit(admitted, now)
+        if self.store is not None and self.items is not None:
+            self.store.mark(self.session, self.items)
+
+    def _speech_in_progress(self) -> bool:
+        """Whether the journal's last speech event is a speech_started (a turn under way)."""
+        journal = self.session.journal
+        for _, payload in reversed(journal.entries_after(journal.dropped_through)):
+            kind = pb.ConverseResponse.FromString(payload).WhichOneof("event")
+            if kind == "speech_started":
+                return True
+            if kind in ("speech_stopped", "input_committed", "input_cleared"):
+                return False
+        return False
 
     def go_away(self, time_left_s: float, reason: str) -> None:
         """Tells the attached stream that the server stops in ``time_left_s`` (a drain)."""
@@ -219,6 +284,8 @@ class SessionHost:
         if kind == "append_input_audio":  # the usual command first
             if not self._edge.engine_input(admitted):
                 self.session.admission.input_taken()  # what the core held for it goes back
+                if self.replay is not None:
+                    self.replay.refused(request.client_seq)
                 self._answer(request, CommandError("bad_audio", "the audio cannot be decoded"))
                 return
         elif kind in INPUT_ENDING_COMMANDS:
@@ -240,6 +307,8 @@ class SessionHost:
             else:
                 for event in made:
                     self._engine_event(event, now)
+                if self.replay is not None:
+                    self.replay.applied(request.client_seq)
         except Exception:
             logger.exception(
                 "session %s: engine refused a command",
@@ -274,6 +343,9 @@ class SessionHost:
         """Publishes one engine event (from the pump, or made at once by ``submit_now`` at
         ``now``, the command's time)."""
         kind = event.WhichOneof("event")
+        if kind is None:  # the engine applied a command (EngineSession.report_applied)
+            self._applied(event.applied_client_seq)
+            return
         _HOT.events[kind] += 1
         if kind == "output_audio_delta":
             if not self._edge.session_output(event.output_audio_delta):
@@ -291,9 +363,36 @@ class SessionHost:
             now = self._clock()
         if kind in OUTPUT_ENDING_EVENTS and (tail := self._edge.output_tail(kind, event)):
             self.deliver(self.session.publish(tail, now))  # the response's last audio
+        if self.replay is not None:
+            if kind in INPUT_TAKEN_EVENTS:
+                self.replay.input_taken()
+            elif kind == "speech_started" and self._speech_told_through is not None:
+                self._speech_told_through = None
+                return  # told before the adoption (see replay_stored)
         if self.items is not None:
             self.items.observe(kind, event)
         self.deliver(self.session.publish(event, now, kind))
+        if self._faults is not None and self._faults.event(kind):
+            self._die_written()
+
+    def _die_written(self) -> None:
+        """The test hook's moment (:mod:`.fault_hook`): this replica dies once it is stored."""
+
+        def mark() -> None:
+            if self.store is not None and self.items is not None:
+                self.store.mark(self.session, self.items)
+
+        self._tasks.append(asyncio.create_task(fault_hook.die_written(self.store, mark)))
+
+    def _applied(self, seq: int) -> None:
+        if self.replay is None:
+            return
+        self.replay.applied(seq)
+        told = self._speech_told_through
+        if told is not None and seq >= told:
+            self._speech_told_through = None  # the replay is done: later speech is new
+        if self.store is not None and self.items is not None:
+            self.store.mark(self.session, self.items)
 
     async def abandon(self) -> None:
         """Stops the session's tasks and engine without any event (server shutdown)."""

@@ -205,7 +205,15 @@ class Sessions:
         self, session: Session, engine_session: EngineSession, *, epoch: int = 1
     ) -> SessionHost:
         turns = TurnTraces(self._tracer, session.id) if self._tracer is not None else None
-        host = SessionHost(session, engine_session, self._forget, self.clock, turns, self.store)
+        host = SessionHost(
+            session,
+            engine_session,
+            self._forget,
+            self.clock,
+            turns,
+            self.store,
+            adopted=epoch > 1,
+        )
         self._hosts[session.id] = host
         if self.recorder is not None:
             # An adopted session's recording is the next part of the one begun elsewhere.
@@ -337,13 +345,17 @@ class Sessions:
             raise SessionElsewhere("the engine could not adopt the session") from None
         host = self._host(session, engine_session, epoch=epoch)
         host.deliver(effects)  # the end of a response cut with its replica, journaled
+        # The input not yet committed and the commands the lost owner had not applied: the
+        # stored applied_client_seq covers them, so the client will not send them again.
+        await host.replay_stored(stored.appends, stored.commands)
         ADOPTIONS.labels(why).inc()
         logger.info(
-            "session %s adopted from %s (%d events kept, %d items)",
+            "session %s adopted from %s (%d events kept, %d items, %d commands replayed)",
             session.id,
             stored.route or "a draining replica",
             len(stored.entries),
             len(stored.items),
+            len(stored.appends) + len(stored.commands),
             extra={"session_id": session.id},
         )
         check_adopted_cursor(session, request.last_received_seq)

@@ -223,6 +223,8 @@ class WorkerSession(EngineSession):
         except CommandError as error:
             body = error.to_error(client_seq=request.client_seq, event_id=request.event_id)
             await self._events.put(pb.ConverseResponse(error=body))
+        if self.report_applied and request.client_seq:
+            await self._events.put(pb.ConverseResponse(applied_client_seq=request.client_seq))
 
     def _spawn(self, job: Coroutine[Any, Any, None]) -> None:
         """Runs ``job`` in the background until it ends or the session does."""

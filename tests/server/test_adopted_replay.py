@@ -1,0 +1,99 @@
+"""An adopted session's host replays the stored input into its fresh engine (server/host.py,
+``replay_stored``), and under server VAD does not tell a ``speech_started`` twice.
+
+The engine here is a stand-in with the seam's shape (a detector is a model: the embedded
+engine's tier): it says ``speech_started`` at the first append whose audio is not silence, and
+reports each command applied, as a durable server asks engines to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from omni_grpc.engine.base import EngineSession
+from omni_grpc.server.durable import DurableStore
+from omni_grpc.server.host import SessionHost
+from omni_grpc.wire import pb
+from tests.cluster.local import wait_for
+from tests.core.helpers import VAD_ENGINE, append, open_session
+from tests.server.test_durable import GRACE_S, redis_url  # noqa: F401 - the fixture
+
+VAD = pb.SessionConfig(
+    input_audio_format=pb.AudioFormat(encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=16000),
+    turn_detection=pb.TurnDetection(type=pb.TURN_DETECTION_TYPE_SERVER_VAD),
+)
+SILENCE, SPEECH = b"\0\0" * 8, b"\1\0" * 8
+
+
+class Detector(EngineSession):
+    """Hears appends; speech_started at the first one that is not silence."""
+
+    def __init__(self) -> None:
+        self.heard: list[pb.ConverseRequest] = []
+        self._events: asyncio.Queue[pb.ConverseResponse] = asyncio.Queue()
+        self._speaking = False
+
+    async def submit(self, request: pb.ConverseRequest) -> None:
+        self.heard.append(request)
+        if request.append_input_audio.audio.strip(b"\0") and not self._speaking:
+            self._speaking = True
+            await self._events.put(pb.ConverseResponse(speech_started=pb.SpeechStarted()))
+        if self.report_applied:
+            await self._events.put(pb.ConverseResponse(applied_client_seq=request.client_seq))
+
+    def stop_speaking(self) -> None:
+        self._speaking = False
+
+    async def events(self) -> AsyncIterator[pb.ConverseResponse]:
+        while True:
+            yield await self._events.get()
+
+    async def close(self) -> None:
+        pass
+
+
+async def _replayed(told_before: bool, redis_url: str) -> tuple[SessionHost, Detector]:  # noqa: F811
+    """An adopted session whose journal did (or did not) tell the turn's speech_started."""
+    store = DurableStore(redis_url, "r2", "async", record_ttl_s=60.0, grace_s=GRACE_S)
+    session = open_session(engine=VAD_ENGINE, config=VAD).session
+    session.admission.applied_client_seq = 3  # as stored: it covers the three appends
+    if told_before:
+        session.publish(pb.ConverseResponse(speech_started=pb.SpeechStarted()), 1.0)
+    engine = Detector()
+    host = SessionHost(session, engine, lambda _: None, lambda: 2.0, store=store, adopted=True)
+    stored = [  # as the owner stores them: their format resolved
+        append(
+            seq, audio, encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=16000
+        ).SerializeToString()
+        for seq, audio in enumerate((SILENCE, SPEECH, SPEECH), 1)
+    ]
+    await host.replay_stored(stored, [])
+    await wait_for(
+        lambda: host.replay is not None and host.replay.last_applied == 3, 10, "the replay"
+    )
+    return host, engine
+
+
+def _speech_events(host: SessionHost) -> int:
+    journal = host.session.journal
+    told = [
+        pb.ConverseResponse.FromString(p) for _, p in journal.entries_after(journal.dropped_through)
+    ]
+    return sum(1 for event in told if event.HasField("speech_started"))
+
+
+async def test_a_turn_told_before_the_adoption_is_not_told_again(redis_url: str) -> None:  # noqa: F811
+    host, engine = await _replayed(True, redis_url)
+    assert [r.client_seq for r in engine.heard] == [1, 2, 3]  # all of it, in order
+    assert _speech_events(host) == 1  # the one told before the adoption
+    engine.stop_speaking()  # the turn ends; the next one is new, and told
+    await host.receive(host.session.generation, append(4, SPEECH))
+    await wait_for(lambda: _speech_events(host) == 2, 10, "the next turn's speech_started")
+    await host.abandon()
+
+
+async def test_a_turn_the_client_was_not_told_of_is_told_once(redis_url: str) -> None:  # noqa: F811
+    host, _ = await _replayed(False, redis_url)
+    assert _speech_events(host) == 1
+    await host.abandon()

@@ -27,6 +27,7 @@ from omni_grpc.core.admission import (
     INPUT_ENDING_COMMANDS,
     INPUT_TAKEN_EVENTS,
     Admitted,
+    client_commits,
     held_bytes,
 )
 from omni_grpc.core.errors import CommandError
@@ -188,7 +189,8 @@ class SessionHost:
             # Its format resolved in the request, as the edge would: stored as it came.
             append = admitted.request.append_input_audio
             append.encoding, append.sample_rate_hz = admitted.encoding, admitted.rate_hz
-            self.replay.appended(admitted.request, held_bytes(admitted))
+            vad = not client_commits(self.session.config)
+            self.replay.appended(admitted.request, held_bytes(admitted), vad=vad)
         else:
             self.replay.submitted(admitted.kind, admitted.request)
 
@@ -366,9 +368,11 @@ class SessionHost:
         if self.replay is not None:
             if kind in INPUT_TAKEN_EVENTS:
                 self.replay.input_taken()
-            elif kind == "speech_started" and self._speech_told_through is not None:
-                self._speech_told_through = None
-                return  # told before the adoption (see replay_stored)
+            elif kind == "speech_started":
+                self.replay.speaking = True
+                if self._speech_told_through is not None:
+                    self._speech_told_through = None
+                    return  # told before the adoption (see replay_stored)
         if self.items is not None:
             self.items.observe(kind, event)
         self.deliver(self.session.publish(event, now, kind))

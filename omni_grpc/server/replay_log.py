@@ -16,9 +16,10 @@ fenced round as the state whose number covers them:
   commit, clear or cancel that ended it, or, with server VAD, when the engine says it committed
   or cleared the buffer on its own (then the appends it had applied go, later ones stay).
   Bounded by the session's pending input (``max_pending_input_bytes``, counted as the core's
-  ledger counts it, in the engine's bytes): with server VAD the core counts nothing, and the
-  oldest appends go past the bound (silence the engine would have dropped too: while nobody
-  speaks it keeps only the prefix padding).
+  ledger counts it, in the engine's bytes). With server VAD the core counts nothing and the
+  engine bounds its buffer itself: while nobody speaks (before a ``speech_started``, after the
+  turn's input_committed or input_cleared) it keeps only the prefix padding, so the log keeps
+  only the last :data:`SILENCE_KEPT_BYTES` of such audio, the oldest appends going first.
 * **Commands the engine has not applied.** Any other command bound for the engine stays here
   from its admission until the engine says it applied it (the ``applied_client_seq`` marker an
   engine yields when ``EngineSession.report_applied`` is set, after the command's events), or
@@ -35,6 +36,9 @@ from dataclasses import dataclass
 from omni_grpc.core.admission import INPUT_ENDING_COMMANDS
 from omni_grpc.wire import pb
 
+# With server VAD, what the log keeps while nobody speaks: 2 s of canonical input, far more than
+# the prefix padding a detector keeps (300 ms by default) and the onset it waits to confirm.
+SILENCE_KEPT_BYTES = 64 * 1024
 # Appends to drop from the front of the store's list that empty it, whatever its length.
 EMPTY_LIST = 2**31
 
@@ -60,17 +64,22 @@ class ReplayLog:
         self._dropped = 0  # appends the store has and must drop from the front
         self._commands_changed = False
         self._rewrite = False  # the store's list must be written whole (see refused)
+        self.speaking = False  # server VAD: between a speech_started and the turn's end
 
     def __len__(self) -> int:
         return len(self._appends) + len(self._commands)
 
-    def appended(self, request: pb.ConverseRequest, size: int) -> None:
-        """An admitted append, before the edge converts it (``size``: its ledger bytes)."""
+    def appended(self, request: pb.ConverseRequest, size: int, *, vad: bool = False) -> None:
+        """An admitted append, before the edge converts it (``size``: its ledger bytes;
+        ``vad``: the engine owns the buffer, server VAD)."""
         payload = request.SerializeToString()
         self._appends.append(_Append(request.client_seq, payload, size))
         self._new.append(payload)
         self._held += size
-        while len(self._appends) > 1 and self._held > self._bound:
+        bound = self._bound
+        if vad and not self.speaking:
+            bound = min(bound, SILENCE_KEPT_BYTES)
+        while len(self._appends) > 1 and self._held > bound:
             self._drop_first()
 
     def refused(self, seq: int) -> None:
@@ -104,6 +113,7 @@ class ReplayLog:
         """The engine committed or cleared its buffer (an input_committed or input_cleared
         event). When a command of the client's ended it, that command's own marker drops the
         appends; otherwise (server VAD) the appends the engine had applied go."""
+        self.speaking = False
         if not any(kind in INPUT_ENDING_COMMANDS for kind, _ in self._commands.values()):
             self._drop_through(self.last_applied)
 

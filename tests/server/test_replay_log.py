@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from omni_grpc.server import fault_hook
-from omni_grpc.server.replay_log import EMPTY_LIST, ReplayLog, replay_order
+from omni_grpc.server.replay_log import EMPTY_LIST, SILENCE_KEPT_BYTES, ReplayLog, replay_order
 from omni_grpc.wire import pb
 from tests.core.helpers import append, cmd
 
@@ -119,3 +119,18 @@ def test_the_hook_fires_at_the_aimed_command_only_for_sessions_opened_here() -> 
     fault = fault_hook.Fault("command", "append_input_audio", 2)
     assert [fault.command("append_input_audio") for _ in range(3)] == [False, True, False]
     assert not fault.event("append_input_audio")
+
+
+def test_server_vad_keeps_only_the_latest_silence_and_all_of_a_turn() -> None:
+    log = ReplayLog(10 * SILENCE_KEPT_BYTES)
+    chunk = SILENCE_KEPT_BYTES // 4
+    for seq in range(1, 9):  # 8 chunks while nobody speaks: the last 4 are kept
+        log.appended(append(seq), chunk, vad=True)
+    assert len(log) == 4
+    log.speaking = True  # speech_started: the turn is kept whole, up to the session's bound
+    for seq in range(9, 17):
+        log.appended(append(seq), chunk, vad=True)
+    assert len(log) == 12
+    log.applied(16)
+    log.input_taken()  # the engine cut the turn: what it heard goes, silence is bounded again
+    assert (len(log), log.speaking) == (0, False)

@@ -194,9 +194,13 @@ class SessionHost:
         else:
             self.replay.submitted(admitted.kind, admitted.request)
 
-    async def replay_stored(self, appends: list[bytes], commands: list[bytes]) -> None:
+    async def replay_stored(
+        self, appends: list[bytes], commands: list[bytes], *, response_cut: bool = False
+    ) -> None:
         """An adopted session: its uncommitted input and the commands its lost owner had not
         applied go into the fresh engine, in the client's order, before any new command.
+        A ``cancel_response`` is not replayed when the adoption cut the response it was for
+        (``response_cut``): the cut ended it, and the fresh engine would refuse it.
 
         Server VAD: the client may have been told ``speech_started`` for the turn in progress
         already (the stored journal's last word on speech); the fresh detector hearing the same
@@ -210,6 +214,8 @@ class SessionHost:
         now = self._clock()
         for request in requests:
             admitted = self.session.admission.readmit(request)
+            if response_cut and admitted.kind == "cancel_response":
+                continue
             self._keep_for_replay(admitted)
             await self._submit(admitted, now)
         if self.store is not None and self.items is not None:

@@ -347,7 +347,8 @@ class Sessions:
         host.deliver(effects)  # the end of a response cut with its replica, journaled
         # The input not yet committed and the commands the lost owner had not applied: the
         # stored applied_client_seq covers them, so the client will not send them again.
-        await host.replay_stored(stored.appends, stored.commands)
+        cut = bool(stored.state.active_response_id)
+        await host.replay_stored(stored.appends, stored.commands, response_cut=cut)
         ADOPTIONS.labels(why).inc()
         logger.info(
             "session %s adopted from %s (%d events kept, %d items, %d commands replayed)",

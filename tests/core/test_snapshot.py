@@ -210,6 +210,7 @@ def test_the_pending_input_ledger_goes_with_the_session() -> None:
     adopted = _adopt_into(session, registry)
     # Held in the adopter's budget, as the replayed audio will be in its engine.
     assert adopted.admission.pending_input_bytes == 10 == registry.budget.held
+    assert adopted.admission.max_pending_input_bytes == LIMITS.max_pending_input_bytes
     resume(adopted, opened.token, 0, 6.0)
     # The commit the client sends next finds the input: not input_audio_buffer_empty.
     commit = adopted.receive(

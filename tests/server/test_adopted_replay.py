@@ -97,3 +97,17 @@ async def test_a_turn_the_client_was_not_told_of_is_told_once(redis_url: str) ->
     host, _ = await _replayed(False, redis_url)
     assert _speech_events(host) == 1
     await host.abandon()
+
+
+async def test_a_cancel_of_the_response_the_adoption_cut_is_not_replayed(
+    redis_url: str,  # noqa: F811
+) -> None:
+    store = DurableStore(redis_url, "r2", "async", record_ttl_s=60.0, grace_s=GRACE_S)
+    session = open_session(engine=VAD_ENGINE, config=VAD).session
+    engine = Detector()
+    host = SessionHost(session, engine, lambda _: None, lambda: 2.0, store=store, adopted=True)
+    cancel = pb.ConverseRequest(client_seq=1, cancel_response=pb.CancelResponse())
+    await host.replay_stored([], [cancel.SerializeToString()], response_cut=True)
+    await host.replay_stored([], [cancel.SerializeToString()], response_cut=False)
+    assert engine.heard == [cancel]  # once: only where no cut had ended the response
+    await host.abandon()

@@ -1,9 +1,12 @@
-"""An adopted session's host replays the stored input into its fresh engine (server/host.py,
-``replay_stored``), and under server VAD does not tell a ``speech_started`` twice.
+"""An adopted session's host replays into its fresh engine what its lost owner stored and had
+not applied (server/host.py, ``replay_stored``): each kind of command whose number a round
+stores before the engine applied it, and the uncommitted input, under server VAD without
+telling a ``speech_started`` twice.
 
-The engine here is a stand-in with the seam's shape (a detector is a model: the embedded
-engine's tier): it says ``speech_started`` at the first append whose audio is not silence, and
-reports each command applied, as a durable server asks engines to.
+The engines here are stand-ins with the seam's shape (a detector is a model: the embedded
+engine's tier): one says ``speech_started`` at the first append whose audio is not silence and
+reports each command applied, as a durable server asks engines to; one never applies anything
+(its replica dies first).
 """
 
 from __future__ import annotations
@@ -11,13 +14,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import pytest
+
 from omni_grpc.engine.base import EngineSession
 from omni_grpc.server.durable import DurableStore
 from omni_grpc.server.host import SessionHost
 from omni_grpc.wire import pb
 from tests.cluster.local import wait_for
 from tests.core.helpers import VAD_ENGINE, append, open_session
-from tests.server.test_durable import GRACE_S, redis_url  # noqa: F401 - the fixture
+from tests.server.test_durable import GRACE_S, _store, redis_url  # noqa: F401 - the fixture
 
 VAD = pb.SessionConfig(
     input_audio_format=pb.AudioFormat(encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=16000),
@@ -111,3 +116,59 @@ async def test_a_cancel_of_the_response_the_adoption_cut_is_not_replayed(
     await host.replay_stored([], [cancel.SerializeToString()], response_cut=False)
     assert engine.heard == [cancel]  # once: only where no cut had ended the response
     await host.abandon()
+
+
+class Stalled(Detector):
+    """An engine that takes commands and has applied none of them when its replica dies."""
+
+    async def submit(self, request: pb.ConverseRequest) -> None:
+        self.heard.append(request)
+
+    def submit_now(
+        self, request: pb.ConverseRequest, kind: str | None = None
+    ) -> list[pb.ConverseResponse] | None:
+        return None  # everything through the mailbox, which is never worked
+
+
+USER_ITEM = pb.ConversationItem(
+    type=pb.ITEM_TYPE_MESSAGE,
+    role=pb.ITEM_ROLE_USER,
+    content=[pb.ContentPart(type=pb.CONTENT_TYPE_INPUT_TEXT, text="hello")],
+)
+COMMANDS = {  # each command whose number a round stores before the engine applied it
+    "create_conversation_item": pb.CreateConversationItem(item=USER_ITEM),
+    "create_response": pb.CreateResponse(),
+    "update_session": pb.UpdateSession(config=pb.SessionConfig(instructions="Be brief.")),
+    "truncate_conversation_item": pb.TruncateConversationItem(item_id="item_1", audio_end_ms=10),
+    "append_input_text": pb.AppendInputText(text="typed"),
+}
+
+
+@pytest.mark.parametrize("kind", list(COMMANDS))
+async def test_a_command_stored_before_its_effect_is_replayed_once(
+    kind: str,
+    redis_url: str,  # noqa: F811
+) -> None:
+    owner, adopter = await _store(redis_url, "r1"), await _store(redis_url, "r2")
+    try:
+        session = open_session().session
+        lost = SessionHost(session, Stalled(), lambda _: None, lambda: 1.0, store=owner)
+        request = pb.ConverseRequest(client_seq=1, **{kind: COMMANDS[kind]})
+        await lost.receive(1, request)
+        await wait_for(lambda: _stored_applied(adopter, session.id, 1), 10, "the round")
+        stored = await adopter.load(session.id)
+        assert stored is not None and len(stored.commands) == 1
+        fresh = Detector()
+        host = SessionHost(session, fresh, lambda _: None, lambda: 2.0, store=adopter, adopted=True)
+        await host.replay_stored(stored.appends, stored.commands)
+        assert [r.WhichOneof("command") for r in fresh.heard] == [kind]
+        await host.abandon()
+        await lost.abandon()
+    finally:
+        await owner.stop()
+        await adopter.stop()
+
+
+async def _stored_applied(store: DurableStore, session_id: str, seq: int) -> bool:
+    stored = await store.load(session_id)
+    return stored is not None and stored.state.applied_client_seq >= seq

@@ -7,16 +7,20 @@ the store has written the moment the test aims at, so the stored ``applied_clien
 what was sent before it. The session says 2 s of audio in 100 ms appends and commits it; the
 loopback answers a turn with the turn's own audio and says how long it was, so the answer shows
 whether the adopter committed all of it (none lost, none twice). Durability ``sync``: nothing a
-client holds can be missing from the store.
+client holds can be missing from the store. The Python client (``DuplexClient``) resends what
+the adopter has not applied; the last test goes through the bridge, as a websocket page that
+resumes (the bridge numbers its commands, so the page's case is the kill after its appends).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import numpy as np
 import pytest
 
@@ -24,6 +28,7 @@ from omni_grpc.client import DuplexClient
 from omni_grpc.wire import pb
 from tests.cluster.local import LOOPBACK, LocalCluster, wait_for
 from tests.cluster.speaker import OPTIONS, Speaker, words
+from tests.cluster.test_routing_bridge import EXTENSIONS, Page, _words
 
 RATE_HZ = 24_000  # the client's audio is resampled to the engine's: its tail must survive too
 CHUNK_MS = 100
@@ -202,3 +207,38 @@ async def test_a_kill_mid_tool_call_applies_the_output_once(armed: LocalCluster)
     assert len(outputs) == 1, outputs
     _check(speaker, victim, turns=1)
     await speaker.close()
+
+
+@pytest.mark.parametrize("armed", [f"command:append_input_audio:{CHUNKS}"], indirect=True)
+async def test_through_the_bridge_a_kill_before_the_commit_loses_no_audio(
+    armed: LocalCluster,
+) -> None:
+    """A websocket client behind the bridge (the page's resume flow): its audio, all applied
+    before the owner died, is in the adopter's buffer when it resumes and commits."""
+    base = f"http://{armed.state['proxy']['http']}"
+    routes = [r["route"] for r in armed.state["replicas"]]
+    page = Page()
+    pcm = {"type": "audio/pcm", "rate": RATE_HZ}
+    update = {"type": "realtime", "audio": {"input": {"format": pcm, "turn_detection": None}}}
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(base + EXTENSIONS) as ws:
+            await ws.send_json({"type": "session.update", "session": update})
+            await page.until(ws, "session.created")
+            for index in range(CHUNKS):
+                audio = base64.b64encode(_chunk(index)).decode()
+                await ws.send_json({"type": "input_audio_buffer.append", "audio": audio})
+            await wait_for(
+                lambda: any(not armed.alive(r) for r in routes), 60, "the owner to kill itself"
+            )
+            async for message in ws:  # what came before the socket closed
+                if message.type == aiohttp.WSMsgType.TEXT:
+                    page.seen = max(
+                        page.seen, json.loads(message.data).get("server_event_seq") or 0
+                    )
+        async with http.ws_connect(base + EXTENSIONS + "&resume=1") as ws:
+            await page.resume(ws)
+            await ws.send_json({"type": "input_audio_buffer.commit"})
+            await ws.send_json({"type": "response.create"})
+            done = await page.until(ws, "response.done")
+    assert done["response"]["status"] == "completed", done
+    assert f"you said {TURN_MS / 1000:.2f} seconds" in _words(done), _words(done)

@@ -266,6 +266,9 @@ class DurableStore:
         # Released by the first round that writes this head, even if the session numbered
         # more events while that round was out: those wait for the next one, not this event.
         self._written.setdefault(session.id, _Written()).waiters.append((head, waiter))
+        # A waiter always has a round coming that writes its session: a change nobody marked
+        # (a token rotated, or rolled back, with no event) would otherwise hold it for good.
+        self._dirty.setdefault(session.id, self._live[session.id])
         self._wake.set()
         await waiter
 

@@ -292,11 +292,10 @@ async def test_sync_holds_a_rotated_token_until_the_store_has_it(redis_url: str)
         await asyncio.wait_for(store.settled(session), 20)
         session.detach(1, 1.0)
         resume(session, opened.token, session.journal.head, 2.0)
-        waiting = asyncio.ensure_future(store.settled(session))
-        await asyncio.sleep(0.2)
-        assert not waiting.done()  # nothing marked yet: the new token is not written
-        store.mark(session, ItemLog())
-        await asyncio.wait_for(waiting, 20)
+        before = await store.load(session.id)
+        assert before is not None and before.state.token_digest != session.lock.resume.sealed()[0]
+        # Nothing marked the session since: the wait itself has the new token written.
+        await asyncio.wait_for(store.settled(session), 20)
         stored = await store.load(session.id)
         assert stored is not None
         assert stored.state.token_digest == session.lock.resume.sealed()[0]

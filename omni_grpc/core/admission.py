@@ -32,6 +32,8 @@ The rules held here:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from omni_grpc.core import tools, validation
 from omni_grpc.core.budget import BUDGET_RETRY_AFTER_S, MemoryBudget
 from omni_grpc.core.commands import AppendAudio, EngineCommand, append_audio, engine_command
@@ -93,6 +95,11 @@ class Admission:
         self.applied_client_seq = 0
         self.pending_input_bytes = 0  # held in the budget too, in the engine's bytes
         self.last_activity = now
+
+    @property
+    def max_pending_input_bytes(self) -> int:
+        """The session's own bound on its uncommitted input."""
+        return self._limits.max_pending_input_bytes
 
     def number(self, request: pb.ConverseRequest, kind: str | None) -> str | None:
         """Checks the command's kind and number; returns the kind, or None for a repeat.
@@ -158,18 +165,26 @@ class Admission:
         validation.check_audio(append, audio, encoding, rate_hz, self._limits, self._engine)
         native = encoding == _PCM16 and rate_hz in self._native_rates_hz
         if commits:  # the client commits its turns: its input is held
-            size = len(audio)
-            if not native:
-                size = canonical_input_bytes(size, encoding, rate_hz)
-            if append.video_frames:
-                size += sum(len(frame.data) for frame in append.video_frames)
-            self._hold(size)
+            self._hold(held_bytes(len(audio), encoding, rate_hz, native, append.video_frames))
         seq, event_id = request.client_seq, request.event_id
         if append.video_frames or append.hints.fields or append.HasField("audio_end_ms"):
             return append_audio(append, audio, encoding, rate_hz, seq, event_id, native)
         return _new_append(
             AppendAudio, (audio, encoding, rate_hz, native, seq, event_id, None, (), None)
         )
+
+    def readmit(self, request: pb.ConverseRequest) -> EngineCommand:
+        """A command admitted on another replica, as stored for the adopter to replay (an
+        append with its format resolved): nothing is checked or held again, the ledger came
+        with the session (:meth:`restore_pending`)."""
+        kind = request.WhichOneof("command")
+        if kind != "append_input_audio":
+            return engine_command(request, kind)
+        append = request.append_input_audio
+        encoding, rate_hz = append.encoding, append.sample_rate_hz
+        native = encoding == _PCM16 and rate_hz in self._native_rates_hz
+        seq, event_id = request.client_seq, request.event_id
+        return append_audio(append, append.audio, encoding, rate_hz, seq, event_id, native)
 
     def _hold(self, size: int) -> None:
         if self.pending_input_bytes + size > self._limits.max_pending_input_bytes:
@@ -198,6 +213,13 @@ class Admission:
             key.held += size
         self.pending_input_bytes += size
 
+    def restore_pending(self, size: int) -> None:
+        """Holds ``size`` bytes of input admitted on another replica (an adopted session, whose
+        audio the adopter replays into its engine). Never refused: the bytes were admitted
+        once, within the same per-session bound, and refusing them now would lose them."""
+        self.budget.held += size
+        self.pending_input_bytes += size
+
     def hold_for_key(self, key_budget: MemoryBudget | None) -> None:
         """Charges the pending input to ``key_budget`` from now on (the key of the stream that
         opened or resumed the session), moving what is held already."""
@@ -222,6 +244,18 @@ class Admission:
     def idle_deadline(self, config: pb.SessionConfig) -> float:
         """When the session idles out if nothing happens before."""
         return self.last_activity + config.idle_timeout.ToMilliseconds() / 1000
+
+
+def held_bytes(
+    size: int, encoding: int, rate_hz: int, native: bool, video_frames: Sequence[pb.VideoFrame]
+) -> int:
+    """What an append of ``size`` bytes of audio adds to the pending input, in the bytes the
+    engine keeps."""
+    if not native:
+        size = canonical_input_bytes(size, encoding, rate_hz)
+    if video_frames:
+        size += sum(len(frame.data) for frame in video_frames)
+    return size
 
 
 def client_commits(config: pb.SessionConfig) -> bool:

@@ -12,6 +12,11 @@ core's classes and the core nothing of the store. The rules held here:
 * **No response survives its engine.** A response that was running on the lost replica cannot
   go on: its engine state is gone. The adopted session ends it with ``response_done``, status
   FAILED and the typed reason ``session_moved``, journaled, so the resume replays it.
+* **The input goes with its number.** The client's audio not yet committed lives in the
+  engine's buffer, not in the core: the store keeps it beside the state (the server's
+  business), and the state keeps the core's ledger of it (``pending_input_bytes``), so the
+  adopted session holds, in its budget, what the adopter replays into its fresh engine. The
+  stored ``applied_client_seq`` never covers an effect the store cannot reproduce.
 * **Never silent loss.** Events the lost replica numbered but did not get into the store in
   time are events the client may hold and the store does not: a resume whose cursor is past
   the stored journal is told ``resync_required`` (:func:`check_adopted_cursor`), never
@@ -51,6 +56,7 @@ class SessionState:
     active_response_id: str
     turn: str  # the TurnState's name
     epoch: int
+    pending_input_bytes: int = 0  # the admission ledger of the uncommitted input
 
     def to_fields(self) -> dict[str, bytes]:
         """The state as a flat mapping of bytes (one hash in a key-value store)."""
@@ -68,6 +74,7 @@ class SessionState:
             "response": self.active_response_id.encode(),
             "turn": self.turn.encode(),
             "epoch": b"%d" % self.epoch,
+            "pending": b"%d" % self.pending_input_bytes,
         }
 
     @classmethod
@@ -87,6 +94,8 @@ class SessionState:
             active_response_id=fields[b"response"].decode(),
             turn=fields[b"turn"].decode(),
             epoch=int(fields[b"epoch"]),
+            # Absent in a record written before the input was kept: nothing pending.
+            pending_input_bytes=int(fields.get(b"pending", b"0")),
         )
 
 
@@ -107,6 +116,7 @@ def export_state(session: Session) -> SessionState:
         active_response_id=session.responses.active_response_id,
         turn=session.responses.turn.name,
         epoch=session.responses.epoch,
+        pending_input_bytes=session.admission.pending_input_bytes,
     )
 
 
@@ -138,6 +148,7 @@ def adopt(
     session.state = State.DETACHED
     session.detached_at = now
     session.admission.applied_client_seq = state.applied_client_seq
+    session.admission.restore_pending(state.pending_input_bytes)
     session.responses.turn = TurnState[state.turn]
     session.responses.epoch = state.epoch
     session.journal.restore(state.dropped_through, entries, now)

@@ -44,6 +44,12 @@ class EngineSession(abc.ABC):
     # response id) when the language model's first piece comes, which a speaking engine sends
     # only with the audio made from it. The server sets it to trace turns; None: nobody asks.
     on_stage: Callable[[str, str], None] | None = None
+    # Set by a durable server (``--durability``): after applying each numbered command, the
+    # session makes a marker, an event with no ``event`` but the command's number in
+    # ``applied_client_seq``, behind the events the command made (yielded by ``events``, or
+    # last in what ``submit_now`` returns); the server then knows that command's effect is in
+    # what it stores (:mod:`omni_grpc.server.replay_log`). The marker is never published.
+    report_applied: bool = False
 
     @abc.abstractmethod
     async def submit(self, command: EngineCommand) -> None:

@@ -4,9 +4,11 @@ One :class:`DurableStore` per replica. Hosts mark their session dirty after each
 core (:meth:`DurableStore.mark`, a set insertion); one writer task takes every dirty session and
 writes, in one pipelined MULTI/EXEC per round, what changed since the last round: the session's
 state (``omni_grpc.core.snapshot``), the journal entries numbered since (a sorted set scored by
-seq, trimmed to what the client has not acknowledged) and the conversation items. In ``sync``
-mode a stream's writer waits for the write before each event goes on the wire
-(:meth:`settled`), so a client never holds an event the store has not.
+seq, trimmed to what the client has not acknowledged), the conversation items, and what a new
+owner must replay into its engine (:mod:`omni_grpc.server.replay_log`: the uncommitted input,
+a list per session, and the commands the engine had not applied yet). In ``sync`` mode a
+stream's writer waits for the write before each event goes on the wire (:meth:`settled`), so a
+client never holds an event the store has not.
 
 A round is one round trip: the Lua scripts are loaded once (again after Redis comes back, or
 says it lost them) and the rounds call them by their hash (a pipeline that names a script
@@ -53,6 +55,15 @@ from redis.exceptions import NoScriptError, RedisError
 from omni_grpc.core import Session, State
 from omni_grpc.core.snapshot import SessionState, export_state
 from omni_grpc.server import fence
+from omni_grpc.server.fence import (
+    commands_key,
+    input_key,
+    journal_key,
+    lease_key,
+    record_keys,
+    session_key,
+)
+from omni_grpc.server.replay_log import ReplayLog
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -86,38 +97,31 @@ LEASES_LOST = Counter(
 )
 
 
-def session_key(session_id: str) -> str:
-    return f"omni:session:{session_id}"
-
-
-def journal_key(session_id: str) -> str:
-    return f"omni:journal:{session_id}"
-
-
-def lease_key(route: str) -> str:
-    return f"omni:replica:{route}"
-
-
 class StoreUnavailable(Exception):
     """Redis did not answer: what it holds is unknown, which is not the same as absent."""
 
 
 @dataclass(slots=True)
 class Stored:
-    """A session as the store holds it: its state, journal entries, items and owner."""
+    """A session as the store holds it: its state, journal entries, items and owner, and
+    what its new owner replays into its engine (:func:`replay_log.replay_order`)."""
 
     state: SessionState
     entries: list[tuple[int, bytes]]
     items: list[pb.ConversationItem]
     route: str
+    appends: list[bytes] = field(default_factory=list)
+    commands: list[bytes] = field(default_factory=list)
 
 
 class ItemLog:
-    """The conversation items of one session, in order, as its events tell them."""
+    """The conversation items of one session, in order, as its events tell them, and the
+    session's :class:`ReplayLog` (written with them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, replay: ReplayLog | None = None) -> None:
         self._items: collections.OrderedDict[str, pb.ConversationItem] = collections.OrderedDict()
         self.changed = False
+        self.replay = replay
 
     def observe(self, kind: str | None, event: pb.ConverseResponse) -> None:
         """Follows one engine event: finished items enter, deleted ones leave."""
@@ -147,6 +151,7 @@ class _Written:
 
     head: int = -1  # -1: nothing written (or Redis came back and may be empty)
     dropped: int = 0
+    token: bytes = b""  # the resume token digest written
     epoch: int = 1  # the fencing token this replica holds (bumped by each adoption)
     # Whether a missing record may be made: at the first write, or when Redis came back empty;
     # otherwise a missing record means a peer adopted the session and ended it.
@@ -183,6 +188,7 @@ class DurableStore:
         self._scripts_loaded = False  # WRITE and DROP are in Redis's script cache
         self._stopped = False
         self._fenced: set[str] = set()  # sessions a peer adopted: never written from here again
+        self.rounds = 0  # rounds of writes done (the test hook of fault_hook waits on it)
         self._leased = False  # held the lease at the last renewal (a lapse means a stall)
         # Called with (session id, the adopter's route) when a write finds the session adopted.
         self.on_fenced: Callable[[str, str], None] | None = None
@@ -248,12 +254,21 @@ class DurableStore:
             return  # an ended session's record is deleted, not written: nothing to wait for
         written = self._written.get(session.id)
         head = session.journal.head
-        if written is not None and written.head >= head:
+        if (
+            written is not None
+            and written.head >= head
+            # A rotated resume token (in session_resumed) goes out only once the store holds
+            # it: an adopter that knew only the old one would refuse the client's new one.
+            and written.token == session.lock.resume.sealed()[0]
+        ):
             return
         waiter = asyncio.get_running_loop().create_future()
         # Released by the first round that writes this head, even if the session numbered
         # more events while that round was out: those wait for the next one, not this event.
         self._written.setdefault(session.id, _Written()).waiters.append((head, waiter))
+        # A waiter always has a round coming that writes its session: a change nobody marked
+        # (a token rotated, or rolled back, with no event) would otherwise hold it for good.
+        self._dirty.setdefault(session.id, self._live[session.id])
         self._wake.set()
         await waiter
 
@@ -298,6 +313,7 @@ class DurableStore:
     def _put_back(self, dirty: dict[str, tuple[Session, ItemLog]], gone: dict[str, int]) -> None:
         """A round that failed: its sessions are dirty again (and, since Redis may have lost
         them, written whole: :meth:`_went_down`)."""
+        _rewrite_replay(dirty)  # the round took their changes: the next writes them whole
         for session_id, value in dirty.items():
             self._dirty.setdefault(session_id, value)
         for session_id, epoch in gone.items():
@@ -318,8 +334,10 @@ class DurableStore:
             except NoScriptError:
                 # Redis lost its script cache (SCRIPT FLUSH, or a restart not seen yet): load
                 # them and write again. Each write brings the record up to the same state,
-                # so a script that did run before the error runs again to the same effect.
+                # so a script that did run before the error runs again to the same effect
+                # (the replay lists written whole: their changes were taken already).
                 self._scripts_loaded = False
+                _rewrite_replay(dirty)
                 pipe, heads = await self._queue_round(dirty, gone)
                 async with pipe:
                     results = await pipe.execute()
@@ -327,25 +345,31 @@ class DurableStore:
             self._put_back(dirty, gone)
             raise
         DURABILITY_ROUNDS.inc()
+        self.rounds += 1
         self._came_up()
-        for (session_id, (head, dropped)), result in zip(heads.items(), results, strict=False):
+        for (session_id, (head, dropped, token)), result in zip(
+            heads.items(), results, strict=False
+        ):
             if (kept := self._written.get(session_id)) is None:
                 continue  # it ended while the round was written
             if result[0] != 1:
                 self._fence(session_id, _text(result[1]))
                 continue
-            kept.head, kept.dropped, kept.may_create = head, dropped, False
+            kept.head, kept.dropped, kept.may_create, kept.token = head, dropped, False, token
             # Each waiter goes as soon as its own event is written, even if the session
-            # numbered more while the round was out (those wait for the next round).
-            self._release_waiters(kept, head)
+            # numbered more while the round was out (those wait for the next round); none
+            # while the token written is not the session's now (its next round writes it).
+            if token == dirty[session_id][0].lock.resume.sealed()[0]:
+                self._release_waiters(kept, head)
 
     async def _queue_round(
         self, dirty: dict[str, tuple[Session, ItemLog]], gone: dict[str, int]
-    ) -> tuple[Any, dict[str, tuple[int, int]]]:
+    ) -> tuple[Any, dict[str, tuple[int, int, bytes]]]:
         """A pipeline (MULTI/EXEC) with the writes of ``dirty`` and the deletions of
-        ``gone`` queued, and the head and trim point each write brings the store to. Nothing
-        is sent but, once per Redis, the scripts (so the pipeline calls them by hash and need
-        not ask Redis first whether it has them, a round trip of its own)."""
+        ``gone`` queued, and the head, trim point and token digest each write brings the
+        store to. Nothing is sent but, once per Redis, the scripts (so the pipeline calls
+        them by hash and need not ask Redis first whether it has them, a round trip of its
+        own)."""
         if not self._scripts_loaded:
             await self._load_scripts()
         pipe = self.redis.pipeline(transaction=True)
@@ -356,8 +380,7 @@ class DurableStore:
                 pipe, session, items, written, route=self.route
             )
         for session_id, epoch in gone.items():
-            keys = [session_key(session_id), journal_key(session_id)]
-            await self._drop(keys=keys, args=[epoch], client=pipe)
+            await self._drop(keys=record_keys(session_id), args=[epoch], client=pipe)
         pipe.scripts.clear()  # loaded above: no SCRIPT EXISTS before the round
         return pipe, heads
 
@@ -387,8 +410,9 @@ class DurableStore:
 
     async def _queue_session(
         self, pipe: Any, session: Session, items: ItemLog, written: _Written, *, route: str
-    ) -> tuple[int, int]:
-        """Queues the writes that bring the store up to ``session``; returns (head, dropped)."""
+    ) -> tuple[int, int, bytes]:
+        """Queues the writes that bring the store up to ``session``; returns (head, dropped,
+        the token digest written)."""
         state = export_state(session)
         whole = written.head < 0
         if whole:
@@ -404,16 +428,20 @@ class DurableStore:
             fields["items"] = items.serialized()
         detached = session.state is State.DETACHED
         ttl_ms = self._detached_ttl_ms if detached else self._record_ttl_ms
+        drop, appends, commands = (
+            items.replay.take_changes(whole) if items.replay is not None else (-1, [], None)
+        )
         args: list[Any] = [written.epoch, int(written.may_create), int(whole), ttl_ms, trim]
-        args.append(len(fields))
+        args += [len(fields), drop, len(appends), -1 if commands is None else len(commands)]
         for name, value in fields.items():
             args += [name, value]
+        args += appends
+        args += commands or []
         for seq, payload in entries:
             args += [seq, payload]
         # Queued on the pipeline (redis-py loads the script before the pipeline runs).
-        keys = [session_key(session.id), journal_key(session.id)]
-        await self._write(keys=keys, args=args, client=pipe)
-        return state.head, state.dropped_through
+        await self._write(keys=record_keys(session.id), args=args, client=pipe)
+        return state.head, state.dropped_through, state.token_digest
 
     def _went_down(self, error: Exception) -> None:
         DURABILITY_ERRORS.inc()
@@ -494,7 +522,9 @@ class DurableStore:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hgetall(session_key(session_id))
                 pipe.zrange(journal_key(session_id), 0, -1, withscores=True)
-                record, journal = await pipe.execute()
+                pipe.lrange(input_key(session_id), 0, -1)
+                pipe.lrange(commands_key(session_id), 0, -1)
+                record, journal, appends, commands = await pipe.execute()
         except (RedisError, OSError) as error:
             self._went_down(error)
             raise StoreUnavailable(str(error)) from error
@@ -507,7 +537,8 @@ class DurableStore:
             return None
         items = list(pb.Response.FromString(record.get(b"items", b"")).output)
         entries = sorted((int(seq), payload) for payload, seq in journal)
-        return Stored(state, entries, items, record.get(b"route", b"").decode())
+        route = record.get(b"route", b"").decode()
+        return Stored(state, entries, items, route, list(appends), list(commands))
 
     async def owner_lease(self, route: str) -> str | None:
         """``serving``, ``draining``, or None when the owner's lease is gone."""
@@ -532,6 +563,12 @@ class DurableStore:
         return int(epoch)
 
 
+def _rewrite_replay(dirty: dict[str, tuple[Session, ItemLog]]) -> None:
+    for _, items in dirty.values():
+        if items.replay is not None:
+            items.replay.rewrite()
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -545,4 +582,10 @@ __all__ = [
     "ItemLog",
     "StoreUnavailable",
     "Stored",
+    "commands_key",
+    "input_key",
+    "journal_key",
+    "lease_key",
+    "record_keys",
+    "session_key",
 ]

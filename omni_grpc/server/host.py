@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from time import perf_counter
 
 from omni_grpc.core import Effects, Session
@@ -154,6 +154,17 @@ class SessionHost:
         retry_at = session.throttle.retry_at
         return retry_at - self._clock() if retry_at else 0.0
 
+    async def replay(self, commands: Sequence[EngineCommand]) -> None:
+        """An adopted session: the commands its lost owner admitted and its engine had not
+        applied (the uncommitted input among them) go into the fresh engine, in the client's
+        order, as the reader hands them, before any new command. The stored number covers
+        them, so the client never sends them again (see ``DurableTap.take_replay``)."""
+        now = self._clock()
+        for command in commands:
+            if self.ended:
+                break
+            await self._submit(command, now)
+
     def go_away(self, time_left_s: float, reason: str) -> None:
         """Tells the attached stream that the server stops in ``time_left_s`` (a drain)."""
         self.deliver(self.session.going_away(time_left_s, reason))
@@ -276,16 +287,23 @@ class SessionHost:
         """Publishes one engine event (from the pump, or made at once by ``submit_now`` at
         ``now``, the command's time)."""
         kind = event.WhichOneof("event")
+        taps = self.taps
+        if kind is None:  # a marker: the engine applied a command (report_applied), unpublished
+            for tap in taps.applied:
+                tap.applied(self, event.applied_client_seq)
+            return
         _HOT.events[kind] += 1
         if kind == "output_audio_delta" and not self._edge.session_output(event.output_audio_delta):
             return  # its audio is all still in the resampler: the next delta carries it
-        taps = self.taps
         if taps.all_events:
             for tap in taps.all_events:
                 tap.event(self, kind, event)
         if kind in taps.watchers:
             for tap in taps.watchers[kind]:
                 tap.event(self, kind, event)
+        if taps.held_back and kind in taps.held_back:
+            taps.held_back.discard(kind)  # told already, before an adoption (taps.py)
+            return
         if now is None:
             now = self._clock()
         if kind in OUTPUT_ENDING_EVENTS and (tail := self._edge.output_tail(kind, event)):

@@ -26,7 +26,7 @@ from omni_grpc.core.session import resume_refused
 from omni_grpc.core.session_queue import SessionQueue, Ticket
 from omni_grpc.core.snapshot import adopt, check_adopted_cursor
 from omni_grpc.engine.base import Engine, EngineSession
-from omni_grpc.server import metrics
+from omni_grpc.server import fault_hook, metrics
 from omni_grpc.server.durable import ADOPTIONS, MOVED, DurableStore, StoreUnavailable
 from omni_grpc.server.host import SendQueue, SessionHost
 from omni_grpc.server.recording import Recorder
@@ -216,7 +216,9 @@ class Sessions:
             engine_session.on_stage = turns.stage
             host.taps.add(turns)
         if self.store is not None:
-            host.taps.add(DurableTap(self.store))
+            host.taps.add(DurableTap(self.store, host))
+        if (fault := fault_hook.armed(adopted=epoch > 1)) is not None:
+            host.taps.add(fault)  # a test hook, off unless set (fault_hook.py)
         self._hosts[session.id] = host
         if self.recorder is not None:
             # An adopted session's recording is the next part of the one begun elsewhere.
@@ -361,13 +363,22 @@ class Sessions:
             raise SessionElsewhere("the engine could not adopt the session") from None
         host = self._host(session, engine_session, epoch=epoch)
         host.deliver(effects)  # the end of a response cut with its replica, journaled
+        # The input not yet committed and the commands the lost owner had not applied: the
+        # stored applied_client_seq covers them, so the client will not send them again.
+        durable = host.taps.of(DurableTap)
+        assert durable is not None
+        cut = bool(stored.state.active_response_id)
+        await host.replay(
+            durable.take_replay(host, stored.appends, stored.commands, response_cut=cut)
+        )
         ADOPTIONS.labels(why).inc()
         logger.info(
-            "session %s adopted from %s (%d events kept, %d items)",
+            "session %s adopted from %s (%d events kept, %d items, %d commands replayed)",
             session.id,
             stored.route or "a draining replica",
             len(stored.entries),
             len(stored.items),
+            len(stored.appends) + len(stored.commands),
             extra={"session_id": session.id},
         )
         check_adopted_cursor(session, request.last_received_seq)

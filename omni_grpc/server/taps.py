@@ -4,7 +4,8 @@ A :class:`HostTap` is told what the host does: a command the core decided on (``
 with the effects the core returned: read ``session.last_skip`` and ``session.last_refusal``
 for what became of it), each command as the engine took it (``handed``: an append's audio as
 the engine heard it, a commit's resampler tail as an append of its own), the command's end
-(``handled``), each engine event before it is published (``event``), each carrying out of
+(``handled``), each engine event before it is published (``event``), each command the engine
+says it applied (``applied``: a durable server asks for its markers), each carrying out of
 effects (``delivered``), a stream gone (``released``), the configuration changed by the client
 (``configured``), and the end of the host (``ended``: the session ended, or the host was
 abandoned at a shutdown or a hand-over). The rules held here:
@@ -32,10 +33,18 @@ from time import perf_counter
 from typing import ClassVar, Protocol, TypeVar
 
 from omni_grpc.core import Effects, Session
-from omni_grpc.core.commands import EngineCommand
+from omni_grpc.core.admission import INPUT_TAKEN_EVENTS, client_commits, held_bytes
+from omni_grpc.core.commands import (
+    AppendAudio,
+    CancelResponse,
+    EngineCommand,
+    UpdateSession,
+    kind_of,
+)
 from omni_grpc.engine.base import EngineSession
 from omni_grpc.server import metrics
 from omni_grpc.server.durable import DurableStore, ItemLog
+from omni_grpc.server.replay_log import ReplayLog, replay_order, speech_in_progress
 from omni_grpc.server.send_queue import SendQueue
 from omni_grpc.wire import pb
 
@@ -45,6 +54,7 @@ HOOKS = (
     "handed",
     "handled",
     "event",
+    "applied",
     "delivered",
     "released",
     "configured",
@@ -85,6 +95,10 @@ class HostTap:
     def event(self, host: SessionHost, kind: str | None, event: pb.ConverseResponse) -> None:
         """An engine event of a kind in :attr:`events`, about to be published."""
 
+    def applied(self, host: SessionHost, client_seq: int) -> None:
+        """The engine applied the command numbered ``client_seq``, its events published
+        before this (only while ``EngineSession.report_applied`` is set)."""
+
     def delivered(self, host: SessionHost, effects: Effects) -> None:
         """Effects were carried out: their payloads are in the send queues."""
 
@@ -113,11 +127,13 @@ class Taps:
         "admitted",
         "all",
         "all_events",
+        "applied",
         "configured",
         "delivered",
         "ended",
         "handed",
         "handled",
+        "held_back",
         "released",
         "watchers",
     )
@@ -127,6 +143,7 @@ class Taps:
         self.admitted: tuple[HostTap, ...] = ()
         self.handed: tuple[HostTap, ...] = ()
         self.handled: tuple[HostTap, ...] = ()
+        self.applied: tuple[HostTap, ...] = ()
         self.delivered: tuple[HostTap, ...] = ()
         self.released: tuple[HostTap, ...] = ()
         self.configured: tuple[HostTap, ...] = ()
@@ -134,6 +151,10 @@ class Taps:
         self.all_events: tuple[HostTap, ...] = ()  # told of every engine event
         # Engine event kind -> the taps told of it (a tap may watch a kind for a while).
         self.watchers: dict[str, tuple[HostTap, ...]] = {}
+        # Engine event kinds whose next event the host does not publish (the taps are told
+        # of it): what an adopted session's replay makes again that the client was told
+        # already (DurableTap.take_replay). Empty, as nearly always, it costs a truth test.
+        self.held_back: set[str] = set()
 
     def add(self, tap: HostTap) -> None:
         """Registers an observer: from now on it is told of what it overrides a hook for."""
@@ -173,6 +194,7 @@ class Taps:
         filed = {hook: tuple(t for t in self.all if _overrides(t, hook)) for hook in HOOKS}
         self.admitted, self.handed = filed["admitted"], filed["handed"]
         self.handled, self.delivered = filed["handled"], filed["delivered"]
+        self.applied = filed["applied"]
         self.released, self.configured = filed["released"], filed["configured"]
         self.ended = filed["ended"]
         self.all_events = tuple(tap for tap in filed["event"] if tap.events is None)
@@ -211,25 +233,61 @@ class TurnMetrics(HostTap):
 
 
 class DurableTap(HostTap):
-    """Durability: the store writes the session behind each change, and the items it keeps
-    are what an adopting peer gives its fresh engine session as the history."""
+    """Durability: the store writes the session behind each change; the items it keeps are
+    what an adopting peer gives its fresh engine session as the history, and the replay log
+    (:mod:`omni_grpc.server.replay_log`) what it replays into it: the uncommitted input and
+    the commands the engine had not applied, written in the same round as the number that
+    covers them. The engine's ``applied`` markers (``report_applied``, set here) say when a
+    command's effect is in what the store keeps anyway."""
 
     events: ClassVar[frozenset[str] | None] = frozenset(
-        {"item_done", "response_done", "item_deleted"}
+        {"item_done", "response_done", "item_deleted", "speech_started", *INPUT_TAKEN_EVENTS}
     )
 
-    def __init__(self, store: DurableStore) -> None:
+    def __init__(self, store: DurableStore, host: SessionHost) -> None:
         self.store = store
-        self.items = ItemLog()
+        self.replay = ReplayLog(host.session.admission.max_pending_input_bytes)
+        self.items = ItemLog(self.replay)
+        host.engine.report_applied = True
+        self._kept_append = 0  # the append this command kept, until the engine took it
+        self._handed_append = 0  # the last append the engine took
+        # Server VAD after an adoption: the replay's last number, until which a speech_started
+        # the fresh detector makes again is held back (told before the adoption); None: none.
+        self._speech_told_through: int | None = None
 
     def admitted(
         self, host: SessionHost, generation: int, request: pb.ConverseRequest, effects: Effects
     ) -> None:
+        for command in effects.engine:  # in the log before the round that writes its number
+            self._keep(host.session, request, command)
         if not (effects.sends or effects.end_streams or effects.ended):
             self.store.mark(host.session, self.items)  # the command's number is the session's now
 
+    def handed(self, host: SessionHost, command: EngineCommand) -> None:
+        if type(command) is AppendAudio:
+            self._handed_append = command.client_seq
+
+    def handled(self, host: SessionHost, generation: int, request: pb.ConverseRequest) -> None:
+        if self._kept_append and self._kept_append != self._handed_append:
+            self.replay.refused(self._kept_append)  # its audio could not be decoded
+        self._kept_append = 0
+
     def event(self, host: SessionHost, kind: str | None, event: pb.ConverseResponse) -> None:
-        self.items.observe(kind, event)
+        if kind in INPUT_TAKEN_EVENTS:
+            self.replay.input_taken()
+        elif kind == "speech_started":
+            self.replay.speaking = True
+            self._speech_told_through = None  # the one held back (take_replay), if any
+        else:
+            self.items.observe(kind, event)
+
+    def applied(self, host: SessionHost, client_seq: int) -> None:
+        self.replay.applied(client_seq)
+        told = self._speech_told_through
+        if told is not None and client_seq >= told:
+            self._speech_told_through = None  # the replay is done: later speech is new
+            host.taps.held_back.discard("speech_started")
+        self.store.mark(host.session, self.items)
 
     def delivered(self, host: SessionHost, effects: Effects) -> None:
         if not effects.ended:
@@ -244,6 +302,64 @@ class DurableTap(HostTap):
             await store.settled(session)
 
         return settled
+
+    def take_replay(
+        self,
+        host: SessionHost,
+        appends: list[bytes],
+        commands: list[bytes],
+        *,
+        response_cut: bool = False,
+    ) -> list[EngineCommand]:
+        """An adopted session: the stored appends and commands as the engine commands to
+        replay (``SessionHost.replay``), in the client's order, kept in this replay log until
+        the fresh engine applies them. A ``cancel_response`` is dropped when the adoption cut
+        the response it was for (``response_cut``): the cut ended it, and the fresh engine
+        would refuse it. An update goes as the configuration in force (the stored state's).
+
+        Server VAD: the client may have been told ``speech_started`` for the turn in progress
+        (the stored journal's last word on speech); the fresh detector hearing the same audio
+        says it again, and that one is held back, so no event is doubled and no audio lost.
+        """
+        session = host.session
+        taken: list[EngineCommand] = []
+        for request in replay_order(appends, commands):
+            command = session.admission.readmit(request)
+            if response_cut and type(command) is CancelResponse:
+                continue
+            if type(command) is UpdateSession:
+                command = command._replace(config=session.config)
+            self._keep(session, request, command)
+            taken.append(command)
+        self._kept_append = 0  # nothing here waits for a handled()
+        if taken and speech_in_progress(session.journal):
+            self._speech_told_through = taken[-1].client_seq
+            host.taps.held_back.add("speech_started")
+        self.store.mark(session, self.items)
+        return taken
+
+    def _keep(self, session: Session, request: pb.ConverseRequest, command: EngineCommand) -> None:
+        if type(command) is not AppendAudio:
+            self.replay.submitted(kind_of(command), request)
+            return
+        # Kept as it came, its format resolved as the core resolved it: replayed through a
+        # fresh edge, it becomes the same engine input.
+        append = request.append_input_audio
+        if append.encoding != command.encoding or append.sample_rate_hz != command.rate_hz:
+            resolved = pb.ConverseRequest()
+            resolved.CopyFrom(request)
+            resolved.append_input_audio.encoding = pb.AudioEncoding.ValueType(command.encoding)
+            resolved.append_input_audio.sample_rate_hz = command.rate_hz
+            request = resolved
+        size = held_bytes(
+            len(command.audio),
+            command.encoding,
+            command.rate_hz,
+            command.native,
+            command.video_frames,
+        )
+        self.replay.appended(request, size, vad=not client_commits(session.config))
+        self._kept_append = command.client_seq
 
 
 __all__ = ["HOOKS", "DurableTap", "HostTap", "Taps", "TurnMetrics"]

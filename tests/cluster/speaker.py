@@ -55,11 +55,15 @@ class Speaker:
 
     async def until(self, predicate: object, what: str) -> None:
         """Waits until ``predicate(self)`` holds (re-checked on every event)."""
-        async with asyncio.timeout(TURN_TIMEOUT_S):
-            while not predicate(self):  # type: ignore[operator]
-                assert self.error is None, f"{what}: {self.error!r}"
-                self._changed.clear()
-                await self._changed.wait()
+        try:
+            async with asyncio.timeout(TURN_TIMEOUT_S):
+                while not predicate(self):  # type: ignore[operator]
+                    assert self.error is None, f"{what}: {self.error!r}"
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            told = [e.WhichOneof("event") for e in self.events]
+            raise AssertionError(f"{what}: not in time; told {told}") from None
 
     async def answered(self, turns: int) -> pb.Response:
         await self.until(lambda s: len(s.responses()) >= turns, f"answer {turns}")

@@ -8,9 +8,13 @@ typed reason, and a cursor past what the store holds is a resync, never a silent
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from omni_grpc.core import Limits, Registry, State, StreamRefused
+from omni_grpc.core.admission import held_bytes
+from omni_grpc.core.commands import AppendAudio, CreateResponse, kind_of
 from omni_grpc.core.journal import Journal
 from omni_grpc.core.session import ResumeGap, Session
 from omni_grpc.core.snapshot import (
@@ -21,10 +25,13 @@ from omni_grpc.core.snapshot import (
     export_state,
 )
 from omni_grpc.wire import pb
+from omni_grpc.wire.pcm import CANONICAL_INPUT
 from tests.core.helpers import (
     ENGINE,
     LIMITS,
     ack,
+    append,
+    cmd,
     created,
     decode,
     delta,
@@ -34,6 +41,9 @@ from tests.core.helpers import (
     text,
     token_of,
 )
+
+# Input in the canonical form: the pending bytes are the appended bytes, one for one.
+CANONICAL = pb.SessionConfig(input_audio_format=CANONICAL_INPUT)
 
 
 def _stored(session: Session) -> tuple[SessionState, list[tuple[int, bytes]]]:
@@ -172,3 +182,68 @@ def test_the_hosting_server_s_route_is_told_in_created_and_resumed() -> None:
     peer.take(adopted)
     _, resumed = adopted.resume(token, 0, 2.0)
     assert decode(resumed)[0].session_resumed.route == "r2"  # the adopter's, for the next calls
+
+
+# -- the input not yet committed (issue 29) ---------------------------------------------------
+
+
+def _adopt_into(session: Session, registry: Registry) -> Session:
+    state, entries = _stored(session)
+    adopted, _ = adopt(
+        state,
+        entries,
+        limits=LIMITS,
+        engine=ENGINE,
+        capabilities=registry.capabilities,
+        now=5.0,
+        budget=registry.budget,
+    )
+    registry.take(adopted)
+    return adopted
+
+
+def test_the_pending_input_ledger_goes_with_the_session() -> None:
+    opened = open_session(config=CANONICAL)
+    session = opened.session
+    session.receive(1, append(1, b"\0" * 6), 1.0)
+    session.receive(1, append(2, b"\0" * 4), 1.0)
+    registry = Registry(LIMITS, ENGINE)
+    adopted = _adopt_into(session, registry)
+    # Held in the adopter's budget, as the replayed audio will be in its engine.
+    assert adopted.admission.pending_input_bytes == 10 == registry.budget.held
+    assert adopted.admission.max_pending_input_bytes == LIMITS.max_pending_input_bytes
+    resume(adopted, opened.token, 0, 6.0)
+    # The commit the client sends next finds the input: not input_audio_buffer_empty.
+    commit = adopted.receive(
+        adopted.generation, cmd(3, commit_input_audio=pb.CommitInputAudio()), 6.0
+    )
+    assert [kind_of(command) for command in commit.engine] == ["commit_input_audio"]
+    assert adopted.admission.pending_input_bytes == 0 == registry.budget.held
+
+
+def test_a_record_written_before_the_input_was_kept_has_none_pending() -> None:
+    fields = export_state(open_session().session).to_fields()
+    del fields["pending"]
+    state = SessionState.from_fields({key.encode(): value for key, value in fields.items()})
+    assert state.pending_input_bytes == 0
+
+
+@pytest.mark.parametrize(
+    ("rate_hz", "native"), [(16000, True), (24000, False)], ids=["native", "converted"]
+)
+def test_a_stored_append_is_readmitted_as_it_was_admitted(rate_hz: int, native: bool) -> None:
+    engine = dataclasses.replace(ENGINE, native_input_rates_hz=(16000,))
+    session = open_session(engine=engine).session
+    request = append(1, b"\1\0" * 3, encoding=pb.AUDIO_ENCODING_PCM16, sample_rate_hz=rate_hz)
+    [admitted] = session.receive(1, request, 1.0).engine
+    stored = pb.ConverseRequest.FromString(request.SerializeToString())
+    again = session.admission.readmit(stored)
+    assert type(again) is AppendAudio and again == admitted and again.native is native
+    held = held_bytes(len(again.audio), again.encoding, again.rate_hz, again.native, ())
+    assert held == session.admission.pending_input_bytes == (6 if native else 6 * 2 // 3)
+
+
+def test_a_stored_command_is_readmitted_as_it_is() -> None:
+    request = cmd(4, create_response=pb.CreateResponse())
+    again = open_session().session.admission.readmit(request)
+    assert type(again) is CreateResponse and again.client_seq == 4

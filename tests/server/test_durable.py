@@ -22,15 +22,18 @@ from omni_grpc.server.durable import (
     DurableStore,
     ItemLog,
     StoreUnavailable,
+    input_key,
     journal_key,
     lease_key,
+    record_keys,
 )
+from omni_grpc.server.replay_log import ReplayLog
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import bearer_metadata
 from omni_grpc.wire.stream_end import StreamBroken
 from tests.cluster.local import wait_for
 from tests.conftest import starts_processes
-from tests.core.helpers import ack, created, delta, open_session
+from tests.core.helpers import ack, append, created, delta, open_session, resume
 from tests.server.streams import open_stream, read
 from tests.serving import serving, settings
 
@@ -247,6 +250,59 @@ async def test_a_round_that_finds_the_scripts_gone_loads_them_and_writes(redis_u
         await store.stop()
 
 
+async def test_the_input_and_the_unapplied_commands_are_written_with_their_number(
+    redis_url: str,
+) -> None:
+    """What a new owner replays (server/replay_log.py) is in the store with the state whose
+    applied_client_seq covers it, leaves it once the engine applied the commit, and goes
+    with the session."""
+    store = await _store(redis_url, "r1")
+    try:
+        session = open_session().session
+        replay = ReplayLog(1000)
+        items = ItemLog(replay)
+        for seq in (1, 2):
+            replay.appended(append(seq, b"\1\0"), 2)
+        commit = pb.ConverseRequest(client_seq=3, commit_input_audio=pb.CommitInputAudio())
+        replay.submitted("commit_input_audio", commit)
+        store.mark(session, items)
+        await wait_for(lambda: _replayed(store, session.id, [1, 2], [3]), 20, "the write")
+        replay.appended(append(4, b"\2\0"), 2)  # the next turn, before the commit is applied
+        replay.applied(3)
+        store.mark(session, items)
+        await wait_for(lambda: _replayed(store, session.id, [4], []), 20, "the commit to land")
+        stored = await store.load(session.id)
+        assert stored is not None and await store.redis.pttl(input_key(session.id)) > 0
+        assert pb.ConverseRequest.FromString(stored.appends[0]).append_input_audio.audio == b"\2\0"
+        store.forget(session.id)
+        await wait_for(lambda: _gone(store, session.id), 20, "the record to go")
+        assert await store.redis.exists(*record_keys(session.id)) == 0
+    finally:
+        await store.stop()
+
+
+async def test_sync_holds_a_rotated_token_until_the_store_has_it(redis_url: str) -> None:
+    """session_resumed carries a new token and no new seq: it waits for the store all the
+    same, or an adopter would know only the token the client no longer uses."""
+    store = await _store(redis_url, "r1", mode="sync")
+    try:
+        opened = open_session()
+        session = opened.session
+        store.mark(session, ItemLog())
+        await asyncio.wait_for(store.settled(session), 20)
+        session.detach(1, 1.0)
+        resume(session, opened.token, session.journal.head, 2.0)
+        before = await store.load(session.id)
+        assert before is not None and before.state.token_digest != session.lock.resume.sealed()[0]
+        # Nothing marked the session since: the wait itself has the new token written.
+        await asyncio.wait_for(store.settled(session), 20)
+        stored = await store.load(session.id)
+        assert stored is not None
+        assert stored.state.token_digest == session.lock.resume.sealed()[0]
+    finally:
+        await store.stop()
+
+
 @pytest.mark.subprocess
 async def test_a_resume_while_redis_is_away_is_told_to_retry_not_that_the_session_is_unknown(
     tmp_path: Path,
@@ -301,6 +357,19 @@ async def _route(store: DurableStore, session_id: str, route: str) -> bool:
 
 async def _journal_len(store: DurableStore, session_id: str, length: int) -> bool:
     return int(await store.redis.zcard(journal_key(session_id))) == length
+
+
+async def _replayed(
+    store: DurableStore, session_id: str, appends: list[int], commands: list[int]
+) -> bool:
+    stored = await store.load(session_id)
+    if stored is None:
+        return False
+    seqs = [
+        [pb.ConverseRequest.FromString(p).client_seq for p in kept]
+        for kept in (stored.appends, stored.commands)
+    ]
+    return seqs == [appends, commands]
 
 
 async def _gone(store: DurableStore, session_id: str) -> bool:

@@ -189,9 +189,21 @@ class ConversationSession(ResponseSession):
         await self._announce_item(item, previous)
 
     async def restore_history(self, items: list[pb.ConversationItem]) -> None:
-        """Adopted from another replica: the items become history, answered already."""
+        """Adopted from another replica: the items become history. Those after the last
+        item a response made (the user's, or a function's output) wait for an answer, as they
+        did there: the next response answers them (a committed turn's audio is not in the
+        store, its transcript is, when it had one)."""
+        waiting: list[UserInput] = []
         for item in items:
-            self._history.add(item)
+            previous = self._history.add(item)
+            if item.role == pb.ITEM_ROLE_ASSISTANT or item.type == pb.ITEM_TYPE_FUNCTION_CALL:
+                waiting = []  # answered: what came before it waits no more
+            elif item.type == pb.ITEM_TYPE_FUNCTION_CALL_OUTPUT:
+                waiting.append(UserInput(item.id, previous, text=item.output, call_output=True))
+            elif item.role == pb.ITEM_ROLE_USER:
+                waiting.append(UserInput(item.id, previous, text=item_text(item)))
+        for user in waiting:
+            self._add_pending(user)
 
     async def _on_retrieve_conversation_item(self, retrieve: cmd.RetrieveItem) -> None:
         item = self._history.get(retrieve.item_id)

@@ -123,10 +123,13 @@ class WorkerSession(EngineSession):
         ):
             return None  # the mailbox keeps the order: the worker applies it after the rest
         try:
-            return handler(command)
+            made = handler(command)
         except CommandError as error:
             body = error.to_error(client_seq=command.client_seq, event_id=command.event_id)
-            return [pb.ConverseResponse(error=body)]
+            made = [pb.ConverseResponse(error=body)]
+        if self.report_applied and command.client_seq:
+            return [*made, pb.ConverseResponse(applied_client_seq=command.client_seq)]
+        return made
 
     def queue_depths(self) -> tuple[int, int]:
         return self._mailbox.qsize(), len(self._events)
@@ -235,6 +238,8 @@ class WorkerSession(EngineSession):
         except CommandError as error:
             body = error.to_error(client_seq=command.client_seq, event_id=command.event_id)
             await self._events.put(pb.ConverseResponse(error=body))
+        if self.report_applied and command.client_seq:
+            await self._events.put(pb.ConverseResponse(applied_client_seq=command.client_seq))
 
     def _spawn(self, job: Coroutine[Any, Any, None]) -> None:
         """Runs ``job`` in the background until it ends or the session does."""

@@ -2,7 +2,9 @@
 
 A client may send commands and audio only so fast. Each holder of a limit (one session; one
 API key, across all its sessions) has an :class:`Allowance`: a bucket of commands and a bucket
-of input audio bytes. A bucket fills at its rate up to ``rate * burst_s`` and each command
+of input bytes: an append pays its audio (and video frames), any other command its length on
+the wire, so a command made large (a 15 MiB heartbeat, a 5 MiB ``event_id``) costs its sender
+what it costs the server. A bucket fills at its rate up to ``rate * burst_s`` and each command
 takes what it costs; a command that finds any of its buckets short is refused with the
 retryable ``rate_limit_exceeded`` error and a ``retry_after`` saying when it would pass, and it
 takes nothing, so a refusal never deepens the wait.
@@ -212,12 +214,19 @@ class Throttle:
             self.retry_at = now + retry_after_s
             raise CommandError(
                 RATE_LIMIT_CODE,
-                f"too many {'audio bytes' if param == AUDIO_PARAM else 'commands'}; "
+                f"too many {_what(param, kind)}; "
                 f"retry after {retry_after_s:.3f} s",
                 param=param,
                 retryable=True,
                 retry_after_s=retry_after_s,
             )
+
+
+def _what(param: str, kind: str | None) -> str:
+    """What a refusal for rate says the client sent too much of."""
+    if param != AUDIO_PARAM:
+        return "commands"
+    return "audio bytes" if kind == "append_input_audio" else "bytes (audio and commands)"
 
 
 def _media_bytes(request: pb.ConverseRequest) -> int:

@@ -374,8 +374,9 @@ class Session:
                 if (size or request.ByteSize()) > limit:
                     raise _too_large(limit)
                 return Effects(engine=[admission.admit_audio(request, append, audio, self.config)])
-            self.throttle.charge(request, now, kind, 0)
-            if (size or request.ByteSize()) > limit:
+            wire = size or request.ByteSize()  # any command pays its bytes, as appends do
+            self.throttle.charge(request, now, kind, wire)
+            if wire > limit:
                 raise _too_large(limit)
             return self._apply(kind, request, now)  # type: ignore[arg-type]  # number() said
         except CommandError as error:

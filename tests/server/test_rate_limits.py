@@ -96,10 +96,32 @@ async def test_audio_bytes_have_their_own_limit() -> None:
         assert error.retry_after.ToMilliseconds() == 100
         await call.write(HEARTBEAT)  # commands still pass
         assert (await read(call)).WhichOneof("event") == "heartbeat_ack"
-        clock.advance(0.1)
+        # 100 ms refills the 4 800 bytes the append was short, and a millisecond more the
+        # heartbeat's own 2 bytes (every command pays its length on the wire).
+        clock.advance(0.101)
         await call.write(append(3, ms=200))
         await call.write(HEARTBEAT)
         assert (await read(call)).WhichOneof("event") == "heartbeat_ack"  # no error before it
+        await call.done_writing()
+
+
+async def test_a_command_made_large_pays_its_bytes_as_audio_does() -> None:
+    """A heartbeat carrying a 40 kB event_id costs its sender its length, as 40 kB of audio
+    would: the second one in the same instant is refused for rate (it used to pass free)."""
+    clock = FakeClock()
+    async with (
+        serving(settings(limits=LIMITS), clock=clock) as running,
+        grpc.aio.insecure_channel(running.target) as channel,
+    ):
+        call, _ = await open_stream(duplex_pb2_grpc.DuplexServiceStub(channel))
+        large = pb.ConverseRequest(heartbeat=pb.Heartbeat(), event_id="e" * 40_000)
+        await call.write(large)  # 40 000 of the 48 000 bytes
+        assert (await read(call)).WhichOneof("event") == "heartbeat_ack"
+        await call.write(large)
+        error = (await read(call)).error
+        assert (error.code, error.param) == ("rate_limit_exceeded", "audio")
+        assert "too many bytes (audio and commands)" in error.message
+        assert error.event_id == ""  # a 40 kB event_id is not echoed either
         await call.done_writing()
 
 

@@ -214,8 +214,7 @@ class Throttle:
             self.retry_at = now + retry_after_s
             raise CommandError(
                 RATE_LIMIT_CODE,
-                f"too many {_what(param, kind)}; "
-                f"retry after {retry_after_s:.3f} s",
+                f"too many {_what(param, kind)}; retry after {retry_after_s:.3f} s",
                 param=param,
                 retryable=True,
                 retry_after_s=retry_after_s,

@@ -74,7 +74,14 @@ async def test_semantic_vad_passes_its_eagerness_and_reports_each_judgement() ->
     (stopped,) = of(events, "input_audio_buffer.speech_stopped")
     last = decisions[-1]
     assert last["item_id"] == stopped["item_id"] == committed["item_id"]
-    assert last["eagerness"] == "high" and last["transcript"]
+    assert all(d["eagerness"] == "high" for d in decisions)
+    # The ear judges a pause at once and the reader once Whisper has written its words; on a
+    # loaded machine the ear's wait may end the turn before the words are read, and then the
+    # last decision is the ear's alone (no words, no transcript), as the engine tests allow.
+    if last["words_probability"] is None:
+        assert last["sound_probability"] is not None and last["transcript"] == ""
+    else:
+        assert last["transcript"]
     assert 0 < last["wait_ms"] <= 2000  # high eagerness waits 2 s at the most
     # The judgement comes before the turn ends, and the turn ends after its wait.
     assert events.index(last) < events.index(stopped)

@@ -36,8 +36,10 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import logging
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -132,7 +134,13 @@ class FleetSession:
         self.error: BaseException | None = None
         self.started_at = 0.0  # when it opened (its cuts are drawn from there)
         self.kills = 0  # how many times its replica was killed under it
+        self.problems: Counter[str] = Counter()
+        # What happened when (seconds from its opening), for --details: cuts, kills, commits.
+        self.timeline: list[tuple[float, str]] = []
         self._changed = asyncio.Event()
+
+    def note(self, what: str) -> None:
+        self.timeline.append((round(time.monotonic() - self.started_at, 3), what))
 
     async def run(self) -> None:
         await asyncio.sleep(self.rng.uniform(0, self.settings.ramp_s))
@@ -147,6 +155,7 @@ class FleetSession:
                 await self._speak()
                 self.phase = "answer"
                 refused = len(self.of_kind("error"))
+                self.note(f"commit as command {self.client._journal.next_seq}")
                 await self.client.commit(create_response=True)
                 # A commit refused (an error event) is never answered: the turn is over,
                 # unfinished, and the check counts it.
@@ -170,6 +179,7 @@ class FleetSession:
         """The replica of ``route`` was killed: counted if this session was on it."""
         if self.client is not None and self.phase != "done" and self.client._conn.route == route:
             self.kills += 1
+            self.note(f"its replica {route} killed")
 
     async def _speak(self) -> None:
         """2 s of audio in 100 ms appends, each sent when its audio would have been spoken."""
@@ -186,6 +196,7 @@ class FleetSession:
         try:
             async for event in client.events():
                 self.events.append(event)
+                self.note(f"event {event.seq} {event.WhichOneof('event')}")
                 self._changed.set()
         except Exception as error:
             self.error = self.error or error
@@ -214,8 +225,10 @@ class FleetSession:
                     continue
                 stream.cancel()  # a clean end of the call: RST_STREAM, the connection stays
                 self.cuts[f"stream closed {moment}"] += 1
+                self.note(f"stream closed {moment}")
             elif self.proxy.cut_all():
                 self.cuts[f"TCP dropped {moment}"] += 1
+                self.note(f"TCP dropped {moment}")
 
     def _answered(self, turns: int, errors: int) -> bool:
         done = len(self.of_kind("response_done")) >= turns
@@ -229,6 +242,7 @@ class FleetSession:
         mine: Counter[str] = Counter()
         self._check(report, mine)
         report.problems.update(mine)
+        self.problems = +mine
         report.on_killed += self.kills > 0
         if +mine:
             report.with_problems += 1
@@ -284,6 +298,20 @@ class FleetSession:
         return 24_000
 
 
+class ClientLog(logging.Handler):
+    """Puts each client log record that names a session into that session's timeline."""
+
+    def __init__(self, sessions: list[FleetSession]) -> None:
+        super().__init__(logging.INFO)
+        self.sessions = sessions
+
+    def emit(self, record: logging.LogRecord) -> None:
+        session_id = getattr(record, "session_id", None)
+        for session in self.sessions:
+            if session.client is not None and session.client.session_id == session_id:
+                session.note(f"client: {record.getMessage()}")
+
+
 async def kill_every(
     cluster: ClusterChild,
     settings: Settings,
@@ -313,15 +341,35 @@ async def kill_every(
             print(f"  killed {victim['route']} (pid {victim['pid']})", file=sys.stderr, flush=True)
 
 
-async def run_fleet(settings: Settings, workdir: Path) -> Report:
-    """Starts the cluster in ``workdir``, runs the fleet through it, stops it; the report."""
+def write_details(details: Path, workdir: Path, sessions: list[FleetSession]) -> None:
+    """Into ``details``: the cluster's log, and the timeline of each session with a problem
+    (its cuts, kills, commits and events, with the client's error if any)."""
+    details.mkdir(parents=True, exist_ok=True)
+    if (workdir / "cluster.log").exists():
+        shutil.copy(workdir / "cluster.log", details / "cluster.log")
+    with (details / "problem-sessions.txt").open("w") as out:
+        for session in sessions:
+            if not session.problems and session.error is None:
+                continue
+            session_id = session.client.session_id if session.client is not None else "?"
+            print(f"## session {session.index} ({session_id}): {dict(session.problems)}", file=out)
+            print(f"error: {session.error!r}", file=out)
+            for at, what in session.timeline:
+                print(f"{at:9.3f} {what}", file=out)
+            print(file=out)
+
+
+async def run_fleet(settings: Settings, workdir: Path, details: Path | None = None) -> Report:
+    """Starts the cluster in ``workdir``, runs the fleet through it, stops it; the report
+    (and, with ``details``, what :func:`write_details` writes)."""
     config = workdir / "limits.toml"
     config.write_text(LIMITS)
     room = str(max(64, settings.sessions * 2))
     serve = [
         *("--engine", "loopback", "--engine-option", f"capacity={room}"),
         *("--durability", "sync", "--max-sessions", room, "--config", str(config)),
-        *("--shutdown-grace-s", "20", "--log-level", "warning"),
+        # With --details the replicas say what they do with each session (the log is kept).
+        *("--shutdown-grace-s", "20", "--log-level", "info" if details else "warning"),
     ]
     cluster = ClusterChild(
         settings.replicas,
@@ -339,6 +387,10 @@ async def run_fleet(settings: Settings, workdir: Path) -> Report:
             await asyncio.sleep(0.1)
         grpc_port = int(cluster.state["proxy"]["grpc"].rsplit(":", 1)[1])
         sessions = [FleetSession(i, grpc_port, settings) for i in range(settings.sessions)]
+        if details is not None:
+            client_log = logging.getLogger("omni_grpc.client")
+            client_log.setLevel(logging.INFO)
+            client_log.addHandler(ClientLog(sessions))
         stop = asyncio.Event()
         killer = (
             asyncio.create_task(kill_every(cluster, settings, stop, report, sessions))
@@ -357,6 +409,8 @@ async def run_fleet(settings: Settings, workdir: Path) -> Report:
             session.check(report)
     finally:
         cluster.stop()
+        if details is not None:
+            write_details(details, workdir, locals().get("sessions", []))
     report.problems = +report.problems  # only the kinds that happened
     return report
 
@@ -402,7 +456,7 @@ async def main_async(args: argparse.Namespace) -> int:
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="omni-fleet-") as tmp:
-        report = await run_fleet(settings, Path(tmp))
+        report = await run_fleet(settings, Path(tmp), args.details)
     document: dict[str, Any] = {
         "settings": settings.__dict__,
         "report": {**report.__dict__, "cuts": dict(report.cuts), "problems": dict(report.problems)},
@@ -422,6 +476,11 @@ def main() -> int:
     parser.add_argument("--ramp-s", type=float, default=5.0, help="the opens spread over this")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help=harness.JSON_HELP)
+    parser.add_argument(
+        "--details",
+        type=Path,
+        help="a folder for the cluster's log and each problem session's timeline",
+    )
     args = parser.parse_args()
     with harness.progress_to_stderr(args.json):
         return asyncio.run(main_async(args))

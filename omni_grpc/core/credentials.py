@@ -90,8 +90,14 @@ class ResumeCredential:
         return current_ok or (recovery_ok and self._recovery is not None and not attached)
 
     def accept(self, token: str) -> None:
-        """The resume with ``token`` goes ahead: it is what a rollback would restore."""
+        """The resume with ``token`` goes ahead: it is what a rollback would restore.
+
+        An older recovery digest is spent: the client has shown it holds ``token``, and what a
+        store seals from now on (:meth:`sealed`) must be the token it holds, or a peer adopting
+        the session after this activation failed would refuse the client's only token.
+        """
         self._presented = _digest(token)
+        self._recovery = None
 
     def confirm(self) -> None:
         """The rotated token reached the client: the recovery digest is spent."""

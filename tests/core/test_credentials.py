@@ -10,7 +10,7 @@ import re
 import pytest
 
 from omni_grpc.core import Status, StreamRefused
-from omni_grpc.core.credentials import ResumeCredential
+from omni_grpc.core.credentials import ResumeCredential, SessionLock
 from omni_grpc.wire import pb
 
 from .helpers import decode, heartbeat, open_session, resume, token_of
@@ -266,3 +266,21 @@ def test_a_refused_resume_does_not_replace_the_token_to_recover() -> None:
         s.resume(token_of(effects), 99, now=3.0)  # T2, with an impossible cursor
     s.detach(generation, now=4.0)  # the activation of T1's resume rolls back
     assert resume(s, opened.token, 0, now=5.0)[0] == 3  # so T1 works once more
+
+
+def test_a_resume_spends_the_older_recovery_so_a_store_seals_the_token_the_client_holds() -> None:
+    # The fleet's case: the client read T2 but never spoke on that stream (so the server rolled
+    # back to T1), then resumed with T2, and that stream died before session_resumed arrived.
+    # The client holds T2 only. A peer adopting the session from what the store sealed after
+    # that resume must let T2 in (and T1, which the client no longer holds, must be spent).
+    opened = open_session()
+    s = opened.session
+    s.detach(1, now=1.0)
+    generation, effects = s.resume(opened.token, 0, now=2.0)
+    held = token_of(effects)  # read, never confirmed
+    s.detach(generation, now=3.0)  # roll back: T1 good once more
+    s.resume(held, 0, now=4.0)  # goes ahead; its stream dies before the client reads T3
+    current, recovery = s.lock.resume.sealed()
+    adopted = SessionLock.unseal(s.lock.owner_digest, current, recovery)
+    assert adopted.opens("", held, attached=False)
+    assert not adopted.opens("", opened.token, attached=False)

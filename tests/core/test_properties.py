@@ -213,7 +213,8 @@ class SessionMachine(SessionModel, RuleBasedStateMachine):
             c.log.pop(seq, None)
             c.lost.discard(seq)
         c.last_seq = cursor
-        self.activating = (generation, c.token)
+        # The presented token is what a rollback restores; an older recovery is spent.
+        self.activating, self.recovery = (generation, c.token), None
         self.pending = Pending(generation, c.known_applied)
         self.deliver(effects)
         resumed = self.pending.buffer[0].session_resumed

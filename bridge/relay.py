@@ -49,9 +49,11 @@ from bridge.errors import RATE_LIMIT_CODE, DialectError, Refusal, event_too_larg
 from bridge.frame_meter import FrameMeter
 from bridge.loop_shares import KeyShare
 from bridge.options import MAX_EVENT_BYTES, BridgeOptions
+from bridge.rejoin import HEARTBEAT, REJOIN_ATTEMPTS, Rejoin
 from bridge.stream_ends import (
     TRANSPORT_RETRY_S,
     close_code,
+    lost_in_transport,
     refuses_config,
     status_refusal,
     tried_again,
@@ -79,7 +81,8 @@ class RelayState(enum.Enum):
 _MOVES = {
     RelayState.HANDSHAKE: frozenset({RelayState.ATTACHING, RelayState.CLOSED}),
     RelayState.ATTACHING: frozenset({RelayState.RELAYING, RelayState.CLOSED}),
-    RelayState.RELAYING: frozenset({RelayState.CLOSED}),
+    # Back to ATTACHING: the replica went, and the relay takes the session back (bridge.rejoin).
+    RelayState.RELAYING: frozenset({RelayState.ATTACHING, RelayState.CLOSED}),
     RelayState.CLOSED: frozenset({RelayState.CLOSED}),
 }
 # Events after which the service ends the stream, and the close reason they give.
@@ -168,6 +171,17 @@ class Relay:
         self._stream: ServiceStream | None = None
         self._reader: asyncio.Task[None] | None = None  # the client → service task, if running
         self._next_seq = 1
+        # Over a stream to another process, what lets the relay outlive the replica
+        # (bridge.rejoin): made when the session is named; None in process, where the bridge
+        # goes with the service.
+        self._rejoin: Rejoin | None = None
+        self._cursor = 0  # the last event the client had when its first frame resumed
+        self._rejoining = False  # the stream being attached takes the session back
+        self._lost = False  # the stream ended with no word from the service: rejoin
+        self._resend: list[pb.ConverseRequest] = []  # what a rejoin sends again first
+        # The command on its way to the stream, until numbered: a rejoin sends it if the
+        # stream went first (so a frame read is never lost between the socket and the journal).
+        self._carry: pb.ConverseRequest | None = None
         self._attached = asyncio.Event()  # set when the state moves past ATTACHING
         # After a rate-limit refusal, the loop time the service's retry hint runs out: the
         # reader forwards nothing before, so a flooding client meets TCP's flow control.
@@ -205,7 +219,9 @@ class Relay:
             extra={"session_id": self.session_id} if self.session_id else None,
         )
         self.state = state
-        if state is not RelayState.ATTACHING:
+        if state is RelayState.ATTACHING:
+            self._attached.clear()
+        else:
             self._attached.set()
 
     async def run(self) -> None:
@@ -215,30 +231,20 @@ class Relay:
             if handshake is None or self.state is RelayState.CLOSED:
                 return
             first, pending = handshake
-            self._resuming = first.HasField("resume_session")
-            self._stream = stream = self._service.converse(self._metadata)
+            self._cursor = first.resume_session.last_received_seq
             self._move(RelayState.ATTACHING)
-            await self._relay(stream, first, pending)
-            for _ in range(ELSEWHERE_ATTEMPTS):
-                if self._elsewhere is None or self.state is not RelayState.ATTACHING:
-                    break
-                await asyncio.sleep(self._elsewhere.retry_after_s or TRANSPORT_RETRY_S)
-                route = ((ROUTE_HEADER, self._elsewhere.route),) if self._elsewhere.route else ()
-                self._elsewhere = None
-                self._stream = stream = self._service.converse(self._metadata + route)
-                await self._relay(stream, first, pending)
-            if (refused := self._elsewhere) is not None and self.state is RelayState.ATTACHING:
-                # Refused "not here, not now" on every try: the client hears the last refusal
-                # and its status's close code instead of a bare close.
-                assert refused.status is not None
-                await self._end_refused(refused.status, refused)
-            if self._config_refused is not None and self.state is RelayState.ATTACHING:
-                # The opening session.update asked for a configuration the service refused: like
-                # any refused update, it is answered in band and the session goes on, here with
-                # the defaults it would have had before the update.
-                await self._tell(self._config_refused)
-                self._stream = stream = self._service.converse(self._metadata)
-                await self._relay(stream, self._dialect.open_request(model=self._model), None)
+            await self._attach(first, pending, ELSEWHERE_ATTEMPTS)
+            while self._lost and self.state is RelayState.RELAYING and self._rejoin is not None:
+                # The replica went under a live session: take it back on a new stream.
+                logger.info(
+                    "session %s: the stream was lost; resuming after event %d",
+                    self.session_id,
+                    self._rejoin.last_seq,
+                    extra={"session_id": self.session_id},
+                )
+                self._lost, self._rejoining = False, True
+                self._move(RelayState.ATTACHING)
+                await self._attach(self._rejoin.resume(self.session_id), None, REJOIN_ATTEMPTS)
         except ClientFellBehind:
             await self._close_behind()
         finally:
@@ -252,6 +258,35 @@ class Relay:
                 self._stream.cancel()
             if not self._carrier.closed:
                 await self._close_ws(WSCloseCode.OK, "")
+
+    async def _attach(
+        self, first: pb.ConverseRequest, pending: pb.ConverseRequest | None, attempts: int
+    ) -> None:
+        """Opens or resumes the session with ``first`` and relays until the stream ends; a
+        resume refused "not here, not now" is tried again ``attempts`` times."""
+        self._resuming = first.HasField("resume_session")
+        self._stream = stream = self._service.converse(self._metadata)
+        await self._relay(stream, first, pending)
+        for _ in range(attempts):
+            if self._elsewhere is None or self.state is not RelayState.ATTACHING:
+                break
+            await asyncio.sleep(self._elsewhere.retry_after_s or TRANSPORT_RETRY_S)
+            route = ((ROUTE_HEADER, self._elsewhere.route),) if self._elsewhere.route else ()
+            self._elsewhere = None
+            self._stream = stream = self._service.converse(self._metadata + route)
+            await self._relay(stream, first, pending)
+        if (refused := self._elsewhere) is not None and self.state is RelayState.ATTACHING:
+            # Refused "not here, not now" on every try: the client hears the last refusal
+            # and its status's close code instead of a bare close.
+            assert refused.status is not None
+            await self._end_refused(refused.status, refused)
+        if self._config_refused is not None and self.state is RelayState.ATTACHING:
+            # The opening session.update asked for a configuration the service refused: like
+            # any refused update, it is answered in band and the session goes on, here with
+            # the defaults it would have had before the update.
+            await self._tell(self._config_refused)
+            self._stream = stream = self._service.converse(self._metadata)
+            await self._relay(stream, self._dialect.open_request(model=self._model), None)
 
     async def close(self, code: int, reason: str) -> None:
         """Ends the relay from the bridge's side; the session stays resumable."""
@@ -369,6 +404,16 @@ class Relay:
             await self._attached.wait()
             if self.state is not RelayState.RELAYING:
                 return
+            if self._rejoining:
+                # Exactly what the service has not applied, in order; then a heartbeat, which
+                # speaks on the stream (the rotated token arrived) even with nothing to resend.
+                self._rejoining = False
+                resend, self._resend = self._resend, []
+                for request in resend:
+                    await stream.write(request)
+                await stream.write(HEARTBEAT)
+            if self._carry is not None:
+                await self._write(stream, self._carry)
             if pending is not None:
                 await self._write(stream, pending)
             inline = stream if isinstance(stream, InlineStream) else None
@@ -448,14 +493,26 @@ class Relay:
         self._unhanded = False
 
     async def _write(self, stream: ServiceStream, request: pb.ConverseRequest) -> None:
+        self._carry = request
         if self._hold_input_until:
             await self._hold()
+        probe = False
         if is_numbered(request):
-            request.client_seq = self._next_seq
-            self._next_seq += 1
+            if self._rejoin is not None:
+                if self._rejoin.full_for(request):
+                    # Only the service's answer makes room: ask how far it got, and wait.
+                    await stream.write(HEARTBEAT)
+                    await self._rejoin.room_for(request)
+                probe = self._rejoin.number(request)  # kept until applied
+            else:
+                request.client_seq = self._next_seq
+                self._next_seq += 1
+        self._carry = None
         if self._turns is not None:
             self._turns.sending(request)
         await stream.write(request)
+        if probe:
+            await stream.write(HEARTBEAT)  # its answer says how far the service got
         self._handed_on()  # the service has it: its copies here go
 
     # -- service → client ----------------------------------------------------------------
@@ -466,9 +523,17 @@ class Relay:
         self.answered.set()
         if self._turns is not None:
             self._turns.received(kind, response)
+        if self._rejoin is not None:
+            self._rejoin.delivered(response)
         if kind in ("session_created", "session_resumed"):
-            self._next_seq = response.applied_client_seq + 1
+            applied = response.applied_client_seq
+            self._next_seq = applied + 1
             if self.state is RelayState.ATTACHING:
+                if self._rejoining and self._rejoin is not None:
+                    self._resend = self._rejoin.unapplied(applied)
+                elif self._rejoin is None and not isinstance(self._stream, InlineStream):
+                    self._rejoin = Rejoin(applied, self._cursor)
+                    self._rejoin.delivered(response)
                 self._move(RelayState.RELAYING)
         self._end_reason = _TERMINAL.get(kind or "", self._end_reason)
         if kind == "error" and response.error.code == RATE_LIMIT_CODE:
@@ -499,6 +564,9 @@ class Relay:
             status = broken.status
             if status is None or status is grpc.StatusCode.CANCELLED:
                 return  # we cancelled it: the websocket is gone or closing
+            if lost_in_transport(broken) and self._rejoins():
+                self._lost = True  # run() takes the session back on a new stream
+                return
             if self._end_reason in _ENDED:
                 # The session's end was delivered; the stream ending badly after it is a write
                 # that raced that end (gRPC then reports the call as INTERNAL, not as it ended).
@@ -518,7 +586,22 @@ class Relay:
             return
         except ConnectionError:
             return  # the client vanished mid-send
+        if self._rejoins():
+            # Ended with no terminal event: the replica stopped or lost the session to a peer
+            # (going_away told the client why, if it asked for the extensions).
+            self._lost = True
+            return
         await self._close_ws(WSCloseCode.OK, self._end_reason)
+
+    def _rejoins(self) -> bool:
+        """Whether the stream's end leaves the session to be taken back: a live session,
+        relayed from another process, not ending."""
+        return (
+            self._rejoin is not None
+            and self.state is RelayState.RELAYING
+            and self._end_reason not in _ENDED
+            and not self._carrier.closed
+        )
 
     async def _end_refused(self, status: grpc.StatusCode, broken: StreamBroken) -> None:
         """Tells the client why the service ended (or refused) its stream, and closes."""

@@ -77,7 +77,12 @@ def tried_again(broken: StreamBroken, *, resuming: bool) -> bool:
     one lost in the transport. A new session is never opened twice."""
     if broken.code in _RESUME_RETRIED:
         return True
-    return resuming and not broken.code and broken.status in _TRANSPORT_ENDS
+    return resuming and lost_in_transport(broken)
+
+
+def lost_in_transport(broken: StreamBroken) -> bool:
+    """Whether a stream ended without a word from the service (a dead replica, a reset)."""
+    return not broken.code and broken.status in _TRANSPORT_ENDS
 
 
 def refuses_config(status: grpc.StatusCode) -> bool:
@@ -85,4 +90,11 @@ def refuses_config(status: grpc.StatusCode) -> bool:
     return status in _CONFIG_REFUSALS
 
 
-__all__ = ["TRANSPORT_RETRY_S", "close_code", "refuses_config", "status_refusal", "tried_again"]
+__all__ = [
+    "TRANSPORT_RETRY_S",
+    "close_code",
+    "lost_in_transport",
+    "refuses_config",
+    "status_refusal",
+    "tried_again",
+]

@@ -8,8 +8,9 @@ what was sent before it. The session says 2 s of audio in 100 ms appends and com
 loopback answers a turn with the turn's own audio and says how long it was, so the answer shows
 whether the adopter committed all of it (none lost, none twice). Durability ``sync``: nothing a
 client holds can be missing from the store. The Python client (``DuplexClient``) resends what
-the adopter has not applied; the last test goes through the bridge, as a websocket page that
-resumes (the bridge numbers its commands, so the page's case is the kill after its appends).
+the adopter has not applied; the last tests go through the cluster's bridge (a process of its
+own), with the openai SDK and with an extension client: the bridge numbers their commands, so it
+is the one that takes the session back and resends, and their sockets stay open.
 """
 
 from __future__ import annotations
@@ -19,13 +20,17 @@ import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
+import orjson
 import pytest
+from openai import AsyncOpenAI
 
 from omni_grpc.client import DuplexClient
 from omni_grpc.wire import pb
+from tests.bridge.testkit import check_plain_event
 from tests.cluster.local import LOOPBACK, LocalCluster, wait_for
 from tests.cluster.speaker import OPTIONS, Speaker, words
 from tests.cluster.test_routing_bridge import EXTENSIONS, Page, _words
@@ -209,36 +214,113 @@ async def test_a_kill_mid_tool_call_applies_the_output_once(armed: LocalCluster)
     await speaker.close()
 
 
-@pytest.mark.parametrize("armed", [f"command:append_input_audio:{CHUNKS}"], indirect=True)
-async def test_through_the_bridge_a_kill_before_the_commit_loses_no_audio(
+async def _sdk_events(conn: Any, until: str) -> list[dict[str, Any]]:
+    """Raw events off the SDK's socket up to ``until``, each checked against OpenAI's GA types
+    (the client asked for no extensions) and read by the SDK's own parser."""
+    events: list[dict[str, Any]] = []
+    while not events or events[-1]["type"] != until:
+        raw = await asyncio.wait_for(conn.recv_bytes(), 60)
+        event = orjson.loads(raw)
+        check_plain_event(event)
+        conn.parse_event(raw)
+        events.append(event)
+    return events
+
+
+@pytest.mark.parametrize("armed", ["command:append_input_audio:10"], indirect=True)
+async def test_through_the_bridge_the_openai_sdk_rides_out_a_kill_mid_append(
     armed: LocalCluster,
 ) -> None:
-    """A websocket client behind the bridge (the page's resume flow): its audio, all applied
-    before the owner died, is in the adopter's buffer when it resumes and commits."""
-    base = f"http://{armed.state['proxy']['http']}"
+    """The stock SDK through the cluster's bridge, its owner killed mid-turn: the socket stays
+    open, the bridge takes the session back on a peer and sends again what the dead replica had
+    not applied, and the turn is committed and answered whole, once, with no error."""
     routes = [r["route"] for r in armed.state["replicas"]]
+    base = f"ws://{armed.state['proxy']['http']}/v1"
+    client = AsyncOpenAI(api_key="test-key", websocket_base_url=base)
+    fmt = {"type": "audio/pcm", "rate": RATE_HZ}
+    update = {"type": "realtime", "audio": {"input": {"format": fmt, "turn_detection": None}}}
+    async with client.realtime.connect(model="gpt-realtime") as conn:
+        events = await _sdk_events(conn, "session.created")
+        await conn.session.update(session=update)  # type: ignore[arg-type]
+        events += await _sdk_events(conn, "session.updated")
+        for index in range(CHUNKS):
+            await conn.input_audio_buffer.append(audio=base64.b64encode(_chunk(index)).decode())
+            await asyncio.sleep(0.02)  # the owner dies after the tenth, with more on the way
+        await wait_for(lambda: any(not armed.alive(r) for r in routes), 60, "the owner to die")
+        await conn.input_audio_buffer.commit()
+        await conn.response.create()
+        events += await _sdk_events(conn, "response.done")
+    kinds = [e["type"] for e in events]
+    assert "error" not in kinds, [e for e in events if e["type"] == "error"]
+    assert kinds.count("input_audio_buffer.committed") == 1, kinds
+    assert kinds.count("response.created") == 1, kinds
+    done = events[-1]
+    assert done["response"]["status"] == "completed", done
+    assert f"you said {TURN_MS / 1000:.2f} seconds" in _words(done), _words(done)
+
+
+@pytest.mark.parametrize("armed", ["command:commit_input_audio:1"], indirect=True)
+async def test_through_the_bridge_an_extension_client_rides_out_a_kill_mid_commit(
+    armed: LocalCluster,
+) -> None:
+    """An extension client (the page) through the bridge, its owner killed right after the
+    commit was stored: its socket stays open, the turn is answered whole and once, every event
+    numbered once and in order, and the rotated token the bridge's resume brought (in
+    ``session.resumed``) is the one that resumes the session on a new socket afterwards."""
+    base = f"http://{armed.state['proxy']['http']}"
     page = Page()
     pcm = {"type": "audio/pcm", "rate": RATE_HZ}
     update = {"type": "realtime", "audio": {"input": {"format": pcm, "turn_detection": None}}}
+    seqs: list[int] = []
     async with aiohttp.ClientSession() as http:
         async with http.ws_connect(base + EXTENSIONS) as ws:
             await ws.send_json({"type": "session.update", "session": update})
             await page.until(ws, "session.created")
-            for index in range(CHUNKS):
-                audio = base64.b64encode(_chunk(index)).decode()
-                await ws.send_json({"type": "input_audio_buffer.append", "audio": audio})
-            await wait_for(
-                lambda: any(not armed.alive(r) for r in routes), 60, "the owner to kill itself"
-            )
-            async for message in ws:  # what came before the socket closed
-                if message.type == aiohttp.WSMsgType.TEXT:
-                    page.seen = max(
-                        page.seen, json.loads(message.data).get("server_event_seq") or 0
-                    )
+            first_token = page.token
+            events = await _turn(ws, page)
+            turns = 1
+            if events[-1]["response"]["status"] == "failed":
+                # Its answer had begun when the replica died: cut, with the reason, and the
+                # committed turn is history now. The next turn shows the adopter hears it whole.
+                assert events[-1]["response"]["status_details"]["error"]["code"] == (
+                    "session_moved"
+                ), events[-1]
+                events += await _turn(ws, page)
+                turns = 2
+            seqs = [e["server_event_seq"] for e in events if e.get("server_event_seq")]
+        kinds = [e["type"] for e in events]
+        assert kinds.count("session.resumed") == 1, kinds
+        assert page.token != first_token  # the bridge's resume rotated it and said so
+        assert kinds.count("input_audio_buffer.committed") == turns, kinds
+        done = events[-1]
+        assert done["response"]["status"] == "completed", done
+        assert f"you said {TURN_MS / 1000:.2f} seconds" in _words(done), _words(done)
         async with http.ws_connect(base + EXTENSIONS + "&resume=1") as ws:
-            await page.resume(ws)
-            await ws.send_json({"type": "input_audio_buffer.commit"})
-            await ws.send_json({"type": "response.create"})
-            done = await page.until(ws, "response.done")
-    assert done["response"]["status"] == "completed", done
-    assert f"you said {TURN_MS / 1000:.2f} seconds" in _words(done), _words(done)
+            await page.resume(ws)  # with the token session.resumed brought
+            done = await page.say(ws, "and after")
+            assert done["response"]["status"] == "completed", done
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
+
+
+async def _turn(ws: aiohttp.ClientWebSocketResponse, page: Page) -> list[dict[str, Any]]:
+    """One spoken turn, all at once, committed and answered: the events up to its answer."""
+    for index in range(CHUNKS):
+        audio = base64.b64encode(_chunk(index)).decode()
+        await ws.send_json({"type": "input_audio_buffer.append", "audio": audio})
+    await ws.send_json({"type": "input_audio_buffer.commit"})
+    await ws.send_json({"type": "response.create"})
+    events = [await _next(ws, page)]
+    while events[-1]["type"] != "response.done":
+        events.append(await _next(ws, page))
+    return events
+
+
+async def _next(ws: aiohttp.ClientWebSocketResponse, page: Page) -> dict[str, Any]:
+    """The next event, through the page's bookkeeping (its token and cursor)."""
+    event: dict[str, Any] = await ws.receive_json(timeout=60)
+    assert event["type"] != "error", event
+    page.seen = max(page.seen, event.get("server_event_seq") or 0)
+    if event["type"] in ("session.created", "session.resumed"):
+        page.token = event["resume_token"]
+        page.session_id = event["session"].get("id") or event.get("session_id")
+    return event

@@ -21,7 +21,8 @@ from omni_grpc.wire.tenant_policy import (
 
 
 @pytest.mark.parametrize(
-    ("room", "keys", "share"), [(64, 2, 48), (8, 3, 6), (3, 2, 3), (1, 2, 1), (64, 1, 0), (64, 0, 0)]
+    ("room", "keys", "share"),
+    [(64, 2, 48), (8, 3, 6), (3, 2, 3), (1, 2, 1), (64, 1, 0), (64, 0, 0)],
 )
 def test_a_share_is_three_quarters_rounded_up_between_two_keys_or_more(
     room: int, keys: int, share: int

@@ -1,30 +1,25 @@
 """What one API key gets: every share and bound of a tenant, in one frozen value.
 
 No key may take the service from the others (docs/security.md, Tenants). What that means in
-numbers is said here and nowhere else: a process derives one :class:`TenantPolicy` from its
-settings when it starts (:meth:`TenantPolicy.derive`; the service from ``ServerSettings`` and
-its ``Limits``, a bridge from its ``BridgeOptions``), and each registry that enforces a bound
-reads its number from that value. The registries own the mechanism, the policy the numbers and
-the rule each is derived by:
+numbers is said here and nowhere else: the service derives one :class:`TenantPolicy` from its
+settings when it starts (:meth:`TenantPolicy.derive`, through ``ServerSettings.tenant_policy``),
+a bridge one from its options (``BridgeOptions.tenant_policy``; under ``serve`` its options
+carry the service's memory budget and share), and each registry that enforces a bound reads its
+number from that value. The registries own the mechanism, the policy the numbers and the rule
+each is derived by:
 
-======================  ===============================  ==========================================
-what one key gets       field                            enforced by
-======================  ===============================  ==========================================
-live sessions           ``sessions``                     ``core/key_shares.KeyShares``
-opens, resumes a second ``opens_per_s``, ``resumes_per_s`` ``core/key_shares.KeyShares``
-commands, audio a s.    ``commands_per_s``,              ``core/rate_limits.KeyAllowances``
-                        ``audio_bytes_per_s``
-(each bucket's burst)   ``burst_s``                      both of the above
-pending memory          ``memory_bytes``                 ``core/key_shares`` (admission's ledger)
-bridge frames           ``memory_bytes``                 ``bridge/frame_budget`` (the same ledger
-                                                         in the service's process)
-streams and calls       ``streams``                      ``server/stream_cap.StreamCap``
-waits in the queue      ``queue_waits``                  ``core/session_queue.SessionQueue``
-queue class             :meth:`queue_class`              ``core/session_queue.SessionQueue``
-loop share              ``loop_slice_s``                 ``bridge/loop_shares.LoopShares``
-client secrets waiting  ``client_secrets``               ``bridge/client_secrets.ClientSecrets``
-mints a second          ``mints_per_s``, ``mint_burst_s`` ``bridge/client_secrets.ClientSecrets``
-======================  ===============================  ==========================================
+* live sessions (``sessions``), opens and resumes a second (``opens_per_s``,
+  ``resumes_per_s``): ``core/key_shares.py``;
+* commands and input bytes a second (``commands_per_s``, ``audio_bytes_per_s``):
+  ``core/rate_limits.py`` (``KeyAllowances``); every bucket holds ``burst_s`` of its rate;
+* pending input and the frames in flight at a bridge (``memory_bytes``): ``core/key_shares.py``
+  (the ledger admission checks), ``bridge/frame_budget.py``;
+* places, streams and calls in flight (``streams``): ``server/stream_cap.py``;
+* waits in the queue (``queue_waits``) and the priority class (``queue_classes``):
+  ``core/session_queue.py``;
+* a share of each pass of a bridge's loop (``loop_slice_s``): ``bridge/loop_shares.py``;
+* client secrets waiting, and minted a second (``client_secrets``, ``mints_per_s``,
+  ``mint_burst_s``): ``bridge/client_secrets.py``.
 
 Shares (sessions, streams, waits, memory) hold between two keys or more: a server with one key,
 or none, has one tenant, bounded only by the server's own limits. A bound chosen in the settings
@@ -33,7 +28,9 @@ hold for every configured key. A bridge alone enforces only the bridge's part (f
 secrets); its policy states the rest as the defaults, which are the service's business.
 
 The defaults of the settings that exist only as a key's (its memory share, rates, secrets and
-loop slice) are the constants below; ``Limits`` and ``BridgeOptions`` default to them.
+loop slice) are the constants below; ``Limits`` and ``BridgeOptions`` default to them. The
+policy is part of the vocabulary, not of the core, because the bridge reads it too and imports
+only the vocabulary and the client package (``.importlinter``).
 """
 
 from __future__ import annotations

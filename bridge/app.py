@@ -74,27 +74,22 @@ class Bridge:
         self.service_settings = service_settings
         self.options = options
         self.local = local  # the service's in-process entry point, when it shares the process
+        # What one API key gets here (omni_grpc/wire/tenant_policy.py), from the options.
+        self.tenants = options.tenant_policy()
         # What client frames may cost before their commands leave: the service's budget when
         # the launcher hands it over, else one of the bridge's own.
         self.frames = frames or own_budget(
-            options.memory_budget_bytes, options.api_keys, options.key_memory_share, on_drained
+            options.memory_budget_bytes, options.api_keys, self.tenants, on_drained
         )
         # The loop time each key's commands may take in one pass (bridge.loop_shares).
-        self.loop_shares = LoopShares()
+        self.loop_shares = LoopShares(self.tenants.loop_slice_s)
         # What a request must show before it is served.
         self.gate = Gate(
             allowed_origins=options.allowed_origins,
             allowed_hosts=options.allowed_hosts,
             bound_host=options.host,
             api_keys=options.api_keys,
-            client_secrets=(
-                ClientSecrets(
-                    per_key=options.max_client_secrets_per_key,
-                    mints_per_s=options.key_mints_per_s,
-                )
-                if options.api_keys
-                else None
-            ),
+            client_secrets=(ClientSecrets(tenants=self.tenants) if options.api_keys else None),
             resume_secrets=ResumeSecrets(options.api_keys) if options.api_keys else None,
         )
         self.relays: set[Relay] = set()

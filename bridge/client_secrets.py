@@ -10,9 +10,10 @@ then opens the websocket with the subprotocol ``openai-insecure-api-key.ek_…``
   session is bound to it (a resume with another secret of the same key finds the session);
 * is kept only as its SHA-256 digest and compared in constant time, and is never logged.
 
-Each key mints for itself, so no key's minting can stop another's: at most
-``MAX_OUTSTANDING_PER_KEY`` of its secrets wait to be used at once, and it mints at most
-``MINTS_PER_S`` a second (a bucket holding ``MINT_BURST_S`` of that). Past either, its minting is
+Each key mints for itself, so no key's minting can stop another's: at most the tenant policy's
+``client_secrets`` of its secrets wait to be used at once, and it mints at most ``mints_per_s``
+a second (a bucket holding ``mint_burst_s`` of that; :mod:`omni_grpc.wire.tenant_policy`).
+Past either, its minting is
 refused with a retry hint (:class:`TooManySecrets`); the other keys mint on. The keys are the
 bridge's own, so the store holds at most that many secrets per key.
 """
@@ -28,13 +29,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from omni_grpc.wire.tenant_policy import TenantPolicy
+
 PREFIX = "ek_"
 DEFAULT_TTL_S = 60.0
 MIN_TTL_S = 10.0
 MAX_TTL_S = 7200.0
-MAX_OUTSTANDING_PER_KEY = 1000
-MINTS_PER_S = 20.0
-MINT_BURST_S = 2.0
 # How soon a key whose secrets all wait to be used may try again: pages use them up as they load.
 OUTSTANDING_RETRY_AFTER_S = 1.0
 
@@ -85,15 +85,13 @@ class ClientSecrets:
     """The secrets minted and not yet used or expired, by digest."""
 
     def __init__(
-        self,
-        clock: Callable[[], float] = time.time,
-        *,
-        per_key: int = MAX_OUTSTANDING_PER_KEY,
-        mints_per_s: float = MINTS_PER_S,
+        self, clock: Callable[[], float] = time.time, *, tenants: TenantPolicy | None = None
     ) -> None:
         self._clock = clock
-        self._per_key = per_key
-        self._mints_per_s = mints_per_s
+        tenants = tenants if tenants is not None else TenantPolicy()
+        self._per_key = tenants.client_secrets
+        self._mints_per_s = tenants.mints_per_s
+        self._mint_burst_s = tenants.mint_burst_s
         self._minted: dict[bytes, _Minted] = {}
         self._outstanding: Counter[str] = Counter()  # by the key that minted them
         self._buckets: dict[str, _MintBucket] = {}
@@ -110,7 +108,9 @@ class ClientSecrets:
         # look for expired secrets each makes) come at most at the bucket's rate.
         bucket = self._buckets.get(owner_key)
         if bucket is None:
-            bucket = self._buckets[owner_key] = _MintBucket(self._mints_per_s, MINT_BURST_S, now)
+            bucket = self._buckets[owner_key] = _MintBucket(
+                self._mints_per_s, self._mint_burst_s, now
+            )
         if wait := bucket.wait_s(now):
             raise TooManySecrets(
                 "this key mints client secrets too fast",

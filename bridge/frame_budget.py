@@ -8,8 +8,9 @@ their payload is read (:mod:`bridge.frame_meter`), against one :class:`FrameBudg
 times the frame's length, given back when the relay has handed the frame's command on.
 
 A frame does not fit when its key already has frames in flight and its share of the budget
-would be passed, or when frames are in flight at all and the server's budget would be; so one
-frame always passes when nothing is in flight (no wait on input only its own socket's commands
+(the tenant policy's ``memory_bytes``, :mod:`omni_grpc.wire.tenant_policy`) would be passed,
+or when frames are in flight at all and the server's budget would be; so one frame always
+passes when nothing is in flight (no wait on input only its own socket's commands
 can free), and the server holds at most its budget plus one frame. Waiting frames are taken in
 the order they came, each when its key and the server have room: a key over its share waits
 behind the others. A large frame (``LARGE_FRAME_BYTES`` and up) also waits while its key has
@@ -28,6 +29,8 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Protocol
+
+from omni_grpc.wire.tenant_policy import TenantPolicy
 
 # What a frame costs, in multiples of its length: the frame, the parsed JSON's string, the
 # decoded audio and the command's copy of it (the last two three quarters each, base64's).
@@ -70,13 +73,16 @@ class OwnLedger:
 def own_budget(
     capacity_bytes: int,
     keys: tuple[str, ...],
-    key_share: float,
+    tenants: TenantPolicy,
     on_drained: Callable[[], None] | None = None,
 ) -> FrameBudget:
-    """A bridge's own budget, each of two keys or more holding at most ``key_share`` of it."""
-    ledgers = {key: OwnLedger(int(capacity_bytes * key_share)) for key in keys}
-    key_ledger = ledgers.get if len(keys) > 1 else _none
-    return FrameBudget(OwnLedger(capacity_bytes), key_ledger, on_drained=on_drained)
+    """A bridge's own budget, each key holding at most the ``tenants`` policy's
+    ``memory_bytes`` of it (None, as with fewer than two keys: no share of its own)."""
+    share_bytes = tenants.memory_bytes
+    if share_bytes is None:
+        return FrameBudget(OwnLedger(capacity_bytes), _none, on_drained=on_drained)
+    ledgers = {key: OwnLedger(share_bytes) for key in keys}
+    return FrameBudget(OwnLedger(capacity_bytes), ledgers.get, on_drained=on_drained)
 
 
 def _none(key: str) -> Ledger | None:

@@ -6,8 +6,9 @@ as fast as they could (``scripts/bench_tenants.py --only append-flood``) each ra
 1-2 ms per pass, so every other key's command waited behind 20-40 ms of them: its round trip
 p99 was 20-30 ms against 1-4 ms unloaded. Capping each reader's own slice changed nothing, as
 the pass is the sum of the key's readers. So the cap is the key's: once the commands of a key's
-sockets have taken ``SLICE_S`` of the loop (handing them on, measured around each), its readers
-wait for the next pass, where the key starts afresh (about 15 appends a pass here). A command
+sockets have taken their slice of the loop (handing them on, measured around each; the tenant
+policy's ``loop_slice_s``, 1 ms, :mod:`omni_grpc.wire.tenant_policy`), its readers wait for
+the next pass, where the key starts afresh (about 15 appends a pass here). A command
 is only put off, never refused: a key with many busy sockets spreads over more passes. With it, that
 flood's victim measured p99 6.5 ms against 25 ms without (back to back, 2 cores, load under 1).
 The empty key, and every client of a bridge without keys (all one tenant), has no share.
@@ -17,8 +18,7 @@ from __future__ import annotations
 
 import asyncio
 
-# How much of one pass the commands of one key may take before its readers wait for the next.
-SLICE_S = 0.001
+from omni_grpc.wire.tenant_policy import LOOP_SLICE_S
 
 
 class LoopShares:
@@ -26,8 +26,8 @@ class LoopShares:
 
     __slots__ = ("_new_pass_due", "_slice_s", "_spent")
 
-    def __init__(self, slice_s: float | None = None) -> None:
-        self._slice_s = SLICE_S if slice_s is None else slice_s
+    def __init__(self, slice_s: float = LOOP_SLICE_S) -> None:
+        self._slice_s = slice_s  # how much of one pass one key's commands may take
         self._spent: dict[str, float] = {}
         self._new_pass_due = False
 
@@ -75,4 +75,4 @@ class KeyShare:
         self._shares.spend(self._key, seconds)
 
 
-__all__ = ["SLICE_S", "KeyShare", "LoopShares"]
+__all__ = ["KeyShare", "LoopShares"]

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bridge.client_secrets import MAX_OUTSTANDING_PER_KEY, MINTS_PER_S
 from bridge.gate import DEFAULT_ALLOWED_ORIGINS
+from omni_grpc.wire import tenant_policy
 from omni_grpc.wire.pcm import CANONICAL_OUTPUT_RATE_HZ, pcm16_bytes
+from omni_grpc.wire.tenant_policy import TenantPolicy
 
 # The largest client event the bridge takes: OpenAI's cap on one client event, the reference's too.
 MAX_EVENT_BYTES = 15 * 1024 * 1024
@@ -38,10 +39,10 @@ class BridgeOptions:
     # Frames in flight (bridge.frame_budget), for a bridge alone (in the service's process, the
     # service's budget and shares): the bytes they may cost, and one key's share of them.
     memory_budget_bytes: int = 1024 * 1024 * 1024
-    key_memory_share: float = 0.5
+    key_memory_share: float = tenant_policy.MEMORY_SHARE
     # Client secrets (bridge.client_secrets): how many of a key's may wait, how fast it mints.
-    max_client_secrets_per_key: int = MAX_OUTSTANDING_PER_KEY
-    key_mints_per_s: float = MINTS_PER_S
+    max_client_secrets_per_key: int = tenant_policy.CLIENT_SECRETS
+    key_mints_per_s: float = tenant_policy.MINTS_PER_S
     # The service behind it.
     service_key: str = ""  # presented to the service; empty: each client's own key
     grpc_root_cert_file: str | None = None  # trust this CA for a TLS service
@@ -57,6 +58,17 @@ class BridgeOptions:
     # added when ``host`` is a loopback address), and STUN/TURN servers for NAT.
     webrtc_host_addresses: tuple[str, ...] = ()
     webrtc_ice_servers: tuple[str, ...] = ()
+
+    def tenant_policy(self) -> TenantPolicy:
+        """What one API key gets at this bridge (omni_grpc/wire/tenant_policy.py): its share of
+        the frames in flight, of the loop, and its client secrets."""
+        return TenantPolicy.derive(
+            len(self.api_keys),
+            memory_budget_bytes=self.memory_budget_bytes,
+            memory_share=self.key_memory_share,
+            client_secrets=self.max_client_secrets_per_key,
+            mints_per_s=self.key_mints_per_s,
+        )
 
 
 __all__ = ["MAX_AUDIO_DELTA_BYTES", "MAX_EVENT_BYTES", "BridgeOptions"]

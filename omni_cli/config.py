@@ -486,7 +486,8 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         queue=_queue(merged),
         recording=_recording(merged),
         max_concurrent_streams=_count(merged, "max_concurrent_streams", 1024),
-        # 0: derived from the streams and the keys (ServerSettings.stream_shares, rpc_limit).
+        # 0: derived from the streams and the keys (ServerSettings.tenant_policy, peer_share and
+        # rpc_limit).
         max_streams_per_key=_count(merged, "max_streams_per_key", 0),
         max_streams_per_peer=_count(merged, "max_streams_per_peer", 0),
         max_concurrent_rpcs=_count(merged, "max_concurrent_rpcs", 0),

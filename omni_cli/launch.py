@@ -114,13 +114,17 @@ async def start_service(
     host = settings.server.host
     # The bridge reaches the service on loopback when it listens on every address.
     target = f"{'127.0.0.1' if host in WILDCARD_HOSTS else host}:{running.grpc_port}"
-    # The service's address, keys and certificate are the bridge's too; served with the
-    # service's certificate, the bridge trusts it for the gRPC hop.
+    # The service's address, keys, certificate and memory budget are the bridge's too (so its
+    # tenant policy's frame share is the service's); served with the service's certificate,
+    # the bridge trusts it for the gRPC hop.
+    limits = settings.server.limits
     options = replace(
         settings.bridge,
         host=host,
         port=settings.http_port,
         api_keys=settings.server.api_keys,
+        memory_budget_bytes=limits.memory_budget_bytes,
+        key_memory_share=limits.key_memory_share,
         tls_cert_file=settings.server.tls_cert_file,
         tls_key_file=settings.server.tls_key_file,
         header_timeout_s=settings.server.handshake_timeout_s,
@@ -146,13 +150,7 @@ async def start_service(
                 grpc_target=target,
                 # The workers reach the service over gRPC, on a few ConverseMany calls; each
                 # counts its frames against a budget of its own, the size of the service's.
-                bridge=replace(
-                    options,
-                    port=service.http_port,
-                    multiplex=True,
-                    memory_budget_bytes=settings.server.limits.memory_budget_bytes,
-                    key_memory_share=settings.server.limits.key_memory_share,
-                ),
+                bridge=replace(options, port=service.http_port, multiplex=True),
                 log_level=settings.log_level,
                 log_format=settings.log_format,
                 otlp_endpoint=settings.otlp_endpoint,

@@ -15,7 +15,7 @@ and torch out of this package. The parts, each with the rules it keeps:
 * ``delivery.py``: numbered events and the :class:`Effects` they travel in (``journal.py``:
   the log that makes resume exact).
 * ``rate_limits.py`` and ``key_shares.py``: what a session and an API key may send, hold and
-  start.
+  start (the numbers of a key's are the tenant policy's, ``omni_grpc/wire/tenant_policy.py``).
 * ``limits.py`` and ``errors.py``: the server's limits and the core's errors.
 """
 

@@ -1,22 +1,22 @@
 """Fair shares per API key: what one key may hold and how fast it may start sessions.
 
 Token buckets per key (``rate_limits.py``) bound the commands and audio a key sends; these bound
-what it holds and starts, so that no key takes the service from the others:
+what it holds and starts, so that no key takes the service from the others. The numbers, and
+how each is derived from the settings, are the tenant policy's
+(:class:`~omni_grpc.wire.tenant_policy.TenantPolicy`); this is the mechanism:
 
-* **Sessions.** With two keys or more, no key holds more than ``session_share`` live sessions
-  (``max_sessions_per_key``; by default three quarters of the sessions the server serves at
-  once, rounded up: ``max_sessions``, or the capacity of its queue when it has one, so that
-  another key can always get in). A queue's own room is shared the same way
-  (``session_queue.py``). One past it is refused ``resource_exhausted``, retryable, as
+* **Sessions.** No key holds more than the policy's ``sessions`` live sessions (by default,
+  with two keys or more, three quarters of the sessions the server serves at once, so that
+  another key can always get in). One past it is refused ``resource_exhausted``, retryable, as
   a full server refuses. A server with one key, or none, has no share: the key is the tenant.
-* **Memory.** With two keys or more, each key's sessions together hold at most
-  ``key_memory_share`` of the memory budget (input audio, and the frames a bridge in the same
-  process holds in flight for the key): a :class:`~omni_grpc.core.budget.MemoryBudget` of its
-  own, checked by ``admission.py`` beside the server's.
-* **Opens and resumes.** Every key has a bucket of opens and one of resumes
-  (``key_opens_per_s``, ``key_resumes_per_s``, holding ``rate_burst_s`` of their rate). An open
-  or resume that finds its bucket empty is refused ``rate_limit_exceeded``, retryable, with the
-  time until it would pass; an open refused for its share has still used its token (it cost an
+* **Memory.** Each key's sessions together hold at most the policy's ``memory_bytes`` (input
+  audio, and the frames a bridge in the same process holds in flight for the key): a
+  :class:`~omni_grpc.core.budget.MemoryBudget` of its own, checked by ``admission.py`` beside
+  the server's.
+* **Opens and resumes.** Every key has a bucket of opens and one of resumes (the policy's
+  ``opens_per_s`` and ``resumes_per_s``, holding ``burst_s`` of their rate). An open or resume
+  that finds its bucket empty is refused ``rate_limit_exceeded``, retryable, with the time
+  until it would pass; an open refused for its share has still used its token (it cost an
   attempt), a refusal for rate takes nothing.
 
 The keys are the server's, known up front, so no client can add one. Everything is arithmetic
@@ -30,44 +30,29 @@ import math
 from omni_grpc.core.budget import MemoryBudget
 from omni_grpc.core.credentials import SessionLock
 from omni_grpc.core.errors import Status, StreamRefused
-from omni_grpc.core.limits import Limits
 from omni_grpc.core.rate_limits import MIN_RETRY_AFTER_S, TokenBucket
-
-
-def share_of(room: int, keys: int) -> int:
-    """What one key of ``keys`` may hold of ``room`` places: three quarters, rounded up, so
-    that another key always finds some (0: one key or none, which has no share of its own)."""
-    if keys < 2:
-        return 0
-    return max(1, room - room // 4)
-
-
-def session_share(limits: Limits, keys: int, capacity: int = 0) -> int:
-    """The live sessions one key may hold among ``keys`` keys (0: no share of its own), of the
-    ``capacity`` the server serves at once (its queue's; 0: ``max_sessions``)."""
-    if limits.max_sessions_per_key:
-        return limits.max_sessions_per_key
-    room = min(capacity, limits.max_sessions) if capacity > 0 else limits.max_sessions
-    return share_of(room, keys)
+from omni_grpc.wire.tenant_policy import TenantPolicy
 
 
 class KeyShares:
     """The shares and start buckets of each configured API key (see the module)."""
 
-    __slots__ = ("_budgets", "_digests", "_limits", "_opens", "_resumes", "session_share")
+    __slots__ = ("_budgets", "_digests", "_opens", "_resumes", "_retry_after_s", "_sessions")
 
     def __init__(
-        self, keys: tuple[str, ...], limits: Limits, now: float, capacity: int = 0
+        self, keys: tuple[str, ...], tenants: TenantPolicy, now: float, retry_after_s: float
     ) -> None:
-        self._limits = limits
-        self.session_share = session_share(limits, len(keys), capacity)
-        burst = limits.rate_burst_s
-        self._opens = {key: TokenBucket(limits.key_opens_per_s, burst, now) for key in keys}
-        self._resumes = {key: TokenBucket(limits.key_resumes_per_s, burst, now) for key in keys}
+        self._sessions = tenants.sessions  # 0: no share of its own
+        self._retry_after_s = retry_after_s  # of a refusal for the share: a full server's
+        burst = tenants.burst_s
+        self._opens = {key: TokenBucket(tenants.opens_per_s, burst, now) for key in keys}
+        self._resumes = {key: TokenBucket(tenants.resumes_per_s, burst, now) for key in keys}
         # The digest a session keeps of the key that opened it: how its sessions are counted.
         self._digests = {key: SessionLock(key).owner_digest for key in keys}
-        share_bytes = int(limits.memory_budget_bytes * limits.key_memory_share)
-        self._budgets = {key: MemoryBudget(share_bytes) for key in keys} if len(keys) > 1 else {}
+        share_bytes = tenants.memory_bytes
+        self._budgets = (
+            {key: MemoryBudget(share_bytes) for key in keys} if share_bytes is not None else {}
+        )
 
     def budget(self, key: str) -> MemoryBudget | None:
         """The share of the memory budget ``key`` holds against (None: the server's only)."""
@@ -93,16 +78,16 @@ class KeyShares:
     def over_share(self, key: str, held: int) -> bool:
         """Whether ``key``, holding ``held`` sessions (live, or admitted and opening), may not
         have one more: a queue lets such a key wait behind the others' requests."""
-        return key in self._opens and bool(self.session_share) and held >= self.session_share
+        return key in self._opens and bool(self._sessions) and held >= self._sessions
 
     def share_refusal(self) -> StreamRefused:
         """The refusal of an open past its key's share (retryable, as a full server's)."""
         return StreamRefused(
             Status.RESOURCE_EXHAUSTED,
             "resource_exhausted",
-            f"this API key holds its share of sessions: limit={self.session_share}",
+            f"this API key holds its share of sessions: limit={self._sessions}",
             retryable=True,
-            retry_after_s=self._limits.open_retry_after_s,
+            retry_after_s=self._retry_after_s,
         )
 
     def admit_resume(self, key: str, now: float) -> None:
@@ -126,4 +111,4 @@ def _take(bucket: TokenBucket, now: float, what: str) -> None:
     bucket.spend(1)
 
 
-__all__ = ["KeyShares", "session_share", "share_of"]
+__all__ = ["KeyShares"]

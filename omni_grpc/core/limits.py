@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from omni_grpc.wire import pb
+from omni_grpc.wire import pb, tenant_policy
 from omni_grpc.wire.pcm import (
     CANONICAL_INPUT_RATE_HZ,
     CANONICAL_OUTPUT,
@@ -39,18 +39,16 @@ class Limits:
     # audio burst holds its whole max_pending_input_bytes.
     session_commands_per_s: float = 500.0
     session_audio_bytes_per_s: float = 8 * 1024 * 1024
-    key_commands_per_s: float = 5000.0
-    # A key's audio is about a quarter of what one core parses as base64 JSON (15 MiB frames
-    # take ~150 ms each on a loaded 2-core machine), so one key's flood leaves the rest.
-    key_audio_bytes_per_s: float = 16 * 1024 * 1024
-    rate_burst_s: float = 2.0
-    # What one API key may hold and start, with two keys or more (see key_shares.py): its live
-    # sessions (0: three quarters of max_sessions, rounded up), its share of the memory budget,
-    # and sessions opened and resumed a second (buckets of rate_burst_s, like the others).
+    rate_burst_s: float = tenant_policy.BURST_S
+    # What one API key may send, hold and start: the settings of omni_grpc/wire/tenant_policy.py,
+    # which says what each becomes (max_sessions_per_key 0: a share of the sessions served at
+    # once) and holds their defaults.
+    key_commands_per_s: float = tenant_policy.COMMANDS_PER_S
+    key_audio_bytes_per_s: float = tenant_policy.AUDIO_BYTES_PER_S
     max_sessions_per_key: int = 0
-    key_memory_share: float = 0.5
-    key_opens_per_s: float = 50.0
-    key_resumes_per_s: float = 50.0
+    key_memory_share: float = tenant_policy.MEMORY_SHARE
+    key_opens_per_s: float = tenant_policy.OPENS_PER_S
+    key_resumes_per_s: float = tenant_policy.RESUMES_PER_S
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,6 +25,7 @@ import math
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import Limits
 from omni_grpc.wire import pb
+from omni_grpc.wire.tenant_policy import TenantPolicy
 
 RATE_LIMIT_CODE = "rate_limit_exceeded"
 # The ``param`` of a refusal names the bucket that was short, so a transport can say which limit.
@@ -155,11 +156,9 @@ class Allowance:
         )
 
     @classmethod
-    def for_key(cls, limits: Limits, now: float) -> Allowance:
+    def for_key(cls, tenants: TenantPolicy, now: float) -> Allowance:
         """The allowance of one API key, shared by every session opened or resumed with it."""
-        return cls(
-            limits.key_commands_per_s, limits.key_audio_bytes_per_s, limits.rate_burst_s, now
-        )
+        return cls(tenants.commands_per_s, tenants.audio_bytes_per_s, tenants.burst_s, now)
 
 
 class Throttle:
@@ -234,7 +233,8 @@ def _media_bytes(request: pb.ConverseRequest) -> int:
 
 
 class KeyAllowances:
-    """The allowance of each configured API key, made up front so no client can add one.
+    """The allowance of each configured API key, made up front so no client can add one (its
+    rates are the tenant policy's).
 
     Without configured keys there are none: every client is then the same anonymous tenant,
     and a shared allowance would let one of them starve the others.
@@ -242,8 +242,8 @@ class KeyAllowances:
 
     __slots__ = ("_by_key",)
 
-    def __init__(self, keys: tuple[str, ...], limits: Limits, now: float) -> None:
-        self._by_key = {key: Allowance.for_key(limits, now) for key in keys}
+    def __init__(self, keys: tuple[str, ...], tenants: TenantPolicy, now: float) -> None:
+        self._by_key = {key: Allowance.for_key(tenants, now) for key in keys}
 
     def get(self, key: str) -> Allowance | None:
         """The allowance of ``key`` (already checked by the transport), or None."""

@@ -25,7 +25,8 @@ back (tickets admitted, notices to send, sessions that leave). The rules:
   Both are retryable, with the time until a place should free as the hint. A wait whose stream
   went holds its place but not room in the queue; so that such waits stay bounded too, at most
   ``HELD_PER_ROOM`` times ``max_length`` sessions are held in all.
-* **Fair room.** No one fills the queue for the others. With a ``key_share``, one API key holds
+* **Fair room.** No one fills the queue for the others. With a ``key_share`` (the tenant
+  policy's ``queue_waits``, :mod:`omni_grpc.wire.tenant_policy`), one API key holds
   at most that many waits with a stream (and ``HELD_PER_ROOM`` times as many in all); one past
   it is refused ``queue_full``, naming the key's share. Room is kept for the classes above:
   a class may fill the queue only up to ``max_length`` less :attr:`QueuePolicy.class_reserve`
@@ -64,8 +65,8 @@ from omni_grpc.core.credentials import SessionLock
 from omni_grpc.core.errors import Status, StreamRefused
 from omni_grpc.core.session import resume_refused
 from omni_grpc.wire import pb
+from omni_grpc.wire.tenant_policy import DEFAULT_CLASS
 
-DEFAULT_CLASS = "default"
 LENGTHS_KEPT = 64  # the session lengths the estimates learn from: the latest ones
 MIN_LENGTH_S = 1.0  # no estimate assumes a session shorter than this
 RETELL_S = 1.0  # an estimate is told again when it strays this far from the countdown...

@@ -41,7 +41,7 @@ from omni_grpc.server.sessions import Sessions
 from omni_grpc.server.settings import ServerSettings
 from omni_grpc.server.stream_cap import CappedCalls, StreamCap
 from omni_grpc.server.tracing import server_tracer
-from omni_grpc.server.waiting import QUEUE_GAUGES, session_queue
+from omni_grpc.server.waiting import QUEUE_GAUGES, queue_capacity, session_queue
 
 logger = logging.getLogger(__name__)
 
@@ -159,11 +159,13 @@ async def start_server(
     return_large_blocks()  # freed audio leaves the process (see allocator.py)
     metrics.register_collectors(SESSION_GAUGES)  # scrape-time counts, once per process
     engine = create_engine(settings.engine, dict(settings.engine_options))
-    queue = None
+    queue, capacity = None, 0
     if settings.queue is not None:  # checked before the engine starts (minutes, on a GPU)
-        queue = session_queue(
-            settings.queue, settings.limits, engine.features.capacity, len(settings.api_keys)
-        )
+        capacity = queue_capacity(settings.queue, settings.limits, engine.features.capacity)
+    # What one API key gets, derived once: every registry that bounds a key reads it.
+    tenants = settings.tenant_policy(capacity)
+    if settings.queue is not None:
+        queue = session_queue(settings.queue, settings.limits, engine.features.capacity, tenants)
         queue.route = settings.route
         metrics.register_collectors(QUEUE_GAUGES)
     await engine.start()
@@ -194,6 +196,7 @@ async def start_server(
         engine,
         clock,
         api_keys=settings.api_keys,
+        tenants=tenants,
         tracer=server_tracer(tracer_provider),
         store=store,
         queue=queue,
@@ -206,8 +209,9 @@ async def start_server(
     # One bound for Converse calls, ConverseMany's streams and in-process streams together, and
     # the places of each key and peer (stream_cap.py); gRPC's own bound on calls sits well
     # above, so that calls without a key, which hold only a few places, never reach it.
-    per_key, per_peer = settings.stream_shares()
-    cap = StreamCap(settings.max_concurrent_streams, per_key=per_key, per_peer=per_peer)
+    cap = StreamCap(
+        settings.max_concurrent_streams, per_key=tenants.streams, per_peer=settings.peer_share()
+    )
 
     def refused(bound: str, key: str, peer: str) -> None:
         metrics.KEY_REFUSALS.labels(sessions.key_label(key), bound).inc()

@@ -38,6 +38,7 @@ from omni_grpc.server.tracing import TurnTraces
 from omni_grpc.server.waiting import Tell, WaitingRoom, told_nobody
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import key_label
+from omni_grpc.wire.tenant_policy import TenantPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ class Sessions:
         clock: Callable[[], float],
         *,
         api_keys: Sequence[str] = (),
+        tenants: TenantPolicy | None = None,
         tracer: Tracer | None = None,
         store: DurableStore | None = None,
         queue: SessionQueue | None = None,
@@ -108,11 +110,14 @@ class Sessions:
         self.registry = registry
         self.engine = engine
         self.clock = clock
+        # What one API key gets (omni_grpc/wire/tenant_policy.py); the server's, derived from
+        # its settings, or without one (no keys) no shares and the default rates.
+        self.tenants = tenants if tenants is not None else TenantPolicy()
         # The rate allowance of each API key, shared by every session it opens or resumes.
-        self._key_allowances = KeyAllowances(tuple(api_keys), registry.limits, clock())
+        self._key_allowances = KeyAllowances(tuple(api_keys), self.tenants, clock())
         # What each key may hold and start: sessions, memory, opens and resumes (key_shares.py).
-        capacity = queue.policy.capacity if queue is not None else 0
-        self.key_shares = KeyShares(tuple(api_keys), registry.limits, clock(), capacity)
+        retry_after_s = registry.limits.open_retry_after_s
+        self.key_shares = KeyShares(tuple(api_keys), self.tenants, clock(), retry_after_s)
         # Input audio and queued output of every session together (see core/budget.py).
         self.budget = registry.budget
         # Refused streams and lookups, whichever transport they came by (see refusals.py).

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from omni_grpc.core.limits import Limits
 from omni_grpc.server.recording.settings import RecordSettings
+from omni_grpc.wire.tenant_policy import TenantPolicy
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +55,7 @@ class ServerSettings:
     # in-process ones together (stream_cap.py).
     max_concurrent_streams: int = 1024
     # The places (streams and calls in flight) one API key, and one peer address, may hold;
-    # 0: half the streams per key with two keys or more (else no bound of its own), and three
+    # 0: the tenant policy's share per key (half the streams, with two keys or more), and three
     # quarters per peer.
     max_streams_per_key: int = 0
     max_streams_per_peer: int = 0
@@ -74,12 +75,33 @@ class ServerSettings:
     # Recorded sessions (``--record``, off by default): see omni_grpc/server/recording.
     recording: RecordSettings = field(default_factory=RecordSettings)
 
-    def stream_shares(self) -> tuple[int, int]:
-        """The places one key and one peer may hold, the defaults resolved (0: no bound)."""
+    def tenant_policy(self, capacity: int = 0) -> TenantPolicy:
+        """What one API key gets from this service (omni_grpc/wire/tenant_policy.py), with
+        ``capacity`` the sessions its queue serves at once (0: no queue)."""
+        limits, queue = self.limits, self.queue
+        return TenantPolicy.derive(
+            len(self.api_keys),
+            max_sessions=limits.max_sessions,
+            capacity=capacity,
+            sessions_per_key=limits.max_sessions_per_key,
+            queue_length=queue.max_length if queue is not None else 0,
+            queue_classes=queue.classes if queue is not None else (),
+            max_streams=self.max_concurrent_streams,
+            streams_per_key=self.max_streams_per_key,
+            memory_budget_bytes=limits.memory_budget_bytes,
+            memory_share=limits.key_memory_share,
+            opens_per_s=limits.key_opens_per_s,
+            resumes_per_s=limits.key_resumes_per_s,
+            commands_per_s=limits.key_commands_per_s,
+            audio_bytes_per_s=limits.key_audio_bytes_per_s,
+            burst_s=limits.rate_burst_s,
+        )
+
+    def peer_share(self) -> int:
+        """The places one peer address may hold, the default resolved: three quarters of the
+        streams (an address is not a tenant: a key's share is the tenant policy's)."""
         streams = self.max_concurrent_streams
-        per_key = self.max_streams_per_key or (streams // 2 if len(self.api_keys) > 1 else 0)
-        per_peer = self.max_streams_per_peer or streams - streams // 4
-        return per_key, per_peer
+        return self.max_streams_per_peer or streams - streams // 4
 
     def rpc_limit(self) -> int:
         """gRPC's bound on calls in flight, the default resolved."""

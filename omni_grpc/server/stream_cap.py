@@ -14,8 +14,9 @@ keep tenants apart are here, in one :class:`StreamCap`:
 * **Places of a key and of a peer.** Every stream and every other call in flight takes a place
   of its API key, and every gRPC call one of its peer's address (a ``ConverseMany`` call's
   streams are places of their keys; the call, of its address), so one key, or one address,
-  cannot hold every place: past ``--max-streams-per-key`` or ``--max-streams-per-peer`` a call
-  is refused ``RESOURCE_EXHAUSTED`` (``resource_exhausted``, retryable).
+  cannot hold every place: past a key's share (the tenant policy's ``streams``,
+  :mod:`omni_grpc.wire.tenant_policy`) or ``--max-streams-per-peer`` a call is refused
+  ``RESOURCE_EXHAUSTED`` (``resource_exhausted``, retryable).
 * **Calls without a key** (health checks and, when opened, reflection) take a place among
   ``--keyless-calls`` instead, and end after ``--keyless-call-s``: a watch without a key is told
   to watch again, so it holds nothing for long.

@@ -26,11 +26,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from omni_grpc.core import Registry, Session, Status, StreamRefused
-from omni_grpc.core.key_shares import share_of
 from omni_grpc.core.limits import Limits
 from omni_grpc.core.session_queue import DEFAULT_CLASS, QueuePolicy, SessionQueue, Ticket
 from omni_grpc.server.settings import QueueSettings
 from omni_grpc.wire import pb
+from omni_grpc.wire.tenant_policy import TenantPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -70,29 +70,38 @@ WAITED = Histogram(
 )
 
 
-def session_queue(
-    chosen: QueueSettings, limits: Limits, engine_capacity: int, keys: int = 0
-) -> SessionQueue:
-    """The queue ``chosen`` asks for: its capacity is the engine's (``engine_capacity``; 0 when
-    it knows none), or less when ``chosen`` says less, and never more than ``max_sessions``.
-    With ``keys`` API keys (two or more), each key may hold the share of its waits that
-    :func:`~omni_grpc.core.key_shares.share_of` gives it of the queue's length."""
+def queue_capacity(chosen: QueueSettings, limits: Limits, engine_capacity: int) -> int:
+    """The sessions a server with the queue ``chosen`` serves at once: the engine's
+    (``engine_capacity``; 0 when it knows none), or less when ``chosen`` says less, and never
+    more than ``max_sessions``."""
     known = [capacity for capacity in (chosen.capacity, engine_capacity) if capacity > 0]
-    capacity = min(*known, limits.max_sessions) if known else limits.max_sessions
+    return min(*known, limits.max_sessions) if known else limits.max_sessions
+
+
+def session_queue(
+    chosen: QueueSettings,
+    limits: Limits,
+    engine_capacity: int,
+    tenants: TenantPolicy | None = None,
+) -> SessionQueue:
+    """The queue ``chosen`` asks for, of :func:`queue_capacity`; each key holds at most the
+    ``tenants`` policy's share of its waits, in the class the policy gives it (None: no
+    shares, every key in ``DEFAULT_CLASS``)."""
+    tenants = tenants if tenants is not None else TenantPolicy()
     names = [name for name, _ in chosen.classes]
     if DEFAULT_CLASS not in names:
         names.append(DEFAULT_CLASS)
     policy = QueuePolicy(
-        capacity=capacity,
+        capacity=queue_capacity(chosen, limits, engine_capacity),
         max_length=chosen.max_length,
         max_wait_s=chosen.max_wait_s,
         classes=tuple(names),
         max_overtakes=chosen.max_overtakes,
         grace_s=limits.disconnect_grace_s,
         retry_after_s=limits.open_retry_after_s,
-        key_share=share_of(chosen.max_length, keys) if chosen.max_length else 0,
+        key_share=tenants.queue_waits,
     )
-    return SessionQueue(policy, {key: name for name, keys in chosen.classes for key in keys})
+    return SessionQueue(policy, tenants.key_classes())
 
 
 async def told_nobody(payload: bytes) -> None:

@@ -16,7 +16,8 @@ import aiohttp
 import pytest
 
 import bridge.bodies
-from bridge.client_secrets import MAX_OUTSTANDING_PER_KEY, ClientSecrets, TooManySecrets
+from bridge.client_secrets import ClientSecrets, TooManySecrets
+from omni_grpc.wire.tenant_policy import CLIENT_SECRETS, TenantPolicy
 from tests.bridge.testkit import WITH_EXTENSIONS, realtime_socket, running_bridge, service_settings
 from tests.serving import serving
 
@@ -63,8 +64,10 @@ def test_a_secret_is_used_once_and_expires() -> None:
 
 def test_outstanding_secrets_are_bounded_per_key_and_expired_ones_make_room() -> None:
     now = [0.0]
-    minted = ClientSecrets(clock=lambda: now[0], mints_per_s=1e9)  # the rate apart
-    for _ in range(MAX_OUTSTANDING_PER_KEY):
+    minted = ClientSecrets(
+        clock=lambda: now[0], tenants=TenantPolicy(mints_per_s=1e9)
+    )  # rate apart
+    for _ in range(CLIENT_SECRETS):
         minted.mint("k", ttl_s=10)
     with pytest.raises(TooManySecrets) as refused:
         minted.mint("k", ttl_s=10)
@@ -77,7 +80,7 @@ def test_outstanding_secrets_are_bounded_per_key_and_expired_ones_make_room() ->
 
 def test_a_key_minting_too_fast_is_told_when_to_come_back() -> None:
     now = [0.0]
-    minted = ClientSecrets(clock=lambda: now[0], mints_per_s=10.0)
+    minted = ClientSecrets(clock=lambda: now[0], tenants=TenantPolicy(mints_per_s=10.0))
     for _ in range(20):  # two seconds of the rate at once
         minted.mint("k")
     with pytest.raises(TooManySecrets) as refused:

@@ -173,9 +173,12 @@ async def bridge_url(budget: FrameBudget) -> AsyncIterator[str]:
 
 
 def test_a_bridge_alone_shares_its_budget_between_two_keys_or_more() -> None:
-    budget = own_budget(1000, ("a", "b"), 0.25)
-    assert budget._key_ledger("a") is not None
-    assert own_budget(1000, ("a",), 0.25)._key_ledger("a") is None
+    shared = BridgeOptions(api_keys=("a", "b"), memory_budget_bytes=1000, key_memory_share=0.25)
+    budget = own_budget(1000, ("a", "b"), shared.tenant_policy())
+    ledger = budget._key_ledger("a")
+    assert ledger is not None and ledger.capacity_bytes == 250
+    alone = BridgeOptions(api_keys=("a",), memory_budget_bytes=1000, key_memory_share=0.25)
+    assert own_budget(1000, ("a",), alone.tenant_policy())._key_ledger("a") is None
 
 
 async def test_a_real_socket_charges_its_frames_until_their_commands_left() -> None:

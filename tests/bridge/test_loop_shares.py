@@ -5,13 +5,14 @@ nothing is refused or lost for it, only put off."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import aiohttp
 import orjson
 import pytest
 
-from bridge import loop_shares
 from bridge.loop_shares import KeyShare, LoopShares
+from bridge.options import BridgeOptions
 from tests.bridge.testkit import running_bridge, service_settings
 from tests.serving import serving
 
@@ -62,7 +63,12 @@ async def test_a_key_held_to_its_share_has_every_command_answered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # No slice at all: every command of a key waits while another of its sockets had the pass.
-    monkeypatch.setattr(loop_shares, "SLICE_S", 0.0)
+    derived = BridgeOptions.tenant_policy
+    monkeypatch.setattr(
+        BridgeOptions,
+        "tenant_policy",
+        lambda options: dataclasses.replace(derived(options), loop_slice_s=0.0),
+    )
     async with (
         serving(service_settings(api_keys=(A, B))) as service,
         running_bridge(service, api_keys=(A, B)) as port,

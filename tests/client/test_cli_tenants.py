@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from bridge.client_secrets import MAX_OUTSTANDING_PER_KEY, MINTS_PER_S
 from omni_cli import build_parser
 from omni_cli.config import (
     ConfigError,
@@ -15,6 +14,7 @@ from omni_cli.config import (
     resolve_bridge_settings,
     resolve_serve_settings,
 )
+from omni_grpc.wire.tenant_policy import CLIENT_SECRETS, MINTS_PER_S
 
 
 def serve(*flags: str, env: dict[str, str] | None = None) -> ServeSettings:
@@ -24,13 +24,14 @@ def serve(*flags: str, env: dict[str, str] | None = None) -> ServeSettings:
 def test_the_defaults_share_between_two_keys_and_bound_calls_without_a_key() -> None:
     settings = serve("--api-key", "a", "--api-key", "b")
     server = settings.server
-    assert (server.max_concurrent_streams, server.stream_shares()) == (1024, (512, 768))
+    assert (server.max_concurrent_streams, server.tenant_policy().streams) == (1024, 512)
+    assert server.peer_share() == 768
     assert server.rpc_limit() == 4096
     assert (server.keyless_calls, server.keyless_call_s) == (16, 30.0)
     assert server.limits.max_sessions_per_key == 0  # derived: 48 of 64
-    assert settings.bridge.max_client_secrets_per_key == MAX_OUTSTANDING_PER_KEY
+    assert settings.bridge.max_client_secrets_per_key == CLIENT_SECRETS
     one_key = serve("--api-key", "a").server
-    assert one_key.stream_shares() == (0, 768)  # one tenant: no share of its own
+    assert (one_key.tenant_policy().streams, one_key.peer_share()) == (0, 768)  # one tenant
 
 
 def test_tenant_settings_layer_file_then_env_then_flags(tmp_path: Path) -> None:
@@ -65,7 +66,7 @@ def test_the_bridge_alone_has_a_frame_budget_and_secrets_of_its_own() -> None:
     options = resolve_bridge_settings(args, {}).bridge
     assert (options.memory_budget_bytes, options.key_memory_share) == (1024 * 1024 * 1024, 0.5)
     assert (options.max_client_secrets_per_key, options.key_mints_per_s) == (
-        MAX_OUTSTANDING_PER_KEY,
+        CLIENT_SECRETS,
         MINTS_PER_S,
     )
     flags = ["--memory-budget-mib", "64", "--key-memory-share", "0.3"]

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from omni_grpc.core import Limits
 from omni_grpc.core.budget import MemoryBudget
 from omni_grpc.core.errors import StreamRefused
-from omni_grpc.core.key_shares import KeyShares, session_share
+from omni_grpc.core.key_shares import KeyShares
 from omni_grpc.core.rate_limits import MIN_RETRY_AFTER_S
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT
+from omni_grpc.wire.tenant_policy import TenantPolicy
 
 from .helpers import append, close, decode, open_session, requests
 
 KEYS = ("key-a", "key-b")
 CANONICAL = pb.SessionConfig(input_audio_format=CANONICAL_INPUT)
+
+
+def key_shares(keys: tuple[str, ...] = KEYS, **policy: Any) -> KeyShares:
+    """The shares of ``keys`` under a tenant policy of ``policy`` (its derivation from the
+    settings is tests/core/test_tenant_policy.py's)."""
+    return KeyShares(keys, TenantPolicy(**policy), 0.0, Limits().open_retry_after_s)
 
 
 def refusal(call: object, *args: object) -> StreamRefused:
@@ -24,21 +33,8 @@ def refusal(call: object, *args: object) -> StreamRefused:
     return refused.value
 
 
-@pytest.mark.parametrize(
-    ("max_sessions", "keys", "share"), [(64, 2, 48), (8, 3, 6), (3, 2, 3), (64, 1, 0), (64, 0, 0)]
-)
-def test_a_key_shares_three_quarters_of_the_sessions_between_two_keys_or_more(
-    max_sessions: int, keys: int, share: int
-) -> None:
-    assert session_share(Limits(max_sessions=max_sessions), keys) == share
-
-
-def test_a_chosen_share_holds_with_any_number_of_keys() -> None:
-    assert session_share(Limits(max_sessions_per_key=5), 1) == 5
-
-
 def test_a_key_past_its_share_is_refused_retryably_and_the_other_key_is_not() -> None:
-    shares = KeyShares(KEYS, Limits(max_sessions=8), now=0.0)
+    shares = key_shares(sessions=6)
     shares.admit_open("key-a", held=5, now=0.0)
     refused = refusal(shares.admit_open, "key-a", 6, 0.0)
     assert (refused.code, refused.retryable, refused.retry_after_s) == (
@@ -51,8 +47,7 @@ def test_a_key_past_its_share_is_refused_retryably_and_the_other_key_is_not() ->
 
 
 def test_opens_past_the_bucket_are_refused_for_rate_and_take_nothing() -> None:
-    limits = Limits(key_opens_per_s=10.0, rate_burst_s=1.0)
-    shares = KeyShares(KEYS, limits, now=0.0)
+    shares = key_shares(opens_per_s=10.0, burst_s=1.0)
     for _ in range(10):
         shares.admit_open("key-a", held=0, now=0.0)
     refused = refusal(shares.admit_open, "key-a", 0, 0.0)
@@ -64,7 +59,7 @@ def test_opens_past_the_bucket_are_refused_for_rate_and_take_nothing() -> None:
 
 
 def test_resumes_have_their_own_bucket_with_the_shortest_hint() -> None:
-    shares = KeyShares(KEYS, Limits(key_resumes_per_s=1000.0, rate_burst_s=0.001), now=0.0)
+    shares = key_shares(resumes_per_s=1000.0, burst_s=0.001)
     shares.admit_resume("key-a", now=0.0)
     refused = refusal(shares.admit_resume, "key-a", 0.0)
     assert refused.retry_after_s == MIN_RETRY_AFTER_S
@@ -72,7 +67,7 @@ def test_resumes_have_their_own_bucket_with_the_shortest_hint() -> None:
 
 
 def test_keys_the_server_does_not_have_and_a_keyless_server_are_not_bounded() -> None:
-    shares = KeyShares((), Limits(key_opens_per_s=1.0, rate_burst_s=1.0), now=0.0)
+    shares = key_shares((), opens_per_s=1.0, burst_s=1.0)
     for _ in range(10):
         shares.admit_open("", held=100, now=0.0)
         shares.admit_resume("", now=0.0)
@@ -80,11 +75,11 @@ def test_keys_the_server_does_not_have_and_a_keyless_server_are_not_bounded() ->
 
 
 def test_each_of_two_keys_holds_its_share_of_the_memory_budget() -> None:
-    shares = KeyShares(KEYS, Limits(memory_budget_bytes=1000, key_memory_share=0.25), now=0.0)
+    shares = key_shares(memory_bytes=250)
     budget = shares.budget("key-a")
     assert budget is not None and budget.capacity_bytes == 250
     assert shares.budget("key-b") is not budget
-    assert KeyShares(KEYS[:1], Limits(), now=0.0).budget("key-a") is None  # one key: no share
+    assert key_shares(KEYS[:1]).budget("key-a") is None  # one key: no share
 
 
 def test_input_past_the_key_share_is_refused_and_given_back_to_the_key() -> None:
@@ -114,18 +109,8 @@ def test_a_session_charged_to_a_key_later_moves_what_it_holds() -> None:
 
 
 def test_the_share_is_a_question_a_queue_can_ask_apart_from_the_bucket() -> None:
-    shares = KeyShares(KEYS, Limits(max_sessions=8), now=0.0)
+    shares = key_shares(sessions=6)
     assert not shares.over_share("key-a", 5) and shares.over_share("key-a", 6)
     assert not shares.over_share("unknown", 100)  # not a key of the server's
-    assert not KeyShares(KEYS[:1], Limits(max_sessions=8), now=0.0).over_share("key-a", 100)
+    assert not key_shares(KEYS[:1]).over_share("key-a", 100)  # one key: no share
     shares.take_open("key-a", now=0.0)  # the bucket alone, as a queue's door would take it
-
-
-def test_the_share_of_sessions_comes_from_what_the_server_serves_at_once() -> None:
-    limits = Limits(max_sessions=100)
-    assert session_share(limits, 2) == 75  # no queue: max_sessions
-    assert session_share(limits, 2, capacity=8) == 6  # a queue's capacity, not max_sessions
-    assert session_share(limits, 2, capacity=400) == 75  # never past max_sessions
-    assert session_share(limits, 1, capacity=8) == 0  # one key is the tenant
-    shares = KeyShares(KEYS, limits, now=0.0, capacity=4)
-    assert shares.over_share("key-a", 3) and not shares.over_share("key-b", 2)

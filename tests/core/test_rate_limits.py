@@ -14,6 +14,7 @@ from omni_grpc.core.rate_limits import (
     TokenBucket,
 )
 from omni_grpc.wire import pb
+from omni_grpc.wire.tenant_policy import TenantPolicy
 
 from .helpers import append, close, decode, handed, heartbeat, kinds, open_session, requests, text
 
@@ -21,8 +22,6 @@ from .helpers import append, close, decode, handed, heartbeat, kinds, open_sessi
 SLOW = Limits(
     session_commands_per_s=10.0,
     session_audio_bytes_per_s=100.0,
-    key_commands_per_s=15.0,
-    key_audio_bytes_per_s=1000.0,
     rate_burst_s=1.0,
 )
 
@@ -100,7 +99,8 @@ def test_video_frames_count_as_input_bytes() -> None:
 
 
 def test_a_key_allowance_is_shared_and_refuses_without_taking_from_either() -> None:
-    keys = KeyAllowances(("k1",), SLOW, now=0.0)
+    tenants = TenantPolicy(commands_per_s=15.0, audio_bytes_per_s=1000.0, burst_s=1.0)
+    keys = KeyAllowances(("k1",), tenants, now=0.0)
     assert keys.get("other") is None
     first, second = (Throttle(Allowance.for_session(SLOW, now=0.0)) for _ in range(2))
     first.key = second.key = keys.get("k1")

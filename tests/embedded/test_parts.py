@@ -368,3 +368,12 @@ def test_options_are_checked() -> None:
     with pytest.raises(ValueError, match="not a valid value"):
         EmbeddedOptions.parse({"words_per_minute": "fast"})
     assert not EmbeddedEngine({"server_vad": "off"}).features.supports_server_vad
+
+
+def test_a_pause_bar_of_one_window_reports_the_pause_at_its_first_silent_window() -> None:
+    # What speech over a held reply is heard with (overlap_pause_ms): its words read, and the
+    # reply perhaps resumed, 64 ms sooner than after a turn's pause.
+    detector = TurnDetector(silence_ms=500, pause_ms=32)
+    for k in range(4):
+        detector.push(k, 0.9)
+    assert detector.push(4, 0.0) == SpeechPause(end_ms=4 * 32, detected_ms=5 * 32)

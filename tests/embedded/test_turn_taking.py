@@ -16,6 +16,7 @@ import itertools
 from omni_grpc.engine.embedded import EmbeddedEngine
 from omni_grpc.engine.embedded.responder import STILL_THERE
 from omni_grpc.engine.kit.end_of_turn import WAITS
+from omni_grpc.engine.kit.vad import WINDOW_MS
 from omni_grpc.wire import pb
 
 from .conftest import speech
@@ -182,6 +183,29 @@ async def test_a_backchannel_pauses_the_reply_which_resumes_where_it_was_heard(
     assert all(abs(a[1] - b[0]) < 1e-6 for a, b in itertools.pairwise(heard)), heard
     events = response_events(driver.seen, first)
     assert words(said(events)) == words(done.output[0].content[0].transcript)
+
+
+async def test_speech_over_a_held_reply_holds_it_after_one_window(engine: EmbeddedEngine) -> None:
+    # A reply that a false interruption resumes is held on a shorter bar than a turn starts on
+    # (overlap_min_speech_ms, 32 ms: one VAD window, against min_speech_ms's 64): the reply
+    # stops that much sooner, and a cough the bar lets through is resumed.
+    driver, first = await start_answer(engine, interruption=JUDGED)
+    try:
+
+        def held() -> bool:
+            return any(d.action == pb.OVERLAP_ACTION_PAUSE for d in decisions(driver))
+
+        scene = speech.Scene().pause(200).speak("yeah").pause(900)
+        held_at = await driver.stream(scene.pcm16(), step=True, stop=held)
+        await driver.until("response_done")
+    finally:
+        await driver.close()
+    onset = driver.of("speech_started")[-1].speech_started.audio_start_ms
+    assert held_at is not None
+    assert decisions(driver)[0].response_id == first
+    # Confirmed at the end of the onset's window (32 ms), heard with the 20 ms chunk that
+    # completes it; min_speech_ms's bar would have taken another window.
+    assert held_at - onset <= WINDOW_MS + 20, (held_at, onset)
 
 
 async def test_words_over_the_reply_end_it_and_are_the_next_turn(engine: EmbeddedEngine) -> None:

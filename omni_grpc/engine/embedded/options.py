@@ -24,6 +24,8 @@ _CONVERTERS: Converters = {
     "asr_threads": int,
     "asr_rescoring": str,
     "min_speech_ms": float,
+    "overlap_min_speech_ms": float,
+    "overlap_pause_ms": float,
     "chunk_ms": int,
     "max_input_s": float,
     "queue_size": int,
@@ -65,6 +67,11 @@ class EmbeddedOptions:
       of each turn (:mod:`.models.rescoring`) when it is loaded for the responder; ``on`` loads it
       for that even under the echo responder; ``off`` keeps Whisper's likeliest reading.
     * ``min_speech_ms``: speech shorter than this never starts a turn; default 64.
+    * ``overlap_min_speech_ms``: the same for speech over a reply that is held while it is
+      judged (interruptions judged, false ones resumed): a shorter bar stops the reply sooner,
+      and a cough it lets through is resumed; default 32.
+    * ``overlap_pause_ms``: the silence after which such speech counts as paused, its words
+      read and the reply perhaps resumed; default 32 (a turn's pause: 96).
     * ``chunk_ms``: length of one output audio chunk, 20 to 200; default 100.
     * ``max_input_s``: the most input audio one turn may hold; default 120.
     * ``queue_size``: the bound of each session's command and event queues; default 256.
@@ -104,6 +111,8 @@ class EmbeddedOptions:
     asr_threads: int = 2
     asr_rescoring: str = "auto"
     min_speech_ms: float = 64.0
+    overlap_min_speech_ms: float = 32.0
+    overlap_pause_ms: float = 32.0
     chunk_ms: int = 100
     max_input_s: float = 120.0
     queue_size: int = 256
@@ -125,6 +134,8 @@ class EmbeddedOptions:
         check_range("asr_threads", self.asr_threads, 1, 16)
         check_choice("asr_rescoring", self.asr_rescoring, ("auto", "on", "off"))
         check_range("min_speech_ms", self.min_speech_ms, 0, 1000)
+        check_range("overlap_min_speech_ms", self.overlap_min_speech_ms, 0, 1000)
+        check_range("overlap_pause_ms", self.overlap_pause_ms, 32, 1000)
         check_range("chunk_ms", self.chunk_ms, 20, 200)
         check_range("max_input_s", self.max_input_s, 1, 3600)
         check_choice("server_vad", self.server_vad, ("on", "off"))

@@ -11,7 +11,11 @@ has a voice activity detector (Silero, :mod:`.vad`):
   judged at once, its words once they are written; each judgement is a ``turn_end_decision``).
 * **Speech over a reply** (:mod:`.overlap_session`, which this class builds on): OpenAI's
   behaviour by default, the reply ends at the speech's onset; with the interruption settings
-  it is held, judged, and ended or resumed.
+  it is held, judged, and ended or resumed. A reply that a false interruption resumes can be
+  held on less: while one plays, speech starts after ``overlap_min_speech_ms`` (the reply stops
+  that much sooner) and its pauses are heard after ``overlap_pause_ms`` of silence (its words,
+  and so a resume, come that much sooner); a cough that the shorter bar lets through is
+  resumed, as any false interruption is.
 * **Idle prompts** (:mod:`.idle`).
 
 Every decision runs on the worker. Background work (the words of a pause, their judgement)
@@ -46,7 +50,9 @@ from omni_grpc.engine.kit.conversation import (
 from omni_grpc.engine.kit.end_of_turn import Judgement, SoundScorer, TurnEndTimer, TurnScorer
 from omni_grpc.engine.kit.idle import IdleTimer, heard_by
 from omni_grpc.engine.kit.listening import Listener, Pause, SpeechStart, Turn
+from omni_grpc.engine.kit.overlap import Rules
 from omni_grpc.engine.kit.overlap_session import OverlapSession
+from omni_grpc.engine.kit.turn_detection import PAUSE_MS
 from omni_grpc.engine.kit.vad import SileroVad
 from omni_grpc.engine.kit.worker import Handlers
 from omni_grpc.wire import pb
@@ -60,6 +66,15 @@ class ListeningOptions(SessionOptions, Protocol):
     @property
     def min_speech_ms(self) -> float:
         """Speech shorter than this never starts a turn."""
+
+    @property
+    def overlap_min_speech_ms(self) -> float:
+        """The same, for speech over a reply that is held while it is judged."""
+
+    @property
+    def overlap_pause_ms(self) -> float:
+        """The silence after which speech over a held reply counts as paused (its words are
+        then read, and the reply may resume)."""
 
 
 @dataclass(slots=True)
@@ -91,6 +106,10 @@ class ListeningSession(OverlapSession):
         self._listener = Listener(
             hearing.vad, config.turn_detection, options.min_speech_ms, max_turn_ms
         )
+        # The detector's bars, (min_speech_ms, pause_ms): for turns, and over a held reply.
+        self._turn_bars = (options.min_speech_ms, PAUSE_MS)
+        self._held_bars = (options.overlap_min_speech_ms, options.overlap_pause_ms)
+        self._holds_replies = False  # speech over a reply holds it (the interruption rules)
         self._speech_item = ""  # the user item that detected speech will become
         self._turn_end: TurnEndTimer | None = None
         self._idle = IdleTimer(0.0)
@@ -146,6 +165,8 @@ class ListeningSession(OverlapSession):
         self._idle.timeout_ms = float(detection.idle_timeout_ms)
         if not detection.idle_timeout_ms:
             self._idle.stop()
+        rules = Rules.of(self.config)
+        self._holds_replies = rules.barge_in and rules.resume
 
     def _update(self, update: cmd.UpdateSession) -> None:
         was_vad = self._vad()
@@ -171,6 +192,9 @@ class ListeningSession(OverlapSession):
             return
         loop = asyncio.get_running_loop()
         probs = await loop.run_in_executor(self._hearing.executor, listener.scores, pcm)
+        detector = listener.detector
+        held = self._active is not None and self._holds_replies
+        detector.min_speech_ms, detector.pause_ms = self._held_bars if held else self._turn_bars
         for event in listener.advance(pcm, probs):
             if isinstance(event, SpeechStart):
                 await self._speech_started(event)

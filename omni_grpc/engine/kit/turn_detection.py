@@ -8,9 +8,11 @@ The rules follow OpenAI's ``server_vad`` and Silero's own iterator:
   while a burst shorter than ``min_speech_ms`` (a cough, a click) never starts a turn.
 * Speech *stops* once the probability has stayed under the release threshold for
   ``silence_ms``; the end reported is where that silence began.
-* A *pause* is reported once the silence has lasted ``pause_ms`` (96 ms, or the whole
-  ``silence_ms`` if that is shorter): the turn may be over, so the engine starts transcribing
-  it then, and the stop, if it comes, finds the transcript nearly done.
+* A *pause* is reported once the silence has lasted ``pause_ms`` (96 ms by default, or the
+  whole ``silence_ms`` if that is shorter): the turn may be over, so the engine starts
+  transcribing it then, and the stop, if it comes, finds the transcript nearly done. (Speech
+  over a held reply is paused sooner: the session sets ``pause_ms`` and ``min_speech_ms`` while
+  it judges one, see :mod:`.listening_session`.)
 * ``prefix_padding_ms`` is not a detection rule: it is how much audio before the onset the
   committed turn keeps (the session's buffer applies it).
 
@@ -66,6 +68,7 @@ class TurnDetector:
         threshold: float = 0.5,
         silence_ms: float = 500.0,
         min_speech_ms: float = 64.0,
+        pause_ms: float = PAUSE_MS,
         window_ms: float = WINDOW_MS,
     ) -> None:
         if not 0.0 < threshold <= 1.0:
@@ -74,6 +77,7 @@ class TurnDetector:
         self.release = max(threshold - RELEASE_GAP, 0.01)
         self.silence_ms = silence_ms
         self.min_speech_ms = min_speech_ms
+        self.pause_ms = pause_ms
         self.window_ms = window_ms
         self.reset()
 
@@ -114,7 +118,7 @@ class TurnDetector:
             stop = self._silence_ms
             self.speaking, self._silence_ms, self._paused = False, None, False
             return SpeechStop(end_ms=stop, detected_ms=end)
-        if not self._paused and end - self._silence_ms >= min(PAUSE_MS, self.silence_ms):
+        if not self._paused and end - self._silence_ms >= min(self.pause_ms, self.silence_ms):
             self._paused = True
             return SpeechPause(end_ms=self._silence_ms, detected_ms=end)
         return None

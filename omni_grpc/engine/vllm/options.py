@@ -55,6 +55,9 @@ Hearing:
   hears audio, not words, so semantic turn detection is served as the eagerness's silence and
   interruptions are judged by their length, never their words.
 * ``min_speech_ms``: speech shorter than this never starts a turn; default 64.
+* ``overlap_min_speech_ms``, ``overlap_pause_ms``: the same bar, and the silence that pauses
+  it, for speech over a reply held while it is judged; default 32 each (the embedded engine's
+  options say why).
 """
 
 from __future__ import annotations
@@ -125,6 +128,8 @@ class VllmOptions:
     queue_size: int = 256
     server_vad: str = "on"
     min_speech_ms: float = 64.0
+    overlap_min_speech_ms: float = 32.0
+    overlap_pause_ms: float = 32.0
 
     def __post_init__(self) -> None:
         if not self.model.strip():
@@ -150,6 +155,8 @@ class VllmOptions:
         check_range("queue_size", self.queue_size, 16)
         check_choice("server_vad", self.server_vad, ("on", "off"))
         check_range("min_speech_ms", self.min_speech_ms, 0, 1000)
+        check_range("overlap_min_speech_ms", self.overlap_min_speech_ms, 0, 1000)
+        check_range("overlap_pause_ms", self.overlap_pause_ms, 32, 1000)
 
     def engine_args(self) -> dict[str, object]:
         """The ``AsyncEngineArgs`` these options ask for; vLLM's defaults fill the rest."""
@@ -215,4 +222,6 @@ _CONVERTERS: Converters = {
     "queue_size": int,
     "server_vad": str,
     "min_speech_ms": float,
+    "overlap_min_speech_ms": float,
+    "overlap_pause_ms": float,
 }

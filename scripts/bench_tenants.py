@@ -24,7 +24,10 @@ The attacks (key A, unless said):
 * ``echo-flood``: websockets that never read, sending unknown ``type`` values of 1 MiB of quotes
   (an error that echoed them escaped was three times their size);
 * ``slow-bodies``: HTTP requests to mint a client secret that send one byte of their body;
-* ``event-id-echo``: gRPC sessions whose refused commands carry a 5 MiB ``event_id``.
+* ``event-id-echo``: gRPC sessions whose refused commands carry a 5 MiB ``event_id``;
+* ``h2-rapid-reset``, ``h2-continuation``, ``h2-metadata``: raw HTTP/2 on the gRPC port, with no
+  key (scripts/h2_attacks.py): streams opened and reset at once in batches, a header block that
+  never ends, and calls with 3,000 metadata entries each.
 
     scripts/bench_tenants.py            # the sizes: 1 GiB budget, 60 x 3 frames of 15 MiB
     scripts/bench_tenants.py --quick    # a smoke run: small sizes, 3 s each
@@ -60,6 +63,8 @@ SELF = os.path.abspath(__file__)
 ROOT = os.path.join(os.path.dirname(SELF), "..")
 sys.path.insert(0, ROOT)
 
+import h2_attacks  # noqa: E402  (beside this script)
+
 from omni_grpc.gen.omni.duplex.v1 import duplex_pb2_grpc  # noqa: E402
 from omni_grpc.wire import pb  # noqa: E402
 from omni_grpc.wire.keys import bearer_metadata  # noqa: E402
@@ -77,6 +82,9 @@ ATTACKS = (
     "echo-flood",
     "slow-bodies",
     "event-id-echo",
+    "h2-rapid-reset",
+    "h2-continuation",
+    "h2-metadata",
 )
 # What an attack needs of the server beyond the common flags ("{tmp}": a folder of the run).
 SERVER_FLAGS = {"recording-flood": ("--record", "all", "--record-dir", "{tmp}")}
@@ -103,6 +111,7 @@ class Sizes:
     recorded_sockets: int = 4
     echo_sockets: int = 20
     slow_bodies: int = 500
+    h2_connections: int = 16
 
 
 QUICK = Sizes(
@@ -117,6 +126,7 @@ QUICK = Sizes(
     recorded_sockets=2,
     echo_sockets=4,
     slow_bodies=100,
+    h2_connections=4,
 )
 
 
@@ -467,6 +477,18 @@ async def event_id_echo(grpc_port: int, http_port: int, sizes: Sizes) -> None:
         await asyncio.gather(*(one() for _ in range(4)))
 
 
+async def h2_rapid_reset(grpc_port: int, http_port: int, sizes: Sizes) -> None:
+    await h2_attacks.rapid_reset("127.0.0.1", grpc_port, sizes.h2_connections)
+
+
+async def h2_continuation(grpc_port: int, http_port: int, sizes: Sizes) -> None:
+    await h2_attacks.continuation_flood("127.0.0.1", grpc_port, sizes.h2_connections)
+
+
+async def h2_metadata(grpc_port: int, http_port: int, sizes: Sizes) -> None:
+    await h2_attacks.metadata_flood("127.0.0.1", grpc_port, sizes.h2_connections)
+
+
 RUN: dict[str, Callable[[int, int, Sizes], Awaitable[None]]] = {
     "keyless-watch": keyless_watch,
     "silent-streams": silent_streams,
@@ -479,6 +501,9 @@ RUN: dict[str, Callable[[int, int, Sizes], Awaitable[None]]] = {
     "echo-flood": echo_flood,
     "slow-bodies": slow_bodies,
     "event-id-echo": event_id_echo,
+    "h2-rapid-reset": h2_rapid_reset,
+    "h2-continuation": h2_continuation,
+    "h2-metadata": h2_metadata,
 }
 
 

@@ -65,6 +65,10 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, Any]]:
         # Close connections that never finish their set-up, and those that carry no call.
         ("grpc.server_handshake_timeout_ms", int(settings.handshake_timeout_s * 1000)),
         ("grpc.max_connection_idle_ms", int(settings.max_connection_idle_s * 1000)),
+        # A call's headers: ours are a few hundred bytes (a key, a route, a resume token).
+        # gRPC's own defaults, set here so that they are ours (docs/security.md, raw HTTP/2).
+        ("grpc.max_metadata_size", 8 * 1024),
+        ("grpc.absolute_max_metadata_size", 16 * 1024),
     ]
 
 

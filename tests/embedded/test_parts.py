@@ -377,3 +377,14 @@ def test_a_pause_bar_of_one_window_reports_the_pause_at_its_first_silent_window(
     for k in range(4):
         detector.push(k, 0.9)
     assert detector.push(4, 0.0) == SpeechPause(end_ms=4 * 32, detected_ms=5 * 32)
+
+
+def test_speech_over_a_reply_is_read_by_the_smaller_whisper(engine: EmbeddedEngine) -> None:
+    # The reply waits on this reading (backchannel or interruption?), so by default it is
+    # tiny.en's, beside the turns' base; naming the turns' model loads no second one.
+    assert (engine.runtime.asr.model, engine.runtime.overlap_reader.model) == ("base", "tiny.en")
+    with pytest.raises(ValueError, match="overlap_asr_model"):
+        EmbeddedOptions.parse({"overlap_asr_model": "large"})
+    for bad in ({"overlap_min_speech_ms": "-1"}, {"overlap_pause_ms": "8"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            EmbeddedOptions.parse(bad)

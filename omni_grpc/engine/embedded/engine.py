@@ -135,6 +135,12 @@ class EmbeddedEngine(Engine):
         )
         # The first decode of a process pays CTranslate2's warm-up; pay it here, not in a turn.
         asr.transcribe(bytes(pcm16_bytes(1000, CANONICAL_INPUT_RATE_HZ)))  # a second of silence
+        overlap_asr = None
+        if options.overlap_asr_model != options.asr_model:
+            overlap_asr = Transcriber(
+                model=options.overlap_asr_model, cpu_threads=options.asr_threads
+            )
+            overlap_asr.hypothesis(bytes(pcm16_bytes(1000, CANONICAL_INPUT_RATE_HZ)))
         return Runtime(
             options=self.options,
             vad=SileroVad(),
@@ -147,6 +153,7 @@ class EmbeddedEngine(Engine):
             calls=calls,
             turn_scorer=scorer,
             turn_ear=ear,
+            overlap_asr=overlap_asr,
         )
 
     def _load_ear(self) -> SoundScorer | None:

@@ -26,6 +26,7 @@ _CONVERTERS: Converters = {
     "min_speech_ms": float,
     "overlap_min_speech_ms": float,
     "overlap_pause_ms": float,
+    "overlap_asr_model": str,
     "chunk_ms": int,
     "max_input_s": float,
     "queue_size": int,
@@ -72,6 +73,9 @@ class EmbeddedOptions:
       and a cough it lets through is resumed; default 32.
     * ``overlap_pause_ms``: the silence after which such speech counts as paused, its words
       read and the reply perhaps resumed; default 32 (a turn's pause: 96).
+    * ``overlap_asr_model``: the Whisper that reads such speech (is it a backchannel, or an
+      interruption?) while the reply waits on it: ``tiny.en`` (the default; about half
+      ``base``'s time on a short overlap) or ``base`` (the turns' own, no second model).
     * ``chunk_ms``: length of one output audio chunk, 20 to 200; default 100.
     * ``max_input_s``: the most input audio one turn may hold; default 120.
     * ``queue_size``: the bound of each session's command and event queues; default 256.
@@ -113,6 +117,7 @@ class EmbeddedOptions:
     min_speech_ms: float = 64.0
     overlap_min_speech_ms: float = 32.0
     overlap_pause_ms: float = 32.0
+    overlap_asr_model: str = "tiny.en"
     chunk_ms: int = 100
     max_input_s: float = 120.0
     queue_size: int = 256
@@ -136,6 +141,7 @@ class EmbeddedOptions:
         check_range("min_speech_ms", self.min_speech_ms, 0, 1000)
         check_range("overlap_min_speech_ms", self.overlap_min_speech_ms, 0, 1000)
         check_range("overlap_pause_ms", self.overlap_pause_ms, 32, 1000)
+        check_choice("overlap_asr_model", self.overlap_asr_model, ASR_MODELS)
         check_range("chunk_ms", self.chunk_ms, 20, 200)
         check_range("max_input_s", self.max_input_s, 1, 3600)
         check_choice("server_vad", self.server_vad, ("on", "off"))

@@ -31,6 +31,13 @@ class Runtime:
     calls: CallWriter | None = None  # SmolLM2's function calls, when it is loaded
     turn_scorer: TurnScorer | None = None  # SmolLM2's judgement of a turn's end, when loaded
     turn_ear: SoundScorer | None = None  # Smart Turn's, by the sound of the speech
+    # The Whisper that reads speech over a reply (backchannel or interruption?): a smaller
+    # one than the turns', since the reply waits on it; the turns' own where they are one.
+    overlap_asr: Transcriber | None = None
+
+    @property
+    def overlap_reader(self) -> Transcriber:
+        return self.overlap_asr or self.asr
 
     def responder(self, name: str) -> Responder:
         """The responder called ``name`` ("auto", "echo" or "smollm2"); echo if no LM."""

@@ -132,7 +132,8 @@ class EmbeddedSession(ListeningSession):
 
     def _overlap_words(self, audio: bytes) -> Awaitable[str]:
         loop = asyncio.get_running_loop()
-        return loop.run_in_executor(self._runtime.executor, self._runtime.asr.hypothesis, audio)
+        reader = self._runtime.overlap_reader
+        return loop.run_in_executor(self._runtime.executor, reader.hypothesis, audio)
 
     def _heard_audio(self) -> None:
         if self._early is not None and self._listener.speaking and not self._in_silence():

@@ -15,6 +15,7 @@ import pytest
 
 from omni_grpc.engine.embedded.models.lm import SmolLM, find_smollm2
 from omni_grpc.engine.embedded.responder import (
+    DECLINE,
     DEFAULT_INSTRUCTIONS,
     DEFAULT_MAX_TOKENS,
     DEFAULT_TEMPERATURE,
@@ -85,3 +86,17 @@ def test_the_sentence_limit_cuts_where_the_next_sentence_starts() -> None:
     open_ended = SentenceLimit(2)
     assert open_ended.take("No end in sight") == "No end in sight"
     assert not open_ended.reached
+
+
+def test_a_sentence_that_declines_ends_the_answer() -> None:
+    limit = SentenceLimit(MAX_SENTENCES, last=DECLINE)
+    pieces = ["Sorry,", " I can't", " call", " from here.", " I'm", " sorry, I can't book."]
+    assert "".join(limit.take(p) for p in pieces) == "Sorry, I can't call from here."
+    assert limit.reached
+    answer = SentenceLimit(MAX_SENTENCES, last=DECLINE)
+    text = "Paris is the capital. It is in France. More."
+    assert answer.take(text) == "Paris is the capital. It is in France."
+    late = SentenceLimit(3, last=DECLINE)
+    assert (
+        late.take("Boil water. You cannot skip it. Then wait.") == "Boil water. You cannot skip it."
+    )

@@ -5,12 +5,11 @@ Deterministic, on the words alone, in this order (the first that holds is the cl
 
 1. **refused**: the answer describes the assistant as a text-based thing or an AI ("as a
    text-based AI", "I'm just a language model"): a voice assistant never says so;
-2. a question or small talk is **answered** when every pattern of its line matches (they are
-   words the question does not hold, so "The capital of Australia is Canberra." added one);
+2. a question or small talk is **answered** when every pattern of its line matches (a
+   question's are words it does not hold, so "The capital of Australia is Canberra." added
+   one; a greeting's hold its own, as "Good morning!" is answered in kind);
 3. **parroted**: the answer mostly repeats what was said: of its words (fillers such as "okay"
-   left out, "turning" read as "turn"), at least :data:`PARROT_SHARE` are words of the request.
-   A request of fewer than :data:`PARROT_MIN_WORDS` words is exempt: "Good morning!" is
-   answered in kind;
+   left out, "turning" read as "turn"), at least :data:`PARROT_SHARE` are words of the request;
 4. a command or request is **acknowledged** when the answer names what was asked (the line's
    patterns), says that it understood or cannot do it or what to do instead, and is short (at
    most :data:`ACK_MAX_WORDS` words);
@@ -30,7 +29,6 @@ from answer_set import Said
 
 CLASSES = ("answered", "acknowledged", "parroted", "refused", "missed")
 PARROT_SHARE = 0.75
-PARROT_MIN_WORDS = 4
 ACK_MAX_WORDS = 30
 
 _SELF_DESCRIBED = re.compile(
@@ -69,7 +67,7 @@ def parrots(request: str, answer: str) -> bool:
     """Whether ``answer`` mostly repeats ``request``'s words."""
     asked = [_stem(w) for w in words(request)]
     said = [_stem(w) for w in words(answer) if w not in _FILLERS]
-    if len(asked) < PARROT_MIN_WORDS or not said:
+    if not said:
         return False
     return sum(w in asked for w in said) / len(said) >= PARROT_SHARE
 

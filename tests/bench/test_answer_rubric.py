@@ -51,6 +51,11 @@ GREETING = Said("small talk", "Good morning!", (r"\b(morning|hello|hi|hey)\b",))
         (CAPITAL, "I cannot answer that.", "refused"),
         (GREETING, "Good morning!", "answered"),
         (GREETING, "Good morning! How can I help?", "answered"),
+        (
+            Said("command", "Start the dishwasher.", (r"\bdishwasher",)),
+            "Start the dishwasher.",
+            "parroted",
+        ),
     ],
 )
 def test_the_rubric_classes_answers_written_by_hand(line: Said, answer: str, verdict: str) -> None:

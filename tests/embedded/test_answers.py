@@ -15,6 +15,7 @@ import pytest
 
 from omni_grpc.engine.embedded.models.lm import SmolLM, find_smollm2
 from omni_grpc.engine.embedded.responder import (
+    ACTING_INSTRUCTIONS,
     DECLINE,
     DEFAULT_INSTRUCTIONS,
     DEFAULT_MAX_TOKENS,
@@ -73,6 +74,16 @@ def test_the_examples_go_only_with_the_default_instructions(responder: SmolRespo
     assert example in responder._model.decode(plain)
     own = responder._prompt("You are a pirate.", [("user", "Hi.")])
     assert example not in responder._model.decode(own)
+
+
+def test_a_response_that_may_call_functions_is_not_told_it_cannot_act(
+    responder: SmolResponder,
+) -> None:
+    told = responder._model.decode(responder._prompt("", [("user", "Hi.")]))
+    assert "cannot control" in told and EXAMPLES[-1][1] in told
+    acting = responder._model.decode(responder._prompt("", [("user", "Hi.")], tools=True))
+    assert ACTING_INSTRUCTIONS in acting and EXAMPLES[1][1] in acting
+    assert "cannot" not in acting and "can't" not in acting
 
 
 def test_the_sentence_limit_cuts_where_the_next_sentence_starts() -> None:

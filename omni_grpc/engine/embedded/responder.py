@@ -28,15 +28,18 @@ from omni_grpc.engine.embedded.models.lm import GenerationStats, SmolLM
 # short decline show it that shape, and "from here" keeps it from claiming the thing is done.
 # The declines end at their sentence: a longer example taught the model to go on with false
 # claims ("...; the front door is locked"). They go before the conversation only under these
-# default instructions.
-DEFAULT_INSTRUCTIONS = (
+# default instructions. A response that may call functions can act: it is asked as before,
+# with the spoken style and the worked questions alone (ACTING_INSTRUCTIONS).
+ACTING_INSTRUCTIONS = (
     "You are a friendly voice assistant. Your answers are spoken aloud, so answer in English "
-    "in one or two short, plain sentences, without lists or markdown. You cannot control "
-    "devices or book, buy, call or send anything: when asked to, say in one short sentence "
-    "that you can't do that from here. Otherwise gladly answer questions, explain things and "
-    "chat."
+    "in one or two short, plain sentences, without lists or markdown."
 )
-EXAMPLES = (
+DEFAULT_INSTRUCTIONS = (
+    f"{ACTING_INSTRUCTIONS} You cannot control devices or book, buy, call or send anything: "
+    "when asked to, say in one short sentence that you can't do that from here. Otherwise "
+    "gladly answer questions, explain things and chat."
+)
+QUESTION_EXAMPLES = (
     ("user", "What is the capital of Portugal?"),
     ("assistant", "The capital of Portugal is Lisbon."),
     ("user", "What is six plus three?"),
@@ -47,6 +50,9 @@ EXAMPLES = (
         "Keep it in a paper bag or a bread box at room temperature, and freeze what you will "
         "not eat within a few days.",
     ),
+)
+EXAMPLES = (
+    *QUESTION_EXAMPLES,
     ("user", "Turn on the kitchen lights."),
     ("assistant", "Sorry, I can't control the kitchen lights from here."),
     ("user", "Thanks, that was helpful."),
@@ -81,6 +87,7 @@ class Request:
     temperature: float
     seed: int
     idle: bool = False  # an idle prompt: nothing was said, the answer checks in
+    tools: bool = False  # the response may call functions (the default prompt lets it act)
 
 
 @dataclass(slots=True)
@@ -152,13 +159,18 @@ class SmolResponder(Responder):
         session's first turn waits for them."""
         self._model.prefill(self._prompt("", [("user", "Hello.")]))
 
-    def _prompt(self, instructions: str, turns: list[tuple[str, str]]) -> list[int]:
+    def _prompt(
+        self, instructions: str, turns: list[tuple[str, str]], tools: bool = False
+    ) -> list[int]:
+        recent = turns[-HISTORY_TURNS:]
         if instructions and instructions != DEFAULT_INSTRUCTIONS:
-            return self._model.chat_prompt(instructions, turns[-HISTORY_TURNS:])
-        return self._model.chat_prompt(DEFAULT_INSTRUCTIONS, [*EXAMPLES, *turns[-HISTORY_TURNS:]])
+            return self._model.chat_prompt(instructions, recent)
+        if tools:
+            return self._model.chat_prompt(ACTING_INSTRUCTIONS, [*QUESTION_EXAMPLES, *recent])
+        return self._model.chat_prompt(DEFAULT_INSTRUCTIONS, [*EXAMPLES, *recent])
 
     def reply(self, request: Request) -> TextStream:
-        prompt = self._prompt(request.instructions, request.turns)
+        prompt = self._prompt(request.instructions, request.turns, request.tools)
         reply = TextStream(pieces=_aiter([]), prompt_tokens=len(prompt))
         reply.pieces = self._stream(reply, prompt, request)
         return reply

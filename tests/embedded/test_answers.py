@@ -15,6 +15,8 @@ import pytest
 
 from omni_grpc.engine.embedded.models.lm import SmolLM, find_smollm2
 from omni_grpc.engine.embedded.responder import (
+    ACTING_INSTRUCTIONS,
+    DECLINE,
     DEFAULT_INSTRUCTIONS,
     DEFAULT_MAX_TOKENS,
     DEFAULT_TEMPERATURE,
@@ -74,6 +76,16 @@ def test_the_examples_go_only_with_the_default_instructions(responder: SmolRespo
     assert example not in responder._model.decode(own)
 
 
+def test_a_response_that_may_call_functions_is_not_told_it_cannot_act(
+    responder: SmolResponder,
+) -> None:
+    told = responder._model.decode(responder._prompt("", [("user", "Hi.")]))
+    assert "cannot control" in told and EXAMPLES[-1][1] in told
+    acting = responder._model.decode(responder._prompt("", [("user", "Hi.")], tools=True))
+    assert ACTING_INSTRUCTIONS in acting and EXAMPLES[1][1] in acting
+    assert "cannot" not in acting and "can't" not in acting
+
+
 def test_the_sentence_limit_cuts_where_the_next_sentence_starts() -> None:
     limit = SentenceLimit(2)
     pieces = ["It", " is", " 3", ".", "5", " km", ".", " It", " is", " far", "!", " Then", " more."]
@@ -85,3 +97,17 @@ def test_the_sentence_limit_cuts_where_the_next_sentence_starts() -> None:
     open_ended = SentenceLimit(2)
     assert open_ended.take("No end in sight") == "No end in sight"
     assert not open_ended.reached
+
+
+def test_a_sentence_that_declines_ends_the_answer() -> None:
+    limit = SentenceLimit(MAX_SENTENCES, last=DECLINE)
+    pieces = ["Sorry,", " I can't", " call", " from here.", " I'm", " sorry, I can't book."]
+    assert "".join(limit.take(p) for p in pieces) == "Sorry, I can't call from here."
+    assert limit.reached
+    answer = SentenceLimit(MAX_SENTENCES, last=DECLINE)
+    text = "Paris is the capital. It is in France. More."
+    assert answer.take(text) == "Paris is the capital. It is in France."
+    late = SentenceLimit(3, last=DECLINE)
+    assert (
+        late.take("Boil water. You cannot skip it. Then wait.") == "Boil water. You cannot skip it."
+    )

@@ -10,6 +10,7 @@ what these tests are about.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -155,6 +156,7 @@ async def test_an_early_answer_fits_only_the_same_request_to_the_same_responder(
     assert early.fits(_asking(("user", "what time is it"), seed=7), echo)  # any seed
     assert not early.fits(_asking(("user", "what time is it now")), echo)
     assert not early.fits(asked, EchoResponder())
+    assert not early.fits(dataclasses.replace(asked, tools=True), echo)  # it may act: asked apart
     text = "".join([piece async for piece in early.pieces()])
     assert text == "You said: what time is it."
     # Its first phrase was synthesized as it was written; the player's voice hands that out
@@ -384,3 +386,27 @@ async def test_an_answer_begun_at_a_pause_and_dropped_leaves_no_trace(
     assert done.output[0].content[0].transcript == spoken
     # Every phrase synthesized after the final answer was asked is the final answer's.
     assert "".join(voice.phrases[asks.said_before[-1] :]) == spoken
+
+
+async def test_a_response_offered_tools_is_asked_as_one_that_may_act(
+    smol_engine: EmbeddedEngine,
+) -> None:
+    """Under the default instructions the assistant is told it cannot act; a response with
+    tools can, through a call, so the responder is asked with ``tools`` (responder.py)."""
+    assert smol_engine.runtime is not None and smol_engine.runtime.smol is not None
+    light = pb.FunctionTool(name="switch_light", description="Switches a light on or off.")
+    offered = {
+        "tools": pb.ToolSet(tools=[light]),
+        "tool_choice": pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_NONE),  # no call: words
+    }
+    with Asks(smol_engine.runtime.smol) as asks:
+        for config in ({}, offered):
+            driver = await open_driver(smol_engine, output_modalities=[pb.MODALITY_TEXT], **config)
+            try:
+                text = pb.AppendInputText(text="Turn on the kitchen lights.")
+                await driver.send(append_input_text=text)
+                await driver.send(create_response=pb.CreateResponse())
+                await driver.until("response_done")
+            finally:
+                await driver.close()
+    assert [request.tools for request, _, _ in asks.made] == [False, True]

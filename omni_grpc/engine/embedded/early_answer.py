@@ -35,11 +35,16 @@ class Asked:
     turns: tuple[tuple[str, str], ...]
     max_tokens: int
     temperature: float
+    tools: bool
 
     @classmethod
     def of(cls, request: Request) -> Asked:
         return cls(
-            request.instructions, tuple(request.turns), request.max_tokens, request.temperature
+            request.instructions,
+            tuple(request.turns),
+            request.max_tokens,
+            request.temperature,
+            request.tools,
         )
 
 

@@ -22,12 +22,24 @@ from omni_grpc.engine.embedded.models.lm import GenerationStats, SmolLM
 # The prompt and sampling were chosen on a set of short questions (scripts/lm_questions.py; the
 # scores in docs/engines.md): asking for English stops SmolLM2 from answering "the capital of
 # Spain" in Spanish, and three worked examples show it the shape of a spoken answer (the fact,
-# in a sentence). They go before the conversation only under these default instructions.
-DEFAULT_INSTRUCTIONS = (
+# in a sentence). Commands and requests were then added (scripts/bench_answers.py,
+# docs/measurements/2026-12-07-assistant-answers.md): with examples of questions alone the
+# model repeated "Turn on the lights." back or refused "as a text-based AI"; two examples of a
+# short decline show it that shape, and "from here" keeps it from claiming the thing is done.
+# The declines end at their sentence: a longer example taught the model to go on with false
+# claims ("...; the front door is locked"). They go before the conversation only under these
+# default instructions. A response that may call functions can act: it is asked as before,
+# with the spoken style and the worked questions alone (ACTING_INSTRUCTIONS).
+ACTING_INSTRUCTIONS = (
     "You are a friendly voice assistant. Your answers are spoken aloud, so answer in English "
     "in one or two short, plain sentences, without lists or markdown."
 )
-EXAMPLES = (
+DEFAULT_INSTRUCTIONS = (
+    f"{ACTING_INSTRUCTIONS} You cannot control devices or book, buy, call or send anything: "
+    "when asked to, say in one short sentence that you can't do that from here. Otherwise "
+    "gladly answer questions, explain things and chat."
+)
+QUESTION_EXAMPLES = (
     ("user", "What is the capital of Portugal?"),
     ("assistant", "The capital of Portugal is Lisbon."),
     ("user", "What is six plus three?"),
@@ -39,6 +51,15 @@ EXAMPLES = (
         "not eat within a few days.",
     ),
 )
+EXAMPLES = (
+    *QUESTION_EXAMPLES,
+    ("user", "Turn on the kitchen lights."),
+    ("assistant", "Sorry, I can't control the kitchen lights from here."),
+    ("user", "Thanks, that was helpful."),
+    ("assistant", "You're welcome, glad I could help!"),
+    ("user", "Can you book a hotel room for Friday?"),
+    ("assistant", "Sorry, I can't book hotel rooms from here."),
+)
 # Conversation items given to the model; older ones fall out of its small context.
 HISTORY_TURNS = 12
 # Sampling when the session sets neither max_output_tokens nor temperature. Greedy scored
@@ -47,6 +68,9 @@ HISTORY_TURNS = 12
 DEFAULT_MAX_TOKENS = 160
 DEFAULT_TEMPERATURE = 0.0
 MAX_SENTENCES = 2
+# A sentence that says the assistant cannot do what was asked is the whole answer: what the
+# model adds after one is an example's words ("...I can't book a hotel room for Friday.").
+DECLINE = re.compile(r"\b(can'?t|cannot|unable)\b", re.IGNORECASE)
 # A sentence ends at . ! or ? (closing quotes and brackets kept) before white space: "3.5" and
 # "e.g.," go on.
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s)")
@@ -63,6 +87,7 @@ class Request:
     temperature: float
     seed: int
     idle: bool = False  # an idle prompt: nothing was said, the answer checks in
+    tools: bool = False  # the response may call functions (the default prompt lets it act)
 
 
 @dataclass(slots=True)
@@ -134,13 +159,18 @@ class SmolResponder(Responder):
         session's first turn waits for them."""
         self._model.prefill(self._prompt("", [("user", "Hello.")]))
 
-    def _prompt(self, instructions: str, turns: list[tuple[str, str]]) -> list[int]:
+    def _prompt(
+        self, instructions: str, turns: list[tuple[str, str]], tools: bool = False
+    ) -> list[int]:
+        recent = turns[-HISTORY_TURNS:]
         if instructions and instructions != DEFAULT_INSTRUCTIONS:
-            return self._model.chat_prompt(instructions, turns[-HISTORY_TURNS:])
-        return self._model.chat_prompt(DEFAULT_INSTRUCTIONS, [*EXAMPLES, *turns[-HISTORY_TURNS:]])
+            return self._model.chat_prompt(instructions, recent)
+        if tools:
+            return self._model.chat_prompt(ACTING_INSTRUCTIONS, [*QUESTION_EXAMPLES, *recent])
+        return self._model.chat_prompt(DEFAULT_INSTRUCTIONS, [*EXAMPLES, *recent])
 
     def reply(self, request: Request) -> TextStream:
-        prompt = self._prompt(request.instructions, request.turns)
+        prompt = self._prompt(request.instructions, request.turns, request.tools)
         reply = TextStream(pieces=_aiter([]), prompt_tokens=len(prompt))
         reply.pieces = self._stream(reply, prompt, request)
         return reply
@@ -154,7 +184,7 @@ class SmolResponder(Responder):
 
         def produce() -> None:
             stats = GenerationStats()
-            sentences = SentenceLimit(MAX_SENTENCES)
+            sentences = SentenceLimit(MAX_SENTENCES, last=DECLINE)
             try:
                 for piece in self._model.generate(
                     prompt,
@@ -182,14 +212,16 @@ class SmolResponder(Responder):
 
 
 class SentenceLimit:
-    """Passes text on until ``limit`` sentences are complete, then nothing more.
+    """Passes text on until ``limit`` sentences are complete, or one that matches ``last``,
+    then nothing more.
 
     A sentence is complete when white space follows its closing mark, so the piece that
     starts the next one is cut there (its first word is never spoken).
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, last: re.Pattern[str] | None = None) -> None:
         self._limit = limit
+        self._last = last
         self._text = ""
         self.reached = False
 
@@ -199,11 +231,14 @@ class SentenceLimit:
             return ""
         start = len(self._text)
         self._text += piece
-        ends = list(_SENTENCE_END.finditer(self._text))
-        if len(ends) < self._limit:
-            return piece
-        self.reached = True
-        return self._text[start : ends[self._limit - 1].end()]
+        begin = 0
+        for count, end in enumerate(_SENTENCE_END.finditer(self._text), 1):
+            closes = self._last is not None and self._last.search(self._text[begin : end.end()])
+            if count == self._limit or closes:
+                self.reached = True
+                return self._text[start : end.end()]
+            begin = end.end()
+        return piece
 
 
 async def _aiter(pieces: list[str]) -> AsyncIterator[str]:

@@ -354,6 +354,7 @@ class EmbeddedSession(ListeningSession):
             return pb.RESPONSE_STATUS_COMPLETED, "stop"
         options = self._runtime.options
         request = self._request(answer.instructions, self._conversation())
+        request = dataclasses.replace(request, tools=bool(answer.tools.tools))
         early, self._early = self._early, None
         responder, tts = self._runtime.responder(self._responder), self._runtime.tts
         if answer.inputs and all(user.idle for user in answer.inputs):

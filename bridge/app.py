@@ -35,6 +35,7 @@ from opentelemetry.trace import Tracer, TracerProvider
 from bridge.client_secrets import ClientSecrets
 from bridge.client_socket import ClientSocket
 from bridge.dialects import VLLM_OMNI_PATH, dialect_name, make_dialect
+from bridge.forwarded import forwarded_for
 from bridge.frame_budget import FrameBudget, own_budget
 from bridge.frame_meter import MeteredSocket
 from bridge.gate import Gate, add_security_headers, host_middleware
@@ -174,7 +175,7 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         ClientSocket(ws, request.transport, options.send_deadline_s),
         bridge.service,
         options,
-        metadata=bearer_metadata(service_key),
+        metadata=bearer_metadata(service_key) + forwarded_for(request),
         model=model,
         autostart=bool(model) and not resume_only,
         dialect=dialect,

@@ -198,6 +198,10 @@ def _spawn_replica(
         f"redis://127.0.0.1:{cluster.redis_port}/0",
         "--durability",
         "async",
+        # HAProxy and the bridges run here and say who their clients are (x-forwarded-for):
+        # the per-address bound counts each client, not the proxy.
+        "--trusted-proxy",
+        "127.0.0.1",
         *cluster.serve_args,  # later flags win: the caller may choose sync, or off
     )
     return subprocess.Popen(command, stdout=subprocess.DEVNULL)

@@ -27,6 +27,7 @@ from omni_cli.tracing import traces_endpoint
 from omni_grpc.client.talk_cli import LOG_LEVELS
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
+from omni_grpc.server.client_address import trusted_networks
 from omni_grpc.server.durable import MODES as DURABILITY_MODES
 from omni_grpc.server.recording.settings import DAY_S, REDACTIONS, RecordSettings
 from omni_grpc.server.settings import QueueSettings, ServerSettings
@@ -155,6 +156,7 @@ _ENV_READERS: dict[str, Callable[[str], Any]] = {
     "api_keys": _split,
     "allowed_origins": _split,
     "allowed_hosts": _split,
+    "trusted_proxies": _split,
     "webrtc_addresses": _split,
     "ice_servers": _split,
     "tls_cert": str,
@@ -255,6 +257,7 @@ _LIST_SETTINGS = (
     "api_keys",
     "allowed_origins",
     "allowed_hosts",
+    "trusted_proxies",
     "webrtc_addresses",
     "ice_servers",
     "priority_classes",
@@ -276,6 +279,8 @@ def _flag_layer(args: argparse.Namespace) -> dict[str, Any]:
         layer["allowed_origins"] = list(args.allowed_origin)
     if args.allowed_host:
         layer["allowed_hosts"] = list(args.allowed_host)
+    if args.trusted_proxy:
+        layer["trusted_proxies"] = list(args.trusted_proxy)
     if args.webrtc_address:
         layer["webrtc_addresses"] = list(args.webrtc_address)
     if args.ice_server:
@@ -285,6 +290,15 @@ def _flag_layer(args: argparse.Namespace) -> dict[str, Any]:
     if args.record_redact:
         layer["record_redact"] = [part for flag in args.record_redact for part in _split(flag)]
     return layer
+
+
+def _networks(entries: Sequence[str]) -> tuple[str, ...]:
+    """``--trusted-proxy`` entries, each checked to be an address or a network."""
+    try:
+        trusted_networks(map(str, entries))
+    except ValueError as bad:
+        raise ConfigError(str(bad)) from None
+    return tuple(map(str, entries))
 
 
 def _classes(items: Sequence[str], what: str) -> dict[str, list[str]]:
@@ -490,6 +504,7 @@ def resolve_serve_settings(args: argparse.Namespace, environ: Mapping[str, str])
         # rpc_limit).
         max_streams_per_key=_count(merged, "max_streams_per_key", 0),
         max_streams_per_peer=_count(merged, "max_streams_per_peer", 0),
+        trusted_proxies=_networks(merged.get("trusted_proxies", ())),
         max_concurrent_rpcs=_count(merged, "max_concurrent_rpcs", 0),
         keyless_calls=_count(merged, "keyless_calls", 16),
         keyless_call_s=_seconds(merged, "keyless_call_s", 30.0),

@@ -249,6 +249,14 @@ def _add_tenants(serve: Any) -> None:
         "what one API key, one address, or a caller without a key may hold, so that none takes "
         "the service from the others (docs/security.md)",
     )
+    tenants.add_argument(
+        "--trusted-proxy",
+        action="append",
+        metavar="ADDRESS",
+        help="a proxy (an address or a network, e.g. 10.0.0.5 or 10.0.0.0/24) whose "
+        "x-forwarded-for names the client a call came from, for the per-address bound; "
+        "repeatable (default: none, every call counts against its own peer)",
+    )
     limits = Limits()
     for flag, kind, metavar, what in (
         ("--max-concurrent-streams", int, "N", "streams of every kind at once (default 1024)"),

@@ -46,6 +46,7 @@ from aiohttp import web
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from bridge.dialects import make_dialect
+from bridge.forwarded import forwarded_for
 from bridge.gate import Admitted, unauthorized
 from bridge.loop_shares import LoopShares
 from bridge.metrics import CONNECTIONS, REFUSALS
@@ -302,7 +303,7 @@ class Calls:
             carrier,
             service,
             options,
-            metadata=bearer_metadata(service_key),
+            metadata=bearer_metadata(service_key) + forwarded_for(request),
             model=model,
             # A new call's session opens at once (a refusal is the HTTP answer); a resume, or
             # a form's session, is the call's first event.

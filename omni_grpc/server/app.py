@@ -30,6 +30,7 @@ from omni_grpc.server import metrics
 from omni_grpc.server.agent import agent_reply
 from omni_grpc.server.allocator import return_large_blocks
 from omni_grpc.server.auth import ApiKeyInterceptor, open_services
+from omni_grpc.server.client_address import client_address, trusted_networks
 from omni_grpc.server.durable import DurableStore
 from omni_grpc.server.local import LocalService
 from omni_grpc.server.multiplex import METHOD as CONVERSE_MANY
@@ -221,12 +222,19 @@ async def start_server(
         metrics.KEY_REFUSALS.labels(sessions.key_label(key), bound).inc()
         sessions.refusals.refused("call", "", peer, bound)
 
+    trusted = trusted_networks(settings.trusted_proxies)
+
+    def client_of(context: grpc.aio.ServicerContext) -> str:
+        metadata = tuple(context.invocation_metadata() or ())
+        return client_address(context.peer(), metadata, trusted)
+
     capped = CappedCalls(
         cap,
         StreamCap(settings.keyless_calls),
         keys=settings.api_keys,
         open_services=open_services(health=True, reflection=True),
         keyless_call_s=settings.keyless_call_s,
+        address=client_of,
         refused=refused,
     )
     interceptors.append(capped)  # after the key check: no place for a bad key

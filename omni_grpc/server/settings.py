@@ -59,6 +59,9 @@ class ServerSettings:
     # quarters per peer.
     max_streams_per_key: int = 0
     max_streams_per_peer: int = 0
+    # Proxies (addresses or networks) whose x-forwarded-for names the client a call came from,
+    # for the per-address bound (omni_grpc.server.client_address); none by default.
+    trusted_proxies: tuple[str, ...] = ()
     # gRPC's own bound on calls in flight, of every kind and caller; 0: four times the streams,
     # well above what keyed work holds (the bounds above keep tenants apart).
     max_concurrent_rpcs: int = 0

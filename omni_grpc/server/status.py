@@ -17,6 +17,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from omni_grpc.core.errors import Status, StreamRefused
+from omni_grpc.wire.keys import REFUSAL_HEADER
 
 DOMAIN = "omni.duplex.v1"
 # How long a call refused before it is served may take to send its first message (see
@@ -98,6 +99,12 @@ async def refuse_call(
         await asyncio.wait_for(context.read(), FIRST_WRITE_GRACE_S)
     if not streaming:
         await context.abort(code, details, trailing_metadata)
+    # The status in the headers too: a proxy may lose the trailers of a stream ended before the
+    # client half-closed, and the client reads it there (REFUSAL_HEADER).
+    relayed = tuple((REFUSAL_HEADER, v) for k, v in trailing_metadata if k.endswith("-bin"))
+    if relayed:
+        with contextlib.suppress(Exception):  # a call already gone has nobody to tell
+            await context.send_initial_metadata(relayed)
     context.set_code(code)
     context.set_details(details)
     context.set_trailing_metadata(trailing_metadata)

@@ -62,10 +62,13 @@ Behaviour = Callable[..., Any]
 
 
 def peer_address(peer: str) -> str:
-    """The address part of a gRPC peer (``ipv4:10.0.0.7:51234`` -> ``ipv4:10.0.0.7``)."""
-    if peer.startswith(("ipv4:", "ipv6:")):
-        return peer.rpartition(":")[0]
-    return peer
+    """The address part of a gRPC peer (``ipv4:10.0.0.7:51234`` -> ``ipv4:10.0.0.7``); an
+    address without a port (a forwarded client's, omni_grpc.server.client_address) as it is."""
+    kind, _, rest = peer.partition(":")
+    has_port = (kind == "ipv4" and rest.count(":") == 1) or (
+        kind == "ipv6" and ("]:" in rest or "%5D:" in rest)
+    )
+    return peer.rpartition(":")[0] if has_port else peer
 
 
 def share(limit: int) -> int:
@@ -177,9 +180,13 @@ class CappedCalls(grpc.aio.ServerInterceptor):
         keys: Sequence[str],
         open_services: frozenset[str],
         keyless_call_s: float,
+        address: Callable[[grpc.aio.ServicerContext], str] | None = None,
         refused: Callable[[str, str, str], None] = lambda bound, key, peer: None,
     ) -> None:
-        self._refused = refused  # told (bound, key, peer) of each call refused here
+        # The client address a call counts against (its peer's, or what a trusted proxy
+        # says: omni_grpc.server.client_address).
+        self._address = address or (lambda context: peer_address(context.peer()))
+        self._refused = refused  # told (bound, key, address) of each call refused here
         self._cap = cap
         self._keyless = keyless
         self._keys = tuple(keys)
@@ -227,14 +234,14 @@ class CappedCalls(grpc.aio.ServerInterceptor):
             }[(handler.request_streaming, streaming)],
         )
         keyless = cap is self._keyless
-        told = self._refused
+        told, address = self._refused, self._address
 
         async def held(request_iterator: object, context: grpc.aio.ServicerContext) -> Any:
-            peer = "" if keyless else peer_address(context.peer())
+            peer = "" if keyless else address(context)
             bound = cap.take(key, peer, stream=stream or keyless)
             if bound is not None:
                 bound = KEYLESS if keyless else bound
-                told(bound, key, context.peer())
+                told(bound, key, peer or context.peer())
                 await refuse_over_cap(context, cap.refusal(bound), streaming=streaming)
                 return None
             try:

@@ -75,3 +75,16 @@ def test_the_bridge_alone_has_a_frame_budget_and_secrets_of_its_own() -> None:
     options = resolve_bridge_settings(args, {}).bridge
     assert (options.memory_budget_bytes, options.key_memory_share) == (64 * 1024 * 1024, 0.3)
     assert options.max_client_secrets_per_key == 5
+
+
+def test_trusted_proxies_come_from_flags_variables_and_the_file(tmp_path: Path) -> None:
+    assert serve().server.trusted_proxies == ()
+    flags = serve("--trusted-proxy", "10.0.0.5", "--trusted-proxy", "10.1.0.0/16").server
+    assert flags.trusted_proxies == ("10.0.0.5", "10.1.0.0/16")
+    env = serve(env={"OMNI_GRPC_TRUSTED_PROXIES": "127.0.0.1,::1"}).server
+    assert env.trusted_proxies == ("127.0.0.1", "::1")
+    config = tmp_path / "serve.toml"
+    config.write_text('trusted_proxies = ["192.0.2.1"]\n')
+    assert serve("--config", str(config)).server.trusted_proxies == ("192.0.2.1",)
+    with pytest.raises(ConfigError, match="not an address or network"):
+        serve("--trusted-proxy", "proxy.example")

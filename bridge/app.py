@@ -40,7 +40,7 @@ from bridge.frame_budget import FrameBudget, own_budget
 from bridge.frame_meter import MeteredSocket
 from bridge.gate import Gate, add_security_headers, host_middleware
 from bridge.loop_shares import LoopShares
-from bridge.metrics import CONNECTIONS, REFUSALS, metrics_handler
+from bridge.metrics import CONNECTIONS, REFUSALS, metrics_handler, usage_handler
 from bridge.minting import minting_handler
 from bridge.options import MAX_EVENT_BYTES, BridgeOptions
 from bridge.relay import Relay
@@ -238,6 +238,7 @@ def create_app(
     app.router.add_get(VLLM_OMNI_PATH, realtime)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics_handler(bridge.gate))
+    app.router.add_get("/v1/omni/usage", usage_handler(bridge.gate))
     calls = Calls(
         options,
         lambda: bridge.service,

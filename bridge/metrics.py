@@ -11,12 +11,14 @@ session ids.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, generate_latest
 
 from bridge.gate import Gate, unauthorized
-from omni_grpc.wire.keys import bearer_credentials, key_matches
+from omni_grpc.wire.keys import bearer_credentials, key_label, key_matches
 
 CONNECTIONS = Gauge("omni_grpc_bridge_connections", "Websockets the bridge carries now.")
 REFUSALS = Counter(
@@ -53,4 +55,32 @@ def metrics_handler(gate: Gate) -> Handler:
     return metrics
 
 
-__all__ = ["CONNECTIONS", "FRAMES_HELD", "KEY_REFUSALS", "REFUSALS", "metrics_handler"]
+def usage_handler(gate: Gate) -> Handler:
+    """``GET /v1/omni/usage``: a key's own figures, to the key itself. Every counter of the
+    process labelled by key (the service's too, under ``serve``) gives the samples of the
+    caller's label, by metric and reason: what it was refused and held, and nobody else's."""
+
+    async def usage(request: web.Request) -> web.StreamResponse:
+        key = bearer_credentials(request.headers.get("Authorization", ""))
+        if not gate.api_keys or not key_matches(key, gate.api_keys):
+            return unauthorized()  # without keys, no caller is a tenant with figures
+        label = key_label(key)
+        figures: defaultdict[str, dict[str, float]] = defaultdict(dict)
+        for metric in REGISTRY.collect():
+            for sample in metric.samples:
+                if sample.labels.get("key") != label or not sample.name.endswith("_total"):
+                    continue
+                figures[sample.name][sample.labels.get("reason", "")] = sample.value
+        return web.json_response({"key_label": label, "counters": figures})
+
+    return usage
+
+
+__all__ = [
+    "CONNECTIONS",
+    "FRAMES_HELD",
+    "KEY_REFUSALS",
+    "REFUSALS",
+    "metrics_handler",
+    "usage_handler",
+]

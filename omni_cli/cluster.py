@@ -28,6 +28,7 @@ import contextlib
 import functools
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -39,6 +40,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from omni_grpc.wire.keys import LABEL_SECRET_ENV
 
 READY_TIMEOUT_S = 120.0  # a loaded 2-core machine imports the server slowly
 AGENT_INTER = "250ms"  # how often the proxy asks each replica for its room
@@ -370,6 +373,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     stopping = False
+    # One label secret for every replica and bridge (inherited), so they label a key alike.
+    os.environ.setdefault(LABEL_SECRET_ENV, secrets.token_hex(32))
 
     def on_signal(signum: int, frame: object) -> None:
         nonlocal stopping

@@ -36,6 +36,7 @@ from omni_grpc.server.allocator import give_back, return_large_blocks
 from omni_grpc.server.app import RunningServer, start_server
 from omni_grpc.server.collector import settle_collector
 from omni_grpc.server.metrics_endpoint import start_metrics_endpoint
+from omni_grpc.wire.keys import use_label_secret
 
 logger = logging.getLogger(__name__)
 
@@ -253,6 +254,7 @@ def bridge_worker(settings: BridgeSettings, parent_pid: int, listening: Event) -
     import uvloop
 
     configure_logging(settings.log_level, settings.log_format)
+    use_label_secret(os.environ)  # a spawned process: the parent's secret, not one of its own
     uvloop.run(run_bridge_worker(settings, parent_pid, listening.set))
 
 

@@ -14,10 +14,18 @@ import omni_grpc
 from omni_cli.config import BRIDGE_DEFAULTS, DEFAULT_HTTP_PORT, MIB, default_engine
 from omni_cli.logs import LOG_FORMATS
 from omni_cli.recordings import add_record_flags, add_recordings_parser, add_replay_parser
-from omni_cli.run import run_bench, run_bridge, run_replay, run_serve, run_talk
+from omni_cli.run import (
+    run_bench,
+    run_bridge,
+    run_key_label,
+    run_replay,
+    run_serve,
+    run_talk,
+)
 from omni_grpc.client.talk_cli import LOG_LEVELS, add_talk_parser
 from omni_grpc.core.limits import Limits
 from omni_grpc.engine import known_engines
+from omni_grpc.wire.keys import LABEL_SECRET_ENV
 
 KEYS_ON_COMMAND_LINE = (
     "Keys on a command line are visible to other users: prefer OMNI_GRPC_API_KEYS (comma-separated)"
@@ -509,6 +517,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_log_format(talk, "text")
     add_replay_parser(commands).set_defaults(handler=run_replay)
     add_recordings_parser(commands)
+    commands.add_parser(
+        "key-label",
+        help="print the label the metrics count an API key under (the key on standard input)",
+        description=f"Reads an API key from standard input and prints its label in the "
+        f"metrics (omni_grpc_key_refusals and the others), keyed with {LABEL_SECRET_ENV} as "
+        "the service and bridges are.",
+    ).set_defaults(handler=run_key_label)
     bench = commands.add_parser(
         "bench",
         help="benchmark the gRPC service against a raw grpc.aio echo",

@@ -19,6 +19,7 @@ from omni_cli.config import (
     resolve_serve_settings,
 )
 from omni_cli.logs import configure_logging
+from omni_grpc.wire.keys import LABEL_SECRET_ENV, key_label, use_label_secret
 
 _Settings = TypeVar("_Settings", ServeSettings, BridgeSettings)
 
@@ -38,6 +39,25 @@ def _run(
     except (OSError, RuntimeError) as error:  # the port is taken, a file is missing, ...
         print(f"omni-grpc {name}: cannot start: {error}", file=sys.stderr)
         return 1
+    return 0
+
+
+def run_key_label(args: argparse.Namespace) -> int:
+    """Prints the label the metrics count a key under (the key read from standard input, so
+    that it is on no command line)."""
+    use_label_secret(os.environ)
+    if not os.environ.get(LABEL_SECRET_ENV):
+        print(
+            f"omni-grpc key-label: {LABEL_SECRET_ENV} is not set: each process labels keys "
+            "with a secret of its own, so no label can be told from here",
+            file=sys.stderr,
+        )
+        return 2
+    key = sys.stdin.readline().strip()
+    if not key:
+        print("omni-grpc key-label: no key on standard input", file=sys.stderr)
+        return 2
+    print(key_label(key))
     return 0
 
 
@@ -65,6 +85,7 @@ def _run_resolved(
     except ConfigError as error:
         print(f"omni-grpc {name}: {error}", file=sys.stderr)
         return 2
+    use_label_secret(os.environ)
     return _run(name, settings.log_level, settings.log_format, lambda: run(settings))
 
 

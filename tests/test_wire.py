@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import os
+import subprocess
+import sys
 
 import pytest
 
 from omni_grpc.audio import formats
-from omni_grpc.wire import kinds, names, pb, pcm
-from omni_grpc.wire.keys import bearer_key, bearer_metadata, key_matches
+from omni_grpc.wire import keys, kinds, names, pb, pcm
+from omni_grpc.wire.keys import (
+    LABEL_SECRET_ENV,
+    bearer_key,
+    bearer_metadata,
+    key_label,
+    key_matches,
+    set_label_secret,
+    use_label_secret,
+)
 
 
 def _oneof_fields(message: type) -> set[str]:
@@ -61,3 +73,35 @@ def test_keys_match_only_a_configured_key() -> None:
 def test_every_enum_value_has_one_realtime_name(table, enum) -> None:
     named = {value for name, value in enum.items() if not name.endswith("_UNSPECIFIED")}
     assert sorted(table.values()) == sorted(named)  # each value once, none left out
+
+
+@pytest.fixture
+def label_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's label secret is put back after the test (other tests count labels)."""
+    monkeypatch.setattr(keys, "_label_secret", keys._label_secret)
+
+
+@pytest.mark.usefixtures("label_secret")
+def test_a_key_label_is_keyed_so_a_guess_cannot_be_checked_against_it() -> None:
+    set_label_secret("deployment-secret")
+    label = key_label("k1")
+    assert len(label) == 12 and label == key_label("k1") != key_label("k2")
+    assert label != hashlib.sha256(b"k1").hexdigest()[:12]  # no longer a plain hash of the key
+    assert key_label("") == "none"
+    set_label_secret("another-secret")
+    assert key_label("k1") != label  # who holds no secret cannot make a key's label
+    use_label_secret({LABEL_SECRET_ENV: "deployment-secret"})
+    assert key_label("k1") == label  # every process given the same secret labels alike
+
+
+@pytest.mark.usefixtures("label_secret")
+@pytest.mark.subprocess  # the command, run as an operator runs it
+def test_key_label_prints_a_keys_label_from_standard_input() -> None:
+    env = {**os.environ, LABEL_SECRET_ENV: "deployment-secret"}
+    command = [sys.executable, "-m", "omni_cli", "key-label"]
+    done = subprocess.run(command, input="k1\n", env=env, capture_output=True, text=True)
+    set_label_secret("deployment-secret")
+    assert (done.returncode, done.stdout.strip()) == (0, key_label("k1"))
+    env.pop(LABEL_SECRET_ENV)
+    done = subprocess.run(command, input="k1\n", env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and LABEL_SECRET_ENV in done.stderr

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Sequence
+import secrets
+from collections.abc import Mapping, Sequence
 
 BEARER = "Bearer "
 _SCHEME = "bearer"
@@ -45,11 +46,36 @@ def key_matches(presented: str, keys: Sequence[str]) -> bool:
     return ok
 
 
+# What key labels are keyed with. A plain hash of a key let anyone who reads /metrics check a
+# guessed key against its label; an HMAC under a secret of the deployment does not. Random per
+# process unless the operator gives one (OMNI_GRPC_METRICS_LABEL_SECRET, or
+# metrics_label_secret in the config file), so that every replica and bridge labels a key alike.
+_label_secret = secrets.token_bytes(32)
+LABEL_SECRET_ENV = "OMNI_GRPC_METRICS_LABEL_SECRET"
+
+
+def set_label_secret(secret: str) -> None:
+    """Keys every later label with ``secret`` (at start-up, before any is counted)."""
+    global _label_secret  # one value per process, set once at start-up
+    _label_secret = secret.encode()
+
+
+def use_label_secret(environ: Mapping[str, str]) -> None:
+    """Keys the labels with the deployment's secret, if ``environ`` gives one (each process
+    of a service or bridge calls this at start-up; else it keeps a secret of its own)."""
+    secret = environ.get(LABEL_SECRET_ENV, "")
+    if secret:
+        set_label_secret(secret)
+
+
 def key_label(key: str) -> str:
-    """The label a key is counted under in metrics: 12 hex digits of its SHA-256 (``none`` for
-    no key), so an operator can tell keys apart without the metrics holding any of them. An
-    operator finds a key's label with ``printf %s "$KEY" | sha256sum | cut -c1-12``."""
-    return hashlib.sha256(key.encode()).hexdigest()[:12] if key else "none"
+    """The label a key is counted under in metrics: 12 hex digits of its HMAC-SHA256 under the
+    deployment's label secret (``none`` for no key), so an operator can tell keys apart
+    without the metrics holding any of them, and nobody without the secret can confirm a
+    guessed key from its label. ``omni-grpc key-label`` prints a key's."""
+    if not key:
+        return "none"
+    return hmac.new(_label_secret, key.encode(), hashlib.sha256).hexdigest()[:12]
 
 
 def bearer_credentials(authorization: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from typing import Any
 
@@ -182,3 +183,34 @@ async def test_a_body_that_comes_slowly_or_too_large_is_refused_and_its_socket_c
         assert large.status == 413
         assert (await large.json())["error"]["code"] == "request_too_large"
         assert (await mint(port, {"Authorization": f"Bearer {KEY}"}, {})).status == 200
+
+
+async def test_a_key_reads_its_own_figures_and_no_other_keys() -> None:
+    # /v1/omni/usage: what the caller's key was refused (here, a secret past its bound), under
+    # its label; another key's figures are not in its answer, and a caller without a key of
+    # the bridge gets none.
+    # Keys of this test alone: the counters are the process's, and other tests count theirs.
+    mine_key, other = f"usage-{secrets.token_hex(8)}", f"usage-{secrets.token_hex(8)}"
+    async with (
+        serving(service_settings()) as service,
+        running_bridge(
+            service.target, api_keys=(mine_key, other), max_client_secrets_per_key=1
+        ) as port,
+        aiohttp.ClientSession() as http,
+    ):
+        bearer = {"Authorization": f"Bearer {mine_key}"}
+        assert (await mint(port, bearer)).status == 200
+        assert (await mint(port, bearer)).status == 429  # one outstanding at the most
+        usage = f"http://127.0.0.1:{port}/v1/omni/usage"
+        async with http.get(usage, headers=bearer) as response:
+            assert response.status == 200
+            mine = await response.json()
+        refusals = mine["counters"]["omni_grpc_bridge_key_refusals_total"]
+        assert refusals == {"client_secrets_outstanding": 1.0}
+        async with http.get(usage, headers={"Authorization": f"Bearer {other}"}) as response:
+            theirs = await response.json()
+        assert theirs["key_label"] != mine["key_label"]
+        assert "omni_grpc_bridge_key_refusals_total" not in theirs["counters"]
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            async with http.get(usage, headers=headers) as response:
+                assert response.status == 401

@@ -98,7 +98,7 @@ async def client_secret(port: int) -> str:
 
 @contextlib.asynccontextmanager
 async def agent_page(
-    bundle: Path, service: RunningServer, microphone: Path, *, tools: bool
+    bundle: Path, service: RunningServer, microphone: Path, *, tools: bool, vad: bool = False
 ) -> AsyncIterator[PageRun]:
     """The agent's page, connected to a bridge (with keys) in front of ``service``."""
     async with (
@@ -108,9 +108,8 @@ async def agent_page(
     ):
         secret = await client_secret(bridge_port)
         calls = f"http://127.0.0.1:{bridge_port}/v1/realtime/calls"
-        await run.page.goto(
-            f"http://127.0.0.1:{page_port}/?key={secret}&url={calls}&tools={int(tools)}"
-        )
+        query = f"key={secret}&url={calls}&tools={int(tools)}&vad={int(vad)}"
+        await run.page.goto(f"http://127.0.0.1:{page_port}/?{query}")
         await run.until("omni.connected || omni.errors.length", 30)
         assert await run.page.evaluate("omni.errors") == []
         yield run
@@ -196,3 +195,42 @@ async def test_a_stock_browser_agent_runs_its_tool_over_webrtc(
         assert of_type(events, "error") == []
         assert await run.page.evaluate("omni.errors") == []
         assert run.problems == []
+
+
+# Long enough that its echo still plays when the microphone speaks over it (about 7 s).
+LONG_QUESTION = (
+    "Please tell me a long story about the sea, the ships that sail on it, the sailors who "
+    "steer them through the storms, and the harbours where they rest at night."
+)
+
+
+@pytest.mark.model  # Silero hears the speech over the answer (the embedded engine)
+@pytest.mark.subprocess  # espeak-ng speaks the microphone's words
+async def test_a_stock_browser_agent_is_cut_off_by_speech_over_its_answer(
+    agent_bundle: Path, tmp_path: Path
+) -> None:
+    # Server VAD, OpenAI's interruption (any speech ends the reply): the microphone is silent
+    # while the long answer starts, then speaks over it. The bridge stops the track at once.
+    microphone = speech_wav(tmp_path, "over", [5.0, "No wait, I meant Tuesday.", 4.0])
+    options = {"responder": "echo", "pace": "realtime"}
+    async with (
+        serving(service_settings(engine="embedded", engine_options=options)) as service,
+        agent_page(agent_bundle, service, microphone, tools=False, vad=True) as run,
+    ):
+        await run.page.evaluate(f"omni.say({LONG_QUESTION!r})")
+        await run.until("omni.events.some(e => e.type === 'output_audio_buffer.started')", 30)
+        await run.until("omni.events.some(e => e.type === 'output_audio_buffer.cleared')", 30)
+        cut = await _played_out(run)
+        await asyncio.sleep(1.0)
+        after = await run.page.evaluate("omni.heardEnergy()")
+        events: list[dict[str, Any]] = await run.page.evaluate("omni.events")
+        assert await run.page.evaluate("omni.errors") == []
+    assert after - cut < 0.001, (cut, after)  # silence after the barge-in
+    kinds = [e["type"] for e in events]
+    started = kinds.index("output_audio_buffer.started")
+    spoke = kinds.index("input_audio_buffer.speech_started", started)
+    assert spoke < kinds.index("output_audio_buffer.cleared", spoke)
+    answer = next(e for e in of_type(events, "response.done") if e["response"]["output"])
+    assert answer["response"]["status"] == "cancelled", answer["response"]
+    assert of_type(events, "error") == [], kinds
+    assert run.problems == []

@@ -30,10 +30,12 @@ const agent = new RealtimeAgent({
   tools: query.get('tools') === '1' ? [getWeather] : [],
 });
 // No transport option: the browser default, WebRTC. The loopback engine behind the bridge has
-// no voice activity detection, so the test commits the turns itself.
+// no voice activity detection, so those tests commit the turns themselves; with ?vad=1 the
+// session asks for server VAD (an engine that hears speech, for a spoken barge-in).
+const turnDetection = query.get('vad') === '1' ? { type: 'server_vad' } : null;
 const session = new RealtimeSession(agent, {
   model: 'gpt-realtime',
-  config: { audio: { input: { turnDetection: null } } },
+  config: { audio: { input: { turnDetection } } },
 });
 session.transport.on('*', (event) => omni.events.push(event));
 const said = (thing) => (thing instanceof Error ? thing.message : JSON.stringify(thing));
@@ -52,6 +54,7 @@ omni.heardEnergy = async () => {
 };
 omni.send = (event) => session.transport.sendEvent(event);
 omni.interrupt = () => session.interrupt();
+omni.say = (text) => session.sendMessage(text);
 omni.history = () => session.history;
 omni.callId = () => session.transport.callId;
 

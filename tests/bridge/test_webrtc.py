@@ -24,7 +24,7 @@ from omni_grpc.wire import pb
 from tests.bridge.test_resume import wait_for_journal
 from tests.bridge.testkit import check_plain_event, running_bridge
 from tests.bridge.webrtc_caller import RATE, Caller, Refused, calling, voiced_ms
-from tests.serving import eventually
+from tests.serving import eventually, serving, settings
 
 MODEL = "?model=loopback-test"
 
@@ -501,3 +501,53 @@ async def test_a_hang_up_ends_the_call_and_an_unknown_call_is_not_found(
         await eventually(lambda: caller.peer.connectionState == "closed", timeout_s=15)
         # The session ended with the call (a call that just went would keep it for its grace).
         assert len(service.sessions.registry) == 0
+
+
+async def test_a_call_runs_a_function_tool_and_is_answered_after_its_output(
+    speech: bytes,
+) -> None:
+    """A spoken question over a call whose session has a function tool: the answer calls it
+    (the loopback calls the first tool under tool choice ``auto``), the caller sends the tool's
+    output on the channel, and the next answer reads it and calls nothing."""
+    weather = {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+    update = {
+        "type": "session.update",
+        "session": {
+            "type": "realtime",
+            "tools": [weather],
+            "tool_choice": "auto",
+            "audio": {"input": {"turn_detection": None}},
+        },
+    }
+    options = {"tool_call": "auto"}
+    async with (
+        serving(settings(engine_options=options)) as service,
+        running_bridge(service) as port,
+        calling(port, MODEL) as caller,
+    ):
+        caller.send(update)
+        await caller.until("session.updated")
+        done = await ask(caller, speech)
+        (call,) = [i for i in done["response"]["output"] if i["type"] == "function_call"]
+        assert call["name"] == "get_weather"
+        start = len(caller.events)
+        output = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+        caller.send({"type": "conversation.item.create", "item": output})
+        caller.send({"type": "response.create"})
+        answer = await caller.until("response.done", after=start)
+        assert answer["response"]["status"] == "completed", answer
+        assert not [i for i in answer["response"]["output"] if i["type"] == "function_call"]
+        said = " ".join(
+            str(part.get("transcript") or part.get("text") or "")
+            for item in answer["response"]["output"]
+            for part in item.get("content", [])
+        )
+        assert 'the function returned "sunny"' in said, said
+        for event in caller.events:
+            check_plain_event(event)
+        assert "error" not in caller.types()

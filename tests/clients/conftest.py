@@ -35,12 +35,26 @@ Served = tuple[ServerTruth, RunningServer, ChaosProxy]
 
 
 @pytest.fixture(scope="session")
-def go_build() -> GoBuild:
-    """``clients/go/build.sh``, once: generates the contract's Go code and builds the command."""
+def go_build(tmp_path_factory: pytest.TempPathFactory) -> GoBuild:
+    """``clients/go/build.sh``, once per test process: generates the contract's Go code and
+    builds the command, in a build tree of this process's own. (Each pytest-xdist worker has
+    its session; a shared tree was copied afresh by one worker while another's ``go vet`` read
+    it, and that one found its generated package gone.) Go's build cache is shared: it is
+    safe to share, and spares each worker compiling grpc-go again."""
     if shutil.which("go") is None:
         pytest.fail(f"this test needs Go from Debian's packages: apt-get install {GO_PACKAGES}")
+    env = {
+        **os.environ,
+        "OMNI_GO_BUILD": str(tmp_path_factory.mktemp("go")),
+        "GOCACHE": str(CLIENTS.parent / "build" / "go-cache"),
+    }
     built = subprocess.run(
-        [str(CLIENTS / "go" / "build.sh")], capture_output=True, text=True, timeout=280, check=False
+        [str(CLIENTS / "go" / "build.sh")],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+        env=env,
     )
     assert built.returncode == 0, built.stderr
     binary = Path(built.stdout.strip().splitlines()[-1])
@@ -49,7 +63,7 @@ def go_build() -> GoBuild:
         **os.environ,
         "GO111MODULE": "off",
         "GOPATH": f"{gopath}:/usr/share/gocode",
-        "GOCACHE": str(gopath / "cache"),
+        "GOCACHE": env["GOCACHE"],
     }
     package_dir = gopath / "src" / "github.com" / "omni-grpc" / "omni-grpc" / "clients" / "go"
     return GoBuild(binary=binary, package_dir=package_dir, env=env)

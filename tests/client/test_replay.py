@@ -115,7 +115,8 @@ def test_recordings_list_show_and_export(
     with tarfile.open(archive) as tar:
         names = sorted(tar.getnames())
     assert names == [
-        f"{recorded.name}/{name}" for name in ("audio.wav", "events.jsonl", "manifest.json")
+        f"{recorded.name}/{name}"
+        for name in ("audio.wav", "events.jsonl", "manifest.json", "wire.bin")
     ]
     assert main(["recordings", "show", str(tmp_path / "nothing-here")]) == 2
 

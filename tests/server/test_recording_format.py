@@ -1,5 +1,6 @@
-"""The recording format, written by a part writer without a server: lines, tracks, redaction,
-tokens, and a write that fails part way (all in one process, no event loop)."""
+"""The recording format, written by a part's wire log writer without a server and read back
+(its lines and WAV made from the log): lines, tracks, redaction, tokens, and a write that fails
+part way (all in one process, no event loop)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import numpy as np
 import pytest
 
 from omni_grpc.client.recordings import load, read_lines
-from omni_grpc.server.recording.lines import stop_reason
-from omni_grpc.server.recording.part import PartInfo, PartWriter
+from omni_grpc.client.recorded.tracks import MAX_AHEAD_S, SETTLE_S, AheadOfClock, Tracks
+from omni_grpc.server.recording.disk import stop_reason
+from omni_grpc.server.recording.part import PartInfo, WirePart
+from omni_grpc.server.recording.recorder import without_frames
 from omni_grpc.server.recording.retention import over_cap, sweep
-from omni_grpc.server.recording.tracks import MAX_AHEAD_S, SETTLE_S, AheadOfClock, Tracks
 from omni_grpc.wire import pb
 
 RATE = 16000
@@ -75,13 +77,18 @@ def delta(seq: int, start_ms: float, ms: int, response: str = "resp_1") -> bytes
     return event(seq, output_audio_delta=body)
 
 
-def a_session(writer: PartWriter) -> None:
+def append(client_seq: int, audio: bytes, event_id: str = "", **fields: Any) -> bytes:
+    body = pb.AppendInputAudio(audio=audio, **fields)
+    request = pb.ConverseRequest(client_seq=client_seq, event_id=event_id, append_input_audio=body)
+    return request.SerializeToString()
+
+
+def a_session(writer: WirePart) -> None:
     """Open, 300 ms of speech, a commit, a 400 ms answer cut at 150 ms by a truncate."""
     writer.stream(100.0, 1, created())
     for n in range(3):  # 100 ms sent at 24 kHz each, heard at 16 kHz
-        sent = (0, 0, len(pcm(100, 7, 24000)))
-        heard = pcm(100)
-        writer.append(100.1 + n / 10, 1, "", n + 1, "", sent, None, heard, 1, RATE)
+        sent = append(n + 1, pcm(100, 7, 24000))
+        writer.append(100.1 + n / 10, 1, "", sent, pcm(100), 1, RATE, False)
     commit = pb.ConverseRequest(client_seq=4, commit_input_audio=pb.CommitInputAudio())
     writer.command(100.4, 1, commit.SerializeToString(), "", b"")
     writer.event(1, 100.4, event(1, input_committed=pb.InputCommitted(item_id="item_u")))
@@ -100,12 +107,15 @@ def a_session(writer: PartWriter) -> None:
 
 
 def test_a_part_is_its_lines_its_tracks_and_its_manifest(tmp_path: Path) -> None:
-    writer = PartWriter(info(tmp_path))
+    writer = WirePart(info(tmp_path))
     a_session(writer)
     writer.close(101.0, "ended")
     folder = tmp_path / "sess_test"
+    assert {path.name for path in folder.iterdir()} == {"manifest.json", "wire.bin"}
+    load(folder)  # the lines and the WAV, made from the wire log when it is read
     assert {path.name for path in folder.iterdir()} == {
         "manifest.json",
+        "wire.bin",
         "events.jsonl",
         "audio.wav",
     }
@@ -149,12 +159,15 @@ def test_a_part_is_its_lines_its_tracks_and_its_manifest(tmp_path: Path) -> None
 
 
 def test_a_recording_without_text_or_audio_keeps_timings_only(tmp_path: Path) -> None:
-    writer = PartWriter(info(tmp_path, omit_audio=True, omit_text=True))
+    writer = WirePart(info(tmp_path, omit_audio=True, omit_text=True))
     a_session(writer)
     text = pb.ConverseRequest(client_seq=6, append_input_text=pb.AppendInputText(text="my pin"))
     writer.command(100.9, 1, text.SerializeToString(), "", b"")
     writer.close(101.0, "ended")
     folder = tmp_path / "sess_test"
+    assert b"\x07\x00" * 8 not in (folder / "wire.bin").read_bytes()  # no audio sent
+    assert b"\xd0\x07" * 8 not in (folder / "wire.bin").read_bytes()  # nor the answer's
+    load(folder)
     assert not (folder / "audio.wav").exists()
     everything = b"".join(path.read_bytes() for path in folder.iterdir())
     assert b"my pin" not in everything and b"be brief" not in everything
@@ -168,13 +181,13 @@ def test_a_recording_without_text_or_audio_keeps_timings_only(tmp_path: Path) ->
     assert load(folder).user_audio(load(folder).parts[0], 0, 10) == bytes(20)  # silence
 
 
-def test_a_failed_write_is_cut_back_to_its_last_whole_line(
+def test_a_failed_write_is_cut_back_to_its_last_whole_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    writer = PartWriter(info(tmp_path))
+    writer = WirePart(info(tmp_path))
     writer.stream(100.0, 1, created())
     writer.flush(100.0)
-    writes = {"left": 150}  # the disk takes 150 more bytes, then is full
+    writes = {"left": 120}  # the disk takes 120 more bytes, then is full
 
     def filling(fd: int, data: bytes) -> int:
         if writes["left"] <= 0:
@@ -193,6 +206,7 @@ def test_a_failed_write_is_cut_back_to_its_last_whole_line(
     assert stop_reason(failure.value) == "disk_full"
     writer.stopped(106.0, "disk_full")
     folder = tmp_path / "sess_test"
+    load(folder)
     raw = (folder / "events.jsonl").read_bytes()
     assert raw.endswith(b"\n")  # no torn line
     lines = read_lines(folder / "events.jsonl")
@@ -276,7 +290,7 @@ def test_live_recordings_past_the_cap_are_stopped_largest_first(tmp_path: Path) 
 
 
 def test_the_usual_event_is_written_as_proto_json_is() -> None:
-    from omni_grpc.server.recording.lines import delta_json
+    from omni_grpc.client.recorded.lines import delta_json
     from omni_grpc.wire.recording import message_json
 
     for delta in (
@@ -294,12 +308,15 @@ def test_an_append_with_hints_keeps_them_and_counts_its_frames(tmp_path: Path) -
     hints = struct_pb2.Struct()
     hints.update({"is_speech": True, "transcript": "hello"})
     frame = pb.VideoFrame(data=b"\xff\xd8 a photo", mime_type="image/jpeg")
-    rare = pb.AppendInputAudio(audio_end_ms=12.5, hints=hints, video_frames=[frame])
-    writer = PartWriter(info(tmp_path, omit_text=True))
-    sent = (pb.AUDIO_ENCODING_PCM16, 16000, 3200)
-    writer.append(100.1, 1, "", 1, "e1", sent, rare.SerializeToString(), pcm(100), 1, RATE)
+    fields = {"audio_end_ms": 12.5, "hints": hints, "video_frames": [frame]}
+    fields |= {"encoding": pb.AUDIO_ENCODING_PCM16, "sample_rate_hz": 16000}
+    sent = pb.ConverseRequest.FromString(append(1, pcm(100), "e1", **fields))
+    writer = WirePart(info(tmp_path, omit_text=True))
+    body = without_frames(sent).SerializeToString()  # as the event loop hands it over
+    writer.append(100.1, 1, "", body, pcm(100), 1, RATE, True)
     writer.close(100.2, "ended")
     folder = tmp_path / "sess_test"
+    load(folder)
     [line] = [line for line in read_lines(folder / "events.jsonl") if line["type"] == "command"]
     assert line["command"] == {
         "encoding": "AUDIO_ENCODING_PCM16",
@@ -308,4 +325,5 @@ def test_an_append_with_hints_keeps_them_and_counts_its_frames(tmp_path: Path) -
         "hints": {"is_speech": True, "transcript": "<5 characters left out>"},
     }
     assert (line["video_frames"], line["sent_ms"], line["event_id"]) == (1, 100.0, "e1")
-    assert b"a photo" not in (folder / "events.jsonl").read_bytes()
+    for path in folder.iterdir():
+        assert b"a photo" not in path.read_bytes() and b"hello" not in path.read_bytes()

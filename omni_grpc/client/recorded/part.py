@@ -1,88 +1,55 @@
-"""One replica's part of a recording: its events file, its two-track WAV, its manifest entry.
+"""One part's ``events.jsonl`` and ``audio.wav``, made from what the server recorded.
 
-A :class:`PartWriter` lives in the writer thread (:mod:`.writer`) and turns what the session's
-host handed over (:mod:`.recorder`) into lines of ``events.jsonl`` (docs/recordings.md) and
-frames of the WAV (:mod:`.tracks`). Lines are written whole, a batch at a time, with
-``os.write`` on a file opened for appending: a write that fails part way (a full disk, a file
-size limit) is cut back to its last whole line, so the file always ends with a complete record,
-and the manifest says where the recording stopped and why.
-
-A command comes when its handling ended (see :mod:`.recorder`), so that the audio the engine
+A :class:`PartLines` is handed a part's records in order (:mod:`.derive` reads them from the
+wire log) and turns them into lines of ``events.jsonl`` (docs/recordings.md) and frames of the
+WAV (:mod:`.tracks`). A command comes when its handling ended, so that the audio the engine
 received for it (an append's, after conversion; a commit's resampler tail) is named on its line
-by its place in the user's track; the events it caused follow it. Nothing written holds a key or a
-resume token: the server never sees keys here, and tokens are taken out of ``resume_session``,
-``session_created`` and ``session_resumed`` before anything is written.
+by its place in the user's track; the events it caused follow it. The server left out what
+never reaches a disk (resume tokens, secret engine options, and audio or text when the
+recording omits them) before it wrote the log.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
-from omni_grpc.server.recording import manifest
-from omni_grpc.server.recording.lines import ENCODINGS, delta_json, write_whole
-from omni_grpc.server.recording.tracks import Placed, Tracks
+from omni_grpc.client.recorded.lines import ENCODINGS, delta_json
+from omni_grpc.client.recorded.tracks import Placed, Tracks
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, SAMPLE_WIDTH
-from omni_grpc.wire.recording import (
-    FORMAT,
-    MANIFEST,
-    audio_file,
-    events_file,
-    message_json,
-    redact_secrets,
-    redact_text,
-)
+from omni_grpc.wire.recording import FORMAT, message_json, redact_secrets, redact_text
 
 APPEND_KIND = "append_input_audio"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PartInfo:
-    """What the writer needs to start a part, gathered on the event loop."""
+class PartHeader:
+    """A part as its wire log's first record tells it."""
 
     session_id: str
     part: int
     replica: str
-    folder: Path
     t0: float  # the server clock when this part started (frame 0 of its WAV)
     wall: str  # the same moment as UTC ISO 8601
     rate_hz: int  # the WAV's rate: the rate the engine hears the session's input at
     omit_audio: bool
     omit_text: bool
-    session: dict[str, Any]  # the manifest's session-wide fields (engine, versions, ...)
-    started_by: str  # "open", "adopted", "asked" (an update turned recording on)
-    first_seq: int  # the first event this part numbers itself
 
 
-class PartWriter:
-    """Writes one part; every method may raise OSError (the writer stops the recording)."""
+class PartLines:
+    """Makes one part's lines (written to ``events``) and WAV (``wav``; None: no audio)."""
 
-    def __init__(self, info: PartInfo) -> None:
+    def __init__(self, info: PartHeader, events: int, wav: BinaryIO | None) -> None:
         self.info = info
-        folder = info.folder
-        folder.mkdir(mode=manifest.FOLDER_MODE, parents=True, exist_ok=True)
-        self._fd = os.open(
-            folder / events_file(info.part),
-            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC,
-            manifest.FILE_MODE,
-        )
-        wav = None
-        if not info.omit_audio:
-            fd = os.open(
-                folder / audio_file(info.part),
-                os.O_RDWR | os.O_CREAT | os.O_TRUNC,
-                manifest.FILE_MODE,
-            )
-            wav = os.fdopen(fd, "w+b")
+        self._fd = events
         self.tracks = Tracks(wav, info.rate_hz)
+        # The configuration in force as it changed (the manifest's ``configs``).
+        self.configs: list[dict[str, Any]] = []
         self._lines: list[tuple[bytes, int]] = []  # (line, its event seq or 0)
         self.last_seq = 0  # the last event seq written whole
         self._made_seq = 0  # the last event seq made into a line
@@ -91,7 +58,6 @@ class PartWriter:
         self._append_fields: dict[tuple[int, int, int], str] = {}
         self._delta_fields: dict[tuple[str, str, int, int], str] = {}
         self.last_t = info.t0
-        self._manifest(self._opened)
         self._add({"type": "recording", "format": FORMAT, "session_id": info.session_id,
                    "part": info.part, "replica": info.replica, "t0": info.t0,
                    "started_at": info.wall})  # fmt: skip
@@ -259,36 +225,20 @@ class PartWriter:
             self._placed(placed)
 
     def close(self, t: float, reason: str) -> None:
-        """The part's end: everything written, the manifest says how it ended."""
+        """The part's end: everything written."""
         for placed in self.tracks.close(t - self.info.t0):
             self._placed(placed)
         self._add({"type": "end", "t": t, "reason": reason, "last_seq": self._made_seq})
         self._write_lines()
-        os.fsync(self._fd)
-        self._close_events()
-        end = {"ended": reason, "last_seq": self.last_seq, "t_end": t, "ended_at": _now()}
-        self._manifest(lambda entry: entry.update(end))
 
-    def stopped(self, t: float, reason: str) -> None:
-        """A write failed: the files are closed as they are; the manifest says where they
-        stop, if it can still be written."""
-        try:
-            if self._fd >= 0 and self._lines:  # what is made, if the events file takes it
-                with contextlib.suppress(OSError):
-                    self._write_lines()
-            self._close_events()
-            self.tracks.drop()
-        finally:
-            stop = {"reason": reason, "t": t, "last_seq": self.last_seq}
-            end = {"ended": "stopped", "stopped": stop, "ended_at": _now()}
-            self._manifest(lambda entry: entry.update(end))
+    def cut(self, t: float) -> None:
+        """The log ends without an end (a recording stopped, cut by a crash, or still being
+        written): the lines made are written, and the audio both tracks hold for good at
+        ``t``."""
+        self.flush(t)
+        self.tracks.drop()
 
     # -- inside ----------------------------------------------------------------------------
-
-    def _close_events(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
 
     def _event_line(self, kind: str, t: float, event: pb.ConverseResponse) -> dict[str, Any]:
         what = event.WhichOneof("event") or ""
@@ -330,8 +280,7 @@ class PartWriter:
         elif what in ("session_created", "session_resumed", "session_updated"):
             self._input_format.CopyFrom(getattr(event, what).session.config.input_audio_format)
             config = self._text(message_json(getattr(event, what).session.config))
-            change = {"t": t, "by": what, "config": config}
-            self._manifest(lambda entry: entry.setdefault("configs", []).append(change))
+            self.configs.append({"t": t, "by": what, "config": config})
 
     def _sent_ms(self, encoding: int, rate_hz: int, size: int) -> float:
         """How long the client's audio in an append was (its format, else the session's)."""
@@ -363,39 +312,11 @@ class PartWriter:
 
     def _write_lines(self) -> None:
         lines, self._lines = self._lines, []
-        if lines:
-            self.last_seq, failure = write_whole(self._fd, lines, self.last_seq)
-            if failure is not None:
-                raise failure
-
-    def _manifest(self, change: Any) -> None:
-        part = self.info.part
-
-        def apply(document: dict[str, Any]) -> None:
-            document.update(self.info.session)
-            change(manifest.part_entry(document, part))
-
-        manifest.update(self.info.folder, MANIFEST, apply)
-
-    def _opened(self, entry: dict[str, Any]) -> None:
-        info = self.info
-        entry.update(
-            replica=info.replica,
-            events=events_file(info.part),
-            audio=None if info.omit_audio else audio_file(info.part),
-            audio_format={"sample_rate_hz": info.rate_hz, "channels": ["user", "assistant"]},
-            started_at=info.wall,
-            started_by=info.started_by,
-            t0=info.t0,
-            first_seq=info.first_seq,
-            ended=None,
-        )
-        entry.setdefault("configs", [])
+        data = memoryview(b"".join(line for line, _ in lines))
+        while data:
+            data = data[os.write(self._fd, data) :]
+        for _, seq in lines:
+            self.last_seq = seq or self.last_seq
 
 
-def _now() -> str:
-    """The wall clock's time now, as the manifest writes times (UTC, ISO 8601)."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-__all__ = ["PartInfo", "PartWriter"]
+__all__ = ["PartHeader", "PartLines"]

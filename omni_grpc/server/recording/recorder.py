@@ -10,9 +10,11 @@ one the engine received (the typed command the edge handed on), its skip what th
 (``Session.last_skip``), a commit's resampler tail the host's ``tail_heard``, and the events it
 made follow it. ``RecordOnRequest`` starts or stops a recording as the configuration changes.
 
-What the wrappers see goes, as tuples, into one list per server, handed to the writer thread
-(:mod:`.writer`) every :data:`BATCH_S`: a reference to a payload the core already made (an
-event's journaled bytes), a command's serialized bytes, the audio the engine received. Events
+What the tap sees goes, as tuples, into one list per server, handed to the writer thread
+(:mod:`.writer`) every :data:`BATCH_S`, which appends it to the part's wire log as it is
+(:mod:`.part`): a reference to a payload the core already made (an event's journaled bytes), a
+command's serialized bytes, and the audio the engine received where it is not the audio sent
+(an append the edge converted, a commit's resampler tail). Nothing is formatted per chunk. Events
 are taken from the session's journal, so each numbered event is recorded once, in order, even
 those made while no stream was attached; events of one stream (seq 0) come from the sends.
 
@@ -63,7 +65,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Engine options whose names say they hold a secret: the manifest leaves their values out.
 # How long records wait on the loop before they go to the writer thread together: the thread
 # wakes (and takes the GIL) less often, and writes a few hundred milliseconds per file at once;
 # a crash loses at most the batch not yet handed over.
@@ -187,24 +188,21 @@ class Recording(RecordingState, HostTap):
         request: pb.ConverseRequest,
         heard: AppendAudio | None,
     ) -> None:
-        """An append, once handled: its audio as the engine heard it (converted by the edge),
-        unless the session skipped or refused it, beside its format as it came."""
+        """An append, once handled: as it came, and the audio the engine heard of it (converted
+        by the edge) where that is not the audio sent (None: the session skipped or refused
+        it)."""
         append = request.append_input_audio
-        sent = (append.encoding, append.sample_rate_hz, len(append.audio))
-        extra = None  # the rare parts of an append, as proto bytes
-        if append.HasField("audio_end_ms") or append.HasField("hints") or append.video_frames:
-            extra = pb.AppendInputAudio(
-                audio_end_ms=append.audio_end_ms if append.HasField("audio_end_ms") else None,
-                hints=append.hints if append.HasField("hints") else None,
-                video_frames=[pb.VideoFrame(mime_type=f.mime_type) for f in append.video_frames],
-            ).SerializeToString()
-        audio: bytes | None = None
-        encoding, rate_hz = int(append.encoding), append.sample_rate_hz
-        if heard is not None:
-            audio, encoding, rate_hz = heard.audio, heard.encoding, heard.rate_hz
-        record = (APPEND, self, len(audio) if audio else 0, t, generation)
-        ids = (skip, request.client_seq, request.event_id)
-        self.put((*record, *ids, sent, extra, audio, encoding, rate_hz))
+        if append.video_frames:
+            request = without_frames(request)
+        body = request.SerializeToString()
+        if heard is None:
+            self.put((APPEND, self, len(body), t, generation, skip, body, None, 0, 0, False))
+            return
+        audio = heard.audio
+        as_sent = audio == append.audio
+        size = len(body) if as_sent else len(body) + len(audio)
+        record = (APPEND, self, size, t, generation, skip, body, audio)
+        self.put((*record, heard.encoding, heard.rate_hz, as_sent))
 
     def _events(self, sends: Iterable[tuple[int, bytes]]) -> None:
         """Hands over every event journaled since the last call, and the sends of one stream
@@ -221,6 +219,17 @@ class Recording(RecordingState, HostTap):
             for at, generation, payload in self._unnumbered:
                 self.put((STREAM, self, len(payload), at, generation, payload))
             self._unnumbered.clear()
+
+
+def without_frames(request: pb.ConverseRequest) -> pb.ConverseRequest:
+    """An append as recorded: camera frames are never recorded, their types are."""
+    kept = pb.ConverseRequest()
+    kept.CopyFrom(request)
+    frames = kept.append_input_audio.video_frames
+    types = [frame.mime_type for frame in frames]
+    del frames[:]
+    frames.extend(pb.VideoFrame(mime_type=mime_type) for mime_type in types)
+    return kept
 
 
 class Recorder:
@@ -406,4 +415,4 @@ class RecordOnRequest(HostTap):
         self._recorder.reconsider(host)  # type: ignore[arg-type]  # the host that tells it
 
 
-__all__ = ["BATCH_S", "RecordOnRequest", "Recorder", "Recording"]
+__all__ = ["BATCH_S", "RecordOnRequest", "Recorder", "Recording", "without_frames"]

@@ -15,8 +15,8 @@ import pytest
 from omni_grpc.client import DuplexClient
 from omni_grpc.client.recordings import load, read_lines
 from omni_grpc.server.recording import RecordSettings
-from omni_grpc.server.recording import recorder as recorder_module
 from omni_grpc.server.recording import part as part_module
+from omni_grpc.server.recording import recorder as recorder_module
 from omni_grpc.server.recording.counters import STOPPED
 from omni_grpc.server.recording.part import WirePart
 from omni_grpc.wire import pb

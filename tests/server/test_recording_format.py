@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from omni_grpc.client.recordings import load, read_lines
 from omni_grpc.client.recorded.tracks import MAX_AHEAD_S, SETTLE_S, AheadOfClock, Tracks
+from omni_grpc.client.recordings import load, read_lines, summary
 from omni_grpc.server.recording.disk import stop_reason
 from omni_grpc.server.recording.part import PartInfo, WirePart
 from omni_grpc.server.recording.recorder import without_frames
@@ -29,12 +29,12 @@ CONFIG = pb.SessionConfig(
 )
 
 
-def info(folder: Path, **overrides: Any) -> PartInfo:
+def info(root: Path, **overrides: Any) -> PartInfo:
     fields: dict[str, Any] = {
         "session_id": "sess_test",
         "part": 1,
         "replica": "here:1",
-        "folder": folder / "sess_test",
+        "folder": root / "sess_test",
         "t0": 100.0,
         "wall": "2026-01-01T00:00:00.000+00:00",
         "rate_hz": RATE,
@@ -327,3 +327,48 @@ def test_an_append_with_hints_keeps_them_and_counts_its_frames(tmp_path: Path) -
     assert (line["video_frames"], line["sent_ms"], line["event_id"]) == (1, 100.0, "e1")
     for path in folder.iterdir():
         assert b"a photo" not in path.read_bytes() and b"hello" not in path.read_bytes()
+
+
+# A recording of format 1 (events.jsonl and audio.wav written by the server itself, before the
+# wire log), made by that writer from the session below; kept as it was written.
+FORMAT_1 = Path(__file__).parent / "recording_format1" / "sess_format1"
+
+
+def test_a_recording_of_format_1_reads_as_the_same_session_logged_on_the_wire(
+    tmp_path: Path,
+) -> None:
+    old = load(FORMAT_1)
+    assert old.manifest["format"] == 1 and "wire" not in old.parts[0].entry
+    folder = tmp_path / "sess_format1"
+    session = {"format": 2, "engine": {"name": "test", "options": {}}, "versions": {},
+               "policy": "all", "redaction": {"audio": False, "text": False}}  # fmt: skip
+    writer = WirePart(info(tmp_path, session_id="sess_format1", folder=folder, session=session))
+    writer.stream(100.0, 1, pb.ConverseResponse(session_created=pb.SessionCreated(
+        session=pb.Session(id="sess_format1", config=CONFIG))).SerializeToString())  # fmt: skip
+    for n in range(3):
+        writer.append(100.1 + n / 10, 1, "", append(n + 1, pcm(100, 7, 24000)), pcm(100), 1,
+                      RATE, False)  # fmt: skip
+    commit = pb.ConverseRequest(client_seq=4, commit_input_audio=pb.CommitInputAudio())
+    writer.command(100.4, 1, commit.SerializeToString(), "", b"")
+    writer.event(1, 100.4, event(1, input_committed=pb.InputCommitted(item_id="item_u")))
+    created_response = pb.ResponseCreated(response=pb.Response(id="resp_1"), item_id="item_a")
+    writer.event(2, 100.5, event(2, response_created=created_response))
+    for n in range(4):
+        writer.event(3 + n, 100.5, delta(3 + n, n * 100.0, 100))
+    done = pb.Response(id="resp_1", status=pb.RESPONSE_STATUS_COMPLETED)
+    writer.event(7, 100.5, event(7, response_done=pb.ResponseDone(response=done)))
+    cut = pb.TruncateConversationItem(item_id="item_a", audio_end_ms=150)
+    request = pb.ConverseRequest(client_seq=5, truncate_conversation_item=cut)
+    writer.command(100.7, 1, request.SerializeToString(), "", b"")
+    truncated = pb.ItemTruncated(item_id="item_a", audio_end_ms=150)
+    writer.event(8, 100.7, event(8, item_truncated=truncated))
+    text = pb.ConverseRequest(client_seq=6, append_input_text=pb.AppendInputText(text="and again"))
+    writer.command(100.9, 1, text.SerializeToString(), "", b"")
+    writer.close(101.0, "ended")
+    new = load(folder)
+    old_lines, new_lines = [line for _, line in old.lines], [line for _, line in new.lines]
+    assert old_lines[0].pop("format") == 1 and new_lines[0].pop("format") == 2
+    assert new_lines == old_lines
+    assert new.parts[0].frames() == old.parts[0].frames()
+    assert new.parts[0].entry["configs"] == old.parts[0].entry["configs"]
+    assert summary(new) | {"bytes": 0} == summary(old) | {"bytes": 0}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +47,14 @@ from omni_grpc.wire.recording import (
 # writer thread handed them records when it wrote them itself (format 1), so that a response is
 # placed as it was then.
 FLUSH_EVERY_S = 0.25
+# A log written to this recently is made again however its time compares: a file system's clock
+# may not tick between two writes.
+SETTLED_S = 2.0
 
 
 def stale(folder: Path, entry: dict[str, Any]) -> bool:
-    """Whether the part of ``entry`` has a wire log its events file was not made from yet."""
+    """Whether the part of ``entry`` has a wire log its events file was not made from yet (or
+    one written to within :data:`SETTLED_S`, whose time may not have moved since)."""
     wire = folder / str(entry.get("wire"))
     events = folder / str(entry.get("events") or events_file(int(entry.get("part", 1))))
     try:
@@ -57,7 +62,7 @@ def stale(folder: Path, entry: dict[str, Any]) -> bool:
     except FileNotFoundError:
         return False
     try:
-        return events.stat().st_mtime_ns != made
+        return events.stat().st_mtime_ns != made or time.time_ns() - made < SETTLED_S * 1e9
     except FileNotFoundError:
         return True
 
@@ -85,9 +90,10 @@ def derive(folder: Path, entry: dict[str, Any]) -> None:
     )
     events = folder / str(entry.get("events") or events_file(number))
     wav = None if info.omit_audio else folder / str(entry.get("audio") or audio_file(number))
-    made_paths = [(events.with_name(f".{events.name}.making"), events)]
+    making = f".{os.getpid()}.making"  # two readers at once make their own
+    made_paths = [(events.with_name(f".{events.name}{making}"), events)]
     if wav is not None:
-        made_paths.append((wav.with_name(f".{wav.name}.making"), wav))
+        made_paths.append((wav.with_name(f".{wav.name}{making}"), wav))
     fd = os.open(made_paths[0][0], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, manifest.FILE_MODE)
     wav_file = None
     if wav is not None:
@@ -100,9 +106,9 @@ def derive(folder: Path, entry: dict[str, Any]) -> None:
         os.close(fd)
         if wav_file is not None and not wav_file.closed:
             wav_file.close()
-    for making, final in made_paths:
-        os.utime(making, ns=(made, made))
-        os.replace(making, final)
+    for temporary, final in made_paths:
+        os.utime(temporary, ns=(made, made))
+        os.replace(temporary, final)
     configs = lines.configs
     manifest.update(folder, MANIFEST, lambda document: _configs(document, number, configs))
 
@@ -210,4 +216,4 @@ def derived(folder: Path, entry: dict[str, Any]) -> None:
             derive(folder, entry)
 
 
-__all__ = ["FLUSH_EVERY_S", "derive", "derived", "stale"]
+__all__ = ["FLUSH_EVERY_S", "SETTLED_S", "derive", "derived", "stale"]

@@ -94,23 +94,27 @@ class Recording(RecordingState, HostTap):
         self.closing = ""
         self._unnumbered: list[tuple[float, int, bytes]] = []  # sends of one stream, waiting
         self._command: _Pending | None = None  # the command being handled
-        # What the engine took of it: for an append, the append as the engine heard it.
-        self._heard: EngineCommand | None = None
+        # What the engine took of it first: for an append, the append as the engine heard it
+        # (the only one read).
+        self._heard: AppendAudio | None = None
 
-    def put(self, record: tuple[Any, ...]) -> None:
-        """Hands one record over; stops the recording when its buffer is full."""
+    def put(self, *records: tuple[Any, ...]) -> None:
+        """Hands records over; stops the recording when its buffer is full."""
         if self.failed:
             return
-        self.queued += record[2]
+        size = 0
+        for record in records:
+            size += record[2]
+        self.queued += size
         recorder = self.recorder
-        recorder.queued += record[2]
+        recorder.queued += size
         if (
             self.queued - self.done > RECORDING_BUFFER_BYTES
             or recorder.queued - recorder.done > TOTAL_BUFFER_BYTES
         ):
             recorder.too_slow(self)
             return
-        recorder.batch.append(record)
+        recorder.batch.extend(records)
         if recorder.timer is None:
             recorder.timer = recorder.loop.call_later(BATCH_S, recorder.hand_over)
 
@@ -137,7 +141,7 @@ class Recording(RecordingState, HostTap):
         # The first command the engine took of it: an append's own (a commit's resampler tail,
         # handed too, is recorded as the host's tail_heard with the commit's line instead).
         if self._heard is None:
-            self._heard = command
+            self._heard = command  # type: ignore[assignment]  # read for an append only
 
     def handled(self, host: TappedHost, generation: int, request: pb.ConverseRequest) -> None:
         pending, self._command = self._command, None
@@ -145,16 +149,34 @@ class Recording(RecordingState, HostTap):
             return  # the recording began while this command was being handled
         self.receiving -= 1
         t, _, _, skip = pending
-        if request.HasField("append_input_audio"):
-            heard = self._heard
-            assert heard is None or isinstance(heard, AppendAudio)
-            self._appended(t, generation, skip, request, heard)
+        heard, self._heard = self._heard, None
+        record: tuple[Any, ...]
+        if request.HasField("append_input_audio"):  # the usual command: no call made for it
+            append = request.append_input_audio
+            if append.video_frames:
+                request = without_frames(request)
+            body = request.SerializeToString()
+            if heard is None:  # skipped or refused: the engine heard nothing of it
+                record = (APPEND, self, len(body), t, generation, skip, body, None, 0, 0, False)
+            else:  # the audio the engine heard is kept apart only when it is not the one sent
+                audio = heard.audio
+                as_sent = audio == append.audio
+                size = len(body) if as_sent else len(body) + len(audio)
+                record = (APPEND, self, size, t, generation, skip, body, audio,
+                          heard.encoding, heard.rate_hz, as_sent)  # fmt: skip
         else:
             body = request.SerializeToString()
             tail = host.tail_heard() if request.HasField("commit_input_audio") else b""
-            self.put((COMMAND, self, len(body), t, generation, body, skip, tail))
-        self._heard = None
-        self._events(())  # what the command made, after it
+            record = (COMMAND, self, len(body), t, generation, body, skip, tail)
+        # What the command made follows it: the usual chunk's one event read at once.
+        journal = self._host.session.journal
+        newest = journal.newest() if journal.next_seq == self.last_seq + 2 else None
+        if newest is not None and newest[0] == journal.next_seq - 1 and not self._unnumbered:
+            self.last_seq = newest[0]
+            self.put(record, (EVENT, self, len(newest[2]), *newest))
+        else:
+            self.put(record)
+            self._events(())
         if self.closing and not self.receiving:
             self.recorder.finish(self._host, self.closing)
 
@@ -179,30 +201,6 @@ class Recording(RecordingState, HostTap):
         self.closing = self.closing or reason
         if not self.receiving:
             self.recorder.finish(self._host, self.closing)
-
-    def _appended(
-        self,
-        t: float,
-        generation: int,
-        skip: str,
-        request: pb.ConverseRequest,
-        heard: AppendAudio | None,
-    ) -> None:
-        """An append, once handled: as it came, and the audio the engine heard of it (converted
-        by the edge) where that is not the audio sent (None: the session skipped or refused
-        it)."""
-        append = request.append_input_audio
-        if append.video_frames:
-            request = without_frames(request)
-        body = request.SerializeToString()
-        if heard is None:
-            self.put((APPEND, self, len(body), t, generation, skip, body, None, 0, 0, False))
-            return
-        audio = heard.audio
-        as_sent = audio == append.audio
-        size = len(body) if as_sent else len(body) + len(audio)
-        record = (APPEND, self, size, t, generation, skip, body, audio)
-        self.put((*record, heard.encoding, heard.rate_hz, as_sent))
 
     def _events(self, sends: Iterable[tuple[int, bytes]]) -> None:
         """Hands over every event journaled since the last call, and the sends of one stream

@@ -135,7 +135,7 @@ class WirePart:
         elif heard is not None:
             self._heard(t, heard, encoding, rate_hz)
         if self.info.omit_text:  # its hints may hold words
-            body = self._redacted(pb.ConverseRequest.FromString(body), body)
+            body = self._redacted(pb.ConverseRequest.FromString(body))
         if self.info.omit_audio:
             flags |= AUDIO_OMITTED
             request = pb.ConverseRequest.FromString(body)
@@ -153,21 +153,24 @@ class WirePart:
         request = pb.ConverseRequest.FromString(body)
         if request.HasField("resume_session"):
             request.resume_session.resume_token = ""
-        body = self._redacted(request, body)
+        body = self._redacted(request)
         self._record(W_COMMAND, SKIP_FLAGS[skip], t, generation, body)
 
     def event(self, seq: int, t: float, payload: bytes, restored: bool = False) -> None:
         """A numbered event of the session (``restored``: one an adopting replica took from
         the store, numbered by a replica before it)."""
-        flags, payload = self._event(payload)
+        event = pb.ConverseResponse.FromString(payload)
+        flags = RESTORED if restored else 0
+        if event.WhichOneof("event") != _DELTA or self.info.omit_audio:  # the usual one is kept
+            more, payload = self._event(event)
+            flags |= more
         self._made_seq = seq
-        record = WIRE_RECORD.pack(W_EVENT, flags | (RESTORED if restored else 0), 0, t, seq, 0,
-                                  len(payload))  # fmt: skip
+        record = WIRE_RECORD.pack(W_EVENT, flags, 0, t, seq, 0, len(payload))
         self._records.append((record + payload, seq))
 
     def stream(self, t: float, generation: int, payload: bytes) -> None:
         """An event of one stream only (seq 0)."""
-        flags, payload = self._event(payload)
+        flags, payload = self._event(pb.ConverseResponse.FromString(payload))
         self._record(W_STREAM, flags, t, generation, payload)
 
     def note(self, t: float, kind: str, fields: dict[str, Any]) -> None:
@@ -230,25 +233,24 @@ class WirePart:
             (WIRE_RECORD.pack(W_HEARD, flags, encoding, t, 0, rate_hz, len(audio)) + audio, 0)
         )
 
-    def _event(self, payload: bytes) -> tuple[int, bytes]:
+    def _event(self, event: pb.ConverseResponse) -> tuple[int, bytes]:
         """An event's bytes as recorded, and its flags: an audio delta as it came (its audio
         left out, with its length kept, when the recording omits audio), any other event
         without its secrets (and its text, when the recording omits text)."""
-        event = pb.ConverseResponse.FromString(payload)
         kind = event.WhichOneof("event")
         if kind == _DELTA:
             if not self.info.omit_audio:
-                return 0, payload
+                return 0, event.SerializeToString()
             size = len(event.output_audio_delta.audio)
             event.output_audio_delta.audio = b""
             return AUDIO_OMITTED, OMITTED_SIZE.pack(size) + event.SerializeToString()
         if kind in _TOKENS:
             getattr(event, kind).resume_token = ""
-        return 0, self._redacted(event, payload)
+        return 0, self._redacted(event)
 
-    def _redacted(self, message: Message, payload: bytes) -> bytes:
+    def _redacted(self, message: Message) -> bytes:
         """``message``'s bytes with the values of secret engine options left out (and its text,
-        when the recording omits text): as ``payload`` when nothing was."""
+        when the recording omits text)."""
         body = message_json(message)
         kept = redact_secrets(body)
         if self.info.omit_text:

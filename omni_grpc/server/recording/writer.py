@@ -54,7 +54,7 @@ class Writer:
     def _run(self) -> None:
         while (batch := self._batches.get()) is not None:
             now, records = batch
-            touched: dict[int, RecordingState] = {}
+            touched: dict[RecordingState, None] = {}  # (by identity)
             for record in records:
                 recording: RecordingState = record[1]
                 if recording.broken:
@@ -75,8 +75,8 @@ class Writer:
                     self._fail(recording, now, "write_error", error)
                 recording.done += record[2]
                 if recording.part is not None:
-                    touched[id(recording)] = recording
-            for recording in touched.values():
+                    touched[recording] = None
+            for recording in touched:
                 if recording.part is None or recording.broken:
                     continue
                 try:

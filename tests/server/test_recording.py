@@ -233,6 +233,18 @@ async def test_a_live_recording_past_the_cap_is_stopped_and_its_session_goes_on(
                        "the recordings passed their cap); the session goes on"]  # fmt: skip
 
 
+async def test_a_recording_server_says_so_when_it_starts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="omni_grpc.server.app")
+    chosen = recording(tmp_path, omit_text=True, max_age_s=7 * 86400.0)
+    async with serving(settings(recording=chosen)):
+        pass
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("recording ")]
+    assert said == [f"recording every session (--record all) into {tmp_path}, "
+                    "without text; kept 7 days, 10240 MiB"]  # fmt: skip
+
+
 def test_recording_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="record must be one of"):
         RecordSettings(policy="sometimes")

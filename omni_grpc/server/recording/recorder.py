@@ -259,6 +259,19 @@ class Recorder:
     def folder(self) -> Path:
         return self.settings.folder
 
+    def describe(self) -> str:
+        """What the server records, where, and for how long: its start-up line."""
+        settings = self.settings
+        which = "every session" if settings.policy == "all" else "the sessions that ask"
+        left_out = [name for name, omit in (("audio", settings.omit_audio),
+                                            ("text", settings.omit_text)) if omit]  # fmt: skip
+        cap = settings.max_total_bytes / 1024**2
+        return (
+            f"recording {which} (--record {settings.policy}) into {settings.folder.resolve()}"
+            f"{', without ' + ' and '.join(left_out) if left_out else ''}; kept "
+            f"{settings.max_age_s / 86400:g} days, {f'{cap:g} MiB' if cap else 'no size cap'}"
+        )
+
     def live(self) -> set[str]:
         """The sessions this server records now (the sweep leaves their folders alone)."""
         return set(self._recordings)

@@ -122,7 +122,13 @@ def load(folder: Path) -> RecordedSession:
     entries = sorted(manifest.get("parts", []), key=lambda entry: int(entry.get("part", 1)))
     if any(entry.get("wire") for entry in entries):
         for entry in entries:
-            derived(folder, entry)
+            try:
+                derived(folder, entry)
+            except PermissionError as error:
+                raise RecordingError(
+                    f"{folder}: its lines are made from its wire log when first read, and the "
+                    f"folder cannot be written to ({error})"
+                ) from None
         manifest = json.loads((folder / MANIFEST).read_bytes())  # with the configs found
         entries = sorted(manifest.get("parts", []), key=lambda entry: int(entry.get("part", 1)))
     if not entries:

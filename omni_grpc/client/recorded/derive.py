@@ -11,7 +11,6 @@ one; they take the log's modification time, which says that they are up to date.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from pathlib import Path
@@ -209,11 +208,16 @@ def _event(flags: int, body: bytes) -> bytes:
 
 
 def derived(folder: Path, entry: dict[str, Any]) -> None:
-    """Makes the part's files if its wire log has changed since they were made (a folder the
-    reader may not write to is read as it stands)."""
+    """Makes the part's files if its wire log has changed since they were made; raises
+    PermissionError when the folder cannot be written to and they were never made (files made
+    before are read as they stand)."""
     if entry.get("wire") and stale(folder, entry):
-        with contextlib.suppress(PermissionError):
+        events = folder / str(entry.get("events") or events_file(int(entry.get("part", 1))))
+        try:
             derive(folder, entry)
+        except PermissionError:
+            if not events.exists():
+                raise
 
 
 __all__ = ["FLUSH_EVERY_S", "SETTLED_S", "derive", "derived", "stale"]

@@ -30,7 +30,8 @@ import orjson
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from omni_grpc.client.recorded import manifest
+from omni_grpc.client.recorded import manifest, tracks
+from omni_grpc.client.recorded.tracks import JITTER_S, AheadOfClock
 from omni_grpc.server.recording.disk import write_whole
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, SAMPLE_WIDTH
@@ -58,16 +59,11 @@ from omni_grpc.wire.recording import (
     wire_file,
 )
 
-JITTER_S = 0.2  # as the user's track lays appends (omni_grpc.client.recorded.tracks)
 # The user's audio that may run ahead of the clock (sent faster than real time), in seconds:
-# past it the recording stops, ahead_of_clock (the track would hold it in memory to lay it).
-MAX_AHEAD_S = 120.0
+# past it the recording stops, ahead_of_clock (its track would hold it in memory to lay it).
+MAX_AHEAD_S = tracks.MAX_AHEAD_S
 _DELTA = "output_audio_delta"
 _TOKENS = ("session_created", "session_resumed")
-
-
-class AheadOfClock(Exception):
-    """The user's audio runs further ahead of the clock than :data:`MAX_AHEAD_S`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -153,9 +153,11 @@ def test_a_part_is_its_lines_its_tracks_and_its_manifest(tmp_path: Path) -> None
     [part] = manifest["parts"]
     assert part["ended"] == "ended" and part["configs"][0]["config"]["instructions"] == "be brief"
     assert part["audio_format"] == {"sample_rate_hz": RATE, "channels": ["user", "assistant"]}
-    # Never a token in any file.
+    # Never a token in any file; every file the server's user's alone, as its folder.
     for path in folder.iterdir():
         assert TOKEN.encode() not in path.read_bytes(), path.name
+        assert path.stat().st_mode & 0o777 == 0o600, path.name
+    assert folder.stat().st_mode & 0o777 == 0o700
 
 
 def test_a_recording_without_text_or_audio_keeps_timings_only(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from omni_grpc.client.recorded.tracks import MAX_AHEAD_S, SETTLE_S, AheadOfClock, Tracks
 from omni_grpc.client.recordings import load, read_lines, summary
 from omni_grpc.server.recording.disk import stop_reason
-from omni_grpc.server.recording.part import PartInfo, WirePart
+from omni_grpc.server.recording.part import PartInfo, WirePart, is_delta
 from omni_grpc.server.recording.recorder import without_frames
 from omni_grpc.server.recording.retention import over_cap, sweep
 from omni_grpc.wire import pb
@@ -374,3 +374,23 @@ def test_a_recording_of_format_1_reads_as_the_same_session_logged_on_the_wire(
     assert new.parts[0].frames() == old.parts[0].frames()
     assert new.parts[0].entry["configs"] == old.parts[0].entry["configs"]
     assert summary(new) | {"bytes": 0} == summary(old) | {"bytes": 0}
+
+
+@pytest.mark.parametrize("seq", [1, 127, 128, 186, 16383, 16384, 2**40])
+@pytest.mark.parametrize("applied", [0, 1, 186, 2**33])
+def test_a_delta_is_told_from_its_first_bytes_as_parsing_would(seq: int, applied: int) -> None:
+    """The writer keeps an output audio delta's bytes as they came without parsing them; any
+    other event, which may hold a secret, must never be taken for one (186 is the varint of the
+    delta's own key)."""
+    kinds = {
+        "output_audio_delta": pb.OutputAudioDelta(audio=b"\xba\x01" * 4, response_id="r"),
+        "session_created": pb.SessionCreated(resume_token="\xba\x01"),
+        "session_updated": pb.SessionUpdated(),
+        "heartbeat_ack": pb.HeartbeatAck(session_id="s"),
+        "response_done": pb.ResponseDone(response=pb.Response(id="r")),
+    }
+    for kind, body in kinds.items():
+        payload = pb.ConverseResponse(seq=seq, applied_client_seq=applied, **{kind: body})
+        assert is_delta(payload.SerializeToString()) == (kind == "output_audio_delta"), kind
+    assert not is_delta(pb.ConverseResponse(seq=seq).SerializeToString())
+    assert not is_delta(b"")

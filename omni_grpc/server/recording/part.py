@@ -155,10 +155,9 @@ class WirePart:
     def event(self, seq: int, t: float, payload: bytes, restored: bool = False) -> None:
         """A numbered event of the session (``restored``: one an adopting replica took from
         the store, numbered by a replica before it)."""
-        event = pb.ConverseResponse.FromString(payload)
         flags = RESTORED if restored else 0
-        if event.WhichOneof("event") != _DELTA or self.info.omit_audio:  # the usual one is kept
-            more, payload = self._event(event)
+        if self.info.omit_audio or not is_delta(payload):  # the usual one is kept as it is
+            more, payload = self._event(pb.ConverseResponse.FromString(payload))
             flags |= more
         self._made_seq = seq
         record = WIRE_RECORD.pack(W_EVENT, flags, 0, t, seq, 0, len(payload))
@@ -295,9 +294,44 @@ class WirePart:
         entry.setdefault("configs", [])
 
 
+def _delta_tag() -> bytes:
+    """The key an output audio delta's field starts with: its number, wire type 2, a varint."""
+    key = pb.ConverseResponse.DESCRIPTOR.fields_by_name[_DELTA].number << 3 | 2
+    tag = bytearray()
+    while key > 0x7F:
+        tag.append(key & 0x7F | 0x80)
+        key >>= 7
+    tag.append(key)
+    return bytes(tag)
+
+
+_DELTA_TAG = _delta_tag()
+_SEQ_KEY, _APPLIED_KEY = 0x08, 0x10  # fields 1 and 2, varints
+
+
+def is_delta(payload: bytes) -> bool:
+    """Whether a numbered event's bytes are an output audio delta's, read off its first bytes
+    instead of parsing it (the usual event, once a chunk): protobuf writes a message's fields in
+    the order of their numbers, and before the ``event`` oneof come only ``seq`` and
+    ``applied_client_seq``, two varints. Any doubt answers False (the event is then parsed)."""
+    size = len(payload)
+    if not size or payload[0] != _SEQ_KEY:
+        return False
+    at = 1
+    while at < size and payload[at] & 0x80:  # seq's varint
+        at += 1
+    at += 1
+    if at < size and payload[at] == _APPLIED_KEY:
+        at += 1
+        while at < size and payload[at] & 0x80:  # applied_client_seq's varint
+            at += 1
+        at += 1
+    return payload[at : at + len(_DELTA_TAG)] == _DELTA_TAG
+
+
 def _now() -> str:
     """The wall clock's time now, as the manifest writes times (UTC, ISO 8601)."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-__all__ = ["MAX_AHEAD_S", "AheadOfClock", "PartInfo", "WirePart"]
+__all__ = ["MAX_AHEAD_S", "AheadOfClock", "PartInfo", "WirePart", "is_delta"]

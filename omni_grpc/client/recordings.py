@@ -129,6 +129,8 @@ def load(folder: Path) -> RecordedSession:
                     f"{folder}: its lines are made from its wire log when first read, and the "
                     f"folder cannot be written to ({error})"
                 ) from None
+            except OSError as error:  # e.g. the retention sweep took it meanwhile
+                raise RecordingError(f"{folder}: its wire log cannot be read: {error}") from None
         manifest = json.loads((folder / MANIFEST).read_bytes())  # with the configs found
         entries = sorted(manifest.get("parts", []), key=lambda entry: int(entry.get("part", 1)))
     if not entries:

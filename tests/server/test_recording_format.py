@@ -394,3 +394,17 @@ def test_a_delta_is_told_from_its_first_bytes_as_parsing_would(seq: int, applied
         assert is_delta(payload.SerializeToString()) == (kind == "output_audio_delta"), kind
     assert not is_delta(pb.ConverseResponse(seq=seq).SerializeToString())
     assert not is_delta(b"")
+
+
+def test_a_wire_log_cut_by_a_crash_reads_to_its_last_whole_record(tmp_path: Path) -> None:
+    writer = WirePart(info(tmp_path))
+    a_session(writer)  # written, never closed: the replica died here
+    folder = tmp_path / "sess_test"
+    wire = folder / "wire.bin"
+    whole = load(folder)
+    wire.write_bytes(wire.read_bytes()[:-5])  # the last record torn
+    cut = load(folder)  # made again: the log changed
+    assert [line for _, line in cut.lines] == [line for _, line in whole.lines][:-1]
+    assert cut.lines[-1][1]["kind"] == "truncate_conversation_item"  # event 8 was torn
+    assert cut.end() == {"reason": "unfinished", "last_seq": 7}
+    assert (folder / "events.jsonl").read_bytes().endswith(b"\n")

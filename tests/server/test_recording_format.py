@@ -16,8 +16,7 @@ import pytest
 from omni_grpc.client.recorded.tracks import MAX_AHEAD_S, SETTLE_S, AheadOfClock, Tracks
 from omni_grpc.client.recordings import load, read_lines, summary
 from omni_grpc.server.recording.disk import stop_reason
-from omni_grpc.server.recording.part import PartInfo, WirePart, is_delta
-from omni_grpc.server.recording.recorder import without_frames
+from omni_grpc.server.recording.part import PartInfo, WirePart, is_delta, without_frames
 from omni_grpc.server.recording.retention import over_cap, sweep
 from omni_grpc.wire import pb
 

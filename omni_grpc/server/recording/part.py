@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,9 +31,12 @@ import orjson
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+import omni_grpc
 from omni_grpc.client.recorded import manifest, tracks
 from omni_grpc.client.recorded.tracks import JITTER_S, AheadOfClock
+from omni_grpc.core.limits import PROTOCOL_VERSION, EngineFeatures
 from omni_grpc.server.recording.disk import write_whole
+from omni_grpc.server.recording.settings import RecordSettings
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, SAMPLE_WIDTH
 from omni_grpc.wire.recording import (
@@ -56,6 +60,7 @@ from omni_grpc.wire.recording import (
     message_json,
     redact_secrets,
     redact_text,
+    secrets_left_out,
     wire_file,
 )
 
@@ -294,6 +299,35 @@ class WirePart:
         entry.setdefault("configs", [])
 
 
+def without_frames(request: pb.ConverseRequest) -> pb.ConverseRequest:
+    """An append as recorded: camera frames are never recorded, their types are."""
+    kept = pb.ConverseRequest()
+    kept.CopyFrom(request)
+    frames = kept.append_input_audio.video_frames
+    types = [frame.mime_type for frame in frames]
+    del frames[:]
+    frames.extend(pb.VideoFrame(mime_type=mime_type) for mime_type in types)
+    return kept
+
+
+def session_fields(
+    settings: RecordSettings, engine: EngineFeatures, options: dict[str, str]
+) -> dict[str, Any]:
+    """The manifest's session-wide fields (engine options that look secret are left out)."""
+    kept = secrets_left_out(options)
+    return {
+        "format": FORMAT,
+        "engine": {"name": engine.name, "options": kept},
+        "versions": {
+            "omni_grpc": omni_grpc.__version__,
+            "protocol": PROTOCOL_VERSION,
+            "python": platform.python_version(),
+        },
+        "policy": settings.policy,
+        "redaction": {"audio": settings.omit_audio, "text": settings.omit_text},
+    }
+
+
 def _delta_tag() -> bytes:
     """The key an output audio delta's field starts with: its number, wire type 2, a varint."""
     key = pb.ConverseResponse.DESCRIPTOR.fields_by_name[_DELTA].number << 3 | 2
@@ -334,4 +368,12 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-__all__ = ["MAX_AHEAD_S", "AheadOfClock", "PartInfo", "WirePart", "is_delta"]
+__all__ = [
+    "MAX_AHEAD_S",
+    "AheadOfClock",
+    "PartInfo",
+    "WirePart",
+    "is_delta",
+    "session_fields",
+    "without_frames",
+]

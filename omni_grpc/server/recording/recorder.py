@@ -27,18 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import platform
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import omni_grpc
 from omni_grpc.core import Effects, State
 from omni_grpc.core.commands import AppendAudio, EngineCommand
-from omni_grpc.core.limits import PROTOCOL_VERSION, EngineFeatures
+from omni_grpc.core.limits import EngineFeatures
 from omni_grpc.server.recording.counters import STARTED, STOPPED
-from omni_grpc.server.recording.part import PartInfo
+from omni_grpc.server.recording.part import PartInfo, session_fields, without_frames
 from omni_grpc.server.recording.retention import RETENTION_EVERY_S, over_cap, sweep
 from omni_grpc.server.recording.settings import RecordSettings
 from omni_grpc.server.recording.state import RecordingState
@@ -58,7 +56,6 @@ from omni_grpc.server.taps import HostTap
 from omni_grpc.server.taps import SessionHost as TappedHost
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
-from omni_grpc.wire.recording import FORMAT, secrets_left_out
 
 if TYPE_CHECKING:
     from omni_grpc.server.host import SessionHost
@@ -219,17 +216,6 @@ class Recording(RecordingState, HostTap):
             self._unnumbered.clear()
 
 
-def without_frames(request: pb.ConverseRequest) -> pb.ConverseRequest:
-    """An append as recorded: camera frames are never recorded, their types are."""
-    kept = pb.ConverseRequest()
-    kept.CopyFrom(request)
-    frames = kept.append_input_audio.video_frames
-    types = [frame.mime_type for frame in frames]
-    del frames[:]
-    frames.extend(pb.VideoFrame(mime_type=mime_type) for mime_type in types)
-    return kept
-
-
 class Recorder:
     """Every recording of one server, the writer thread, and the retention sweep."""
 
@@ -245,7 +231,7 @@ class Recorder:
         self.clock = clock
         self._engine = engine
         self.replica = replica  # this server's name in the manifest (its route, or host:port)
-        self._session_fields = _session_fields(settings, engine, engine_options)
+        self._session_fields = session_fields(settings, engine, engine_options)
         self.batch: list[tuple[Any, ...]] = []
         self.timer: asyncio.TimerHandle | None = None
         self.queued = 0
@@ -258,19 +244,6 @@ class Recorder:
     @property
     def folder(self) -> Path:
         return self.settings.folder
-
-    def describe(self) -> str:
-        """What the server records, where, and for how long: its start-up line."""
-        settings = self.settings
-        which = "every session" if settings.policy == "all" else "the sessions that ask"
-        left_out = [name for name, omit in (("audio", settings.omit_audio),
-                                            ("text", settings.omit_text)) if omit]  # fmt: skip
-        cap = settings.max_total_bytes / 1024**2
-        return (
-            f"recording {which} (--record {settings.policy}) into {settings.folder.resolve()}"
-            f"{', without ' + ' and '.join(left_out) if left_out else ''}; kept "
-            f"{settings.max_age_s / 86400:g} days, {f'{cap:g} MiB' if cap else 'no size cap'}"
-        )
 
     def live(self) -> set[str]:
         """The sessions this server records now (the sweep leaves their folders alone)."""
@@ -398,24 +371,6 @@ class Recorder:
             await asyncio.sleep(RETENTION_EVERY_S)
 
 
-def _session_fields(
-    settings: RecordSettings, engine: EngineFeatures, options: dict[str, str]
-) -> dict[str, Any]:
-    """The manifest's session-wide fields (engine options that look secret are left out)."""
-    kept = secrets_left_out(options)
-    return {
-        "format": FORMAT,
-        "engine": {"name": engine.name, "options": kept},
-        "versions": {
-            "omni_grpc": omni_grpc.__version__,
-            "protocol": PROTOCOL_VERSION,
-            "python": platform.python_version(),
-        },
-        "policy": settings.policy,
-        "redaction": {"audio": settings.omit_audio, "text": settings.omit_text},
-    }
-
-
 class RecordOnRequest(HostTap):
     """A session recorded on request: its recording starts or stops with its configuration."""
 
@@ -426,4 +381,4 @@ class RecordOnRequest(HostTap):
         self._recorder.reconsider(host)  # type: ignore[arg-type]  # the host that tells it
 
 
-__all__ = ["BATCH_S", "RecordOnRequest", "Recorder", "Recording", "without_frames"]
+__all__ = ["BATCH_S", "RecordOnRequest", "Recorder", "Recording"]

@@ -171,9 +171,19 @@ def run_recordings(args: argparse.Namespace) -> int:
 
     try:
         if args.action == "list":
-            rows = listing(Path(args.record_dir))
+            root = Path(args.record_dir)
+            if not root.is_dir():
+                print(
+                    f"omni-grpc recordings: no recordings: {root.resolve()} is not a folder "
+                    "(--record-dir, $OMNI_GRPC_RECORD_DIR)",
+                    file=sys.stderr,
+                )
+                return 2
+            rows = listing(root)
             if args.json:
                 print(json.dumps(rows, indent=1))
+            elif not rows:
+                print(f"no recordings in {root.resolve()}")
             for row in [] if args.json else rows:
                 print(
                     f"{row['session_id']}  {row['started_at']}  {row['seconds']:8.1f} s  "
@@ -183,8 +193,12 @@ def run_recordings(args: argparse.Namespace) -> int:
             return 0
         folder = _locate(args.recording, args.record_dir)
         if args.action == "export":
-            archive = Path(args.out or f"{folder.name}.tar.gz")
-            print(export(folder, archive))
+            archive = export(folder, Path(args.out or f"{folder.name}.tar.gz"))
+            if args.json:
+                written = {"session_id": folder.name, "archive": str(archive.resolve())}
+                print(json.dumps(written | {"bytes": archive.stat().st_size}, indent=1))
+            else:
+                print(archive)
             return 0
         recorded = load(folder)
     except (RecordingError, OSError) as error:

@@ -4,7 +4,8 @@
 lines in order, each event once (where a peer adopted the session, a part's events from the
 next part's first seq on are that part's), and the user's audio by its place in a part's track.
 A recording cut short (a crash, a full disk) reads up to its last complete line, and its WAV up
-to its last whole frame, whatever its header says.
+to its last whole frame, whatever its header says. A part the server wrote as a wire log
+(format 2) has its lines and WAV made from the log first (:mod:`omni_grpc.client.recorded`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_grpc.audio.wav import HEADER_BYTES, wav_bytes
+from omni_grpc.client.recorded.derive import derived
 from omni_grpc.wire.recording import MANIFEST, events_file
 
 
@@ -118,6 +120,19 @@ def load(folder: Path) -> RecordedSession:
     except (OSError, ValueError) as error:
         raise RecordingError(f"{folder} is not a recording: {error}") from None
     entries = sorted(manifest.get("parts", []), key=lambda entry: int(entry.get("part", 1)))
+    if any(entry.get("wire") for entry in entries):
+        for entry in entries:
+            try:
+                derived(folder, entry)
+            except PermissionError as error:
+                raise RecordingError(
+                    f"{folder}: its lines are made from its wire log when first read, and the "
+                    f"folder cannot be written to ({error})"
+                ) from None
+            except OSError as error:  # e.g. the retention sweep took it meanwhile
+                raise RecordingError(f"{folder}: its wire log cannot be read: {error}") from None
+        manifest = json.loads((folder / MANIFEST).read_bytes())  # with the configs found
+        entries = sorted(manifest.get("parts", []), key=lambda entry: int(entry.get("part", 1)))
     if not entries:
         raise RecordingError(f"{folder}: the manifest names no part")
     parts = []

@@ -99,6 +99,11 @@ class Journal:
         newer.reverse()
         return newer
 
+    def newest(self) -> tuple[int, float, bytes] | None:
+        """The newest kept event, (seq, produced_at, payload), or None: what a recorder reads
+        after each command when the command made one event, the usual chunk's."""
+        return self._entries[-1] if self._entries else None
+
     def restore(self, dropped_through: int, entries: list[tuple[int, bytes]], now: float) -> None:
         """Refills an empty journal from a store: events after ``dropped_through``, contiguous.
 

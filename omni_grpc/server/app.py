@@ -196,6 +196,7 @@ async def start_server(
         options = dict(settings.engine_options)
         recorder = Recorder(settings.recording, clock, engine.features, options, replica)
         await recorder.start()
+        logger.info("%s", settings.recording.describe())
     sessions = Sessions(
         registry,
         engine,

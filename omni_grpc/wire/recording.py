@@ -5,24 +5,48 @@ A recording is a folder named after its session (``<record dir>/<session_id>/``)
 * ``manifest.json``: the session (engine and its options, versions, redaction), and one *part*
   per replica it lived on, each with its files, its start and end, its configurations as they
   changed, and where its recording stopped if it did;
+* ``wire.bin``: what the server wrote of the first part as it went, the *wire log*: every
+  command and every event as its protobuf bytes, and the audio the engine heard where it is not
+  the audio the client sent, each a length-prefixed record (:data:`WIRE_RECORD`);
 * ``events.jsonl``: every command and every event of the first part, in order, one JSON object
   a line (:data:`LINE_TYPES`); ``audio.wav``: its two tracks, the user on the left and the
-  assistant on the right. A later part (a peer adopted the session) has ``events.<n>.jsonl``
-  and ``audio.<n>.wav``.
+  assistant on the right. The readers make both from the wire log when they read it
+  (:mod:`omni_grpc.client.recorded`); a recording of format 1 has them as the server wrote them.
+  A later part (a peer adopted the session) has ``wire.<n>.bin``, ``events.<n>.jsonl`` and
+  ``audio.<n>.wav``.
 
 docs/recordings.md describes every field. This module holds what writer and readers share:
-the file names, the line types, and how a message becomes JSON (text left out on request).
+the file names, the wire log's records, the line types, and how a message becomes JSON (text
+left out on request).
 """
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Iterator
 from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-FORMAT = 1
+FORMAT = 2  # 1: events.jsonl and audio.wav written by the server itself, no wire log
 MANIFEST = "manifest.json"
+# A wire log's record: its header, then ``size`` bytes. The header: the record's kind, its flags,
+# an audio encoding and rate (the audio the engine heard: a HEARD record's, or an append's
+# when it heard the audio as sent), the server's monotonic time, a number (a command's or a
+# stream event's attachment generation, a numbered event's seq), and the size. Little-endian.
+WIRE_RECORD = struct.Struct("<BBHdQII")
+# The kinds. OPEN, NOTE and END hold a JSON object (the part's header, a note, the end); COMMAND
+# a ConverseRequest, EVENT and STREAM a ConverseResponse; HEARD raw audio, the engine's, for
+# the COMMAND that follows it (an append converted by the edge, a commit's resampler tail).
+W_OPEN, W_COMMAND, W_HEARD, W_EVENT, W_STREAM, W_NOTE, W_END = range(1, 8)
+# The flags. A command skipped as a duplicate or as stale; an append whose audio the engine
+# heard as sent (no HEARD record); an event an adopter restored from the store; audio left out
+# (the body then starts with the audio's length, a little-endian u32, and the message's audio
+# field is empty).
+SKIPPED_DUPLICATE, SKIPPED_STALE, HEARD_AS_SENT, RESTORED, AUDIO_OMITTED = 1, 2, 4, 8, 16
+SKIP_FLAGS = {"": 0, "duplicate": SKIPPED_DUPLICATE, "stale": SKIPPED_STALE}
+OMITTED_SIZE = struct.Struct("<I")
 TRACKS = ("user", "assistant")  # the WAV's channels, left to right
 # The types of events.jsonl's lines: the part's header, a command the server read, an event
 # the session numbered (seq > 0), an event of one stream only (seq 0: created, resumed,
@@ -34,6 +58,25 @@ LINE_TYPES = ("recording", "command", "event", "stream", "note", "end")
 TEXT_KEYS = frozenset(
     {"text", "transcript", "delta", "instructions", "arguments", "output", "metadata"}
 )
+
+
+def wire_file(part: int) -> str:
+    """The wire log of part ``part`` (format 2 on)."""
+    return "wire.bin" if part == 1 else f"wire.{part}.bin"
+
+
+def wire_records(data: bytes) -> Iterator[tuple[int, int, int, float, int, int, bytes]]:
+    """The whole records of a wire log: (kind, flags, encoding, t, number, rate, body); a torn
+    last record (a crash mid-write) is left out."""
+    at, header = 0, WIRE_RECORD.size
+    view = memoryview(data)
+    while at + header <= len(data):
+        kind, flags, encoding, t, number, rate, size = WIRE_RECORD.unpack_from(data, at)
+        end = at + header + size
+        if end > len(data):
+            return
+        yield kind, flags, encoding, t, number, rate, bytes(view[at + header : end])
+        at = end
 
 
 def events_file(part: int) -> str:
@@ -115,14 +158,29 @@ def left_out(text: str) -> str:
 
 
 __all__ = [
+    "AUDIO_OMITTED",
     "FORMAT",
+    "HEARD_AS_SENT",
     "LINE_TYPES",
     "MANIFEST",
+    "OMITTED_SIZE",
     "OPTIONS_KEYS",
+    "RESTORED",
     "SECRET_LEFT_OUT",
     "SECRET_WORDS",
+    "SKIPPED_DUPLICATE",
+    "SKIPPED_STALE",
+    "SKIP_FLAGS",
     "TEXT_KEYS",
     "TRACKS",
+    "WIRE_RECORD",
+    "W_COMMAND",
+    "W_END",
+    "W_EVENT",
+    "W_HEARD",
+    "W_NOTE",
+    "W_OPEN",
+    "W_STREAM",
     "audio_file",
     "events_file",
     "is_secret_name",
@@ -131,4 +189,6 @@ __all__ = [
     "redact_secrets",
     "redact_text",
     "secrets_left_out",
+    "wire_file",
+    "wire_records",
 ]

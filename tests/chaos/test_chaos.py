@@ -36,7 +36,7 @@ from omni_grpc.client import (
     ResumeRefused,
     SessionReplaced,
 )
-from omni_grpc.client.recordings import load, read_lines
+from omni_grpc.client.recordings import RecordingError, load
 from omni_grpc.core import Limits
 from omni_grpc.core.commands import EngineCommand, kind_of
 from omni_grpc.core.journal import Journal
@@ -266,13 +266,21 @@ def check_sessions(truth: Truth, talkers: list[Talker]) -> None:
 
 
 def recordings_ended(truth: Truth, talkers: list[Talker]) -> bool:
-    """Whether the writer has finished every session's recording (its last line, ``end``)."""
+    """Whether the writer has finished every session's recording (its first part's last line,
+    ``end``, made from its wire log)."""
     return all(
-        (lines := read_lines(truth.recordings / t.client.session_id / "events.jsonl"))
-        and lines[-1]["type"] == "end"
+        _first_part_ended(truth.recordings / t.client.session_id)
         for t in talkers
         if t.client is not None
     )
+
+
+def _first_part_ended(folder: Path) -> bool:
+    try:
+        lines = load(folder).parts[0].lines
+    except RecordingError:
+        return False
+    return bool(lines) and lines[-1]["type"] == "end"
 
 
 def check_recordings(truth: Truth, talkers: list[Talker]) -> None:

@@ -115,9 +115,34 @@ def test_recordings_list_show_and_export(
     with tarfile.open(archive) as tar:
         names = sorted(tar.getnames())
     assert names == [
-        f"{recorded.name}/{name}" for name in ("audio.wav", "events.jsonl", "manifest.json")
+        f"{recorded.name}/{name}"
+        for name in ("audio.wav", "events.jsonl", "manifest.json", "wire.bin")
     ]
     assert main(["recordings", "show", str(tmp_path / "nothing-here")]) == 2
+    capsys.readouterr()
+    again = tmp_path / "again.tar.gz"
+    assert main(["recordings", "export", str(recorded), "--out", str(again), "--json"]) == 0
+    written = json.loads(capsys.readouterr().out)  # a document, not a bare path
+    assert written == {
+        "session_id": recorded.name,
+        "archive": str(again.resolve()),
+        "bytes": again.stat().st_size,
+    }
+
+
+def test_listing_a_missing_or_empty_record_dir_says_where_it_looked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OMNI_GRPC_RECORD_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)  # the default folder, ./recordings, is not there
+    assert main(["recordings", "list"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"{tmp_path / 'recordings'} is not a folder" in err, err
+    (tmp_path / "recordings").mkdir()
+    assert main(["recordings", "list"]) == 0
+    assert capsys.readouterr().out == f"no recordings in {tmp_path / 'recordings'}\n"
+    assert main(["recordings", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
 
 
 def test_the_recording_reads_as_the_session_went(recorded: Path) -> None:

@@ -39,6 +39,17 @@ def test_entries_after_gives_what_is_newer_oldest_first_whatever_was_trimmed() -
     assert j.entries_after(9) == []
 
 
+def test_newest_is_the_last_kept_event_or_none() -> None:
+    """What a recorder reads after a command that made one event."""
+    j = journal()
+    assert j.newest() is None
+    j.record(b"e1", now=1.0)
+    j.record(b"e2", now=2.0)
+    assert j.newest() == (2, 2.0, b"e2") == j.newest_after(1)[0]
+    j.ack(2)
+    assert j.newest() is None
+
+
 def test_ack_trims_and_reack_is_idempotent() -> None:
     j = journal()
     for payload in (b"aa", b"bbb", b"cccc"):

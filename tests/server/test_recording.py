@@ -15,10 +15,10 @@ import pytest
 from omni_grpc.client import DuplexClient
 from omni_grpc.client.recordings import load, read_lines
 from omni_grpc.server.recording import RecordSettings
+from omni_grpc.server.recording import part as part_module
 from omni_grpc.server.recording import recorder as recorder_module
-from omni_grpc.server.recording import tracks as tracks_module
 from omni_grpc.server.recording.counters import STOPPED
-from omni_grpc.server.recording.part import PartWriter
+from omni_grpc.server.recording.part import WirePart
 from omni_grpc.wire import pb
 from tests.client.conftest import CONFIG, OPTIONS, collect_until, tone
 from tests.client.proxy import ChaosProxy
@@ -133,20 +133,22 @@ async def test_on_request_records_only_the_sessions_that_ask(tmp_path: Path) -> 
     assert kinds[1] == "append_input_text" and kinds[-1] == "end", kinds
     assert kinds.index("update_session") < kinds.index("session_updated") == len(kinds) - 2
     assert kinds.count("append_input_text") == 1  # the text after the stop is not recorded
-    assert b"a secret" not in (tmp_path / wanted.session_id / "events.jsonl").read_bytes()
+    load(tmp_path / wanted.session_id)  # its lines made from its wire log
+    everything = b"".join(path.read_bytes() for path in (tmp_path / wanted.session_id).iterdir())
+    assert b"a secret" not in everything
 
 
 async def test_a_disk_that_falls_behind_stops_the_recording_and_never_the_session(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(recorder_module, "RECORDING_BUFFER_BYTES", 128 * 1024)
-    slow_event, disk = PartWriter.event, threading.Event()
+    slow_event, disk = WirePart.event, threading.Event()
 
-    def hanging(self: PartWriter, *args: object) -> None:
+    def hanging(self: WirePart, *args: object) -> None:
         disk.wait(30)  # the writer thread's disk hangs until the session is over
         slow_event(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(PartWriter, "event", hanging)
+    monkeypatch.setattr(WirePart, "event", hanging)
     before = STOPPED.labels("too_slow")._value.get()
     async with serving(settings(recording=recording(tmp_path))) as running:
         client = await DuplexClient.connect(running.target, config=CONFIG, options=OPTIONS)
@@ -168,6 +170,7 @@ async def test_a_disk_that_falls_behind_stops_the_recording_and_never_the_sessio
     assert STOPPED.labels("too_slow")._value.get() == before + 1
     [part] = json.loads((folder / "manifest.json").read_bytes())["parts"]
     assert part["stopped"]["reason"] == "too_slow" and part["ended"] == "stopped"
+    load(folder)  # its lines made from its wire log
     lines = read_lines(folder / "events.jsonl")
     seqs = [line["seq"] for line in lines if line["type"] == "event"]
     assert seqs == list(range(1, len(seqs) + 1))
@@ -178,7 +181,7 @@ async def test_a_disk_that_falls_behind_stops_the_recording_and_never_the_sessio
 async def test_audio_sent_far_faster_than_real_time_stops_the_recording_not_the_session(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tracks_module, "MAX_AHEAD_S", 2.0)
+    monkeypatch.setattr(part_module, "MAX_AHEAD_S", 2.0)
     before = STOPPED.labels("ahead_of_clock")._value.get()
     async with serving(settings(recording=recording(tmp_path))) as running:
         client = await DuplexClient.connect(running.target, config=CONFIG, options=OPTIONS)
@@ -195,6 +198,7 @@ async def test_audio_sent_far_faster_than_real_time_stops_the_recording_not_the_
     assert STOPPED.labels("ahead_of_clock")._value.get() == before + 1
     [part] = json.loads((folder / "manifest.json").read_bytes())["parts"]
     assert (part["ended"], part["stopped"]["reason"]) == ("stopped", "ahead_of_clock")
+    load(folder)  # its WAV made from its wire log
     with wave.open(str(folder / "audio.wav")) as wav:  # what it held up to its stop, no more
         assert wav.getnframes() / wav.getframerate() < 3.0
 
@@ -227,6 +231,18 @@ async def test_a_live_recording_past_the_cap_is_stopped_and_its_session_goes_on(
     stopped = [r.getMessage() for r in caplog.records if "recording stopped" in r.getMessage()]
     assert stopped == [f"session {client.session_id}: recording stopped (max_total_bytes: "
                        "the recordings passed their cap); the session goes on"]  # fmt: skip
+
+
+async def test_a_recording_server_says_so_when_it_starts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="omni_grpc.server.app")
+    chosen = recording(tmp_path, omit_text=True, max_age_s=7 * 86400.0)
+    async with serving(settings(recording=chosen)):
+        pass
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("recording ")]
+    assert said == [f"recording every session (--record all) into {tmp_path}, "
+                    "without text; kept 7 days, 10240 MiB"]  # fmt: skip
 
 
 def test_recording_settings_are_checked() -> None:

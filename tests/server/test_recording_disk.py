@@ -25,7 +25,7 @@ from tests.client.conftest import CONFIG, OPTIONS, collect_until, tone
 
 LIMIT_BYTES = 256 * 1024
 SESSIONS = 3
-TURNS = 4  # each answer is 2 s of 24 kHz pcm16 on the wire: the WAV outgrows the limit
+TURNS = 4  # each answer is 2 s of 24 kHz pcm16 on the wire: the wire log outgrows the limit
 
 
 def _small_files() -> None:
@@ -69,10 +69,11 @@ async def one_session(target: str) -> tuple[str, list[pb.ConverseResponse]]:
 
 
 def recording_of(folder: Path) -> tuple[dict[str, Any], list[int], Any]:
+    recorded = load(folder)  # its lines made from its wire log, as far as it was written
     [part] = json.loads((folder / "manifest.json").read_bytes())["parts"]
     lines = read_lines(folder / "events.jsonl")
     assert (folder / "events.jsonl").read_bytes().endswith(b"\n")  # no torn last line
-    return part, [line["seq"] for line in lines if line["type"] == "event"], load(folder).end()
+    return part, [line["seq"] for line in lines if line["type"] == "event"], recorded.end()
 
 
 @pytest.mark.subprocess  # a child omni-grpc serve under a file-size limit
@@ -91,5 +92,5 @@ async def test_a_full_disk_stops_recordings_and_never_a_session(tmp_path: Path) 
         assert seqs == list(range(1, len(seqs) + 1))
         assert part["stopped"]["last_seq"] == (seqs[-1] if seqs else 0)
         assert end == {"reason": "disk_full", "last_seq": part["stopped"]["last_seq"]}
-        wav = tmp_path / session_id / "audio.wav"
-        assert wav.stat().st_size <= LIMIT_BYTES
+        wire = tmp_path / session_id / "wire.bin"
+        assert wire.stat().st_size <= LIMIT_BYTES

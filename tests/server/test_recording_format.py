@@ -1,5 +1,6 @@
-"""The recording format, written by a part writer without a server: lines, tracks, redaction,
-tokens, and a write that fails part way (all in one process, no event loop)."""
+"""The recording format, written by a part's wire log writer without a server and read back
+(its lines and WAV made from the log): lines, tracks, redaction, tokens, and a write that fails
+part way (all in one process, no event loop)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from omni_grpc.client.recordings import load, read_lines
-from omni_grpc.server.recording.lines import stop_reason
-from omni_grpc.server.recording.part import PartInfo, PartWriter
+from omni_grpc.client.recorded.tracks import MAX_AHEAD_S, SETTLE_S, AheadOfClock, Tracks
+from omni_grpc.client.recordings import load, read_lines, summary
+from omni_grpc.server.recording.disk import stop_reason
+from omni_grpc.server.recording.part import PartInfo, WirePart, is_delta, without_frames
 from omni_grpc.server.recording.retention import over_cap, sweep
-from omni_grpc.server.recording.tracks import MAX_AHEAD_S, SETTLE_S, AheadOfClock, Tracks
 from omni_grpc.wire import pb
 
 RATE = 16000
@@ -27,12 +28,12 @@ CONFIG = pb.SessionConfig(
 )
 
 
-def info(folder: Path, **overrides: Any) -> PartInfo:
+def info(root: Path, **overrides: Any) -> PartInfo:
     fields: dict[str, Any] = {
         "session_id": "sess_test",
         "part": 1,
         "replica": "here:1",
-        "folder": folder / "sess_test",
+        "folder": root / "sess_test",
         "t0": 100.0,
         "wall": "2026-01-01T00:00:00.000+00:00",
         "rate_hz": RATE,
@@ -75,13 +76,18 @@ def delta(seq: int, start_ms: float, ms: int, response: str = "resp_1") -> bytes
     return event(seq, output_audio_delta=body)
 
 
-def a_session(writer: PartWriter) -> None:
+def append(client_seq: int, audio: bytes, event_id: str = "", **fields: Any) -> bytes:
+    body = pb.AppendInputAudio(audio=audio, **fields)
+    request = pb.ConverseRequest(client_seq=client_seq, event_id=event_id, append_input_audio=body)
+    return request.SerializeToString()
+
+
+def a_session(writer: WirePart) -> None:
     """Open, 300 ms of speech, a commit, a 400 ms answer cut at 150 ms by a truncate."""
     writer.stream(100.0, 1, created())
     for n in range(3):  # 100 ms sent at 24 kHz each, heard at 16 kHz
-        sent = (0, 0, len(pcm(100, 7, 24000)))
-        heard = pcm(100)
-        writer.append(100.1 + n / 10, 1, "", n + 1, "", sent, None, heard, 1, RATE)
+        sent = append(n + 1, pcm(100, 7, 24000))
+        writer.append(100.1 + n / 10, 1, "", sent, pcm(100), 1, RATE, False)
     commit = pb.ConverseRequest(client_seq=4, commit_input_audio=pb.CommitInputAudio())
     writer.command(100.4, 1, commit.SerializeToString(), "", b"")
     writer.event(1, 100.4, event(1, input_committed=pb.InputCommitted(item_id="item_u")))
@@ -100,12 +106,15 @@ def a_session(writer: PartWriter) -> None:
 
 
 def test_a_part_is_its_lines_its_tracks_and_its_manifest(tmp_path: Path) -> None:
-    writer = PartWriter(info(tmp_path))
+    writer = WirePart(info(tmp_path))
     a_session(writer)
     writer.close(101.0, "ended")
     folder = tmp_path / "sess_test"
+    assert {path.name for path in folder.iterdir()} == {"manifest.json", "wire.bin"}
+    load(folder)  # the lines and the WAV, made from the wire log when it is read
     assert {path.name for path in folder.iterdir()} == {
         "manifest.json",
+        "wire.bin",
         "events.jsonl",
         "audio.wav",
     }
@@ -143,18 +152,23 @@ def test_a_part_is_its_lines_its_tracks_and_its_manifest(tmp_path: Path) -> None
     [part] = manifest["parts"]
     assert part["ended"] == "ended" and part["configs"][0]["config"]["instructions"] == "be brief"
     assert part["audio_format"] == {"sample_rate_hz": RATE, "channels": ["user", "assistant"]}
-    # Never a token in any file.
+    # Never a token in any file; every file the server's user's alone, as its folder.
     for path in folder.iterdir():
         assert TOKEN.encode() not in path.read_bytes(), path.name
+        assert path.stat().st_mode & 0o777 == 0o600, path.name
+    assert folder.stat().st_mode & 0o777 == 0o700
 
 
 def test_a_recording_without_text_or_audio_keeps_timings_only(tmp_path: Path) -> None:
-    writer = PartWriter(info(tmp_path, omit_audio=True, omit_text=True))
+    writer = WirePart(info(tmp_path, omit_audio=True, omit_text=True))
     a_session(writer)
     text = pb.ConverseRequest(client_seq=6, append_input_text=pb.AppendInputText(text="my pin"))
     writer.command(100.9, 1, text.SerializeToString(), "", b"")
     writer.close(101.0, "ended")
     folder = tmp_path / "sess_test"
+    assert b"\x07\x00" * 8 not in (folder / "wire.bin").read_bytes()  # no audio sent
+    assert b"\xd0\x07" * 8 not in (folder / "wire.bin").read_bytes()  # nor the answer's
+    load(folder)
     assert not (folder / "audio.wav").exists()
     everything = b"".join(path.read_bytes() for path in folder.iterdir())
     assert b"my pin" not in everything and b"be brief" not in everything
@@ -168,13 +182,13 @@ def test_a_recording_without_text_or_audio_keeps_timings_only(tmp_path: Path) ->
     assert load(folder).user_audio(load(folder).parts[0], 0, 10) == bytes(20)  # silence
 
 
-def test_a_failed_write_is_cut_back_to_its_last_whole_line(
+def test_a_failed_write_is_cut_back_to_its_last_whole_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    writer = PartWriter(info(tmp_path))
+    writer = WirePart(info(tmp_path))
     writer.stream(100.0, 1, created())
     writer.flush(100.0)
-    writes = {"left": 150}  # the disk takes 150 more bytes, then is full
+    writes = {"left": 120}  # the disk takes 120 more bytes, then is full
 
     def filling(fd: int, data: bytes) -> int:
         if writes["left"] <= 0:
@@ -193,6 +207,7 @@ def test_a_failed_write_is_cut_back_to_its_last_whole_line(
     assert stop_reason(failure.value) == "disk_full"
     writer.stopped(106.0, "disk_full")
     folder = tmp_path / "sess_test"
+    load(folder)
     raw = (folder / "events.jsonl").read_bytes()
     assert raw.endswith(b"\n")  # no torn line
     lines = read_lines(folder / "events.jsonl")
@@ -276,7 +291,7 @@ def test_live_recordings_past_the_cap_are_stopped_largest_first(tmp_path: Path) 
 
 
 def test_the_usual_event_is_written_as_proto_json_is() -> None:
-    from omni_grpc.server.recording.lines import delta_json
+    from omni_grpc.client.recorded.lines import delta_json
     from omni_grpc.wire.recording import message_json
 
     for delta in (
@@ -294,12 +309,15 @@ def test_an_append_with_hints_keeps_them_and_counts_its_frames(tmp_path: Path) -
     hints = struct_pb2.Struct()
     hints.update({"is_speech": True, "transcript": "hello"})
     frame = pb.VideoFrame(data=b"\xff\xd8 a photo", mime_type="image/jpeg")
-    rare = pb.AppendInputAudio(audio_end_ms=12.5, hints=hints, video_frames=[frame])
-    writer = PartWriter(info(tmp_path, omit_text=True))
-    sent = (pb.AUDIO_ENCODING_PCM16, 16000, 3200)
-    writer.append(100.1, 1, "", 1, "e1", sent, rare.SerializeToString(), pcm(100), 1, RATE)
+    fields = {"audio_end_ms": 12.5, "hints": hints, "video_frames": [frame]}
+    fields |= {"encoding": pb.AUDIO_ENCODING_PCM16, "sample_rate_hz": 16000}
+    sent = pb.ConverseRequest.FromString(append(1, pcm(100), "e1", **fields))
+    writer = WirePart(info(tmp_path, omit_text=True))
+    body = without_frames(sent).SerializeToString()  # as the event loop hands it over
+    writer.append(100.1, 1, "", body, pcm(100), 1, RATE, True)
     writer.close(100.2, "ended")
     folder = tmp_path / "sess_test"
+    load(folder)
     [line] = [line for line in read_lines(folder / "events.jsonl") if line["type"] == "command"]
     assert line["command"] == {
         "encoding": "AUDIO_ENCODING_PCM16",
@@ -308,4 +326,84 @@ def test_an_append_with_hints_keeps_them_and_counts_its_frames(tmp_path: Path) -
         "hints": {"is_speech": True, "transcript": "<5 characters left out>"},
     }
     assert (line["video_frames"], line["sent_ms"], line["event_id"]) == (1, 100.0, "e1")
-    assert b"a photo" not in (folder / "events.jsonl").read_bytes()
+    for path in folder.iterdir():
+        assert b"a photo" not in path.read_bytes() and b"hello" not in path.read_bytes()
+
+
+# A recording of format 1 (events.jsonl and audio.wav written by the server itself, before the
+# wire log), made by that writer from the session below; kept as it was written.
+FORMAT_1 = Path(__file__).parent / "recording_format1" / "sess_format1"
+
+
+def test_a_recording_of_format_1_reads_as_the_same_session_logged_on_the_wire(
+    tmp_path: Path,
+) -> None:
+    old = load(FORMAT_1)
+    assert old.manifest["format"] == 1 and "wire" not in old.parts[0].entry
+    folder = tmp_path / "sess_format1"
+    session = {"format": 2, "engine": {"name": "test", "options": {}}, "versions": {},
+               "policy": "all", "redaction": {"audio": False, "text": False}}  # fmt: skip
+    writer = WirePart(info(tmp_path, session_id="sess_format1", folder=folder, session=session))
+    writer.stream(100.0, 1, pb.ConverseResponse(session_created=pb.SessionCreated(
+        session=pb.Session(id="sess_format1", config=CONFIG))).SerializeToString())  # fmt: skip
+    for n in range(3):
+        writer.append(100.1 + n / 10, 1, "", append(n + 1, pcm(100, 7, 24000)), pcm(100), 1,
+                      RATE, False)  # fmt: skip
+    commit = pb.ConverseRequest(client_seq=4, commit_input_audio=pb.CommitInputAudio())
+    writer.command(100.4, 1, commit.SerializeToString(), "", b"")
+    writer.event(1, 100.4, event(1, input_committed=pb.InputCommitted(item_id="item_u")))
+    created_response = pb.ResponseCreated(response=pb.Response(id="resp_1"), item_id="item_a")
+    writer.event(2, 100.5, event(2, response_created=created_response))
+    for n in range(4):
+        writer.event(3 + n, 100.5, delta(3 + n, n * 100.0, 100))
+    done = pb.Response(id="resp_1", status=pb.RESPONSE_STATUS_COMPLETED)
+    writer.event(7, 100.5, event(7, response_done=pb.ResponseDone(response=done)))
+    cut = pb.TruncateConversationItem(item_id="item_a", audio_end_ms=150)
+    request = pb.ConverseRequest(client_seq=5, truncate_conversation_item=cut)
+    writer.command(100.7, 1, request.SerializeToString(), "", b"")
+    truncated = pb.ItemTruncated(item_id="item_a", audio_end_ms=150)
+    writer.event(8, 100.7, event(8, item_truncated=truncated))
+    text = pb.ConverseRequest(client_seq=6, append_input_text=pb.AppendInputText(text="and again"))
+    writer.command(100.9, 1, text.SerializeToString(), "", b"")
+    writer.close(101.0, "ended")
+    new = load(folder)
+    old_lines, new_lines = [line for _, line in old.lines], [line for _, line in new.lines]
+    assert old_lines[0].pop("format") == 1 and new_lines[0].pop("format") == 2
+    assert new_lines == old_lines
+    assert new.parts[0].frames() == old.parts[0].frames()
+    assert new.parts[0].entry["configs"] == old.parts[0].entry["configs"]
+    assert summary(new) | {"bytes": 0} == summary(old) | {"bytes": 0}
+
+
+@pytest.mark.parametrize("seq", [1, 127, 128, 186, 16383, 16384, 2**40])
+@pytest.mark.parametrize("applied", [0, 1, 186, 2**33])
+def test_a_delta_is_told_from_its_first_bytes_as_parsing_would(seq: int, applied: int) -> None:
+    """The writer keeps an output audio delta's bytes as they came without parsing them; any
+    other event, which may hold a secret, must never be taken for one (186 is the varint of the
+    delta's own key)."""
+    kinds = {
+        "output_audio_delta": pb.OutputAudioDelta(audio=b"\xba\x01" * 4, response_id="r"),
+        "session_created": pb.SessionCreated(resume_token="\xba\x01"),
+        "session_updated": pb.SessionUpdated(),
+        "heartbeat_ack": pb.HeartbeatAck(session_id="s"),
+        "response_done": pb.ResponseDone(response=pb.Response(id="r")),
+    }
+    for kind, body in kinds.items():
+        payload = pb.ConverseResponse(seq=seq, applied_client_seq=applied, **{kind: body})
+        assert is_delta(payload.SerializeToString()) == (kind == "output_audio_delta"), kind
+    assert not is_delta(pb.ConverseResponse(seq=seq).SerializeToString())
+    assert not is_delta(b"")
+
+
+def test_a_wire_log_cut_by_a_crash_reads_to_its_last_whole_record(tmp_path: Path) -> None:
+    writer = WirePart(info(tmp_path))
+    a_session(writer)  # written, never closed: the replica died here
+    folder = tmp_path / "sess_test"
+    wire = folder / "wire.bin"
+    whole = load(folder)
+    wire.write_bytes(wire.read_bytes()[:-5])  # the last record torn
+    cut = load(folder)  # made again: the log changed
+    assert [line for _, line in cut.lines] == [line for _, line in whole.lines][:-1]
+    assert cut.lines[-1][1]["kind"] == "truncate_conversation_item"  # event 8 was torn
+    assert cut.end() == {"reason": "unfinished", "last_seq": 7}
+    assert (folder / "events.jsonl").read_bytes().endswith(b"\n")

@@ -7,8 +7,9 @@ docs/recordings.md describes them). The parts:
 * :mod:`.recorder`: on the event loop, which sessions are recorded and the wrappers that hand
   what passes through their hosts to the writer, in batches, with a bounded buffer;
 * :mod:`.writer`: the thread that writes, and stops a recording (never its session) when a write
-  fails; :mod:`.part` (one replica's files), :mod:`.lines` (its lines), :mod:`.tracks` (the
-  WAV), :mod:`.manifest`;
+  fails; :mod:`.part` (one replica's wire log and manifest entry), :mod:`.disk` (records
+  written whole); the readers make the lines and the WAV from the log
+  (:mod:`omni_grpc.client.recorded`);
 * :mod:`.retention`: the sweep that deletes recordings past their age or the size cap;
 * :mod:`.settings`, :mod:`.counters`: the policy and the metrics.
 """

@@ -1,47 +1,74 @@
-"""One replica's part of a recording: its events file, its two-track WAV, its manifest entry.
+"""One replica's part of a recording, as the server writes it: its wire log and its manifest entry.
 
-A :class:`PartWriter` lives in the writer thread (:mod:`.writer`) and turns what the session's
-host handed over (:mod:`.recorder`) into lines of ``events.jsonl`` (docs/recordings.md) and
-frames of the WAV (:mod:`.tracks`). Lines are written whole, a batch at a time, with
-``os.write`` on a file opened for appending: a write that fails part way (a full disk, a file
-size limit) is cut back to its last whole line, so the file always ends with a complete record,
-and the manifest says where the recording stopped and why.
+A :class:`WirePart` lives in the writer thread (:mod:`.writer`) and appends what the session's
+host handed over (:mod:`.recorder`) to the part's wire log (``wire.bin``,
+:data:`~omni_grpc.wire.recording.WIRE_RECORD`): each command and each event as the protobuf
+bytes it came as, and the audio the engine heard only where it is not the audio the client sent.
+Nothing is formatted per chunk: the lines of ``events.jsonl`` and the frames of ``audio.wav``
+are made by the readers from the log (:mod:`omni_grpc.client.recorded`). Records are written
+whole, a batch at a time, with ``os.write`` on a file opened for appending: a write that fails
+part way (a full disk, a file size limit) is cut back to its last whole record, and the manifest
+says where the recording stopped and why.
 
-A command comes when its handling ended (see :mod:`.recorder`), so that the audio the engine
-received for it (an append's, after conversion; a commit's resampler tail) is named on its line
-by its place in the user's track; the events it caused follow it. Nothing written holds a key or a
-resume token: the server never sees keys here, and tokens are taken out of ``resume_session``,
-``session_created`` and ``session_resumed`` before anything is written.
+What never reaches the disk is taken out here, before anything is written: a resume token (of
+``resume_session``, ``session_created``, ``session_resumed``), the value of an engine option
+whose name says it is a secret, camera frames (left out on the loop), and, when the recording
+omits them, the audio (only its length is kept) and the text. The usual chunk's records, an
+append and an output audio delta, hold none of these and are written as they came.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
+import platform
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
+from google.protobuf import json_format
+from google.protobuf.message import Message
 
-from omni_grpc.server.recording import manifest
-from omni_grpc.server.recording.lines import ENCODINGS, delta_json, write_whole
-from omni_grpc.server.recording.tracks import Placed, Tracks
+import omni_grpc
+from omni_grpc.client.recorded import manifest, tracks
+from omni_grpc.client.recorded.tracks import JITTER_S, AheadOfClock
+from omni_grpc.core.limits import PROTOCOL_VERSION, EngineFeatures
+from omni_grpc.server.recording.disk import write_whole
+from omni_grpc.server.recording.settings import RecordSettings
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, SAMPLE_WIDTH
 from omni_grpc.wire.recording import (
+    AUDIO_OMITTED,
     FORMAT,
+    HEARD_AS_SENT,
     MANIFEST,
+    OMITTED_SIZE,
+    RESTORED,
+    SKIP_FLAGS,
+    W_COMMAND,
+    W_END,
+    W_EVENT,
+    W_HEARD,
+    W_NOTE,
+    W_OPEN,
+    W_STREAM,
+    WIRE_RECORD,
     audio_file,
     events_file,
     message_json,
     redact_secrets,
     redact_text,
+    secrets_left_out,
+    wire_file,
 )
 
-APPEND_KIND = "append_input_audio"
+# The user's audio that may run ahead of the clock (sent faster than real time), in seconds:
+# past it the recording stops, ahead_of_clock (its track would hold it in memory to lay it).
+MAX_AHEAD_S = tracks.MAX_AHEAD_S
+_DELTA = "output_audio_delta"
+_TOKENS = ("session_created", "session_resumed")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,39 +89,28 @@ class PartInfo:
     first_seq: int  # the first event this part numbers itself
 
 
-class PartWriter:
-    """Writes one part; every method may raise OSError (the writer stops the recording)."""
+class WirePart:
+    """Writes one part's wire log; every method may raise OSError (the writer stops the
+    recording), or :class:`AheadOfClock`."""
 
     def __init__(self, info: PartInfo) -> None:
         self.info = info
-        folder = info.folder
-        folder.mkdir(mode=manifest.FOLDER_MODE, parents=True, exist_ok=True)
+        info.folder.mkdir(mode=manifest.FOLDER_MODE, parents=True, exist_ok=True)
         self._fd = os.open(
-            folder / events_file(info.part),
+            info.folder / wire_file(info.part),
             os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC,
             manifest.FILE_MODE,
         )
-        wav = None
-        if not info.omit_audio:
-            fd = os.open(
-                folder / audio_file(info.part),
-                os.O_RDWR | os.O_CREAT | os.O_TRUNC,
-                manifest.FILE_MODE,
-            )
-            wav = os.fdopen(fd, "w+b")
-        self.tracks = Tracks(wav, info.rate_hz)
-        self._lines: list[tuple[bytes, int]] = []  # (line, its event seq or 0)
+        self._records: list[tuple[bytes, int]] = []  # (record, its event seq or 0)
         self.last_seq = 0  # the last event seq written whole
-        self._made_seq = 0  # the last event seq made into a line
-        self._input_format = pb.AudioFormat()  # the session's, as its events tell it
-        # The parts of the usual lines that repeat (an append's format, a response's ids).
-        self._append_fields: dict[tuple[int, int, int], str] = {}
-        self._delta_fields: dict[tuple[str, str, int, int], str] = {}
-        self.last_t = info.t0
+        self._made_seq = 0  # the last event seq made into a record
+        self._user_end_s = 0.0  # where the user's next append may start on the track
         self._manifest(self._opened)
-        self._add({"type": "recording", "format": FORMAT, "session_id": info.session_id,
-                   "part": info.part, "replica": info.replica, "t0": info.t0,
-                   "started_at": info.wall})  # fmt: skip
+        header = {"format": FORMAT, "session_id": info.session_id, "part": info.part,
+                  "replica": info.replica, "t0": info.t0, "started_at": info.wall,
+                  "rate_hz": info.rate_hz, "omit_audio": info.omit_audio,
+                  "omit_text": info.omit_text}  # fmt: skip
+        self._json(W_OPEN, info.t0, header)
 
     # -- what the host handed over ---------------------------------------------------------
 
@@ -103,181 +119,90 @@ class PartWriter:
         t: float,
         generation: int,
         skip: str,
-        client_seq: int,
-        event_id: str,
-        sent: tuple[int, int, int],
-        extra: bytes | None,
+        body: bytes,
         heard: bytes | None,
         encoding: int,
         rate_hz: int,
+        as_sent: bool,
     ) -> None:
-        """An append the server read at ``t`` (the usual command: its line made here): what
-        the client ``sent`` (encoding, rate, bytes), its rare parts (``extra``), and the audio
-        the engine ``heard`` for it in ``encoding`` at ``rate_hz`` (None: skipped or refused)."""
-        if extra is not None or skip or event_id:  # the rare append: a line as any other
-            line = self._command_line(t, generation, client_seq, event_id, skip, APPEND_KIND)
-            body = self._append_body(*sent[:2])
-            line["sent_ms"] = round(self._sent_ms(*sent), 3)
-            if extra is not None:
-                rare = pb.AppendInputAudio.FromString(extra)
-                line["video_frames"] = len(rare.video_frames)  # counted, never recorded
-                del rare.video_frames[:]
-                body.update(self._text(message_json(rare)))
-            line["command"] = body
-            if heard is not None:
-                line["audio"] = self._heard(t, heard, encoding, rate_hz)
-            self._add(line)
-            return
-        # The usual one, on every chunk: its line written out directly (the same JSON).
-        self.last_t = t
-        where = ""
+        """An append the server read at ``t``, as it came (``body``), and the audio the engine
+        ``heard`` of it in ``encoding`` at ``rate_hz`` (None: skipped or refused); ``as_sent``:
+        that audio is the append's own, not written twice."""
         if heard is not None:
-            start, frames, resampled = self.tracks.user(t - self.info.t0, heard, encoding, rate_hz)
-            more = f',"resampled_from_hz":{rate_hz}' if resampled else ""
-            where = f',"audio":{{"track":"user","start":{start},"frames":{frames}{more}}}'
-        fields = self._append_fields.get(sent)
-        if fields is None:  # one per format and length a session sends in
-            encoded = orjson.dumps(self._append_body(*sent[:2])).decode()
-            fields = f'"sent_ms":{round(self._sent_ms(*sent), 3)!r},"command":{encoded}'
-            self._append_fields[sent] = fields
-        self._lines.append((
-            f'{{"type":"command","t":{t!r},"generation":{generation},"client_seq":{client_seq},'
-            f'"kind":"append_input_audio",{fields}{where}}}\n'.encode(),
-            0,
-        ))  # fmt: skip
-
-    @staticmethod
-    def _append_body(encoding: int, rate_hz: int) -> dict[str, Any]:
-        body: dict[str, Any] = {}
-        if encoding:
-            body["encoding"] = ENCODINGS[encoding]
-        if rate_hz:
-            body["sample_rate_hz"] = rate_hz
-        return body
+            self._ahead(t, len(heard), encoding, rate_hz)
+        flags = SKIP_FLAGS[skip]
+        if as_sent:
+            flags |= HEARD_AS_SENT
+        elif heard is not None:
+            self._heard(t, heard, encoding, rate_hz)
+        if self.info.omit_text:  # its hints may hold words
+            body = self._redacted(pb.ConverseRequest.FromString(body))
+        if self.info.omit_audio:
+            flags |= AUDIO_OMITTED
+            request = pb.ConverseRequest.FromString(body)
+            size = len(request.append_input_audio.audio)
+            request.append_input_audio.audio = b""
+            body = OMITTED_SIZE.pack(size) + request.SerializeToString()
+        header = WIRE_RECORD.pack(W_COMMAND, flags, encoding, t, generation, rate_hz, len(body))
+        self._records.append((header + body, 0))
 
     def command(self, t: float, generation: int, body: bytes, skip: str, tail: bytes) -> None:
-        """Any other command the server read at ``t`` on attachment ``generation`` (``skip``:
-        why the session did not apply it, "duplicate" or "stale"); ``tail``: the audio a
-        commit flushed to the engine from the resampler."""
-        request = pb.ConverseRequest.FromString(body)
-        kind = request.WhichOneof("command") or ""
-        line = self._command_line(t, generation, request.client_seq, request.event_id, skip, kind)
-        if kind:
-            inner = getattr(request, kind)
-            if kind == "resume_session":
-                inner.resume_token = ""
-            line["command"] = self._text(message_json(inner))
+        """Any other command the server read at ``t`` (``tail``: the audio a commit flushed to
+        the engine from the resampler)."""
         if tail:
-            line["audio"] = self._heard(t, tail, pb.AUDIO_ENCODING_PCM16, CANONICAL_INPUT_RATE_HZ)
-        self._add(line)
-
-    def _command_line(
-        self, t: float, generation: int, client_seq: int, event_id: str, skip: str, kind: str
-    ) -> dict[str, Any]:
-        self.last_t = t
-        line: dict[str, Any] = {"type": "command", "t": t, "generation": generation,
-                                "client_seq": client_seq, "kind": kind}  # fmt: skip
-        if event_id:
-            line["event_id"] = event_id
-        if skip:
-            line["skipped"] = skip
-        return line
-
-    def _heard(self, t: float, data: bytes, encoding: int, rate_hz: int) -> dict[str, Any]:
-        """Places audio the engine received on the user's track; returns where."""
-        start, frames, resampled = self.tracks.user(t - self.info.t0, data, encoding, rate_hz)
-        where: dict[str, Any] = {"track": "user", "start": start, "frames": frames}
-        if resampled:
-            where["resampled_from_hz"] = rate_hz
-        return where
+            self._heard(t, tail, pb.AUDIO_ENCODING_PCM16, CANONICAL_INPUT_RATE_HZ)
+        request = pb.ConverseRequest.FromString(body)
+        if request.HasField("resume_session"):
+            request.resume_session.resume_token = ""
+        body = self._redacted(request)
+        self._record(W_COMMAND, SKIP_FLAGS[skip], t, generation, body)
 
     def event(self, seq: int, t: float, payload: bytes, restored: bool = False) -> None:
         """A numbered event of the session (``restored``: one an adopting replica took from
         the store, numbered by a replica before it)."""
-        event = pb.ConverseResponse.FromString(payload)
-        if event.HasField("output_audio_delta") and not restored:  # the usual event
-            self._delta(seq, t, event)
-            return
-        line = self._event_line("event", t, event)
-        line["seq"] = seq
-        if restored:
-            line["restored"] = True
-        else:
-            self._follow(t, event, line)
-        self._add(line, seq)
-
-    def _delta(self, seq: int, t: float, event: pb.ConverseResponse) -> None:
-        """An output audio delta, on every chunk: its line written out directly."""
-        delta = event.output_audio_delta
-        data = delta.audio
-        self.tracks.output(t - self.info.t0, delta, data)
-        self.last_t = t
-        key = (delta.response_id, delta.item_id, delta.encoding, delta.sample_rate_hz)
-        fields = self._delta_fields.get(key)
-        if fields is None:  # one per response
-            fields = orjson.dumps(delta_json(delta, timed=False)).decode()[1:-1]
-            self._delta_fields = {key: fields}
-        timing = ""
-        if delta.start_ms:
-            timing += f',"start_ms":{delta.start_ms!r}'
-        if delta.duration_ms:
-            timing += f',"duration_ms":{delta.duration_ms!r}'
-        body = "{" + (fields + timing if fields else timing[1:]) + "}"
-        if self.info.omit_audio:
-            audio = f'{{"bytes":{len(data)}}}'
-        else:
-            digest = hashlib.blake2b(data, digest_size=8).hexdigest()
-            audio = f'{{"bytes":{len(data)},"blake2b":"{digest}"}}'
-        applied = event.applied_client_seq
-        envelope = f'"applied_client_seq":{applied},' if applied else ""
+        flags = RESTORED if restored else 0
+        if self.info.omit_audio or not is_delta(payload):  # the usual one is kept as it is
+            more, payload = self._event(pb.ConverseResponse.FromString(payload))
+            flags |= more
         self._made_seq = seq
-        line = (
-            f'{{"type":"event","t":{t!r},"kind":"output_audio_delta",{envelope}'
-            f'"audio":{audio},"event":{body},"seq":{seq}}}\n'
-        )
-        self._lines.append((line.encode(), seq))
+        record = WIRE_RECORD.pack(W_EVENT, flags, 0, t, seq, 0, len(payload))
+        self._records.append((record + payload, seq))
 
     def stream(self, t: float, generation: int, payload: bytes) -> None:
-        """An event of one stream only (seq 0): created, resumed, replaced, resync, going away,
-        or any event after a journal overflow."""
-        event = pb.ConverseResponse.FromString(payload)
-        line = self._event_line("stream", t, event)
-        line["generation"] = generation
-        self._follow(t, event, line)
-        self._add(line)
+        """An event of one stream only (seq 0)."""
+        flags, payload = self._event(pb.ConverseResponse.FromString(payload))
+        self._record(W_STREAM, flags, t, generation, payload)
 
     def note(self, t: float, kind: str, fields: dict[str, Any]) -> None:
-        self._add({"type": "note", "t": t, "kind": kind, **fields})
+        self._json(W_NOTE, t, {"kind": kind, **fields})
 
     # -- writing ---------------------------------------------------------------------------
 
     def flush(self, now: float) -> None:
-        """Writes the lines made so far, then the audio both tracks hold for good (the lines
-        first: should the disk fill, they are the record of what happened)."""
-        self._write_lines()
-        for placed in self.tracks.advance(now - self.info.t0):
-            self._placed(placed)
+        """Writes the records made so far."""
+        records, self._records = self._records, []
+        if records:
+            self.last_seq, failure = write_whole(self._fd, records, self.last_seq)
+            if failure is not None:
+                raise failure
 
     def close(self, t: float, reason: str) -> None:
         """The part's end: everything written, the manifest says how it ended."""
-        for placed in self.tracks.close(t - self.info.t0):
-            self._placed(placed)
-        self._add({"type": "end", "t": t, "reason": reason, "last_seq": self._made_seq})
-        self._write_lines()
+        self._json(W_END, t, {"reason": reason, "last_seq": self._made_seq})
+        self.flush(t)
         os.fsync(self._fd)
-        self._close_events()
+        self._close_log()
         end = {"ended": reason, "last_seq": self.last_seq, "t_end": t, "ended_at": _now()}
         self._manifest(lambda entry: entry.update(end))
 
     def stopped(self, t: float, reason: str) -> None:
-        """A write failed: the files are closed as they are; the manifest says where they
-        stop, if it can still be written."""
+        """A write failed, or the loop stopped the recording: the log is closed as it is; the
+        manifest says where it stops, if it can still be written."""
         try:
-            if self._fd >= 0 and self._lines:  # what is made, if the events file takes it
+            if self._fd >= 0 and self._records:  # what is made, if the log takes it
                 with contextlib.suppress(OSError):
-                    self._write_lines()
-            self._close_events()
-            self.tracks.drop()
+                    self.flush(t)
+            self._close_log()
         finally:
             stop = {"reason": reason, "t": t, "last_seq": self.last_seq}
             end = {"ended": "stopped", "stopped": stop, "ended_at": _now()}
@@ -285,88 +210,68 @@ class PartWriter:
 
     # -- inside ----------------------------------------------------------------------------
 
-    def _close_events(self) -> None:
+    def _ahead(self, t: float, size: int, encoding: int, rate_hz: int) -> None:
+        """Lays the append on the user's clock as the track will (end to end when sent faster
+        than real time); raises :class:`AheadOfClock` past :data:`MAX_AHEAD_S`."""
+        seconds = size / SAMPLE_WIDTH.get(encoding, 2) / (rate_hz or self.info.rate_hz)
+        arrived = t - self.info.t0
+        start = self._user_end_s
+        if arrived - seconds - JITTER_S > start:
+            start = arrived - seconds  # a pause before it: it starts when it was captured
+        self._user_end_s = start + seconds
+        if self._user_end_s - arrived > MAX_AHEAD_S:
+            raise AheadOfClock(
+                f"the user's audio runs {self._user_end_s - arrived:.0f} s ahead of the clock "
+                f"(at most {MAX_AHEAD_S:g} s may wait)"
+            )
+
+    def _heard(self, t: float, audio: bytes, encoding: int, rate_hz: int) -> None:
+        flags = 0
+        if self.info.omit_audio:
+            flags, audio = AUDIO_OMITTED, OMITTED_SIZE.pack(len(audio))
+        self._records.append(
+            (WIRE_RECORD.pack(W_HEARD, flags, encoding, t, 0, rate_hz, len(audio)) + audio, 0)
+        )
+
+    def _event(self, event: pb.ConverseResponse) -> tuple[int, bytes]:
+        """An event's bytes as recorded, and its flags: an audio delta as it came (its audio
+        left out, with its length kept, when the recording omits audio), any other event
+        without its secrets (and its text, when the recording omits text)."""
+        kind = event.WhichOneof("event")
+        if kind == _DELTA:
+            if not self.info.omit_audio:
+                return 0, event.SerializeToString()
+            size = len(event.output_audio_delta.audio)
+            event.output_audio_delta.audio = b""
+            return AUDIO_OMITTED, OMITTED_SIZE.pack(size) + event.SerializeToString()
+        if kind in _TOKENS:
+            getattr(event, kind).resume_token = ""
+        return 0, self._redacted(event)
+
+    def _redacted(self, message: Message) -> bytes:
+        """``message``'s bytes with the values of secret engine options left out (and its text,
+        when the recording omits text)."""
+        body = message_json(message)
+        kept = redact_secrets(body)
+        if self.info.omit_text:
+            kept = redact_text(kept)
+        if kept == body:
+            return message.SerializeToString()  # resume tokens, if any, cleared already
+        redacted = type(message)()
+        json_format.ParseDict(kept, redacted)
+        return redacted.SerializeToString()
+
+    def _record(self, kind: int, flags: int, t: float, number: int, body: bytes) -> None:
+        record = WIRE_RECORD.pack(kind, flags, 0, t, number, 0, len(body)) + body
+        self._records.append((record, 0))
+
+    def _json(self, kind: int, t: float, fields: dict[str, Any]) -> None:
+        self._record(kind, 0, t, 0, orjson.dumps(fields))
+
+    def _close_log(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
-
-    def _event_line(self, kind: str, t: float, event: pb.ConverseResponse) -> dict[str, Any]:
-        what = event.WhichOneof("event") or ""
-        line: dict[str, Any] = {"type": kind, "t": t, "kind": what}
-        if event.applied_client_seq:
-            line["applied_client_seq"] = event.applied_client_seq
-        if not what:
-            return line
-        inner = getattr(event, what)
-        if what in ("session_created", "session_resumed"):
-            inner.resume_token = ""
-        if what == "output_audio_delta":  # the usual event: its JSON made here
-            line["audio"] = self._digest(inner.audio)
-            line["event"] = delta_json(inner)
-            return line
-        line["event"] = self._text(message_json(inner))
-        self.last_t = t
-        return line
-
-    def _follow(self, t: float, event: pb.ConverseResponse, line: dict[str, Any]) -> None:
-        """What an event tells the tracks and the manifest."""
-        at = t - self.info.t0
-        what = line["kind"]
-        if what == "output_audio_delta":
-            delta = event.output_audio_delta
-            self.tracks.output(at, delta, delta.audio)
-        elif what == "response_done":
-            response = event.response_done.response
-            cancelled = response.status == pb.RESPONSE_STATUS_CANCELLED
-            self.tracks.ended(at, response.id, cancelled)
-        elif what == "output_audio_cleared":
-            self.tracks.ended(at, event.output_audio_cleared.response_id, True)
-        elif what == "item_truncated":
-            cut = event.item_truncated
-            self.tracks.truncated(cut.item_id, cut.audio_end_ms)
-        elif what == "playback_acknowledged" and event.playback_acknowledged.truncate:
-            ack = event.playback_acknowledged
-            self.tracks.truncated(ack.response_id, ack.committed_ms)
-        elif what in ("session_created", "session_resumed", "session_updated"):
-            self._input_format.CopyFrom(getattr(event, what).session.config.input_audio_format)
-            config = self._text(message_json(getattr(event, what).session.config))
-            change = {"t": t, "by": what, "config": config}
-            self._manifest(lambda entry: entry.setdefault("configs", []).append(change))
-
-    def _sent_ms(self, encoding: int, rate_hz: int, size: int) -> float:
-        """How long the client's audio in an append was (its format, else the session's)."""
-        fmt = self._input_format
-        encoding = encoding or fmt.encoding or pb.AUDIO_ENCODING_PCM16
-        rate = rate_hz or fmt.sample_rate_hz or self.info.rate_hz
-        return size / SAMPLE_WIDTH.get(encoding, 2) * 1000 / rate
-
-    def _digest(self, data: bytes) -> dict[str, Any]:
-        if self.info.omit_audio:
-            return {"bytes": len(data)}
-        return {"bytes": len(data), "blake2b": hashlib.blake2b(data, digest_size=8).hexdigest()}
-
-    def _text(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A rare line's body as recorded: secrets in options always left out, and the text
-        too when the recording omits it (never on the usual chunk's line)."""
-        body = redact_secrets(body)
-        return redact_text(body) if self.info.omit_text else body
-
-    def _placed(self, placed: Placed) -> None:
-        fields = {"response_id": placed.response_id, "track": "assistant", "start": placed.start,
-                  "frames": placed.frames, "audio_ms": round(placed.audio_ms, 3),
-                  "heard_ms": round(placed.heard_ms, 3), "cut": placed.cut}  # fmt: skip
-        self.note(self.last_t, "assistant_audio", fields)
-
-    def _add(self, line: dict[str, Any], seq: int = 0) -> None:
-        self._made_seq = seq or self._made_seq
-        self._lines.append((orjson.dumps(line) + b"\n", seq))
-
-    def _write_lines(self) -> None:
-        lines, self._lines = self._lines, []
-        if lines:
-            self.last_seq, failure = write_whole(self._fd, lines, self.last_seq)
-            if failure is not None:
-                raise failure
 
     def _manifest(self, change: Any) -> None:
         part = self.info.part
@@ -381,6 +286,7 @@ class PartWriter:
         info = self.info
         entry.update(
             replica=info.replica,
+            wire=wire_file(info.part),
             events=events_file(info.part),
             audio=None if info.omit_audio else audio_file(info.part),
             audio_format={"sample_rate_hz": info.rate_hz, "channels": ["user", "assistant"]},
@@ -393,9 +299,81 @@ class PartWriter:
         entry.setdefault("configs", [])
 
 
+def without_frames(request: pb.ConverseRequest) -> pb.ConverseRequest:
+    """An append as recorded: camera frames are never recorded, their types are."""
+    kept = pb.ConverseRequest()
+    kept.CopyFrom(request)
+    frames = kept.append_input_audio.video_frames
+    types = [frame.mime_type for frame in frames]
+    del frames[:]
+    frames.extend(pb.VideoFrame(mime_type=mime_type) for mime_type in types)
+    return kept
+
+
+def session_fields(
+    settings: RecordSettings, engine: EngineFeatures, options: dict[str, str]
+) -> dict[str, Any]:
+    """The manifest's session-wide fields (engine options that look secret are left out)."""
+    kept = secrets_left_out(options)
+    return {
+        "format": FORMAT,
+        "engine": {"name": engine.name, "options": kept},
+        "versions": {
+            "omni_grpc": omni_grpc.__version__,
+            "protocol": PROTOCOL_VERSION,
+            "python": platform.python_version(),
+        },
+        "policy": settings.policy,
+        "redaction": {"audio": settings.omit_audio, "text": settings.omit_text},
+    }
+
+
+def _delta_tag() -> bytes:
+    """The key an output audio delta's field starts with: its number, wire type 2, a varint."""
+    key = pb.ConverseResponse.DESCRIPTOR.fields_by_name[_DELTA].number << 3 | 2
+    tag = bytearray()
+    while key > 0x7F:
+        tag.append(key & 0x7F | 0x80)
+        key >>= 7
+    tag.append(key)
+    return bytes(tag)
+
+
+_DELTA_TAG = _delta_tag()
+_SEQ_KEY, _APPLIED_KEY = 0x08, 0x10  # fields 1 and 2, varints
+
+
+def is_delta(payload: bytes) -> bool:
+    """Whether a numbered event's bytes are an output audio delta's, read off its first bytes
+    instead of parsing it (the usual event, once a chunk): protobuf writes a message's fields in
+    the order of their numbers, and before the ``event`` oneof come only ``seq`` and
+    ``applied_client_seq``, two varints. Any doubt answers False (the event is then parsed)."""
+    size = len(payload)
+    if not size or payload[0] != _SEQ_KEY:
+        return False
+    at = 1
+    while at < size and payload[at] & 0x80:  # seq's varint
+        at += 1
+    at += 1
+    if at < size and payload[at] == _APPLIED_KEY:
+        at += 1
+        while at < size and payload[at] & 0x80:  # applied_client_seq's varint
+            at += 1
+        at += 1
+    return payload[at : at + len(_DELTA_TAG)] == _DELTA_TAG
+
+
 def _now() -> str:
     """The wall clock's time now, as the manifest writes times (UTC, ISO 8601)."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-__all__ = ["PartInfo", "PartWriter"]
+__all__ = [
+    "MAX_AHEAD_S",
+    "AheadOfClock",
+    "PartInfo",
+    "WirePart",
+    "is_delta",
+    "session_fields",
+    "without_frames",
+]

@@ -10,9 +10,11 @@ one the engine received (the typed command the edge handed on), its skip what th
 (``Session.last_skip``), a commit's resampler tail the host's ``tail_heard``, and the events it
 made follow it. ``RecordOnRequest`` starts or stops a recording as the configuration changes.
 
-What the wrappers see goes, as tuples, into one list per server, handed to the writer thread
-(:mod:`.writer`) every :data:`BATCH_S`: a reference to a payload the core already made (an
-event's journaled bytes), a command's serialized bytes, the audio the engine received. Events
+What the tap sees goes, as tuples, into one list per server, handed to the writer thread
+(:mod:`.writer`) every :data:`BATCH_S`, which appends it to the part's wire log as it is
+(:mod:`.part`): a reference to a payload the core already made (an event's journaled bytes), a
+command's serialized bytes, and the audio the engine received where it is not the audio sent
+(an append the edge converted, a commit's resampler tail). Nothing is formatted per chunk. Events
 are taken from the session's journal, so each numbered event is recorded once, in order, even
 those made while no stream was attached; events of one stream (seq 0) come from the sends.
 
@@ -25,18 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import platform
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import omni_grpc
 from omni_grpc.core import Effects, State
 from omni_grpc.core.commands import AppendAudio, EngineCommand
-from omni_grpc.core.limits import PROTOCOL_VERSION, EngineFeatures
+from omni_grpc.core.limits import EngineFeatures
 from omni_grpc.server.recording.counters import STARTED, STOPPED
-from omni_grpc.server.recording.part import PartInfo
+from omni_grpc.server.recording.part import PartInfo, session_fields, without_frames
 from omni_grpc.server.recording.retention import RETENTION_EVERY_S, over_cap, sweep
 from omni_grpc.server.recording.settings import RecordSettings
 from omni_grpc.server.recording.state import RecordingState
@@ -56,14 +56,12 @@ from omni_grpc.server.taps import HostTap
 from omni_grpc.server.taps import SessionHost as TappedHost
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
-from omni_grpc.wire.recording import FORMAT, secrets_left_out
 
 if TYPE_CHECKING:
     from omni_grpc.server.host import SessionHost
 
 logger = logging.getLogger(__name__)
 
-# Engine options whose names say they hold a secret: the manifest leaves their values out.
 # How long records wait on the loop before they go to the writer thread together: the thread
 # wakes (and takes the GIL) less often, and writes a few hundred milliseconds per file at once;
 # a crash loses at most the batch not yet handed over.
@@ -93,23 +91,27 @@ class Recording(RecordingState, HostTap):
         self.closing = ""
         self._unnumbered: list[tuple[float, int, bytes]] = []  # sends of one stream, waiting
         self._command: _Pending | None = None  # the command being handled
-        # What the engine took of it: for an append, the append as the engine heard it.
-        self._heard: EngineCommand | None = None
+        # What the engine took of it first: for an append, the append as the engine heard it
+        # (the only one read).
+        self._heard: AppendAudio | None = None
 
-    def put(self, record: tuple[Any, ...]) -> None:
-        """Hands one record over; stops the recording when its buffer is full."""
+    def put(self, *records: tuple[Any, ...]) -> None:
+        """Hands records over; stops the recording when its buffer is full."""
         if self.failed:
             return
-        self.queued += record[2]
+        size = 0
+        for record in records:
+            size += record[2]
+        self.queued += size
         recorder = self.recorder
-        recorder.queued += record[2]
+        recorder.queued += size
         if (
             self.queued - self.done > RECORDING_BUFFER_BYTES
             or recorder.queued - recorder.done > TOTAL_BUFFER_BYTES
         ):
             recorder.too_slow(self)
             return
-        recorder.batch.append(record)
+        recorder.batch.extend(records)
         if recorder.timer is None:
             recorder.timer = recorder.loop.call_later(BATCH_S, recorder.hand_over)
 
@@ -136,7 +138,7 @@ class Recording(RecordingState, HostTap):
         # The first command the engine took of it: an append's own (a commit's resampler tail,
         # handed too, is recorded as the host's tail_heard with the commit's line instead).
         if self._heard is None:
-            self._heard = command
+            self._heard = command  # type: ignore[assignment]  # read for an append only
 
     def handled(self, host: TappedHost, generation: int, request: pb.ConverseRequest) -> None:
         pending, self._command = self._command, None
@@ -144,16 +146,34 @@ class Recording(RecordingState, HostTap):
             return  # the recording began while this command was being handled
         self.receiving -= 1
         t, _, _, skip = pending
-        if request.HasField("append_input_audio"):
-            heard = self._heard
-            assert heard is None or isinstance(heard, AppendAudio)
-            self._appended(t, generation, skip, request, heard)
+        heard, self._heard = self._heard, None
+        record: tuple[Any, ...]
+        if request.HasField("append_input_audio"):  # the usual command: no call made for it
+            append = request.append_input_audio
+            if append.video_frames:
+                request = without_frames(request)
+            body = request.SerializeToString()
+            if heard is None:  # skipped or refused: the engine heard nothing of it
+                record = (APPEND, self, len(body), t, generation, skip, body, None, 0, 0, False)
+            else:  # the audio the engine heard is kept apart only when it is not the one sent
+                audio = heard.audio
+                as_sent = audio == append.audio
+                size = len(body) if as_sent else len(body) + len(audio)
+                record = (APPEND, self, size, t, generation, skip, body, audio,
+                          heard.encoding, heard.rate_hz, as_sent)  # fmt: skip
         else:
             body = request.SerializeToString()
             tail = host.tail_heard() if request.HasField("commit_input_audio") else b""
-            self.put((COMMAND, self, len(body), t, generation, body, skip, tail))
-        self._heard = None
-        self._events(())  # what the command made, after it
+            record = (COMMAND, self, len(body), t, generation, body, skip, tail)
+        # What the command made follows it: the usual chunk's one event read at once.
+        journal = self._host.session.journal
+        newest = journal.newest() if journal.next_seq == self.last_seq + 2 else None
+        if newest is not None and newest[0] == journal.next_seq - 1 and not self._unnumbered:
+            self.last_seq = newest[0]
+            self.put(record, (EVENT, self, len(newest[2]), *newest))
+        else:
+            self.put(record)
+            self._events(())
         if self.closing and not self.receiving:
             self.recorder.finish(self._host, self.closing)
 
@@ -178,33 +198,6 @@ class Recording(RecordingState, HostTap):
         self.closing = self.closing or reason
         if not self.receiving:
             self.recorder.finish(self._host, self.closing)
-
-    def _appended(
-        self,
-        t: float,
-        generation: int,
-        skip: str,
-        request: pb.ConverseRequest,
-        heard: AppendAudio | None,
-    ) -> None:
-        """An append, once handled: its audio as the engine heard it (converted by the edge),
-        unless the session skipped or refused it, beside its format as it came."""
-        append = request.append_input_audio
-        sent = (append.encoding, append.sample_rate_hz, len(append.audio))
-        extra = None  # the rare parts of an append, as proto bytes
-        if append.HasField("audio_end_ms") or append.HasField("hints") or append.video_frames:
-            extra = pb.AppendInputAudio(
-                audio_end_ms=append.audio_end_ms if append.HasField("audio_end_ms") else None,
-                hints=append.hints if append.HasField("hints") else None,
-                video_frames=[pb.VideoFrame(mime_type=f.mime_type) for f in append.video_frames],
-            ).SerializeToString()
-        audio: bytes | None = None
-        encoding, rate_hz = int(append.encoding), append.sample_rate_hz
-        if heard is not None:
-            audio, encoding, rate_hz = heard.audio, heard.encoding, heard.rate_hz
-        record = (APPEND, self, len(audio) if audio else 0, t, generation)
-        ids = (skip, request.client_seq, request.event_id)
-        self.put((*record, *ids, sent, extra, audio, encoding, rate_hz))
 
     def _events(self, sends: Iterable[tuple[int, bytes]]) -> None:
         """Hands over every event journaled since the last call, and the sends of one stream
@@ -238,7 +231,7 @@ class Recorder:
         self.clock = clock
         self._engine = engine
         self.replica = replica  # this server's name in the manifest (its route, or host:port)
-        self._session_fields = _session_fields(settings, engine, engine_options)
+        self._session_fields = session_fields(settings, engine, engine_options)
         self.batch: list[tuple[Any, ...]] = []
         self.timer: asyncio.TimerHandle | None = None
         self.queued = 0
@@ -376,24 +369,6 @@ class Recorder:
             if over:
                 self.hand_over()
             await asyncio.sleep(RETENTION_EVERY_S)
-
-
-def _session_fields(
-    settings: RecordSettings, engine: EngineFeatures, options: dict[str, str]
-) -> dict[str, Any]:
-    """The manifest's session-wide fields (engine options that look secret are left out)."""
-    kept = secrets_left_out(options)
-    return {
-        "format": FORMAT,
-        "engine": {"name": engine.name, "options": kept},
-        "versions": {
-            "omni_grpc": omni_grpc.__version__,
-            "protocol": PROTOCOL_VERSION,
-            "python": platform.python_version(),
-        },
-        "policy": settings.policy,
-        "redaction": {"audio": settings.omit_audio, "text": settings.omit_text},
-    }
 
 
 class RecordOnRequest(HostTap):

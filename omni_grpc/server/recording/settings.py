@@ -25,6 +25,19 @@ class RecordSettings:
     max_age_s: float = 30 * DAY_S
     max_total_bytes: int = 10 * 1024**3
 
+    def describe(self) -> str:
+        """What a server with these settings records, where, and for how long: its start-up
+        line."""
+        which = "every session" if self.policy == "all" else "the sessions that ask"
+        left_out = [name for name, omit in (("audio", self.omit_audio),
+                                            ("text", self.omit_text)) if omit]  # fmt: skip
+        cap = self.max_total_bytes / 1024**2
+        return (
+            f"recording {which} (--record {self.policy}) into {self.folder.resolve()}"
+            f"{', without ' + ' and '.join(left_out) if left_out else ''}; kept "
+            f"{self.max_age_s / DAY_S:g} days, {f'{cap:g} MiB' if cap else 'no size cap'}"
+        )
+
     def __post_init__(self) -> None:
         if self.policy not in RECORDING_POLICIES:
             raise ValueError(f"record must be one of {', '.join(RECORDING_POLICIES)}")

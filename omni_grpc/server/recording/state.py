@@ -9,7 +9,7 @@ needs no more of a recording than this, so it imports this file, never the recor
 
 from __future__ import annotations
 
-from omni_grpc.server.recording.part import PartWriter
+from omni_grpc.server.recording.part import WirePart
 
 
 class RecordingState:
@@ -20,7 +20,7 @@ class RecordingState:
         self.done = 0  # bytes written or dropped (the writer counts)
         self.failed = False  # set by either side: nothing more is handed over
         self.broken = False  # set by the writer: its files failed, nothing more is written
-        self.part: PartWriter | None = None  # the writer thread's own
+        self.part: WirePart | None = None  # the writer thread's own
 
 
 __all__ = ["RecordingState"]

@@ -1,13 +1,13 @@
 """The writer thread: every recording of a server is written here, off the event loop.
 
 The event loop hands over batches of records (:mod:`.recorder` collects them for
-:data:`~.recorder.BATCH_S`); this thread turns each into lines and frames (:class:`.PartWriter`)
-and, after each batch, writes what every recording it touched has made. A write that fails
-(a full disk, a file size limit, a disk that went away), or a client's audio that runs too far
-ahead of the clock to wait in memory (:class:`~.tracks.AheadOfClock`), stops that recording
-only: its files are left whole up to their last complete record, its manifest says where it
-stopped, a log line and ``omni_grpc_recordings_stopped_total{reason}`` say so, and the session
-goes on.
+:data:`~.recorder.BATCH_S`); this thread turns each into records of the part's wire log
+(:class:`.WirePart`) and, after each batch, writes what every recording it touched has made.
+A write that fails (a full disk, a file size limit, a disk that went away), or a client's audio
+that runs too far ahead of the clock for the track to lay it (:class:`~.part.AheadOfClock`),
+stops that recording only: its wire log is left whole up to its last complete record, its
+manifest says where it stopped, a log line and ``omni_grpc_recordings_stopped_total{reason}``
+say so, and the session goes on.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from omni_grpc.server.recording.counters import STOPPED
-from omni_grpc.server.recording.lines import stop_reason
-from omni_grpc.server.recording.part import PartWriter
+from omni_grpc.server.recording.disk import stop_reason
+from omni_grpc.server.recording.part import AheadOfClock, WirePart
 from omni_grpc.server.recording.state import RecordingState
-from omni_grpc.server.recording.tracks import AheadOfClock
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +54,7 @@ class Writer:
     def _run(self) -> None:
         while (batch := self._batches.get()) is not None:
             now, records = batch
-            touched: dict[int, RecordingState] = {}
+            touched: dict[RecordingState, None] = {}  # (by identity)
             for record in records:
                 recording: RecordingState = record[1]
                 if recording.broken:
@@ -76,8 +75,8 @@ class Writer:
                     self._fail(recording, now, "write_error", error)
                 recording.done += record[2]
                 if recording.part is not None:
-                    touched[id(recording)] = recording
-            for recording in touched.values():
+                    touched[recording] = None
+            for recording in touched:
                 if recording.part is None or recording.broken:
                     continue
                 try:
@@ -89,7 +88,7 @@ class Writer:
     def _apply(record: tuple[Any, ...]) -> None:
         kind, recording = record[0], record[1]
         if kind == OPEN:
-            recording.part = PartWriter(record[3])
+            recording.part = WirePart(record[3])
             return
         part = recording.part
         if part is None:
@@ -125,7 +124,7 @@ class Writer:
         )
         part, recording.part = recording.part, None
         if part is not None:
-            # If the manifest cannot say it either, the events file still ends where it stops.
+            # If the manifest cannot say it either, the wire log still ends where it stops.
             with contextlib.suppress(OSError):
                 part.stopped(now, reason)
 

@@ -13,15 +13,16 @@ events, not in the track.
 
 A response is placed once its cut can no longer change: its end seen and then a truncate, or
 :data:`SETTLE_S` after it would have stopped playing. The file holds every frame up to the
-earliest moment either track may still change (the *horizon*), so a crash leaves a WAV that is
-whole up to its last write; the header's sizes are brought up to date every
-:data:`HEADER_EVERY_S` of audio and at the end (a reader of a crashed recording takes the
-file's length, see :mod:`omni_grpc.client.recordings`).
+earliest moment either track may still change (the *horizon*); the header's sizes are brought up
+to date every :data:`HEADER_EVERY_S` of audio and at the end. The tracks are made by the readers
+from a part's wire log (:mod:`.derive`), told the time as the log goes, as the server's writer
+thread once made them as the session went (format 1).
 
 Audio a client sends faster than real time is laid end to end, ahead of the clock, and waits
 in memory for the horizon to reach it. At most :data:`MAX_AHEAD_S` of it waits: an append that
-would hold more raises :class:`AheadOfClock`, and the recording stops (``ahead_of_clock``, in
-its manifest and the metric) while its session goes on. A client at real time is never near it.
+would hold more raises :class:`AheadOfClock`. The server keeps the same clock as it writes the
+log and stops the recording there (``ahead_of_clock``, in its manifest and the metric) while
+its session goes on, so a log never holds more. A client at real time is never near it.
 """
 
 from __future__ import annotations

@@ -197,7 +197,7 @@ async def test_a_stock_browser_agent_runs_its_tool_over_webrtc(
         assert run.problems == []
 
 
-# Long enough that its echo still plays when the microphone speaks over it (about 7 s).
+# Long enough that its echo still plays when the microphone speaks over it (about 11 s).
 LONG_QUESTION = (
     "Please tell me a long story about the sea, the ships that sail on it, the sailors who "
     "steer them through the storms, and the harbours where they rest at night."
@@ -211,7 +211,10 @@ async def test_a_stock_browser_agent_is_cut_off_by_speech_over_its_answer(
 ) -> None:
     # Server VAD, OpenAI's interruption (any speech ends the reply): the microphone is silent
     # while the long answer starts, then speaks over it. The bridge stops the track at once.
-    microphone = speech_wav(tmp_path, "over", [5.0, "No wait, I meant Tuesday.", 4.0])
+    # The echo of the question plays about 11 s; the microphone speaks 7 s in, so the answer
+    # may start anywhere in its first 7 s (a loaded machine connects and answers slowly) and
+    # still be playing when it is spoken over.
+    microphone = speech_wav(tmp_path, "over", [7.0, "No wait, I meant Tuesday.", 4.0])
     options = {"responder": "echo", "pace": "realtime"}
     async with (
         serving(service_settings(engine="embedded", engine_options=options)) as service,

@@ -19,6 +19,12 @@ core, from the child process's own CPU time over the window), the ratio WebRTC/w
 the round trip p50/p99 at one session with the difference (what the WebRTC hop adds). The
 callers run in this process, so only the server's CPU is counted.
 
+Then, per kind, **sessions per core at p99 added latency < 50 ms**: sessions are added (2, 4,
+8, 12, 16, 24, 32, 48) until the round trip's p99 is 50 ms or more above its p99 at one
+session; the last count within the bound, the server's CPU it took, and so how many such
+sessions one core carries. The callers share the machine with the server (on two cores, a
+search may end for the callers' CPU, not the server's: the table says each step's load).
+
     scripts/bench_webrtc.py            # about two minutes
     scripts/bench_webrtc.py --quick    # a smoke run
 """
@@ -213,6 +219,40 @@ def quantile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q * 100) - 1] if len(values) > 1 else values[0]
 
 
+ADDED_P99_MS = 50.0
+SEARCH_COUNTS = (2, 4, 8, 12, 16, 24, 32, 48)
+
+
+async def search(
+    kind: str, port: int, pid: int, alone_p99: float, counts: tuple[int, ...], duration_s: float
+) -> list[tuple[int, float, float]]:
+    """(sessions, server CPU cores in all, round trip p99 ms) for each count tried, in order,
+    up to the first whose p99 passes ``alone_p99`` by ``ADDED_P99_MS`` or more."""
+    steps = []
+    for sessions in counts:
+        per_session, rtts = await window(kind, port, pid, sessions, duration_s)
+        p99 = quantile(rtts, 0.99)
+        steps.append((sessions, per_session * sessions / 100, p99))
+        if not rtts or p99 - alone_p99 >= ADDED_P99_MS:
+            break
+    return steps
+
+
+def capacity_rows(kind: str, alone_p99: float, steps: list[tuple[int, float, float]]) -> None:
+    """Prints one search's steps and what one core carries within the bound."""
+    within = [step for step in steps if step[2] - alone_p99 < ADDED_P99_MS]
+    for sessions, cores, p99 in steps:
+        mark = "" if (sessions, cores, p99) in within else " (over)"
+        print(f"| {kind} | {sessions} | {cores:.2f} | {p99:.1f} ({p99 - alone_p99:+.1f}){mark} |")
+    if within:
+        sessions, cores, _ = within[-1]
+        per_core = sessions / cores if cores > 0 else float("inf")
+        print(
+            f"| {kind}: within {ADDED_P99_MS:.0f} ms | {sessions} | {cores:.2f} | "
+            f"{per_core:.0f} per core |"
+        )
+
+
 async def bench(quick: bool) -> int:
     load_before = os.getloadavg()
     child = harness.Child(SERVE_CHILD, "ours")
@@ -229,6 +269,12 @@ async def bench(quick: bool) -> int:
                 if sessions == 1:
                     latency[kind] = rtts
             rows.append((sessions, cpu["websocket"], cpu["webrtc"]))
+        alone = {kind: quantile(latency[kind], 0.99) for kind in latency}
+        counts_searched = SEARCH_COUNTS[:2] if quick else SEARCH_COUNTS
+        searches = {
+            kind: await search(kind, port, child.pid, alone[kind], counts_searched, duration_s)
+            for kind in ("websocket", "webrtc")
+        }
     finally:
         child.stop()
     print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
@@ -247,6 +293,11 @@ async def bench(quick: bool) -> int:
         print(f"| {kind} | {p50:.1f} | {p99:.1f} | {len(values)} |")
     added = quantile(latency["webrtc"], 0.5) - quantile(latency["websocket"], 0.5)
     print(f"\nthe WebRTC hop adds {added:.1f} ms at p50 (mouth to ear, against append to delta)")
+    print()
+    print("| search | sessions | server CPU, cores | round trip p99 ms (added to one session's) |")
+    print("| --- | ---: | ---: | ---: |")
+    for kind, steps in searches.items():
+        capacity_rows(kind, alone[kind], steps)
     return 0
 
 

@@ -197,6 +197,7 @@ class SessionPatch(ClientModel):
     # Function tools (bridge.realtime.tool_models).
     tools: list[ToolJson] | None = None
     tool_choice: ToolChoiceSpec | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class _Event(ClientModel):
@@ -253,6 +254,7 @@ class ResponseOptions(ClientModel):
     metadata: Metadata | None = None
     tools: list[ToolJson] | None = None
     tool_choice: ToolChoiceSpec | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class ResponseCreate(_Event):

@@ -191,6 +191,8 @@ def _response_create(event: ce.ResponseCreate) -> pb.ConverseRequest:
         create.tools.CopyFrom(toolset(options.tools, "response.tools"))
     if options.tool_choice is not None:
         create.tool_choice.CopyFrom(tool_choice(options.tool_choice, "response.tool_choice"))
+    if options.parallel_tool_calls is not None:
+        create.parallel_tool_calls = options.parallel_tool_calls
     return pb.ConverseRequest(create_response=create)
 
 

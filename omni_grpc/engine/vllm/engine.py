@@ -22,6 +22,7 @@ FEATURES = EngineFeatures(
     supports_server_vad=True,  # Silero on a CPU thread (server_vad=off turns it off)
     supports_barge_in=True,
     supports_playback_ack=True,
+    supports_parallel_tool_calls=True,  # the tool parser reads every call the model writes
     extra={"runtime": "vLLM AsyncLLM", "speech": "espeak-ng"},
 )
 

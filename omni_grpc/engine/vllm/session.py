@@ -30,7 +30,13 @@ from omni_grpc.engine.kit.tts import Espeak, TtsUnavailable
 from omni_grpc.engine.vllm.options import VllmOptions
 from omni_grpc.engine.vllm.prompt import Entry, Prompt, build_prompt
 from omni_grpc.engine.vllm.runtime import Generation, Sampling, VllmRuntime
-from omni_grpc.engine.vllm.tool_calls import chat_tools, forced_call, forced_sampling, gathered
+from omni_grpc.engine.vllm.tool_calls import (
+    chat_tools,
+    forced_call,
+    forced_sampling,
+    gathered,
+    kept_calls,
+)
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -191,7 +197,9 @@ class VllmSession(ListeningSession):
             calls = [] if call is None else [call]
         else:
             offered = chat_tools(tools)
-            calls = self._runtime.tool_calls(text, offered, self._options.tool_parser)
+            calls = kept_calls(
+                answer, self._runtime.tool_calls(text, offered, self._options.tool_parser)
+            )
         for name, arguments in calls:
             await emit_call(self._events, answer, name, arguments)
         if not calls and text and not must_call(answer):  # a cut-short call is not said

@@ -39,6 +39,7 @@ from bridge.realtime.server_events import (
     Event,
     item_json,
     random_event_id,
+    rate_limits_now,
     response_json,
 )
 from bridge.realtime.session_json import capabilities_json, session_json
@@ -96,7 +97,7 @@ class RealtimeOutbound:
             "output_audio_delta": self._audio_delta,
             "output_audio_transcript_delta": self._transcript_delta,
             "output_text_delta": self._text_delta,
-            "response_done": lambda e: self._response_done(e.response),
+            "response_done": self._response_ended,
             "response_listen": self._response_listen,
             "function_call_arguments_delta": arguments_delta,
             "function_call_arguments_done": arguments_done,
@@ -339,6 +340,11 @@ class RealtimeOutbound:
             "status": status,
             "content": content,
         }
+
+    def _response_ended(self, e: pb.ResponseDone) -> list[Event]:
+        """A response's done events, then ``rate_limits.updated`` with the limits the service
+        read as it ended, as OpenAI follows every ``response.done``."""
+        return [*self._response_done(e.response), rate_limits_now(e.rate_limits)]
 
     def _response_done(self, response: pb.Response) -> list[Event]:
         first_item_id = response.output[0].id if response.output else ""

@@ -428,6 +428,8 @@ class Session:
             self.admission.input_taken()
         elif kind == "response_done":
             self.admission.touch(now)  # the end of a response counts as activity
+            # What the client may still send, as OpenAI tells after every response.
+            event.response_done.rate_limits.extend(self.throttle.limits(now))
         return self.delivery.emit(
             event,
             to=self.generation if self.state is State.ATTACHED else None,

@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from bridge.realtime.outbound import RealtimeOutbound
 from bridge.realtime.server_events import error_json
@@ -100,7 +101,21 @@ def response_events(
                 delta="there", response_id=RID, item_id=IID
             ),
         ),
-        pb.ConverseResponse(seq=5, response_done=pb.ResponseDone(response=final)),
+        pb.ConverseResponse(
+            seq=5,
+            response_done=pb.ResponseDone(
+                response=final,
+                rate_limits=[
+                    pb.RateLimit(
+                        name="commands",
+                        limit=5000,
+                        remaining=4990,
+                        reset=Duration(nanos=20_000_000),
+                    ),
+                    pb.RateLimit(name="audio", limit=100, remaining=0, reset=Duration(seconds=2)),
+                ],
+            ),
+        ),
     ]
 
 
@@ -135,6 +150,7 @@ def test_a_response_expands_into_openais_full_sequence(check_event: Check) -> No
         "response.output_item.done",
         "conversation.item.done",
         "response.done",
+        "rate_limits.updated",
     ]
     # The last event of each journaled event's group carries its seq; the others none.
     assert [e.get("server_event_seq") for e in events] == [
@@ -145,6 +161,7 @@ def test_a_response_expands_into_openais_full_sequence(check_event: Check) -> No
         2,
         3,
         4,
+        None,
         None,
         None,
         None,
@@ -171,6 +188,11 @@ def test_a_response_expands_into_openais_full_sequence(check_event: Check) -> No
     assert done["usage"]["total_tokens"] == 7
     assert done["latency"]["first_audio_ms"] == 12.5
     assert base64.b64decode(by_type["response.output_audio.delta"]["delta"]) == b"\x01\x02" * 240
+    # The limits the service read as the response ended, in OpenAI's names (audio is "tokens").
+    assert by_type["rate_limits.updated"]["rate_limits"] == [
+        {"name": "requests", "limit": 5000, "remaining": 4990, "reset_seconds": 0.02},
+        {"name": "tokens", "limit": 100, "remaining": 0, "reset_seconds": 2.0},
+    ]
 
 
 def test_event_ids_are_deterministic_so_a_replay_carries_the_same_ids(check_event: Check) -> None:
@@ -239,7 +261,7 @@ def test_cancelled_and_failed_responses_carry_openai_status_details(check_event:
         dialect,
         [pb.ConverseResponse(seq=2, response_done=pb.ResponseDone(response=cancelled))],
         check_event,
-    )[-1]["response"]
+    )[-2]["response"]
     assert done["status_details"] == {
         "type": "cancelled",
         "reason": "turn_detected",
@@ -253,7 +275,7 @@ def test_cancelled_and_failed_responses_carry_openai_status_details(check_event:
         dialect,
         [pb.ConverseResponse(seq=3, response_done=pb.ResponseDone(response=failed))],
         check_event,
-    )[-1]["response"]
+    )[-2]["response"]
     assert done["status_details"] == {
         "type": "failed",
         "detail": "engine_error",

@@ -9,6 +9,7 @@ the bridge makes itself, in the same shape as the service's errors, and
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -97,7 +98,10 @@ def item_json(item: pb.ConversationItem) -> Event:
         if part.type == pb.CONTENT_TYPE_INPUT_TEXT:
             content.append({"type": "input_text", "text": part.text})
         elif part.type == pb.CONTENT_TYPE_INPUT_AUDIO:
-            content.append({"type": "input_audio", "transcript": part.transcript or None})
+            audio_part: Event = {"type": "input_audio", "transcript": part.transcript or None}
+            if part.audio:  # a retrieved item's, in the session's input format
+                audio_part["audio"] = base64.b64encode(part.audio).decode()
+            content.append(audio_part)
         elif part.type == pb.CONTENT_TYPE_OUTPUT_TEXT:
             content.append({"type": "output_text", "text": part.text})
         elif part.type == pb.CONTENT_TYPE_OUTPUT_AUDIO:

@@ -184,6 +184,8 @@ def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
         "supports_semantic_vad": caps.supports_semantic_vad,
         "supports_interruption_by_words": caps.supports_interruption_by_words,
         "supports_parallel_tool_calls": caps.supports_parallel_tool_calls,
+        "supports_input_audio_items": caps.supports_input_audio_items,
+        "item_audio_kept_ms": caps.item_audio_kept_ms,
         "max_pending_input_bytes": caps.max_pending_input_bytes,
         "max_sessions": caps.max_sessions,
     }

@@ -103,6 +103,13 @@ class VllmSession(ListeningSession):
             self._item_audio.popitem(last=False)
         return user, item
 
+    async def _heard_item(self, user: kit.UserInput, item: pb.ConversationItem) -> None:
+        # The model hears an item created with its audio as it hears a committed turn.
+        self._item_audio[item.id] = user.audio
+        while len(self._item_audio) > 2 * self._options.audio_turns:
+            self._item_audio.popitem(last=False)
+        await super()._heard_item(user, item)
+
     async def _on_delete_conversation_item(self, delete: DeleteItem) -> None:
         self._item_audio.pop(delete.item_id, None)
         await super()._on_delete_conversation_item(delete)

@@ -1916,6 +1916,8 @@ class Capabilities(_message.Message):
     SUPPORTS_INTERRUPTION_BY_WORDS_FIELD_NUMBER: _builtins.int
     CAPACITY_FIELD_NUMBER: _builtins.int
     SUPPORTS_PARALLEL_TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    SUPPORTS_INPUT_AUDIO_ITEMS_FIELD_NUMBER: _builtins.int
+    ITEM_AUDIO_KEPT_MS_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.str
     """Names the protocol, "omni.duplex.v1"."""
     engine: _builtins.str
@@ -1958,6 +1960,15 @@ class Capabilities(_message.Message):
     """Says whether a response of this engine may call several functions at once (its model
     writes several calls in one answer); false: at most one call a response, whatever
     SessionConfig.parallel_tool_calls says.
+    """
+    supports_input_audio_items: _builtins.bool
+    """Says whether the engine takes a user item whose audio comes with it
+    (ContentPart.audio in create_conversation_item), heard as a committed turn is.
+    """
+    item_audio_kept_ms: _builtins.int
+    """Gives how much audio of its newest user items (committed turns and items created with
+    audio) the engine keeps to return in item_retrieved, in milliseconds; 0: it keeps none,
+    and a retrieved item has no audio.
     """
     @_builtins.property
     def input_encodings(self) -> _containers.RepeatedScalarFieldContainer[Global___AudioEncoding.ValueType]:
@@ -2012,10 +2023,12 @@ class Capabilities(_message.Message):
         supports_interruption_by_words: _builtins.bool = ...,
         capacity: _builtins.int = ...,
         supports_parallel_tool_calls: _builtins.bool = ...,
+        supports_input_audio_items: _builtins.bool = ...,
+        item_audio_kept_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "disconnect_grace", b"disconnect_grace", "idle_timeout", b"idle_timeout", "journal_window", b"journal_window", "output_audio_format", b"output_audio_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "capacity", b"capacity", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_parallel_tool_calls", b"supports_parallel_tool_calls", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "capacity", b"capacity", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "item_audio_kept_ms", b"item_audio_kept_ms", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_input_audio_items", b"supports_input_audio_items", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_parallel_tool_calls", b"supports_parallel_tool_calls", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2031,6 +2044,7 @@ class ContentPart(_message.Message):
     TEXT_FIELD_NUMBER: _builtins.int
     TRANSCRIPT_FIELD_NUMBER: _builtins.int
     AUDIO_DURATION_MS_FIELD_NUMBER: _builtins.int
+    AUDIO_FIELD_NUMBER: _builtins.int
     type: Global___ContentType.ValueType
     """Names the kind of part."""
     text: _builtins.str
@@ -2039,6 +2053,14 @@ class ContentPart(_message.Message):
     """Holds the transcript of an audio part."""
     audio_duration_ms: _builtins.float
     """Gives the length of an audio part in milliseconds."""
+    audio: _builtins.bytes
+    """Holds the audio of an INPUT_AUDIO part, in the session's input_audio_format (whole
+    samples), where it travels: in create_conversation_item the user's own audio, an item's
+    only part, at most Capabilities.max_pending_input_bytes, refused `unsupported_content` by
+    an engine without supports_input_audio_items; in item_retrieved the audio the engine kept
+    of the item (see Capabilities.item_audio_kept_ms), empty when it kept none. Never in
+    other events: they say the audio's length.
+    """
     def __init__(
         self,
         *,
@@ -2046,10 +2068,11 @@ class ContentPart(_message.Message):
         text: _builtins.str = ...,
         transcript: _builtins.str = ...,
         audio_duration_ms: _builtins.float = ...,
+        audio: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["audio_duration_ms", b"audio_duration_ms", "text", b"text", "transcript", b"transcript", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audio", b"audio", "audio_duration_ms", b"audio_duration_ms", "text", b"text", "transcript", b"transcript", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -4149,6 +4172,7 @@ class ErrorReport(_message.Message):
     * `unsupported_interruption`: interruption settings this engine cannot honour.
     * `barge_in_unsupported`: barge-in asked of an engine that cannot barge in.
     * `model_update_unsupported`: update_session tried to change the model.
+    * `unsupported_content`: a conversation item's content this engine cannot take.
     * `input_audio_buffer_empty`: commit with no input audio buffered.
     * `item_not_found`: no conversation item with that id.
     * `response_already_active`: create_response while a response is running.

@@ -54,6 +54,11 @@ from omni_grpc.wire import pb
 
 _OPEN_RESPONSES_KEPT = 16
 _INPUT_ITEMS_KEPT = 64
+# Events a group sends after the one that carries its seq: OpenAI follows response.done with
+# rate_limits.updated. A client that stops reading at response.done has seen the response
+# whole, so its cursor covers it (a resume does not replay a response for an update of limits,
+# which the next response brings anew).
+AFTER_THE_NUMBER = frozenset({"rate_limits.updated"})
 
 
 @dataclass(slots=True)
@@ -114,7 +119,8 @@ class RealtimeOutbound:
             prefix = f"event_{self._tag}_{event.seq}_"
             for index, item in enumerate(out):
                 item["event_id"] = f"{prefix}{index}"
-            out[-1]["server_event_seq"] = event.seq
+            after = len(out) > 1 and out[-1]["type"] in AFTER_THE_NUMBER
+            out[-2 if after else -1]["server_event_seq"] = event.seq
         else:
             for item in out:
                 item["event_id"] = random_event_id()

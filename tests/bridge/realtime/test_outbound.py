@@ -152,7 +152,8 @@ def test_a_response_expands_into_openais_full_sequence(check_event: Check) -> No
         "response.done",
         "rate_limits.updated",
     ]
-    # The last event of each journaled event's group carries its seq; the others none.
+    # The last event of each journaled event's group carries its seq, the others none; the
+    # limits that follow response.done come after it.
     assert [e.get("server_event_seq") for e in events] == [
         None,
         None,
@@ -166,8 +167,8 @@ def test_a_response_expands_into_openais_full_sequence(check_event: Check) -> No
         None,
         None,
         None,
-        None,
         5,
+        None,
     ]
     by_type = {e["type"]: e for e in events}
     assert by_type["response.content_part.added"]["part"] == {"type": "audio", "transcript": ""}

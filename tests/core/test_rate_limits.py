@@ -182,6 +182,7 @@ def test_the_limits_reported_are_the_tightest_bucket_of_each_kind_read_without_r
     throttle = Throttle(Allowance.for_session(SLOW, now=0.0))
     for _ in range(4):
         throttle.charge(append(0, b"\0" * 10), now=0.0)
+    assert throttle.limits(now=0.0)[0].remaining == 6  # no time passed: what is left
     commands, audio = throttle.limits(now=0.1)
     # 10 commands full; 6 left, plus 0.1 s at 10 a second; full again in 0.3 s.
     assert (commands.name, commands.limit, commands.remaining) == ("commands", 10, 7)

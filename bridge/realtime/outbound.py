@@ -315,7 +315,8 @@ class RealtimeOutbound:
             {"type": "response.listen", "response_id": e.response_id or None, "reason": e.reason}
         ]
         if e.response_id in self._open:
-            # The listen ends a response that was announced: close it as OpenAI clients expect.
+            # The listen ends a response that was announced: close it as OpenAI clients expect,
+            # its limits after it as after any response.done.
             out.extend(
                 self._response_done(
                     pb.Response(
@@ -325,6 +326,7 @@ class RealtimeOutbound:
                     )
                 )
             )
+            out.append(rate_limits_now(e.rate_limits))
         return out
 
     def _final_item(self, response: pb.Response, state: _Response) -> Event:

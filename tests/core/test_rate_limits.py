@@ -212,3 +212,14 @@ def test_every_response_done_carries_the_session_limits_as_it_ended() -> None:
     assert (audio.name, audio.limit) == ("audio", 100)
     assert audio.remaining == int(s.throttle.own.audio_bytes.level(0.2)) < 100
     assert audio.reset.ToMilliseconds() > 0
+
+
+def test_a_listen_that_ends_a_response_carries_the_limits_and_a_bare_one_does_not() -> None:
+    s = open_session(limits=SLOW).session
+    s.publish(created("resp_1"), now=0.0)
+    ending = pb.ResponseListen(response_id="resp_1", reason="model_listen")
+    [event] = decode(s.publish(pb.ConverseResponse(response_listen=ending), now=0.0))
+    assert [limit.name for limit in event.response_listen.rate_limits] == ["commands", "audio"]
+    bare = pb.ResponseListen(reason="silence_or_noise")
+    [event] = decode(s.publish(pb.ConverseResponse(response_listen=bare), now=0.0))
+    assert not event.response_listen.rate_limits

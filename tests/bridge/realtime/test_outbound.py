@@ -288,8 +288,12 @@ def test_a_listen_that_ends_an_announced_response_closes_it(check_event: Check) 
     dialect = RealtimeOutbound(extensions=True)
     dialect.expand(created())
     expand_all(dialect, response_events()[:1], check_event)
+    limits = pb.RateLimit(name="commands", limit=10, remaining=9, reset=Duration(nanos=100_000_000))
     listen = pb.ConverseResponse(
-        seq=2, response_listen=pb.ResponseListen(response_id=RID, reason="model_listen")
+        seq=2,
+        response_listen=pb.ResponseListen(
+            response_id=RID, reason="model_listen", rate_limits=[limits]
+        ),
     )
     events = expand_all(dialect, [listen], check_event)
     assert events[0] == {
@@ -298,8 +302,13 @@ def test_a_listen_that_ends_an_announced_response_closes_it(check_event: Check) 
         "reason": "model_listen",
         "event_id": events[0]["event_id"],
     }
-    assert events[-1]["type"] == "response.done"
-    assert events[-1]["response"]["status_details"]["detail"] == "model_listen"
+    done, updated = events[-2:]
+    assert done["type"] == "response.done" and done["server_event_seq"] == 2
+    assert done["response"]["status_details"]["detail"] == "model_listen"
+    # As after any response.done: the limits the service read as the listen ended it.
+    assert updated["rate_limits"] == [
+        {"name": "requests", "limit": 10, "remaining": 9, "reset_seconds": 0.1}
+    ]
     bare = pb.ConverseResponse(seq=3, response_listen=pb.ResponseListen(reason="overlap"))
     assert [e["type"] for e in expand_all(dialect, [bare], check_event)] == ["response.listen"]
 

@@ -3842,19 +3842,27 @@ class ResponseListen(_message.Message):
 
     RESPONSE_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    RATE_LIMITS_FIELD_NUMBER: _builtins.int
     response_id: _builtins.str
     """Names the response this ends, if one was created."""
     reason: _builtins.str
     """Says why: "model_listen", "silence_or_noise", or "overlap"."""
+    @_builtins.property
+    def rate_limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___RateLimit]:
+        """Gives, when it ends a response (response_id set), the session's rate limits then, as
+        ResponseDone.rate_limits does.
+        """
+
     def __init__(
         self,
         *,
         response_id: _builtins.str = ...,
         reason: _builtins.str = ...,
+        rate_limits: _abc.Iterable[Global___RateLimit] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "response_id", b"response_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rate_limits", b"rate_limits", "reason", b"reason", "response_id", b"response_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -246,7 +246,8 @@ class OutputAudioClear(_Event):
 
 
 class ResponseOptions(ClientModel):
-    """The ``response`` of ``response.create``; what the engine cannot honour is ignored."""
+    """The ``response`` of ``response.create``; a GA field the service cannot honour is refused
+    (:mod:`bridge.realtime.unhonoured`), never ignored."""
 
     output_modalities: list[Literal["text", "audio"]] | None = None
     modalities: list[Literal["text", "audio"]] | None = None

@@ -34,7 +34,7 @@ from opentelemetry.trace import Tracer, TracerProvider
 
 from bridge.client_secrets import ClientSecrets
 from bridge.client_socket import ClientSocket
-from bridge.dialects import VLLM_OMNI_PATH, dialect_name, make_dialect
+from bridge.dialects import VLLM_OMNI_PATH, dialect_name, make_dialect, secret_session_config
 from bridge.forwarded import forwarded_for
 from bridge.frame_budget import FrameBudget, own_budget
 from bridge.frame_meter import MeteredSocket
@@ -177,7 +177,8 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         options,
         metadata=bearer_metadata(service_key) + forwarded_for(request),
         model=model,
-        autostart=bool(model) and not resume_only,
+        # A secret minted with a session opens it at once, as a URL naming a model does.
+        autostart=(bool(model) or admitted.session is not None) and not resume_only,
         dialect=dialect,
         tracer=bridge.tracer,
         meter=ws.meter,
@@ -185,6 +186,7 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         share=bridge.loop_shares.of(key if options.api_keys else ""),
         resume_secret=resume_secret,
         only_session=admitted.only_session,
+        minted=admitted.session,
     )
     bridge.relays.add(relay)
     CONNECTIONS.inc()
@@ -251,7 +253,7 @@ def create_app(
     calls.add_routes(app)
     app[CALLS] = calls
     if bridge.gate.client_secrets is not None:
-        minting = minting_handler(bridge.gate, bridge.gate.client_secrets)
+        minting = minting_handler(bridge.gate, bridge.gate.client_secrets, secret_session_config)
         app.router.add_post("/v1/realtime/client_secrets", minting)
     if (STATIC_DIR / "index.html").exists():
         app.router.add_get("/", index)

@@ -8,6 +8,8 @@ then opens the websocket with the subprotocol ``openai-insecure-api-key.ek_…``
 * opens one websocket: it is used up by the upgrade it admits, so a resume needs a new one;
 * stands for the key that minted it: the bridge presents that key to the service, so the
   session is bound to it (a resume with another secret of the same key finds the session);
+* carries the session configuration it was minted with, if any (the body's ``session``, as
+  OpenAI's secrets do): the socket it opens starts its session with that configuration;
 * is kept only as its SHA-256 digest and compared in constant time, and is never logged.
 
 Each key mints for itself, so no key's minting can stop another's: at most the tenant policy's
@@ -29,6 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from omni_grpc.wire import pb
 from omni_grpc.wire.tenant_policy import TenantPolicy
 
 PREFIX = "ek_"
@@ -71,10 +74,19 @@ class _MintBucket:
 
 
 @dataclass(frozen=True, slots=True)
+class Redeemed:
+    """What a secret stood for, once used."""
+
+    key: str  # the API key that minted it, presented to the service in its place
+    session: pb.SessionConfig | None = None  # the configuration its session starts with
+
+
+@dataclass(frozen=True, slots=True)
 class _Minted:
     digest: bytes
-    owner_key: str  # the API key that minted it, presented to the service in its place
+    owner_key: str
     expires_at: float
+    session: pb.SessionConfig | None
 
 
 def _digest(value: str) -> bytes:
@@ -99,8 +111,14 @@ class ClientSecrets:
     def __len__(self) -> int:
         return len(self._minted)
 
-    def mint(self, owner_key: str, ttl_s: float = DEFAULT_TTL_S) -> tuple[str, float]:
-        """A new secret standing for ``owner_key``, and when it expires (unix seconds)."""
+    def mint(
+        self,
+        owner_key: str,
+        ttl_s: float = DEFAULT_TTL_S,
+        session: pb.SessionConfig | None = None,
+    ) -> tuple[str, float]:
+        """A new secret standing for ``owner_key`` (and opening its session with ``session``
+        when given), and when it expires (unix seconds)."""
         if not MIN_TTL_S <= ttl_s <= MAX_TTL_S:
             raise ValueError(f"a secret lives {MIN_TTL_S:g} to {MAX_TTL_S:g} seconds")
         now = self._clock()
@@ -126,13 +144,13 @@ class ClientSecrets:
                     OUTSTANDING_RETRY_AFTER_S,
                 )
         value = PREFIX + secrets.token_urlsafe(32)
-        minted = _Minted(_digest(value), owner_key, now + ttl_s)
+        minted = _Minted(_digest(value), owner_key, now + ttl_s, session)
         self._minted[minted.digest] = minted
         self._outstanding[owner_key] += 1
         return value, minted.expires_at
 
-    def redeem(self, presented: str) -> str | None:
-        """Uses ``presented`` up; returns the key it stands for, or None if it is not valid."""
+    def redeem(self, presented: str) -> Redeemed | None:
+        """Uses ``presented`` up; returns what it stands for, or None if it is not valid."""
         if not presented.startswith(PREFIX):
             return None
         digest = _digest(presented)
@@ -142,7 +160,9 @@ class ClientSecrets:
         if minted is None or not hmac.compare_digest(minted.digest, digest):
             return None
         self._outstanding[minted.owner_key] -= 1
-        return minted.owner_key if self._clock() < minted.expires_at else None
+        if self._clock() >= minted.expires_at:
+            return None
+        return Redeemed(minted.owner_key, minted.session)
 
     def _forget_expired(self) -> None:
         now = self._clock()

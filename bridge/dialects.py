@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from bridge.dialect import Dialect
-from bridge.realtime.dialect import openai_dialect
+from bridge.realtime.dialect import minted_config, openai_dialect
 from bridge.vllm_omni.dialect import vllm_omni_dialect
 
 OPENAI = "openai"
@@ -32,6 +32,10 @@ def dialect_name(path: str, query: Mapping[str, str]) -> str:
     if path == VLLM_OMNI_PATH or query.get(VLLM_OMNI_QUERY, "").lower() in _TRUE:
         return VLLM_OMNI
     return OPENAI
+
+
+# What a client secret's ``session`` becomes: OpenAI's, whose endpoint mints them.
+secret_session_config = minted_config
 
 
 def make_dialect(name: str, *, max_audio_delta_bytes: int, extensions: bool = False) -> Dialect:

@@ -32,6 +32,7 @@ from multidict import CIMultiDict
 from bridge.client_secrets import ClientSecrets
 from bridge.resume_secrets import PREFIX as RESUME_PREFIX
 from bridge.resume_secrets import ResumeSecrets
+from omni_grpc.wire import pb
 from omni_grpc.wire.keys import bearer_credentials, key_matches
 
 KEY_PROTOCOL_PREFIX = "openai-insecure-api-key."
@@ -101,6 +102,8 @@ class Admitted:
     # else, and is handed resume secrets to come back with.
     by_secret: bool = False
     only_session: str = ""  # a resume secret's session: the one thing the socket may resume
+    # The configuration a client secret was minted with: the socket's session opens with it.
+    session: pb.SessionConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +168,10 @@ class Gate:
             if resumes is not None:
                 return Admitted(resumes[0], by_secret=True, only_session=resumes[1])
             return unauthorized()
-        owner = self.client_secrets.redeem(key) if self.client_secrets is not None else None
-        return Admitted(owner, by_secret=True) if owner is not None else unauthorized()
+        minted = self.client_secrets.redeem(key) if self.client_secrets is not None else None
+        if minted is None:
+            return unauthorized()
+        return Admitted(minted.key, by_secret=True, session=minted.session)
 
 
 def unauthorized() -> web.Response:

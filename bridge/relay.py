@@ -122,6 +122,19 @@ def _resumes(request: pb.ConverseRequest, session_id: str) -> bool:
     return request.HasField("resume_session") and request.resume_session.session_id == session_id
 
 
+def _lay_over(config: pb.SessionConfig, minted: pb.SessionConfig) -> None:
+    """Sets in ``config`` each field ``minted`` sets, whole (the model from the URL stays
+    when the minted configuration names none)."""
+    for field, value in minted.ListFields():
+        if field.is_repeated:
+            del getattr(config, field.name)[:]
+            getattr(config, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(config, field.name).CopyFrom(value)
+        else:
+            setattr(config, field.name, value)
+
+
 def is_numbered(request: pb.ConverseRequest) -> bool:
     """Says whether the request needs a ``client_seq`` (heartbeats and acks do not)."""
     return request.WhichOneof("command") not in UNNUMBERED_COMMANDS
@@ -145,6 +158,7 @@ class Relay:
         share: KeyShare | None = None,
         resume_secret: Callable[[str], str] | None = None,
         only_session: str = "",
+        minted: pb.SessionConfig | None = None,
     ) -> None:
         # The client's connection: a websocket or a WebRTC call (bridge.carrier). Every event
         # goes out through it, within the send deadline.
@@ -154,6 +168,9 @@ class Relay:
         # resume ``only_session``.
         self._resume_secret = resume_secret
         self._only_session = only_session
+        # The configuration the client secret that opened the socket was minted with: the
+        # session opens with it (laid over the dialect's defaults).
+        self._minted = minted
         # The key's share of a loop pass, which each command's handing on is charged to.
         self._share = share
         # The socket's frames are charged from their headers until their commands leave
@@ -346,7 +363,13 @@ class Relay:
     async def _handshake(self) -> tuple[pb.ConverseRequest, pb.ConverseRequest | None] | None:
         """The first request, and a command to send right after it; None if the socket went."""
         if self._autostart:
-            return self._dialect.open_request(model=self._model), None
+            request = self._dialect.open_request(model=self._model)
+            if self._minted is not None:
+                _lay_over(request.open_session.config, self._minted)
+                # Refused by the service, it is answered in band and the session opens with the
+                # defaults, as a refused opening session.update is.
+                self._opening_update = ""
+            return request, None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._config_timeout_s
         while True:

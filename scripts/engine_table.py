@@ -62,8 +62,9 @@ def table() -> str:
     """The capability table, in Markdown."""
     rows = [
         "| engine | default model | input audio | output audio | server VAD "
-        "| semantic end of turn | interruption by words | barge-in | playback ack | built on |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| semantic end of turn | interruption by words | barge-in | playback ack "
+        "| parallel tool calls | audio items | item audio kept | built on |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, f in features().items():
         inputs = ", ".join(_ENCODINGS.get(e, str(e)) for e in f.input_encodings)
@@ -78,7 +79,9 @@ def table() -> str:
             f"| `{name}` | {model} | {inputs} at {rates} kHz | {output} "
             f"| {_yes(f.supports_server_vad)} | {_yes(f.supports_semantic_vad)} "
             f"| {_yes(f.supports_interruption_by_words)} | {_yes(f.supports_barge_in)} "
-            f"| {_yes(f.supports_playback_ack)} | {runtime} |"
+            f"| {_yes(f.supports_playback_ack)} | {_yes(f.supports_parallel_tool_calls)} "
+            f"| {_yes(f.supports_input_audio_items)} | {f.item_audio_kept_ms / 1000:g} s "
+            f"| {runtime} |"
         )
     return "\n".join(rows)
 

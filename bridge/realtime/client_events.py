@@ -197,6 +197,7 @@ class SessionPatch(ClientModel):
     # Function tools (bridge.realtime.tool_models).
     tools: list[ToolJson] | None = None
     tool_choice: ToolChoiceSpec | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class _Event(ClientModel):
@@ -245,7 +246,8 @@ class OutputAudioClear(_Event):
 
 
 class ResponseOptions(ClientModel):
-    """The ``response`` of ``response.create``; what the engine cannot honour is ignored."""
+    """The ``response`` of ``response.create``; a GA field the service cannot honour is refused
+    (:mod:`bridge.realtime.unhonoured`), never ignored."""
 
     output_modalities: list[Literal["text", "audio"]] | None = None
     modalities: list[Literal["text", "audio"]] | None = None
@@ -253,6 +255,7 @@ class ResponseOptions(ClientModel):
     metadata: Metadata | None = None
     tools: list[ToolJson] | None = None
     tool_choice: ToolChoiceSpec | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class ResponseCreate(_Event):

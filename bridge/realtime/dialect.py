@@ -56,6 +56,11 @@ class RealtimeInbound:
     def decode(self, frame: str | bytes) -> Any:
         return self._validated(inbound.parse_client_frame(frame))
 
+    @classmethod
+    def decode_event(cls, data: dict[str, Any]) -> Any:
+        """One event already parsed from JSON, as a typed client event."""
+        return cls._validated(data)
+
     def to_request(self, event: Any) -> pb.ConverseRequest:
         return inbound.to_request(event)
 
@@ -120,6 +125,17 @@ class RealtimeDialect:
 
     def error_events(self, refusal: Refusal) -> list[Event]:
         return self.outbound.shown(refusal_events(refusal))
+
+
+def minted_config(session: Any) -> pb.SessionConfig:
+    """The configuration a client secret is minted with: the ``session`` of its request, read
+    as the ``session`` of a first ``session.update`` is (the same fields, refusals and
+    unhonoured ones); raises DialectError."""
+    if not isinstance(session, dict):
+        raise DialectError("invalid_session_config", "session must be an object", param="session")
+    event = RealtimeInbound.decode_event({"type": "session.update", "session": session})
+    assert isinstance(event, ce.SessionUpdate)
+    return inbound.open_request(event.session).open_session.config
 
 
 def openai_dialect(*, max_audio_delta_bytes: int, extensions: bool = False) -> RealtimeDialect:

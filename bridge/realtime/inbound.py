@@ -191,6 +191,8 @@ def _response_create(event: ce.ResponseCreate) -> pb.ConverseRequest:
         create.tools.CopyFrom(toolset(options.tools, "response.tools"))
     if options.tool_choice is not None:
         create.tool_choice.CopyFrom(tool_choice(options.tool_choice, "response.tool_choice"))
+    if options.parallel_tool_calls is not None:
+        create.parallel_tool_calls = options.parallel_tool_calls
     return pb.ConverseRequest(create_response=create)
 
 
@@ -232,16 +234,13 @@ def _item_create(event: ce.ItemCreate) -> pb.ConverseRequest:
                 f"content of type {content.type!r} is not supported",
                 param=f"item.content.{index}.type",
             )
+        part = pb.ContentPart(type=kind, text=content.text or "")
+        part.transcript = content.transcript or ""
         if content.audio:
-            # The contract carries audio only through the input buffer, where it is metered.
-            raise DialectError(
-                "unsupported_content_type",
-                "send audio with input_audio_buffer.append",
-                param=f"item.content.{index}.audio",
-            )
-        parts.append(
-            pb.ContentPart(type=kind, text=content.text or "", transcript=content.transcript or "")
-        )
+            # The user's own audio, in the session's input format (the service checks where
+            # it may be, and what the engine takes).
+            part.audio = b64_audio(content.audio, f"item.content.{index}.audio")
+        parts.append(part)
     return pb.ConverseRequest(
         create_conversation_item=pb.CreateConversationItem(
             item=pb.ConversationItem(id=item.id, role=_ROLES[item.role], content=parts),

@@ -39,6 +39,7 @@ from bridge.realtime.server_events import (
     Event,
     item_json,
     random_event_id,
+    rate_limits_now,
     response_json,
 )
 from bridge.realtime.session_json import capabilities_json, session_json
@@ -53,6 +54,11 @@ from omni_grpc.wire import pb
 
 _OPEN_RESPONSES_KEPT = 16
 _INPUT_ITEMS_KEPT = 64
+# Events a group sends after the one that carries its seq: OpenAI follows response.done with
+# rate_limits.updated. A client that stops reading at response.done has seen the response
+# whole, so its cursor covers it (a resume does not replay a response for an update of limits,
+# which the next response brings anew).
+AFTER_THE_NUMBER = frozenset({"rate_limits.updated"})
 
 
 @dataclass(slots=True)
@@ -96,7 +102,7 @@ class RealtimeOutbound:
             "output_audio_delta": self._audio_delta,
             "output_audio_transcript_delta": self._transcript_delta,
             "output_text_delta": self._text_delta,
-            "response_done": lambda e: self._response_done(e.response),
+            "response_done": self._response_ended,
             "response_listen": self._response_listen,
             "function_call_arguments_delta": arguments_delta,
             "function_call_arguments_done": arguments_done,
@@ -113,7 +119,8 @@ class RealtimeOutbound:
             prefix = f"event_{self._tag}_{event.seq}_"
             for index, item in enumerate(out):
                 item["event_id"] = f"{prefix}{index}"
-            out[-1]["server_event_seq"] = event.seq
+            after = len(out) > 1 and out[-1]["type"] in AFTER_THE_NUMBER
+            out[-2 if after else -1]["server_event_seq"] = event.seq
         else:
             for item in out:
                 item["event_id"] = random_event_id()
@@ -308,7 +315,8 @@ class RealtimeOutbound:
             {"type": "response.listen", "response_id": e.response_id or None, "reason": e.reason}
         ]
         if e.response_id in self._open:
-            # The listen ends a response that was announced: close it as OpenAI clients expect.
+            # The listen ends a response that was announced: close it as OpenAI clients expect,
+            # its limits after it as after any response.done.
             out.extend(
                 self._response_done(
                     pb.Response(
@@ -318,6 +326,7 @@ class RealtimeOutbound:
                     )
                 )
             )
+            out.append(rate_limits_now(e.rate_limits))
         return out
 
     def _final_item(self, response: pb.Response, state: _Response) -> Event:
@@ -339,6 +348,11 @@ class RealtimeOutbound:
             "status": status,
             "content": content,
         }
+
+    def _response_ended(self, e: pb.ResponseDone) -> list[Event]:
+        """A response's done events, then ``rate_limits.updated`` with the limits the service
+        read as it ended, as OpenAI follows every ``response.done``."""
+        return [*self._response_done(e.response), rate_limits_now(e.rate_limits)]
 
     def _response_done(self, response: pb.Response) -> list[Event]:
         first_item_id = response.output[0].id if response.output else ""

@@ -44,6 +44,7 @@ _SESSION_FIELDS = (
     "epoch",
     "engine_options",
     "recording",
+    "parallel_tool_calls",
 )
 _RESPONSE_PATHS = (
     ("response", "latency"),

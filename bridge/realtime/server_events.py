@@ -9,8 +9,9 @@ the bridge makes itself, in the same shape as the service's errors, and
 
 from __future__ import annotations
 
+import base64
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bridge.dialect import Event
@@ -32,7 +33,8 @@ _ERROR_TYPES = {
 }
 # The Realtime name of the limit a rate-limit refusal's ``param`` names. The GA schema knows
 # only "requests" and "tokens": commands are requests, and input audio, which OpenAI meters in
-# tokens and the service in bytes, is "tokens" (``limit`` is left out, so no unit is claimed).
+# tokens and the service in bytes, is "tokens" (a refusal leaves ``limit`` out, so no unit is
+# claimed; after a response it is the service's own count of bytes).
 _RATE_LIMIT_NAMES = {"commands": "requests", "audio": "tokens"}
 _RESPONSE_STATUS = {status: name for name, status in RESPONSE_STATUSES.items()}
 _OVERLAP_ACTION = {action: name for name, action in OVERLAP_ACTIONS.items()}
@@ -96,7 +98,10 @@ def item_json(item: pb.ConversationItem) -> Event:
         if part.type == pb.CONTENT_TYPE_INPUT_TEXT:
             content.append({"type": "input_text", "text": part.text})
         elif part.type == pb.CONTENT_TYPE_INPUT_AUDIO:
-            content.append({"type": "input_audio", "transcript": part.transcript or None})
+            audio_part: Event = {"type": "input_audio", "transcript": part.transcript or None}
+            if part.audio:  # a retrieved item's, in the session's input format
+                audio_part["audio"] = base64.b64encode(part.audio).decode()
+            content.append(audio_part)
         elif part.type == pb.CONTENT_TYPE_OUTPUT_TEXT:
             content.append({"type": "output_text", "text": part.text})
         elif part.type == pb.CONTENT_TYPE_OUTPUT_AUDIO:
@@ -209,6 +214,23 @@ def refusal_events(refusal: Refusal) -> list[Event]:
     event["error"].update(retryable=True, retry_after_ms=retry_after_ms)
     limits = rate_limits_updated("requests", retry_after_ms)
     return [event, {**limits, "event_id": random_event_id()}]
+
+
+def rate_limits_now(limits: Sequence[pb.RateLimit]) -> Event:
+    """OpenAI's ``rate_limits.updated`` after a response: each of the session's limits as the
+    service read it when the response ended (the limit, what is left, and when it is full)."""
+    return {
+        "type": "rate_limits.updated",
+        "rate_limits": [
+            {
+                "name": _RATE_LIMIT_NAMES.get(limit.name, "requests"),
+                "limit": limit.limit,
+                "remaining": limit.remaining,
+                "reset_seconds": limit.reset.ToMilliseconds() / 1000,
+            }
+            for limit in limits
+        ],
+    }
 
 
 def rate_limits_updated(name: str, reset_ms: int) -> Event:

@@ -211,4 +211,6 @@ def config_from_patch(patch: SessionPatch) -> pb.SessionConfig:
         config.tools.CopyFrom(toolset(patch.tools, "session.tools"))
     if patch.tool_choice is not None:
         config.tool_choice.CopyFrom(tool_choice(patch.tool_choice, "session.tool_choice"))
+    if patch.parallel_tool_calls is not None:
+        config.parallel_tool_calls = patch.parallel_tool_calls
     return config

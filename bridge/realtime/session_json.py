@@ -143,6 +143,8 @@ def session_json(session: pb.Session) -> dict[str, Any]:
         "state": _STATE_NAMES.get(session.state),
         "turn_state": _TURN_NAMES.get(session.turn_state),
         "epoch": session.epoch,
+        # GA's session object has no place for it: shown to extension clients only.
+        "parallel_tool_calls": config.parallel_tool_calls,
     }
     if config.HasField("instructions"):
         out["instructions"] = config.instructions
@@ -181,6 +183,9 @@ def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
         "supports_server_vad": caps.supports_server_vad,
         "supports_semantic_vad": caps.supports_semantic_vad,
         "supports_interruption_by_words": caps.supports_interruption_by_words,
+        "supports_parallel_tool_calls": caps.supports_parallel_tool_calls,
+        "supports_input_audio_items": caps.supports_input_audio_items,
+        "item_audio_kept_ms": caps.item_audio_kept_ms,
         "max_pending_input_bytes": caps.max_pending_input_bytes,
         "max_sessions": caps.max_sessions,
     }

@@ -40,6 +40,14 @@ def _no_cap(value: Any) -> bool:
     return value in (None, "inf")
 
 
+def _no_effort(value: Any) -> bool:
+    return value is None or (isinstance(value, dict) and value.get("effort") is None)
+
+
+# No engine here is a reasoning model (none lists an effort it would honour).
+_NO_REASONING = "no engine here reasons before it answers"
+
+
 # For each event type: (path in the event, what the field may be, why it cannot be honoured).
 _RULES: dict[str, tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...]] = {
     "session.update": (
@@ -60,6 +68,7 @@ _RULES: dict[str, tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...]
         (("session", "include"), _empty, "no extra output can be included"),
         (("session", "prompt"), _unset, "there are no stored prompts"),
         (("session", "truncation"), _auto, "the conversation's truncation is the engine's"),
+        (("session", "reasoning"), _no_effort, _NO_REASONING),
     ),
     "response.create": (
         (("response", "conversation"), _auto, "a response always joins the conversation"),
@@ -70,6 +79,7 @@ _RULES: dict[str, tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...]
         (("response", "voice"), _unset, "the voice is the session's"),
         (("response", "output_audio_format"), _unset, "the output format is the session's"),
         (("response", "prompt"), _unset, "there are no stored prompts"),
+        (("response", "reasoning"), _no_effort, _NO_REASONING),
     ),
 }
 

@@ -25,6 +25,7 @@ from google.protobuf import json_format
 from bridge.dialect import Event
 from bridge.options import MAX_AUDIO_DELTA_BYTES
 from bridge.realtime.outbound import RealtimeOutbound
+from bridge.realtime.server_events import rate_limits_now
 from bridge.realtime.session_config import ENCODINGS
 from bridge.realtime.session_json import MODALITY_NAMES, session_json
 from bridge.vllm_omni.numbering import number
@@ -245,9 +246,9 @@ class VllmOmniOutbound(RealtimeOutbound):
             # The reference's reason as it is, not OpenAI's nearest (barge_in, not
             # turn_detected).
             details["reason"] = _STATUS_REASONS.get(reason, reason)
-        # The reference follows every response.done with rate_limits.updated (empty: it has
-        # no limits to report, and neither does the service until one is spent).
-        return [*out, {"type": "rate_limits.updated", "rate_limits": []}]
+        # The reference follows every response.done with rate_limits.updated (its list empty:
+        # it has no limits); here with the limits the service read as the response ended.
+        return [*out, rate_limits_now(e.rate_limits)]
 
     def _session_expired(self, e: pb.SessionExpired) -> list[Event]:
         return [

@@ -58,6 +58,7 @@ from bridge.webrtc import jitter
 from bridge.webrtc.carrier import CallCarrier
 from bridge.webrtc.ice import ice_servers, offer_addresses
 from bridge.webrtc.media import hear_caller
+from omni_grpc.wire import pb
 from omni_grpc.wire.keys import bearer_metadata
 
 logger = logging.getLogger(__name__)
@@ -297,6 +298,14 @@ class Calls:
         if offer.session is not None:
             carrier.as_if_sent({"type": "session.update", "session": offer.session})
         model = query.get("model", "") or str((offer.session or {}).get("model", ""))
+        minted = None
+        if admitted.session is not None:
+            # A client secret minted with a session opens it; its audio formats are the call's,
+            # as a session.update's are (bridge.webrtc.carrier).
+            minted = pb.SessionConfig()
+            minted.CopyFrom(admitted.session)
+            minted.ClearField("input_audio_format")
+            minted.ClearField("output_audio_format")
         service = self._service()
         assert service is not None
         return Relay(
@@ -306,8 +315,9 @@ class Calls:
             metadata=bearer_metadata(service_key) + forwarded_for(request),
             model=model,
             # A new call's session opens at once (a refusal is the HTTP answer); a resume, or
-            # a form's session, is the call's first event.
-            autostart=not resuming and offer.session is None,
+            # a form's session, is the call's first event, unless a minted session opened it
+            # (the form's then updates it).
+            autostart=not resuming and (offer.session is None or minted is not None),
             dialect=make_dialect(
                 "openai", max_audio_delta_bytes=options.max_audio_delta_bytes, extensions=extensions
             ),
@@ -318,6 +328,7 @@ class Calls:
                 else None
             ),
             only_session=admitted.only_session,
+            minted=minted,
         )
 
     async def _run(self, call_id: str, relay: Relay, peer: RTCPeerConnection) -> None:

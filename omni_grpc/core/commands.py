@@ -102,6 +102,7 @@ class CreateResponse(NamedTuple):
     metadata: Mapping[str, str] = {}
     tools: pb.ToolSet | None = None
     tool_choice: pb.ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
     client_seq: int = 0
     event_id: str = ""
 
@@ -283,6 +284,7 @@ def _create_response(create: pb.CreateResponse, seq: int, event_id: str) -> Crea
         dict(create.metadata),
         create.tools if create.HasField("tools") else None,
         create.tool_choice if create.HasField("tool_choice") else None,
+        create.parallel_tool_calls if create.HasField("parallel_tool_calls") else None,
         seq,
         event_id,
     )

@@ -122,6 +122,9 @@ def resolve_config(
     if config.tool_choice.mode == pb.TOOL_CHOICE_MODE_UNSPECIFIED:
         config.tool_choice.mode = pb.TOOL_CHOICE_MODE_AUTO
     check_tool_choice(config.tool_choice, config.tools, "tool_choice")
+    if not config.HasField("parallel_tool_calls"):
+        # OpenAI's default: a response may call several functions (where its model would).
+        config.parallel_tool_calls = True
     return config
 
 

@@ -70,6 +70,12 @@ class EngineFeatures:
     supports_semantic_vad: bool = False
     # Hears the words of speech over a reply (interruption by words).
     supports_interruption_by_words: bool = False
+    # Its model may write several function calls in one answer (parallel_tool_calls).
+    supports_parallel_tool_calls: bool = False
+    # Takes a user item whose audio comes with it (ContentPart.audio), heard as a turn is.
+    supports_input_audio_items: bool = False
+    # How much audio of its newest user items it keeps for item_retrieved; 0: none.
+    item_audio_kept_ms: int = 0
     chunk_period_ms: int = 0  # the engine's model unit; 0: input of any length
     # Sessions the engine serves at once (in real time, on what it runs on); 0: no bound it
     # knows. A server with a queue (``--capacity``) admits at most this many.
@@ -96,6 +102,9 @@ def capabilities(limits: Limits, engine: EngineFeatures) -> pb.Capabilities:
         supports_server_vad=engine.supports_server_vad,
         supports_semantic_vad=engine.supports_semantic_vad,
         supports_interruption_by_words=engine.supports_interruption_by_words,
+        supports_parallel_tool_calls=engine.supports_parallel_tool_calls,
+        supports_input_audio_items=engine.supports_input_audio_items,
+        item_audio_kept_ms=engine.item_audio_kept_ms,
         max_pending_input_bytes=limits.max_pending_input_bytes,
         max_sessions=limits.max_sessions,
         chunk_period_ms=engine.chunk_period_ms,

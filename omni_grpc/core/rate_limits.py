@@ -28,7 +28,8 @@ from omni_grpc.wire import pb
 from omni_grpc.wire.tenant_policy import TenantPolicy
 
 RATE_LIMIT_CODE = "rate_limit_exceeded"
-# The ``param`` of a refusal names the bucket that was short, so a transport can say which limit.
+# The ``param`` of a refusal names the bucket that was short, so a transport can say which limit;
+# a response_done's rate limits are named the same (pb.RateLimit.name).
 COMMANDS_PARAM = "commands"
 AUDIO_PARAM = "audio"
 # Float sums of clock readings fall short by a hair: a client that waited exactly the hint
@@ -75,6 +76,23 @@ class TokenBucket:
         """Takes ``cost`` tokens right after :meth:`wait_s` said 0 at the same moment (already
         refilled: the charge of every command does not refill twice)."""
         self.tokens -= min(cost, self.capacity)
+
+    def level(self, now: float) -> float:
+        """The tokens held at ``now``, read without refilling (a report changes nothing)."""
+        elapsed = now - self.updated_at
+        if elapsed <= 0:
+            return self.tokens
+        return min(self.capacity, self.tokens + elapsed * self.rate_per_s)
+
+    def state(self, name: str, now: float) -> pb.RateLimit:
+        """The bucket as a client is told of it: what it holds full and now, and how long
+        until it is full again."""
+        level = self.level(now)
+        report = pb.RateLimit(
+            name=name, limit=math.floor(self.capacity), remaining=max(math.floor(level), 0)
+        )
+        report.reset.FromMilliseconds(math.ceil((self.capacity - level) / self.rate_per_s * 1000))
+        return report
 
     def _refill(self, now: float) -> None:
         # Twice per command: comparisons, not calls of min and max. The tokens never exceed
@@ -175,6 +193,18 @@ class Throttle:
         self.key: Allowance | None = None
         # When the retry hint of the last refusal runs out; before it, input only meets refusals.
         self.retry_at = 0.0
+
+    def limits(self, now: float) -> list[pb.RateLimit]:
+        """The session's rate limits at ``now``: of each kind, the bucket that holds the
+        least, its own or its key's (the one that would refuse first)."""
+        holders = [self.own] if self.key is None else [self.own, self.key]
+        return [
+            min(
+                (getattr(holder, attribute).state(name, now) for holder in holders),
+                key=lambda report: report.remaining,
+            )
+            for name, attribute in ((COMMANDS_PARAM, "commands"), (AUDIO_PARAM, "audio_bytes"))
+        ]
 
     def charge(
         self,

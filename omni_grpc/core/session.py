@@ -428,6 +428,10 @@ class Session:
             self.admission.input_taken()
         elif kind == "response_done":
             self.admission.touch(now)  # the end of a response counts as activity
+            # What the client may still send, as OpenAI tells after every response.
+            event.response_done.rate_limits.extend(self.throttle.limits(now))
+        elif kind == "response_listen" and event.response_listen.response_id:
+            event.response_listen.rate_limits.extend(self.throttle.limits(now))  # it ends one
         return self.delivery.emit(
             event,
             to=self.generation if self.state is State.ATTACHED else None,

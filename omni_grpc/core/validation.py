@@ -165,6 +165,35 @@ def check_config(config: pb.SessionConfig) -> None:
     check_tools(config.tools, "tools")
 
 
+def check_audio_item(item: pb.ConversationItem, limits: Limits, engine: EngineFeatures) -> None:
+    """Refuses audio in a created item unless it is a user message's only part, an input
+    audio part within the pending-input bound, and the engine takes such items. (Its samples
+    are checked where it is decoded, at the edge: only there is the session's format known.)"""
+    for index, part in enumerate(item.content):
+        if not part.audio:
+            continue
+        param = f"item.content.{index}.audio"
+        if not engine.supports_input_audio_items:
+            raise CommandError(
+                "unsupported_content",
+                "this engine takes audio only in the input buffer",
+                param=param,
+            )
+        user_message = item.type in (pb.ITEM_TYPE_UNSPECIFIED, pb.ITEM_TYPE_MESSAGE) and (
+            item.role in (pb.ITEM_ROLE_UNSPECIFIED, pb.ITEM_ROLE_USER)
+        )
+        if not user_message or part.type != pb.CONTENT_TYPE_INPUT_AUDIO:
+            raise CommandError("bad_event", "only a user's input_audio part has audio", param=param)
+        if len(item.content) != 1:
+            raise CommandError("bad_event", "an item's audio is its only part", param=param)
+        if len(part.audio) > limits.max_pending_input_bytes:
+            raise CommandError(
+                "bad_event",
+                f"an item's audio has at most {limits.max_pending_input_bytes} bytes",
+                param=param,
+            )
+
+
 def check_item_id(item_id: str) -> None:
     """Refuses a command about an item without naming it."""
     if not item_id:
@@ -203,3 +232,4 @@ def check_command(
         if not request.create_conversation_item.HasField("item"):
             raise CommandError("bad_event", "item is required", param="item")
         check_call_item(request.create_conversation_item.item)
+        check_audio_item(request.create_conversation_item.item, limits, engine)

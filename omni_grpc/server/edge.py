@@ -8,12 +8,15 @@ the edge returns a new value, its audio converted to canonical input, as the str
 hands it to the engine (values are frozen: nothing is changed in place). Output chunks
 are converted to the session's ``output_audio_format`` before they are journaled, and only when
 their format differs from it, with one resampler stream per response (:mod:`.edge_output`).
+The audio of a conversation item is whole: a created item's goes to the engine as canonical
+input, and a retrieved item's (canonical input, as the engine kept it) goes back in the
+session's ``input_audio_format``, each converted at once.
 """
 
 from __future__ import annotations
 
 from omni_grpc import audio
-from omni_grpc.core.commands import AppendAudio, CommitAudio
+from omni_grpc.core.commands import AppendAudio, CommitAudio, CreateItem
 from omni_grpc.server.edge_output import OUTPUT_ENDING_EVENTS, ResponseOutput
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT, SAMPLE_WIDTH
@@ -98,6 +101,36 @@ class AudioEdge:
         """The input buffer was cleared: forget held-back audio."""
         self._input.reset()
         self._converting = False
+
+    def item_input(self, create: CreateItem) -> CreateItem | None:
+        """A created item with its audio as canonical input (a new value; the client's is in
+        the session's input format); None when some of it cannot be decoded."""
+        fmt = self.config.input_audio_format
+        item = pb.ConversationItem()
+        item.CopyFrom(create.item)
+        for part in item.content:
+            if part.audio:
+                try:
+                    part.audio = audio.to_canonical_input(
+                        part.audio, fmt.encoding, fmt.sample_rate_hz
+                    )
+                except ValueError:  # audio.AudioFormatError: torn samples, or no audio
+                    return None
+        return create._replace(item=item)
+
+    def item_output(self, item: pb.ConversationItem) -> None:
+        """Rewrites a retrieved item's audio, in place, from canonical input (what the engine
+        kept) into the session's input format, as the client sent it."""
+        fmt = self.config.input_audio_format
+        if _same(fmt.encoding, fmt.sample_rate_hz, CANONICAL_INPUT):
+            return
+        for part in item.content:
+            if part.audio:
+                samples = audio.decode(part.audio, PCM16, CANONICAL_INPUT.sample_rate_hz)
+                resampled = audio.resample(
+                    samples, CANONICAL_INPUT.sample_rate_hz, fmt.sample_rate_hz
+                )
+                part.audio = audio.encode(resampled, fmt.encoding, fmt.sample_rate_hz)
 
     def configure(self, config: pb.SessionConfig) -> None:
         """Takes the session's configuration in force (an update may change its formats)."""

@@ -29,6 +29,7 @@ from omni_grpc.core.commands import (
     CancelInput,
     ClearAudio,
     CommitAudio,
+    CreateItem,
     EngineCommand,
     UpdateSession,
 )
@@ -235,6 +236,12 @@ class SessionHost:
                     for tap in self.taps.handed:
                         tap.handed(self, tail)
                     await self.engine.submit(tail)
+            case CreateItem(item=item) if any(part.audio for part in item.content):
+                decoded = self._edge.item_input(command)
+                if decoded is None:
+                    self._answer(command, CommandError("bad_audio", "the audio cannot be decoded"))
+                    return
+                command = decoded
             case ClearAudio() | CancelInput():
                 self._edge.drop_input()
             case UpdateSession():
@@ -295,6 +302,8 @@ class SessionHost:
         _HOT.events[kind] += 1
         if kind == "output_audio_delta" and not self._edge.session_output(event.output_audio_delta):
             return  # its audio is all still in the resampler: the next delta carries it
+        if kind == "item_retrieved":
+            self._edge.item_output(event.item_retrieved.item)  # the audio as the client sent it
         if taps.all_events:
             for tap in taps.all_events:
                 tap.event(self, kind, event)

@@ -190,6 +190,7 @@ _SESSION_EXTRAS = frozenset(
         "turn_state",
         "epoch",
         "engine_options",
+        "parallel_tool_calls",
     )
 ) | {"session.audio.input.turn_detection.idle_timeout_ms"}  # on semantic_vad, which GA's lacks
 _RESPONSE_EXTRAS = frozenset(

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 import bridge.bodies
-from bridge.client_secrets import ClientSecrets, TooManySecrets
+from bridge.client_secrets import ClientSecrets, Redeemed, TooManySecrets
 from omni_grpc.wire.tenant_policy import CLIENT_SECRETS, TenantPolicy
 from tests.bridge.testkit import WITH_EXTENSIONS, realtime_socket, running_bridge, service_settings
 from tests.serving import serving
@@ -53,7 +53,7 @@ def test_a_secret_is_used_once_and_expires() -> None:
     value, expires_at = minted.mint("k", ttl_s=30)
     assert value.startswith("ek_") and expires_at == 1030.0
     assert minted.redeem("ek_" + "x" * 43) is None and minted.redeem("k") is None
-    assert minted.redeem(value) == "k"
+    assert minted.redeem(value) == Redeemed("k")
     assert minted.redeem(value) is None  # used up
     late, _ = minted.mint("k", ttl_s=30)
     now[0] += 30

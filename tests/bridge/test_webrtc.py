@@ -457,6 +457,32 @@ async def test_a_call_opened_with_a_client_secret_resumes_with_its_resume_secret
             await second.close()
 
 
+async def test_a_call_opened_with_a_secret_minted_with_a_session_starts_with_it(
+    service: RunningServer,
+) -> None:
+    """A client secret minted with a session opens a call's session with it, as it opens a
+    websocket's; the session's audio formats are the call's whatever the minted ones say."""
+    async with running_bridge(service, api_keys=("sk-backend",)) as port:
+        session = {
+            "instructions": "Answer the phone.",
+            "audio": {"input": {"format": {"type": "audio/pcmu"}}},
+        }
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                f"http://127.0.0.1:{port}/v1/realtime/client_secrets",
+                headers={"Authorization": "Bearer sk-backend"},
+                json={"session": session},
+            ) as minted,
+        ):
+            secret = (await minted.json())["value"]
+        async with calling(port, "", {"Authorization": f"Bearer {secret}"}) as caller:
+            created = (await caller.until("session.created"))["session"]
+            assert created["instructions"] == "Answer the phone."
+            assert created["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
+            assert "error" not in caller.types()
+
+
 async def test_a_server_starts_a_call_with_the_form_of_sdp_and_session(
     service: RunningServer,
 ) -> None:

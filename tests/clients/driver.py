@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from google.protobuf import json_format
+from google.protobuf import duration_pb2, json_format
 
 from omni_grpc.core.commands import AppendAudio, kind_of
 from omni_grpc.wire import pb
@@ -202,6 +202,13 @@ class NodeClient(Client):
                 assert shown["bytes"] == len(base64.b64decode(value)), path
             elif isinstance(shown, int) and isinstance(value, str):  # 64-bit: a string in JSON
                 assert shown == int(value), path
+            elif isinstance(shown, dict) and set(shown) == {"seconds", "nanos"}:
+                # A Duration prints as its two fields; proto JSON writes it as "1.5s".
+                duration = duration_pb2.Duration()
+                duration.FromJsonString(value)
+                assert (shown["seconds"], shown["nanos"]) == (duration.seconds, duration.nanos), (
+                    path
+                )
             else:
                 assert shown == value, (path, shown, value)
 

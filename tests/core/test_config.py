@@ -53,6 +53,8 @@ def defaults(
             resume_false_interruption=False,
             false_interruption_timeout_ms=2000,
         ),
+        # OpenAI's default: a response may call several functions.
+        parallel_tool_calls=True,
     )
 
 

@@ -16,7 +16,19 @@ from omni_grpc.core.rate_limits import (
 from omni_grpc.wire import pb
 from omni_grpc.wire.tenant_policy import TenantPolicy
 
-from .helpers import append, close, decode, handed, heartbeat, kinds, open_session, requests, text
+from .helpers import (
+    append,
+    close,
+    created,
+    decode,
+    done,
+    handed,
+    heartbeat,
+    kinds,
+    open_session,
+    requests,
+    text,
+)
 
 # 10 commands a second and 100 audio bytes a second, a bucket holding 1 s of each.
 SLOW = Limits(
@@ -161,3 +173,53 @@ def test_a_session_that_waited_goes_on_and_close_passes_even_when_limited() -> N
     for _ in range(10):
         s.receive(1, heartbeat(), now=1.0)
     assert kinds(decode(s.receive(1, close(1), now=1.0))) == ["session_closed"]
+
+
+# -- what a response's end reports ------------------------------------------------------
+
+
+def test_the_limits_reported_are_the_tightest_bucket_of_each_kind_read_without_refilling() -> None:
+    throttle = Throttle(Allowance.for_session(SLOW, now=0.0))
+    for _ in range(4):
+        throttle.charge(append(0, b"\0" * 10), now=0.0)
+    assert throttle.limits(now=0.0)[0].remaining == 6  # no time passed: what is left
+    commands, audio = throttle.limits(now=0.1)
+    # 10 commands full; 6 left, plus 0.1 s at 10 a second; full again in 0.3 s.
+    assert (commands.name, commands.limit, commands.remaining) == ("commands", 10, 7)
+    assert commands.reset.ToMilliseconds() == 300
+    assert (audio.name, audio.limit, audio.remaining) == ("audio", 100, 70)
+    assert audio.reset.ToMilliseconds() == 300
+    assert throttle.own.commands.tokens == pytest.approx(6.0)  # reading took nothing, added nothing
+    # With a key, the key's bucket when it holds less than the session's own.
+    tenants = TenantPolicy(commands_per_s=5.0, audio_bytes_per_s=1000.0, burst_s=1.0)
+    throttle.key = KeyAllowances(("k",), tenants, now=0.0).get("k")
+    assert throttle.key is not None
+    throttle.key.commands.take(4, now=0.0)
+    commands, audio = throttle.limits(now=0.1)
+    assert (commands.limit, commands.remaining) == (5, 1)  # the key's: 1.5 left of 5
+    assert (audio.limit, audio.remaining) == (100, 70)  # the session's own: less than the key's
+
+
+def test_every_response_done_carries_the_session_limits_as_it_ended() -> None:
+    s = open_session(limits=SLOW).session
+    for seq in range(1, 4):
+        s.receive(1, text(seq), now=0.0)
+    s.publish(created("resp_1"), now=0.0)
+    [event] = decode(s.publish(done("resp_1"), now=0.2))
+    commands, audio = event.response_done.rate_limits
+    assert (commands.name, commands.limit, commands.remaining) == ("commands", 10, 9)
+    # Each command's bytes on the wire were charged to the byte bucket too, and it refills.
+    assert (audio.name, audio.limit) == ("audio", 100)
+    assert audio.remaining == int(s.throttle.own.audio_bytes.level(0.2)) < 100
+    assert audio.reset.ToMilliseconds() > 0
+
+
+def test_a_listen_that_ends_a_response_carries_the_limits_and_a_bare_one_does_not() -> None:
+    s = open_session(limits=SLOW).session
+    s.publish(created("resp_1"), now=0.0)
+    ending = pb.ResponseListen(response_id="resp_1", reason="model_listen")
+    [event] = decode(s.publish(pb.ConverseResponse(response_listen=ending), now=0.0))
+    assert [limit.name for limit in event.response_listen.rate_limits] == ["commands", "audio"]
+    bare = pb.ResponseListen(reason="silence_or_noise")
+    [event] = decode(s.publish(pb.ConverseResponse(response_listen=bare), now=0.0))
+    assert not event.response_listen.rate_limits

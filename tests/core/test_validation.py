@@ -81,6 +81,19 @@ def test_good_appends(append_: pb.AppendInputAudio) -> None:
     check_append(append_, append_.audio, CONFIG, LIMITS, ENGINE)
 
 
+AUDIO_ITEMS = EngineFeatures(
+    name="audio-items", default_model="test-model", supports_input_audio_items=True
+)
+AUDIO_PART = pb.ContentPart(type=pb.CONTENT_TYPE_INPUT_AUDIO, audio=b"\0\0" * 160)
+
+
+def audio_item(
+    *parts: pb.ContentPart, role: pb.ItemRole.ValueType = pb.ITEM_ROLE_USER
+) -> pb.ConverseRequest:
+    item = pb.ConversationItem(role=role, content=parts)
+    return cmd(1, create_conversation_item=pb.CreateConversationItem(item=item))
+
+
 BAD_COMMANDS: list[tuple[pb.ConverseRequest, EngineFeatures, str, str]] = [
     (
         cmd(1, append_input_text=pb.AppendInputText(text="x" * (LIMITS.max_text_chars + 1))),
@@ -123,6 +136,36 @@ BAD_COMMANDS: list[tuple[pb.ConverseRequest, EngineFeatures, str, str]] = [
         "played_ms",
     ),
     (cmd(1, create_conversation_item=pb.CreateConversationItem()), ENGINE, "bad_event", "item"),
+    # Audio in an item: only where the engine takes it, a user's only input_audio part, bounded.
+    (audio_item(AUDIO_PART), ENGINE, "unsupported_content", "item.content.0.audio"),
+    (
+        audio_item(AUDIO_PART, role=pb.ITEM_ROLE_ASSISTANT),
+        AUDIO_ITEMS,
+        "bad_event",
+        "item.content.0.audio",
+    ),
+    (
+        audio_item(pb.ContentPart(type=pb.CONTENT_TYPE_INPUT_TEXT, audio=b"\0\0")),
+        AUDIO_ITEMS,
+        "bad_event",
+        "item.content.0.audio",
+    ),
+    (
+        audio_item(pb.ContentPart(type=pb.CONTENT_TYPE_INPUT_TEXT, text="hi"), AUDIO_PART),
+        AUDIO_ITEMS,
+        "bad_event",
+        "item.content.1.audio",
+    ),
+    (
+        audio_item(
+            pb.ContentPart(
+                type=pb.CONTENT_TYPE_INPUT_AUDIO, audio=b"\0" * (LIMITS.max_pending_input_bytes + 2)
+            )
+        ),
+        AUDIO_ITEMS,
+        "bad_event",
+        "item.content.0.audio",
+    ),
 ]
 
 
@@ -155,6 +198,11 @@ def test_good_commands(request_: pb.ConverseRequest) -> None:
     kind = request_.WhichOneof("command")
     assert kind is not None
     check_command(request_, kind, LIMITS, ENGINE)
+
+
+def test_a_users_audio_item_passes_where_the_engine_takes_it() -> None:
+    request_ = audio_item(AUDIO_PART)
+    check_command(request_, "create_conversation_item", LIMITS, AUDIO_ITEMS)
 
 
 def test_the_session_refuses_through_an_error_event_and_forwards_nothing() -> None:

@@ -205,11 +205,18 @@ async def test_playback_is_acknowledged(probe: Probe) -> None:
     assert error_of(await probe.next()) == ("playback_item_not_found", seq)
 
 
-async def test_items_can_be_retrieved_and_deleted(probe: Probe) -> None:
+async def test_items_can_be_retrieved_and_deleted(probe: Probe, engine: Engine) -> None:
     events = await run_turn(probe, 0.4)
     user_item = next(e.item_done.item for e in events if e.HasField("item_done"))
     await probe.send(retrieve_conversation_item=pb.RetrieveConversationItem(item_id=user_item.id))
     retrieved = (await probe.until("item_retrieved"))[-1].item_retrieved.item
+    # The item as it was, with the turn's audio where the engine keeps it (canonical input).
+    kept = retrieved.content[0].audio
+    if engine.features.item_audio_kept_ms:
+        assert kept == voice_like(0.4)
+    else:
+        assert not kept
+    retrieved.content[0].ClearField("audio")
     assert retrieved == user_item
 
     await probe.send(delete_conversation_item=pb.DeleteConversationItem(item_id=user_item.id))

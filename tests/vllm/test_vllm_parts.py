@@ -16,10 +16,16 @@ import pytest
 
 from omni_grpc import audio
 from omni_grpc.engine import create_engine, known_engines
+from omni_grpc.engine.embedded.engine import FEATURES as EMBEDDED
+from omni_grpc.engine.kit.answers import Answer
+from omni_grpc.engine.loopback.engine import FEATURES as LOOPBACK
 from omni_grpc.engine.vllm import VllmOptions, VllmUnavailable
 from omni_grpc.engine.vllm import runtime as vllm_runtime
+from omni_grpc.engine.vllm.engine import FEATURES as VLLM_FEATURES
 from omni_grpc.engine.vllm.prompt import Entry, build_prompt
+from omni_grpc.engine.vllm.tool_calls import kept_calls
 from omni_grpc.engine.vllm_omni import VllmOmniOptions
+from omni_grpc.engine.vllm_omni.engine import FEATURES as VLLM_OMNI
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ
 from tests.scripts import load_script
@@ -98,6 +104,18 @@ def test_the_prompt_hears_the_latest_audio_items() -> None:
     assert np.allclose(prompt.audio[0], 0.1, atol=1e-4)
     assert np.allclose(prompt.audio[1], -0.5, atol=1e-4)
     assert prompt.audio_ms == pytest.approx(1250.0)
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call_the_model_wrote() -> None:
+    calls = [("set_alarm", '{"hour":7}'), ("get_weather", '{"city":"Paris"}')]
+    answer = Answer(id="resp_1", item_id="item_1", turn_started=0.0, modalities=(pb.MODALITY_TEXT,))
+    assert kept_calls(answer, calls) == calls  # OpenAI's default: several at once
+    answer.parallel_tool_calls = False
+    assert kept_calls(answer, calls) == calls[:1]
+    assert kept_calls(answer, []) == []
+    # The engine says it may call several at once; the others (one call a response) do not.
+    assert VLLM_FEATURES.supports_parallel_tool_calls
+    assert not any(f.supports_parallel_tool_calls for f in (LOOPBACK, EMBEDDED, VLLM_OMNI))
 
 
 def test_both_engines_are_registered_and_need_their_runtime(

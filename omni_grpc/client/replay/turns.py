@@ -25,9 +25,10 @@ INPUT_ENDS_COMMANDS = frozenset(
     {"commit_input_audio", "create_response", "create_conversation_item", "append_input_text"}
 )
 ID_KEYS = frozenset({"id", "item_id", "response_id", "previous_item_id", "call_id", "session_id"})
-# Fields that tell when, not what (they differ between any two runs), and whether the server
-# records (a matter of the server's policy, not of the conversation).
-TIME_KEYS = frozenset({"latency", "time_left", "retry_after", "recording"})
+# Fields that tell when, not what (they differ between any two runs), whether the server
+# records (a matter of the server's policy, not of the conversation), and how much of its rate
+# limits a session had left as a response ended (which hangs on the client's pace).
+TIME_KEYS = frozenset({"latency", "time_left", "retry_after", "recording", "rate_limits"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from omni_grpc.core.limits import EngineFeatures
+from omni_grpc.engine import kit
 from omni_grpc.engine.base import Engine, EngineError
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.runtime import Runtime
@@ -28,6 +29,8 @@ FEATURES = EngineFeatures(
     supports_interruption_by_words=True,
     supports_barge_in=True,
     supports_playback_ack=True,
+    supports_input_audio_items=True,  # written down as a committed turn is
+    item_audio_kept_ms=kit.ITEM_AUDIO_KEPT_MS,
 )
 # Without server VAD the engine hears no speech of its own: nothing to judge.
 _CLIENT_COMMITS = dataclasses.replace(

@@ -156,6 +156,21 @@ class EmbeddedSession(ListeningSession):
         self._spawn(self._transcribe(user, self._last_turn, job if detected else None))
         self._last_turn = user
 
+    async def _heard_item(self, user: kit.UserInput, item: pb.ConversationItem) -> None:
+        """A user item created with its audio is written down as a committed turn is (in
+        order with the turns), unless the client gave its transcript."""
+        if user.text:
+            await super()._heard_item(user, item)
+            return
+        await self._events.put(
+            pb.ConverseResponse(
+                item_added=pb.ItemAdded(item=item, previous_item_id=user.previous_item_id)
+            )
+        )
+        user.text_final.clear()
+        self._spawn(self._transcribe(user, self._last_turn, None))
+        self._last_turn = user
+
     def _in_silence(self) -> bool:
         return self._listener.detector.in_silence
 

@@ -35,6 +35,7 @@ from omni_grpc.engine.kit.answers import (
 )
 from omni_grpc.engine.kit.clock import MONOTONIC, Clock
 from omni_grpc.engine.kit.conversation import (
+    ITEM_AUDIO_KEPT_MS,
     ConversationSession,
     SessionOptions,
     assert_canonical_input,
@@ -52,6 +53,7 @@ from omni_grpc.engine.kit.worker import (
 )
 
 __all__ = [
+    "ITEM_AUDIO_KEPT_MS",
     "LEAD_MS",
     "MONOTONIC",
     "Answer",

@@ -101,6 +101,7 @@ class Answer:
     metadata: dict[str, str] = field(default_factory=dict)  # create_response's, returned as is
     tools: pb.ToolSet = field(default_factory=pb.ToolSet)  # what the response may call
     tool_choice: pb.ToolChoice = field(default_factory=pb.ToolChoice)
+    parallel_tool_calls: bool = True  # False: the response makes at most one call
     calls: list[pb.ConversationItem] = field(default_factory=list)  # its function_call items
     by_server_vad: bool = False  # its turn was detected, not committed: noise may end it quietly
     announced: bool = False  # response_created went out

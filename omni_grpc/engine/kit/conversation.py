@@ -5,11 +5,16 @@ every engine command: the plain input buffer (append, commit, clear), typed inpu
 conversation items (create, retrieve, delete, truncate, playback ack). An engine subclasses
 it and supplies what is its own: :meth:`~.responses.ResponseSession._play`, which produces
 one response's output, and, where it hears differently, its own input handlers in the
-dispatch table (server VAD replaces the plain buffer kept here).
+dispatch table (server VAD replaces the plain buffer kept here), and :meth:`_heard_item` for a
+user item created with its audio.
+
+The audio of the newest user items (committed turns, items created with audio) is kept, at
+most :data:`ITEM_AUDIO_KEPT_MS` of it, so that a retrieved item comes back with its audio.
 """
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from typing import Protocol, Self
 
@@ -24,6 +29,10 @@ from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, PCM16_WIDTH, pcm16_bytes, pcm16_ms
 
 PENDING_KEPT = 32  # committed user items waiting for an answer
+# The audio of the newest user items kept for item_retrieved (Capabilities.item_audio_kept_ms):
+# 30 s of canonical input, 960 KB a session.
+ITEM_AUDIO_KEPT_MS = 30_000
+_ITEM_AUDIO_KEPT_BYTES = pcm16_bytes(ITEM_AUDIO_KEPT_MS, CANONICAL_INPUT_RATE_HZ)
 
 
 def assert_canonical_input(append: cmd.AppendAudio) -> None:
@@ -67,6 +76,8 @@ class ConversationSession(ResponseSession):
         )
         self._max_input_bytes = pcm16_bytes(options.max_input_s * 1000, CANONICAL_INPUT_RATE_HZ)
         self._input = bytearray()  # uncommitted canonical input
+        # The audio of the newest user items, by item id, oldest first (ITEM_AUDIO_KEPT_MS).
+        self._kept_audio: collections.OrderedDict[str, bytes] = collections.OrderedDict()
 
     async def close(self) -> None:
         await super().close()
@@ -74,6 +85,7 @@ class ConversationSession(ResponseSession):
         # a flood of large appends that was most of the process's memory, for minutes).
         self._input = bytearray()
         self._pending = []
+        self._kept_audio.clear()
 
     def _command_handlers(self) -> Handlers:
         return {
@@ -133,6 +145,7 @@ class ConversationSession(ResponseSession):
         item = user_item(part, item_id or new_id("item"))
         previous = self._history.add(item)
         user = UserInput(item.id, previous, audio=audio)
+        self._keep_audio(item.id, audio)
         if not text_final:
             user.text_final.clear()
         self._add_pending(user)
@@ -181,12 +194,39 @@ class ConversationSession(ResponseSession):
     # -- conversation items --------------------------------------------------------------
 
     async def _on_create_conversation_item(self, create: cmd.CreateItem) -> None:
+        audio = create.item.content[0].audio if create.item.content else b""
+        if audio:
+            await self._create_audio_item(create, audio)
+            return
         item, previous = self._history.insert(create, new_id("item"))
         if item.type == pb.ITEM_TYPE_FUNCTION_CALL_OUTPUT:  # answered by the next response
             self._add_pending(UserInput(item.id, previous, text=item.output, call_output=True))
         elif item.role == pb.ITEM_ROLE_USER and item.type != pb.ITEM_TYPE_FUNCTION_CALL:
             self._add_pending(UserInput(item.id, previous, text=item_text(item)))
         await self._announce_item(item, previous)
+
+    async def _create_audio_item(self, create: cmd.CreateItem, audio: bytes) -> None:
+        """A user item created with its audio (canonical input; the core let only a user's
+        single input_audio part carry it): stored without its bytes, kept for retrieval, and
+        pending as a committed turn is, then heard (:meth:`_heard_item`)."""
+        if len(audio) > self._max_input_bytes:  # the engine's own cap, as on the buffer
+            raise CommandError("input_backpressure", "too much input audio", retryable=True)
+        stored = pb.ConversationItem()
+        stored.CopyFrom(create.item)
+        part = stored.content[0]
+        part.ClearField("audio")
+        part.audio_duration_ms = pcm16_ms(len(audio), CANONICAL_INPUT_RATE_HZ)
+        item, previous = self._history.insert(create._replace(item=stored), new_id("item"))
+        user = UserInput(item.id, previous, audio=audio, text=item_text(item))
+        self._keep_audio(item.id, audio)
+        self._add_pending(user)
+        await self._heard_item(user, item)
+
+    async def _heard_item(self, user: UserInput, item: pb.ConversationItem) -> None:
+        """Lets the engine hear a user item created with its audio; by default it is done at
+        once (its transcript, if the client gave one, is its words). An engine that
+        transcribes writes it down, as it does a committed turn."""
+        await self._announce_item(item, user.previous_item_id)
 
     async def restore_history(self, items: list[pb.ConversationItem]) -> None:
         """Adopted from another replica: the items become history. Those after the last
@@ -207,11 +247,18 @@ class ConversationSession(ResponseSession):
 
     async def _on_retrieve_conversation_item(self, retrieve: cmd.RetrieveItem) -> None:
         item = self._history.get(retrieve.item_id)
+        kept = self._kept_audio.get(item.id)
+        if kept and item.content and item.content[0].type == pb.CONTENT_TYPE_INPUT_AUDIO:
+            with_audio = pb.ConversationItem()
+            with_audio.CopyFrom(item)
+            with_audio.content[0].audio = kept  # canonical input; the edge converts it
+            item = with_audio
         await self._events.put(pb.ConverseResponse(item_retrieved=pb.ItemRetrieved(item=item)))
 
     async def _on_delete_conversation_item(self, delete: cmd.DeleteItem) -> None:
         item_id = delete.item_id
         self._history.delete(item_id)
+        self._kept_audio.pop(item_id, None)
         self._pending = [user for user in self._pending if user.item_id != item_id]
         await self._events.put(pb.ConverseResponse(item_deleted=pb.ItemDeleted(item_id=item_id)))
 
@@ -242,6 +289,14 @@ class ConversationSession(ResponseSession):
             sum(len(u.audio) for u in self._pending) > self._max_input_bytes
         ):
             self._pending.pop(0)
+
+    def _keep_audio(self, item_id: str, audio: bytes) -> None:
+        """Keeps a user item's audio for retrieval; past the bound the oldest goes (an item
+        longer than the whole bound is not kept)."""
+        self._kept_audio[item_id] = audio
+        total = sum(len(kept) for kept in self._kept_audio.values())
+        while total > _ITEM_AUDIO_KEPT_BYTES:
+            total -= len(self._kept_audio.popitem(last=False)[1])
 
     def _cut(self, item_id: str, audio_end_ms: float) -> None:
         answer = next((a for a in self._answers.values() if a.item_id == item_id), None)

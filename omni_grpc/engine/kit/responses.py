@@ -85,6 +85,7 @@ class ResponseSession(WorkerSession):
             metadata=dict(create.metadata),
             tools=create.tools,
             tool_choice=choice if choice is not None and choice.mode else None,
+            parallel_tool_calls=create.parallel_tool_calls,
         )
 
     async def _take_turn(self, turn_started: float, *, by_server_vad: bool = False) -> None:
@@ -111,6 +112,7 @@ class ResponseSession(WorkerSession):
         metadata: dict[str, str] | None = None,
         tools: pb.ToolSet | None = None,
         tool_choice: pb.ToolChoice | None = None,
+        parallel_tool_calls: bool | None = None,
     ) -> None:
         """Makes the pending input an answer and starts its player; a response's own tools and
         choice, when given, stand in for the session's."""
@@ -130,6 +132,11 @@ class ResponseSession(WorkerSession):
             metadata=metadata or {},
             tools=self.config.tools if tools is None else tools,
             tool_choice=self.config.tool_choice if tool_choice is None else tool_choice,
+            parallel_tool_calls=(
+                self.config.parallel_tool_calls
+                if parallel_tool_calls is None
+                else parallel_tool_calls
+            ),
         )
         self._prepare(answer)
         self._active = answer

@@ -19,6 +19,8 @@ FEATURES = EngineFeatures(
     supports_server_vad=False,
     supports_barge_in=True,
     supports_playback_ack=True,
+    supports_input_audio_items=True,  # echoed as a committed turn is
+    item_audio_kept_ms=kit.ITEM_AUDIO_KEPT_MS,
 )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from omni_grpc.core.limits import EngineFeatures
+from omni_grpc.engine import kit
 from omni_grpc.engine.base import Engine
 from omni_grpc.engine.kit.listening_session import Hearing
 from omni_grpc.engine.kit.tts import Espeak, TtsUnavailable
@@ -22,6 +23,9 @@ FEATURES = EngineFeatures(
     supports_server_vad=True,  # Silero on a CPU thread (server_vad=off turns it off)
     supports_barge_in=True,
     supports_playback_ack=True,
+    supports_parallel_tool_calls=True,  # the tool parser reads every call the model writes
+    supports_input_audio_items=True,  # the model hears them as it hears a committed turn
+    item_audio_kept_ms=kit.ITEM_AUDIO_KEPT_MS,
     extra={"runtime": "vLLM AsyncLLM", "speech": "espeak-ng"},
 )
 

@@ -30,7 +30,13 @@ from omni_grpc.engine.kit.tts import Espeak, TtsUnavailable
 from omni_grpc.engine.vllm.options import VllmOptions
 from omni_grpc.engine.vllm.prompt import Entry, Prompt, build_prompt
 from omni_grpc.engine.vllm.runtime import Generation, Sampling, VllmRuntime
-from omni_grpc.engine.vllm.tool_calls import chat_tools, forced_call, forced_sampling, gathered
+from omni_grpc.engine.vllm.tool_calls import (
+    chat_tools,
+    forced_call,
+    forced_sampling,
+    gathered,
+    kept_calls,
+)
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -96,6 +102,13 @@ class VllmSession(ListeningSession):
         while len(self._item_audio) > 2 * self._options.audio_turns:
             self._item_audio.popitem(last=False)
         return user, item
+
+    async def _heard_item(self, user: kit.UserInput, item: pb.ConversationItem) -> None:
+        # The model hears an item created with its audio as it hears a committed turn.
+        self._item_audio[item.id] = user.audio
+        while len(self._item_audio) > 2 * self._options.audio_turns:
+            self._item_audio.popitem(last=False)
+        await super()._heard_item(user, item)
 
     async def _on_delete_conversation_item(self, delete: DeleteItem) -> None:
         self._item_audio.pop(delete.item_id, None)
@@ -191,7 +204,9 @@ class VllmSession(ListeningSession):
             calls = [] if call is None else [call]
         else:
             offered = chat_tools(tools)
-            calls = self._runtime.tool_calls(text, offered, self._options.tool_parser)
+            calls = kept_calls(
+                answer, self._runtime.tool_calls(text, offered, self._options.tool_parser)
+            )
         for name, arguments in calls:
             await emit_call(self._events, answer, name, arguments)
         if not calls and text and not must_call(answer):  # a cut-short call is not said

@@ -9,6 +9,8 @@ length (test options for a random model) are dropped, since the grammar decides 
 ends. Under ``auto`` the model writes freely; its text is gathered whole and the engine's
 ``tool_parser`` reads any calls out of it in the model's own format; a text with no call is
 spoken. (Gathering costs the streaming of that answer; it happens only when tools are offered.)
+A parser may read several calls in one answer, and the response makes them all unless the
+session or the response says ``parallel_tool_calls: false``; then it makes the first.
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ def forced_call(text: str) -> tuple[str, str] | None:
     except ValueError:
         return None
     return call["name"], json.dumps(call["arguments"], separators=(",", ":"))
+
+
+def kept_calls(answer: kit.Answer, calls: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The calls a response makes of those its model wrote (a parser may read several): the
+    first alone where it may not call several at once (``parallel_tool_calls`` false)."""
+    return calls if answer.parallel_tool_calls else calls[:1]
 
 
 async def gathered(answer: kit.Answer, generation: Generation) -> tuple[str, str]:

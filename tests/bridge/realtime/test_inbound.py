@@ -524,8 +524,8 @@ def test_only_heartbeats_and_acks_go_unnumbered() -> None:
             "item.content.0.type",
         ),
         (
-            {"type": "message", "content": [{"type": "input_audio", "audio": "AAAA"}]},
-            "unsupported_content_type",
+            {"type": "message", "content": [{"type": "input_audio", "audio": "not base64!"}]},
+            "bad_audio",
             "item.content.0.audio",
         ),
     ],
@@ -535,6 +535,14 @@ def test_item_refusals(item: dict[str, Any], code: str, param: str) -> None:
         orjson.dumps({"type": "conversation.item.create", "event_id": "i9", "item": item})
     )
     assert (error.code, error.param, error.event_id) == (code, param, "i9")
+
+
+def test_an_items_inline_audio_travels_as_its_bytes() -> None:
+    part = {"type": "input_audio", "audio": base64.b64encode(b"\x01\x00\x02\x00").decode()}
+    item = {"type": "message", "role": "user", "content": [part]}
+    request = translate({"type": "conversation.item.create", "item": item})
+    (made,) = request.create_conversation_item.item.content
+    assert (made.type, made.audio) == (pb.CONTENT_TYPE_INPUT_AUDIO, b"\x01\x00\x02\x00")
 
 
 def test_resume_is_a_handshake_not_a_command() -> None:

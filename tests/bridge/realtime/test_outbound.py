@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from bridge.realtime.outbound import RealtimeOutbound
 from bridge.realtime.server_events import error_json
@@ -100,7 +101,21 @@ def response_events(
                 delta="there", response_id=RID, item_id=IID
             ),
         ),
-        pb.ConverseResponse(seq=5, response_done=pb.ResponseDone(response=final)),
+        pb.ConverseResponse(
+            seq=5,
+            response_done=pb.ResponseDone(
+                response=final,
+                rate_limits=[
+                    pb.RateLimit(
+                        name="commands",
+                        limit=5000,
+                        remaining=4990,
+                        reset=Duration(nanos=20_000_000),
+                    ),
+                    pb.RateLimit(name="audio", limit=100, remaining=0, reset=Duration(seconds=2)),
+                ],
+            ),
+        ),
     ]
 
 
@@ -135,8 +150,10 @@ def test_a_response_expands_into_openais_full_sequence(check_event: Check) -> No
         "response.output_item.done",
         "conversation.item.done",
         "response.done",
+        "rate_limits.updated",
     ]
-    # The last event of each journaled event's group carries its seq; the others none.
+    # The last event of each journaled event's group carries its seq, the others none; the
+    # limits that follow response.done come after it.
     assert [e.get("server_event_seq") for e in events] == [
         None,
         None,
@@ -151,6 +168,7 @@ def test_a_response_expands_into_openais_full_sequence(check_event: Check) -> No
         None,
         None,
         5,
+        None,
     ]
     by_type = {e["type"]: e for e in events}
     assert by_type["response.content_part.added"]["part"] == {"type": "audio", "transcript": ""}
@@ -171,6 +189,11 @@ def test_a_response_expands_into_openais_full_sequence(check_event: Check) -> No
     assert done["usage"]["total_tokens"] == 7
     assert done["latency"]["first_audio_ms"] == 12.5
     assert base64.b64decode(by_type["response.output_audio.delta"]["delta"]) == b"\x01\x02" * 240
+    # The limits the service read as the response ended, in OpenAI's names (audio is "tokens").
+    assert by_type["rate_limits.updated"]["rate_limits"] == [
+        {"name": "requests", "limit": 5000, "remaining": 4990, "reset_seconds": 0.02},
+        {"name": "tokens", "limit": 100, "remaining": 0, "reset_seconds": 2.0},
+    ]
 
 
 def test_event_ids_are_deterministic_so_a_replay_carries_the_same_ids(check_event: Check) -> None:
@@ -239,7 +262,7 @@ def test_cancelled_and_failed_responses_carry_openai_status_details(check_event:
         dialect,
         [pb.ConverseResponse(seq=2, response_done=pb.ResponseDone(response=cancelled))],
         check_event,
-    )[-1]["response"]
+    )[-2]["response"]
     assert done["status_details"] == {
         "type": "cancelled",
         "reason": "turn_detected",
@@ -253,7 +276,7 @@ def test_cancelled_and_failed_responses_carry_openai_status_details(check_event:
         dialect,
         [pb.ConverseResponse(seq=3, response_done=pb.ResponseDone(response=failed))],
         check_event,
-    )[-1]["response"]
+    )[-2]["response"]
     assert done["status_details"] == {
         "type": "failed",
         "detail": "engine_error",
@@ -265,8 +288,12 @@ def test_a_listen_that_ends_an_announced_response_closes_it(check_event: Check) 
     dialect = RealtimeOutbound(extensions=True)
     dialect.expand(created())
     expand_all(dialect, response_events()[:1], check_event)
+    limits = pb.RateLimit(name="commands", limit=10, remaining=9, reset=Duration(nanos=100_000_000))
     listen = pb.ConverseResponse(
-        seq=2, response_listen=pb.ResponseListen(response_id=RID, reason="model_listen")
+        seq=2,
+        response_listen=pb.ResponseListen(
+            response_id=RID, reason="model_listen", rate_limits=[limits]
+        ),
     )
     events = expand_all(dialect, [listen], check_event)
     assert events[0] == {
@@ -275,8 +302,13 @@ def test_a_listen_that_ends_an_announced_response_closes_it(check_event: Check) 
         "reason": "model_listen",
         "event_id": events[0]["event_id"],
     }
-    assert events[-1]["type"] == "response.done"
-    assert events[-1]["response"]["status_details"]["detail"] == "model_listen"
+    done, updated = events[-2:]
+    assert done["type"] == "response.done" and done["server_event_seq"] == 2
+    assert done["response"]["status_details"]["detail"] == "model_listen"
+    # As after any response.done: the limits the service read as the listen ended it.
+    assert updated["rate_limits"] == [
+        {"name": "requests", "limit": 10, "remaining": 9, "reset_seconds": 0.1}
+    ]
     bare = pb.ConverseResponse(seq=3, response_listen=pb.ResponseListen(reason="overlap"))
     assert [e["type"] for e in expand_all(dialect, [bare], check_event)] == ["response.listen"]
 

@@ -1589,6 +1589,7 @@ class SessionConfig(_message.Message):
     TOOL_CHOICE_FIELD_NUMBER: _builtins.int
     INTERRUPTION_FIELD_NUMBER: _builtins.int
     RECORDING_FIELD_NUMBER: _builtins.int
+    PARALLEL_TOOL_CALLS_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """Names the model the engine runs."""
     instructions: _builtins.str
@@ -1603,6 +1604,12 @@ class SessionConfig(_message.Message):
     """Sets the sampling temperature."""
     max_output_tokens: _builtins.int
     """Caps the tokens of one response."""
+    parallel_tool_calls: _builtins.bool
+    """Says whether a response may call several functions at once (OpenAI's
+    `parallel_tool_calls`); unset means true. False holds every engine to at most one call a
+    response; an engine that never makes more (Capabilities.supports_parallel_tool_calls
+    false) honours either value.
+    """
     @_builtins.property
     def output_modalities(self) -> _containers.RepeatedScalarFieldContainer[Global___Modality.ValueType]:
         """Lists the kinds of output responses carry."""
@@ -1682,15 +1689,18 @@ class SessionConfig(_message.Message):
         tool_choice: Global___ToolChoice | None = ...,
         interruption: Global___InterruptionConfig | None = ...,
         recording: Global___SessionRecording | None = ...,
+        parallel_tool_calls: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "output_audio_format", b"output_audio_format", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "output_audio_format", b"output_audio_format", "parallel_tool_calls", b"parallel_tool_calls", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "model", b"model", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "playback_commit_policy", b"playback_commit_policy", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "model", b"model", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "parallel_tool_calls", b"parallel_tool_calls", "playback_commit_policy", b"playback_commit_policy", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__instructions: _TypeAlias = _typing.Literal["instructions"]  # noqa: Y015
     _WhichOneofArgType__instructions: _TypeAlias = _typing.Literal["_instructions", b"_instructions"]  # noqa: Y015
     _WhichOneofReturnType__max_output_tokens: _TypeAlias = _typing.Literal["max_output_tokens"]  # noqa: Y015
     _WhichOneofArgType__max_output_tokens: _TypeAlias = _typing.Literal["_max_output_tokens", b"_max_output_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__parallel_tool_calls: _TypeAlias = _typing.Literal["parallel_tool_calls"]  # noqa: Y015
+    _WhichOneofArgType__parallel_tool_calls: _TypeAlias = _typing.Literal["_parallel_tool_calls", b"_parallel_tool_calls"]  # noqa: Y015
     _WhichOneofReturnType__temperature: _TypeAlias = _typing.Literal["temperature"]  # noqa: Y015
     _WhichOneofArgType__temperature: _TypeAlias = _typing.Literal["_temperature", b"_temperature"]  # noqa: Y015
     _WhichOneofReturnType__voice: _TypeAlias = _typing.Literal["voice"]  # noqa: Y015
@@ -1699,6 +1709,8 @@ class SessionConfig(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__instructions) -> _WhichOneofReturnType__instructions | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_output_tokens) -> _WhichOneofReturnType__max_output_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__parallel_tool_calls) -> _WhichOneofReturnType__parallel_tool_calls | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__temperature) -> _WhichOneofReturnType__temperature | None: ...
     @_typing.overload
@@ -1903,6 +1915,9 @@ class Capabilities(_message.Message):
     SUPPORTS_SEMANTIC_VAD_FIELD_NUMBER: _builtins.int
     SUPPORTS_INTERRUPTION_BY_WORDS_FIELD_NUMBER: _builtins.int
     CAPACITY_FIELD_NUMBER: _builtins.int
+    SUPPORTS_PARALLEL_TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    SUPPORTS_INPUT_AUDIO_ITEMS_FIELD_NUMBER: _builtins.int
+    ITEM_AUDIO_KEPT_MS_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.str
     """Names the protocol, "omni.duplex.v1"."""
     engine: _builtins.str
@@ -1940,6 +1955,20 @@ class Capabilities(_message.Message):
     """Gives how many sessions the server serves at once; a new session beyond them waits in
     its queue (session_queued) instead of being refused. 0: the server has no queue, and
     refuses a session beyond max_sessions (`resource_exhausted`).
+    """
+    supports_parallel_tool_calls: _builtins.bool
+    """Says whether a response of this engine may call several functions at once (its model
+    writes several calls in one answer); false: at most one call a response, whatever
+    SessionConfig.parallel_tool_calls says.
+    """
+    supports_input_audio_items: _builtins.bool
+    """Says whether the engine takes a user item whose audio comes with it
+    (ContentPart.audio in create_conversation_item), heard as a committed turn is.
+    """
+    item_audio_kept_ms: _builtins.int
+    """Gives how much audio of its newest user items (committed turns and items created with
+    audio) the engine keeps to return in item_retrieved, in milliseconds; 0: it keeps none,
+    and a retrieved item has no audio.
     """
     @_builtins.property
     def input_encodings(self) -> _containers.RepeatedScalarFieldContainer[Global___AudioEncoding.ValueType]:
@@ -1993,10 +2022,13 @@ class Capabilities(_message.Message):
         supports_semantic_vad: _builtins.bool = ...,
         supports_interruption_by_words: _builtins.bool = ...,
         capacity: _builtins.int = ...,
+        supports_parallel_tool_calls: _builtins.bool = ...,
+        supports_input_audio_items: _builtins.bool = ...,
+        item_audio_kept_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "disconnect_grace", b"disconnect_grace", "idle_timeout", b"idle_timeout", "journal_window", b"journal_window", "output_audio_format", b"output_audio_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "capacity", b"capacity", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "capacity", b"capacity", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "item_audio_kept_ms", b"item_audio_kept_ms", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_input_audio_items", b"supports_input_audio_items", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_parallel_tool_calls", b"supports_parallel_tool_calls", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2012,6 +2044,7 @@ class ContentPart(_message.Message):
     TEXT_FIELD_NUMBER: _builtins.int
     TRANSCRIPT_FIELD_NUMBER: _builtins.int
     AUDIO_DURATION_MS_FIELD_NUMBER: _builtins.int
+    AUDIO_FIELD_NUMBER: _builtins.int
     type: Global___ContentType.ValueType
     """Names the kind of part."""
     text: _builtins.str
@@ -2020,6 +2053,14 @@ class ContentPart(_message.Message):
     """Holds the transcript of an audio part."""
     audio_duration_ms: _builtins.float
     """Gives the length of an audio part in milliseconds."""
+    audio: _builtins.bytes
+    """Holds the audio of an INPUT_AUDIO part, in the session's input_audio_format (whole
+    samples), where it travels: in create_conversation_item the user's own audio, an item's
+    only part, at most Capabilities.max_pending_input_bytes, refused `unsupported_content` by
+    an engine without supports_input_audio_items; in item_retrieved the audio the engine kept
+    of the item (see Capabilities.item_audio_kept_ms), empty when it kept none. Never in
+    other events: they say the audio's length.
+    """
     def __init__(
         self,
         *,
@@ -2027,10 +2068,11 @@ class ContentPart(_message.Message):
         text: _builtins.str = ...,
         transcript: _builtins.str = ...,
         audio_duration_ms: _builtins.float = ...,
+        audio: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["audio_duration_ms", b"audio_duration_ms", "text", b"text", "transcript", b"transcript", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audio", b"audio", "audio_duration_ms", b"audio_duration_ms", "text", b"text", "transcript", b"transcript", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2568,8 +2610,11 @@ class CreateResponse(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     TOOLS_FIELD_NUMBER: _builtins.int
     TOOL_CHOICE_FIELD_NUMBER: _builtins.int
+    PARALLEL_TOOL_CALLS_FIELD_NUMBER: _builtins.int
     instructions: _builtins.str
     """Overrides the session's instructions for this response."""
+    parallel_tool_calls: _builtins.bool
+    """Overrides the session's parallel_tool_calls for this response, when set."""
     @_builtins.property
     def output_modalities(self) -> _containers.RepeatedScalarFieldContainer[Global___Modality.ValueType]:
         """Overrides the session's output modalities for this response."""
@@ -2597,14 +2642,20 @@ class CreateResponse(_message.Message):
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         tools: Global___ToolSet | None = ...,
         tool_choice: Global___ToolChoice | None = ...,
+        parallel_tool_calls: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "instructions", b"instructions", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_parallel_tool_calls", b"_parallel_tool_calls", "instructions", b"instructions", "parallel_tool_calls", b"parallel_tool_calls", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "instructions", b"instructions", "metadata", b"metadata", "output_modalities", b"output_modalities", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_parallel_tool_calls", b"_parallel_tool_calls", "instructions", b"instructions", "metadata", b"metadata", "output_modalities", b"output_modalities", "parallel_tool_calls", b"parallel_tool_calls", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__instructions: _TypeAlias = _typing.Literal["instructions"]  # noqa: Y015
     _WhichOneofArgType__instructions: _TypeAlias = _typing.Literal["_instructions", b"_instructions"]  # noqa: Y015
+    _WhichOneofReturnType__parallel_tool_calls: _TypeAlias = _typing.Literal["parallel_tool_calls"]  # noqa: Y015
+    _WhichOneofArgType__parallel_tool_calls: _TypeAlias = _typing.Literal["_parallel_tool_calls", b"_parallel_tool_calls"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__instructions) -> _WhichOneofReturnType__instructions | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__parallel_tool_calls) -> _WhichOneofReturnType__parallel_tool_calls | None: ...
 
 Global___CreateResponse: _TypeAlias = CreateResponse  # noqa: Y015
 
@@ -3719,22 +3770,69 @@ class ResponseDone(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESPONSE_FIELD_NUMBER: _builtins.int
+    RATE_LIMITS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def response(self) -> Global___Response:
         """Describes the response, finished, with its output, usage and latency."""
+
+    @_builtins.property
+    def rate_limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___RateLimit]:
+        """Gives the session's rate limits as the response ends, read from the buckets that charge
+        its commands (the API key's when the session has one, else its own): the tightest of
+        each kind.
+        """
 
     def __init__(
         self,
         *,
         response: Global___Response | None = ...,
+        rate_limits: _abc.Iterable[Global___RateLimit] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rate_limits", b"rate_limits", "response", b"response"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResponseDone: _TypeAlias = ResponseDone  # noqa: Y015
+
+@_typing.final
+class RateLimit(_message.Message):
+    """RateLimit is the state of one of a session's rate limits (core/rate_limits.py)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    REMAINING_FIELD_NUMBER: _builtins.int
+    RESET_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Names the limit: "commands" (commands a burst may hold) or "audio" (input audio and
+    video bytes), as the `param` of a `rate_limit_exceeded` refusal names them.
+    """
+    limit: _builtins.int
+    """Gives what the bucket holds when full."""
+    remaining: _builtins.int
+    """Gives what it holds now."""
+    @_builtins.property
+    def reset(self) -> _duration_pb2.Duration:
+        """Gives how long until it is full again."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        limit: _builtins.int = ...,
+        remaining: _builtins.int = ...,
+        reset: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["reset", b"reset"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "name", b"name", "remaining", b"remaining", "reset", b"reset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RateLimit: _TypeAlias = RateLimit  # noqa: Y015
 
 @_typing.final
 class ResponseListen(_message.Message):
@@ -3744,19 +3842,27 @@ class ResponseListen(_message.Message):
 
     RESPONSE_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    RATE_LIMITS_FIELD_NUMBER: _builtins.int
     response_id: _builtins.str
     """Names the response this ends, if one was created."""
     reason: _builtins.str
     """Says why: "model_listen", "silence_or_noise", or "overlap"."""
+    @_builtins.property
+    def rate_limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___RateLimit]:
+        """Gives, when it ends a response (response_id set), the session's rate limits then, as
+        ResponseDone.rate_limits does.
+        """
+
     def __init__(
         self,
         *,
         response_id: _builtins.str = ...,
         reason: _builtins.str = ...,
+        rate_limits: _abc.Iterable[Global___RateLimit] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "response_id", b"response_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rate_limits", b"rate_limits", "reason", b"reason", "response_id", b"response_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -4074,6 +4180,7 @@ class ErrorReport(_message.Message):
     * `unsupported_interruption`: interruption settings this engine cannot honour.
     * `barge_in_unsupported`: barge-in asked of an engine that cannot barge in.
     * `model_update_unsupported`: update_session tried to change the model.
+    * `unsupported_content`: a conversation item's content this engine cannot take.
     * `input_audio_buffer_empty`: commit with no input audio buffered.
     * `item_not_found`: no conversation item with that id.
     * `response_already_active`: create_response while a response is running.

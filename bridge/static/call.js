@@ -1,0 +1,130 @@
+// The WebRTC carrier, as OpenAI's calls have it: an SDP offer posted to /v1/realtime/calls,
+// the session's events as the same JSON on the "oai-events" data channel, the microphone on
+// the peer connection's audio track (the browser's own echo cancellation, fed by the answer it
+// plays) and the answer on the remote track, played by an <audio> element. No audio events on
+// the channel: the bridge says when an answer's audio starts, stops or is cut
+// (output_audio_buffer.*), and acknowledges what left on the track itself.
+//
+// A resume is a new offer with the session's id, its resume token and the last event seen
+// (the Omni-* headers), as a websocket's session.resume: the new channel replays what followed.
+
+const CALLS = "/v1/realtime/calls";
+const REFUSED = 1008; // as a websocket's refused handshake: the page does not come back
+const LOST = 1006; // the network or the bridge: the page comes back and resumes
+
+export class CallLink {
+  // first: the session.update that opens a new session, or the session.resume that resumes
+  // one (its fields become the resume headers); microphone: the captured track, or null;
+  // player: the <audio> element for the answer; on: {message(event), closed(code, reason)}.
+  constructor({ resuming, key, first, microphone, player, on }) {
+    this.on = on;
+    this.key = key;
+    this.path = ""; // the call's own, from the answer's Location (for the hang-up)
+    this.ended = false;
+    const peer = (this.peer = new RTCPeerConnection());
+    // The offer needs an audio line even without a microphone: the answer comes back on it.
+    // The call's own copy of the microphone: holding it closed leaves the page's meter be.
+    this.microphone = microphone ? microphone.clone() : null;
+    const track = this.microphone || "audio";
+    this.sender = peer.addTransceiver(track, { direction: "sendrecv" }).sender;
+    peer.ontrack = (event) => { player.srcObject = new MediaStream([event.track]); };
+    this.player = player;
+    const channel = (this.channel = peer.createDataChannel("oai-events"));
+    channel.onmessage = (message) => on.message(JSON.parse(message.data));
+    channel.onclose = () => this.lost(LOST, "channel_closed");
+    peer.onconnectionstatechange = () => {
+      if (peer.connectionState === "failed") this.lost(LOST, "peer_failed");
+    };
+    this.call(resuming, first).catch((error) => this.lost(LOST, String(error)));
+  }
+
+  async call(resuming, first) {
+    await this.peer.setLocalDescription(await this.peer.createOffer());
+    const headers = {};
+    if (this.key) headers.Authorization = `Bearer ${this.key}`;
+    let body;
+    if (resuming) {
+      headers["Content-Type"] = "application/sdp";
+      headers["Omni-Session-Id"] = first.session_id;
+      headers["Omni-Resume-Token"] = first.resume_token;
+      headers["Omni-Last-Event-Seq"] = String(first.last_received_server_event_seq);
+      body = this.peer.localDescription.sdp;
+    } else {
+      // The form a server posts for a browser: the session opens with the page's settings.
+      body = new FormData();
+      body.set("sdp", this.peer.localDescription.sdp);
+      body.set("session", JSON.stringify(first.session));
+    }
+    // The page resumes and acks, so it asks for the duplex extensions (seq, resume token).
+    const answer = await fetch(`${CALLS}?extensions=1`, { method: "POST", headers, body });
+    if (this.ended) return;
+    if (!answer.ok) {
+      // A refusal is typed ({error: {code, ...}}): a full queue or a busy service is tried
+      // again, anything else (a bad key, a foreign page, an expired session) ends the page's.
+      const error = (await answer.json().catch(() => ({}))).error || {};
+      const again = answer.status === 429 || answer.status >= 500;
+      this.lost(again ? LOST : REFUSED, error.code || String(answer.status));
+      return;
+    }
+    this.path = answer.headers.get("Location") || "";
+    await this.peer.setRemoteDescription({ type: "answer", sdp: await answer.text() });
+  }
+
+  // Reported once, and only by the link the peer connection is still alive for.
+  lost(code, reason) {
+    if (this.ended) return;
+    this.ended = true;
+    this.channel.onclose = this.peer.onconnectionstatechange = null;
+    this.peer.close();
+    if (this.microphone) this.microphone.stop();
+    this.player.srcObject = null;
+    this.on.closed(code, reason);
+  }
+
+  get open() {
+    return this.channel.readyState === "open";
+  }
+
+  get closing() {
+    return this.ended;
+  }
+
+  send(text) {
+    this.channel.send(text);
+  }
+
+  close(code, reason) {
+    this.lost(code, reason);
+  }
+
+  // The page goes away: the call is hung up over HTTP, which outlives the page (keepalive),
+  // where a last message on the channel could be lost when its peer connection closes.
+  // bearer: what the page holds now (a client secret is spent; its resume secret is not).
+  leave(bearer) {
+    if (this.path) {
+      const headers = bearer ? { Authorization: `Bearer ${bearer}` } : {};
+      fetch(`${this.path}/hangup`, { method: "POST", headers, keepalive: true }).catch(() => {});
+    }
+    this.lost(1000, "page_closed");
+  }
+
+  // Held closed (muted, or waiting in the queue): the track sends silence, not the room.
+  setMicOpen(open) {
+    if (this.microphone) this.microphone.enabled = open;
+  }
+
+  get micOpen() {
+    return this.microphone ? this.microphone.enabled : null;
+  }
+
+  // What the answer's track has delivered (the browser's own count): a test hears with it.
+  async heardEnergy() {
+    let energy = 0;
+    (await this.peer.getStats()).forEach((report) => {
+      if (report.type === "inbound-rtp" && report.kind === "audio") {
+        energy += report.totalAudioEnergy || 0;
+      }
+    });
+    return energy;
+  }
+}

@@ -410,8 +410,12 @@ function stop() {
 }
 
 // The session is over (stopped, or ended by the service): the microphone goes off too.
+// Once per session: a carrier may report its end more than once (a call closed by the page
+// says so at once, and the stop that closed it says so too).
 function stopped() {
+  if (!ackTimer) return;
   clearInterval(ackTimer);
+  ackTimer = 0;
   speaking = false;
   queuedFrames = 0;
   played = {};

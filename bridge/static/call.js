@@ -11,6 +11,9 @@
 const CALLS = "/v1/realtime/calls";
 const REFUSED = 1008; // as a websocket's refused handshake: the page does not come back
 const LOST = 1006; // the network or the bridge: the page comes back and resumes
+// A peer connection that stays "disconnected" this long is taken as lost: the browser itself
+// calls it "failed" only after about 30 s, as long as the session's disconnect grace.
+const DISCONNECTED_MS = 4000;
 
 export class CallLink {
   // first: the session.update that opens a new session, or the session.resume that resumes
@@ -21,19 +24,23 @@ export class CallLink {
     this.key = key;
     this.path = ""; // the call's own, from the answer's Location (for the hang-up)
     this.ended = false;
+    this.disconnected = 0; // the timer that gives up on a disconnected peer connection
     const peer = (this.peer = new RTCPeerConnection());
-    // The offer needs an audio line even without a microphone: the answer comes back on it.
     // The call's own copy of the microphone: holding it closed leaves the page's meter be.
+    // Without a microphone the offer still has its audio line: the answer comes back on it.
     this.microphone = microphone ? microphone.clone() : null;
-    const track = this.microphone || "audio";
-    this.sender = peer.addTransceiver(track, { direction: "sendrecv" }).sender;
+    peer.addTransceiver(this.microphone || "audio", { direction: "sendrecv" });
     peer.ontrack = (event) => { player.srcObject = new MediaStream([event.track]); };
     this.player = player;
     const channel = (this.channel = peer.createDataChannel("oai-events"));
     channel.onmessage = (message) => on.message(JSON.parse(message.data));
     channel.onclose = () => this.lost(LOST, "channel_closed");
     peer.onconnectionstatechange = () => {
+      clearTimeout(this.disconnected);
       if (peer.connectionState === "failed") this.lost(LOST, "peer_failed");
+      if (peer.connectionState === "disconnected") {
+        this.disconnected = setTimeout(() => this.lost(LOST, "peer_disconnected"), DISCONNECTED_MS);
+      }
     };
     this.call(resuming, first).catch((error) => this.lost(LOST, String(error)));
   }
@@ -74,6 +81,7 @@ export class CallLink {
   lost(code, reason) {
     if (this.ended) return;
     this.ended = true;
+    clearTimeout(this.disconnected);
     this.channel.onclose = this.peer.onconnectionstatechange = null;
     this.peer.close();
     if (this.microphone) this.microphone.stop();

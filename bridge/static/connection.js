@@ -48,7 +48,8 @@ export class Connection {
     this.sentAt = 0; // when the page last sent something
   }
 
-  // The answer's audio comes on the call's track, not as events (app.js plays neither).
+  // On a call the audio rides the tracks, not the events: app.js sends no appends and plays
+  // no deltas then.
   get audioOnTrack() {
     return this.carrier === "webrtc";
   }

@@ -21,6 +21,7 @@ import pytest
 from omni_grpc.server.app import RunningServer, start_server
 from tests.bridge.page_driver import PageRun, chromium_page, speech_wav
 from tests.bridge.testkit import SPEECH_TEXT, running_bridge, service_settings
+from tests.serving import eventually
 
 pytestmark = pytest.mark.browser
 
@@ -99,6 +100,11 @@ async def test_a_spoken_question_is_answered_on_the_track_and_survives_a_cut_cal
             f'#transcript p.assistant[data-id="{rid}"]'
         ).count()
         said = await run.page.text_content(f'#transcript p.assistant[data-id="{rid}"] .words')
+        # Stop: the session closes on the service, and the call with it.
+        await run.page.click("#stop")
+        await run.until("() => omni.status === 'closed'", 10)
+        await eventually(lambda: len(paced_service.registry) == 0, timeout_s=5.0)
+        badge = await run.page.text_content("#status")
 
     assert run.problems == [] and state["errors"] == [], (run.problems, state["errors"])
     assert chosen == ["webrtc", "webrtc"] and shown == "over WebRTC", (chosen, shown)
@@ -107,6 +113,7 @@ async def test_a_spoken_question_is_answered_on_the_track_and_survives_a_cut_cal
     states = state["states"]
     assert states[:3] == ["idle", "connecting", "live"], states
     assert states[3:5] == ["reconnecting", "resumed"] and "closed" not in states, states
+    assert badge is not None and badge.startswith("closed"), badge
     reply = state["responses"][rid]
     # The answer's words across the cut: every piece once, in order, on one line.
     assert reply["status"] == "completed" and ECHO_WORDS.fullmatch(reply["transcript"]), reply

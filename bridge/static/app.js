@@ -154,7 +154,8 @@ const HANDLERS = {
     addLine("you", e.item_id, omni.partials[e.item_id], "spoken partial");
   },
   // Speech over a reply cuts it here at once, unless the service judges that speech first.
-  "input_audio_buffer.speech_started": () => { if (!judgedByService()) bargeIn(); },
+  // (The service heard that speech: what becomes of its reply is its own to decide.)
+  "input_audio_buffer.speech_started": () => { if (!judgedByService()) bargeIn(false); },
   "input_audio_buffer.speech_stopped": (e) => {
     turnEndAt = inputTime(e.audio_end_ms);
     const judged = omni.turnEnds.at(-1);
@@ -303,7 +304,7 @@ function onMic({ pcm, rms }) {
   if (rms >= SPEECH_RMS) {
     // Speech over a reply cuts it, whether its audio is queued or, paced in real time, the
     // jitter buffer has just run dry while the reply goes on (interrupt() tells them apart).
-    if (!speaking) bargeIn();
+    if (!speaking) bargeIn(true);
     speaking = true;
     silentMs = 0;
   } else if (speaking) {
@@ -336,16 +337,20 @@ function judgedByService() {
 }
 
 // The person speaks over the assistant: stop playing now and cut history to what was heard.
-function bargeIn() {
-  if (!interrupt()) return;
+function bargeIn(cancel) {
+  if (!interrupt(cancel)) return;
   omni.bargeIns += 1;
   showBargeIn(omni.bargeIns);
 }
 
-// Stops the reply that plays; returns whether one did.
-// On a call, output_audio_buffer.clear stops the track at once and the bridge cuts the history
-// to what left on it; the service's generation of a reply going on is then never heard.
-function interrupt() {
+// Stops the reply that plays; returns whether one did. cancel: the service has not heard the
+// interruption (typed, or speech the page detected), so a reply still being made must stop.
+//
+// On a websocket output_audio_buffer.clear does both. On a call the output buffer is the
+// bridge's: the clear stops the track at once and cuts the history to what left on it, but
+// stops no generation, so a reply still being made is cancelled instead (response.cancel
+// stops the track too).
+function interrupt(cancel) {
   const id = Object.keys(omni.responses).pop();
   const r = id && omni.responses[id];
   const running = r && !r.done;
@@ -353,7 +358,11 @@ function interrupt() {
   if (queuedFrames <= 0 && !running && !onTrack) return false;
   audio.flush();
   queuedFrames = 0;
-  connection.send({ type: "output_audio_buffer.clear", response_id: id });
+  if (connection.audioOnTrack && cancel && running) {
+    connection.send({ type: "response.cancel", response_id: id });
+  } else {
+    connection.send({ type: "output_audio_buffer.clear", response_id: id });
+  }
   return true;
 }
 
@@ -441,7 +450,7 @@ function sendText(event) {
   event.preventDefault();
   const text = $("text").value.trim();
   if (!text) return;
-  interrupt();
+  interrupt(true);
   const item = { type: "message", role: "user", content: [{ type: "input_text", text }] };
   if (connection.send({ type: "conversation.item.create", item })) {
     turnEndAt = performance.now();

@@ -11,6 +11,7 @@ Each test holds the run to zero console errors, page errors, failed requests and
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,6 +31,8 @@ LATENCY_COLUMNS = (3, 4)
 # The loopback's words for a spoken turn, whole: a piece lost or doubled breaks them.
 ECHO_WORDS = re.compile(r"you said \d+\.\d\d seconds of audio")
 HEARD = 0.01  # the energy of about a second of the spoken answer, as Chromium counts it
+TYPED = "what time is it in Lisbon right now"  # the loopback's tone for it lasts 2.1 s
+RETYPED = "never mind"
 LONG_SPEECH = f"{SPEECH_TEXT}, and the page shows these words while they are spoken"
 
 
@@ -124,6 +127,50 @@ async def test_a_spoken_question_is_answered_on_the_track_and_survives_a_cut_cal
     # The latency row: first audio is output_audio_buffer.started, timed from the turn's end.
     assert reply["clientLatencyMs"] > 0 and reply["serverLatencyMs"] > 0, reply
     assert all(rows[rid][column].endswith(" ms") for column in LATENCY_COLUMNS), rows[rid]
+
+
+async def test_a_typed_turn_over_an_answer_cuts_it_on_the_call(
+    paced_service: RunningServer, tmp_path: Path
+) -> None:
+    """Typing over an answer that plays on the track cuts it: the track stops, the reply being
+    made is cancelled (on a call the output buffer is the bridge's, and clearing it stops no
+    generation), and the new turn is answered."""
+    quiet = speech_wav(tmp_path, "quiet", [1.0])
+    async with running_bridge(paced_service) as port, chromium_page(quiet) as run:
+        await run.page.goto(f"http://127.0.0.1:{port}/?carrier=webrtc")
+        await run.page.click("#start")
+        await run.until("() => omni.status === 'live'", 15)
+        await run.page.fill("#text", TYPED)
+        await run.page.press("#text", "Enter")
+        interrupted = await run.until(
+            """() => { const [id, r] = Object.entries(omni.responses).pop() || [];
+                return r && r.firstAudioAt !== null && !r.done && id; }""",
+            15,
+        )
+        await run.page.fill("#text", RETYPED)
+        await run.page.press("#text", "Enter")
+        typed_reply = await run.until(
+            """(text) => Object.entries(omni.responses)
+                .filter(([, r]) => r.done && r.audioEnded
+                    && r.transcript.includes(`you wrote "${text}"`))
+                .map(([id]) => id)[0]""",
+            15,
+            RETYPED,
+        )
+        await run.until("(id) => omni.acked[id]", 10, interrupted)
+        cut_note = await run.page.text_content(f'#transcript p.cut[data-id="{interrupted}"] .note')
+        state: dict[str, Any] = await run.page.evaluate("omni")
+        rows = await table_rows(run)
+
+    assert run.problems == [] and state["errors"] == [], (run.problems, state["errors"])
+    cut = state["responses"][interrupted]
+    assert cut["status"] == "cancelled" and cut["audioEnded"], cut
+    # What the bridge sent on the track before the cut, and no more, is what the history keeps.
+    assert state["acked"][interrupted]["truncate"] and 0 < cut["playedMs"] < 2100, cut
+    assert cut_note is not None and cut_note.startswith("cut at"), cut_note
+    heard_cell = rows[interrupted][2]
+    assert heard_cell == f"{math.floor(cut['playedMs'] + 0.5)} ms heard", heard_cell
+    assert all(rows[typed_reply][column].endswith(" ms") for column in LATENCY_COLUMNS)
 
 
 @pytest.mark.slow

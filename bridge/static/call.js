@@ -105,15 +105,21 @@ export class CallLink {
     this.lost(code, reason);
   }
 
-  // The page goes away: the call is hung up over HTTP, which outlives the page (keepalive),
-  // where a last message on the channel could be lost when its peer connection closes.
+  // The page goes away: its last word (session.close) goes on the channel, ordered before
+  // anything the page's end sends after; a session not yet attached (queued) has its call
+  // hung up over HTTP instead, a request that outlives the page (keepalive). The peer
+  // connection is left to go with the page: closing it here could overtake either.
   // bearer: what the page holds now (a client secret is spent; its resume secret is not).
-  leave(bearer) {
-    if (this.path) {
+  leave(bearer, text) {
+    if (text && this.open) {
+      this.channel.send(text);
+    } else if (this.path) {
       const headers = bearer ? { Authorization: `Bearer ${bearer}` } : {};
       fetch(`${this.path}/hangup`, { method: "POST", headers, keepalive: true }).catch(() => {});
     }
-    this.lost(1000, "page_closed");
+    this.ended = true;
+    clearTimeout(this.disconnected);
+    this.channel.onclose = this.peer.onconnectionstatechange = null;
   }
 
   // Held closed (muted, or waiting in the queue): the track sends silence, not the room.

@@ -74,6 +74,29 @@ async def test_a_waiting_page_shows_its_place_holds_the_microphone_then_goes_liv
 
 
 @CARRIERS
+async def test_a_waiting_page_that_goes_away_leaves_the_queue_at_once(
+    one_place: RunningServer, tmp_path: Path, carrier: str
+) -> None:
+    quiet = speech_wav(tmp_path, "quiet", [1.0])
+    holder = await DuplexClient.connect(one_place.target)  # takes the only place
+    try:
+        async with running_bridge(one_place) as port, chromium_page(quiet) as run:
+            await run.page.goto(f"http://127.0.0.1:{port}/?carrier={carrier}")
+            await run.page.click("#start")
+            await run.until("() => omni.status === 'queued'", 10)
+            waiting = one_place.sessions.waiting
+            assert waiting is not None and waiting.queue.waiting()["default"] == (1, 0)
+            left = time.monotonic()
+            await run.page.goto("about:blank")  # closed without Stop, still waiting
+            await eventually(lambda: waiting.queue.waiting()["default"][0] == 0, timeout_s=5.0)
+            gone_s = time.monotonic() - left
+        assert run.problems == [], run.problems
+        assert gone_s < one_place.settings.limits.disconnect_grace_s / 6
+    finally:
+        await holder.close()
+
+
+@CARRIERS
 async def test_a_page_that_goes_away_ends_its_session_at_once(tmp_path: Path, carrier: str) -> None:
     running = await start_server(service_settings(engine_options={"pace": "realtime"}))
     try:

@@ -22,7 +22,6 @@ export class CallLink {
   constructor({ resuming, key, first, microphone, player, on }) {
     this.on = on;
     this.key = key;
-    this.path = ""; // the call's own, from the answer's Location (for the hang-up)
     this.ended = false;
     this.disconnected = 0; // the timer that gives up on a disconnected peer connection
     const peer = (this.peer = new RTCPeerConnection());
@@ -73,7 +72,6 @@ export class CallLink {
       this.lost(again ? LOST : REFUSED, error.code || String(answer.status));
       return;
     }
-    this.path = answer.headers.get("Location") || "";
     await this.peer.setRemoteDescription({ type: "answer", sdp: await answer.text() });
   }
 
@@ -105,21 +103,17 @@ export class CallLink {
     this.lost(code, reason);
   }
 
-  // The page goes away: its last word (session.close) goes on the channel, ordered before
-  // anything the page's end sends after; a session not yet attached (queued) has its call
-  // hung up over HTTP instead, a request that outlives the page (keepalive). The peer
-  // connection is left to go with the page: closing it here could overtake either.
-  // bearer: what the page holds now (a client secret is spent; its resume secret is not).
-  leave(bearer, text) {
-    if (text && this.open) {
-      this.channel.send(text);
-    } else if (this.path) {
-      const headers = bearer ? { Authorization: `Bearer ${bearer}` } : {};
-      fetch(`${this.path}/hangup`, { method: "POST", headers, keepalive: true }).catch(() => {});
-    }
+  // The page goes away: its last word (session.close) goes on the channel, and the peer
+  // connection is left to close with the page, as closing it here could overtake that word.
+  // A session not yet attached (waiting in the queue) has no word to say: its call just
+  // ends, and the bridge detaches the wait as it does a dropped websocket's.
+  leave(text) {
+    const last = text && this.open;
+    if (last) this.channel.send(text);
     this.ended = true;
     clearTimeout(this.disconnected);
     this.channel.onclose = this.peer.onconnectionstatechange = null;
+    if (!last) this.peer.close();
   }
 
   // Held closed (muted, or waiting in the queue): the track sends silence, not the room.

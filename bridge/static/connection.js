@@ -87,7 +87,7 @@ export class Connection {
     this.terminal = true;
     clearTimeout(this.timer);
     const close = this.live && JSON.stringify({ type: "session.close", reason: "page_closed" });
-    this.link.leave(this.bearer(true), close);
+    this.link.leave(close);
   }
 
   // A test's network cut seen from the page: the socket (or peer connection) goes, the

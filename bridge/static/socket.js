@@ -34,7 +34,7 @@ export class SocketLink {
   }
 
   // The page goes away: its last word, then the socket (a socket delivers what it was given).
-  leave(bearer, text) {
+  leave(text) {
     if (text && this.open) this.ws.send(text);
     this.ws.close(1000, "page_closed");
   }

@@ -91,7 +91,9 @@ async def test_a_waiting_page_that_goes_away_leaves_the_queue_at_once(
             await eventually(lambda: waiting.queue.waiting()["default"][0] == 0, timeout_s=5.0)
             gone_s = time.monotonic() - left
         assert run.problems == [], run.problems
-        assert gone_s < one_place.settings.limits.disconnect_grace_s / 6
+        # Well inside the disconnect grace (5 s here); a waiting websocket's relay reads
+        # nothing from its page, and learns it is gone a moment later than a live one's.
+        assert gone_s < one_place.settings.limits.disconnect_grace_s / 2
     finally:
         await holder.close()
 

@@ -63,7 +63,9 @@ function showCarrier(carrier) {
 }
 
 $("carrier").value = defaultCarrier();
-if (!("RTCPeerConnection" in window)) $("carrier").querySelector('[value="webrtc"]').disabled = true;
+if (!("RTCPeerConnection" in window)) {
+  $("carrier").querySelector('[value="webrtc"]').disabled = true;
+}
 
 // -- the session ---------------------------------------------------------------------------
 
@@ -211,7 +213,8 @@ const HANDLERS = {
     r.status = e.response.status;
     r.reason = e.response.status_details?.detail || "";
     r.latency = e.response.latency;
-    if (r.latency && r.latency.first_text_ms > 0) r.firstTextMs = Math.round(r.latency.first_text_ms);
+    const firstTextMs = r.latency?.first_text_ms;
+    if (firstTextMs > 0) r.firstTextMs = Math.round(firstTextMs);
     audio.end(e.response.id);
     if (r.status === "cancelled" && r.audioMs > 0) markCut(e.response.id, r.playedMs);
     showResponse(e.response.id, r);

@@ -1,10 +1,12 @@
 // The omni-grpc talk page: microphone in, the engine's voice out, over the Realtime dialect.
 //
 // It speaks OpenAI's Realtime events plus the duplex extensions: it acknowledges what it has
-// played (playback.ack) and what it has received (session.event_ack), and resumes its session
-// after a dropped socket (connection.js). Start, stop and mute drive the microphone and the
-// session; typed turns, instructions and the voice go through the same socket. Everything a
-// test needs to check is in window.omni (state.js).
+// received (session.event_ack) and, on a websocket, what it has played (playback.ack; on a
+// WebRTC call the bridge knows what left on the track), and resumes its session after a drop
+// (connection.js). The carrier is the person's choice (WebRTC where the browser has it, else
+// the websocket; ?carrier=websocket|webrtc picks one); one event handling path serves both.
+// Start, stop and mute drive the microphone and the session; typed turns, instructions and
+// the voice go as events. Everything a test needs to check is in window.omni (state.js).
 
 import { AudioIO } from "./audio.js";
 import { Connection } from "./connection.js";
@@ -38,8 +40,32 @@ let settingsUpdates = 0; // numbers the settings' session.update, so a refusal f
 // reports the end of speech on this clock; the marks turn it into a time on the page's clock.
 const input = { sentMs: 0, marks: [] };
 
-const connection = new Connection({ onEvent: receive, onStatus: showStatus, opening });
 const audio = new AudioIO({ onMic, onPlayer });
+const connection = new Connection({
+  onEvent: receive, onStatus: showStatus, opening, player: $("answer"),
+  microphone: () => audio.stream?.getAudioTracks()[0] || null,
+});
+
+// -- the carrier ---------------------------------------------------------------------------
+
+const CARRIERS = { webrtc: "WebRTC", websocket: "websocket" };
+
+// The query's carrier, else WebRTC where the browser has it: the media path made for a person
+// on a real network (Opus, a jitter buffer, echo cancellation fed by what it plays).
+function defaultCarrier() {
+  const asked = new URLSearchParams(location.search).get("carrier");
+  if (asked in CARRIERS) return asked;
+  return "RTCPeerConnection" in window ? "webrtc" : "websocket";
+}
+
+function showCarrier(carrier) {
+  $("carrier-used").textContent = carrier ? `over ${CARRIERS[carrier]}` : "";
+}
+
+$("carrier").value = defaultCarrier();
+if (!("RTCPeerConnection" in window)) {
+  $("carrier").querySelector('[value="webrtc"]').disabled = true;
+}
 
 // -- the session ---------------------------------------------------------------------------
 
@@ -83,7 +109,14 @@ function showStatus(status) {
   badge.className = `status ${status}`;
   const attached = status === "live" || status === "resumed";
   $("send").disabled = $("apply").disabled = !attached;
+  holdMic();
   if (status === "closed") stopped();
+}
+
+// A call's microphone track is open unless muted or waiting in the queue (a socket's chunks
+// are held in onMic).
+function holdMic() {
+  connection.setMicOpen(!omni.muted && omni.status !== "queued");
 }
 
 // Where a waiting session stands, as the service last said it.
@@ -123,7 +156,8 @@ const HANDLERS = {
     addLine("you", e.item_id, omni.partials[e.item_id], "spoken partial");
   },
   // Speech over a reply cuts it here at once, unless the service judges that speech first.
-  "input_audio_buffer.speech_started": () => { if (!judgedByService()) bargeIn(); },
+  // (The service heard that speech: what becomes of its reply is its own to decide.)
+  "input_audio_buffer.speech_started": () => { if (!judgedByService()) bargeIn(false); },
   "input_audio_buffer.speech_stopped": (e) => {
     turnEndAt = inputTime(e.audio_end_ms);
     const judged = omni.turnEnds.at(-1);
@@ -152,7 +186,7 @@ const HANDLERS = {
     omni.responses[e.response.id] = {
       audioMs: 0, playedMs: 0, transcript: "", deltas: [], done: false, status: "in_progress",
       turnEndAt, turnWaitMs, turnDecidedMs, firstAudioAt: null, clientLatencyMs: null, serverLatencyMs: null,
-      firstTextMs: null,
+      firstTextMs: null, latency: null, audioEnded: false,
     };
     turnWaitMs = turnDecidedMs = null;
     addLine("assistant", e.response.id, "");
@@ -161,10 +195,7 @@ const HANDLERS = {
     const r = omni.responses[e.response_id];
     const pcm = fromBase64(e.delta);
     if (r) {
-      if (r.firstAudioAt === null) {
-        r.firstAudioAt = performance.now();
-        if (r.turnEndAt) r.clientLatencyMs = Math.round(r.firstAudioAt - r.turnEndAt);
-      }
+      firstAudio(r);
       r.audioMs += pcm.byteLength / 2 / (RATE / 1000);
       r.deltas.push([e.start_ms, e.duration_ms]);
     }
@@ -181,14 +212,37 @@ const HANDLERS = {
     r.done = true;
     r.status = e.response.status;
     r.reason = e.response.status_details?.detail || "";
-    const latency = e.response.latency;
-    if (latency && r.audioMs > 0) r.serverLatencyMs = Math.round(latency.first_audio_ms);
-    if (latency && latency.first_text_ms > 0) r.firstTextMs = Math.round(latency.first_text_ms);
+    r.latency = e.response.latency;
+    const firstTextMs = r.latency?.first_text_ms;
+    if (firstTextMs > 0) r.firstTextMs = Math.round(firstTextMs);
     audio.end(e.response.id);
     if (r.status === "cancelled" && r.audioMs > 0) markCut(e.response.id, r.playedMs);
-    showTurn(e.response.id, r);
+    showResponse(e.response.id, r);
   },
-  "playback.acknowledged": (e) => { omni.acked[e.response_id] = e; },
+  "playback.acknowledged": (e) => {
+    omni.acked[e.response_id] = e;
+    const r = omni.responses[e.response_id];
+    if (!r || !connection.audioOnTrack) return;
+    // On a call the bridge acknowledges what left on the track: all of the answer when it
+    // played out, up to the cut when it was cut. That is the audio the page heard.
+    r.playedMs = e.played_ms;
+    r.audioMs = Math.max(r.audioMs, e.played_ms);
+    if (e.truncate) {
+      r.cutOnTrack = true;
+      markCut(e.response_id, r.playedMs);
+    }
+    showResponse(e.response_id, r);
+  },
+  // A call's answer on its track. "First audio" on WebRTC is output_audio_buffer.started: the
+  // bridge sends it as the answer's first packet leaves on the track, so it reaches the page
+  // about with that packet (the browser's jitter buffer then holds it some tens of ms more).
+  "output_audio_buffer.started": (e) => {
+    const r = omni.responses[e.response_id];
+    if (r) firstAudio(r);
+    if (r) showResponse(e.response_id, r);
+  },
+  "output_audio_buffer.stopped": (e) => trackEnded(e.response_id),
+  "output_audio_buffer.cleared": (e) => trackEnded(e.response_id),
   "error": (e) => {
     omni.errors.push(e.error);
     addLine("error", "", `${e.error.code}: ${e.error.message}`);
@@ -197,6 +251,28 @@ const HANDLERS = {
     }
   },
 };
+
+// The first audio of a response reached the page: the latency the person waited.
+function firstAudio(r) {
+  if (r.firstAudioAt !== null) return;
+  r.firstAudioAt = performance.now();
+  if (r.turnEndAt) r.clientLatencyMs = Math.round(r.firstAudioAt - r.turnEndAt);
+}
+
+// A response's row, once it is done: its service latency counts if it had audio (on a call,
+// its audio may start leaving after the service is done with it, so the row is shown again).
+function showResponse(id, r) {
+  if (!r.done) return;
+  if (r.latency && r.firstAudioAt !== null) {
+    r.serverLatencyMs = Math.round(r.latency.first_audio_ms);
+  }
+  showTurn(id, r);
+}
+
+// A call's answer left the track whole, or was cut: nothing of it plays any more.
+function trackEnded(id) {
+  if (omni.responses[id]) omni.responses[id].audioEnded = true;
+}
 
 function receive(event) {
   const handler = HANDLERS[event.type];
@@ -215,17 +291,23 @@ function onMic({ pcm, rms }) {
     $("meter").value = 0;
     return;
   }
-  const append = { type: "input_audio_buffer.append", audio: toBase64(pcm) };
-  connection.sendOrKeep(append, () => {
+  const sent = () => {
     input.sentMs += CHUNK_MS;
     input.marks.push([input.sentMs, capturedAt]);
     if (input.marks.length > INPUT_MARKS_KEPT) input.marks.shift();
-  });
+  };
+  if (!connection.audioOnTrack) {
+    connection.sendOrKeep({ type: "input_audio_buffer.append", audio: toBase64(pcm) }, sent);
+  } else if (connection.live) {
+    // The track carries this chunk (less the tens of ms of its own path) into the session's
+    // input clock; its marks place the server's speech ends as a socket's do.
+    sent();
+  }
   if (!omni.clientTurns) return;
   if (rms >= SPEECH_RMS) {
     // Speech over a reply cuts it, whether its audio is queued or, paced in real time, the
     // jitter buffer has just run dry while the reply goes on (interrupt() tells them apart).
-    if (!speaking) bargeIn();
+    if (!speaking) bargeIn(true);
     speaking = true;
     silentMs = 0;
   } else if (speaking) {
@@ -258,20 +340,32 @@ function judgedByService() {
 }
 
 // The person speaks over the assistant: stop playing now and cut history to what was heard.
-function bargeIn() {
-  if (!interrupt()) return;
+function bargeIn(cancel) {
+  if (!interrupt(cancel)) return;
   omni.bargeIns += 1;
   showBargeIn(omni.bargeIns);
 }
 
-// Stops the reply that plays; returns whether one did.
-function interrupt() {
+// Stops the reply that plays; returns whether one did. cancel: the service has not heard the
+// interruption (typed, or speech the page detected), so a reply still being made must stop.
+//
+// On a websocket output_audio_buffer.clear does both. On a call the output buffer is the
+// bridge's: the clear stops the track at once and cuts the history to what left on it, but
+// stops no generation, so a reply still being made is cancelled instead (response.cancel
+// stops the track too).
+function interrupt(cancel) {
   const id = Object.keys(omni.responses).pop();
-  const running = id && !omni.responses[id].done;
-  if (queuedFrames <= 0 && !running) return false;
+  const r = id && omni.responses[id];
+  const running = r && !r.done;
+  const onTrack = connection.audioOnTrack && r && r.firstAudioAt !== null && !r.audioEnded;
+  if (queuedFrames <= 0 && !running && !onTrack) return false;
   audio.flush();
   queuedFrames = 0;
-  connection.send({ type: "output_audio_buffer.clear", response_id: id });
+  if (connection.audioOnTrack && cancel && running) {
+    connection.send({ type: "response.cancel", response_id: id });
+  } else {
+    connection.send({ type: "output_audio_buffer.clear", response_id: id });
+  }
   return true;
 }
 
@@ -285,7 +379,8 @@ function onPlayer({ played: counts, queued, flushed }) {
 }
 
 function acknowledge(truncate) {
-  for (const [id, frames] of Object.entries(played)) {
+  // A call's playback is acknowledged by the bridge, which sent it on the track.
+  for (const [id, frames] of Object.entries(connection.audioOnTrack ? {} : played)) {
     const r = omni.responses[id];
     if (!r || r.ackedMs === r.playedMs) continue;
     if (connection.send({ type: "playback.ack", response_id: id,
@@ -314,7 +409,9 @@ async function start() {
     acknowledge(false);
     connection.keepAlive();
   }, ACK_EVERY_MS);
-  connection.open();
+  connection.open($("carrier").value);
+  showCarrier(omni.carrier);
+  $("carrier").disabled = true;
   $("stop").disabled = false;
   $("mute").disabled = Boolean(micProblem);
 }
@@ -325,13 +422,18 @@ function stop() {
 }
 
 // The session is over (stopped, or ended by the service): the microphone goes off too.
+// Once per session: a carrier may report its end more than once (a call closed by the page
+// says so at once, and the stop that closed it says so too).
 function stopped() {
+  if (!ackTimer) return;
   clearInterval(ackTimer);
+  ackTimer = 0;
   speaking = false;
   queuedFrames = 0;
   played = {};
   setMuted(false);
   audio.stop();
+  $("carrier").disabled = false;
   $("stop").disabled = $("mute").disabled = true;
   $("start").disabled = false;
 }
@@ -339,6 +441,7 @@ function stopped() {
 function setMuted(muted) {
   if (muted && speaking) endTurn(performance.now()); // what was said so far is a turn
   omni.muted = muted;
+  holdMic();
   $("mute").textContent = muted ? "Unmute" : "Mute";
   $("mute").setAttribute("aria-pressed", String(muted));
   document.body.classList.toggle("muted", muted);
@@ -350,7 +453,7 @@ function sendText(event) {
   event.preventDefault();
   const text = $("text").value.trim();
   if (!text) return;
-  interrupt();
+  interrupt(true);
   const item = { type: "message", role: "user", content: [{ type: "input_text", text }] };
   if (connection.send({ type: "conversation.item.create", item })) {
     turnEndAt = performance.now();
@@ -377,7 +480,9 @@ $("stop").addEventListener("click", stop);
 $("mute").addEventListener("click", () => setMuted(!omni.muted));
 $("compose").addEventListener("submit", sendText);
 $("apply").addEventListener("click", applySettings);
-omni.dropSocket = () => connection.drop();
+omni.dropSocket = () => connection.drop(); // the socket, or the call's peer connection
+omni.heardEnergy = () => connection.heardEnergy();
+omni.callMicOpen = () => connection.link?.micOpen ?? null; // null on a websocket
 // A page closed or navigated away (not one kept in the back-forward cache) ends its session.
 addEventListener("pagehide", (event) => { if (!event.persisted) connection.leave(); });
 

@@ -1,15 +1,20 @@
-// The websocket to the bridge: opens a session, resumes it after a drop, keeps the cursor.
+// The session over its carrier: opens it, resumes it after a drop, keeps the cursor.
 //
-// Every event that belongs to the session's history ends a group with its server_event_seq,
-// the resume cursor; after a drop the page reconnects with session.resume from the last seq it
-// saw and drops the repeated part of a group it had half received, so nothing is lost or
-// doubled. Audio captured while reconnecting waits in a short outbox and goes out after.
+// Two carriers carry the same JSON events (socket.js, a websocket; call.js, a WebRTC call
+// with its data channel and audio tracks); everything here is the same on both. Every event
+// that belongs to the session's history ends a group with its server_event_seq, the resume
+// cursor; after a drop the page comes back (session.resume on a new socket, or a new offer
+// with the resume headers) from the last seq it saw and drops the repeated part of a group it
+// had half received, so nothing is lost or doubled. Events (and, on a websocket, audio)
+// captured while reconnecting wait in a short outbox and go out after.
 //
 // A session that waits for a place in the service's queue is told its place and estimated
 // wait (session.queued, again as they change): the page shows them, holds its microphone closed
 // until the session starts (app.js), and resumes the wait, not a new one, after a drop. A page
 // that goes away (pagehide) closes its session at once instead of leaving it for the grace.
 
+import { CallLink } from "./call.js";
+import { SocketLink } from "./socket.js";
 import { omni } from "./state.js";
 
 const OUTBOX_MAX = 50; // appends kept while reconnecting: 5 s of audio
@@ -24,12 +29,16 @@ const GROUP_PART = /^event_[0-9a-f]+_\d+_\d+$/; // an event id that a replay rep
 
 export class Connection {
   // onEvent(event) gets every new event; onStatus(status) every change of status;
-  // opening() returns the session.update that opens a new session.
-  constructor({ onEvent, onStatus, opening }) {
+  // opening() returns the session.update that opens a new session; microphone() the captured
+  // track (or null) and player the <audio> element, for a WebRTC call.
+  constructor({ onEvent, onStatus, opening, microphone, player }) {
     this.onEvent = onEvent;
     this.onStatus = onStatus;
     this.opening = opening;
-    this.ws = null;
+    this.microphone = microphone;
+    this.player = player;
+    this.carrier = "websocket"; // or "webrtc": chosen by open()
+    this.link = null; // the carrier's connection now (SocketLink or CallLink)
     this.live = false; // a session is attached: events may be sent
     this.terminal = false; // the session ended (or the person stopped it): no reconnecting
     this.retry = 0;
@@ -39,7 +48,15 @@ export class Connection {
     this.sentAt = 0; // when the page last sent something
   }
 
-  open() {
+  // On a call the audio rides the tracks, not the events: app.js sends no appends and plays
+  // no deltas then.
+  get audioOnTrack() {
+    return this.carrier === "webrtc";
+  }
+
+  open(carrier) {
+    this.carrier = carrier;
+    omni.carrier = carrier;
     Object.assign(omni, { sessionId: "", token: "", lastSeq: 0, ackedSeq: 0, closeReason: "",
                           queue: null, resumeSecret: "" });
     this.terminal = false;
@@ -53,38 +70,47 @@ export class Connection {
     this.terminal = true;
     clearTimeout(this.timer);
     this.outbox = [];
-    const ws = this.ws;
+    const link = this.link;
     if (!this.send({ type: "session.close", reason: "client_close" })) {
-      if (ws) ws.close(1000, "stopped");
+      if (link) link.close(1000, "stopped");
       this.setStatus("closed");
       return;
     }
-    this.live = false; // nothing goes after session.close: the service is closing the socket
-    setTimeout(() => ws.readyState < WebSocket.CLOSING && ws.close(1000, "stopped"), CLOSE_WAIT_MS);
+    this.live = false; // nothing goes after session.close: the service is closing the carrier
+    setTimeout(() => !link.closing && link.close(1000, "stopped"), CLOSE_WAIT_MS);
   }
 
   // The page goes away (closed, reloaded, navigated): its session ends now, so its place is
   // free at once rather than after the disconnect grace a dropped network is given.
   leave() {
-    if (this.terminal || !this.ws) return;
+    if (this.terminal || !this.link) return;
     this.terminal = true;
     clearTimeout(this.timer);
-    if (this.live && this.ws.readyState === WebSocket.OPEN) {
-      this.ws.send(JSON.stringify({ type: "session.close", reason: "page_closed" }));
-    }
-    this.ws.close(1000, "page_closed");
+    const close = this.live && JSON.stringify({ type: "session.close", reason: "page_closed" });
+    this.link.leave(close);
   }
 
-  // A test's network cut seen from the page: the socket goes, the session stays.
+  // A test's network cut seen from the page: the socket (or peer connection) goes, the
+  // session stays.
   drop() {
-    if (this.ws) this.ws.close(4000, "test_drop");
+    if (this.link) this.link.close(4000, "test_drop");
   }
 
   send(event) {
-    if (!this.live || this.ws.readyState !== WebSocket.OPEN) return false;
-    this.ws.send(JSON.stringify(event));
+    if (!this.live || !this.link.open) return false;
+    this.link.send(JSON.stringify(event));
     this.sentAt = performance.now();
     return true;
+  }
+
+  // Whether the microphone reaches the session (a call's track; app.js holds a socket's).
+  setMicOpen(open) {
+    if (this.link) this.link.setMicOpen(open);
+  }
+
+  // What the answer's track has delivered so far (a call's; 0 on a websocket).
+  async heardEnergy() {
+    return this.link && this.link.heardEnergy ? this.link.heardEnergy() : 0;
   }
 
   // A session with no command for its idle timeout expires: a quiet page (muted, say) says
@@ -113,35 +139,36 @@ export class Connection {
     this.onStatus(status);
   }
 
-  connect(resuming) {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    // A page opened with a client secret (?key=ek_...) has used it up: it comes back with the
-    // resume secret its session was given (it resumes that session only).
+  // A page opened with a client secret (?key=ek_...) has used it up: it comes back with the
+  // resume secret its session was given (it resumes that session only).
+  bearer(resuming) {
     const urlKey = new URLSearchParams(location.search).get("key");
-    const key = resuming && omni.resumeSecret ? omni.resumeSecret : urlKey;
-    const protocols = ["realtime"];
-    if (key) protocols.push("openai-insecure-api-key." + key);
-    // The page resumes and acks, so it asks for the duplex extensions (seq, resume token).
-    const query = resuming ? "?extensions=1&resume=1" : "?extensions=1";
-    const url = `${scheme}://${location.host}/v1/realtime${query}`;
-    const ws = (this.ws = new WebSocket(url, protocols));
-    this.live = false;
-    this.setStatus(resuming ? "reconnecting" : "connecting");
-    ws.onopen = () => {
-      ws.send(JSON.stringify(resuming ? {
-        type: "session.resume", session_id: omni.sessionId, resume_token: omni.token,
-        last_received_server_event_seq: omni.lastSeq,
-      } : this.opening()));
-    };
-    ws.onmessage = (message) => this.receive(JSON.parse(message.data));
-    ws.onclose = (close) => this.closed(ws, close);
+    return resuming && omni.resumeSecret ? omni.resumeSecret : urlKey;
   }
 
-  closed(ws, close) {
-    if (ws !== this.ws) return; // an old socket, already replaced
+  connect(resuming) {
+    const first = resuming ? {
+      type: "session.resume", session_id: omni.sessionId, resume_token: omni.token,
+      last_received_server_event_seq: omni.lastSeq,
+    } : this.opening();
+    const Link = this.carrier === "webrtc" ? CallLink : SocketLink;
+    const link = (this.link = new Link({
+      resuming, key: this.bearer(resuming), first, microphone: this.microphone(),
+      player: this.player,
+      on: {
+        message: (event) => link === this.link && this.receive(event),
+        closed: (code, reason) => this.closed(link, code, reason),
+      },
+    }));
     this.live = false;
-    if (this.terminal || close.code === 1008) {
-      omni.closeReason = close.reason || String(close.code);
+    this.setStatus(resuming ? "reconnecting" : "connecting");
+  }
+
+  closed(link, code, reason) {
+    if (link !== this.link) return; // an old carrier, already replaced
+    this.live = false;
+    if (this.terminal || code === 1008) {
+      omni.closeReason = reason || String(code);
       this.setStatus("closed");
       return;
     }

@@ -36,21 +36,25 @@ function svg(tag, attributes, text) {
   return node;
 }
 
-// The turn's row in the table, and its bars in the chart.
+// The turn's row in the table, and its bars in the chart; shown again, the row is replaced (a
+// call's answer may start on its track after the service finished it).
 export function showTurn(id, r) {
   const name = id.slice(-8);
   const row = document.createElement("tr");
   row.dataset.id = id;
-  const heard = r.status === "cancelled" ? `${ms(r.playedMs)} heard` : ms(r.audioMs);
+  const heard = r.status === "cancelled" || r.cutOnTrack ? `${ms(r.playedMs)} heard`
+              : ms(r.audioMs);
   for (const value of [name, r.status, heard, ms(r.clientLatencyMs), ms(r.serverLatencyMs),
                        ms(r.firstTextMs), turnEnd(r)]) {
     const cell = document.createElement("td");
     cell.textContent = value;
     row.append(cell);
   }
-  $("turns").append(row);
+  const shown = document.querySelector(`#turns tr[data-id="${CSS.escape(id)}"]`);
+  if (shown) shown.replaceWith(row);
+  else $("turns").append(row);
   if (SERIES.some(([field]) => r[field] !== null)) {
-    charted.push([name, r]);
+    if (!charted.some(([, turn]) => turn === r)) charted.push([name, r]);
     if (charted.length > TURNS_CHARTED) charted.shift();
     drawChart();
   }

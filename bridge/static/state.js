@@ -3,6 +3,7 @@
 export const RATE = 24000; // pcm16 at 24 kHz, OpenAI's default: nothing resamples on the page
 
 export const omni = {
+  carrier: "", // the session's: "websocket" or "webrtc" (a call), once Start chose it
   status: "idle", // idle, connecting, queued, live, reconnecting, resumed, closed
   states: ["idle"], // every status the page went through, in order
   closeReason: "",

@@ -212,6 +212,7 @@ class Calls:
             )
         self._answer_with(peer, carrier)
         relay = self._relay(request, admitted, carrier, offer)
+        carrier.when_ended(functools.partial(self._ended_before_attached, relay))
         task = asyncio.create_task(self._run(call_id, relay, peer), name="bridge-call")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -340,6 +341,16 @@ class Calls:
             CONNECTIONS.dec()
             self._relays.discard(relay)
             await self._close_peer(call_id, peer)
+
+    def _ended_before_attached(self, relay: Relay) -> None:
+        """A call gone while its session still waits (in the admission queue, say): the relay
+        reads nothing of its carrier before the session is attached, so it is closed here, as
+        a websocket's relay ends when it cannot send a waiting socket its place. The session
+        is detached, as for any dropped call, and resumable for its grace."""
+        if relay.state is RelayState.ATTACHING:
+            task = asyncio.create_task(relay.close(1000, "call_ended"), name="call-gone")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def _end(self, call_id: str, peer: RTCPeerConnection) -> None:
         """The relay ended the call: its peer connection goes too."""

@@ -79,7 +79,7 @@ async def test_speech_over_a_reply_cuts_it_and_the_next_reply_survives_a_drop(
     # with seconds to spare for a busy machine's lag on either side.
     mic = speech_wav(tmp_path, "mic", [2.5, SPEECH_TEXT, 2.5, INTERRUPTION, 3.0])
     async with running_bridge(paced_service.target) as port, chromium_page(mic) as run:
-        await run.page.goto(f"http://127.0.0.1:{port}/")
+        await run.page.goto(f"http://127.0.0.1:{port}/?carrier=websocket")
         await run.page.click("#start")
         # The second sentence cuts the first reply short.
         first = await run.until(
@@ -192,7 +192,7 @@ async def test_every_control_works(impatient_service: RunningServer, tmp_path: P
     async with running_bridge(impatient_service.target) as port, chromium_page(quiet) as run:
         page = run.page
         await page.route_web_socket(re.compile(r"/v1/realtime"), network.route)
-        await page.goto(f"http://127.0.0.1:{port}/")
+        await page.goto(f"http://127.0.0.1:{port}/?carrier=websocket")
         await page.click("#settings summary")
         await run.screenshot("page_idle")
         idle = await page.evaluate(
@@ -322,7 +322,7 @@ async def test_without_a_microphone_the_page_talks_in_text(
     quiet = speech_wav(tmp_path, "quiet", [1.0])
     async with running_bridge(paced_service.target) as port, chromium_page(quiet) as run:
         await run.page.add_init_script(REFUSE_MICROPHONE)
-        await run.page.goto(f"http://127.0.0.1:{port}/")
+        await run.page.goto(f"http://127.0.0.1:{port}/?carrier=websocket")
         # Settings made before Start open the session with them.
         await run.page.click("#settings summary")
         await run.page.fill("#instructions", INSTRUCTIONS)
@@ -390,7 +390,7 @@ async def test_a_turn_ended_by_server_vad_has_every_latency_cell(tmp_path: Path)
     running = await start_server(embedded)
     try:
         async with running_bridge(running.target) as port, chromium_page(mic) as run:
-            await run.page.goto(f"http://127.0.0.1:{port}/")
+            await run.page.goto(f"http://127.0.0.1:{port}/?carrier=websocket")
             await run.page.click("#start")
             rid = await run.until(
                 "() => Object.entries(omni.responses).filter(([, r]) => r.done && r.audioMs > 0)"
@@ -428,7 +428,7 @@ async def test_a_backchannel_holds_the_reply_and_the_table_shows_the_turn_end_wa
     running = await start_server(service_settings(engine="embedded", engine_options=options))
     try:
         async with running_bridge(running.target) as port, chromium_page(mic) as run:
-            await run.page.goto(f"http://127.0.0.1:{port}/")
+            await run.page.goto(f"http://127.0.0.1:{port}/?carrier=websocket")
             await run.page.click("#start")
             rid = await run.until(
                 """() => { const resumed = omni.overlaps.find((d) => d.action === "resume");

@@ -89,7 +89,7 @@ async def page_session(running: RunningServer, tmp_path: Path) -> str:
     """Speech, speech over the answer (a barge-in), a typed turn, stop; the session's id."""
     mic = speech_wav(tmp_path, "mic", [2.5, SPEECH_TEXT, 2.5, INTERRUPTION, 3.0])
     async with running_bridge(running.target) as port, chromium_page(mic) as run:
-        await run.page.goto(f"http://127.0.0.1:{port}/")
+        await run.page.goto(f"http://127.0.0.1:{port}/?carrier=websocket")
         await run.page.click("#start")
         # The page tells the person talking that the session is recorded.
         await run.until("() => !document.getElementById('recorded').hidden", 30)

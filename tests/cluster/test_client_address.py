@@ -41,8 +41,11 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 
 @contextlib.asynccontextmanager
 async def from_address(source: str, target: str) -> AsyncIterator[str]:
-    """A local port whose connections reach ``target`` from ``source``; yields its address."""
+    """A local port whose connections reach ``target`` from ``source``; yields its address.
+    Every socket it made is closed on the way out (none is left to the collector)."""
     host, port = target.rsplit(":", 1)
+    writers: set[asyncio.StreamWriter] = set()
+    pipes: set[asyncio.Task[None]] = set()
 
     async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError):
@@ -52,16 +55,28 @@ async def from_address(source: str, target: str) -> AsyncIterator[str]:
         writer.close()
 
     async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.add(writer)
         up_reader, up_writer = await asyncio.open_connection(
             host, int(port), local_addr=(source, 0)
         )
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        writers.add(up_writer)
+        both = asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        pipes.add(both)  # type: ignore[arg-type]
+        await both
 
     server = await asyncio.start_server(forward, "127.0.0.1", 0)
     try:
         yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
     finally:
         server.close()
+        for task in pipes:
+            task.cancel()
+        for writer in writers:
+            writer.close()
+        for writer in writers:
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+        await server.wait_closed()
 
 
 async def open_streams(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-FORWARDED_FOR = "x-forwarded-for"
+from omni_grpc.wire.keys import FORWARDED_FOR
 
 
 def forwarded_for(request: web.BaseRequest) -> tuple[tuple[str, str], ...]:

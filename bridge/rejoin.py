@@ -64,19 +64,19 @@ class Rejoin:
             await self._room.wait()
 
     def number(self, request: pb.ConverseRequest) -> bool:
-        """Numbers ``request`` (it fits) and keeps it until applied; says whether a heartbeat
-        should follow it, to learn how far the service got."""
+        """Numbers ``request`` and keeps it until applied (CommandJournalFull if it does not
+        fit); says whether a heartbeat should follow it, to learn how far the service got."""
         self._journal.number(request)
         return len(self._journal) % PROBE_EVERY == 0
 
-    def delivered(self, response: pb.ConverseResponse) -> None:
+    def delivered(self, response: pb.ConverseResponse, kind: str | None = None) -> None:
         """Notes what an event from the service says: how far it applied, where the client's
-        cursor is, and a rotated token."""
+        cursor is, and a rotated token (``kind``: the event's, where the caller has it)."""
         if self._journal.trim(response.applied_client_seq):
             self._room.set()
         if response.seq:
             self.last_seq = response.seq
-        kind = response.WhichOneof("event")
+        kind = kind or response.WhichOneof("event")
         if kind == "session_created":
             self.token = response.session_created.resume_token
         elif kind == "session_resumed" and response.session_resumed.resume_token:

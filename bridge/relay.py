@@ -60,6 +60,7 @@ from bridge.stream_ends import (
 )
 from bridge.tracing import RelayTurns
 from bridge.transport import InlineStream, ServiceLink, ServiceStream
+from omni_grpc.client.bookkeeping import CommandJournalFull
 from omni_grpc.wire import pb
 from omni_grpc.wire.keys import ROUTE_HEADER
 from omni_grpc.wire.kinds import UNNUMBERED_COMMANDS
@@ -522,11 +523,13 @@ class Relay:
         probe = False
         if is_numbered(request):
             if self._rejoin is not None:
-                if self._rejoin.full_for(request):
+                try:
+                    probe = self._rejoin.number(request)  # kept until applied
+                except CommandJournalFull:
                     # Only the service's answer makes room: ask how far it got, and wait.
                     await stream.write(HEARTBEAT)
                     await self._rejoin.room_for(request)
-                probe = self._rejoin.number(request)  # kept until applied
+                    probe = self._rejoin.number(request)
             else:
                 request.client_seq = self._next_seq
                 self._next_seq += 1
@@ -547,7 +550,7 @@ class Relay:
         if self._turns is not None:
             self._turns.received(kind, response)
         if self._rejoin is not None:
-            self._rejoin.delivered(response)
+            self._rejoin.delivered(response, kind)
         if kind in ("session_created", "session_resumed"):
             applied = response.applied_client_seq
             self._next_seq = applied + 1
@@ -556,7 +559,7 @@ class Relay:
                     self._resend = self._rejoin.unapplied(applied)
                 elif self._rejoin is None and not isinstance(self._stream, InlineStream):
                     self._rejoin = Rejoin(applied, self._cursor)
-                    self._rejoin.delivered(response)
+                    self._rejoin.delivered(response, kind)
                 self._move(RelayState.RELAYING)
         self._end_reason = _TERMINAL.get(kind or "", self._end_reason)
         if kind == "error" and response.error.code == RATE_LIMIT_CODE:

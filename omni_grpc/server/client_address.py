@@ -17,8 +17,8 @@ import urllib.parse
 from collections.abc import Iterable, Sequence
 
 from omni_grpc.server.stream_cap import peer_address
+from omni_grpc.wire.keys import FORWARDED_FOR
 
-FORWARDED_FOR = "x-forwarded-for"
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -66,8 +66,10 @@ def client_address(
     """The address a per-address bound counts a call against: its peer's, or, where the peer
     is a trusted proxy, the first untrusted address of ``x-forwarded-for`` from the right
     (in the peer's form, ``ipv4:10.0.0.7``)."""
+    if not trusted:
+        return peer_address(peer)
     here = _peer_ip(peer)
-    if here is None or not trusted or not any(here in network for network in trusted):
+    if here is None or not any(here in network for network in trusted):
         return peer_address(peer)
     chain: list[str] = []
     for name, value in metadata or ():

@@ -27,6 +27,9 @@ ROUTE_HEADER = "x-omni-route"
 # trailers of a stream the server ends before the client half-closed (HAProxy 2.6 resets it with
 # CANCEL, haproxy/haproxy#1219), and a client that sees CANCELLED reads the refusal here.
 REFUSAL_HEADER = "x-omni-refusal-bin"
+# Who a proxy's client was, appended by each proxy on the way (HAProxy's ``option forwardfor``,
+# the bridge's bridge.forwarded); a replica believes it as far as --trusted-proxy says.
+FORWARDED_FOR = "x-forwarded-for"
 
 
 def route_of(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:

@@ -309,18 +309,7 @@ async def _turn(ws: aiohttp.ClientWebSocketResponse, page: Page) -> list[dict[st
         await ws.send_json({"type": "input_audio_buffer.append", "audio": audio})
     await ws.send_json({"type": "input_audio_buffer.commit"})
     await ws.send_json({"type": "response.create"})
-    events = [await _next(ws, page)]
+    events = [await page.next(ws)]
     while events[-1]["type"] != "response.done":
-        events.append(await _next(ws, page))
+        events.append(await page.next(ws))
     return events
-
-
-async def _next(ws: aiohttp.ClientWebSocketResponse, page: Page) -> dict[str, Any]:
-    """The next event, through the page's bookkeeping (its token and cursor)."""
-    event: dict[str, Any] = await ws.receive_json(timeout=60)
-    assert event["type"] != "error", event
-    page.seen = max(page.seen, event.get("server_event_seq") or 0)
-    if event["type"] in ("session.created", "session.resumed"):
-        page.token = event["resume_token"]
-        page.session_id = event["session"].get("id") or event.get("session_id")
-    return event

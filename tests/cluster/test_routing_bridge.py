@@ -31,16 +31,20 @@ class Page:
     def __init__(self) -> None:
         self.session_id, self.token, self.seen = "", "", 0
 
+    async def next(self, ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+        """The next event, through the page's bookkeeping (its token and cursor)."""
+        event: dict[str, Any] = await ws.receive_json(timeout=TIMEOUT_S)
+        assert event["type"] != "error", event
+        self.seen = max(self.seen, event.get("server_event_seq") or 0)
+        if event["type"] in ("session.created", "session.resumed"):
+            self.token = event["resume_token"]
+            self.session_id = event["session"]["id"]
+        return event
+
     async def until(self, ws: aiohttp.ClientWebSocketResponse, kind: str) -> dict[str, Any]:
-        while True:
-            event: dict[str, Any] = await ws.receive_json(timeout=TIMEOUT_S)
-            assert event["type"] != "error", event
-            self.seen = max(self.seen, event.get("server_event_seq") or 0)
-            if event["type"] in ("session.created", "session.resumed"):
-                self.token = event["resume_token"]
-                self.session_id = event["session"]["id"]
-            if event["type"] == kind:
-                return event
+        while (event := await self.next(ws))["type"] != kind:
+            pass
+        return event
 
     async def say(self, ws: aiohttp.ClientWebSocketResponse, text: str) -> dict[str, Any]:
         content = [{"type": "input_text", "text": text}]

@@ -31,10 +31,13 @@ LATENCY_COLUMNS = (3, 4)
 # The loopback's words for a spoken turn, whole: a piece lost or doubled breaks them.
 ECHO_WORDS = re.compile(r"you said \d+\.\d\d seconds of audio")
 HEARD = 0.01  # the energy of about a second of the spoken answer, as Chromium counts it
-# The loopback answers a typed turn with a tone, 60 ms a character: this one's lasts 4.3 s,
-# time enough to type over it on a loaded machine.
+# The loopback answers a typed turn with a tone, 60 ms a character: this one's lasts 4.3 s.
 TYPED = "tell me about the harbours of Lisbon and the ships that sailed from them"
 TYPED_TONE_MS = 60 * len(TYPED)
+# The answer typed over is made at a quarter of real time: its 4.3 s tone is still being made
+# 17 s after it starts, so the typed interruption reaches a reply in progress even when a
+# loaded machine takes seconds to carry it (at real time, CI once took longer than the tone).
+SLOW_SPEED = "0.25"
 RETYPED = "never mind"
 LONG_SPEECH = f"{SPEECH_TEXT}, and the page shows these words while they are spoken"
 
@@ -42,6 +45,14 @@ LONG_SPEECH = f"{SPEECH_TEXT}, and the page shows these words while they are spo
 @pytest.fixture
 async def paced_service() -> AsyncIterator[RunningServer]:
     running = await start_server(service_settings(engine_options={"pace": "realtime"}))
+    yield running
+    await running.stop()
+
+
+@pytest.fixture
+async def slow_service() -> AsyncIterator[RunningServer]:
+    options = {"pace": "realtime", "speed": SLOW_SPEED}
+    running = await start_server(service_settings(engine_options=options))
     yield running
     await running.stop()
 
@@ -133,13 +144,13 @@ async def test_a_spoken_question_is_answered_on_the_track_and_survives_a_cut_cal
 
 
 async def test_a_typed_turn_over_an_answer_cuts_it_on_the_call(
-    paced_service: RunningServer, tmp_path: Path
+    slow_service: RunningServer, tmp_path: Path
 ) -> None:
     """Typing over an answer that plays on the track cuts it: the track stops, the reply being
     made is cancelled (on a call the output buffer is the bridge's, and clearing it stops no
     generation), and the new turn is answered."""
     quiet = speech_wav(tmp_path, "quiet", [1.0])
-    async with running_bridge(paced_service) as port, chromium_page(quiet) as run:
+    async with running_bridge(slow_service) as port, chromium_page(quiet) as run:
         await run.page.goto(f"http://127.0.0.1:{port}/?carrier=webrtc")
         await run.page.click("#start")
         await run.until("() => omni.status === 'live'", 15)

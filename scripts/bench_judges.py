@@ -6,7 +6,8 @@
 Offline and load-free: each complete request and hesitation of the set (scripts/turn_set.py)
 goes through the engine's own server VAD under semantic detection (Silero, the kit's
 listener), and every pause it reports is judged as the engine judges it: Smart Turn on the
-turn's audio up to the pause, SmolLM2 on Whisper base's quick greedy reading of it. Then, for
+turn's audio up to the pause, SmolLM2 on the transcript of it (Whisper base's beam, re-ranked
+by SmolLM2, as the engine writes a turn down). Then, for
 each weight of the sound (0: the words alone, 1: the sound alone; the engine's is
 ``end_of_turn.SOUND_WEIGHT``), the wait eagerness ``auto`` chooses at each pause says what a
 listener gets, assuming judgements take no time (their time is printed apart, and on a loaded
@@ -54,7 +55,7 @@ class Judged:
     sound: float
     words: float
     sound_s: float
-    words_s: float  # the quick reading and its judgement
+    words_s: float  # the transcript and its judgement
 
 
 def pauses(dialogue: Dialogue, listener: Listener) -> list[tuple[Pause, float]]:
@@ -79,14 +80,21 @@ def pauses(dialogue: Dialogue, listener: Listener) -> list[tuple[Pause, float]]:
 
 def judge_all(part: str) -> list[Judged]:
     from omni_grpc.engine.embedded.end_of_turn import SmolTurnScorer
-    from omni_grpc.engine.embedded.models.asr import Transcriber
+    from omni_grpc.engine.embedded.models.asr import Decoding, Transcriber
     from omni_grpc.engine.embedded.models.lm import SmolLM, find_smollm2
+    from omni_grpc.engine.embedded.models.rescoring import RESCORED_BEAM, LmRescorer
     from omni_grpc.engine.embedded.models.smart_turn import SmartTurn
     from omni_grpc.engine.kit.vad import SileroVad
 
     vad, ear = SileroVad(), SmartTurn()
-    reader = SmolTurnScorer(SmolLM(find_smollm2()))
-    asr = Transcriber(model="base", cpu_threads=2)
+    lm = SmolLM(find_smollm2())
+    reader = SmolTurnScorer(lm)
+    asr = Transcriber(
+        model="base",
+        cpu_threads=2,
+        decoding=Decoding(beam_size=RESCORED_BEAM),
+        reranker=LmRescorer(lm),
+    )
     detection = pb.TurnDetection(
         type=pb.TURN_DETECTION_TYPE_SEMANTIC_VAD, eagerness=pb.EAGERNESS_AUTO, threshold=0.5
     )
@@ -99,7 +107,7 @@ def judge_all(part: str) -> list[Judged]:
             began = time.perf_counter()
             sound = ear.probability(pause.audio)
             heard = time.perf_counter()
-            reading = asr.hypothesis(pause.audio)
+            reading = asr.transcribe(pause.audio)
             words = reader.probability(reading) if reading.strip() else 0.0
             read = time.perf_counter()
             judged = Judged(
@@ -172,7 +180,7 @@ def main() -> int:
     sound_ms = statistics.median(j.sound_s for j in judged) * 1000
     words_ms = statistics.median(j.words_s for j in judged) * 1000
     print(
-        f"\nmedian time per pause: Smart Turn {sound_ms:.0f} ms; Whisper's quick reading and"
+        f"\nmedian time per pause: Smart Turn {sound_ms:.0f} ms; the transcript and"
         f" SmolLM2 {words_ms:.0f} ms; load average {load:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after (1 min)"
     )

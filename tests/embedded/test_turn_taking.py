@@ -68,6 +68,10 @@ async def test_a_hesitation_inside_a_sentence_does_not_end_the_turn(engine: Embe
     # "I want to fly to" sounds unfinished: the wait is longer than the hesitation was.
     assert hesitation.probability < 0.5 and hesitation.wait_ms > 1000, hesitation
     assert hesitation.item_id == end.item_id == committed.input_committed.item_id
+    # The words judged at the turn's last pause are the turn's own transcript (started there),
+    # not a quicker, rougher reading of it.
+    if end.HasField("words_probability"):
+        assert end.transcript == transcript, (end.transcript, transcript)
     stopped = driver.of("speech_stopped")[0].speech_stopped
     assert abs(stopped.audio_end_ms - true_end) <= TOLERANCE_MS
     assert abs(first_end - hesitation.audio_end_ms) <= TOLERANCE_MS

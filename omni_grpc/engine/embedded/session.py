@@ -5,10 +5,9 @@ The kit's :class:`~omni_grpc.engine.kit.ListeningSession` has server VAD and the
 (the end of a turn, speech over a reply, idle prompts). What is the embedded engine's own is
 what it hears and how it answers: at a pause that may end the turn it starts transcribing it
 (and, while the silence lasts, writing the answer: :mod:`.early_answer`); Smart Turn judges the
-sound of the turn for its end and SmolLM2 Whisper's quick reading of that pause
-(:mod:`.end_of_turn`); the
-words of speech over a reply are a quick greedy decode of it; while the user speaks, partial
-transcripts (:mod:`.partials`); each committed turn is written down on the model threads.
+sound of the turn for its end and SmolLM2 that transcript (:mod:`.end_of_turn`); the words of
+speech over a reply are a quick greedy decode of it; while the user speaks, partial transcripts
+(:mod:`.partials`); each committed turn is written down on the model threads.
 
 A response waits for the transcripts of the turns it answers, then asks the responder for text
 and speaks it sentence by sentence while the rest is being written (the kit's
@@ -70,10 +69,9 @@ class EmbeddedSession(ListeningSession):
         super().__init__(session_id, config, options, on_close, hearing)
         self._runtime = runtime
         self._last_turn: kit.UserInput | None = None
-        # A transcription started at a pause: where the speech paused, the job, and Whisper's
-        # quick (greedy) reading of it, told before the beam's, for the judgement of the turn's
-        # end under semantic detection.
-        self._guess: tuple[float, asyncio.Future[str], asyncio.Future[str]] | None = None
+        # A transcription started at a pause: where the speech paused, and the job (its text is
+        # also the words the end of the turn is judged on, under semantic detection).
+        self._guess: tuple[float, asyncio.Future[str]] | None = None
         # The answer to that transcript, started while the silence lasts (.early_answer).
         self._early: EarlyAnswer | None = None
         # Partial transcripts of the turn in progress: its words sent so far, where on the
@@ -128,7 +126,7 @@ class EmbeddedSession(ListeningSession):
         guess = self._guess
         if guess is None or guess[0] != pause.speech_end_ms:
             return None  # the last pause's transcription still runs: none for this one
-        return _first_reading(guess[2], guess[1])
+        return guess[1]
 
     def _overlap_words(self, audio: bytes) -> Awaitable[str]:
         loop = asyncio.get_running_loop()
@@ -222,35 +220,31 @@ class EmbeddedSession(ListeningSession):
 
         One guess at a time: if speech goes on and pauses again while the last guess still
         runs, the new pause waits for the real end of the turn instead.
+
+        Under semantic detection the words judged are this transcript too. A greedy reading
+        decoded first, for a sooner judgement, was tried and dropped: on the set's complete
+        requests it misheard one in two ("what is the capital and friends", "harmony arms in
+        arena club"), so the answer written on it was thrown away at the transcript half the
+        time, and its decode and that answer held the beam back on two cores
+        (docs/measurements/2026-12-07-words-judged-on-the-transcript.md).
         """
         if self._guess is not None and not self._guess[1].done():
             return
         loop = asyncio.get_running_loop()
         likeliest: asyncio.Future[str] = loop.create_future()
-        quick: asyncio.Future[str] = loop.create_future()
 
-        def told(future: asyncio.Future[str]) -> Callable[[str], None]:
-            def tell(text: str) -> None:  # on the model thread, while the job goes on
-                with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
-                    loop.call_soon_threadsafe(_settle, future, text)
-
-            return tell
+        def tell(text: str) -> None:  # on the model thread, while the job goes on
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                loop.call_soon_threadsafe(_settle, likeliest, text)
 
         transcribe = self._runtime.asr.transcribe
-        judged = self._turn_end is not None  # words to judge the end of the turn with
         job = loop.run_in_executor(
-            self._runtime.executor,
-            lambda: transcribe(
-                pause.audio,
-                first_reading=told(likeliest),
-                quick_reading=told(quick) if judged else None,
-            ),
+            self._runtime.executor, lambda: transcribe(pause.audio, first_reading=tell)
         )
         job.add_done_callback(lambda done: done.cancelled() or done.exception())
-        self._guess = (pause.speech_end_ms, job, quick)
+        self._guess = (pause.speech_end_ms, job)
         if self._runtime.options.answer_at_pause == "on":
-            first = quick if judged else likeliest
-            self._spawn(self._answer_early(pause.speech_end_ms, first, job))
+            self._spawn(self._answer_early(pause.speech_end_ms, likeliest, job))
 
     async def _answer_early(
         self, speech_end_ms: float, first: asyncio.Future[str], job: asyncio.Future[str]
@@ -258,13 +252,11 @@ class EmbeddedSession(ListeningSession):
         """Starts the answer to the transcript guessed at a pause, if the silence still lasts
         when it is ready and the turn's response would be a language model's text.
 
-        The answer starts on the ``first`` reading the transcription tells: its quick greedy
-        one under semantic detection (the same words the end of the turn is judged on, and
-        the turn may end a moment later), else Whisper's likeliest where the language model
-        re-ranks the beam (the reranker weighs the others on the other model thread). Most
-        turns keep that reading, and one that does not is answered again on the transcript
-        (the response takes only an answer asked with its own transcript), unless that first
-        answer was dropped meanwhile: the user spoke on.
+        The answer starts on the ``first`` reading the transcription tells: Whisper's
+        likeliest where the language model re-ranks the beam (the reranker weighs the others
+        on the other model thread). Most turns keep that reading, and one that does not is
+        answered again on the transcript (the response takes only an answer asked with its own
+        transcript), unless that first answer was dropped meanwhile: the user spoke on.
         """
         early = None
         try:
@@ -440,12 +432,3 @@ async def _first_told(
 def _settle(future: asyncio.Future[str], value: str) -> None:
     if not future.done():
         future.set_result(value)
-
-
-async def _first_reading(reading: asyncio.Future[str], job: asyncio.Future[str]) -> str:
-    """A reading a transcription tells before it is done, as soon as it does, else the
-    transcription's own text."""
-    await asyncio.wait((reading, job), return_when=asyncio.FIRST_COMPLETED)
-    if reading.done() and not reading.cancelled():
-        return reading.result()
-    return await job

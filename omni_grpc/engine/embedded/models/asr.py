@@ -229,7 +229,6 @@ class Transcriber:
         pcm16: bytes,
         previous: str = "",
         first_reading: Callable[[str], None] | None = None,
-        quick_reading: Callable[[str], None] | None = None,
     ) -> str:
         """The text of one turn of canonical input (Whisper's own 16 kHz); empty for silence
         or noise. ``previous`` is the conversation so far, used when ``decoding.prompt``.
@@ -237,10 +236,6 @@ class Transcriber:
         ``first_reading``, when given, is told Whisper's likeliest reading as soon as the beam
         has it, while the reranker still weighs the others: the transcript, wherever the
         reranker keeps it, so an answer can start on it. Never told without a reranker.
-
-        ``quick_reading``, when given, is told a greedy reading of the turn first, decoded from
-        the same encoding before the beam starts (a few tens of ms more): words to judge the
-        end of the turn with, a beam search sooner than the transcript.
         """
         duration_ms = pcm16_ms(len(pcm16), CANONICAL_INPUT_RATE_HZ)
         if duration_ms < MIN_AUDIO_MS:
@@ -250,8 +245,6 @@ class Transcriber:
         if duration_ms > WINDOW_FRAMES * FRAME_MS:
             return self._transcribe_long(audio, previous)
         encoded = self._encode(audio)
-        if quick_reading is not None:
-            quick_reading(self._greedy(encoded, duration_ms))
         prompt = self._prompt(previous)
         spoken_tokens = 8 + int(TOKENS_PER_S * duration_ms / 1000)
         if self.decoding.timestamps:

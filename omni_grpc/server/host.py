@@ -240,6 +240,7 @@ class SessionHost:
                 if tail := self._edge.input_tail(command):
                     for tap in self.taps.handed:
                         tap.handed(self, tail)
+                    self._reader_waits()
                     await self.engine.submit(tail)
             case CreateItem(item=item) if any(part.audio for part in item.content):
                 decoded = self._edge.item_input(command)
@@ -276,10 +277,18 @@ class SessionHost:
 
     async def _hand(self, command: EngineCommand) -> None:
         """Puts ``command`` in the engine's mailbox (it waits while the mailbox is full)."""
+        self._reader_waits()
         try:
             await self.engine.submit(command)
         except Exception:
             self._engine_failed()
+
+    def _reader_waits(self) -> None:
+        """The stream's reader may wait now (for room in the engine's mailbox): what it queued
+        goes to the writer task meanwhile, not held for its flush (``SendQueue.flush``)."""
+        for queue in self._queues.values():
+            if queue.reader_flushes:
+                queue.reader_done()
 
     def _engine_failed(self) -> None:
         """The engine raised on a command: logged, and the session expires (engine_failure)."""

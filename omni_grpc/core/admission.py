@@ -164,10 +164,10 @@ class Admission:
         rate_hz = append.sample_rate_hz or session_rate_hz
         if request.trace_context:  # any command may carry one; bounded like other maps
             validation.check_metadata(request.trace_context, "trace_context")
-        validation.check_audio(append, audio, encoding, rate_hz, self._limits, self._engine)
-        native = encoding == _PCM16 and rate_hz in self._native_rates_hz
         if frames is None:
             frames = append.video_frames
+        validation.check_audio(append, audio, encoding, rate_hz, self._limits, self._engine, frames)
+        native = encoding == _PCM16 and rate_hz in self._native_rates_hz
         if commits:  # the client commits its turns: its input is held
             plain = native and not frames  # the usual chunk: held as it came
             self._hold(

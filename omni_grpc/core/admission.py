@@ -150,9 +150,11 @@ class Admission:
         append: pb.AppendInputAudio,
         audio: bytes,
         config: pb.SessionConfig,
+        frames: Sequence[pb.VideoFrame] | None = None,
     ) -> AppendAudio:
-        """Checks an append (its ``audio`` read once by the caller) and holds what it adds to
-        the pending input; raises CommandError when it is refused, holding nothing."""
+        """Checks an append (its ``audio``, and its ``frames`` when given, read once by the
+        caller) and holds what it adds to the pending input; raises CommandError when it is
+        refused, holding nothing."""
         if config is not self._config:  # read once per configuration, not per chunk
             fmt = config.input_audio_format
             self._input = (fmt.encoding, fmt.sample_rate_hz, client_commits(config))
@@ -162,12 +164,21 @@ class Admission:
         rate_hz = append.sample_rate_hz or session_rate_hz
         if request.trace_context:  # any command may carry one; bounded like other maps
             validation.check_metadata(request.trace_context, "trace_context")
-        validation.check_audio(append, audio, encoding, rate_hz, self._limits, self._engine)
+        if frames is None:
+            frames = append.video_frames
+        validation.check_audio(append, audio, encoding, rate_hz, self._limits, self._engine, frames)
         native = encoding == _PCM16 and rate_hz in self._native_rates_hz
         if commits:  # the client commits its turns: its input is held
-            self._hold(held_bytes(len(audio), encoding, rate_hz, native, append.video_frames))
+            plain = native and not frames  # the usual chunk: held as it came
+            self._hold(
+                len(audio) if plain else held_bytes(len(audio), encoding, rate_hz, native, frames)
+            )
         seq, event_id = request.client_seq, request.event_id
-        if append.video_frames or append.hints.fields or append.HasField("audio_end_ms"):
+        if (
+            frames
+            or (append.HasField("hints") and append.hints.fields)  # no Struct built when unset
+            or append.HasField("audio_end_ms")
+        ):
             return append_audio(append, audio, encoding, rate_hz, seq, event_id, native)
         return _new_append(
             AppendAudio, (audio, encoding, rate_hz, native, seq, event_id, None, (), None)

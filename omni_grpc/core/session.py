@@ -366,14 +366,16 @@ class Session:
             if kind == "append_input_audio":  # the usual command, its audio read once here
                 append = request.append_input_audio
                 audio = append.audio
+                frames = append.video_frames  # upb builds a new container at each read
                 media = len(audio)
-                if append.video_frames:
-                    media += sum(len(frame.data) for frame in append.video_frames)
+                if frames:
+                    media += sum(len(frame.data) for frame in frames)
                 # Past the limit: refused, its number used up.
                 self.throttle.charge(request, now, kind, media)
                 if (size or request.ByteSize()) > limit:
                     raise _too_large(limit)
-                return Effects(engine=[admission.admit_audio(request, append, audio, self.config)])
+                admitted = admission.admit_audio(request, append, audio, self.config, frames)
+                return Effects(engine=[admitted])
             wire = size or request.ByteSize()  # any command pays its bytes, as appends do
             self.throttle.charge(request, now, kind, wire)
             if wire > limit:

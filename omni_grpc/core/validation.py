@@ -56,10 +56,14 @@ def check_audio(
     rate_hz: int,
     limits: Limits,
     engine: EngineFeatures,
+    frames: Sequence[pb.VideoFrame] | None = None,
 ) -> None:
     """:func:`check_append` with the format already resolved (what the session does, with its
-    input format at hand)."""
-    if not audio and not append.video_frames:
+    input format at hand, and the append's ``frames`` when it read them: upb builds a new
+    container at each read)."""
+    if frames is None:
+        frames = append.video_frames
+    if not audio and not frames:
         raise CommandError("bad_event", "an append needs audio or video frames", param="audio")
     if encoding not in engine.input_encodings:
         raise CommandError(
@@ -75,8 +79,8 @@ def check_audio(
         raise CommandError(
             "bad_audio", "audio length is not a whole number of samples", param="audio"
         )
-    if append.video_frames:  # most appends have none
-        check_video_frames(append.video_frames, limits)
+    if frames:  # most appends have none
+        check_video_frames(frames, limits)
     if append.HasField("hints"):  # most appends have none: no walk of an empty Struct
         check_struct(append.hints, "hints")
 

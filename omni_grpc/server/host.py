@@ -143,6 +143,11 @@ class SessionHost:
         for command in effects.engine:
             if self.ended:
                 break
+            if type(command) is AppendAudio and command.native:
+                # The usual chunk: nothing to do at the edge, so no coroutine of its own.
+                if not self._hand_now(command, now):
+                    await self._hand(command)
+                continue
             await self._submit(command, now)
         if taps.handled:
             for tap in taps.handled:
@@ -235,6 +240,7 @@ class SessionHost:
                 if tail := self._edge.input_tail(command):
                     for tap in self.taps.handed:
                         tap.handed(self, tail)
+                    self._reader_waits()
                     await self.engine.submit(tail)
             case CreateItem(item=item) if any(part.audio for part in item.content):
                 decoded = self._edge.item_input(command)
@@ -248,26 +254,51 @@ class SessionHost:
                 self._edge.configure(self.session.config)  # the formats may have changed
                 for tap in self.taps.configured:
                     tap.configured(self)
+        if not self._hand_now(command, now):
+            await self._hand(command)
+
+    def _hand_now(self, command: EngineCommand, now: float) -> bool:
+        """Tells the taps, then hands ``command`` (as the engine takes it) to the engine's fast
+        path: a cheap command the engine applies at once, its events published here at
+        ``now``, with no mailbox and no pump between. False: the engine queues it instead
+        (:meth:`_hand`)."""
         if self.taps.handed:
             for tap in self.taps.handed:
                 tap.handed(self, command)
         try:
-            # The fast path: a cheap command the engine applies at once, its events published
-            # here, with no mailbox and no pump between (None: the engine queues it).
             made = self.engine.submit_now(command)
             if made is None:
-                await self.engine.submit(command)
-            else:
-                for event in made:
-                    self._engine_event(event, now)
+                return False
+            for event in made:
+                self._engine_event(event, now)
         except Exception:
-            logger.exception(
-                "session %s: engine refused a command",
-                self.session.id,
-                extra={"session_id": self.session.id},
-            )
-            self.expiry_reason = "engine_failure"
-            self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
+            self._engine_failed()
+        return True
+
+    async def _hand(self, command: EngineCommand) -> None:
+        """Puts ``command`` in the engine's mailbox (it waits while the mailbox is full)."""
+        self._reader_waits()
+        try:
+            await self.engine.submit(command)
+        except Exception:
+            self._engine_failed()
+
+    def _reader_waits(self) -> None:
+        """The stream's reader may wait now (for room in the engine's mailbox): what it queued
+        goes to the writer task meanwhile, not held for its flush (``SendQueue.flush``)."""
+        for queue in self._queues.values():
+            if queue.reader_flushes:
+                queue.reader_done()
+
+    def _engine_failed(self) -> None:
+        """The engine raised on a command: logged, and the session expires (engine_failure)."""
+        logger.exception(
+            "session %s: engine refused a command",
+            self.session.id,
+            extra={"session_id": self.session.id},
+        )
+        self.expiry_reason = "engine_failure"
+        self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
 
     def _answer(self, command: EngineCommand, error: CommandError) -> None:
         """Refuses an append the core admitted but the host cannot take, with an error event."""

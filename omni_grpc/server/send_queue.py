@@ -56,6 +56,11 @@ class SendQueue:
         self.writing = False
         # What ``written`` waits on while a write is in flight (made only when someone waits).
         self._write_done: asyncio.Future[None] | None = None
+        # True while the stream's reader carries out a command and will write what it made
+        # itself (:meth:`flush`, right after): an event queued meanwhile leaves the sleeping
+        # writer task be, instead of scheduling its wake-up for a write the flush makes idle.
+        # The flush (or :meth:`reader_done`, should the reader wait before it) ends the hold.
+        self.reader_flushes = False
 
     def __len__(self) -> int:
         return len(self._items)
@@ -68,7 +73,7 @@ class SendQueue:
             return False
         self._items.append(payload)
         self._budget.held += len(payload)
-        if self._waiter is not None and not self._wake_due:
+        if self._waiter is not None and not self._wake_due and not self.reader_flushes:
             self._wake_soon()
         return True
 
@@ -104,8 +109,10 @@ class SendQueue:
         woken for them."""
         items = self._items
         if not items or self.writing or self.end_reason is not None or self._barrier:
+            self.reader_done()
             return
         self.writing = True
+        self.reader_flushes = False  # what is queued while this writes is the writer's
         try:
             for _ in range(len(items)):
                 if not items or self.end_reason is not None:
@@ -116,6 +123,13 @@ class SendQueue:
                 await write(payload)
         finally:
             self._written()
+
+    def reader_done(self) -> None:
+        """Ends the reader's hold on the writer's wake-up (:attr:`reader_flushes`): what it
+        leaves queued goes to the writer task."""
+        self.reader_flushes = False
+        if self._items and self._waiter is not None:
+            self._wake_soon()
 
     async def write_out(self, write: Callable[[bytes], Awaitable[None]], payload: bytes) -> None:
         """Writes one event taken by :meth:`next`, as the one write in flight."""

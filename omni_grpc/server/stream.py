@@ -260,10 +260,18 @@ class ServerStream:
         host, queue = self.host, self.queue
         assert host is not None and queue is not None
         pause_s = 0.0
-        if request is None:
-            host.refuse(queue.generation, CommandError("invalid_message", NOT_A_REQUEST))
-        else:
-            pause_s = await host.receive(queue.generation, request, size)
+        if write is not None:
+            # What the command makes goes out through ``write`` right after: the writer task
+            # is not woken for it (the flush, or the host before it waits, ends the hold).
+            queue.reader_flushes = True
+        try:
+            if request is None:
+                host.refuse(queue.generation, CommandError("invalid_message", NOT_A_REQUEST))
+            else:
+                pause_s = await host.receive(queue.generation, request, size)
+        except BaseException:
+            queue.reader_done()
+            raise
         if write is not None:
             await queue.flush(write)
         return pause_s

@@ -146,6 +146,8 @@ def response_json(response: pb.Response, output: list[Event]) -> Event:
         "metadata": dict(response.metadata) or None,
         "usage": None,
     }
+    if response.conversation == pb.RESPONSE_CONVERSATION_NONE:
+        out["conversation_id"] = None  # out of band: added to no conversation, as OpenAI says
     if response.HasField("usage"):
         usage = response.usage
         out["usage"] = {

@@ -153,7 +153,7 @@ class ResponseSession(WorkerSession):
                 await asyncio.wait([player])
         if self.announce_at_start:
             await self._announce_response(answer)
-        await self._perform(answer)
+        await self._play_out(answer)
 
     def _resolve_input(
         self, entries: tuple[cmd.InputEntry, ...]
@@ -336,6 +336,11 @@ class ResponseSession(WorkerSession):
         answer.announced = True
 
     async def _perform(self, answer: Answer) -> None:
+        await self._play_out(answer)
+        await self._start_deferred()
+
+    async def _play_out(self, answer: Answer) -> None:
+        """Plays ``answer`` and queues its end (a failure of its player fails it alone)."""
         try:
             outcome = await self._play(answer)
             if outcome is not None and answer.settle is not None:
@@ -351,7 +356,6 @@ class ResponseSession(WorkerSession):
             self._drop(answer)
         else:
             await self._events.put(self._finish(answer, outcome))
-        await self._start_deferred()
 
     async def _start_deferred(self) -> None:
         if self._deferred and self._active is None and self._pending:

@@ -82,6 +82,7 @@ async def test_create_response_asks_for_an_out_of_band_answer_of_its_own_input(
     done = (await collect_until(client, "response_done"))[-1].response_done.response
     assert done.conversation == pb.RESPONSE_CONVERSATION_NONE
     assert dict(done.metadata) == {"purpose": "classify"}
+    assert (done.max_output_tokens, done.voice) == (4, "cedar")
     assert (done.status_reason, done.output[0].content[0].text) == (
         "max_output_tokens",
         'you wrote "cancel my',

@@ -137,6 +137,7 @@ async def test_its_own_cap_cuts_its_words(fast: Probe) -> None:
         "max_output_tokens",
     )
     assert text_of(done) == 'you wrote "one'
+    assert response.max_output_tokens == 3 and response.voice == ""
 
 
 async def started(probe: Probe, create: pb.CreateResponse) -> str:

@@ -109,6 +109,7 @@ class Answer:
     # conversation; else these items, oldest first (a reference's is the history's own).
     context: list[pb.ConversationItem] | None = None
     max_output_tokens: int | None = None  # its own cap; None: the session's
+    own_voice: bool = False  # ``voice`` is create_response's, not the session's
     by_server_vad: bool = False  # its turn was detected, not committed: noise may end it quietly
     announced: bool = False  # response_created went out
     input_tokens: int = 0
@@ -228,6 +229,8 @@ def done_event(
         output_modalities=answer.modalities,
         metadata=answer.metadata,
         conversation=answer.conversation,
+        max_output_tokens=answer.max_output_tokens,
+        voice=answer.voice if answer.own_voice else "",
         usage=pb.Usage(
             input_tokens=answer.input_tokens,
             output_tokens=len(answer.sent_text.split()) if output_tokens is None else output_tokens,

@@ -305,6 +305,7 @@ class ResponseSession(WorkerSession):
                 else parallel_tool_calls
             ),
             max_output_tokens=max_output_tokens,
+            own_voice=voice is not None,
         )
 
     def _remember(self, answer: Answer) -> None:
@@ -327,6 +328,8 @@ class ResponseSession(WorkerSession):
             output_modalities=answer.modalities,
             metadata=answer.metadata,
             conversation=answer.conversation,
+            max_output_tokens=answer.max_output_tokens,
+            voice=answer.voice if answer.own_voice else "",
         )
         await self._events.put(
             pb.ConverseResponse(

@@ -85,6 +85,8 @@ def classification(input_: list[dict[str, Any]]) -> dict[str, Any]:
         "metadata": METADATA,
         "output_modalities": ["text"],
         "instructions": "Say whether the customer wants to cancel: yes or no.",
+        "max_output_tokens": 64,
+        "audio": {"output": {"voice": "marin"}},
         "input": input_,
     }
 
@@ -132,6 +134,11 @@ async def test_a_classification_runs_beside_a_spoken_turn_and_stays_out_of_the_c
         assert created["metadata"] == METADATA and side["metadata"] == METADATA
         assert created["conversation_id"] is None and side["conversation_id"] is None
         assert side["output_modalities"] == ["text"] and side["status"] == "completed"
+        # Its own cap and voice, as asked (the spoken answer has the session's).
+        for response in (created, side):
+            assert response["max_output_tokens"] == 64
+            assert response["audio"] == {"output": {"voice": "marin"}}
+        assert "max_output_tokens" not in done[spoken["id"]] and "audio" not in spoken
         parsed = ResponseDoneEvent.model_validate(
             {"type": "response.done", "event_id": "e", "response": side}
         )

@@ -2280,6 +2280,8 @@ class Response(_message.Message):
     OUTPUT_MODALITIES_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     CONVERSATION_FIELD_NUMBER: _builtins.int
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    VOICE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Identifies the response."""
     status: Global___ResponseStatus.ValueType
@@ -2298,6 +2300,10 @@ class Response(_message.Message):
     out-of-band response (create_response's `conversation`), which is never the session's
     running response; unspecified otherwise.
     """
+    max_output_tokens: _builtins.int
+    """Gives the response's own cap on its output tokens (create_response's), when it had one."""
+    voice: _builtins.str
+    """Names the response's own voice (create_response's), when it had one; empty otherwise."""
     @_builtins.property
     def output(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConversationItem]:
         """Lists the items the response produced."""
@@ -2332,12 +2338,16 @@ class Response(_message.Message):
         output_modalities: _abc.Iterable[Global___Modality.ValueType] | None = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         conversation: Global___ResponseConversation.ValueType = ...,
+        max_output_tokens: _builtins.int | None = ...,
+        voice: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["latency", b"latency", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_output_tokens", b"_max_output_tokens", "latency", b"latency", "max_output_tokens", b"max_output_tokens", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation", b"conversation", "id", b"id", "latency", b"latency", "metadata", b"metadata", "output", b"output", "output_modalities", b"output_modalities", "status", b"status", "status_reason", b"status_reason", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_output_tokens", b"_max_output_tokens", "conversation", b"conversation", "id", b"id", "latency", b"latency", "max_output_tokens", b"max_output_tokens", "metadata", b"metadata", "output", b"output", "output_modalities", b"output_modalities", "status", b"status", "status_reason", b"status_reason", "usage", b"usage", "voice", b"voice"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__max_output_tokens: _TypeAlias = _typing.Literal["max_output_tokens"]  # noqa: Y015
+    _WhichOneofArgType__max_output_tokens: _TypeAlias = _typing.Literal["_max_output_tokens", b"_max_output_tokens"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_output_tokens) -> _WhichOneofReturnType__max_output_tokens | None: ...
 
 Global___Response: _TypeAlias = Response  # noqa: Y015
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from omni_grpc.engine.loopback import LoopbackEngine
+from omni_grpc.engine.loopback.session import LoopbackSession
 from omni_grpc.wire import pb
 from omni_grpc.wire.bounds import MAX_OUT_OF_BAND_RESPONSES
 
@@ -193,3 +194,34 @@ async def test_an_ack_that_names_no_response_is_about_the_conversations(fast: Pr
     await fast.until("response_done")
     await fast.send(ack_playback=pb.AckPlayback(played_ms=100))
     assert (await fast.next()).playback_acknowledged.response_id == spoken.id
+
+
+@pytest.fixture
+async def one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Probe]:
+    """An engine of the kit whose model cannot run two requests (``out_of_band_beside``
+    False), at four times real time."""
+    monkeypatch.setattr(LoopbackSession, "out_of_band_beside", False)
+    async for opened in probe_of({"pace": "realtime", "speed": "4"}):
+        yield opened
+
+
+async def test_where_the_model_answers_one_at_a_time_it_starts_after_the_reply(
+    one_at_a_time: Probe,
+) -> None:
+    probe = one_at_a_time
+    await probe.append(voice_like(1.0), chunk_ms=500)
+    await probe.send(commit_input_audio=pb.CommitInputAudio())
+    spoken = (await probe.until("response_created"))[-1].response_created.response.id
+    await probe.send(create_response=side(input=given(typed("aside"))))
+    events = await probe.until("response_done", lambda e: e.response_done.response.id != spoken)
+    ends = [
+        ("created", e.response_created.response.id)
+        if e.HasField("response_created")
+        else ("done", e.response_done.response.id)
+        for e in events
+        if e.HasField("response_created") or e.HasField("response_done")
+    ]
+    # It waited, unannounced, for the reply to end, then ran.
+    assert [kind for kind, _ in ends] == ["done", "created", "done"]
+    assert ends[0][1] == spoken and ends[1][1] == ends[2][1] != spoken
+    assert text_of(events[-1]) == 'you wrote "aside"'

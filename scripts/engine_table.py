@@ -63,8 +63,9 @@ def table() -> str:
     rows = [
         "| engine | default model | input audio | output audio | server VAD "
         "| semantic end of turn | interruption by words | barge-in | playback ack "
-        "| parallel tool calls | audio items | item audio kept | built on |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| parallel tool calls | audio items | item audio kept | out-of-band responses "
+        "| built on |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, f in features().items():
         inputs = ", ".join(_ENCODINGS.get(e, str(e)) for e in f.input_encodings)
@@ -74,6 +75,9 @@ def table() -> str:
         )
         output = f"{_ENCODINGS.get(f.output_encoding, '?')} {f.output_sample_rate_hz // 1000} kHz"
         model = f"`{f.default_model}`" if f.default_model else "(the `model` option)"
+        side = "no"
+        if f.supports_out_of_band_responses:
+            side = "beside the reply" if f.out_of_band_beside_response else "after the reply"
         runtime = ", ".join(f"{key}: {value}" for key, value in sorted(f.extra.items())) or "—"
         rows.append(
             f"| `{name}` | {model} | {inputs} at {rates} kHz | {output} "
@@ -81,7 +85,7 @@ def table() -> str:
             f"| {_yes(f.supports_interruption_by_words)} | {_yes(f.supports_barge_in)} "
             f"| {_yes(f.supports_playback_ack)} | {_yes(f.supports_parallel_tool_calls)} "
             f"| {_yes(f.supports_input_audio_items)} | {f.item_audio_kept_ms / 1000:g} s "
-            f"| {runtime} |"
+            f"| {side} | {runtime} |"
         )
     return "\n".join(rows)
 

@@ -245,33 +245,6 @@ class OutputAudioClear(_Event):
     response_id: str = ""
 
 
-class ResponseOptions(ClientModel):
-    """The ``response`` of ``response.create``; a GA field the service cannot honour is refused
-    (:mod:`bridge.realtime.unhonoured`), never ignored."""
-
-    output_modalities: list[Literal["text", "audio"]] | None = None
-    modalities: list[Literal["text", "audio"]] | None = None
-    instructions: str | None = None
-    metadata: Metadata | None = None
-    tools: list[ToolJson] | None = None
-    tool_choice: ToolChoiceSpec | None = None
-    parallel_tool_calls: bool | None = None
-
-
-class ResponseCreate(_Event):
-    """Asks the engine to answer."""
-
-    type: Literal["response.create"]
-    response: ResponseOptions = ResponseOptions()
-
-
-class ResponseCancel(_Event):
-    """Cancels a response, the active one when no id is given."""
-
-    type: Literal["response.cancel"]
-    response_id: str = ""
-
-
 class ContentJson(ClientModel):
     """One content part of a conversation item."""
 
@@ -294,6 +267,45 @@ class ItemJson(ClientModel):
     name: str | None = None
     arguments: str | None = None
     output: str | None = None
+
+
+# A response's own cap on its output: OpenAI's 1 to 4096 tokens, or "inf" (the session's).
+ResponseTokens = Annotated[int, Field(ge=1, le=4096)] | Literal["inf"]
+
+
+class ResponseOptions(ClientModel):
+    """The ``response`` of ``response.create``; a GA field the service cannot honour is refused
+    (:mod:`bridge.realtime.unhonoured`), never ignored."""
+
+    output_modalities: list[Literal["text", "audio"]] | None = None
+    modalities: list[Literal["text", "audio"]] | None = None
+    instructions: str | None = None
+    metadata: Metadata | None = None
+    tools: list[ToolJson] | None = None
+    tool_choice: ToolChoiceSpec | None = None
+    parallel_tool_calls: bool | None = None
+    # "auto" or "none" (out of band); a conversation's id is refused (realtime/unhonoured.py).
+    conversation: str | None = None
+    # Items and item references ({"type": "item_reference", "id": ...}); [] reads nothing.
+    input: list[ItemJson] | None = None
+    max_output_tokens: ResponseTokens | None = None
+    max_response_output_tokens: ResponseTokens | None = None  # the beta spelling
+    audio: AudioJson | None = None  # audio.output.voice (its format is refused)
+    voice: str | VoiceId | None = None  # the beta spelling
+
+
+class ResponseCreate(_Event):
+    """Asks the engine to answer."""
+
+    type: Literal["response.create"]
+    response: ResponseOptions = ResponseOptions()
+
+
+class ResponseCancel(_Event):
+    """Cancels a response, the active one when no id is given."""
+
+    type: Literal["response.cancel"]
+    response_id: str = ""
 
 
 class ItemCreate(_Event):

@@ -193,6 +193,22 @@ def _response_create(event: ce.ResponseCreate) -> pb.ConverseRequest:
         create.tool_choice.CopyFrom(tool_choice(options.tool_choice, "response.tool_choice"))
     if options.parallel_tool_calls is not None:
         create.parallel_tool_calls = options.parallel_tool_calls
+    if options.conversation == "none":
+        create.conversation = pb.RESPONSE_CONVERSATION_NONE
+    if options.input is not None:
+        create.input.SetInParent()  # set, even when empty: an empty input reads nothing
+        for index, entry in enumerate(options.input):
+            if entry.type == "item_reference":
+                create.input.entries.add(item_reference=entry.id)
+            else:
+                create.input.entries.add(item=_item(entry, f"response.input.{index}"))
+    cap = options.max_output_tokens or options.max_response_output_tokens
+    if isinstance(cap, int):
+        create.max_output_tokens = cap
+    audio_out = options.audio.output if options.audio else None
+    voice = (audio_out.voice if audio_out else None) or options.voice
+    if voice is not None:
+        create.voice = voice.id if isinstance(voice, ce.VoiceId) else voice
     return pb.ConverseRequest(create_response=create)
 
 
@@ -211,19 +227,22 @@ _CONTENT_TYPES = {
 
 
 def _item_create(event: ce.ItemCreate) -> pb.ConverseRequest:
-    item = event.item
-    if item.type in ("function_call", "function_call_output"):
-        made = call_item(item.type, item.id, item.call_id, item.name, item.arguments, item.output)
-        return pb.ConverseRequest(
-            create_conversation_item=pb.CreateConversationItem(
-                item=made, previous_item_id=event.previous_item_id or ""
-            )
+    return pb.ConverseRequest(
+        create_conversation_item=pb.CreateConversationItem(
+            item=_item(event.item, "item"), previous_item_id=event.previous_item_id or ""
         )
+    )
+
+
+def _item(item: ce.ItemJson, at: str) -> pb.ConversationItem:
+    """A conversation item a client made (``at``: where it is in the event, for params)."""
+    if item.type in ("function_call", "function_call_output"):
+        return call_item(item.type, item.id, item.call_id, item.name, item.arguments, item.output)
     if item.type != "message":
         raise DialectError(
             "unsupported_item_type",
             f"items of type {item.type!r} are not supported",
-            param="item.type",
+            param=f"{at}.type",
         )
     parts = []
     for index, content in enumerate(item.content):
@@ -232,21 +251,16 @@ def _item_create(event: ce.ItemCreate) -> pb.ConverseRequest:
             raise DialectError(
                 "unsupported_content_type",
                 f"content of type {content.type!r} is not supported",
-                param=f"item.content.{index}.type",
+                param=f"{at}.content.{index}.type",
             )
         part = pb.ContentPart(type=kind, text=content.text or "")
         part.transcript = content.transcript or ""
         if content.audio:
             # The user's own audio, in the session's input format (the service checks where
             # it may be, and what the engine takes).
-            part.audio = b64_audio(content.audio, f"item.content.{index}.audio")
+            part.audio = b64_audio(content.audio, f"{at}.content.{index}.audio")
         parts.append(part)
-    return pb.ConverseRequest(
-        create_conversation_item=pb.CreateConversationItem(
-            item=pb.ConversationItem(id=item.id, role=_ROLES[item.role], content=parts),
-            previous_item_id=event.previous_item_id or "",
-        )
-    )
+    return pb.ConversationItem(id=item.id, role=_ROLES[item.role], content=parts)
 
 
 def _playback_ack(event: ce.PlaybackAck) -> pb.ConverseRequest:

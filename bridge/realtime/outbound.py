@@ -11,6 +11,9 @@ clients expect OpenAI's full sequence, so :class:`RealtimeOutbound` expands::
                        (or response.output_text.done), response.content_part.done,
                        response.output_item.done, conversation.item.done, response.done
 
+An out-of-band response (``Response.conversation`` NONE) is rendered without its
+``conversation.item.*`` events, as OpenAI's are: its items join no conversation.
+
 **Numbering.** Every Realtime event that comes from journaled event ``seq`` gets the event id
 ``event_<session tag>_<seq>_<k>``, so a replay after a resume carries the very same ids, and
 the *last* event of the group carries ``server_event_seq``: a client that resumes after the
@@ -68,6 +71,7 @@ class _Response:
     item_id: str
     audio: bool
     previous_item_id: str = ""  # the conversation item the response's message follows
+    out_of_band: bool = False  # its items join no conversation: no conversation.item.* events
     transcript: list[str] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
 
@@ -191,6 +195,9 @@ class RealtimeOutbound:
         ]
 
     def _item(self, kind: str, e: pb.ItemAdded | pb.ItemDone) -> list[Event]:
+        state = self._open.get(e.response_id) if e.response_id else None
+        if state is not None and state.out_of_band:  # a call of an out-of-band response
+            return call_item_events(kind.rsplit(".", 1)[1], e)[:1]
         if kind == "conversation.item.added":
             self._last_item = e.item.id
         if e.response_id and e.item.type in CALL_ITEM_TYPES:  # a response's function call
@@ -211,15 +218,20 @@ class RealtimeOutbound:
         state = self._open.get(response.id)
         if state is None:
             modalities = set(response.output_modalities) or {pb.MODALITY_AUDIO}
-            state = _Response(item_id=item_id, audio=pb.MODALITY_AUDIO in modalities)
+            state = _Response(
+                item_id=item_id,
+                audio=pb.MODALITY_AUDIO in modalities,
+                out_of_band=response.conversation == pb.RESPONSE_CONVERSATION_NONE,
+            )
         return state
 
     def _response_created(self, e: pb.ResponseCreated) -> list[Event]:
         response, item_id = e.response, e.item_id
         state = self._state(response, item_id)
-        if response.id not in self._open and self._last_item != item_id:
-            state.previous_item_id = self._last_item
-        self._last_item = item_id
+        if not state.out_of_band:  # an out-of-band item joins no conversation, moves no order
+            if response.id not in self._open and self._last_item != item_id:
+                state.previous_item_id = self._last_item
+            self._last_item = item_id
         self._open[response.id] = state
         self._announced[item_id] = None
         for book in (self._open, self._announced):
@@ -235,13 +247,16 @@ class RealtimeOutbound:
             "content": [],
         }
         part = {"type": "audio", "transcript": ""} if state.audio else {"type": "text", "text": ""}
-        return [
-            {"type": "response.created", "response": response_json(response, [])},
+        added: list[Event] = [
             {
                 "type": "conversation.item.added",
                 "item": item,
                 "previous_item_id": state.previous_item_id or None,
-            },
+            }
+        ]
+        return [
+            {"type": "response.created", "response": response_json(response, [])},
+            *([] if state.out_of_band else added),
             {
                 "type": "response.output_item.added",
                 "response_id": rid,
@@ -399,13 +414,14 @@ class RealtimeOutbound:
                 "item": item,
             }
         )
-        out.append(
-            {
-                "type": "conversation.item.done",
-                "item": item,
-                "previous_item_id": state.previous_item_id or None,
-            }
-        )
+        if not state.out_of_band:
+            out.append(
+                {
+                    "type": "conversation.item.done",
+                    "item": item,
+                    "previous_item_id": state.previous_item_id or None,
+                }
+            )
         calls = [call_item_json(i) for i in response.output if i.type in CALL_ITEM_TYPES]
         done = response_json(response, [item, *calls])
         out.append({"type": "response.done", "response": done})

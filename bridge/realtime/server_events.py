@@ -146,6 +146,12 @@ def response_json(response: pb.Response, output: list[Event]) -> Event:
         "metadata": dict(response.metadata) or None,
         "usage": None,
     }
+    if response.conversation == pb.RESPONSE_CONVERSATION_NONE:
+        out["conversation_id"] = None  # out of band: added to no conversation, as OpenAI says
+    if response.HasField("max_output_tokens"):  # its own cap, as response.create gave it
+        out["max_output_tokens"] = response.max_output_tokens
+    if response.voice:  # its own voice, as response.create gave it
+        out["audio"] = {"output": {"voice": response.voice}}
     if response.HasField("usage"):
         usage = response.usage
         out["usage"] = {

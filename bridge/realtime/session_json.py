@@ -186,6 +186,8 @@ def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
         "supports_parallel_tool_calls": caps.supports_parallel_tool_calls,
         "supports_input_audio_items": caps.supports_input_audio_items,
         "item_audio_kept_ms": caps.item_audio_kept_ms,
+        "supports_out_of_band_responses": caps.supports_out_of_band_responses,
+        "out_of_band_beside_response": caps.out_of_band_beside_response,
         "max_pending_input_bytes": caps.max_pending_input_bytes,
         "max_sessions": caps.max_sessions,
     }

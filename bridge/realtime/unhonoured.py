@@ -36,8 +36,8 @@ def _auto(value: Any) -> bool:
     return value in (None, "auto")
 
 
-def _no_cap(value: Any) -> bool:
-    return value in (None, "inf")
+def _auto_or_none(value: Any) -> bool:
+    return value in (None, "auto", "none")
 
 
 def _no_effort(value: Any) -> bool:
@@ -71,12 +71,12 @@ _RULES: dict[str, tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...]
         (("session", "reasoning"), _no_effort, _NO_REASONING),
     ),
     "response.create": (
-        (("response", "conversation"), _auto, "a response always joins the conversation"),
-        (("response", "input"), _unset, "a response answers the conversation itself"),
-        (("response", "max_output_tokens"), _no_cap, "the cap is the session's"),
-        (("response", "max_response_output_tokens"), _no_cap, "the cap is the session's"),
-        (("response", "audio"), _unset, "the output format and voice are the session's"),
-        (("response", "voice"), _unset, "the voice is the session's"),
+        (
+            ("response", "conversation"),
+            _auto_or_none,
+            "a response joins the session's one conversation or none",
+        ),
+        (("response", "audio", "output", "format"), _unset, "the output format is the session's"),
         (("response", "output_audio_format"), _unset, "the output format is the session's"),
         (("response", "prompt"), _unset, "there are no stored prompts"),
         (("response", "reasoning"), _no_effort, _NO_REASONING),

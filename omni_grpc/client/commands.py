@@ -82,14 +82,37 @@ class Commands(abc.ABC):
         output_modalities: Sequence[pb.Modality.ValueType] = (),
         instructions: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        out_of_band: bool = False,
+        input: Sequence[pb.ConversationItem | str] | None = None,
+        max_output_tokens: int | None = None,
+        voice: str | None = None,
     ) -> int:
         """Asks the engine to answer, optionally overriding modalities and instructions;
-        ``metadata`` comes back in the response's ``metadata``."""
+        ``metadata`` comes back in the response's ``metadata``.
+
+        ``out_of_band``: the response's output joins no conversation, and it runs beside the
+        running response (``Capabilities.supports_out_of_band_responses``). ``input``: what it
+        reads instead of the conversation, items and (as strings) the ids of items of the
+        conversation; empty: nothing. ``max_output_tokens`` and ``voice``: its own, in place
+        of the session's."""
         create = pb.CreateResponse(output_modalities=output_modalities)
         if instructions is not None:
             create.instructions = instructions
         if metadata:
             create.metadata.update(metadata)
+        if out_of_band:
+            create.conversation = pb.RESPONSE_CONVERSATION_NONE
+        if input is not None:
+            create.input.SetInParent()
+            for entry in input:
+                if isinstance(entry, str):
+                    create.input.entries.add(item_reference=entry)
+                else:
+                    create.input.entries.add(item=entry)
+        if max_output_tokens is not None:
+            create.max_output_tokens = max_output_tokens
+        if voice is not None:
+            create.voice = voice
         return await self._submit(pb.ConverseRequest(create_response=create))
 
     async def cancel_response(self, response_id: str = "") -> int:

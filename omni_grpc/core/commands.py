@@ -94,8 +94,21 @@ class ClearOutput(NamedTuple):
     event_id: str = ""
 
 
+class InputEntry(NamedTuple):
+    """One entry of a response's own input: an item given whole, or the id of one of the
+    conversation's (``reference``)."""
+
+    item: pb.ConversationItem | None = None
+    reference: str = ""
+
+
 class CreateResponse(NamedTuple):
-    """Asks for a response; empty or None options mean the session's own."""
+    """Asks for a response; empty or None options mean the session's own.
+
+    ``out_of_band``: its output joins no conversation and it runs beside the running response;
+    ``input``: what it reads instead of the conversation (None: the conversation; empty: no
+    context at all).
+    """
 
     output_modalities: tuple[pb.Modality.ValueType, ...] = ()
     instructions: str | None = None
@@ -105,6 +118,10 @@ class CreateResponse(NamedTuple):
     parallel_tool_calls: bool | None = None
     client_seq: int = 0
     event_id: str = ""
+    out_of_band: bool = False
+    input: tuple[InputEntry, ...] | None = None
+    max_output_tokens: int | None = None
+    voice: str | None = None
 
 
 class CancelResponse(NamedTuple):
@@ -278,7 +295,7 @@ def append_audio(
 
 
 def _create_response(create: pb.CreateResponse, seq: int, event_id: str) -> CreateResponse:
-    return CreateResponse(
+    made = CreateResponse(
         tuple(create.output_modalities),
         create.instructions if create.HasField("instructions") else None,
         dict(create.metadata),
@@ -287,6 +304,29 @@ def _create_response(create: pb.CreateResponse, seq: int, event_id: str) -> Crea
         create.parallel_tool_calls if create.HasField("parallel_tool_calls") else None,
         seq,
         event_id,
+    )
+    if not (
+        create.conversation
+        or create.HasField("input")
+        or create.HasField("max_output_tokens")
+        or create.HasField("voice")
+    ):
+        return made  # the usual response: nothing of its own beyond the above
+    entries = None
+    if create.HasField("input"):
+        entries = tuple(
+            InputEntry(reference=entry.item_reference)
+            if entry.WhichOneof("entry") == "item_reference"
+            else InputEntry(item=entry.item)
+            for entry in create.input.entries
+        )
+    return made._replace(
+        out_of_band=create.conversation == pb.RESPONSE_CONVERSATION_NONE,
+        input=entries,
+        max_output_tokens=(
+            create.max_output_tokens if create.HasField("max_output_tokens") else None
+        ),
+        voice=create.voice if create.HasField("voice") else None,
     )
 
 

@@ -74,6 +74,10 @@ class EngineFeatures:
     supports_parallel_tool_calls: bool = False
     # Takes a user item whose audio comes with it (ContentPart.audio), heard as a turn is.
     supports_input_audio_items: bool = False
+    # Runs out-of-band responses and responses with their own input (CreateResponse.conversation
+    # and input); and whether one runs beside the running response, or waits for its end.
+    supports_out_of_band_responses: bool = False
+    out_of_band_beside_response: bool = False
     # How much audio of its newest user items it keeps for item_retrieved; 0: none.
     item_audio_kept_ms: int = 0
     chunk_period_ms: int = 0  # the engine's model unit; 0: input of any length
@@ -105,6 +109,8 @@ def capabilities(limits: Limits, engine: EngineFeatures) -> pb.Capabilities:
         supports_parallel_tool_calls=engine.supports_parallel_tool_calls,
         supports_input_audio_items=engine.supports_input_audio_items,
         item_audio_kept_ms=engine.item_audio_kept_ms,
+        supports_out_of_band_responses=engine.supports_out_of_band_responses,
+        out_of_band_beside_response=engine.out_of_band_beside_response,
         max_pending_input_bytes=limits.max_pending_input_bytes,
         max_sessions=limits.max_sessions,
         chunk_period_ms=engine.chunk_period_ms,

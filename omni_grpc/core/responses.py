@@ -25,6 +25,12 @@ The moves, every other pair of the table leaving the turn where it is::
     OVERLAP ── response_done ──► USER_SPEAKING          (a barge-in ended the response)
 
 (``input_*``: ``input_committed`` or ``input_cleared``; ``back``: to ASSISTANT_RESPONDING.)
+
+An out-of-band response (``Response.conversation`` NONE) moves nothing: it is never the
+running response. It answers a question of the client's beside the conversation (a
+classification, a summary), so the user speaking over the assistant is no reason to end it, and
+its start or end says nothing about who holds the floor. It is not counted in ``epoch`` either
+(which counts interruptions); the no-stale-output rule holds for it as for any response.
 """
 
 from __future__ import annotations
@@ -127,7 +133,10 @@ class Responses:
             self.dropped_stale_events += 1
             return False
         if kind == "response_created":
-            self.active_response_id = event.response_created.response.id
+            response = event.response_created.response
+            if response.conversation == pb.RESPONSE_CONVERSATION_NONE:
+                return True  # out of band: not the running response, the turn stays
+            self.active_response_id = response.id
         if kind == "response_done":
             self._finish(event.response_done.response)
         elif kind in TURN_EVENTS:
@@ -138,7 +147,8 @@ class Responses:
         self._finished[response.id] = None
         if len(self._finished) > FINISHED_RESPONSES_KEPT:
             self._finished.popitem(last=False)
-        if response.status == pb.RESPONSE_STATUS_CANCELLED:
+        out_of_band = response.conversation == pb.RESPONSE_CONVERSATION_NONE
+        if response.status == pb.RESPONSE_STATUS_CANCELLED and not out_of_band:
             self.epoch += 1
         if response.id and response.id == self.active_response_id:
             self.active_response_id = ""

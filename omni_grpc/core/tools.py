@@ -91,24 +91,24 @@ def check_create_tools(create: pb.CreateResponse, config: pb.SessionConfig) -> N
     check_tool_choice(choice, tools, "tool_choice")
 
 
-def check_call_item(item: pb.ConversationItem) -> None:
+def check_call_item(item: pb.ConversationItem, at: str = "item") -> None:
     """Refuses a function_call or function_call_output item missing what ties it, or over its
-    bounds; a message passes."""
+    bounds; a message passes. ``at``: where the item is, as params name it."""
     if item.type not in (pb.ITEM_TYPE_FUNCTION_CALL, pb.ITEM_TYPE_FUNCTION_CALL_OUTPUT):
         return
     if not 0 < len(item.call_id) <= MAX_CALL_ID_CHARS:
-        raise _bad(f"a call_id has 1 to {MAX_CALL_ID_CHARS} characters", "item.call_id")
+        raise _bad(f"a call_id has 1 to {MAX_CALL_ID_CHARS} characters", f"{at}.call_id")
     if item.content:
-        raise _bad("a function item has no content parts", "item.content")
+        raise _bad("a function item has no content parts", f"{at}.content")
     if item.type == pb.ITEM_TYPE_FUNCTION_CALL_OUTPUT:
         if len(item.output) > MAX_FUNCTION_OUTPUT_CHARS:
             raise _bad(
-                f"an output has at most {MAX_FUNCTION_OUTPUT_CHARS} characters", "item.output"
+                f"an output has at most {MAX_FUNCTION_OUTPUT_CHARS} characters", f"{at}.output"
             )
         return
     if not _NAME.fullmatch(item.name):
-        raise _bad("a function name is 1 to 64 letters, digits, '_' or '-'", "item.name")
+        raise _bad("a function name is 1 to 64 letters, digits, '_' or '-'", f"{at}.name")
     if len(item.arguments) > MAX_FUNCTION_ARGUMENTS_CHARS:
         raise _bad(
-            f"arguments have at most {MAX_FUNCTION_ARGUMENTS_CHARS} characters", "item.arguments"
+            f"arguments have at most {MAX_FUNCTION_ARGUMENTS_CHARS} characters", f"{at}.arguments"
         )

@@ -23,8 +23,11 @@ from omni_grpc.wire.bounds import (
     MAX_METADATA_KEY_CHARS,
     MAX_METADATA_PAIRS,
     MAX_METADATA_VALUE_CHARS,
+    MAX_RESPONSE_INPUT_ENTRIES,
+    MAX_RESPONSE_OUTPUT_TOKENS,
     MAX_STRUCT_DEPTH,
     MAX_STRUCT_VALUES,
+    MAX_VOICE_CHARS,
 )
 from omni_grpc.wire.pcm import SAMPLE_WIDTH
 
@@ -198,6 +201,77 @@ def check_audio_item(item: pb.ConversationItem, limits: Limits, engine: EngineFe
             )
 
 
+def check_response_options(
+    create: pb.CreateResponse, limits: Limits, engine: EngineFeatures
+) -> None:
+    """Refuses a response's own options out of their bounds: out of band or with its own input
+    where the engine has neither, more input entries than the bound or more text than a typed
+    input may hold, an entry without its item or its reference, audio in a given item, a cap
+    outside 1 to 4096 tokens, a voice's name too long. That a reference names an item of the
+    conversation only the engine knows (it refuses ``item_not_found``, ``input.N.id``)."""
+    if create.HasField("max_output_tokens") and not (
+        0 < create.max_output_tokens <= MAX_RESPONSE_OUTPUT_TOKENS
+    ):
+        raise CommandError(
+            "bad_event",
+            f"max_output_tokens is 1 to {MAX_RESPONSE_OUTPUT_TOKENS}",
+            param="max_output_tokens",
+        )
+    if create.HasField("voice") and len(create.voice) > MAX_VOICE_CHARS:
+        raise CommandError(
+            "bad_event", f"a voice has at most {MAX_VOICE_CHARS} characters", param="voice"
+        )
+    out_of_band = create.conversation == pb.RESPONSE_CONVERSATION_NONE
+    if (out_of_band or create.HasField("input")) and not engine.supports_out_of_band_responses:
+        raise CommandError(
+            "out_of_band_unsupported",
+            f"the {engine.name} engine runs no out-of-band responses nor responses with their"
+            " own input",
+            param="conversation" if out_of_band else "input",
+        )
+    if create.conversation not in (
+        pb.RESPONSE_CONVERSATION_UNSPECIFIED,
+        pb.RESPONSE_CONVERSATION_AUTO,
+        pb.RESPONSE_CONVERSATION_NONE,
+    ):
+        raise CommandError("bad_event", "unknown conversation", param="conversation")
+    entries = create.input.entries
+    if len(entries) > MAX_RESPONSE_INPUT_ENTRIES:
+        raise CommandError(
+            "bad_event",
+            f"a response's input has at most {MAX_RESPONSE_INPUT_ENTRIES} entries",
+            param="input",
+        )
+    chars = 0
+    for index, entry in enumerate(entries):
+        at = f"input.{index}"
+        which = entry.WhichOneof("entry")
+        if which == "item_reference":
+            if not entry.item_reference:
+                raise CommandError("missing_item_id", "a reference names an item", param=f"{at}.id")
+            continue
+        if which is None:
+            raise CommandError("bad_event", "an entry is an item or a reference", param=at)
+        item = entry.item
+        check_call_item(item, at)
+        for part_index, part in enumerate(item.content):
+            if part.audio:
+                raise CommandError(
+                    "unsupported_content",
+                    "an item of a response's input has text only; reference an item of the"
+                    " conversation for its audio",
+                    param=f"{at}.content.{part_index}.audio",
+                )
+            chars += len(part.text) + len(part.transcript)
+        chars += len(item.output) + len(item.arguments)
+    if chars > limits.max_text_chars:
+        raise CommandError(
+            "bad_event",
+            f"a response's input holds at most {limits.max_text_chars} characters of text",
+            param="input",
+        )
+
+
 def check_item_id(item_id: str) -> None:
     """Refuses a command about an item without naming it."""
     if not item_id:
@@ -216,6 +290,7 @@ def check_command(
         raise CommandError("barge_in_unsupported", "this engine cannot barge in")
     elif kind == "create_response":
         check_metadata(request.create_response.metadata, "metadata")
+        check_response_options(request.create_response, limits, engine)
     elif kind == "retrieve_conversation_item":
         check_item_id(request.retrieve_conversation_item.item_id)
     elif kind == "delete_conversation_item":

@@ -122,13 +122,25 @@ class ItemLog:
         self._items: collections.OrderedDict[str, pb.ConversationItem] = collections.OrderedDict()
         self.changed = False
         self.replay = replay
+        # The out-of-band responses running: their items are in no conversation.
+        self._side: set[str] = set()
 
     def observe(self, kind: str | None, event: pb.ConverseResponse) -> None:
-        """Follows one engine event: finished items enter, deleted ones leave."""
+        """Follows one engine event: finished items enter, deleted ones leave; an out-of-band
+        response's items enter nothing."""
         if kind == "item_done":
-            self._put(event.item_done.item)
+            if event.item_done.response_id not in self._side:
+                self._put(event.item_done.item)
+        elif kind == "response_created":
+            response = event.response_created.response
+            if response.conversation == pb.RESPONSE_CONVERSATION_NONE:
+                self._side.add(response.id)
         elif kind == "response_done":
-            for item in event.response_done.response.output:
+            response = event.response_done.response
+            self._side.discard(response.id)
+            if response.conversation == pb.RESPONSE_CONVERSATION_NONE:
+                return
+            for item in response.output:
                 self._put(item)
         elif kind == "item_deleted":
             self._items.pop(event.item_deleted.item_id, None)

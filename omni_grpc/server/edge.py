@@ -143,7 +143,7 @@ class AudioEdge:
         none of its audio is ready yet (the resampler holds it), so it is not to be sent."""
         encoding, rate_hz = self._output_format
         if (
-            self._output.converter is None
+            not self._output.converting
             and delta.encoding == encoding
             and delta.sample_rate_hz == rate_hz
         ):

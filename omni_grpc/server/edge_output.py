@@ -2,7 +2,9 @@
 
 Engine output is converted with one :class:`~omni_grpc.audio.OutputConverter` per response,
 made on the response's first audio that needs it, so the filter runs across chunk seams (no
-restart, no click) and a chunk costs no filter set-up. The filter holds back a few
+restart, no click) and a chunk costs no filter set-up. Responses may run at once
+(out-of-band ones beside the running one): each stream is looked up by its response's id, so
+their interleaved chunks never pass through one filter. The filter holds back a few
 milliseconds: each delta carries the audio that is ready, and the end of the response
 (``response_done``) brings the rest as one last delta before it. A cancelled response, or
 one whose output was cleared, leaves its held-back tail unsaid: the client asked for silence.
@@ -23,79 +25,107 @@ PCM16 = pb.AUDIO_ENCODING_PCM16
 OUTPUT_ENDING_EVENTS = frozenset({"response_done", "output_audio_cleared"})
 
 
-class ResponseOutput:
-    """The output stream of the response whose audio is being converted, if any."""
+# Streams kept at once: the running response's and the out-of-band responses' beside it (at
+# most MAX_OUT_OF_BAND_RESPONSES); past it the oldest goes (a response that never said it ended).
+STREAMS_KEPT = 8
 
-    __slots__ = ("converter", "_item_id", "_origin_ms", "_response_id", "_samples")
+
+class _Stream:
+    """One response's conversion: its resampler and where its audio is on its clock."""
+
+    __slots__ = ("converter", "item_id", "origin_ms", "samples")
+
+    def __init__(self, converter: audio.OutputConverter, origin_ms: float) -> None:
+        self.converter = converter
+        self.item_id = ""
+        self.origin_ms = origin_ms  # where the response's converted audio starts on its clock
+        self.samples = 0  # output samples sent so far
+
+
+class ResponseOutput:
+    """The output streams of the responses whose audio is being converted, by response: the
+    running response's, and those of out-of-band responses that run beside it, each its own
+    resampler (interleaved chunks of two responses never share a filter)."""
+
+    __slots__ = ("_streams",)
 
     def __init__(self) -> None:
-        # The resampler of the response being converted; None when none is (nothing held back).
-        self.converter: audio.OutputConverter | None = None
-        self._response_id = ""
-        self._item_id = ""
-        self._origin_ms = 0.0  # where the response's converted audio starts on its clock
-        self._samples = 0  # output samples sent so far
+        # Oldest first; empty when nothing is converted (nothing held back).
+        self._streams: dict[str, _Stream] = {}
+
+    @property
+    def converting(self) -> bool:
+        """Whether some response's audio is being converted (its filter may hold some)."""
+        return bool(self._streams)
 
     def convert(self, delta: pb.OutputAudioDelta, target: pb.AudioFormat) -> bool:
         """Rewrites ``delta`` in place into ``target``; False when none of its audio is ready
         yet (the filter holds all of it until the response's next chunk or its end)."""
         encoding = delta.encoding or PCM16
         rate = delta.sample_rate_hz or CANONICAL_OUTPUT_RATE_HZ
-        stream = self.converter
-        if stream is not None and (
-            delta.response_id != self._response_id
-            or (stream.encoding, stream.rate_hz) != (target.encoding, target.sample_rate_hz)
+        stream = self._streams.get(delta.response_id)
+        if stream is not None and (stream.converter.encoding, stream.converter.rate_hz) != (
+            target.encoding,
+            target.sample_rate_hz,
         ):
-            # A response that never said it ended, or a session update that changed the
-            # output format mid-response: that stream's few held-back milliseconds are lost.
-            stream = self.converter = None
+            # A session update that changed the output format mid-response: that stream's few
+            # held-back milliseconds are lost.
+            del self._streams[delta.response_id]
+            stream = None
         if stream is None and (encoding, rate) == (target.encoding, target.sample_rate_hz):
             delta.encoding, delta.sample_rate_hz = encoding, rate
             return True
         held = b""
         if stream is None:
-            self._response_id, self._origin_ms, self._samples = delta.response_id, delta.start_ms, 0
-        elif (stream.source_encoding, stream.source_rate_hz) != (encoding, rate):
-            held = stream.flush()  # the engine changed its form: the old tail goes first
-            stream = None
-        if stream is None:
-            stream = self.converter = audio.OutputConverter(
+            converter = audio.OutputConverter(
                 target.encoding, target.sample_rate_hz, rate, encoding
             )
-        self._item_id = delta.item_id
-        self._stamp(delta, held + stream.convert(delta.audio), stream)
+            stream = self._streams[delta.response_id] = _Stream(converter, delta.start_ms)
+            while len(self._streams) > STREAMS_KEPT:
+                del self._streams[next(iter(self._streams))]
+        elif (stream.converter.source_encoding, stream.converter.source_rate_hz) != (
+            encoding,
+            rate,
+        ):
+            held = stream.converter.flush()  # the engine changed its form: the old tail first
+            stream.converter = audio.OutputConverter(
+                target.encoding, target.sample_rate_hz, rate, encoding
+            )
+        stream.item_id = delta.item_id
+        self._stamp(stream, delta, held + stream.converter.convert(delta.audio))
         return bool(delta.audio)
 
     def end(self, kind: str, event: pb.ConverseResponse) -> pb.ConverseResponse | None:
         """After ``kind`` in :data:`OUTPUT_ENDING_EVENTS`: drops the response's stream and
         returns its held-back tail as a last delta to send before ``event``, if it completed."""
-        stream = self.converter
-        if stream is None:
+        if not self._streams:
             return None
         if kind == "response_done":
             response_id = event.response_done.response.id
             said = event.response_done.response.status != pb.RESPONSE_STATUS_CANCELLED
         else:
             response_id, said = event.output_audio_cleared.response_id, False
-        if response_id and response_id != self._response_id:
-            return None  # another response's end: this stream goes on
-        self.converter = None
-        tail = stream.flush() if said else b""
+        if not response_id:  # the running one: the newest stream
+            response_id = next(reversed(self._streams))
+        stream = self._streams.pop(response_id, None)
+        if stream is None:
+            return None  # a response whose audio was not converted
+        tail = stream.converter.flush() if said else b""
         if not tail:
             return None
-        delta = pb.OutputAudioDelta(response_id=self._response_id, item_id=self._item_id)
-        self._stamp(delta, tail, stream)
+        delta = pb.OutputAudioDelta(response_id=response_id, item_id=stream.item_id)
+        self._stamp(stream, delta, tail)
         return pb.ConverseResponse(output_audio_delta=delta)
 
-    def _stamp(
-        self, delta: pb.OutputAudioDelta, converted: bytes, stream: audio.OutputConverter
-    ) -> None:
+    @staticmethod
+    def _stamp(stream: _Stream, delta: pb.OutputAudioDelta, converted: bytes) -> None:
         """Puts ``converted`` in ``delta``, placed after the response's audio sent so far."""
-        rate = stream.rate_hz
-        samples = len(converted) // SAMPLE_WIDTH[stream.encoding]
+        converter = stream.converter
+        rate = converter.rate_hz
+        samples = len(converted) // SAMPLE_WIDTH[converter.encoding]
         delta.audio = converted
-        delta.encoding = pb.AudioEncoding.ValueType(stream.encoding)
+        delta.encoding = pb.AudioEncoding.ValueType(converter.encoding)
         delta.sample_rate_hz = rate
-        delta.start_ms = self._origin_ms + self._samples * 1000.0 / rate
+        delta.start_ms = stream.origin_ms + stream.samples * 1000.0 / rate
         delta.duration_ms = samples * 1000.0 / rate
-        self._samples += samples
+        stream.samples += samples

@@ -241,7 +241,14 @@ class DurableTap(HostTap):
     command's effect is in what the store keeps anyway."""
 
     events: ClassVar[frozenset[str] | None] = frozenset(
-        {"item_done", "response_done", "item_deleted", "speech_started", *INPUT_TAKEN_EVENTS}
+        {
+            "item_done",
+            "response_created",
+            "response_done",
+            "item_deleted",
+            "speech_started",
+            *INPUT_TAKEN_EVENTS,
+        }
     )
 
     def __init__(self, store: DurableStore, host: SessionHost) -> None:

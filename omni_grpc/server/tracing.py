@@ -44,6 +44,7 @@ import omni_grpc
 from omni_grpc.core import Effects
 from omni_grpc.server.taps import HostTap, SessionHost
 from omni_grpc.wire import pb
+from omni_grpc.wire.kinds import RESPONSE_OUTPUT_EVENTS
 
 TRACER_NAME = "omni_grpc.server"
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -86,6 +87,7 @@ class TurnTraces(HostTap):
         "_turn",
         "_waiting",
         "_first_tokens",
+        "_side",
     )
 
     def __init__(self, tracer: Tracer, session_id: str) -> None:
@@ -99,6 +101,8 @@ class TurnTraces(HostTap):
         # When the engine said each response's first token came, until that response is done:
         # it may tell before the host has taken the response's earlier events.
         self._first_tokens: dict[str, int] = {}
+        # The out-of-band responses running: no turn's, so none of their events is traced.
+        self._side: set[str] = set()
 
     def stage(self, name: str, response_id: str) -> None:
         """The engine says a response reached a stage no event shows (see ``on_stage``)."""
@@ -137,6 +141,8 @@ class TurnTraces(HostTap):
 
     def engine_event(self, kind: str | None, event: pb.ConverseResponse) -> None:
         """An engine event went by: it may start, end or mark a stage of the turn."""
+        if (self._side or kind == "response_created") and self._out_of_band(kind, event):
+            return
         now = time.time_ns()
         turn = self._turn
         if turn is None:
@@ -185,6 +191,26 @@ class TurnTraces(HostTap):
         elif kind == "response_listen":
             self._end_turn("response_listen", now)
             self._open_waiting()
+
+    def _out_of_band(self, kind: str | None, event: pb.ConverseResponse) -> bool:
+        """Whether ``event`` is of an out-of-band response (which answers no turn), keeping
+        the running ones' ids from their start to their end."""
+        if kind == "response_created":
+            response = event.response_created.response
+            if response.conversation != pb.RESPONSE_CONVERSATION_NONE:
+                return False
+            self._side.add(response.id)
+            return True
+        if kind == "response_done":
+            response_id = event.response_done.response.id
+            if response_id in self._side:
+                self._side.discard(response_id)
+                self._first_tokens.pop(response_id, None)
+                return True
+            return False
+        if kind in RESPONSE_OUTPUT_EVENTS:
+            return str(getattr(event, kind).response_id) in self._side
+        return False
 
     def _open_waiting(self) -> None:
         if self._waiting is not None:

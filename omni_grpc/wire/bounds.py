@@ -35,6 +35,14 @@ MAX_TOOL_SCHEMA_CHARS = 65536
 MAX_FUNCTION_ARGUMENTS_CHARS = 65536
 MAX_FUNCTION_OUTPUT_CHARS = 262144
 MAX_CALL_ID_CHARS = 128
+# A response's own input (``CreateResponse.input``) and options: at most this many entries (an
+# item or a reference each), the 4096 tokens OpenAI lets a response cap itself at, and a voice's
+# name as long as a tool's.
+MAX_RESPONSE_INPUT_ENTRIES = 64
+MAX_RESPONSE_OUTPUT_TOKENS = 4096
+MAX_VOICE_CHARS = 64
+# Out-of-band responses one session runs at a time (Capabilities says it).
+MAX_OUT_OF_BAND_RESPONSES = 4
 # What an error echoes of the command it refuses: an ``event_id`` up to this long (a longer one
 # is the client's payload, not an id: echoed, it would make every refusal as large as the
 # message it answers), and this much of any other client text it quotes (an unknown ``type``).

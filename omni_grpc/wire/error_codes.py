@@ -43,6 +43,7 @@ ERROR_CODES: dict[str, str] = {
     "response_already_active": "create_response while a response is running",
     "response_create_without_input": "create_response with nothing committed since the last",
     "response_not_active": "no running response (with that id) to cancel or clear",
+    "out_of_band_unsupported": "an out-of-band response or own input on an engine without them",
     "playback_item_not_found": "ack_playback names no known response",
     "playback_item_mismatch": "ack_playback names an item that is not its response's",
     # -- limits (type RATE_LIMIT; retryable) -----------------------------------------------

@@ -60,3 +60,35 @@ async def test_each_command_gets_its_answer(server: RunningServer) -> None:
     await client.heartbeat()
     assert kinds(await collect_until(client, "heartbeat_ack")) == ["heartbeat_ack"]
     await client.close()
+
+
+async def test_create_response_asks_for_an_out_of_band_answer_of_its_own_input(
+    server: RunningServer,
+) -> None:
+    client = await DuplexClient.connect(server.target, config=CONFIG, options=OPTIONS)
+    await client.append_text("cancel my order")
+    said = (await collect_until(client, "item_done"))[-1].item_done.item
+    question = pb.ConversationItem(
+        content=[pb.ContentPart(type=pb.CONTENT_TYPE_INPUT_TEXT, text="is it a cancellation?")]
+    )
+    await client.create_response(
+        output_modalities=[pb.MODALITY_TEXT],
+        metadata={"purpose": "classify"},
+        out_of_band=True,
+        input=[said.id, question],
+        max_output_tokens=4,
+        voice="cedar",
+    )
+    done = (await collect_until(client, "response_done"))[-1].response_done.response
+    assert done.conversation == pb.RESPONSE_CONVERSATION_NONE
+    assert dict(done.metadata) == {"purpose": "classify"}
+    assert (done.max_output_tokens, done.voice) == (4, "cedar")
+    assert (done.status_reason, done.output[0].content[0].text) == (
+        "max_output_tokens",
+        'you wrote "cancel my',
+    )
+    # The typed item still waits for the conversation's own answer.
+    await client.create_response(output_modalities=[pb.MODALITY_TEXT])
+    answer = (await collect_until(client, "response_done"))[-1].response_done.response
+    assert answer.output[0].content[0].text == 'you wrote "cancel my order"'
+    await client.close()

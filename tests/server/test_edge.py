@@ -177,6 +177,35 @@ def test_another_response_s_end_leaves_the_stream_alone() -> None:
     assert tail is not None and tail.output_audio_delta.audio
 
 
+def test_responses_at_once_each_go_through_their_own_stream() -> None:
+    # An out-of-band response beside the running one: their chunks interleave, and each
+    # comes out as it would alone, on its own clock.
+    edge = AudioEdge(_output_config(PCM16, 16000))
+    spoken, side = _tone(0.4, CANONICAL_OUTPUT_RATE_HZ), _tone(0.2, CANONICAL_OUTPUT_RATE_HZ)
+    out: dict[str, list[pb.OutputAudioDelta]] = {"resp_1": [], "side": []}
+    pairs = itertools.zip_longest(
+        _chunks(spoken, CANONICAL_OUTPUT_RATE_HZ), _chunks(side, CANONICAL_OUTPUT_RATE_HZ)
+    )
+    for index, (one, other) in enumerate(pairs):
+        for response_id, chunk in (("resp_1", one), ("side", other)):
+            if chunk is not None:
+                delta = _delta(chunk, start_ms=20.0 * index, response_id=response_id)
+                if edge.session_output(delta):
+                    out[response_id].append(delta)
+    for response_id, pcm in (("side", side), ("resp_1", spoken)):
+        tail = edge.output_tail("response_done", _done(response_id))
+        assert tail is not None
+        out[response_id].append(tail.output_audio_delta)
+        got = b"".join(delta.audio for delta in out[response_id])
+        expected = _one_shot(pcm, CANONICAL_OUTPUT_RATE_HZ, 16000)
+        assert len(got) == len(expected)
+        assert _steps_apart(got, expected) <= DITHER_STEPS
+        assert out[response_id][0].start_ms == 0.0
+        for before, after in itertools.pairwise(out[response_id]):
+            assert after.start_ms == pytest.approx(before.start_ms + before.duration_ms)
+    assert edge.output_tail("response_done", _done("resp_1")) is None  # both streams gone
+
+
 def test_a_new_response_or_format_starts_a_new_stream() -> None:
     config = _output_config(PCM16, 16000)
     edge = AudioEdge(config)

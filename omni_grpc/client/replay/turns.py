@@ -109,7 +109,10 @@ def turns(steps: list[Step]) -> list[Turn]:
         elif kind == "input_transcription":
             heard[body.get("item_id", "")] = body.get("transcript", "")
         elif kind == "response_created":
-            rid = body.get("response", {}).get("id", "")
+            response = body.get("response", {})
+            if response.get("conversation") == "RESPONSE_CONVERSATION_NONE":
+                continue  # out of band: the client's question beside the turns, none of them
+            rid = response.get("id", "")
             # An audio turn's words are its item's transcript, which may come later.
             words = said if said_by == "text" else committed
             found[rid] = Turn(len(found), rid, words, said_by, input_end_t=input_end)

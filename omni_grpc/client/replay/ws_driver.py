@@ -144,7 +144,10 @@ def event_step(event: dict[str, Any], t: float) -> Step:
     kind, seq = event.get("type", ""), event.get("server_event_seq")
     numbered = "event" if seq else "stream"
     if kind == "response.created":
-        return Step(t, numbered, "response_created", {"response": {"id": event["response"]["id"]}})
+        response: dict[str, Any] = {"id": event["response"]["id"]}
+        if "conversation_id" in event["response"] and event["response"]["conversation_id"] is None:
+            response["conversation"] = "RESPONSE_CONVERSATION_NONE"  # out of band
+        return Step(t, numbered, "response_created", {"response": response})
     if kind == "response.output_audio.delta":
         audio = base64.b64decode(event.get("delta", ""))
         # duration_ms is an extension field (asked for); else the GA rate, pcm16 at 24 kHz.

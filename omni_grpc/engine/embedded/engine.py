@@ -31,6 +31,9 @@ FEATURES = EngineFeatures(
     supports_playback_ack=True,
     supports_input_audio_items=True,  # written down as a committed turn is
     item_audio_kept_ms=kit.ITEM_AUDIO_KEPT_MS,
+    # Out-of-band responses run beside the running one: the LM lends each its own cache.
+    supports_out_of_band_responses=True,
+    out_of_band_beside_response=True,
 )
 # Without server VAD the engine hears no speech of its own: nothing to judge.
 _CLIENT_COMMITS = dataclasses.replace(

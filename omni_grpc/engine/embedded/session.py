@@ -355,14 +355,17 @@ class EmbeddedSession(ListeningSession):
         scripted = self._runtime.responder(self._responder) is self._runtime.echo
         writer = None if scripted else self._runtime.calls
         executor = self._runtime.executor
-        call = await choose_call(answer, writer, self._conversation(), executor, next_seed())
+        turns = self._conversation(answer)
+        call = await choose_call(answer, writer, turns, executor, next_seed())
         if call is not None:
             await emit_call(self._events, answer, *call)
             return pb.RESPONSE_STATUS_COMPLETED, "stop"
         options = self._runtime.options
-        request = self._request(answer.instructions, self._conversation())
+        request = self._request(answer.instructions, turns, answer.max_output_tokens)
         request = dataclasses.replace(request, tools=bool(answer.tools.tools))
-        early, self._early = self._early, None
+        early = None
+        if answer.context is None and not answer.out_of_band:  # the early answer is the turn's
+            early, self._early = self._early, None
         responder, tts = self._runtime.responder(self._responder), self._runtime.tts
         if answer.inputs and all(user.idle for user in answer.inputs):
             request = dataclasses.replace(request, idle=True)  # a check-in (responder.py)
@@ -392,12 +395,16 @@ class EmbeddedSession(ListeningSession):
         status = pb.RESPONSE_STATUS_INCOMPLETE if incomplete else pb.RESPONSE_STATUS_COMPLETED
         return status, stream.finish
 
-    def _request(self, instructions: str, turns: list[tuple[str, str]]) -> Request:
-        """What the responder is asked, under the session's sampling settings."""
+    def _request(
+        self, instructions: str, turns: list[tuple[str, str]], max_tokens: int | None = None
+    ) -> Request:
+        """What the responder is asked, under the session's sampling settings; ``max_tokens``:
+        a response's own cap, which stands in for the session's."""
         config = self.config
-        max_tokens = DEFAULT_MAX_TOKENS
-        if config.HasField("max_output_tokens"):
-            max_tokens = config.max_output_tokens
+        if max_tokens is None:
+            max_tokens = DEFAULT_MAX_TOKENS
+            if config.HasField("max_output_tokens"):
+                max_tokens = config.max_output_tokens
         temperature = config.temperature if config.HasField("temperature") else DEFAULT_TEMPERATURE
         return Request(
             instructions=instructions,
@@ -407,12 +414,13 @@ class EmbeddedSession(ListeningSession):
             seed=next_seed(),
         )
 
-    def _conversation(self) -> list[tuple[str, str]]:
-        """The history as the responder reads it: (role, text), oldest first, wordless items
-        left out."""
+    def _conversation(self, answer: kit.Answer | None = None) -> list[tuple[str, str]]:
+        """The history as the responder reads it (or what ``answer`` reads instead, its own
+        input): (role, text), oldest first, wordless items left out."""
+        read = self._heard() if answer is None else self._read(answer)
         return [
             ("assistant" if item.role == pb.ITEM_ROLE_ASSISTANT else "user", text)
-            for item, text in self._heard()
+            for item, text in read
             if text
         ]
 

@@ -103,6 +103,13 @@ class Answer:
     tool_choice: pb.ToolChoice = field(default_factory=pb.ToolChoice)
     parallel_tool_calls: bool = True  # False: the response makes at most one call
     calls: list[pb.ConversationItem] = field(default_factory=list)  # its function_call items
+    # Out of band: its items join no history, and it is never the session's running response.
+    out_of_band: bool = False
+    # What it reads instead of the conversation (create_response's input): None, the
+    # conversation; else these items, oldest first (a reference's is the history's own).
+    context: list[pb.ConversationItem] | None = None
+    max_output_tokens: int | None = None  # its own cap; None: the session's
+    own_voice: bool = False  # ``voice`` is create_response's, not the session's
     by_server_vad: bool = False  # its turn was detected, not committed: noise may end it quietly
     announced: bool = False  # response_created went out
     input_tokens: int = 0
@@ -118,6 +125,15 @@ class Answer:
     # Set by the speech player: plays whatever a release of the hold asks for once the
     # response has no more to say (the kit awaits it before the response is done).
     settle: Callable[[], Awaitable[None]] | None = None
+
+    @property
+    def conversation(self) -> pb.ResponseConversation.ValueType:
+        """What its Response says of the conversation: NONE out of band, else unspecified."""
+        return (
+            pb.RESPONSE_CONVERSATION_NONE
+            if self.out_of_band
+            else pb.RESPONSE_CONVERSATION_UNSPECIFIED
+        )
 
     @property
     def speaks(self) -> bool:
@@ -212,6 +228,9 @@ def done_event(
         output=[item, *answer.calls],
         output_modalities=answer.modalities,
         metadata=answer.metadata,
+        conversation=answer.conversation,
+        max_output_tokens=answer.max_output_tokens,
+        voice=answer.voice if answer.own_voice else "",
         usage=pb.Usage(
             input_tokens=answer.input_tokens,
             output_tokens=len(answer.sent_text.split()) if output_tokens is None else output_tokens,

@@ -271,7 +271,10 @@ class ConversationSession(ResponseSession):
         await self._events.put(pb.ConverseResponse(item_truncated=body))
 
     async def _on_ack_playback(self, ack: cmd.AckPlayback) -> None:
-        answer = find_answer(list(self._answers.values()), ack)
+        # An ack that names no response is about the conversation's newest, never one out of
+        # band (which the client names when it plays one).
+        answers = [a for a in self._answers.values() if ack.response_id or not a.out_of_band]
+        answer = find_answer(answers, ack)
         body = acknowledge(answer, ack, ack_only=self._ack_only())
         if answer.hold.held:  # the listener says where it stopped hearing the paused reply
             answer.hold.acked = True
@@ -289,6 +292,9 @@ class ConversationSession(ResponseSession):
             sum(len(u.audio) for u in self._pending) > self._max_input_bytes
         ):
             self._pending.pop(0)
+
+    def _kept_item_audio(self, item_id: str) -> bytes:
+        return self._kept_audio.get(item_id, b"")
 
     def _keep_audio(self, item_id: str, audio: bytes) -> None:
         """Keeps a user item's audio for retrieval; past the bound the oldest goes (an item

@@ -362,7 +362,8 @@ class ListeningSession(OverlapSession):
 
     def _finish(self, answer: Answer, outcome: Outcome) -> pb.ConverseResponse:
         event = super()._finish(answer, outcome)
-        if not self._listener.speaking:  # the silence counts once the answer was heard
+        # The silence counts once the answer was heard (one out of band was the client's).
+        if not answer.out_of_band and not self._listener.speaking:
             self._idle.arm(self.input_clock_ms + heard_by(answer.first_audio, answer.sent_ms))
         return event
 

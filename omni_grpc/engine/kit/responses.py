@@ -13,12 +13,24 @@ server VAD detects while a response runs under ``listen_only`` (or without
 ``interrupt_response``) waits instead, and is answered when that response ends. A response
 whose player fails (a bug, a model fault the engine did not catch) ends ``failed`` with reason
 ``engine_error`` after an ``internal_error`` event; the session goes on.
+
+An out-of-band response (``create_response`` with ``out_of_band``) is not that one response:
+it runs beside it, as a task of its own (at most ``MAX_OUT_OF_BAND_RESPONSES`` at a time), is
+never ``_active`` (a barge-in, a new turn or a cancel without an id leaves it be; a cancel or
+clear that names it ends it), takes no pending input, and its items join no history. An engine
+whose model cannot answer two requests at once sets ``out_of_band_beside`` False: the response
+then waits for the running one to end before it starts. A response's own ``input`` (in band or
+out of band) is what it reads instead of the conversation (:meth:`ResponseSession._read`): the
+items given, each reference resolved to the history's own item (an unknown one is refused
+``item_not_found``, its param ``input.N.id``); without one, an out-of-band response reads the
+conversation.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from omni_grpc.core import commands as cmd
@@ -36,6 +48,7 @@ from omni_grpc.engine.kit.clock import MONOTONIC, Clock
 from omni_grpc.engine.kit.history import History, item_text
 from omni_grpc.engine.kit.worker import WorkerSession
 from omni_grpc.wire import pb
+from omni_grpc.wire.bounds import MAX_OUT_OF_BAND_RESPONSES
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +62,8 @@ class ResponseSession(WorkerSession):
     # Whether response_created goes out when a response starts; an engine that first waits
     # for something (transcripts) announces from its player with _announce_response.
     announce_at_start: ClassVar[bool] = True
+    # Whether an out-of-band response runs beside the running response, or waits for its end.
+    out_of_band_beside: ClassVar[bool] = True
 
     def __init__(
         self, session_id: str, config: pb.SessionConfig, *, clock: Clock = MONOTONIC, **worker: Any
@@ -62,6 +77,7 @@ class ResponseSession(WorkerSession):
         self._answers: dict[str, Answer] = {}  # insertion-ordered, newest last
         self._active: Answer | None = None
         self._deferred = False  # a detected turn waits for the active response (listen_only)
+        self._side: dict[str, tuple[Answer, asyncio.Task[None]]] = {}  # out of band, running
 
     async def _play(self, answer: Answer) -> Outcome | None:
         """Produces the output of ``answer``; returns how it ended, or None if it became a
@@ -69,11 +85,15 @@ class ResponseSession(WorkerSession):
         raise NotImplementedError
 
     async def _on_create_response(self, create: cmd.CreateResponse) -> None:
+        if create.out_of_band:
+            await self._start_side(create)
+            return
         if self._active is not None:
             raise CommandError(
                 "response_already_active", f"response {self._active.id} is still running"
             )
-        if not self._pending:
+        read = None if create.input is None else self._resolve_input(create.input)
+        if read is None and not self._pending:
             raise CommandError(
                 "response_create_without_input", "nothing was committed since the last response"
             )
@@ -86,7 +106,107 @@ class ResponseSession(WorkerSession):
             tools=create.tools,
             tool_choice=choice if choice is not None and choice.mode else None,
             parallel_tool_calls=create.parallel_tool_calls,
+            read=read,
+            max_output_tokens=create.max_output_tokens,
+            voice=create.voice,
         )
+
+    async def _start_side(self, create: cmd.CreateResponse) -> None:
+        """Starts an out-of-band response beside the running one; see the module docstring."""
+        if len(self._side) >= MAX_OUT_OF_BAND_RESPONSES:
+            raise CommandError(
+                "response_already_active",
+                f"at most {MAX_OUT_OF_BAND_RESPONSES} out-of-band responses run at once",
+            )
+        context: list[pb.ConversationItem] | None = None
+        if create.input is None:  # it reads the conversation, and takes nothing of it
+            inputs = self._inputs_of(self._history.get(i) for i in self._history.ids())
+        else:
+            context, inputs = self._resolve_input(create.input)
+        choice = create.tool_choice
+        answer = self._new_answer(
+            self._clock.now(),
+            create.output_modalities or self._modalities(),
+            create.instructions,
+            inputs,
+            metadata=dict(create.metadata),
+            tools=create.tools,
+            tool_choice=choice if choice is not None and choice.mode else None,
+            parallel_tool_calls=create.parallel_tool_calls,
+            max_output_tokens=create.max_output_tokens,
+            voice=create.voice,
+        )
+        answer.out_of_band, answer.context = True, context
+        self._prepare(answer)
+        self._remember(answer)
+        task = asyncio.create_task(
+            self._perform_side(answer), name=f"{self.engine_name}-{answer.id}"
+        )
+        self._side[answer.id] = answer, task
+        self._tasks.add(task)  # cancelled with the session
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: self._side.pop(answer.id, None))
+
+    async def _perform_side(self, answer: Answer) -> None:
+        if not self.out_of_band_beside:  # the model answers one request at a time
+            while (player := self._player) is not None and not player.done():
+                await asyncio.wait([player])
+        if self.announce_at_start:
+            await self._announce_response(answer)
+        await self._play_out(answer)
+
+    def _resolve_input(
+        self, entries: tuple[cmd.InputEntry, ...]
+    ) -> tuple[list[pb.ConversationItem], list[UserInput]]:
+        """A response's own input: its items (a reference's, the history's own item) and the
+        user input among them; ``item_not_found`` for a reference to no item."""
+        items = []
+        for index, entry in enumerate(entries):
+            if entry.item is None:
+                if entry.reference not in self._history:
+                    raise CommandError(
+                        "item_not_found",
+                        f"no item {entry.reference} in the conversation",
+                        param=f"input.{index}.id",
+                    )
+                items.append(self._history.get(entry.reference))
+                continue
+            item = pb.ConversationItem()
+            item.CopyFrom(entry.item)
+            item.id = item.id or new_id("item")
+            made_by_model = item.type == pb.ITEM_TYPE_FUNCTION_CALL
+            item.role = item.role or (
+                pb.ITEM_ROLE_ASSISTANT if made_by_model else pb.ITEM_ROLE_USER
+            )
+            items.append(item)
+        return items, self._inputs_of(items)
+
+    def _inputs_of(self, items: Iterable[pb.ConversationItem]) -> list[UserInput]:
+        """The user input among ``items``, as a response answers it: a pending one as it
+        waits (its words may still be coming), another made from the item."""
+        waiting = {user.item_id: user for user in self._pending}
+        inputs = []
+        for item in items:
+            if item.id in waiting:
+                inputs.append(waiting[item.id])
+            elif item.type == pb.ITEM_TYPE_FUNCTION_CALL_OUTPUT:
+                inputs.append(UserInput(item.id, text=item.output, call_output=True))
+            elif item.type != pb.ITEM_TYPE_FUNCTION_CALL and item.role == pb.ITEM_ROLE_USER:
+                inputs.append(
+                    UserInput(item.id, text=item_text(item), audio=self._kept_item_audio(item.id))
+                )
+        return inputs
+
+    def _kept_item_audio(self, item_id: str) -> bytes:
+        """The audio kept of a user item (canonical input), b"" if none."""
+        return b""
+
+    def _read(self, answer: Answer) -> list[tuple[pb.ConversationItem, str]]:
+        """What ``answer`` reads, each item with its words, oldest first: the conversation as
+        heard (:meth:`_heard`), or its own input."""
+        if answer.context is None:
+            return self._heard()
+        return [(item, item_text(item)) for item in answer.context]
 
     async def _take_turn(self, turn_started: float, *, by_server_vad: bool = False) -> None:
         """Answers a turn that asks for it: a running response gives way (the user took the
@@ -113,21 +233,68 @@ class ResponseSession(WorkerSession):
         tools: pb.ToolSet | None = None,
         tool_choice: pb.ToolChoice | None = None,
         parallel_tool_calls: bool | None = None,
+        read: tuple[list[pb.ConversationItem], list[UserInput]] | None = None,
+        max_output_tokens: int | None = None,
+        voice: str | None = None,
     ) -> None:
-        """Makes the pending input an answer and starts its player; a response's own tools and
-        choice, when given, stand in for the session's."""
+        """Makes the pending input an answer and starts its player; a response's own tools,
+        choice, cap and voice, when given, stand in for the session's. ``read``: the items and
+        user input of a response's own input, which it answers instead (the pending input
+        waits on)."""
         player = self._player
         if player is not None and player is not asyncio.current_task():
             await asyncio.wait([player])  # the last answer may still be queueing its done event
-        inputs, self._pending = self._pending, []
-        answer = Answer(
+        if read is None:
+            inputs, self._pending = self._pending, []
+        else:
+            inputs = read[1]
+        answer = self._new_answer(
+            turn_started,
+            modalities,
+            instructions,
+            inputs,
+            by_server_vad=by_server_vad,
+            metadata=metadata,
+            tools=tools,
+            tool_choice=tool_choice,
+            parallel_tool_calls=parallel_tool_calls,
+            max_output_tokens=max_output_tokens,
+            voice=voice,
+        )
+        answer.context = None if read is None else read[0]
+        self._prepare(answer)
+        self._active = answer
+        self._remember(answer)
+        if self.announce_at_start:
+            await self._announce_response(answer)
+        self._player = asyncio.create_task(
+            self._perform(answer), name=f"{self.engine_name}-{answer.id}"
+        )
+
+    def _new_answer(
+        self,
+        turn_started: float,
+        modalities: Modalities,
+        instructions: str | None,
+        inputs: list[UserInput],
+        *,
+        by_server_vad: bool = False,
+        metadata: dict[str, str] | None = None,
+        tools: pb.ToolSet | None = None,
+        tool_choice: pb.ToolChoice | None = None,
+        parallel_tool_calls: bool | None = None,
+        max_output_tokens: int | None = None,
+        voice: str | None = None,
+    ) -> Answer:
+        """A new answer, the session's settings standing in for what it does not set."""
+        return Answer(
             id=new_id("resp"),
             item_id=new_id("item"),
             turn_started=turn_started,
             modalities=modalities,
             inputs=inputs,
             instructions=self._default_instructions() if instructions is None else instructions,
-            voice=self.config.voice,
+            voice=self.config.voice if voice is None else voice,
             by_server_vad=by_server_vad,
             metadata=metadata or {},
             tools=self.config.tools if tools is None else tools,
@@ -137,17 +304,15 @@ class ResponseSession(WorkerSession):
                 if parallel_tool_calls is None
                 else parallel_tool_calls
             ),
+            max_output_tokens=max_output_tokens,
+            own_voice=voice is not None,
         )
-        self._prepare(answer)
-        self._active = answer
+
+    def _remember(self, answer: Answer) -> None:
+        """Keeps ``answer`` where ack_playback and clear_output_audio find it."""
         self._answers[answer.id] = answer
         while len(self._answers) > ANSWERS_KEPT:
             del self._answers[next(iter(self._answers))]
-        if self.announce_at_start:
-            await self._announce_response(answer)
-        self._player = asyncio.create_task(
-            self._perform(answer), name=f"{self.engine_name}-{answer.id}"
-        )
 
     def _default_instructions(self) -> str:
         """The instructions of a response that names none."""
@@ -162,6 +327,9 @@ class ResponseSession(WorkerSession):
             status=pb.RESPONSE_STATUS_IN_PROGRESS,
             output_modalities=answer.modalities,
             metadata=answer.metadata,
+            conversation=answer.conversation,
+            max_output_tokens=answer.max_output_tokens,
+            voice=answer.voice if answer.own_voice else "",
         )
         await self._events.put(
             pb.ConverseResponse(
@@ -171,6 +339,11 @@ class ResponseSession(WorkerSession):
         answer.announced = True
 
     async def _perform(self, answer: Answer) -> None:
+        await self._play_out(answer)
+        await self._start_deferred()
+
+    async def _play_out(self, answer: Answer) -> None:
+        """Plays ``answer`` and queues its end (a failure of its player fails it alone)."""
         try:
             outcome = await self._play(answer)
             if outcome is not None and answer.settle is not None:
@@ -186,7 +359,6 @@ class ResponseSession(WorkerSession):
             self._drop(answer)
         else:
             await self._events.put(self._finish(answer, outcome))
-        await self._start_deferred()
 
     async def _start_deferred(self) -> None:
         if self._deferred and self._active is None and self._pending:
@@ -197,15 +369,18 @@ class ResponseSession(WorkerSession):
         self, answer: Answer, reason: str, first: pb.ConverseResponse | None = None
     ) -> None:
         """Ends ``answer`` as cancelled, after ``first`` if given; see the module docstring."""
-        if self._player is not None and not self._player.done():
-            self._player.cancel()
-            await asyncio.wait([self._player])
+        side = self._side.get(answer.id)
+        task = side[1] if side is not None else None if answer.out_of_band else self._player
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
         # Output the reader has not taken never reaches the client.
         answer.take_back(self._events.take_back(answer.id))
         if first is not None:
             await self._events.put(first)
         if not answer.announced:  # it never started: nothing to end, its turns wait again
-            self._pending = answer.inputs + self._pending
+            if not answer.out_of_band and answer.context is None:
+                self._pending = answer.inputs + self._pending
             self._drop(answer)
             return
         await self._events.put(self._finish(answer, (pb.RESPONSE_STATUS_CANCELLED, reason)))
@@ -217,13 +392,14 @@ class ResponseSession(WorkerSession):
         answer.done = True
 
     def _finish(self, answer: Answer, outcome: Outcome) -> pb.ConverseResponse:
-        """Ends ``answer``: its item enters history; returns its done event, to be queued
-        right away."""
+        """Ends ``answer``: its item enters history (out of band: nothing does); returns its
+        done event, to be queued right away."""
         self._drop(answer)
         item = output_item(answer, outcome[0])
-        self._history.add(item)
-        for call in answer.calls:  # after the message, as the response made them
-            self._history.add(call)
+        if not answer.out_of_band:
+            self._history.add(item)
+            for call in answer.calls:  # after the message, as the response made them
+                self._history.add(call)
         return done_event(answer, item, outcome, self._clock.now())
 
     def _require_active(self, response_id: str) -> Answer:
@@ -236,6 +412,10 @@ class ResponseSession(WorkerSession):
         return self._active
 
     async def _on_cancel_response(self, cancel: cmd.CancelResponse) -> None:
+        side = self._side.get(cancel.response_id)
+        if side is not None:  # out of band: named, it ends alone
+            await self._cancel(side[0], "client_cancelled")
+            return
         answer = self._require_active(cancel.response_id)
         await self._cancel(answer, "client_cancelled")
         await self._start_deferred()
@@ -250,7 +430,8 @@ class ResponseSession(WorkerSession):
         if finished is not None and finished.done:  # nothing runs here; the client's copy stops
             await self._events.put(cleared)
             return
-        answer = self._require_active(named)
+        side = self._side.get(named)
+        answer = side[0] if side is not None else self._require_active(named)
         cleared.output_audio_cleared.response_id = answer.id
         await self._cancel(answer, "output_audio_cleared", first=cleared)
         await self._start_deferred()

@@ -21,6 +21,9 @@ FEATURES = EngineFeatures(
     supports_playback_ack=True,
     supports_input_audio_items=True,  # echoed as a committed turn is
     item_audio_kept_ms=kit.ITEM_AUDIO_KEPT_MS,
+    # Out-of-band responses run as tasks of their own beside the running one.
+    supports_out_of_band_responses=True,
+    out_of_band_beside_response=True,
 )
 
 

@@ -67,12 +67,18 @@ class LoopbackSession(kit.ConversationSession):
             self._events, answer, chunk_ms=self._options.chunk_ms, pacing=self._pacing
         )
         words = echo_words(answer.inputs)
+        cap = answer.max_output_tokens
+        capped = cap is not None and len(words.split()) > cap
         if self._options.recall:
             # What came before this turn, so a test can see that a conversation kept it.
             own = {answer.item_id, *(user.item_id for user in answer.inputs)}
-            earlier = [text for item, text in self._heard() if item.id not in own]
+            earlier = [text for item, text in self._read(answer) if item.id not in own]
             words = f"{words}; earlier: {' | '.join(earlier) or 'nothing'}"
+        if capped:  # a word a token, as its usage counts them
+            words = " ".join(words.split()[:cap])
         await player.say(words, echo_audio(answer.inputs))
+        if capped:
+            return pb.RESPONSE_STATUS_INCOMPLETE, "max_output_tokens"
         return pb.RESPONSE_STATUS_COMPLETED, "stop"
 
     def _inline_handlers(self) -> kit.InlineHandlers:

@@ -207,14 +207,16 @@ async def test_a_full_service_is_a_rate_limit_error_with_its_retry_hint(query: s
         ({"type": "session.update", "session": {"truncation": "disabled"}}, "session.truncation"),
         ({"type": "session.update", "session": {"prompt": {"id": "pmpt_1"}}}, "session.prompt"),
         (
-            {"type": "response.create", "response": {"conversation": "none"}},
+            {"type": "response.create", "response": {"conversation": "conv_elsewhere"}},
             "response.conversation",
         ),
         (
-            {"type": "response.create", "response": {"max_output_tokens": 20}},
-            "response.max_output_tokens",
+            {
+                "type": "response.create",
+                "response": {"audio": {"output": {"format": {"type": "audio/pcmu"}}}},
+            },
+            "response.audio.output.format",
         ),
-        ({"type": "response.create", "response": {"input": []}}, "response.input"),
     ],
 )
 async def test_a_field_that_cannot_be_honoured_is_an_error_naming_it(

@@ -573,3 +573,84 @@ def test_open_request_takes_the_query_model_unless_the_update_names_one() -> Non
     patch = ce.SessionPatch(model="m2")
     assert open_request(patch, model="m1").open_session.config.model == "m2"
     assert open_request().open_session.config == pb.SessionConfig()
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        (
+            {
+                "conversation": "none",
+                "metadata": {"purpose": "classify"},
+                "output_modalities": ["text"],
+                "max_output_tokens": 20,
+                "audio": {"output": {"voice": "cedar"}},
+                "input": [
+                    {"type": "item_reference", "id": "item_1"},
+                    {
+                        "type": "message",
+                        "role": "user",
+                        "content": [{"type": "input_text", "text": "angry?"}],
+                    },
+                    {"type": "function_call_output", "call_id": "c1", "output": "{}"},
+                ],
+            },
+            {
+                "conversation": "RESPONSE_CONVERSATION_NONE",
+                "metadata": {"purpose": "classify"},
+                "output_modalities": ["MODALITY_TEXT"],
+                "max_output_tokens": 20,
+                "voice": "cedar",
+                "input": {
+                    "entries": [
+                        {"item_reference": "item_1"},
+                        {
+                            "item": {
+                                "role": "ITEM_ROLE_USER",
+                                "content": [{"type": "CONTENT_TYPE_INPUT_TEXT", "text": "angry?"}],
+                            }
+                        },
+                        {
+                            "item": {
+                                "type": "ITEM_TYPE_FUNCTION_CALL_OUTPUT",
+                                "call_id": "c1",
+                                "output": "{}",
+                            }
+                        },
+                    ]
+                },
+            },
+        ),
+        # An empty input is set, and reads nothing; "auto" and "inf" ask for nothing.
+        (
+            {"conversation": "auto", "input": [], "max_output_tokens": "inf"},
+            {"input": {}},
+        ),
+        # The beta spellings.
+        (
+            {"max_response_output_tokens": 7, "voice": {"id": "voice_1"}},
+            {"max_output_tokens": 7, "voice": "voice_1"},
+        ),
+    ],
+)
+def test_a_responses_own_options(response: dict[str, Any], expected: dict[str, Any]) -> None:
+    request = translate({"type": "response.create", "response": response})
+    assert as_dict(request) == {"create_response": expected}
+    assert request.create_response.HasField("input") == ("input" in response)
+
+
+@pytest.mark.parametrize(
+    ("response", "code", "param"),
+    [
+        ({"input": [{"type": "mcp_call"}]}, "unsupported_item_type", "response.input.0.type"),
+        (
+            {"input": [{"type": "message", "content": [{"type": "input_image"}]}]},
+            "unsupported_content_type",
+            "response.input.0.content.0.type",
+        ),
+        ({"max_output_tokens": 4097}, "bad_event", "response.max_output_tokens"),
+    ],
+)
+def test_a_responses_own_options_refused(response: dict[str, Any], code: str, param: str) -> None:
+    error = refusal(orjson.dumps({"type": "response.create", "response": response}))
+    assert (error.code, error.param) == (code, param)

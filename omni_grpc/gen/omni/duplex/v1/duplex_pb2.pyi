@@ -519,6 +519,34 @@ RESPONSE_STATUS_INCOMPLETE: ResponseStatus.ValueType  # 5
 """Stopped early by a limit."""
 Global___ResponseStatus: _TypeAlias = ResponseStatus  # noqa: Y015
 
+class _ResponseConversation:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ResponseConversationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ResponseConversation.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RESPONSE_CONVERSATION_UNSPECIFIED: _ResponseConversation.ValueType  # 0
+    """Means "not given": as AUTO."""
+    RESPONSE_CONVERSATION_AUTO: _ResponseConversation.ValueType  # 1
+    """Its output items join the conversation; it is the session's running response."""
+    RESPONSE_CONVERSATION_NONE: _ResponseConversation.ValueType  # 2
+    """Out of band: its output items join nothing, it runs beside the running response (see
+    Capabilities.supports_out_of_band_responses), and a barge-in or a new turn leaves it be.
+    """
+
+class ResponseConversation(_ResponseConversation, metaclass=_ResponseConversationEnumTypeWrapper):
+    """ResponseConversation says whether a response's output joins the conversation."""
+
+RESPONSE_CONVERSATION_UNSPECIFIED: ResponseConversation.ValueType  # 0
+"""Means "not given": as AUTO."""
+RESPONSE_CONVERSATION_AUTO: ResponseConversation.ValueType  # 1
+"""Its output items join the conversation; it is the session's running response."""
+RESPONSE_CONVERSATION_NONE: ResponseConversation.ValueType  # 2
+"""Out of band: its output items join nothing, it runs beside the running response (see
+Capabilities.supports_out_of_band_responses), and a barge-in or a new turn leaves it be.
+"""
+Global___ResponseConversation: _TypeAlias = ResponseConversation  # noqa: Y015
+
 class _ResyncReason:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -1918,6 +1946,8 @@ class Capabilities(_message.Message):
     SUPPORTS_PARALLEL_TOOL_CALLS_FIELD_NUMBER: _builtins.int
     SUPPORTS_INPUT_AUDIO_ITEMS_FIELD_NUMBER: _builtins.int
     ITEM_AUDIO_KEPT_MS_FIELD_NUMBER: _builtins.int
+    SUPPORTS_OUT_OF_BAND_RESPONSES_FIELD_NUMBER: _builtins.int
+    OUT_OF_BAND_BESIDE_RESPONSE_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.str
     """Names the protocol, "omni.duplex.v1"."""
     engine: _builtins.str
@@ -1969,6 +1999,17 @@ class Capabilities(_message.Message):
     """Gives how much audio of its newest user items (committed turns and items created with
     audio) the engine keeps to return in item_retrieved, in milliseconds; 0: it keeps none,
     and a retrieved item has no audio.
+    """
+    supports_out_of_band_responses: _builtins.bool
+    """Says whether the engine runs out-of-band responses (CreateResponse.conversation NONE)
+    and responses with their own input; false: such a create_response is refused with
+    `out_of_band_unsupported`.
+    """
+    out_of_band_beside_response: _builtins.bool
+    """Says whether an out-of-band response runs beside the running response (true), or is
+    started only once it has ended (false: it waits, announced when it starts). Out-of-band
+    responses of one session run at most 4 at a time; the next is refused with
+    `response_already_active`.
     """
     @_builtins.property
     def input_encodings(self) -> _containers.RepeatedScalarFieldContainer[Global___AudioEncoding.ValueType]:
@@ -2025,10 +2066,12 @@ class Capabilities(_message.Message):
         supports_parallel_tool_calls: _builtins.bool = ...,
         supports_input_audio_items: _builtins.bool = ...,
         item_audio_kept_ms: _builtins.int = ...,
+        supports_out_of_band_responses: _builtins.bool = ...,
+        out_of_band_beside_response: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "disconnect_grace", b"disconnect_grace", "idle_timeout", b"idle_timeout", "journal_window", b"journal_window", "output_audio_format", b"output_audio_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "capacity", b"capacity", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "item_audio_kept_ms", b"item_audio_kept_ms", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_input_audio_items", b"supports_input_audio_items", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_parallel_tool_calls", b"supports_parallel_tool_calls", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "capacity", b"capacity", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "item_audio_kept_ms", b"item_audio_kept_ms", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "out_of_band_beside_response", b"out_of_band_beside_response", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_input_audio_items", b"supports_input_audio_items", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_out_of_band_responses", b"supports_out_of_band_responses", "supports_parallel_tool_calls", b"supports_parallel_tool_calls", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2236,6 +2279,9 @@ class Response(_message.Message):
     LATENCY_FIELD_NUMBER: _builtins.int
     OUTPUT_MODALITIES_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    CONVERSATION_FIELD_NUMBER: _builtins.int
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    VOICE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Identifies the response."""
     status: Global___ResponseStatus.ValueType
@@ -2249,6 +2295,15 @@ class Response(_message.Message):
     (failed: the engine aborted the request). The vllm-omni engine passes on its
     reference's own reasons as they are.
     """
+    conversation: Global___ResponseConversation.ValueType
+    """Says whether its output joins the conversation: RESPONSE_CONVERSATION_NONE for an
+    out-of-band response (create_response's `conversation`), which is never the session's
+    running response; unspecified otherwise.
+    """
+    max_output_tokens: _builtins.int
+    """Gives the response's own cap on its output tokens (create_response's), when it had one."""
+    voice: _builtins.str
+    """Names the response's own voice (create_response's), when it had one; empty otherwise."""
     @_builtins.property
     def output(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConversationItem]:
         """Lists the items the response produced."""
@@ -2282,14 +2337,77 @@ class Response(_message.Message):
         latency: Global___TurnLatency | None = ...,
         output_modalities: _abc.Iterable[Global___Modality.ValueType] | None = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        conversation: Global___ResponseConversation.ValueType = ...,
+        max_output_tokens: _builtins.int | None = ...,
+        voice: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["latency", b"latency", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_output_tokens", b"_max_output_tokens", "latency", b"latency", "max_output_tokens", b"max_output_tokens", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "latency", b"latency", "metadata", b"metadata", "output", b"output", "output_modalities", b"output_modalities", "status", b"status", "status_reason", b"status_reason", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_output_tokens", b"_max_output_tokens", "conversation", b"conversation", "id", b"id", "latency", b"latency", "max_output_tokens", b"max_output_tokens", "metadata", b"metadata", "output", b"output", "output_modalities", b"output_modalities", "status", b"status", "status_reason", b"status_reason", "usage", b"usage", "voice", b"voice"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__max_output_tokens: _TypeAlias = _typing.Literal["max_output_tokens"]  # noqa: Y015
+    _WhichOneofArgType__max_output_tokens: _TypeAlias = _typing.Literal["_max_output_tokens", b"_max_output_tokens"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_output_tokens) -> _WhichOneofReturnType__max_output_tokens | None: ...
+
+Global___Response: _TypeAlias = Response  # noqa: Y015
+
+@_typing.final
+class ResponseInputEntry(_message.Message):
+    """ResponseInputEntry is one entry of a response's own input: an item given whole, or a
+    reference to an item of the conversation.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEM_FIELD_NUMBER: _builtins.int
+    ITEM_REFERENCE_FIELD_NUMBER: _builtins.int
+    item_reference: _builtins.str
+    """Names an item of the conversation; `item_not_found` (param `input.N.id`) if none."""
+    @_builtins.property
+    def item(self) -> Global___ConversationItem:
+        """Holds an item read by this response alone (text parts only; not added anywhere)."""
+
+    def __init__(
+        self,
+        *,
+        item: Global___ConversationItem | None = ...,
+        item_reference: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry", "item", b"item", "item_reference", b"item_reference"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry", "item", b"item", "item_reference", b"item_reference"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_entry: _TypeAlias = _typing.Literal["item", "item_reference"]  # noqa: Y015
+    _WhichOneofArgType_entry: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_entry) -> _WhichOneofReturnType_entry | None: ...
+
+Global___ResponseInputEntry: _TypeAlias = ResponseInputEntry  # noqa: Y015
+
+@_typing.final
+class ResponseInput(_message.Message):
+    """ResponseInput is what a response reads instead of the conversation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResponseInputEntry]:
+        """Lists the entries, oldest first; empty: the response reads no context at all. At most
+        64 entries, and their text at most Capabilities' text bound.
+        """
+
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___ResponseInputEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___Response: _TypeAlias = Response  # noqa: Y015
+Global___ResponseInput: _TypeAlias = ResponseInput  # noqa: Y015
 
 @_typing.final
 class VideoFrame(_message.Message):
@@ -2611,10 +2729,23 @@ class CreateResponse(_message.Message):
     TOOLS_FIELD_NUMBER: _builtins.int
     TOOL_CHOICE_FIELD_NUMBER: _builtins.int
     PARALLEL_TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    CONVERSATION_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    VOICE_FIELD_NUMBER: _builtins.int
     instructions: _builtins.str
     """Overrides the session's instructions for this response."""
     parallel_tool_calls: _builtins.bool
     """Overrides the session's parallel_tool_calls for this response, when set."""
+    conversation: Global___ResponseConversation.ValueType
+    """Says whether the response's output joins the conversation; RESPONSE_CONVERSATION_NONE
+    makes it out of band (`out_of_band_unsupported` where the engine's capabilities say it
+    has none).
+    """
+    max_output_tokens: _builtins.int
+    """Caps the response's output tokens, 1 to 4096; the session's cap when unset."""
+    voice: _builtins.str
+    """Overrides the session's voice for this response (at most 64 characters)."""
     @_builtins.property
     def output_modalities(self) -> _containers.RepeatedScalarFieldContainer[Global___Modality.ValueType]:
         """Overrides the session's output modalities for this response."""
@@ -2634,6 +2765,13 @@ class CreateResponse(_message.Message):
     def tool_choice(self) -> Global___ToolChoice:
         """Overrides the session's tool_choice for this response, when its mode is set."""
 
+    @_builtins.property
+    def input(self) -> Global___ResponseInput:
+        """Replaces the conversation as what the response reads, when set (an empty input: no
+        context). The response then answers its input alone and leaves the committed input
+        waiting for the next response.
+        """
+
     def __init__(
         self,
         *,
@@ -2643,19 +2781,31 @@ class CreateResponse(_message.Message):
         tools: Global___ToolSet | None = ...,
         tool_choice: Global___ToolChoice | None = ...,
         parallel_tool_calls: _builtins.bool | None = ...,
+        conversation: Global___ResponseConversation.ValueType = ...,
+        input: Global___ResponseInput | None = ...,
+        max_output_tokens: _builtins.int | None = ...,
+        voice: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_parallel_tool_calls", b"_parallel_tool_calls", "instructions", b"instructions", "parallel_tool_calls", b"parallel_tool_calls", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_voice", b"_voice", "input", b"input", "instructions", b"instructions", "max_output_tokens", b"max_output_tokens", "parallel_tool_calls", b"parallel_tool_calls", "tool_choice", b"tool_choice", "tools", b"tools", "voice", b"voice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_parallel_tool_calls", b"_parallel_tool_calls", "instructions", b"instructions", "metadata", b"metadata", "output_modalities", b"output_modalities", "parallel_tool_calls", b"parallel_tool_calls", "tool_choice", b"tool_choice", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_voice", b"_voice", "conversation", b"conversation", "input", b"input", "instructions", b"instructions", "max_output_tokens", b"max_output_tokens", "metadata", b"metadata", "output_modalities", b"output_modalities", "parallel_tool_calls", b"parallel_tool_calls", "tool_choice", b"tool_choice", "tools", b"tools", "voice", b"voice"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__instructions: _TypeAlias = _typing.Literal["instructions"]  # noqa: Y015
     _WhichOneofArgType__instructions: _TypeAlias = _typing.Literal["_instructions", b"_instructions"]  # noqa: Y015
+    _WhichOneofReturnType__max_output_tokens: _TypeAlias = _typing.Literal["max_output_tokens"]  # noqa: Y015
+    _WhichOneofArgType__max_output_tokens: _TypeAlias = _typing.Literal["_max_output_tokens", b"_max_output_tokens"]  # noqa: Y015
     _WhichOneofReturnType__parallel_tool_calls: _TypeAlias = _typing.Literal["parallel_tool_calls"]  # noqa: Y015
     _WhichOneofArgType__parallel_tool_calls: _TypeAlias = _typing.Literal["_parallel_tool_calls", b"_parallel_tool_calls"]  # noqa: Y015
+    _WhichOneofReturnType__voice: _TypeAlias = _typing.Literal["voice"]  # noqa: Y015
+    _WhichOneofArgType__voice: _TypeAlias = _typing.Literal["_voice", b"_voice"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__instructions) -> _WhichOneofReturnType__instructions | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_output_tokens) -> _WhichOneofReturnType__max_output_tokens | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__parallel_tool_calls) -> _WhichOneofReturnType__parallel_tool_calls | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__voice) -> _WhichOneofReturnType__voice | None: ...
 
 Global___CreateResponse: _TypeAlias = CreateResponse  # noqa: Y015
 
@@ -4186,6 +4336,7 @@ class ErrorReport(_message.Message):
     * `response_already_active`: create_response while a response is running.
     * `response_create_without_input`: create_response with nothing committed since the last.
     * `response_not_active`: no running response (with that id) to cancel or clear.
+    * `out_of_band_unsupported`: an out-of-band response or own input on an engine without them.
     * `playback_item_not_found`: ack_playback names no known response.
     * `playback_item_mismatch`: ack_playback names an item that is not its response's.
     * `input_backpressure`: too much uncommitted input audio: commit, clear, or retry later.

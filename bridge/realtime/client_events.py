@@ -269,6 +269,12 @@ class ItemJson(ClientModel):
     output: str | None = None
 
 
+class ResponseAudioJson(ClientModel):
+    """A response's ``audio``: its output alone (the input is the session's)."""
+
+    output: AudioOutputJson | None = None
+
+
 # A response's own cap on its output: OpenAI's 1 to 4096 tokens, or "inf" (the session's).
 ResponseTokens = Annotated[int, Field(ge=1, le=4096)] | Literal["inf"]
 
@@ -290,7 +296,7 @@ class ResponseOptions(ClientModel):
     input: list[ItemJson] | None = None
     max_output_tokens: ResponseTokens | None = None
     max_response_output_tokens: ResponseTokens | None = None  # the beta spelling
-    audio: AudioJson | None = None  # audio.output.voice (its format is refused)
+    audio: ResponseAudioJson | None = None  # audio.output.voice (its format is refused)
     voice: str | VoiceId | None = None  # the beta spelling
 
 

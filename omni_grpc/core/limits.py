@@ -76,6 +76,11 @@ class EngineFeatures:
     supports_input_audio_items: bool = False
     # How much audio of its newest user items it keeps for item_retrieved; 0: none.
     item_audio_kept_ms: int = 0
+    # The transcription (ASR) models a session may choose, the default first; empty: none of
+    # its own (only an empty model is taken).
+    transcription_models: tuple[str, ...] = ()
+    # Gives the log-probabilities of its transcripts' tokens.
+    supports_transcription_logprobs: bool = False
     chunk_period_ms: int = 0  # the engine's model unit; 0: input of any length
     # Sessions the engine serves at once (in real time, on what it runs on); 0: no bound it
     # knows. A server with a queue (``--capacity``) admits at most this many.
@@ -105,6 +110,8 @@ def capabilities(limits: Limits, engine: EngineFeatures) -> pb.Capabilities:
         supports_parallel_tool_calls=engine.supports_parallel_tool_calls,
         supports_input_audio_items=engine.supports_input_audio_items,
         item_audio_kept_ms=engine.item_audio_kept_ms,
+        transcription_models=list(engine.transcription_models),
+        supports_transcription_logprobs=engine.supports_transcription_logprobs,
         max_pending_input_bytes=limits.max_pending_input_bytes,
         max_sessions=limits.max_sessions,
         chunk_period_ms=engine.chunk_period_ms,

@@ -87,11 +87,11 @@ async def test_the_sdk_mints_a_session_that_the_socket_starts_with(port: int) ->
     ("session", "code", "param"),
     [
         ({"reasoning": {"effort": "low"}}, "unsupported_field", "session.reasoning"),
-        ({"type": "transcription"}, "unsupported_session_type", "session.type"),
+        ({"type": "translation"}, "unsupported_session_type", "session.type"),
         ({"output_modalities": ["video"]}, "bad_event", "session.output_modalities.0"),
         ({"tools": [{"type": "mcp", "name": "m"}]}, "bad_event", "session.tools.0.type"),
     ],
-    ids=["reasoning", "transcription", "modality", "mcp"],
+    ids=["reasoning", "translation", "modality", "mcp"],
 )
 async def test_a_session_the_bridge_cannot_honour_is_refused_at_the_mint(
     port: int, session: dict[str, Any], code: str, param: str

@@ -41,6 +41,7 @@ from omni_grpc.engine.embedded.tool_calls import choose_call
 from omni_grpc.engine.kit.listening import Pause, SpeechStart, Turn
 from omni_grpc.engine.kit.listening_session import Hearing, ListeningSession
 from omni_grpc.engine.kit.tools import emit_call
+from omni_grpc.engine.kit.transcripts import transcript_event, transcription_failed
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -199,8 +200,9 @@ class EmbeddedSession(ListeningSession):
         a reply is judged on them too."""
         loop = asyncio.get_running_loop()
         try:
+            language = self.config.input_transcription.language
             hypothesis = await loop.run_in_executor(
-                self._runtime.executor, self._runtime.asr.hypothesis, audio
+                self._runtime.executor, self._runtime.asr.hypothesis, audio, language
             )
         except Exception:
             logger.exception("session %s: partial failed", self.id, extra={"session_id": self.id})
@@ -236,7 +238,7 @@ class EmbeddedSession(ListeningSession):
 
             return tell
 
-        transcribe = self._runtime.asr.transcribe
+        transcribe = self._transcription()
         judged = self._turn_end is not None  # words to judge the end of the turn with
         job = loop.run_in_executor(
             self._runtime.executor,
@@ -314,18 +316,17 @@ class EmbeddedSession(ListeningSession):
     ) -> None:
         """Writes down a turn (or takes the transcript started at its pause)."""
         loop = asyncio.get_running_loop()
+        failure: Exception | None = None
         try:
             text = await (
                 job
-                or loop.run_in_executor(
-                    self._runtime.executor, self._runtime.asr.transcribe, user.audio
-                )
+                or loop.run_in_executor(self._runtime.executor, self._transcription(), user.audio)
             )
-        except Exception:
+        except Exception as error:
             logger.exception(
                 "session %s: transcription failed", self.id, extra={"session_id": self.id}
             )
-            text = ""
+            text, failure = "", error
         if before is not None:  # transcripts come out in the order the turns were committed
             await before.text_final.wait()
         user.text = text
@@ -333,11 +334,9 @@ class EmbeddedSession(ListeningSession):
             item = self._history.get(user.item_id)
             item.content[0].transcript = text
             await self._events.put(
-                pb.ConverseResponse(
-                    input_transcription=pb.InputTranscription(
-                        item_id=user.item_id, content_index=0, transcript=text
-                    )
-                )
+                transcription_failed(user.item_id, failure)
+                if failure is not None
+                else transcript_event(user.item_id, text)
             )
             await self._events.put(
                 pb.ConverseResponse(
@@ -345,6 +344,29 @@ class EmbeddedSession(ListeningSession):
                 )
             )
         user.text_final.set()
+
+    def _transcription(self) -> Callable[..., str]:
+        """How this session's turns are written down, as its settings are now: their Whisper
+        (loaded at its first turn when it is not the default), language and prompt. Blocks:
+        for a model thread."""
+        settings = self.config.input_transcription
+        model, language, prompt = settings.model, settings.language, settings.prompt
+        runtime = self._runtime
+
+        def transcribe(
+            audio: bytes,
+            first_reading: Callable[[str], None] | None = None,
+            quick_reading: Callable[[str], None] | None = None,
+        ) -> str:
+            return runtime.transcriber(model).transcribe(
+                audio,
+                first_reading=first_reading,
+                quick_reading=quick_reading,
+                language=language,
+                prompt=prompt,
+            )
+
+        return transcribe
 
     async def _on_close_begin(self) -> None:
         self._drop_early()

@@ -13,6 +13,8 @@ from omni_grpc.engine.loopback.session import LoopbackSession
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import SUPPORTED_RATES_HZ
 
+TRANSCRIPTION_MODELS = ("loopback-words",)
+
 FEATURES = EngineFeatures(
     name="loopback",
     default_model="loopback",
@@ -21,6 +23,10 @@ FEATURES = EngineFeatures(
     supports_playback_ack=True,
     supports_input_audio_items=True,  # echoed as a committed turn is
     item_audio_kept_ms=kit.ITEM_AUDIO_KEPT_MS,
+    # Its transcripts (transcription sessions only) say how long a turn was; each word is
+    # certain, so its logprobs are there to give.
+    transcription_models=TRANSCRIPTION_MODELS,
+    supports_transcription_logprobs=True,
 )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from omni_grpc.wire import pb
 
+
 def is_transcription_session(config: pb.SessionConfig) -> bool:
     """Whether the session only transcribes (and never responds)."""
     return config.type == pb.SESSION_TYPE_TRANSCRIPTION

@@ -35,3 +35,17 @@ def test_language_and_prompt_reach_the_decoder(engine: EmbeddedEngine) -> None:
     assert "Zoë" in prompted, prompted
     with pytest.raises(ValueError):
         asr.transcribe(scene.pcm16(), language="xx")  # a code Whisper does not know
+
+
+def test_a_transcript_has_a_logprob_for_each_of_its_tokens(engine: EmbeddedEngine) -> None:
+    assert engine.runtime is not None and engine.features.supports_transcription_logprobs
+    asr = engine.runtime.asr
+    pcm = speech.Scene().pause(300).speak("please turn on the kitchen lights").pause(500).pcm16()
+    text = asr.transcribe(pcm)
+    tokens = asr.token_logprobs(pcm, text)
+    assert "".join(token for token, _ in tokens).strip() == text.strip()
+    assert all(logprob <= 0.0 for _, logprob in tokens)
+    # What was said is likelier than what was not.
+    wrong = asr.token_logprobs(pcm, "the cat sat on a mat")
+    assert sum(lp for _, lp in tokens) / len(tokens) > sum(lp for _, lp in wrong) / len(wrong)
+    assert asr.token_logprobs(pcm, "") == []

@@ -32,6 +32,8 @@ FEATURES = EngineFeatures(
     supports_playback_ack=True,
     supports_input_audio_items=True,  # written down as a committed turn is
     item_audio_kept_ms=kit.ITEM_AUDIO_KEPT_MS,
+    # Whisper's probability of each token of a transcript, from CTranslate2's alignment.
+    supports_transcription_logprobs=True,
 )
 # Without server VAD the engine hears no speech of its own: nothing to judge.
 _CLIENT_COMMITS = dataclasses.replace(

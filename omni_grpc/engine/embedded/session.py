@@ -327,6 +327,7 @@ class EmbeddedSession(ListeningSession):
                 "session %s: transcription failed", self.id, extra={"session_id": self.id}
             )
             text, failure = "", error
+        logprobs = await self._logprobs(user.audio, text) if failure is None else []
         if before is not None:  # transcripts come out in the order the turns were committed
             await before.text_final.wait()
         user.text = text
@@ -336,7 +337,7 @@ class EmbeddedSession(ListeningSession):
             await self._events.put(
                 transcription_failed(user.item_id, failure)
                 if failure is not None
-                else transcript_event(user.item_id, text)
+                else transcript_event(user.item_id, text, logprobs)
             )
             await self._events.put(
                 pb.ConverseResponse(
@@ -344,6 +345,27 @@ class EmbeddedSession(ListeningSession):
                 )
             )
         user.text_final.set()
+
+    async def _logprobs(self, audio: bytes, text: str) -> list[pb.TranscriptLogprob]:
+        """The logprobs of a turn's transcript, when the session asked for them."""
+        if not self.config.transcription_logprobs or not text:
+            return []
+        settings = self.config.input_transcription
+        runtime = self._runtime
+
+        def read() -> list[tuple[str, float]]:
+            asr = runtime.transcriber(settings.model)
+            return asr.token_logprobs(audio, text, settings.language)
+
+        try:
+            tokens = await asyncio.get_running_loop().run_in_executor(runtime.executor, read)
+        except Exception:
+            logger.exception("session %s: logprobs failed", self.id, extra={"session_id": self.id})
+            return []
+        return [
+            pb.TranscriptLogprob(token=token, logprob=logprob, bytes=token.encode())
+            for token, logprob in tokens
+        ]
 
     def _transcription(self) -> Callable[..., str]:
         """How this session's turns are written down, as its settings are now: their Whisper

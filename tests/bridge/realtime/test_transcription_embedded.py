@@ -1,8 +1,8 @@
 """A transcription session through the bridge with the official ``openai`` SDK, in front of the
 embedded engine: spoken turns from a WAV file, server VAD commits each, Whisper writes each
-down, and nothing answers. The session names a Whisper other than the engine's default
-(tiny.en; base is the default), and a turn whose transcription fails is a typed
-``...transcription.failed``, the session going on.
+down (with the logprobs of its tokens), and nothing answers. The session names a Whisper other
+than the engine's default (tiny.en; base is the default), and a turn whose transcription fails
+is a typed ``...transcription.failed``, the session going on.
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ async def test_sdk_transcription_session_with_server_vad(
                         "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
                     }
                 },
+                "include": ["item.input_audio_transcription.logprobs"],
             }
         )
         updated = (await seen.until("session.updated"))["session"]
@@ -103,6 +104,8 @@ async def test_sdk_transcription_session_with_server_vad(
         for _ in range(2):
             done = await seen.until("conversation.item.input_audio_transcription.completed")
             texts.append(done["transcript"])
+            tokens = "".join(each["token"] for each in done["logprobs"])
+            assert tokens.strip() == done["transcript"].strip()
         assert len(words(texts[0]) & words(FIRST)) >= 3, texts
         assert len(words(texts[1]) & words(SECOND)) >= 3, texts
 

@@ -10,6 +10,7 @@ end of speech and the transcript.
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from collections.abc import Callable, Sequence
@@ -323,6 +324,28 @@ class Transcriber:
             return ""
         start = self._start_of(self._language(language))[0]
         return self._greedy(self._encode(self._front(pcm16)), duration_ms, start)
+
+    def token_logprobs(
+        self, pcm16: bytes, text: str, language: str = ""
+    ) -> list[tuple[str, float]]:
+        """Whisper's log-probability of each token of ``text`` read from the turn ``pcm16``:
+        the probabilities of CTranslate2's alignment of the text to the audio (what
+        faster-whisper reads its word probabilities from), for a session that asks for its
+        transcripts' logprobs. One more encode of the turn; none for an empty text or a turn
+        longer than Whisper's window."""
+        duration_ms = pcm16_ms(len(pcm16), CANONICAL_INPUT_RATE_HZ)
+        tokens = [t for t in self._tokenizer.encode(" " + text.strip()) if t < self._tokenizer.eot]
+        if not text.strip() or not tokens or duration_ms > WINDOW_FRAMES * FRAME_MS:
+            return []
+        audio = self._front(pcm16)
+        encoded = self._encode(audio)
+        frames = max(1, min(audio.size // HOP_SAMPLES, WINDOW_FRAMES))
+        sot = self._start_of(self._language(language))[1]
+        result = self._whisper.model.align(encoded, sot, [tokens], frames)[0]
+        return [
+            (self._tokenizer.decode([token]), math.log(max(float(p), 1e-12)))
+            for token, p in zip(tokens, result.text_token_probs, strict=False)
+        ]
 
     def _greedy(self, encoded: Any, duration_ms: float, start: list[int]) -> str:
         max_length = len(start) + 8 + int(TOKENS_PER_S * duration_ms / 1000)

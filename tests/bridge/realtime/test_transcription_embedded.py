@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from openai import AsyncOpenAI
-from openai.types.realtime import AudioTranscriptionParam
+from openai.types.realtime import AudioTranscriptionParam, RealtimeAudioConfigInputParam
 
 from omni_grpc.audio.wav import read_wav, wav_bytes
 from omni_grpc.engine.embedded.models.asr import Transcriber
@@ -129,3 +129,31 @@ async def test_sdk_transcription_session_with_server_vad(
     # Each turn was heard by the Whisper the session named, with its language and prompt.
     assert ("tiny.en", "en", "Garage, weather.") in told
     assert all(model == "tiny.en" for model, _, _ in told[1:]), told
+
+
+async def test_transcription_null_stops_the_embedded_engines_transcripts(
+    port: int, tmp_path: Path
+) -> None:
+    wav = read_wav(speech_wav(tmp_path / "speech.wav").read_bytes())
+    client = AsyncOpenAI(api_key="test-key", websocket_base_url=f"ws://127.0.0.1:{port}/v1")
+    async with client.realtime.connect(model="gpt-realtime") as conn:
+        seen = Recorder(conn, wait_s=60)
+        await seen.until("session.created")
+        audio_in: RealtimeAudioConfigInputParam = {
+            "transcription": None,  # type: ignore[typeddict-item]  # GA's "off"
+            "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
+        }
+        await conn.session.update(session={"type": "realtime", "audio": {"input": audio_in}})
+        updated = (await seen.until("session.updated"))["session"]
+        assert updated["audio"]["input"]["transcription"] is None
+        await stream(conn, wav.frames)
+        # The turns come faster than they are spoken, so one response may answer both (the
+        # echo responder heard them all the same).
+        await seen.until("response.done")
+        while [e["type"] for e in seen.events].count("input_audio_buffer.committed") < 2:
+            await seen.next()
+        await seen.quiet(2.0)  # whatever the engine still sends of those turns
+    types = [event["type"] for event in seen.events]
+    assert "error" not in types
+    assert types.count("input_audio_buffer.committed") == 2
+    assert not [kind for kind in types if "input_audio_transcription" in kind], types

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,13 @@ class Recorder:
         self.events.append(event)
         self.parsed.append(self.conn.parse_event(raw))
         return event
+
+    async def quiet(self, seconds: float) -> None:
+        """Reads (and checks) whatever comes for ``seconds``."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                while True:
+                    await self.next()
 
     async def until(self, kind: str) -> dict[str, Any]:
         while (event := await self.next())["type"] != kind:

@@ -90,7 +90,11 @@ def minting_handler(
             return response
         answer: dict[str, Any] = {"value": value, "expires_at": math.floor(expires_at)}
         if asked.session is not None:
-            answer["session"] = {**asked.session, "type": "realtime", "object": "realtime.session"}
+            kind = "transcription" if asked.session.get("type") == "transcription" else "realtime"
+            what = (
+                "realtime.transcription_session" if kind == "transcription" else "realtime.session"
+            )
+            answer["session"] = {**asked.session, "type": kind, "object": what}
         return _json(200, answer)
 
     return mint

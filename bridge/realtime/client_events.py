@@ -126,6 +126,7 @@ class TranscriptionJson(ClientModel):
 
     model: str | None = None
     language: str | None = None
+    prompt: str | None = None
 
 
 class VoiceId(ClientModel):
@@ -198,6 +199,8 @@ class SessionPatch(ClientModel):
     tools: list[ToolJson] | None = None
     tool_choice: ToolChoiceSpec | None = None
     parallel_tool_calls: bool | None = None
+    # Extra output: the one kind OpenAI defines, the logprobs of input transcripts.
+    include: list[Literal["item.input_audio_transcription.logprobs"]] | None = None
 
 
 class _Event(ClientModel):

@@ -41,6 +41,7 @@ from bridge.realtime.server_events import (
     STATELESS,
     Event,
     item_json,
+    logprobs_json,
     random_event_id,
     rate_limits_now,
     response_json,
@@ -191,6 +192,7 @@ class RealtimeOutbound:
                 "content_index": e.content_index,
                 "transcript": e.transcript,
                 "usage": {"type": "duration", "seconds": seconds},
+                **logprobs_json(e.logprobs),
             }
         ]
 

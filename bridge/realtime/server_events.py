@@ -62,6 +62,19 @@ _RESYNC = {
 }
 
 
+def logprobs_json(logprobs: Sequence[pb.TranscriptLogprob]) -> dict[str, Any]:
+    """``{"logprobs": [...]}`` in OpenAI's shape when a transcript event carries them (the
+    session asked), else nothing: the field is absent as on OpenAI's server."""
+    if not logprobs:
+        return {}
+    return {
+        "logprobs": [
+            {"token": each.token, "logprob": each.logprob, "bytes": list(each.bytes)}
+            for each in logprobs
+        ]
+    }
+
+
 def random_event_id() -> str:
     """An id for an event that is never replayed."""
     return f"event_{uuid.uuid4().hex[:24]}"
@@ -314,6 +327,18 @@ STATELESS: dict[str, Callable[[Any], list[Event]]] = {
         item_id=e.item_id,
         content_index=e.content_index,
         delta=e.delta,
+        **logprobs_json(e.logprobs),
+    ),
+    "input_transcription_failed": lambda e: _one(
+        "conversation.item.input_audio_transcription.failed",
+        item_id=e.item_id,
+        content_index=e.content_index,
+        error={
+            "type": _ERROR_TYPES.get(e.error.type, "server_error"),
+            "code": e.error.code,
+            "message": e.error.message,
+            "param": e.error.param or None,
+        },
     ),
     "item_retrieved": lambda e: _one("conversation.item.retrieved", item=item_json(e.item)),
     "item_deleted": lambda e: _one("conversation.item.deleted", item_id=e.item_id),

@@ -137,23 +137,53 @@ def _interruption(rules: InterruptionJson) -> pb.InterruptionConfig:
     return out
 
 
+# OpenAI's transcription models (the GA SDK's names): a stock client names one of them, which
+# means "transcribe" rather than a model this service has, so each becomes the engine's
+# default. Any other name is the engine's to know (Capabilities.transcription_models).
+OPENAI_TRANSCRIPTION_MODELS = frozenset(
+    {
+        "whisper-1",
+        "gpt-transcribe",
+        "gpt-live-transcribe",
+        "gpt-4o-mini-transcribe",
+        "gpt-4o-mini-transcribe-2025-12-15",
+        "gpt-4o-transcribe",
+        "gpt-4o-transcribe-diarize",
+        "gpt-realtime-whisper",
+    }
+)
+SESSION_TYPES = {
+    "realtime": pb.SESSION_TYPE_REALTIME,
+    "transcription": pb.SESSION_TYPE_TRANSCRIPTION,
+}
+LOGPROBS_INCLUDE = "item.input_audio_transcription.logprobs"
+
+
 def _transcription(tr: TranscriptionJson | None) -> pb.InputTranscriptionConfig:
     if tr is None:
         return pb.InputTranscriptionConfig(enabled=False)
+    model = tr.model or ""
     return pb.InputTranscriptionConfig(
-        enabled=True, model=tr.model or "", language=tr.language or ""
+        enabled=True,
+        model="" if model in OPENAI_TRANSCRIPTION_MODELS else model,
+        language=tr.language or "",
+        prompt=tr.prompt or "",
     )
 
 
 def config_from_patch(patch: SessionPatch) -> pb.SessionConfig:
     """Translates a ``session.update`` body into the fields of a partial SessionConfig."""
-    if patch.type not in (None, "realtime"):
+    if patch.type is not None and patch.type not in SESSION_TYPES:
         raise DialectError(
             "unsupported_session_type",
             f"session type {patch.type!r} is not served here",
             param="session.type",
         )
     config = pb.SessionConfig(model=patch.model or "")
+    if patch.type is not None:
+        config.type = SESSION_TYPES[patch.type]
+    if patch.include is not None:  # [] turns the logprobs off again
+        config.transcription_logprobs = LOGPROBS_INCLUDE in patch.include
     modalities = patch.output_modalities or patch.modalities or []
     config.output_modalities.extend(MODALITIES[name] for name in modalities)
     if patch.instructions is not None:

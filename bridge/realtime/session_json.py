@@ -19,6 +19,7 @@ from bridge.realtime.session_config import (
     EAGERNESS,
     ENCODINGS,
     INTERRUPTION_MODES,
+    LOGPROBS_INCLUDE,
     MODALITIES,
 )
 from bridge.realtime.tools import session_tools_json
@@ -103,10 +104,49 @@ def _interruption_json(rules: pb.InterruptionConfig) -> dict[str, Any]:
     }
 
 
+def _transcription_json(tr: pb.InputTranscriptionConfig) -> dict[str, Any] | None:
+    if not tr.enabled:
+        return None
+    return {
+        "model": tr.model or None,
+        "language": tr.language or None,
+        "prompt": tr.prompt or None,
+    }
+
+
+def _transcription_session_json(session: pb.Session) -> dict[str, Any]:
+    """A transcription session in GA's shape (``RealtimeTranscriptionSessionCreateRequest``):
+    input audio and its transcription, no model, output or responses; plus the extensions."""
+    config = session.config
+    return {
+        "type": "transcription",
+        "object": "realtime.transcription_session",
+        "id": session.id,
+        "audio": {
+            "input": {
+                "format": format_json(config.input_audio_format),
+                "turn_detection": _turn_detection_json(config.turn_detection),
+                "transcription": _transcription_json(config.input_transcription),
+                "noise_reduction": None,
+            }
+        },
+        "include": [LOGPROBS_INCLUDE] if config.transcription_logprobs else None,
+        "overlap_policy": OVERLAP_POLICY_NAMES.get(config.overlap_policy),
+        "playback_commit_policy": _COMMIT_NAMES.get(config.playback_commit_policy),
+        "interruption": _interruption_json(config.interruption),
+        "idle_timeout_ms": config.idle_timeout.ToMilliseconds(),
+        "state": _STATE_NAMES.get(session.state),
+        "turn_state": _TURN_NAMES.get(session.turn_state),
+        "epoch": session.epoch,
+        "parallel_tool_calls": config.parallel_tool_calls,
+    }
+
+
 def session_json(session: pb.Session) -> dict[str, Any]:
     """Renders a session in the GA ``session`` shape plus the duplex extensions."""
     config = session.config
-    transcription = config.input_transcription
+    if config.type == pb.SESSION_TYPE_TRANSCRIPTION:
+        return _transcription_session_json(session)
     audio_output: dict[str, Any] = {"format": format_json(config.output_audio_format)}
     if config.HasField("voice"):
         audio_output["voice"] = config.voice
@@ -122,14 +162,7 @@ def session_json(session: pb.Session) -> dict[str, Any]:
             "input": {
                 "format": format_json(config.input_audio_format),
                 "turn_detection": _turn_detection_json(config.turn_detection),
-                "transcription": (
-                    {
-                        "model": transcription.model or None,
-                        "language": transcription.language or None,
-                    }
-                    if transcription.enabled
-                    else None
-                ),
+                "transcription": _transcription_json(config.input_transcription),
             },
             "output": audio_output,
         },
@@ -146,6 +179,8 @@ def session_json(session: pb.Session) -> dict[str, Any]:
         # GA's session object has no place for it: shown to extension clients only.
         "parallel_tool_calls": config.parallel_tool_calls,
     }
+    if config.transcription_logprobs:
+        out["include"] = [LOGPROBS_INCLUDE]
     if config.HasField("instructions"):
         out["instructions"] = config.instructions
     if config.HasField("temperature"):
@@ -188,6 +223,8 @@ def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
         "item_audio_kept_ms": caps.item_audio_kept_ms,
         "supports_out_of_band_responses": caps.supports_out_of_band_responses,
         "out_of_band_beside_response": caps.out_of_band_beside_response,
+        "transcription_models": list(caps.transcription_models),
+        "supports_transcription_logprobs": caps.supports_transcription_logprobs,
         "max_pending_input_bytes": caps.max_pending_input_bytes,
         "max_sessions": caps.max_sessions,
     }

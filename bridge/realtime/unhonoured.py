@@ -24,10 +24,6 @@ def _unset(value: Any) -> bool:
     return value is None
 
 
-def _empty(value: Any) -> bool:
-    return value in (None, "", [])
-
-
 def _speed_one(value: Any) -> bool:
     return value is None or (type(value) in (int, float) and value == 1)
 
@@ -55,17 +51,6 @@ _RULES: dict[str, tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...]
         (("session", "input_audio_noise_reduction"), _unset, "no engine reduces noise"),
         (("session", "audio", "output", "speed"), _speed_one, "voices speak at one speed"),
         (("session", "speed"), _speed_one, "voices speak at one speed"),
-        (
-            ("session", "audio", "input", "transcription", "prompt"),
-            _empty,
-            "transcription takes no prompt",
-        ),
-        (
-            ("session", "input_audio_transcription", "prompt"),
-            _empty,
-            "transcription takes no prompt",
-        ),
-        (("session", "include"), _empty, "no extra output can be included"),
         (("session", "prompt"), _unset, "there are no stored prompts"),
         (("session", "truncation"), _auto, "the conversation's truncation is the engine's"),
         (("session", "reasoning"), _no_effort, _NO_REASONING),

@@ -23,6 +23,7 @@ from omni_grpc.client.errors import (
     SessionReplaced,
 )
 from omni_grpc.client.options import ClientOptions, ClientStats, ResumeHandle
+from omni_grpc.client.transcription import Transcription
 
 __all__ = [
     "ClientOptions",
@@ -41,4 +42,5 @@ __all__ = [
     "SessionEnded",
     "SessionExpired",
     "SessionReplaced",
+    "Transcription",
 ]

@@ -23,6 +23,7 @@ from omni_grpc.client.commands import Commands
 from omni_grpc.client.errors import CommandTooLarge, DuplexClientError, SessionClosed
 from omni_grpc.client.link import End, SessionLink
 from omni_grpc.client.options import ClientOptions, ResumeHandle
+from omni_grpc.client.transcription import Transcription
 from omni_grpc.wire import pb
 from omni_grpc.wire.stream_end import StreamBroken
 
@@ -61,11 +62,17 @@ class DuplexClient(SessionLink, Commands):
         tls_server_name: str | None = None,
         ack_interval_s: float | None = None,
         options: ClientOptions | None = None,
+        transcription: Transcription | None = None,
     ) -> DuplexClient:
-        """Opens a session on ``target`` ("host:port"); raises OpenRefused or ConnectionLost."""
+        """Opens a session on ``target`` ("host:port"); raises OpenRefused or ConnectionLost.
+
+        With ``transcription``, a transcription session (:mod:`.transcription`): ``config``
+        made one, with those settings."""
         client = cls._build(
             target, api_key, tls, root_certificates, tls_server_name, ack_interval_s, options
         )
+        if transcription is not None:
+            config = transcription.config(config)
         try:
             await client._open(config or pb.SessionConfig())
         except BaseException:

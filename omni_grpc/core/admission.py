@@ -39,6 +39,7 @@ from omni_grpc.core.budget import BUDGET_RETRY_AFTER_S, MemoryBudget
 from omni_grpc.core.commands import AppendAudio, EngineCommand, append_audio, engine_command
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
+from omni_grpc.core.transcription import check_no_response
 from omni_grpc.wire import pb
 from omni_grpc.wire.kinds import HANDSHAKE_COMMANDS, UNNUMBERED_COMMANDS
 from omni_grpc.wire.pcm import canonical_input_bytes
@@ -135,6 +136,7 @@ class Admission:
         """Checks a command bound for the engine (not an append) and ends the pending input
         for the commands that end it."""
         validation.check_command(request, kind, self._limits, self._engine)
+        check_no_response(kind, request, config)
         if kind == "create_response":
             tools.check_create_tools(request.create_response, config)
         elif kind in INPUT_ENDING_COMMANDS:

@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 from omni_grpc.core.errors import CommandError
 from omni_grpc.core.limits import EngineFeatures, Limits
 from omni_grpc.core.tools import check_tool_choice
+from omni_grpc.core.transcription import change_type, resolve_transcription
 from omni_grpc.core.turn_taking import resolve_interruption, resolve_turn_detection
 from omni_grpc.core.validation import check_config
 from omni_grpc.wire import pb
@@ -90,6 +91,7 @@ def resolve_config(
     _resolve_input_format(config.input_audio_format, engine)
     _resolve_output_format(config.output_audio_format, engine)
     resolve_turn_detection(config, engine)
+    resolve_transcription(config, engine)
     vad = config.turn_detection.type in (
         pb.TURN_DETECTION_TYPE_SERVER_VAD,
         pb.TURN_DETECTION_TYPE_SEMANTIC_VAD,
@@ -153,12 +155,14 @@ def merge_config(
         raise _refuse("model_update_unsupported", "a session cannot change its model", "model")
     merged = pb.SessionConfig()
     merged.CopyFrom(current)
+    change_type(merged, patch)
     _merge_set_fields(merged, patch)
     return resolve_config(merged, limits, engine)
 
 
 # Values that only make sense whole: a duration, a free-form options object.
-# A tool list and a tool choice are replaced whole too (an update that sets an empty ToolSet
+# A tool list and a tool choice are replaced whole too, and so are the transcription settings
+# (set with ``enabled`` false, they turn transcripts off) (an update that sets an empty ToolSet
 # removes every tool; a new choice drops the function a named one had).
 _ATOMIC = frozenset(
     {
@@ -166,6 +170,7 @@ _ATOMIC = frozenset(
         "google.protobuf.Struct",
         "omni.duplex.v1.ToolSet",
         "omni.duplex.v1.ToolChoice",
+        "omni.duplex.v1.InputTranscriptionConfig",
     }
 )
 

@@ -43,6 +43,7 @@ SERVER_CODES = frozenset(
         "model_request_failed",
         "prompt_template_failed",
         "speech_synthesis_failed",
+        "transcription_failed",
     }
 )
 

@@ -80,6 +80,11 @@ class EngineFeatures:
     out_of_band_beside_response: bool = False
     # How much audio of its newest user items it keeps for item_retrieved; 0: none.
     item_audio_kept_ms: int = 0
+    # The transcription (ASR) models a session may choose, the default first; empty: none of
+    # its own (only an empty model is taken).
+    transcription_models: tuple[str, ...] = ()
+    # Gives the log-probabilities of its transcripts' tokens.
+    supports_transcription_logprobs: bool = False
     chunk_period_ms: int = 0  # the engine's model unit; 0: input of any length
     # Sessions the engine serves at once (in real time, on what it runs on); 0: no bound it
     # knows. A server with a queue (``--capacity``) admits at most this many.
@@ -111,6 +116,8 @@ def capabilities(limits: Limits, engine: EngineFeatures) -> pb.Capabilities:
         item_audio_kept_ms=engine.item_audio_kept_ms,
         supports_out_of_band_responses=engine.supports_out_of_band_responses,
         out_of_band_beside_response=engine.out_of_band_beside_response,
+        transcription_models=list(engine.transcription_models),
+        supports_transcription_logprobs=engine.supports_transcription_logprobs,
         max_pending_input_bytes=limits.max_pending_input_bytes,
         max_sessions=limits.max_sessions,
         chunk_period_ms=engine.chunk_period_ms,

@@ -46,6 +46,7 @@ from omni_grpc.core.limits import EngineFeatures, Limits
 from omni_grpc.core.rate_limits import Allowance, Throttle
 from omni_grpc.core.responses import Responses
 from omni_grpc.core.state import State, Trigger, next_state
+from omni_grpc.core.transcription import shown
 from omni_grpc.wire import pb
 
 
@@ -424,8 +425,8 @@ class Session:
             return Effects()
         if kind is None:
             kind = event.WhichOneof("event")
-        if not self.responses.accept(kind, event):
-            return Effects()  # stale output of a finished response
+        if not self.responses.accept(kind, event) or not shown(kind, self.config):
+            return Effects()  # stale output of a finished response, or a transcript turned off
         if kind in INPUT_TAKEN_EVENTS:
             self.admission.input_taken()
         elif kind == "response_done":

@@ -11,7 +11,8 @@ Engines know nothing of tracing: the stage spans are built here from the contrac
 the host takes them from the engine, with explicit start and end times on the server's clock:
 
 * ``omni.vad``: from ``speech_started`` to ``speech_stopped`` (the end of speech the VAD found);
-* ``omni.asr``: from the commit (``input_committed``) to ``input_transcription``;
+* ``omni.asr``: from the commit (``input_committed``) to ``input_transcription`` (or to
+  ``input_transcription_failed``, with ``omni.failed`` 1);
 * ``omni.lm.first_token``: from ``response_created`` to the language model's first token: the
   moment the engine tells through ``EngineSession.on_stage`` (the embedded engine does: it sends
   text only with the audio made from it), else the response's first text event;
@@ -24,7 +25,9 @@ and ``.decided_ms``, and each judge's own verdict where it judged
 (``omni.turn_end.sound_probability``, ``.words_probability``).
 
 ``response_done`` (or ``response_listen``, the engine choosing not to answer) ends the turn, with
-the engine's own ``TurnLatency`` and usage as attributes. No transcript or audio goes into a span.
+the engine's own ``TurnLatency`` and usage as attributes; in a transcription session, which
+never answers, the turn's transcript (or its failure) ends it. No transcript or audio goes into
+a span.
 
 :class:`TurnTraces` is a tap of the session host (:mod:`omni_grpc.server.taps`): when tracing
 is off the host has no such tap, and pays nothing for it.
@@ -115,7 +118,8 @@ class TurnTraces(HostTap):
         self.command(request)
 
     def event(self, host: SessionHost, kind: str | None, event: pb.ConverseResponse) -> None:
-        self.engine_event(kind, event)
+        transcribing = host.session.config.type == pb.SESSION_TYPE_TRANSCRIPTION
+        self.engine_event(kind, event, transcribing=transcribing)
 
     def ended(self, host: SessionHost) -> None:
         self.close()
@@ -139,8 +143,11 @@ class TurnTraces(HostTap):
         self._end_turn("superseded")
         self._open_turn(now, opened_by=opened_by)
 
-    def engine_event(self, kind: str | None, event: pb.ConverseResponse) -> None:
-        """An engine event went by: it may start, end or mark a stage of the turn."""
+    def engine_event(
+        self, kind: str | None, event: pb.ConverseResponse, *, transcribing: bool = False
+    ) -> None:
+        """An engine event went by: it may start, end or mark a stage of the turn
+        (``transcribing``: in a transcription session, whose turns end at their transcript)."""
         if (self._side or kind == "response_created") and self._out_of_band(kind, event):
             return
         now = time.time_ns()
@@ -172,6 +179,12 @@ class TurnTraces(HostTap):
         elif kind == "input_transcription":
             chars = len(event.input_transcription.transcript)
             self._stage(turn, "omni.asr", turn.committed_ns, now, transcript_chars=chars)
+            if transcribing:
+                self._end_turn("input_transcription", now)
+        elif kind == "input_transcription_failed":
+            self._stage(turn, "omni.asr", turn.committed_ns, now, failed=1)
+            if transcribing:
+                self._end_turn("input_transcription_failed", now)
         elif kind == "response_created":
             turn.response_ns = now
             turn.response_id = event.response_created.response.id

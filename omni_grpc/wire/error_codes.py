@@ -37,6 +37,9 @@ ERROR_CODES: dict[str, str] = {
     "barge_in_unsupported": "barge-in asked of an engine that cannot barge in",
     "model_update_unsupported": "update_session tried to change the model",
     "unsupported_content": "a conversation item's content this engine cannot take",
+    "unknown_transcription_model": "a transcription model the engine does not have",
+    "unsupported_transcription_logprobs": "transcript logprobs asked of an engine without them",
+    "responses_unsupported": "a response asked of a transcription session",
     # -- conversation and responses --------------------------------------------------------
     "input_audio_buffer_empty": "commit with no input audio buffered",
     "item_not_found": "no conversation item with that id",
@@ -62,6 +65,7 @@ ERROR_CODES: dict[str, str] = {
     "model_request_failed": "the model could not serve the response's request (vllm)",
     "prompt_template_failed": "the model's chat template refused the prompt (vllm)",
     "speech_synthesis_failed": "the answer could not be spoken (vllm)",
+    "transcription_failed": "a user turn could not be transcribed (input_transcription_failed)",
 }
 
 

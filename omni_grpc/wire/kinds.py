@@ -76,6 +76,7 @@ CONVERSATION_EVENTS = frozenset(
         "item_truncated",
         "input_transcription",
         "input_transcription_delta",
+        "input_transcription_failed",
         "response_created",
         "response_done",
         "response_listen",

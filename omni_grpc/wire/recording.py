@@ -54,9 +54,10 @@ TRACKS = ("user", "assistant")  # the WAV's channels, left to right
 # and the part's last line.
 LINE_TYPES = ("recording", "command", "event", "stream", "note", "end")
 # The keys whose string values are a person's words, or words about them: left out of a
-# recording made without text (SessionRecording.omit_text).
+# recording made without text (SessionRecording.omit_text); a transcription prompt may name
+# people. A transcript's ``logprobs`` hold its words as tokens and bytes: left out whole.
 TEXT_KEYS = frozenset(
-    {"text", "transcript", "delta", "instructions", "arguments", "output", "metadata"}
+    {"text", "transcript", "delta", "instructions", "arguments", "output", "metadata", "prompt"}
 )
 
 
@@ -109,6 +110,8 @@ def _redacted(key: str, value: Any) -> Any:
         return left_out(value)
     if key == "metadata" and isinstance(value, dict):
         return {name: left_out(str(text)) for name, text in value.items()}
+    if key == "logprobs" and isinstance(value, list):
+        return []
     return redact_text(value)
 
 

@@ -87,11 +87,11 @@ async def test_the_sdk_mints_a_session_that_the_socket_starts_with(port: int) ->
     ("session", "code", "param"),
     [
         ({"reasoning": {"effort": "low"}}, "unsupported_field", "session.reasoning"),
-        ({"type": "transcription"}, "unsupported_session_type", "session.type"),
+        ({"type": "translation"}, "unsupported_session_type", "session.type"),
         ({"output_modalities": ["video"]}, "bad_event", "session.output_modalities.0"),
         ({"tools": [{"type": "mcp", "name": "m"}]}, "bad_event", "session.tools.0.type"),
     ],
-    ids=["reasoning", "transcription", "modality", "mcp"],
+    ids=["reasoning", "translation", "modality", "mcp"],
 )
 async def test_a_session_the_bridge_cannot_honour_is_refused_at_the_mint(
     port: int, session: dict[str, Any], code: str, param: str
@@ -121,3 +121,25 @@ async def test_a_session_the_service_refuses_opens_with_the_defaults_after_the_e
         session = events[-1]["session"]
         assert session["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
         assert "instructions" not in session  # refused whole, as an update is
+
+
+async def test_a_minted_transcription_session_opens_as_one(port: int) -> None:
+    audio_in = {"transcription": {"model": "whisper-1", "language": "fr"}, "turn_detection": None}
+    minted = await mint(port, {"session": {"type": "transcription", "audio": {"input": audio_in}}})
+    assert minted.status == 200
+    answer = await minted.json()
+    assert (answer["session"]["type"], answer["session"]["object"]) == (
+        "transcription",
+        "realtime.transcription_session",
+    )
+    async with realtime_socket(port, **page(answer["value"])) as socket:
+        session = (await socket.until("session.created"))[-1]["session"]
+        assert session["type"] == "transcription"
+        assert session["audio"]["input"]["transcription"] == {
+            "model": "loopback-words",
+            "language": "fr",
+            "prompt": None,
+        }
+        await socket.send({"type": "response.create"})
+        error = (await socket.until("error"))[-1]["error"]
+        assert error["code"] == "responses_unsupported"

@@ -55,6 +55,10 @@ def defaults(
         ),
         # OpenAI's default: a response may call several functions.
         parallel_tool_calls=True,
+        type=pb.SESSION_TYPE_REALTIME,
+        # Transcripts on, as every engine made them before they could be turned off.
+        input_transcription=pb.InputTranscriptionConfig(enabled=True),
+        transcription_logprobs=False,
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf import json_format
 
 from omni_grpc.client.recorded.tracks import MAX_AHEAD_S, SETTLE_S, AheadOfClock, Tracks
 from omni_grpc.client.recordings import load, read_lines, summary
@@ -19,6 +20,7 @@ from omni_grpc.server.recording.disk import stop_reason
 from omni_grpc.server.recording.part import PartInfo, WirePart, is_delta, without_frames
 from omni_grpc.server.recording.retention import over_cap, sweep
 from omni_grpc.wire import pb
+from omni_grpc.wire.recording import message_json, redact_text
 
 RATE = 16000
 TOKEN = "secret-resume-token-0123456789"
@@ -407,3 +409,17 @@ def test_a_wire_log_cut_by_a_crash_reads_to_its_last_whole_record(tmp_path: Path
     assert cut.lines[-1][1]["kind"] == "truncate_conversation_item"  # event 8 was torn
     assert cut.end() == {"reason": "unfinished", "last_seq": 7}
     assert (folder / "events.jsonl").read_bytes().endswith(b"\n")
+
+
+def test_a_recording_without_text_leaves_out_transcript_logprobs_and_prompts() -> None:
+    transcript = pb.InputTranscription(
+        item_id="i1",
+        transcript="my pin",
+        logprobs=[pb.TranscriptLogprob(token="my", logprob=-0.1, bytes=b"my")],
+    )
+    config = pb.SessionConfig(input_transcription=pb.InputTranscriptionConfig(prompt="Zoë"))
+    for message in (pb.ConverseResponse(input_transcription=transcript), config):
+        kept = redact_text(message_json(message))
+        parsed = type(message)()
+        json_format.ParseDict(kept, parsed)  # still the message it was, less its words
+        assert "my" not in str(kept) and "Zo" not in str(kept)

@@ -397,3 +397,33 @@ def test_a_judge_that_did_not_judge_leaves_no_attribute(exporter: InMemorySpanEx
     assert turn.attributes["omni.turn_end.sound_probability"] == pytest.approx(0.8)
     assert "omni.turn_end.words_probability" not in turn.attributes
     provider.shutdown()
+
+
+def test_a_transcription_session_turn_ends_at_its_transcript_or_failure(
+    exporter: InMemorySpanExporter,
+) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = server_tracer(provider)
+    assert tracer is not None
+    traces = TurnTraces(tracer, "s1")
+    failed = pb.InputTranscriptionFailed(item_id="i2")
+    events = [
+        pb.ConverseResponse(speech_started=pb.SpeechStarted()),
+        pb.ConverseResponse(input_committed=pb.InputCommitted(item_id="i1")),
+        pb.ConverseResponse(input_transcription=pb.InputTranscription(transcript="hello")),
+        pb.ConverseResponse(speech_started=pb.SpeechStarted()),
+        pb.ConverseResponse(input_committed=pb.InputCommitted(item_id="i2")),
+        pb.ConverseResponse(input_transcription_failed=failed),
+    ]
+    for event in events:
+        traces.engine_event(event.WhichOneof("event"), event, transcribing=True)
+    spans = exporter.get_finished_spans()
+    turns = [span for span in spans if span.name == "omni.turn"]
+    assert [turn.attributes["omni.turn.ended_by"] for turn in turns if turn.attributes] == [
+        "input_transcription",
+        "input_transcription_failed",
+    ]
+    asr = [span.attributes for span in spans if span.name == "omni.asr"]
+    assert [dict(a or {}).get("omni.failed") for a in asr] == [None, 1]
+    provider.shutdown()

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from omni_grpc.core.limits import EngineFeatures
 from omni_grpc.engine import kit
 from omni_grpc.engine.base import Engine, EngineError
+from omni_grpc.engine.embedded.models.whisper_models import installed_models
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.runtime import Runtime
 from omni_grpc.engine.embedded.session import EmbeddedSession
@@ -34,6 +35,8 @@ FEATURES = EngineFeatures(
     # Out-of-band responses run beside the running one: the LM lends each its own cache.
     supports_out_of_band_responses=True,
     out_of_band_beside_response=True,
+    # Whisper's probability of each token of a transcript, from CTranslate2's alignment.
+    supports_transcription_logprobs=True,
 )
 # Without server VAD the engine hears no speech of its own: nothing to judge.
 _CLIENT_COMMITS = dataclasses.replace(
@@ -52,6 +55,8 @@ class EmbeddedEngine(Engine):
         self.features = dataclasses.replace(
             FEATURES if self.options.server_vad == "on" else _CLIENT_COMMITS,
             capacity=self.options.capacity,
+            # A session may name any Whisper installed; the asr_model option is the default.
+            transcription_models=installed_models(self.options.asr_model),
         )
         if not self._judges_turns():
             self.features = dataclasses.replace(self.features, supports_semantic_vad=False)
@@ -133,12 +138,16 @@ class EmbeddedEngine(Engine):
         else:
             self.features = dataclasses.replace(self.features, supports_semantic_vad=False)
         beam = options.asr_beam_size or (RESCORED_BEAM if reranker else BEAM_SIZE)
-        asr = Transcriber(
-            model=options.asr_model,
-            cpu_threads=options.asr_threads,
-            decoding=Decoding(beam_size=beam),
-            reranker=reranker,
-        )
+
+        def load_asr(name: str) -> Transcriber:
+            return Transcriber(
+                model=name,
+                cpu_threads=options.asr_threads,
+                decoding=Decoding(beam_size=beam),
+                reranker=reranker,
+            )
+
+        asr = load_asr(options.asr_model)
         # The first decode of a process pays CTranslate2's warm-up; pay it here, not in a turn.
         asr.transcribe(bytes(pcm16_bytes(1000, CANONICAL_INPUT_RATE_HZ)))  # a second of silence
         overlap_asr = None
@@ -160,6 +169,7 @@ class EmbeddedEngine(Engine):
             turn_scorer=scorer,
             turn_ear=ear,
             overlap_asr=overlap_asr,
+            load_asr=load_asr,
         )
 
     def _load_ear(self) -> SoundScorer | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from omni_grpc.engine.embedded.models.asr import Transcriber
 from omni_grpc.engine.embedded.options import EmbeddedOptions
@@ -34,6 +36,24 @@ class Runtime:
     # The Whisper that reads speech over a reply (backchannel or interruption?): a smaller
     # one than the turns', since the reply waits on it; the turns' own where they are one.
     overlap_asr: Transcriber | None = None
+    # Makes the Whisper called by a name, decoding as the turns' own does: for a session that
+    # names another transcription model than the default (loaded at its first turn).
+    load_asr: Callable[[str], Transcriber] | None = None
+    _shelf: dict[str, Transcriber] = field(default_factory=dict)
+    _loading: threading.Lock = field(default_factory=threading.Lock)
+
+    def transcriber(self, model: str) -> Transcriber:
+        """The Whisper called ``model`` (the default for ""), loaded at its first use; blocks,
+        so only on a worker thread."""
+        if not model or model == self.asr.model:
+            return self.asr
+        with self._loading:
+            found = self._shelf.get(model)
+            if found is None:
+                if self.load_asr is None:
+                    raise ValueError(f"no transcription model {model!r} on this engine")
+                found = self._shelf[model] = self.load_asr(model)
+            return found
 
     @property
     def overlap_reader(self) -> Transcriber:

@@ -40,6 +40,7 @@ from omni_grpc.engine.embedded.tool_calls import choose_call
 from omni_grpc.engine.kit.listening import Pause, SpeechStart, Turn
 from omni_grpc.engine.kit.listening_session import Hearing, ListeningSession
 from omni_grpc.engine.kit.tools import emit_call
+from omni_grpc.engine.kit.transcripts import transcript_event, transcription_failed
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -197,8 +198,9 @@ class EmbeddedSession(ListeningSession):
         a reply is judged on them too."""
         loop = asyncio.get_running_loop()
         try:
+            language = self.config.input_transcription.language
             hypothesis = await loop.run_in_executor(
-                self._runtime.executor, self._runtime.asr.hypothesis, audio
+                self._runtime.executor, self._runtime.asr.hypothesis, audio, language
             )
         except Exception:
             logger.exception("session %s: partial failed", self.id, extra={"session_id": self.id})
@@ -237,7 +239,7 @@ class EmbeddedSession(ListeningSession):
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
                 loop.call_soon_threadsafe(_settle, likeliest, text)
 
-        transcribe = self._runtime.asr.transcribe
+        transcribe = self._transcription()
         job = loop.run_in_executor(
             self._runtime.executor, lambda: transcribe(pause.audio, first_reading=tell)
         )
@@ -306,18 +308,18 @@ class EmbeddedSession(ListeningSession):
     ) -> None:
         """Writes down a turn (or takes the transcript started at its pause)."""
         loop = asyncio.get_running_loop()
+        failure: Exception | None = None
         try:
             text = await (
                 job
-                or loop.run_in_executor(
-                    self._runtime.executor, self._runtime.asr.transcribe, user.audio
-                )
+                or loop.run_in_executor(self._runtime.executor, self._transcription(), user.audio)
             )
-        except Exception:
+        except Exception as error:
             logger.exception(
                 "session %s: transcription failed", self.id, extra={"session_id": self.id}
             )
-            text = ""
+            text, failure = "", error
+        logprobs = await self._logprobs(user.audio, text) if failure is None else []
         if before is not None:  # transcripts come out in the order the turns were committed
             await before.text_final.wait()
         user.text = text
@@ -325,11 +327,9 @@ class EmbeddedSession(ListeningSession):
             item = self._history.get(user.item_id)
             item.content[0].transcript = text
             await self._events.put(
-                pb.ConverseResponse(
-                    input_transcription=pb.InputTranscription(
-                        item_id=user.item_id, content_index=0, transcript=text
-                    )
-                )
+                transcription_failed(user.item_id, failure)
+                if failure is not None
+                else transcript_event(user.item_id, text, logprobs)
             )
             await self._events.put(
                 pb.ConverseResponse(
@@ -337,6 +337,42 @@ class EmbeddedSession(ListeningSession):
                 )
             )
         user.text_final.set()
+
+    async def _logprobs(self, audio: bytes, text: str) -> list[pb.TranscriptLogprob]:
+        """The logprobs of a turn's transcript, when the session asked for them."""
+        if not self.config.transcription_logprobs or not text:
+            return []
+        settings = self.config.input_transcription
+        runtime = self._runtime
+
+        def read() -> list[tuple[str, float]]:
+            asr = runtime.transcriber(settings.model)
+            return asr.token_logprobs(audio, text, settings.language)
+
+        try:
+            tokens = await asyncio.get_running_loop().run_in_executor(runtime.executor, read)
+        except Exception:
+            logger.exception("session %s: logprobs failed", self.id, extra={"session_id": self.id})
+            return []
+        return [
+            pb.TranscriptLogprob(token=token, logprob=logprob, bytes=token.encode())
+            for token, logprob in tokens
+        ]
+
+    def _transcription(self) -> Callable[..., str]:
+        """How this session's turns are written down, as its settings are now: their Whisper
+        (loaded at its first turn when it is not the default), language and prompt. Blocks:
+        for a model thread."""
+        settings = self.config.input_transcription
+        model, language, prompt = settings.model, settings.language, settings.prompt
+        runtime = self._runtime
+
+        def transcribe(audio: bytes, first_reading: Callable[[str], None] | None = None) -> str:
+            return runtime.transcriber(model).transcribe(
+                audio, first_reading=first_reading, language=language, prompt=prompt
+            )
+
+        return transcribe
 
     async def _on_close_begin(self) -> None:
         self._drop_early()

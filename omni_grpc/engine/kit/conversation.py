@@ -127,6 +127,7 @@ class ConversationSession(ResponseSession):
         audio = bytes(self._input)
         self._input.clear()
         user, item = await self._commit_turn(audio)
+        await self._write_down(user, item)
         await self._events.put(
             pb.ConverseResponse(
                 item_done=pb.ItemDone(item=item, previous_item_id=user.previous_item_id)
@@ -160,6 +161,10 @@ class ConversationSession(ResponseSession):
             pb.ConverseResponse(item_added=pb.ItemAdded(item=item, previous_item_id=previous))
         )
         return user, item
+
+    async def _write_down(self, user: UserInput, item: pb.ConversationItem) -> None:
+        """Hook: a committed turn, before its item_done; an engine that transcribes it here
+        queues its transcript events and puts the words in ``item`` and ``user``."""
 
     def _creates_response(self, commit: cmd.CommitAudio | None = None) -> bool:
         """Whether a commit (or a turn server VAD ended) is answered at once: as the commit

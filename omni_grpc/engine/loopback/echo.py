@@ -36,6 +36,17 @@ def echo_words(inputs: list[UserInput]) -> str:
     return " and ".join(said + wrote + returned) or "you sent an empty item"
 
 
+def echo_transcript(audio_ms: float, settings: pb.InputTranscriptionConfig) -> str:
+    """The loopback's transcript of a turn: how long it was, and the language and prompt the
+    session gave its transcription, so a test sees both arrive."""
+    words = f"{audio_ms / 1000:.2f} seconds of audio"
+    if settings.language:
+        words += f" in {settings.language}"
+    if settings.prompt:
+        words += f", prompted {settings.prompt[:200]!r}"
+    return words
+
+
 def input_tokens(inputs: list[UserInput]) -> int:
     """A fixed rule, so that usage can be checked: a token per 100 ms of audio and per word."""
     audio_ms = sum(user.audio_ms for user in inputs)

@@ -13,6 +13,8 @@ from omni_grpc.engine.loopback.session import LoopbackSession
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import SUPPORTED_RATES_HZ
 
+TRANSCRIPTION_MODELS = ("loopback-words",)
+
 FEATURES = EngineFeatures(
     name="loopback",
     default_model="loopback",
@@ -24,6 +26,10 @@ FEATURES = EngineFeatures(
     # Out-of-band responses run as tasks of their own beside the running one.
     supports_out_of_band_responses=True,
     out_of_band_beside_response=True,
+    # Its transcripts (transcription sessions only) say how long a turn was; each word is
+    # certain, so its logprobs are there to give.
+    transcription_models=TRANSCRIPTION_MODELS,
+    supports_transcription_logprobs=True,
 )
 
 

@@ -14,7 +14,13 @@ from omni_grpc.core.commands import AppendAudio
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine import kit
 from omni_grpc.engine.kit.tools import emit_call, example_arguments, scripted_tool
-from omni_grpc.engine.loopback.echo import echo_audio, echo_words, input_tokens
+from omni_grpc.engine.kit.transcripts import (
+    is_transcription_session,
+    transcript_delta,
+    transcript_event,
+    word_logprobs,
+)
+from omni_grpc.engine.loopback.echo import echo_audio, echo_transcript, echo_words, input_tokens
 from omni_grpc.engine.loopback.options import LoopbackOptions
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import (
@@ -54,6 +60,19 @@ class LoopbackSession(kit.ConversationSession):
         if self._options.mode == "mirror":
             handlers[AppendAudio] = self._reflect
         return handlers
+
+    async def _write_down(self, user: kit.UserInput, item: pb.ConversationItem) -> None:
+        """In a transcription session, the turn's deterministic transcript (:func:`.echo.
+        echo_transcript`): one delta, then the transcript, each with word logprobs of 0 when
+        asked. Its realtime sessions send none, as before transcription sessions existed."""
+        if not is_transcription_session(self.config):
+            return
+        text = echo_transcript(user.audio_ms, self.config.input_transcription)
+        logprobs = word_logprobs(text) if self.config.transcription_logprobs else []
+        await self._events.put(transcript_delta(item.id, text, logprobs))
+        await self._events.put(transcript_event(item.id, text, logprobs))
+        user.text = text
+        item.content[0].transcript = text
 
     def _prepare(self, answer: kit.Answer) -> None:
         answer.input_tokens = input_tokens(answer.inputs)

@@ -342,7 +342,7 @@ async def test_semantic_vad_on_an_engine_with_vad_ends_the_turn_by_itself(speech
     ):
         await ws.until("session.created", wait_s=60)
         vad = {"type": "semantic_vad", "eagerness": "high"}
-        audio_in = {"turn_detection": vad, "transcription": {"model": "whisper"}}
+        audio_in = {"turn_detection": vad, "transcription": {"model": "whisper-1"}}
         await ws.send({"type": "session.update", "session": {"audio": {"input": audio_in}}})
         updated = (await ws.until("session.updated", wait_s=30))[-1]
         detector = updated["session"]["audio"]["input"]["turn_detection"]

@@ -74,6 +74,7 @@ GA_UPDATE = {
     },
 }
 GA_CONFIG = {
+    "type": "SESSION_TYPE_REALTIME",
     "model": "gpt-realtime",
     "output_modalities": ["MODALITY_AUDIO"],
     "instructions": "Be brief.",
@@ -96,7 +97,8 @@ GA_CONFIG = {
     "playback_commit_policy": "PLAYBACK_COMMIT_POLICY_ACK_ONLY",
     "idle_timeout": "60s",
     "max_output_tokens": 512,
-    "input_transcription": {"enabled": True, "model": "whisper-1", "language": "en"},
+    # OpenAI's model names mean "transcribe": the engine's default model.
+    "input_transcription": {"enabled": True, "language": "en"},
     "engine_options": {"pace": "fast"},
     # An empty tool list is sent as one: it removes every tool.
     "tools": {},
@@ -116,6 +118,7 @@ def test_beta_spellings_give_the_same_config() -> None:
         "type": "session.update",
         "event_id": "evt_client_1",
         "session": {
+            "type": "realtime",
             "model": "gpt-realtime",
             "instructions": "Be brief.",
             "modalities": ["audio"],
@@ -205,7 +208,7 @@ def test_turning_turn_detection_off_turns_its_idle_timeout_off() -> None:
 @pytest.mark.parametrize(
     ("session", "code", "param"),
     [
-        ({"type": "transcription"}, "unsupported_session_type", "session.type"),
+        ({"type": "translation"}, "unsupported_session_type", "session.type"),
         (
             {"audio": {"input": {"format": {"type": "audio/opus"}}}},
             "unsupported_audio_format",

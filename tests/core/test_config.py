@@ -55,6 +55,8 @@ def defaults(
         ),
         # OpenAI's default: a response may call several functions.
         parallel_tool_calls=True,
+        # OpenAI's default: the oldest items give way to what fits.
+        truncation=pb.Truncation(type=pb.TRUNCATION_TYPE_AUTO),
     )
 
 

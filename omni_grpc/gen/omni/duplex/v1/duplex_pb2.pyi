@@ -2393,8 +2393,10 @@ class Response(_message.Message):
     (cancelled: a barge-in, a new user turn, cancel_response or cancel_input, or
     clear_output_audio), "model_listen" (the engine chose to listen), "engine_error"
     (failed; an `error` event with the failure's code came first) or "engine_aborted"
-    (failed: the engine aborted the request). The vllm-omni engine passes on its
-    reference's own reasons as they are.
+    (failed: the engine aborted the request) or "context_length_exceeded" (failed, with no
+    `error` event: the conversation does not fit the model's context under DISABLED
+    truncation; the session goes on). The vllm-omni engine passes on its reference's own
+    reasons as they are.
     """
     conversation: Global___ResponseConversation.ValueType
     """Says whether its output joins the conversation: RESPONSE_CONVERSATION_NONE for an
@@ -4429,6 +4431,7 @@ class ErrorReport(_message.Message):
     * `unsupported_audio_format`: an encoding or sample rate this server does not take.
     * `unsupported_turn_detection`: a turn detection this engine lacks, or a bad threshold.
     * `unsupported_interruption`: interruption settings this engine cannot honour.
+    * `unsupported_truncation`: a truncation other than auto, of an engine that honours it alone.
     * `barge_in_unsupported`: barge-in asked of an engine that cannot barge in.
     * `model_update_unsupported`: update_session tried to change the model.
     * `unsupported_content`: a conversation item's content this engine cannot take.

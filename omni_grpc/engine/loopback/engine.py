@@ -24,6 +24,8 @@ FEATURES = EngineFeatures(
     # Out-of-band responses run as tasks of their own beside the running one.
     supports_out_of_band_responses=True,
     out_of_band_beside_response=True,
+    # Counts a word a token (and 100 ms of a user's audio) against context_tokens.
+    supports_truncation=True,
 )
 
 

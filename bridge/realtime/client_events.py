@@ -164,6 +164,21 @@ class RecordingJson(ClientModel):
     omit_text: bool = False
 
 
+class TokenLimitsJson(ClientModel):
+    """``session.truncation.token_limits``."""
+
+    post_instructions: UInt32 | None = None
+
+
+class RetentionRatioJson(ClientModel):
+    """``session.truncation`` as an object: keep a share of the limit at each cut. The ratio's
+    range is the core's to check (``invalid_session_config`` naming it)."""
+
+    type: Literal["retention_ratio"]
+    retention_ratio: Finite
+    token_limits: TokenLimitsJson | None = None
+
+
 class SessionPatch(ClientModel):
     """The ``session`` of ``session.update``: GA fields, beta fields and our extensions.
 
@@ -198,6 +213,7 @@ class SessionPatch(ClientModel):
     tools: list[ToolJson] | None = None
     tool_choice: ToolChoiceSpec | None = None
     parallel_tool_calls: bool | None = None
+    truncation: Literal["auto", "disabled"] | RetentionRatioJson | None = None
 
 
 class _Event(ClientModel):

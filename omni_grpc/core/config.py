@@ -175,8 +175,9 @@ def merge_config(
 
 
 # Values that only make sense whole: a duration, a free-form options object.
-# A tool list, a tool choice and a truncation are replaced whole too (an update that sets an empty ToolSet
-# removes every tool; a new choice drops the function a named one had).
+# A tool list, a tool choice and a truncation are replaced whole too (an update that sets an
+# empty ToolSet removes every tool; a new choice drops the function a named one had; a new
+# truncation type drops the ratio and limit of the old one).
 _ATOMIC = frozenset(
     {
         "google.protobuf.Duration",

@@ -34,6 +34,9 @@ FEATURES = EngineFeatures(
     # Out-of-band responses run beside the running one: the LM lends each its own cache.
     supports_out_of_band_responses=True,
     out_of_band_beside_response=True,
+    # SmolLM2's tokenizer counts the conversation against its context (the echo responder:
+    # a word a token, and no context of its own).
+    supports_truncation=True,
 )
 # Without server VAD the engine hears no speech of its own: nothing to judge.
 _CLIENT_COMMITS = dataclasses.replace(

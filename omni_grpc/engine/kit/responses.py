@@ -54,7 +54,13 @@ from omni_grpc.engine.kit.answers import (
 )
 from omni_grpc.engine.kit.clock import MONOTONIC, Clock
 from omni_grpc.engine.kit.history import History, item_text
-from omni_grpc.engine.kit.truncation import CONTEXT_LENGTH_EXCEEDED, ContextTooLong, cut, limit_of
+from omni_grpc.engine.kit.truncation import (
+    CONTEXT_LENGTH_EXCEEDED,
+    ContextTooLong,
+    Cut,
+    cut,
+    limit_of,
+)
 from omni_grpc.engine.kit.worker import WorkerSession
 from omni_grpc.wire import pb
 from omni_grpc.wire.bounds import MAX_OUT_OF_BAND_RESPONSES
@@ -87,7 +93,8 @@ class ResponseSession(WorkerSession):
         self._active: Answer | None = None
         self._deferred = False  # a detected turn waits for the active response (listen_only)
         self._side: dict[str, tuple[Answer, asyncio.Task[None]]] = {}  # out of band, running
-        self._kept_first = ""  # the first item the last cut kept (retention_ratio keeps it)
+        # The id of the first item the last cut kept (retention_ratio keeps it); None: none yet.
+        self._kept_first: str | None = None
 
     async def _play(self, answer: Answer) -> Outcome | None:
         """Produces the output of ``answer``; returns how it ended, or None if it became a
@@ -226,19 +233,26 @@ class ResponseSession(WorkerSession):
         self, answer: Answer, heard: list[tuple[pb.ConversationItem, str]]
     ) -> list[tuple[pb.ConversationItem, str]]:
         """``heard`` less the oldest items that do not fit (see the module docstring)."""
+        reading = self._reading(heard, self._context_window(answer))
+        answer.read_tokens = reading.tokens
+        if not answer.out_of_band and reading.first < len(heard):
+            self._kept_first = heard[reading.first][0].id
+        return heard[reading.first :]
+
+    def _reading(self, heard: list[tuple[pb.ConversationItem, str]], window: int | None) -> Cut:
+        """Where a reading of ``heard`` starts under the session's truncation, in a context
+        of ``window`` tokens (changes nothing: an engine may ask ahead of a response);
+        raises :class:`ContextTooLong` where it does not fit."""
         truncation = self.config.truncation
         tokens = [self._count_tokens(item, text) for item, text in heard]
-        limit = limit_of(truncation, self._context_window(answer))
+        limit = limit_of(truncation, window)
         ids = [item.id for item, _ in heard]
         kept_first = ids.index(self._kept_first) if self._kept_first in ids else 0
         reading = cut(tokens, limit, truncation, kept_first)
         if not reading.fits:
             assert limit is not None, "only a known limit can be passed"
             raise ContextTooLong(reading.tokens, limit)
-        answer.read_tokens = reading.tokens
-        if not answer.out_of_band and reading.first < len(ids):
-            self._kept_first = ids[reading.first]
-        return heard[reading.first :]
+        return reading
 
     def _count_tokens(self, item: pb.ConversationItem, text: str) -> int:
         """The tokens ``item`` (its words ``text``) takes in the engine's prompt; a word a token

@@ -2289,7 +2289,9 @@ class Usage(_message.Message):
     INPUT_AUDIO_MS_FIELD_NUMBER: _builtins.int
     OUTPUT_AUDIO_MS_FIELD_NUMBER: _builtins.int
     input_tokens: _builtins.int
-    """Counts input tokens."""
+    """Counts the input tokens the response read: what was left of the conversation after
+    SessionConfig.truncation cut it (or its own input), as the engine's model counts them.
+    """
     output_tokens: _builtins.int
     """Counts output tokens."""
     input_audio_ms: _builtins.float

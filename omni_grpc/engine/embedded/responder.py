@@ -10,6 +10,7 @@ the event loop as they are sampled.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import re
 import threading
@@ -66,6 +67,9 @@ EXAMPLES = (
 # of it is computed on the CPU when the prompt's start changes. About the twelve short turns
 # the engine used to keep.
 CONVERSATION_TOKENS = 512
+# Turns whose token counts the responder keeps (a conversation holds at most 64 items, and
+# sessions share the responder).
+COUNTS_KEPT = 4096
 # Sampling when the session sets neither max_output_tokens nor temperature. Greedy scored
 # best (sampling at 0.2 lost a question, at 0.6 five); an answer ends after MAX_SENTENCES
 # sentences, which also stops the rambling a greedy small model falls into.
@@ -166,6 +170,8 @@ class SmolResponder(Responder):
     def __init__(self, model: SmolLM, executor: Executor) -> None:
         self._model = model
         self._executor = executor
+        # Every response counts the whole history again: its turns' counts are kept.
+        self._counted = functools.lru_cache(maxsize=COUNTS_KEPT)(self._tokens_of)
 
     def warm_up(self) -> None:
         """Computes a first turn's prompt into each of the model's caches: pays the first
@@ -185,6 +191,9 @@ class SmolResponder(Responder):
 
     def count(self, role: str, text: str) -> int:
         """The tokens of the turn in ChatML, as ``chat_prompt`` writes it."""
+        return self._counted(role, text)
+
+    def _tokens_of(self, role: str, text: str) -> int:
         return len(self._model.tokenizer.encode(f"<|im_start|>{role}\n{text}<|im_end|>\n").ids)
 
     def window(self, instructions: str, tools: bool, max_tokens: int) -> int | None:

@@ -64,8 +64,9 @@ def table() -> str:
         "| engine | default model | input audio | output audio | server VAD "
         "| semantic end of turn | interruption by words | barge-in | playback ack "
         "| parallel tool calls | audio items | item audio kept | out-of-band responses "
-        "| built on |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| truncation | built on |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+        "| --- |",
     ]
     for name, f in features().items():
         inputs = ", ".join(_ENCODINGS.get(e, str(e)) for e in f.input_encodings)
@@ -85,7 +86,7 @@ def table() -> str:
             f"| {_yes(f.supports_interruption_by_words)} | {_yes(f.supports_barge_in)} "
             f"| {_yes(f.supports_playback_ack)} | {_yes(f.supports_parallel_tool_calls)} "
             f"| {_yes(f.supports_input_audio_items)} | {f.item_audio_kept_ms / 1000:g} s "
-            f"| {side} | {runtime} |"
+            f"| {side} | {'every kind' if f.supports_truncation else 'auto alone'} | {runtime} |"
         )
     return "\n".join(rows)
 

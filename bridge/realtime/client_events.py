@@ -165,6 +165,21 @@ class RecordingJson(ClientModel):
     omit_text: bool = False
 
 
+class TokenLimitsJson(ClientModel):
+    """``session.truncation.token_limits``."""
+
+    post_instructions: UInt32 | None = None
+
+
+class RetentionRatioJson(ClientModel):
+    """``session.truncation`` as an object: keep a share of the limit at each cut. The ratio's
+    range is the core's to check (``invalid_session_config`` naming it)."""
+
+    type: Literal["retention_ratio"]
+    retention_ratio: Finite
+    token_limits: TokenLimitsJson | None = None
+
+
 class SessionPatch(ClientModel):
     """The ``session`` of ``session.update``: GA fields, beta fields and our extensions.
 
@@ -201,6 +216,7 @@ class SessionPatch(ClientModel):
     parallel_tool_calls: bool | None = None
     # Extra output: the one kind OpenAI defines, the logprobs of input transcripts.
     include: list[Literal["item.input_audio_transcription.logprobs"]] | None = None
+    truncation: Literal["auto", "disabled"] | RetentionRatioJson | None = None
 
 
 class _Event(ClientModel):

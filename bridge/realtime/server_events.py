@@ -24,7 +24,7 @@ from bridge.realtime.session_json import (
 )
 from bridge.realtime.tools import CALL_ITEM_TYPES, ITEM_STATUS_NAMES, call_item_json
 from omni_grpc.wire import pb
-from omni_grpc.wire.names import OVERLAP_ACTIONS, RESPONSE_STATUSES
+from omni_grpc.wire.names import CONTEXT_LENGTH_EXCEEDED, OVERLAP_ACTIONS, RESPONSE_STATUSES
 
 _ERROR_TYPES = {
     pb.ERROR_TYPE_INVALID_REQUEST: "invalid_request_error",
@@ -136,7 +136,9 @@ def _status_details(status: str, reason: str) -> Event | None:
         return None
     details: Event = {"type": status}
     if status == "failed":
-        details["error"] = {"type": "server_error", "code": reason or None}
+        # A conversation over the context under disabled truncation is the request's fault.
+        kind = "invalid_request_error" if reason == CONTEXT_LENGTH_EXCEEDED else "server_error"
+        details["error"] = {"type": kind, "code": reason or None}
     elif reason in _REASONS:
         details["reason"] = _REASONS[reason]
     if reason:

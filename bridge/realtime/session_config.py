@@ -14,6 +14,7 @@ from bridge.realtime.client_events import (
     FormatObject,
     FormatSpec,
     InterruptionJson,
+    RetentionRatioJson,
     SessionPatch,
     TranscriptionJson,
     TurnDetectionJson,
@@ -243,4 +244,22 @@ def config_from_patch(patch: SessionPatch) -> pb.SessionConfig:
         config.tool_choice.CopyFrom(tool_choice(patch.tool_choice, "session.tool_choice"))
     if patch.parallel_tool_calls is not None:
         config.parallel_tool_calls = patch.parallel_tool_calls
+    if patch.truncation is not None:
+        config.truncation.CopyFrom(_truncation(patch.truncation))
     return config
+
+
+def _truncation(truncation: str | RetentionRatioJson) -> pb.Truncation:
+    """GA's ``truncation``: "auto", "disabled", or a retention ratio with its limits."""
+    if truncation == "auto":
+        return pb.Truncation(type=pb.TRUNCATION_TYPE_AUTO)
+    if truncation == "disabled":
+        return pb.Truncation(type=pb.TRUNCATION_TYPE_DISABLED)
+    assert isinstance(truncation, RetentionRatioJson)
+    out = pb.Truncation(
+        type=pb.TRUNCATION_TYPE_RETENTION_RATIO, retention_ratio=truncation.retention_ratio
+    )
+    limits = truncation.token_limits
+    if limits is not None and limits.post_instructions is not None:
+        out.post_instructions_token_limit = limits.post_instructions
+    return out

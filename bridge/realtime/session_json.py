@@ -181,6 +181,9 @@ def session_json(session: pb.Session) -> dict[str, Any]:
     }
     if config.transcription_logprobs:
         out["include"] = [LOGPROBS_INCLUDE]
+    truncation = truncation_json(config.truncation)
+    if truncation is not None:
+        out["truncation"] = truncation
     if config.HasField("instructions"):
         out["instructions"] = config.instructions
     if config.HasField("temperature"):
@@ -196,6 +199,25 @@ def session_json(session: pb.Session) -> dict[str, Any]:
             "omit_text": recording.omit_text,
         }
     return out
+
+
+def truncation_json(truncation: pb.Truncation) -> str | dict[str, Any] | None:
+    """GA's ``truncation`` of the session in force: "auto", "disabled" or the retention
+    object. An auto with a token limit (which a gRPC client may set and GA cannot say) shows
+    as "auto"; None where unset (a configuration the core has not resolved)."""
+    if truncation.type == pb.TRUNCATION_TYPE_DISABLED:
+        return "disabled"
+    if truncation.type == pb.TRUNCATION_TYPE_RETENTION_RATIO:
+        out: dict[str, Any] = {
+            "type": "retention_ratio",
+            "retention_ratio": truncation.retention_ratio,
+        }
+        if truncation.HasField("post_instructions_token_limit"):
+            out["token_limits"] = {"post_instructions": truncation.post_instructions_token_limit}
+        return out
+    if truncation.type == pb.TRUNCATION_TYPE_AUTO:
+        return "auto"
+    return None
 
 
 def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
@@ -225,6 +247,7 @@ def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
         "out_of_band_beside_response": caps.out_of_band_beside_response,
         "transcription_models": list(caps.transcription_models),
         "supports_transcription_logprobs": caps.supports_transcription_logprobs,
+        "supports_truncation": caps.supports_truncation,
         "max_pending_input_bytes": caps.max_pending_input_bytes,
         "max_sessions": caps.max_sessions,
     }

@@ -28,10 +28,6 @@ def _speed_one(value: Any) -> bool:
     return value is None or (type(value) in (int, float) and value == 1)
 
 
-def _auto(value: Any) -> bool:
-    return value in (None, "auto")
-
-
 def _auto_or_none(value: Any) -> bool:
     return value in (None, "auto", "none")
 
@@ -52,7 +48,6 @@ _RULES: dict[str, tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...]
         (("session", "audio", "output", "speed"), _speed_one, "voices speak at one speed"),
         (("session", "speed"), _speed_one, "voices speak at one speed"),
         (("session", "prompt"), _unset, "there are no stored prompts"),
-        (("session", "truncation"), _auto, "the conversation's truncation is the engine's"),
         (("session", "reasoning"), _no_effort, _NO_REASONING),
     ),
     "response.create": (

@@ -127,7 +127,24 @@ def resolve_config(
     if not config.HasField("parallel_tool_calls"):
         # OpenAI's default: a response may call several functions (where its model would).
         config.parallel_tool_calls = True
+    _resolve_truncation(config.truncation, engine)
     return config
+
+
+def _resolve_truncation(truncation: pb.Truncation, engine: EngineFeatures) -> None:
+    """Fills OpenAI's default (auto), and refuses what the engine cannot count: an engine
+    without ``supports_truncation`` honours auto without a token limit alone."""
+    if truncation.type == pb.TRUNCATION_TYPE_UNSPECIFIED:
+        truncation.type = pb.TRUNCATION_TYPE_AUTO
+    plain_auto = truncation.type == pb.TRUNCATION_TYPE_AUTO and not truncation.HasField(
+        "post_instructions_token_limit"
+    )
+    if not plain_auto and not engine.supports_truncation:
+        raise _refuse(
+            "unsupported_truncation",
+            f"the {engine.name} engine honours auto truncation alone",
+            "truncation",
+        )
 
 
 # The server's recording policies (``omni-grpc serve --record``): none, every session, or the
@@ -161,9 +178,10 @@ def merge_config(
 
 
 # Values that only make sense whole: a duration, a free-form options object.
-# A tool list and a tool choice are replaced whole too, and so are the transcription settings
-# (set with ``enabled`` false, they turn transcripts off) (an update that sets an empty ToolSet
-# removes every tool; a new choice drops the function a named one had).
+# A tool list, a tool choice, the transcription settings and a truncation are replaced whole too
+# (an update that sets an empty ToolSet removes every tool; a new choice drops the function a
+# named one had; transcription set with ``enabled`` false turns transcripts off; a new
+# truncation type drops the ratio and limit of the old one).
 _ATOMIC = frozenset(
     {
         "google.protobuf.Duration",
@@ -171,6 +189,7 @@ _ATOMIC = frozenset(
         "omni.duplex.v1.ToolSet",
         "omni.duplex.v1.ToolChoice",
         "omni.duplex.v1.InputTranscriptionConfig",
+        "omni.duplex.v1.Truncation",
     }
 )
 

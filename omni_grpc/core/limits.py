@@ -78,6 +78,9 @@ class EngineFeatures:
     # and input); and whether one runs beside the running response, or waits for its end.
     supports_out_of_band_responses: bool = False
     out_of_band_beside_response: bool = False
+    # Honours every SessionConfig.truncation (counts the conversation against its context);
+    # False: auto alone, the others refused.
+    supports_truncation: bool = False
     # How much audio of its newest user items it keeps for item_retrieved; 0: none.
     item_audio_kept_ms: int = 0
     # The transcription (ASR) models a session may choose, the default first; empty: none of
@@ -112,6 +115,7 @@ def capabilities(limits: Limits, engine: EngineFeatures) -> pb.Capabilities:
         supports_semantic_vad=engine.supports_semantic_vad,
         supports_interruption_by_words=engine.supports_interruption_by_words,
         supports_parallel_tool_calls=engine.supports_parallel_tool_calls,
+        supports_truncation=engine.supports_truncation,
         supports_input_audio_items=engine.supports_input_audio_items,
         item_audio_kept_ms=engine.item_audio_kept_ms,
         supports_out_of_band_responses=engine.supports_out_of_band_responses,

@@ -23,6 +23,7 @@ from omni_grpc.wire.bounds import (
     MAX_METADATA_KEY_CHARS,
     MAX_METADATA_PAIRS,
     MAX_METADATA_VALUE_CHARS,
+    MAX_POST_INSTRUCTIONS_TOKENS,
     MAX_RESPONSE_INPUT_ENTRIES,
     MAX_RESPONSE_OUTPUT_TOKENS,
     MAX_STRUCT_DEPTH,
@@ -170,6 +171,55 @@ def check_config(config: pb.SessionConfig) -> None:
     check_duration(config.idle_timeout, "idle_timeout")
     check_struct(config.engine_options, "engine_options")
     check_tools(config.tools, "tools")
+    check_truncation(config.truncation)
+
+
+_TRUNCATION_TYPES = frozenset(pb.TruncationType.values())
+
+
+def check_truncation(truncation: pb.Truncation) -> None:
+    """Refuses a truncation out of its bounds, ``invalid_session_config`` naming the field: an
+    unknown type, a retention ratio missing from RETENTION_RATIO, set on another type or
+    outside 0 to 1, a token limit outside 1 to ``MAX_POST_INSTRUCTIONS_TOKENS`` or with
+    DISABLED (which cuts nothing)."""
+    kind = truncation.type
+    if kind not in _TRUNCATION_TYPES:
+        raise CommandError(
+            "invalid_session_config", f"unknown truncation type {kind}", param="truncation.type"
+        )
+    ratio_param = "truncation.retention_ratio"
+    if kind == pb.TRUNCATION_TYPE_RETENTION_RATIO:
+        if not truncation.HasField("retention_ratio"):
+            raise CommandError(
+                "invalid_session_config",
+                "retention_ratio truncation needs its ratio",
+                param=ratio_param,
+            )
+        # Written so that NaN fails too.
+        if not 0.0 <= truncation.retention_ratio <= 1.0:
+            raise CommandError(
+                "invalid_session_config", "retention_ratio must be in [0, 1]", param=ratio_param
+            )
+    elif truncation.HasField("retention_ratio"):
+        raise CommandError(
+            "invalid_session_config",
+            "retention_ratio is only for retention_ratio truncation",
+            param=ratio_param,
+        )
+    if truncation.HasField("post_instructions_token_limit"):
+        limit_param = "truncation.post_instructions_token_limit"
+        if kind == pb.TRUNCATION_TYPE_DISABLED:
+            raise CommandError(
+                "invalid_session_config",
+                "disabled truncation takes no token limit",
+                param=limit_param,
+            )
+        if not 1 <= truncation.post_instructions_token_limit <= MAX_POST_INSTRUCTIONS_TOKENS:
+            raise CommandError(
+                "invalid_session_config",
+                f"post_instructions must be in [1, {MAX_POST_INSTRUCTIONS_TOKENS}] tokens",
+                param=limit_param,
+            )
 
 
 def check_audio_item(item: pb.ConversationItem, limits: Limits, engine: EngineFeatures) -> None:

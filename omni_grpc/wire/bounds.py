@@ -41,6 +41,9 @@ MAX_CALL_ID_CHARS = 128
 MAX_RESPONSE_INPUT_ENTRIES = 64
 MAX_RESPONSE_OUTPUT_TOKENS = 4096
 MAX_VOICE_CHARS = 64
+# A truncation's post-instructions token limit (``Truncation.post_instructions_token_limit``):
+# past any model's context today, and small enough that a count of tokens never overflows.
+MAX_POST_INSTRUCTIONS_TOKENS = 1_048_576
 # Out-of-band responses one session runs at a time (Capabilities says it).
 MAX_OUT_OF_BAND_RESPONSES = 4
 # What an error echoes of the command it refuses: an ``event_id`` up to this long (a longer one

@@ -34,6 +34,7 @@ ERROR_CODES: dict[str, str] = {
     "unsupported_audio_format": "an encoding or sample rate this server does not take",
     "unsupported_turn_detection": "a turn detection this engine lacks, or a bad threshold",
     "unsupported_interruption": "interruption settings this engine cannot honour",
+    "unsupported_truncation": "a truncation other than auto, of an engine that honours it alone",
     "barge_in_unsupported": "barge-in asked of an engine that cannot barge in",
     "model_update_unsupported": "update_session tried to change the model",
     "unsupported_content": "a conversation item's content this engine cannot take",

@@ -33,5 +33,14 @@ ITEM_STATUSES: dict[str, pb.ItemStatus.ValueType] = {
     "completed": pb.ITEM_STATUS_COMPLETED,
     "incomplete": pb.ITEM_STATUS_INCOMPLETE,
 }
+# The status_reason of a response that failed because the conversation does not fit the
+# model's context under disabled truncation (Response.status_reason).
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 
-__all__ = ["ITEM_STATUSES", "OVERLAP_ACTIONS", "OVERLAP_POLICIES", "RESPONSE_STATUSES"]
+__all__ = [
+    "CONTEXT_LENGTH_EXCEEDED",
+    "ITEM_STATUSES",
+    "OVERLAP_ACTIONS",
+    "OVERLAP_POLICIES",
+    "RESPONSE_STATUSES",
+]

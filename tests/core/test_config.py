@@ -59,6 +59,8 @@ def defaults(
         # Transcripts on, as every engine made them before they could be turned off.
         input_transcription=pb.InputTranscriptionConfig(enabled=True),
         transcription_logprobs=False,
+        # OpenAI's default: the oldest items give way to what fits.
+        truncation=pb.Truncation(type=pb.TRUNCATION_TYPE_AUTO),
     )
 
 

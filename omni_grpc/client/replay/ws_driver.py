@@ -2,8 +2,8 @@
 events (with the duplex extensions), at their recorded offsets.
 
 The session opens with a ``session.update`` of what the dialect can say of the recorded
-configuration (formats, instructions, voice, modalities, turn detection), the input being
-pcm16 at the track's rate, so the engine hears what it heard. Each command goes out as the
+configuration (formats, instructions, voice, modalities, turn detection, truncation), the input
+being pcm16 at the track's rate, so the engine hears what it heard. Each command goes out as the
 client event the bridge turns back into it (``bridge/inbound.py`` reads them); what comes back
 is kept as the contract's events where a turn is made of them (the rest by their dialect
 names), so the report compares turns and pacing. The events themselves are not compared: they
@@ -68,7 +68,27 @@ def session_patch(config: pb.SessionConfig, rate_hz: int) -> dict[str, Any]:
         patch["audio"]["input"]["turn_detection"] = None
     elif td.type == pb.TURN_DETECTION_TYPE_SERVER_VAD:
         patch["audio"]["input"]["turn_detection"] = {"type": "server_vad"}
+    patch.update(_truncation(config))
     return patch
+
+
+def _truncation(config: pb.SessionConfig) -> dict[str, Any]:
+    """GA's ``truncation`` of ``config`` where it sets one the dialect can say (an auto with
+    a token limit it cannot: left to the default)."""
+    if not config.HasField("truncation"):
+        return {}
+    truncation = config.truncation
+    if truncation.type == pb.TRUNCATION_TYPE_DISABLED:
+        return {"truncation": "disabled"}
+    if truncation.type == pb.TRUNCATION_TYPE_RETENTION_RATIO:
+        shape: dict[str, Any] = {
+            "type": "retention_ratio",
+            "retention_ratio": truncation.retention_ratio,
+        }
+        if truncation.HasField("post_instructions_token_limit"):
+            shape["token_limits"] = {"post_instructions": truncation.post_instructions_token_limit}
+        return {"truncation": shape}
+    return {"truncation": "auto"}
 
 
 def client_event(request: pb.ConverseRequest) -> dict[str, Any] | None:
@@ -136,6 +156,7 @@ def _update(config: pb.SessionConfig) -> dict[str, Any]:
         patch["instructions"] = config.instructions
     if config.HasField("voice"):
         patch["voice"] = config.voice
+    patch.update(_truncation(config))
     return patch
 
 

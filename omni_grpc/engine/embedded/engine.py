@@ -37,6 +37,9 @@ FEATURES = EngineFeatures(
     out_of_band_beside_response=True,
     # Whisper's probability of each token of a transcript, from CTranslate2's alignment.
     supports_transcription_logprobs=True,
+    # SmolLM2's tokenizer counts the conversation against its context (the echo responder:
+    # a word a token, and no context of its own).
+    supports_truncation=True,
 )
 # Without server VAD the engine hears no speech of its own: nothing to judge.
 _CLIENT_COMMITS = dataclasses.replace(

@@ -10,6 +10,7 @@ the event loop as they are sampled.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import re
 import threading
@@ -60,8 +61,15 @@ EXAMPLES = (
     ("user", "Can you book a hotel room for Friday?"),
     ("assistant", "Sorry, I can't book hotel rooms from here."),
 )
-# Conversation items given to the model; older ones fall out of its small context.
-HISTORY_TURNS = 12
+# The tokens of conversation an answer reads under auto truncation when the session sets no
+# post_instructions limit: the oldest items are dropped past it (engine.kit.truncation). Less
+# than SmolLM2's context on purpose: a 135M model reads a long history poorly, and each token
+# of it is computed on the CPU when the prompt's start changes. About the twelve short turns
+# the engine used to keep.
+CONVERSATION_TOKENS = 512
+# Turns whose token counts the responder keeps (a conversation holds at most 64 items, and
+# sessions share the responder).
+COUNTS_KEPT = 4096
 # Sampling when the session sets neither max_output_tokens nor temperature. Greedy scored
 # best (sampling at 0.2 lost a question, at 0.6 five); an answer ends after MAX_SENTENCES
 # sentences, which also stops the rambling a greedy small model falls into.
@@ -119,6 +127,16 @@ class Responder:
     def reply(self, request: Request) -> TextStream:
         raise NotImplementedError
 
+    def count(self, role: str, text: str) -> int:
+        """The tokens a turn of ``role`` saying ``text`` takes in a prompt: a word a token,
+        unless the responder has a tokenizer."""
+        return len(text.split())
+
+    def window(self, instructions: str, tools: bool, max_tokens: int) -> int | None:
+        """The tokens the conversation may take in a prompt under ``instructions`` that leaves
+        room for ``max_tokens`` of answer; None: no bound (the echo reads one turn)."""
+        return None
+
 
 class EchoResponder(Responder):
     """Repeats the user's last turn: deterministic, instant, and checkable by ear."""
@@ -152,6 +170,8 @@ class SmolResponder(Responder):
     def __init__(self, model: SmolLM, executor: Executor) -> None:
         self._model = model
         self._executor = executor
+        # Every response counts the whole history again: its turns' counts are kept.
+        self._counted = functools.lru_cache(maxsize=COUNTS_KEPT)(self._tokens_of)
 
     def warm_up(self) -> None:
         """Computes a first turn's prompt into each of the model's caches: pays the first
@@ -162,12 +182,25 @@ class SmolResponder(Responder):
     def _prompt(
         self, instructions: str, turns: list[tuple[str, str]], tools: bool = False
     ) -> list[int]:
-        recent = turns[-HISTORY_TURNS:]
+        """The prompt of ``turns``, which the session has cut to what fits (``window``)."""
         if instructions and instructions != DEFAULT_INSTRUCTIONS:
-            return self._model.chat_prompt(instructions, recent)
+            return self._model.chat_prompt(instructions, turns)
         if tools:
-            return self._model.chat_prompt(ACTING_INSTRUCTIONS, [*QUESTION_EXAMPLES, *recent])
-        return self._model.chat_prompt(DEFAULT_INSTRUCTIONS, [*EXAMPLES, *recent])
+            return self._model.chat_prompt(ACTING_INSTRUCTIONS, [*QUESTION_EXAMPLES, *turns])
+        return self._model.chat_prompt(DEFAULT_INSTRUCTIONS, [*EXAMPLES, *turns])
+
+    def count(self, role: str, text: str) -> int:
+        """The tokens of the turn in ChatML, as ``chat_prompt`` writes it."""
+        return self._counted(role, text)
+
+    def _tokens_of(self, role: str, text: str) -> int:
+        return len(self._model.tokenizer.encode(f"<|im_start|>{role}\n{text}<|im_end|>\n").ids)
+
+    def window(self, instructions: str, tools: bool, max_tokens: int) -> int | None:
+        """SmolLM2's context less the prompt without turns (instructions, worked examples,
+        the answer's opening) and ``max_tokens``."""
+        frame = len(self._prompt(instructions, [], tools))
+        return max(self._model.max_context - max_tokens - frame, 0)
 
     def reply(self, request: Request) -> TextStream:
         prompt = self._prompt(request.instructions, request.turns, request.tools)

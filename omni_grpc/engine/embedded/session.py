@@ -30,6 +30,7 @@ from omni_grpc.engine.embedded.early_answer import EarlyAnswer
 from omni_grpc.engine.embedded.options import PACES, RESPONDERS
 from omni_grpc.engine.embedded.partials import StableWords
 from omni_grpc.engine.embedded.responder import (
+    CONVERSATION_TOKENS,
     DEFAULT_MAX_TOKENS,
     DEFAULT_TEMPERATURE,
     Request,
@@ -41,6 +42,7 @@ from omni_grpc.engine.kit.listening import Pause, SpeechStart, Turn
 from omni_grpc.engine.kit.listening_session import Hearing, ListeningSession
 from omni_grpc.engine.kit.tools import emit_call
 from omni_grpc.engine.kit.transcripts import transcript_event, transcription_failed
+from omni_grpc.engine.kit.truncation import ContextTooLong
 from omni_grpc.wire import pb
 
 logger = logging.getLogger(__name__)
@@ -288,9 +290,10 @@ class EmbeddedSession(ListeningSession):
             or self.config.tools.tools
         ):
             return False
-        request = self._request(
-            self._default_instructions(), [*self._conversation(), ("user", text)]
-        )
+        turns = self._ahead(text)
+        if turns is None:
+            return False
+        request = self._request(self._default_instructions(), turns)
         self._drop_early()
         options = self._runtime.options
         speaks = pb.MODALITY_AUDIO in self._modalities()
@@ -431,16 +434,42 @@ class EmbeddedSession(ListeningSession):
         status = pb.RESPONSE_STATUS_INCOMPLETE if incomplete else pb.RESPONSE_STATUS_COMPLETED
         return status, stream.finish
 
+    def _max_tokens(self, cap: int | None) -> int:
+        """The tokens an answer may write: a response's own ``cap``, else the session's."""
+        if cap is not None:
+            return cap
+        config = self.config
+        return (
+            config.max_output_tokens if config.HasField("max_output_tokens") else DEFAULT_MAX_TOKENS
+        )
+
+    def _count_tokens(self, item: pb.ConversationItem, text: str) -> int:
+        """The tokens of an item's turn in the responder's prompt (none for a wordless one,
+        which the prompt leaves out)."""
+        if not text:
+            return 0
+        role = "assistant" if item.role == pb.ITEM_ROLE_ASSISTANT else "user"
+        return self._runtime.responder(self._responder).count(role, text)
+
+    def _context_window(self, answer: kit.Answer) -> int | None:
+        return self._window(answer.instructions, bool(answer.tools.tools), answer.max_output_tokens)
+
+    def _window(self, instructions: str, tools: bool, cap: int | None) -> int | None:
+        """The responder's window for the conversation, within CONVERSATION_TOKENS unless the
+        session sets its own post_instructions limit."""
+        responder = self._runtime.responder(self._responder)
+        window = responder.window(instructions, tools, self._max_tokens(cap))
+        if window is None or self.config.truncation.HasField("post_instructions_token_limit"):
+            return window
+        return min(window, CONVERSATION_TOKENS)
+
     def _request(
         self, instructions: str, turns: list[tuple[str, str]], max_tokens: int | None = None
     ) -> Request:
         """What the responder is asked, under the session's sampling settings; ``max_tokens``:
         a response's own cap, which stands in for the session's."""
         config = self.config
-        if max_tokens is None:
-            max_tokens = DEFAULT_MAX_TOKENS
-            if config.HasField("max_output_tokens"):
-                max_tokens = config.max_output_tokens
+        max_tokens = self._max_tokens(max_tokens)
         temperature = config.temperature if config.HasField("temperature") else DEFAULT_TEMPERATURE
         return Request(
             instructions=instructions,
@@ -451,14 +480,29 @@ class EmbeddedSession(ListeningSession):
         )
 
     def _conversation(self, answer: kit.Answer | None = None) -> list[tuple[str, str]]:
-        """The history as the responder reads it (or what ``answer`` reads instead, its own
-        input): (role, text), oldest first, wordless items left out."""
-        read = self._heard() if answer is None else self._read(answer)
-        return [
-            ("assistant" if item.role == pb.ITEM_ROLE_ASSISTANT else "user", text)
-            for item, text in read
-            if text
-        ]
+        """What ``answer`` reads, as the responder reads it: the history cut to what fits (or
+        its own input), (role, text), oldest first, wordless items left out; without an
+        answer, the whole history."""
+        return _turns(self._heard() if answer is None else self._read(answer))
+
+    def _ahead(self, text: str) -> list[tuple[str, str]] | None:
+        """The turns a response to the user's ``text`` (not in the history yet) would read
+        under the session's truncation, for an early answer; None where it would not fit."""
+        heard = [*self._heard(), (pb.ConversationItem(role=pb.ITEM_ROLE_USER), text)]
+        try:
+            reading = self._reading(heard, self._window(self._default_instructions(), False, None))
+        except ContextTooLong:
+            return None
+        return _turns(heard[reading.first :])
+
+
+def _turns(read: list[tuple[pb.ConversationItem, str]]) -> list[tuple[str, str]]:
+    """Items with their words as (role, text) turns, wordless ones left out."""
+    return [
+        ("assistant" if item.role == pb.ITEM_ROLE_ASSISTANT else "user", text)
+        for item, text in read
+        if text
+    ]
 
 
 async def _first_told(

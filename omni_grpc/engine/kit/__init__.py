@@ -10,6 +10,9 @@
 * :mod:`.answers`: :class:`Answer`, one response in flight and the ledger of its output; the
   user input it answers; its output item and done event.
 * :mod:`.history`: the bounded, ordered conversation items.
+* :mod:`.truncation`: which oldest items a response drops from what it reads, under the
+  session's ``truncation`` (a pure rule; :class:`ResponseSession` applies it with the engine's
+  token counts and context).
 * :mod:`.event_queue`: :class:`EventQueue`, the bounded queue of a session's output events.
 * :mod:`.speech`: :class:`SpeechPlayer`, sentences to paced chunks on the media clock.
 * :mod:`.clock`: :class:`Clock`, what a session's pacing and latencies are read on.

@@ -113,6 +113,7 @@ class Answer:
     by_server_vad: bool = False  # its turn was detected, not committed: noise may end it quietly
     announced: bool = False  # response_created went out
     input_tokens: int = 0
+    read_tokens: int = 0  # the tokens of the conversation it read, after truncation
     output_tokens: int | None = None  # what the model wrote; None: the words that went out
     sent_ms: float = 0.0
     sent_text: str = ""

@@ -24,6 +24,14 @@ out of band) is what it reads instead of the conversation (:meth:`ResponseSessio
 items given, each reference resolved to the history's own item (an unknown one is refused
 ``item_not_found``, its param ``input.N.id``); without one, an out-of-band response reads the
 conversation.
+
+What a response reads of the conversation is cut to what fits its model under the session's
+``truncation`` (:mod:`.truncation`): :meth:`ResponseSession._read` counts each item with the
+engine's :meth:`~ResponseSession._count_tokens` against its
+:meth:`~ResponseSession._context_window` and drops the oldest items from the reading (they stay
+in the conversation). Under ``disabled`` a conversation that does not fit fails the response,
+``response_done`` status FAILED with reason ``context_length_exceeded`` and no ``error`` event;
+the session goes on. A response's own input is read whole.
 """
 
 from __future__ import annotations
@@ -46,6 +54,13 @@ from omni_grpc.engine.kit.answers import (
 )
 from omni_grpc.engine.kit.clock import MONOTONIC, Clock
 from omni_grpc.engine.kit.history import History, item_text
+from omni_grpc.engine.kit.truncation import (
+    CONTEXT_LENGTH_EXCEEDED,
+    ContextTooLong,
+    Cut,
+    cut,
+    limit_of,
+)
 from omni_grpc.engine.kit.worker import WorkerSession
 from omni_grpc.wire import pb
 from omni_grpc.wire.bounds import MAX_OUT_OF_BAND_RESPONSES
@@ -78,6 +93,8 @@ class ResponseSession(WorkerSession):
         self._active: Answer | None = None
         self._deferred = False  # a detected turn waits for the active response (listen_only)
         self._side: dict[str, tuple[Answer, asyncio.Task[None]]] = {}  # out of band, running
+        # The id of the first item the last cut kept (retention_ratio keeps it); None: none yet.
+        self._kept_first: str | None = None
 
     async def _play(self, answer: Answer) -> Outcome | None:
         """Produces the output of ``answer``; returns how it ended, or None if it became a
@@ -203,10 +220,50 @@ class ResponseSession(WorkerSession):
 
     def _read(self, answer: Answer) -> list[tuple[pb.ConversationItem, str]]:
         """What ``answer`` reads, each item with its words, oldest first: the conversation as
-        heard (:meth:`_heard`), or its own input."""
+        heard (:meth:`_heard`) cut to what fits, or its own input; sets ``answer.read_tokens``.
+        Raises :class:`ContextTooLong` where the conversation does not fit and truncation is
+        disabled."""
         if answer.context is None:
-            return self._heard()
-        return [(item, item_text(item)) for item in answer.context]
+            return self._fitted(answer, self._heard())
+        read = [(item, item_text(item)) for item in answer.context]
+        answer.read_tokens = sum(self._count_tokens(item, text) for item, text in read)
+        return read
+
+    def _fitted(
+        self, answer: Answer, heard: list[tuple[pb.ConversationItem, str]]
+    ) -> list[tuple[pb.ConversationItem, str]]:
+        """``heard`` less the oldest items that do not fit (see the module docstring)."""
+        reading = self._reading(heard, self._context_window(answer))
+        answer.read_tokens = reading.tokens
+        if not answer.out_of_band and reading.first < len(heard):
+            self._kept_first = heard[reading.first][0].id
+        return heard[reading.first :]
+
+    def _reading(self, heard: list[tuple[pb.ConversationItem, str]], window: int | None) -> Cut:
+        """Where a reading of ``heard`` starts under the session's truncation, in a context
+        of ``window`` tokens (changes nothing: an engine may ask ahead of a response);
+        raises :class:`ContextTooLong` where it does not fit."""
+        truncation = self.config.truncation
+        tokens = [self._count_tokens(item, text) for item, text in heard]
+        limit = limit_of(truncation, window)
+        ids = [item.id for item, _ in heard]
+        kept_first = ids.index(self._kept_first) if self._kept_first in ids else 0
+        reading = cut(tokens, limit, truncation, kept_first)
+        if not reading.fits:
+            assert limit is not None, "only a known limit can be passed"
+            raise ContextTooLong(reading.tokens, limit)
+        return reading
+
+    def _count_tokens(self, item: pb.ConversationItem, text: str) -> int:
+        """The tokens ``item`` (its words ``text``) takes in the engine's prompt; a word a token
+        unless the engine counts with its model's tokenizer."""
+        return len(text.split())
+
+    def _context_window(self, answer: Answer) -> int | None:
+        """The tokens the conversation may take in ``answer``'s prompt: the model's context
+        less the instructions and the output; None where the engine knows no bound (nothing is
+        cut but to a session's post_instructions limit)."""
+        return None
 
     async def _take_turn(self, turn_started: float, *, by_server_vad: bool = False) -> None:
         """Answers a turn that asks for it: a running response gives way (the user took the
@@ -348,6 +405,18 @@ class ResponseSession(WorkerSession):
             outcome = await self._play(answer)
             if outcome is not None and answer.settle is not None:
                 await answer.settle()  # a reply held by speech over it ends when it is heard
+        except ContextTooLong as too_long:  # disabled truncation: the response fails alone
+            logger.info(
+                "session %s: response %s failed: %s",
+                self.id,
+                answer.id,
+                too_long,
+                extra={"session_id": self.id},
+            )
+            if not answer.announced:
+                await self._announce_response(answer)
+            answer.input_tokens = answer.read_tokens = 0  # nothing was read
+            outcome = pb.RESPONSE_STATUS_FAILED, CONTEXT_LENGTH_EXCEEDED
         except Exception:  # a bug: the response fails, the session goes on
             logger.exception(
                 "session %s: response %s failed", self.id, answer.id, extra={"session_id": self.id}

@@ -25,7 +25,13 @@ Options (strings, from the command line or the server settings):
   put one chunk in and get one chunk out, like an echo.
 * ``recall``: ``1`` appends to each answer's words the words of every earlier item of the
   conversation ("...; earlier: a | b"), so tests can see a history kept (or adopted by another
-  replica); default ``0``.
+  replica); default ``0``. The earlier items are those the response read: a conversation
+  cut by the session's ``truncation`` lists only what was kept. An earlier answer is listed
+  (and counted, below) as what it said before its own recall, so the list does not nest.
+* ``context_tokens``: the context of the loopback's notional model, in tokens: a word is a
+  token, and so are 100 ms of a user's audio; a response reads what fits in it less the words
+  of its instructions (and less, under a session's ``post_instructions`` limit); default
+  ``32768``. Its usage's ``input_tokens`` counts what it read.
 * ``capacity``: the sessions it says it serves at once (what a server with ``--capacity`` admits
   before new ones wait); default ``64``, which two loaded cores carry in real time.
 * ``tool_call``: ``auto`` makes a response whose tool choice is ``auto`` call the first tool,

@@ -53,6 +53,31 @@ def input_tokens(inputs: list[UserInput]) -> int:
     return int(audio_ms // 100) + sum(len(text.split()) for text in _texts(inputs))
 
 
+RECALL = "; earlier: "  # what starts the recall of an answer (option ``recall``)
+
+
+def read_back(item: pb.ConversationItem, text: str) -> str:
+    """An item's words as the loopback reads them in a later turn: an earlier answer without
+    its own recall (which would otherwise hold the whole conversation again, and grow with
+    each turn), anything else as it is."""
+    if item.role == pb.ITEM_ROLE_ASSISTANT:
+        return text.split(RECALL, 1)[0]
+    return text
+
+
+def item_tokens(item: pb.ConversationItem, text: str) -> int:
+    """An item as :func:`input_tokens` counts a turn: its words ``text``, and for a user's item
+    a token per 100 ms of its audio."""
+    audio_ms = 0.0
+    if item.role == pb.ITEM_ROLE_USER:
+        audio_ms = sum(
+            part.audio_duration_ms
+            for part in item.content
+            if part.type == pb.CONTENT_TYPE_INPUT_AUDIO
+        )
+    return int(audio_ms // 100) + len(text.split())
+
+
 def tone(duration_ms: float) -> bytes:
     """A quiet 440 Hz tone in canonical output form."""
     rate_hz = CANONICAL_OUTPUT_RATE_HZ

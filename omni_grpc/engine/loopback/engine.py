@@ -30,6 +30,8 @@ FEATURES = EngineFeatures(
     # certain, so its logprobs are there to give.
     transcription_models=TRANSCRIPTION_MODELS,
     supports_transcription_logprobs=True,
+    # Counts a word a token (and 100 ms of a user's audio) against context_tokens.
+    supports_truncation=True,
 )
 
 

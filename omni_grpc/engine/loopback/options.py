@@ -16,6 +16,7 @@ _CONVERTERS: Converters = {
     "mode": str,
     "tool_call": str,
     "recall": int,
+    "context_tokens": int,
     "capacity": int,
 }
 
@@ -32,6 +33,7 @@ class LoopbackOptions:
     mode: str = "turns"
     tool_call: str = "off"
     recall: int = 0
+    context_tokens: int = 32768
     capacity: int = 64
 
     def __post_init__(self) -> None:
@@ -43,6 +45,7 @@ class LoopbackOptions:
         check_range("queue_size", self.queue_size, 8)
         check_range("max_input_s", self.max_input_s, 0, above=True)
         check_range("recall", self.recall, 0, 1)
+        check_range("context_tokens", self.context_tokens, 1, 1_048_576)
         check_range("capacity", self.capacity, 1, 100_000)
 
     @classmethod

@@ -20,7 +20,15 @@ from omni_grpc.engine.kit.transcripts import (
     transcript_event,
     word_logprobs,
 )
-from omni_grpc.engine.loopback.echo import echo_audio, echo_transcript, echo_words, input_tokens
+from omni_grpc.engine.loopback.echo import (
+    RECALL,
+    echo_audio,
+    echo_transcript,
+    echo_words,
+    input_tokens,
+    item_tokens,
+    read_back,
+)
 from omni_grpc.engine.loopback.options import LoopbackOptions
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import (
@@ -77,7 +85,18 @@ class LoopbackSession(kit.ConversationSession):
     def _prepare(self, answer: kit.Answer) -> None:
         answer.input_tokens = input_tokens(answer.inputs)
 
+    def _count_tokens(self, item: pb.ConversationItem, text: str) -> int:
+        """The fixed rule of :func:`.echo.input_tokens`: a token a word, and one per 100 ms of a
+        user's audio; an earlier answer counts as what it said before its recall."""
+        return item_tokens(item, read_back(item, text))
+
+    def _context_window(self, answer: kit.Answer) -> int | None:
+        """``context_tokens`` less the words of the instructions."""
+        return max(self._options.context_tokens - len(answer.instructions.split()), 0)
+
     async def _play(self, answer: kit.Answer) -> kit.Outcome:
+        read = self._read(answer)  # what fits (disabled truncation: fails here, typed)
+        answer.input_tokens = answer.read_tokens
         tool = scripted_tool(answer, on_auto=self._options.tool_call == "auto")
         if tool is not None:  # the call is the whole response; its output gets the next one
             await emit_call(self._events, answer, tool.name, example_arguments(tool))
@@ -91,8 +110,12 @@ class LoopbackSession(kit.ConversationSession):
         if self._options.recall:
             # What came before this turn, so a test can see that a conversation kept it.
             own = {answer.item_id, *(user.item_id for user in answer.inputs)}
-            earlier = [text for item, text in self._read(answer) if item.id not in own]
-            words = f"{words}; earlier: {' | '.join(earlier) or 'nothing'}"
+            earlier = [
+                said
+                for item, text in read
+                if item.id not in own and (said := read_back(item, text))
+            ]
+            words = f"{words}{RECALL}{' | '.join(earlier) or 'nothing'}"
         if capped:  # a word a token, as its usage counts them
             words = " ".join(words.split()[:cap])
         await player.say(words, echo_audio(answer.inputs))

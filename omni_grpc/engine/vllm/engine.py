@@ -26,6 +26,10 @@ FEATURES = EngineFeatures(
     supports_parallel_tool_calls=True,  # the tool parser reads every call the model writes
     supports_input_audio_items=True,  # the model hears them as it hears a committed turn
     item_audio_kept_ms=kit.ITEM_AUDIO_KEPT_MS,
+    # Auto alone: its prompt keeps the newest history_items items and vLLM fits them to
+    # max_model_len; the tokens of a turn's audio are the model's processor's to count, so a
+    # retention ratio, a token limit or disabled truncation is refused (unsupported_truncation).
+    supports_truncation=False,
     extra={"runtime": "vLLM AsyncLLM", "speech": "espeak-ng"},
 )
 

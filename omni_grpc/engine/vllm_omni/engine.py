@@ -23,6 +23,8 @@ FEATURES = EngineFeatures(
     supports_barge_in=True,
     supports_playback_ack=True,
     chunk_period_ms=1000,  # MiniCPM-o 4.5's unit, the model this engine serves
+    # Auto alone: the conversation is vLLM-Omni's own, and its context is cut there.
+    supports_truncation=False,
     extra={"runtime": "vLLM-Omni DuplexOmni", "speech": "the model's own"},
 )
 

@@ -204,7 +204,6 @@ async def test_a_full_service_is_a_rate_limit_error_with_its_retry_hint(query: s
             },
             "session.audio.input.noise_reduction",
         ),
-        ({"type": "session.update", "session": {"truncation": "disabled"}}, "session.truncation"),
         ({"type": "session.update", "session": {"prompt": {"id": "pmpt_1"}}}, "session.prompt"),
         (
             {"type": "response.create", "response": {"conversation": "conv_elsewhere"}},

@@ -313,6 +313,44 @@ sets them.
 """
 Global___SessionType: _TypeAlias = SessionType  # noqa: Y015
 
+class _TruncationType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TruncationTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TruncationType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TRUNCATION_TYPE_UNSPECIFIED: _TruncationType.ValueType  # 0
+    """Means "not given": auto."""
+    TRUNCATION_TYPE_AUTO: _TruncationType.ValueType  # 1
+    """The oldest items are dropped from what a response reads until the rest fits."""
+    TRUNCATION_TYPE_DISABLED: _TruncationType.ValueType  # 2
+    """Nothing is dropped: a response whose conversation does not fit fails (response_done,
+    status FAILED, status_reason `context_length_exceeded`); the session goes on.
+    """
+    TRUNCATION_TYPE_RETENTION_RATIO: _TruncationType.ValueType  # 3
+    """Past the limit, the oldest items are dropped until what is kept is at most
+    retention_ratio of the limit; the first item kept then stays the first until the limit
+    is passed again, so the start of the prompt stays the same (and cached) between cuts.
+    """
+
+class TruncationType(_TruncationType, metaclass=_TruncationTypeEnumTypeWrapper):
+    """TruncationType says how a conversation too long for the model's context is cut."""
+
+TRUNCATION_TYPE_UNSPECIFIED: TruncationType.ValueType  # 0
+"""Means "not given": auto."""
+TRUNCATION_TYPE_AUTO: TruncationType.ValueType  # 1
+"""The oldest items are dropped from what a response reads until the rest fits."""
+TRUNCATION_TYPE_DISABLED: TruncationType.ValueType  # 2
+"""Nothing is dropped: a response whose conversation does not fit fails (response_done,
+status FAILED, status_reason `context_length_exceeded`); the session goes on.
+"""
+TRUNCATION_TYPE_RETENTION_RATIO: TruncationType.ValueType  # 3
+"""Past the limit, the oldest items are dropped until what is kept is at most
+retention_ratio of the limit; the first item kept then stays the first until the limit
+is passed again, so the start of the prompt stays the same (and cached) between cuts.
+"""
+Global___TruncationType: _TypeAlias = TruncationType  # noqa: Y015
+
 class _ToolChoiceMode:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -1679,6 +1717,7 @@ class SessionConfig(_message.Message):
     PARALLEL_TOOL_CALLS_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
     TRANSCRIPTION_LOGPROBS_FIELD_NUMBER: _builtins.int
+    TRUNCATION_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """Names the model the engine runs."""
     instructions: _builtins.str
@@ -1765,6 +1804,13 @@ class SessionConfig(_message.Message):
         configuration in force on a server that records (its policy is `all` or `on-request`).
         """
 
+    @_builtins.property
+    def truncation(self) -> Global___Truncation:
+        """Says what happens when the conversation a response reads does not fit the model's
+        context (OpenAI's `truncation`); unset means auto. Replaced whole in update_session. An
+        engine whose Capabilities.supports_truncation is false honours auto alone.
+        """
+
     def __init__(
         self,
         *,
@@ -1789,10 +1835,11 @@ class SessionConfig(_message.Message):
         parallel_tool_calls: _builtins.bool | None = ...,
         type: Global___SessionType.ValueType = ...,
         transcription_logprobs: _builtins.bool | None = ...,
+        truncation: Global___Truncation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_transcription_logprobs", b"_transcription_logprobs", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "output_audio_format", b"output_audio_format", "parallel_tool_calls", b"parallel_tool_calls", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "transcription_logprobs", b"transcription_logprobs", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_transcription_logprobs", b"_transcription_logprobs", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "output_audio_format", b"output_audio_format", "parallel_tool_calls", b"parallel_tool_calls", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "transcription_logprobs", b"transcription_logprobs", "truncation", b"truncation", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_transcription_logprobs", b"_transcription_logprobs", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "model", b"model", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "parallel_tool_calls", b"parallel_tool_calls", "playback_commit_policy", b"playback_commit_policy", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "transcription_logprobs", b"transcription_logprobs", "turn_detection", b"turn_detection", "type", b"type", "voice", b"voice"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_transcription_logprobs", b"_transcription_logprobs", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "model", b"model", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "parallel_tool_calls", b"parallel_tool_calls", "playback_commit_policy", b"playback_commit_policy", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "transcription_logprobs", b"transcription_logprobs", "truncation", b"truncation", "turn_detection", b"turn_detection", "type", b"type", "voice", b"voice"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__instructions: _TypeAlias = _typing.Literal["instructions"]  # noqa: Y015
     _WhichOneofArgType__instructions: _TypeAlias = _typing.Literal["_instructions", b"_instructions"]  # noqa: Y015
@@ -1820,6 +1867,53 @@ class SessionConfig(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__voice) -> _WhichOneofReturnType__voice | None: ...
 
 Global___SessionConfig: _TypeAlias = SessionConfig  # noqa: Y015
+
+@_typing.final
+class Truncation(_message.Message):
+    """Truncation is OpenAI's `truncation`: "auto", "disabled" or a retention ratio with its
+    token limits. Items dropped from what a response reads stay in the conversation
+    (retrieve still finds them); the newest item is always read. Response.usage.input_tokens
+    counts what was read.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    RETENTION_RATIO_FIELD_NUMBER: _builtins.int
+    POST_INSTRUCTIONS_TOKEN_LIMIT_FIELD_NUMBER: _builtins.int
+    type: Global___TruncationType.ValueType
+    """Says how the conversation is cut."""
+    retention_ratio: _builtins.float
+    """Gives the share of the limit kept after a cut, 0 to 1; only with RETENTION_RATIO, where
+    it is required.
+    """
+    post_instructions_token_limit: _builtins.int
+    """Caps the tokens of the conversation after the instructions (OpenAI's
+    `token_limits.post_instructions`), 1 to 1,048,576; unset: the model's context less its
+    instructions and the response's output. A cap above what the model holds is lowered to
+    it. Only with RETENTION_RATIO or AUTO.
+    """
+    def __init__(
+        self,
+        *,
+        type: Global___TruncationType.ValueType = ...,
+        retention_ratio: _builtins.float | None = ...,
+        post_instructions_token_limit: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_post_instructions_token_limit", b"_post_instructions_token_limit", "_retention_ratio", b"_retention_ratio", "post_instructions_token_limit", b"post_instructions_token_limit", "retention_ratio", b"retention_ratio"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_post_instructions_token_limit", b"_post_instructions_token_limit", "_retention_ratio", b"_retention_ratio", "post_instructions_token_limit", b"post_instructions_token_limit", "retention_ratio", b"retention_ratio", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__post_instructions_token_limit: _TypeAlias = _typing.Literal["post_instructions_token_limit"]  # noqa: Y015
+    _WhichOneofArgType__post_instructions_token_limit: _TypeAlias = _typing.Literal["_post_instructions_token_limit", b"_post_instructions_token_limit"]  # noqa: Y015
+    _WhichOneofReturnType__retention_ratio: _TypeAlias = _typing.Literal["retention_ratio"]  # noqa: Y015
+    _WhichOneofArgType__retention_ratio: _TypeAlias = _typing.Literal["_retention_ratio", b"_retention_ratio"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__post_instructions_token_limit) -> _WhichOneofReturnType__post_instructions_token_limit | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__retention_ratio) -> _WhichOneofReturnType__retention_ratio | None: ...
+
+Global___Truncation: _TypeAlias = Truncation  # noqa: Y015
 
 @_typing.final
 class SessionRecording(_message.Message):
@@ -2025,6 +2119,7 @@ class Capabilities(_message.Message):
     OUT_OF_BAND_BESIDE_RESPONSE_FIELD_NUMBER: _builtins.int
     TRANSCRIPTION_MODELS_FIELD_NUMBER: _builtins.int
     SUPPORTS_TRANSCRIPTION_LOGPROBS_FIELD_NUMBER: _builtins.int
+    SUPPORTS_TRUNCATION_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.str
     """Names the protocol, "omni.duplex.v1"."""
     engine: _builtins.str
@@ -2092,6 +2187,11 @@ class Capabilities(_message.Message):
     """Says whether the engine gives the log-probabilities of its transcripts' tokens
     (SessionConfig.transcription_logprobs).
     """
+    supports_truncation: _builtins.bool
+    """Says whether the engine honours every SessionConfig.truncation (it counts the
+    conversation's tokens against its model's context); false: only auto, and any other is
+    refused with `unsupported_truncation`.
+    """
     @_builtins.property
     def input_encodings(self) -> _containers.RepeatedScalarFieldContainer[Global___AudioEncoding.ValueType]:
         """Lists the accepted input encodings."""
@@ -2158,10 +2258,11 @@ class Capabilities(_message.Message):
         out_of_band_beside_response: _builtins.bool = ...,
         transcription_models: _abc.Iterable[_builtins.str] | None = ...,
         supports_transcription_logprobs: _builtins.bool = ...,
+        supports_truncation: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "disconnect_grace", b"disconnect_grace", "idle_timeout", b"idle_timeout", "journal_window", b"journal_window", "output_audio_format", b"output_audio_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "capacity", b"capacity", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "item_audio_kept_ms", b"item_audio_kept_ms", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "out_of_band_beside_response", b"out_of_band_beside_response", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_input_audio_items", b"supports_input_audio_items", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_out_of_band_responses", b"supports_out_of_band_responses", "supports_parallel_tool_calls", b"supports_parallel_tool_calls", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad", "supports_transcription_logprobs", b"supports_transcription_logprobs", "transcription_models", b"transcription_models"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "capacity", b"capacity", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "item_audio_kept_ms", b"item_audio_kept_ms", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "out_of_band_beside_response", b"out_of_band_beside_response", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_input_audio_items", b"supports_input_audio_items", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_out_of_band_responses", b"supports_out_of_band_responses", "supports_parallel_tool_calls", b"supports_parallel_tool_calls", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad", "supports_transcription_logprobs", b"supports_transcription_logprobs", "supports_truncation", b"supports_truncation", "transcription_models", b"transcription_models"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2278,7 +2379,9 @@ class Usage(_message.Message):
     INPUT_AUDIO_MS_FIELD_NUMBER: _builtins.int
     OUTPUT_AUDIO_MS_FIELD_NUMBER: _builtins.int
     input_tokens: _builtins.int
-    """Counts input tokens."""
+    """Counts the input tokens the response read: what was left of the conversation after
+    SessionConfig.truncation cut it (or its own input), as the engine's model counts them.
+    """
     output_tokens: _builtins.int
     """Counts output tokens."""
     input_audio_ms: _builtins.float
@@ -2382,8 +2485,10 @@ class Response(_message.Message):
     (cancelled: a barge-in, a new user turn, cancel_response or cancel_input, or
     clear_output_audio), "model_listen" (the engine chose to listen), "engine_error"
     (failed; an `error` event with the failure's code came first) or "engine_aborted"
-    (failed: the engine aborted the request). The vllm-omni engine passes on its
-    reference's own reasons as they are.
+    (failed: the engine aborted the request) or "context_length_exceeded" (failed, with no
+    `error` event: the conversation does not fit the model's context under DISABLED
+    truncation; the session goes on). The vllm-omni engine passes on its reference's own
+    reasons as they are.
     """
     conversation: Global___ResponseConversation.ValueType
     """Says whether its output joins the conversation: RESPONSE_CONVERSATION_NONE for an
@@ -4496,6 +4601,7 @@ class ErrorReport(_message.Message):
     * `unsupported_audio_format`: an encoding or sample rate this server does not take.
     * `unsupported_turn_detection`: a turn detection this engine lacks, or a bad threshold.
     * `unsupported_interruption`: interruption settings this engine cannot honour.
+    * `unsupported_truncation`: a truncation other than auto, of an engine that honours it alone.
     * `barge_in_unsupported`: barge-in asked of an engine that cannot barge in.
     * `model_update_unsupported`: update_session tried to change the model.
     * `unsupported_content`: a conversation item's content this engine cannot take.

@@ -76,6 +76,7 @@ REQUIRED: dict[type[BaseModel], dict[str, Any]] = {
     ce.TurnDetectionJson: {"type": "server_vad"},
     ce.VoiceId: {"id": "alloy"},
     ce.ContentJson: {"type": "input_text"},
+    ce.RetentionRatioJson: {"type": "retention_ratio", "retention_ratio": 0.5},
 }
 # The smallest valid body of each event, to which one hostile field is added.
 BASES: dict[str, dict[str, Any]] = {

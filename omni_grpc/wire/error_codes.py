@@ -36,6 +36,7 @@ ERROR_CODES: dict[str, str] = {
     "unsupported_interruption": "interruption settings this engine cannot honour",
     "barge_in_unsupported": "barge-in asked of an engine that cannot barge in",
     "model_update_unsupported": "update_session tried to change the model",
+    "unsupported_noise_reduction": "a noise reduction type this engine does not run",
     "unsupported_content": "a conversation item's content this engine cannot take",
     # -- conversation and responses --------------------------------------------------------
     "input_audio_buffer_empty": "commit with no input audio buffered",

@@ -20,6 +20,7 @@ from bridge.realtime.session_config import (
     ENCODINGS,
     INTERRUPTION_MODES,
     MODALITIES,
+    NOISE_REDUCTION_TYPES,
 )
 from bridge.realtime.tools import session_tools_json
 from omni_grpc.wire import pb
@@ -37,6 +38,7 @@ OVERLAP_POLICY_NAMES = {value: name for name, value in OVERLAP_POLICIES.items()}
 _COMMIT_NAMES = {value: name for name, value in COMMIT_POLICIES.items()}
 EAGERNESS_NAMES = {value: name for name, value in EAGERNESS.items()}
 _INTERRUPTION_MODE_NAMES = {value: name for name, value in INTERRUPTION_MODES.items()}
+_NOISE_REDUCTION_NAMES = {value: name for name, value in NOISE_REDUCTION_TYPES.items()}
 _STATE_NAMES = {
     pb.SESSION_STATE_ATTACHED: "attached",
     pb.SESSION_STATE_DETACHED: "detached",
@@ -130,6 +132,11 @@ def session_json(session: pb.Session) -> dict[str, Any]:
                     if transcription.enabled
                     else None
                 ),
+                "noise_reduction": (
+                    {"type": _NOISE_REDUCTION_NAMES[reduction]}
+                    if (reduction := config.noise_reduction.type) in _NOISE_REDUCTION_NAMES
+                    else None
+                ),
             },
             "output": audio_output,
         },
@@ -188,6 +195,11 @@ def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
         "item_audio_kept_ms": caps.item_audio_kept_ms,
         "supports_out_of_band_responses": caps.supports_out_of_band_responses,
         "out_of_band_beside_response": caps.out_of_band_beside_response,
+        "noise_reduction_types": [
+            _NOISE_REDUCTION_NAMES[kind]
+            for kind in caps.noise_reduction_types
+            if kind in _NOISE_REDUCTION_NAMES
+        ],
         "max_pending_input_bytes": caps.max_pending_input_bytes,
         "max_sessions": caps.max_sessions,
     }

@@ -78,6 +78,9 @@ class EngineFeatures:
     # and input); and whether one runs beside the running response, or waits for its end.
     supports_out_of_band_responses: bool = False
     out_of_band_beside_response: bool = False
+    # The noise reduction types it runs on the input (SessionConfig.noise_reduction); none:
+    # only OFF is taken.
+    noise_reduction_types: tuple[pb.NoiseReductionType.ValueType, ...] = ()
     # How much audio of its newest user items it keeps for item_retrieved; 0: none.
     item_audio_kept_ms: int = 0
     chunk_period_ms: int = 0  # the engine's model unit; 0: input of any length
@@ -111,6 +114,7 @@ def capabilities(limits: Limits, engine: EngineFeatures) -> pb.Capabilities:
         item_audio_kept_ms=engine.item_audio_kept_ms,
         supports_out_of_band_responses=engine.supports_out_of_band_responses,
         out_of_band_beside_response=engine.out_of_band_beside_response,
+        noise_reduction_types=list(engine.noise_reduction_types),
         max_pending_input_bytes=limits.max_pending_input_bytes,
         max_sessions=limits.max_sessions,
         chunk_period_ms=engine.chunk_period_ms,

@@ -14,6 +14,7 @@ from omni_grpc.engine.base import Engine, EngineError
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.runtime import Runtime
 from omni_grpc.engine.embedded.session import EmbeddedSession
+from omni_grpc.engine.kit import denoise
 from omni_grpc.engine.kit.end_of_turn import SoundScorer
 from omni_grpc.engine.kit.tts import Synthesizer
 from omni_grpc.wire import pb
@@ -52,6 +53,7 @@ class EmbeddedEngine(Engine):
         self.features = dataclasses.replace(
             FEATURES if self.options.server_vad == "on" else _CLIENT_COMMITS,
             capacity=self.options.capacity,
+            noise_reduction_types=denoise.offered(),
         )
         if not self._judges_turns():
             self.features = dataclasses.replace(self.features, supports_semantic_vad=False)

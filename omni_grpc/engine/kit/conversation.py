@@ -15,6 +15,7 @@ most :data:`ITEM_AUDIO_KEPT_MS` of it, so that a retrieved item comes back with 
 from __future__ import annotations
 
 import collections
+import inspect
 from collections.abc import Callable
 from typing import Protocol, Self
 
@@ -22,9 +23,10 @@ from omni_grpc.core import commands as cmd
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.kit.answers import UserInput, acknowledge, find_answer, new_id
 from omni_grpc.engine.kit.clock import MONOTONIC, Clock
+from omni_grpc.engine.kit.denoise import Denoiser
 from omni_grpc.engine.kit.history import item_text, user_item
 from omni_grpc.engine.kit.responses import ResponseSession
-from omni_grpc.engine.kit.worker import Handlers
+from omni_grpc.engine.kit.worker import Handler, Handlers
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, PCM16_WIDTH, pcm16_bytes, pcm16_ms
 
@@ -78,6 +80,9 @@ class ConversationSession(ResponseSession):
         self._input = bytearray()  # uncommitted canonical input
         # The audio of the newest user items, by item id, oldest first (ITEM_AUDIO_KEPT_MS).
         self._kept_audio: collections.OrderedDict[str, bytes] = collections.OrderedDict()
+        # The session's noise reduction (SessionConfig.noise_reduction), made at its first
+        # append with it on, and dropped when an update turns it off.
+        self._denoiser: Denoiser | None = None
 
     async def close(self) -> None:
         await super().close()
@@ -86,6 +91,9 @@ class ConversationSession(ResponseSession):
         self._input = bytearray()
         self._pending = []
         self._kept_audio.clear()
+        if self._denoiser is not None:
+            self._denoiser.close()
+            self._denoiser = None
 
     def _command_handlers(self) -> Handlers:
         return {
@@ -107,6 +115,48 @@ class ConversationSession(ResponseSession):
         }
 
     # -- input ---------------------------------------------------------------------------
+
+    def _input_stage(self, table: Handlers) -> Handlers:
+        hear = table.get(cmd.AppendAudio)
+        if hear is None:
+            return table
+        return {**table, cmd.AppendAudio: self._denoising(hear)}
+
+    def _denoising(self, hear: Handler) -> Handler:
+        """``hear`` given the session's input after its noise reduction: the denoised audio of
+        the whole frames an append completes; an append that completes none is held by the
+        denoiser and heard with the next (the detector and recogniser never see the noise)."""
+        if inspect.iscoroutinefunction(hear):
+
+            async def hear_later(append: cmd.AppendAudio) -> None:
+                cleaned = self._denoised(append)
+                if cleaned is not None:
+                    await hear(cleaned)
+
+            return hear_later
+
+        def hear_now(append: cmd.AppendAudio) -> None:
+            cleaned = self._denoised(append)
+            if cleaned is not None:
+                hear(cleaned)
+
+        return hear_now
+
+    def _denoised(self, append: cmd.AppendAudio) -> cmd.AppendAudio | None:
+        kind = self.config.noise_reduction.type
+        denoiser = self._denoiser
+        if kind in (pb.NOISE_REDUCTION_TYPE_UNSPECIFIED, pb.NOISE_REDUCTION_TYPE_OFF):
+            if denoiser is not None:  # an update turned it off
+                denoiser.close()
+                self._denoiser = None
+            return append
+        assert_canonical_input(append)
+        if denoiser is None:
+            denoiser = self._denoiser = Denoiser(kind)
+        elif denoiser.kind != kind:
+            denoiser.configure(kind)
+        audio = denoiser.process(append.audio)
+        return append._replace(audio=audio) if audio else None
 
     def _on_update_session(self, update: cmd.UpdateSession) -> None:
         self.config = update.config

@@ -35,6 +35,8 @@ FEATURES = EngineFeatures(
     # Out-of-band responses run beside the running one: the LM lends each its own cache.
     supports_out_of_band_responses=True,
     out_of_band_beside_response=True,
+    # RNNoise before what hears the input (kit/denoise.py); none where it is not installed.
+    noise_reduction_types=denoise.TYPES,
 )
 # Without server VAD the engine hears no speech of its own: nothing to judge.
 _CLIENT_COMMITS = dataclasses.replace(

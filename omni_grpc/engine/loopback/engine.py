@@ -25,6 +25,8 @@ FEATURES = EngineFeatures(
     # Out-of-band responses run as tasks of their own beside the running one.
     supports_out_of_band_responses=True,
     out_of_band_beside_response=True,
+    # RNNoise before what hears the input (kit/denoise.py); none where it is not installed.
+    noise_reduction_types=denoise.TYPES,
 )
 
 
@@ -43,7 +45,7 @@ class LoopbackEngine(Engine):
         features = replace(FEATURES, capacity=self.options.capacity)
         # The mirror sends each append straight back, untouched: it reduces no noise.
         self.features = (
-            replace(features, native_input_rates_hz=SUPPORTED_RATES_HZ)
+            replace(features, native_input_rates_hz=SUPPORTED_RATES_HZ, noise_reduction_types=())
             if mirror
             else replace(features, noise_reduction_types=denoise.offered())
         )

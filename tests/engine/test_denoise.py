@@ -36,14 +36,14 @@ def _power(signal: np.ndarray) -> float:
     return float(np.mean(np.square(signal)))
 
 
-@pytest.mark.parametrize(("kind", "lowered_db"), [(NEAR, 15.0), (FAR, 30.0)])
-def test_noise_alone_is_lowered(kind: pb.NoiseReductionType.ValueType, lowered_db: float) -> None:
+@pytest.mark.parametrize(("kind", "bound_db"), [(NEAR, 14.0), (FAR, 20.0)])
+def test_noise_alone_is_lowered(kind: pb.NoiseReductionType.ValueType, bound_db: float) -> None:
     noise = np.random.default_rng(7).normal(0.0, 0.05, 3 * RATE)  # -26 dBFS of white noise
     out = _through(Denoiser(kind), noise, 320)
     settled = slice(RATE, None)  # after its first second, when it has learnt the noise
-    assert _db(_power(noise[settled])) - _db(_power(out[settled])) > lowered_db
-    if kind == NEAR:  # near field mixes the input back at -20 dB: never lowered by more
-        assert _db(_power(noise[settled])) - _db(_power(out[settled])) < 21.0
+    lowered = _db(_power(noise[settled])) - _db(_power(out[settled]))
+    # Nearly as far as the input mixed back lets it (the bound), and never further.
+    assert bound_db - 3 < lowered < bound_db + 1
 
 
 def test_appends_of_any_length_come_out_as_whole_frames_in_order() -> None:
@@ -82,7 +82,7 @@ async def test_a_kit_session_hears_the_denoised_input_and_an_update_turns_it_off
         await session.idle()
         heard = np.frombuffer(bytes(session._input), "<i2").astype(np.float64) / 32768
         assert len(heard) == RATE  # the last 10 ms wait for the next append
-        assert _db(_power(noise[RATE // 2 :])) - _db(_power(heard[RATE // 2 :])) > 30
+        assert _db(_power(noise[RATE // 2 :])) - _db(_power(heard[RATE // 2 :])) > 15
         off = pb.SessionConfig(noise_reduction=pb.NoiseReduction(type=pb.NOISE_REDUCTION_TYPE_OFF))
         config = merge_config(config, off, Limits(), engine.features)
         await session.submit(cmd.UpdateSession(config=config))
@@ -120,7 +120,7 @@ def test_speech_is_kept_and_the_noise_under_it_lowered(
     silent = np.abs(np.convolve(reference, np.ones(800), "same")) < 1e-6
     # The noise between the words is lowered...
     noise_db = _db(_power(noise[: aligned_out.size][silent]))
-    assert noise_db - _db(_power(aligned_out[silent])) > 15
+    assert noise_db - _db(_power(aligned_out[silent])) > 10
     # ...the speech keeps its level (far field may raise it; never by more than its cap)...
     speech_db = _db(_power(reference[speaking]))
     kept = _db(_power(aligned_out[speaking])) - speech_db
@@ -129,4 +129,4 @@ def test_speech_is_kept_and_the_noise_under_it_lowered(
     noisy = (clean + noise)[: aligned_out.size]
     before = _db(_power(noisy[speaking])) - _db(_power(noisy[silent]))
     after = _db(_power(aligned_out[speaking])) - _db(_power(aligned_out[silent]))
-    assert after > before + 15, (before, after)
+    assert after > before + 10, (before, after)

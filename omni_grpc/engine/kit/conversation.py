@@ -14,6 +14,7 @@ most :data:`ITEM_AUDIO_KEPT_MS` of it, so that a retrieved item comes back with 
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import inspect
 from collections.abc import Callable
@@ -91,9 +92,7 @@ class ConversationSession(ResponseSession):
         self._input = bytearray()
         self._pending = []
         self._kept_audio.clear()
-        if self._denoiser is not None:
-            self._denoiser.close()
-            self._denoiser = None
+        self._denoiser = None  # freed with its last reference (a thread may be in it)
 
     def _command_handlers(self) -> Handlers:
         return {
@@ -125,38 +124,51 @@ class ConversationSession(ResponseSession):
     def _denoising(self, hear: Handler) -> Handler:
         """``hear`` given the session's input after its noise reduction: the denoised audio of
         the whole frames an append completes; an append that completes none is held by the
-        denoiser and heard with the next (the detector and recogniser never see the noise)."""
+        denoiser and heard with the next (the detector and recogniser never see the noise).
+
+        Under an engine whose handler is a coroutine (one that hears speech itself) RNNoise
+        runs on a thread, off the event loop (1 ms or more a frame); the worker waits for it,
+        so the appends stay in order. A plain handler (the synchronous path) runs it in place.
+        """
         if inspect.iscoroutinefunction(hear):
 
             async def hear_later(append: cmd.AppendAudio) -> None:
-                cleaned = self._denoised(append)
-                if cleaned is not None:
-                    await hear(cleaned)
+                denoiser = self._denoiser_for(append)
+                if denoiser is None:
+                    await hear(append)
+                    return
+                audio = await asyncio.to_thread(denoiser.process, append.audio)
+                if audio:
+                    await hear(append._replace(audio=audio))
 
             return hear_later
 
         def hear_now(append: cmd.AppendAudio) -> None:
-            cleaned = self._denoised(append)
-            if cleaned is not None:
-                hear(cleaned)
+            denoiser = self._denoiser_for(append)
+            if denoiser is None:
+                hear(append)
+                return
+            audio = denoiser.process(append.audio)
+            if audio:
+                hear(append._replace(audio=audio))
 
         return hear_now
 
-    def _denoised(self, append: cmd.AppendAudio) -> cmd.AppendAudio | None:
+    def _denoiser_for(self, append: cmd.AppendAudio) -> Denoiser | None:
+        """The session's denoiser as its configuration now says (None: off). One turned off
+        is only let go: a thread may still be in it, and it frees RNNoise's state when the
+        last reference goes."""
         kind = self.config.noise_reduction.type
-        denoiser = self._denoiser
         if kind in (pb.NOISE_REDUCTION_TYPE_UNSPECIFIED, pb.NOISE_REDUCTION_TYPE_OFF):
-            if denoiser is not None:  # an update turned it off
-                denoiser.close()
-                self._denoiser = None
-            return append
+            self._denoiser = None
+            return None
         assert_canonical_input(append)
+        denoiser = self._denoiser
         if denoiser is None:
             denoiser = self._denoiser = Denoiser(kind)
         elif denoiser.kind != kind:
             denoiser.configure(kind)
-        audio = denoiser.process(append.audio)
-        return append._replace(audio=audio) if audio else None
+        return denoiser
 
     def _on_update_session(self, update: cmd.UpdateSession) -> None:
         self.config = update.config

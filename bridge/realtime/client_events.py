@@ -129,6 +129,12 @@ class TranscriptionJson(ClientModel):
     prompt: str | None = None
 
 
+class NoiseReductionJson(ClientModel):
+    """``audio.input.noise_reduction``; ``null`` (handled by the caller) turns it off."""
+
+    type: Literal["near_field", "far_field"]
+
+
 class VoiceId(ClientModel):
     """A custom voice named by id."""
 
@@ -141,6 +147,7 @@ class AudioInputJson(ClientModel):
     format: FormatSpec | None = None
     turn_detection: TurnDetectionJson | None = None
     transcription: TranscriptionJson | None = None
+    noise_reduction: NoiseReductionJson | None = None
 
 
 class AudioOutputJson(ClientModel):
@@ -201,6 +208,7 @@ class SessionPatch(ClientModel):
     voice: str | None = None
     turn_detection: TurnDetectionJson | None = None
     input_audio_transcription: TranscriptionJson | None = None
+    input_audio_noise_reduction: NoiseReductionJson | None = None
     temperature: Finite | None = None
     # Duplex extensions.
     overlap_policy: Literal["listen_only", "barge_in_on_speech"] | None = None

@@ -14,6 +14,7 @@ from bridge.realtime.client_events import (
     FormatObject,
     FormatSpec,
     InterruptionJson,
+    NoiseReductionJson,
     RetentionRatioJson,
     SessionPatch,
     TranscriptionJson,
@@ -67,6 +68,10 @@ EAGERNESS = {
     "medium": pb.EAGERNESS_MEDIUM,
     "high": pb.EAGERNESS_HIGH,
     "auto": pb.EAGERNESS_AUTO,
+}
+NOISE_REDUCTION_TYPES = {
+    "near_field": pb.NOISE_REDUCTION_TYPE_NEAR_FIELD,
+    "far_field": pb.NOISE_REDUCTION_TYPE_FAR_FIELD,
 }
 INTERRUPTION_MODES = {
     "speech": pb.INTERRUPTION_MODE_SPEECH,
@@ -172,6 +177,12 @@ def _transcription(tr: TranscriptionJson | None) -> pb.InputTranscriptionConfig:
     )
 
 
+def _noise_reduction(reduction: NoiseReductionJson | None) -> pb.NoiseReduction:
+    if reduction is None:
+        return pb.NoiseReduction(type=pb.NOISE_REDUCTION_TYPE_OFF)
+    return pb.NoiseReduction(type=NOISE_REDUCTION_TYPES[reduction.type])
+
+
 def config_from_patch(patch: SessionPatch) -> pb.SessionConfig:
     """Translates a ``session.update`` body into the fields of a partial SessionConfig."""
     if patch.type is not None and patch.type not in SESSION_TYPES:
@@ -209,6 +220,10 @@ def config_from_patch(patch: SessionPatch) -> pb.SessionConfig:
         config.input_transcription.CopyFrom(_transcription(audio_in.transcription))
     elif "input_audio_transcription" in patch.model_fields_set:
         config.input_transcription.CopyFrom(_transcription(patch.input_audio_transcription))
+    if audio_in is not None and "noise_reduction" in audio_in.model_fields_set:
+        config.noise_reduction.CopyFrom(_noise_reduction(audio_in.noise_reduction))
+    elif "input_audio_noise_reduction" in patch.model_fields_set:
+        config.noise_reduction.CopyFrom(_noise_reduction(patch.input_audio_noise_reduction))
     max_tokens = (
         patch.max_output_tokens
         if patch.max_output_tokens is not None

@@ -21,6 +21,7 @@ from bridge.realtime.session_config import (
     INTERRUPTION_MODES,
     LOGPROBS_INCLUDE,
     MODALITIES,
+    NOISE_REDUCTION_TYPES,
 )
 from bridge.realtime.tools import session_tools_json
 from omni_grpc.wire import pb
@@ -38,6 +39,7 @@ OVERLAP_POLICY_NAMES = {value: name for name, value in OVERLAP_POLICIES.items()}
 _COMMIT_NAMES = {value: name for name, value in COMMIT_POLICIES.items()}
 EAGERNESS_NAMES = {value: name for name, value in EAGERNESS.items()}
 _INTERRUPTION_MODE_NAMES = {value: name for name, value in INTERRUPTION_MODES.items()}
+_NOISE_REDUCTION_NAMES = {value: name for name, value in NOISE_REDUCTION_TYPES.items()}
 _STATE_NAMES = {
     pb.SESSION_STATE_ATTACHED: "attached",
     pb.SESSION_STATE_DETACHED: "detached",
@@ -163,6 +165,11 @@ def session_json(session: pb.Session) -> dict[str, Any]:
                 "format": format_json(config.input_audio_format),
                 "turn_detection": _turn_detection_json(config.turn_detection),
                 "transcription": _transcription_json(config.input_transcription),
+                "noise_reduction": (
+                    {"type": _NOISE_REDUCTION_NAMES[reduction]}
+                    if (reduction := config.noise_reduction.type) in _NOISE_REDUCTION_NAMES
+                    else None
+                ),
             },
             "output": audio_output,
         },
@@ -248,6 +255,11 @@ def capabilities_json(caps: pb.Capabilities) -> dict[str, Any]:
         "transcription_models": list(caps.transcription_models),
         "supports_transcription_logprobs": caps.supports_transcription_logprobs,
         "supports_truncation": caps.supports_truncation,
+        "noise_reduction_types": [
+            _NOISE_REDUCTION_NAMES[kind]
+            for kind in caps.noise_reduction_types
+            if kind in _NOISE_REDUCTION_NAMES
+        ],
         "max_pending_input_bytes": caps.max_pending_input_bytes,
         "max_sessions": caps.max_sessions,
     }

@@ -6,8 +6,8 @@ leave the client believing it took effect. So a ``session.update`` or ``response
 that sets one to anything but the value that means "as without it" is refused whole with
 ``unsupported_field``, its ``param`` the field's path, before anything of it is applied.
 
-What stock clients send by default passes: OpenAI's agents SDKs send ``noise_reduction: null``
-and ``speed: 1``, which ask for nothing. ``tracing`` passes in any form: it says where
+What stock clients send by default passes: OpenAI's agents SDKs send ``speed: 1``, which asks
+for nothing. ``tracing`` passes in any form: it says where
 OpenAI's own dashboard stores traces, which does not exist here, and changes nothing in the
 conversation (the service's traces are OpenTelemetry's, configured on the server).
 """
@@ -43,8 +43,6 @@ _NO_REASONING = "no engine here reasons before it answers"
 # For each event type: (path in the event, what the field may be, why it cannot be honoured).
 _RULES: dict[str, tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...]] = {
     "session.update": (
-        (("session", "audio", "input", "noise_reduction"), _unset, "no engine reduces noise"),
-        (("session", "input_audio_noise_reduction"), _unset, "no engine reduces noise"),
         (("session", "audio", "output", "speed"), _speed_one, "voices speak at one speed"),
         (("session", "speed"), _speed_one, "voices speak at one speed"),
         (("session", "prompt"), _unset, "there are no stored prompts"),

@@ -124,6 +124,7 @@ def resolve_config(
     if config.tool_choice.mode == pb.TOOL_CHOICE_MODE_UNSPECIFIED:
         config.tool_choice.mode = pb.TOOL_CHOICE_MODE_AUTO
     check_tool_choice(config.tool_choice, config.tools, "tool_choice")
+    _resolve_noise_reduction(config.noise_reduction, engine)
     if not config.HasField("parallel_tool_calls"):
         # OpenAI's default: a response may call several functions (where its model would).
         config.parallel_tool_calls = True
@@ -144,6 +145,25 @@ def _resolve_truncation(truncation: pb.Truncation, engine: EngineFeatures) -> No
             "unsupported_truncation",
             f"the {engine.name} engine honours auto truncation alone",
             "truncation",
+        )
+
+
+def _resolve_noise_reduction(reduction: pb.NoiseReduction, engine: EngineFeatures) -> None:
+    """Off unless asked for; a type the engine does not run is refused, typed."""
+    if reduction.type == pb.NOISE_REDUCTION_TYPE_UNSPECIFIED:
+        reduction.type = pb.NOISE_REDUCTION_TYPE_OFF
+    if reduction.type == pb.NOISE_REDUCTION_TYPE_OFF:
+        return
+    if reduction.type not in pb.NoiseReductionType.values():
+        raise _refuse(
+            "invalid_session_config", "unknown noise reduction type", "noise_reduction.type"
+        )
+    if reduction.type not in engine.noise_reduction_types:
+        name = pb.NoiseReductionType.Name(reduction.type).removeprefix("NOISE_REDUCTION_TYPE_")
+        raise _refuse(
+            "unsupported_noise_reduction",
+            f"the {engine.name} engine does not run {name.lower()} noise reduction",
+            "noise_reduction.type",
         )
 
 

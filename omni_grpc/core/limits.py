@@ -81,6 +81,9 @@ class EngineFeatures:
     # Honours every SessionConfig.truncation (counts the conversation against its context);
     # False: auto alone, the others refused.
     supports_truncation: bool = False
+    # The noise reduction types it runs on the input (SessionConfig.noise_reduction); none:
+    # only OFF is taken.
+    noise_reduction_types: tuple[pb.NoiseReductionType.ValueType, ...] = ()
     # How much audio of its newest user items it keeps for item_retrieved; 0: none.
     item_audio_kept_ms: int = 0
     # The transcription (ASR) models a session may choose, the default first; empty: none of
@@ -122,6 +125,7 @@ def capabilities(limits: Limits, engine: EngineFeatures) -> pb.Capabilities:
         out_of_band_beside_response=engine.out_of_band_beside_response,
         transcription_models=list(engine.transcription_models),
         supports_transcription_logprobs=engine.supports_transcription_logprobs,
+        noise_reduction_types=list(engine.noise_reduction_types),
         max_pending_input_bytes=limits.max_pending_input_bytes,
         max_sessions=limits.max_sessions,
         chunk_period_ms=engine.chunk_period_ms,

@@ -37,6 +37,7 @@ ERROR_CODES: dict[str, str] = {
     "unsupported_truncation": "a truncation other than auto, of an engine that honours it alone",
     "barge_in_unsupported": "barge-in asked of an engine that cannot barge in",
     "model_update_unsupported": "update_session tried to change the model",
+    "unsupported_noise_reduction": "a noise reduction type this engine does not run",
     "unsupported_content": "a conversation item's content this engine cannot take",
     "unknown_transcription_model": "a transcription model the engine does not have",
     "unsupported_transcription_logprobs": "transcript logprobs asked of an engine without them",

@@ -61,6 +61,8 @@ def defaults(
         transcription_logprobs=False,
         # OpenAI's default: the oldest items give way to what fits.
         truncation=pb.Truncation(type=pb.TRUNCATION_TYPE_AUTO),
+        # OpenAI's default: no noise reduction.
+        noise_reduction=pb.NoiseReduction(type=pb.NOISE_REDUCTION_TYPE_OFF),
     )
 
 
@@ -105,6 +107,8 @@ def test_resolving_leaves_the_request_untouched() -> None:
 
 PCM16_ONLY = EngineFeatures(name="pcm16-only", input_encodings=(PCM16,))
 NO_BARGE_IN = EngineFeatures(name="no-barge-in", supports_barge_in=False)
+NEAR, FAR = pb.NOISE_REDUCTION_TYPE_NEAR_FIELD, pb.NOISE_REDUCTION_TYPE_FAR_FIELD
+DENOISING = EngineFeatures(name="denoising", noise_reduction_types=(NEAR, FAR))
 
 INVALID: list[tuple[pb.SessionConfig, EngineFeatures, str, str]] = [
     (
@@ -171,6 +175,21 @@ INVALID: list[tuple[pb.SessionConfig, EngineFeatures, str, str]] = [
         ENGINE,
         "invalid_session_config",
         "idle_timeout",
+    ),
+    *[
+        (
+            pb.SessionConfig(noise_reduction=pb.NoiseReduction(type=kind)),
+            ENGINE,  # lists no noise reduction types
+            "unsupported_noise_reduction",
+            "noise_reduction.type",
+        )
+        for kind in (pb.NOISE_REDUCTION_TYPE_NEAR_FIELD, pb.NOISE_REDUCTION_TYPE_FAR_FIELD)
+    ],
+    (
+        pb.SessionConfig(noise_reduction=pb.NoiseReduction(type=9)),  # type: ignore[arg-type]
+        DENOISING,
+        "invalid_session_config",
+        "noise_reduction.type",
     ),
     (pb.SessionConfig(idle_timeout=seconds(-1)), ENGINE, "invalid_session_config", "idle_timeout"),
     *[
@@ -306,6 +325,24 @@ def test_update_keeps_an_unspecified_enum(patch: pb.SessionConfig, field: str, k
     merged = merge_config(current(), patch, LIMITS, VAD_ENGINE)
     message_name, enum_name = field.split(".")
     assert getattr(getattr(merged, message_name), enum_name) == kept
+
+
+def test_noise_reduction_is_off_by_default_kept_on_update_and_turned_off_by_off() -> None:
+    opened = resolve_config(pb.SessionConfig(), LIMITS, DENOISING)
+    assert opened.noise_reduction.type == pb.NOISE_REDUCTION_TYPE_OFF
+    on = pb.SessionConfig(noise_reduction=pb.NoiseReduction(type=FAR))
+    far = merge_config(opened, on, LIMITS, DENOISING)
+    assert far.noise_reduction.type == FAR
+    kept = merge_config(far, pb.SessionConfig(temperature=0.5), LIMITS, DENOISING)
+    assert kept.noise_reduction.type == FAR
+    off = pb.SessionConfig(noise_reduction=pb.NoiseReduction(type=pb.NOISE_REDUCTION_TYPE_OFF))
+    assert merge_config(far, off, LIMITS, DENOISING).noise_reduction.type == (
+        pb.NOISE_REDUCTION_TYPE_OFF
+    )
+    # OFF is taken by every engine, those that reduce no noise too.
+    assert merge_config(current(), off, LIMITS, VAD_ENGINE).noise_reduction.type == (
+        pb.NOISE_REDUCTION_TYPE_OFF
+    )
 
 
 def test_update_cannot_change_the_model_but_may_repeat_it() -> None:

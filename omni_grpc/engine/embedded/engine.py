@@ -15,6 +15,7 @@ from omni_grpc.engine.embedded.models.whisper_models import installed_models
 from omni_grpc.engine.embedded.options import EmbeddedOptions
 from omni_grpc.engine.embedded.runtime import Runtime
 from omni_grpc.engine.embedded.session import EmbeddedSession
+from omni_grpc.engine.kit import denoise
 from omni_grpc.engine.kit.end_of_turn import SoundScorer
 from omni_grpc.engine.kit.tts import Synthesizer
 from omni_grpc.wire import pb
@@ -40,6 +41,8 @@ FEATURES = EngineFeatures(
     # SmolLM2's tokenizer counts the conversation against its context (the echo responder:
     # a word a token, and no context of its own).
     supports_truncation=True,
+    # RNNoise before what hears the input (kit/denoise.py); none where it is not installed.
+    noise_reduction_types=denoise.TYPES,
 )
 # Without server VAD the engine hears no speech of its own: nothing to judge.
 _CLIENT_COMMITS = dataclasses.replace(
@@ -60,6 +63,7 @@ class EmbeddedEngine(Engine):
             capacity=self.options.capacity,
             # A session may name any Whisper installed; the asr_model option is the default.
             transcription_models=installed_models(self.options.asr_model),
+            noise_reduction_types=denoise.offered(),
         )
         if not self._judges_turns():
             self.features = dataclasses.replace(self.features, supports_semantic_vad=False)

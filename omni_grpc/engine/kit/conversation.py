@@ -14,7 +14,9 @@ most :data:`ITEM_AUDIO_KEPT_MS` of it, so that a retrieved item comes back with 
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import inspect
 from collections.abc import Callable
 from typing import Protocol, Self
 
@@ -22,9 +24,10 @@ from omni_grpc.core import commands as cmd
 from omni_grpc.core.errors import CommandError
 from omni_grpc.engine.kit.answers import UserInput, acknowledge, find_answer, new_id
 from omni_grpc.engine.kit.clock import MONOTONIC, Clock
+from omni_grpc.engine.kit.denoise import Denoiser
 from omni_grpc.engine.kit.history import item_text, user_item
 from omni_grpc.engine.kit.responses import ResponseSession
-from omni_grpc.engine.kit.worker import Handlers
+from omni_grpc.engine.kit.worker import Handler, Handlers
 from omni_grpc.wire import pb
 from omni_grpc.wire.pcm import CANONICAL_INPUT_RATE_HZ, PCM16_WIDTH, pcm16_bytes, pcm16_ms
 
@@ -78,6 +81,9 @@ class ConversationSession(ResponseSession):
         self._input = bytearray()  # uncommitted canonical input
         # The audio of the newest user items, by item id, oldest first (ITEM_AUDIO_KEPT_MS).
         self._kept_audio: collections.OrderedDict[str, bytes] = collections.OrderedDict()
+        # The session's noise reduction (SessionConfig.noise_reduction), made at its first
+        # append with it on, and dropped when an update turns it off.
+        self._denoiser: Denoiser | None = None
 
     async def close(self) -> None:
         await super().close()
@@ -86,6 +92,7 @@ class ConversationSession(ResponseSession):
         self._input = bytearray()
         self._pending = []
         self._kept_audio.clear()
+        self._denoiser = None  # freed with its last reference (a thread may be in it)
 
     def _command_handlers(self) -> Handlers:
         return {
@@ -107,6 +114,61 @@ class ConversationSession(ResponseSession):
         }
 
     # -- input ---------------------------------------------------------------------------
+
+    def _input_stage(self, table: Handlers) -> Handlers:
+        hear = table.get(cmd.AppendAudio)
+        if hear is None:
+            return table
+        return {**table, cmd.AppendAudio: self._denoising(hear)}
+
+    def _denoising(self, hear: Handler) -> Handler:
+        """``hear`` given the session's input after its noise reduction: the denoised audio of
+        the whole frames an append completes; an append that completes none is held by the
+        denoiser and heard with the next (the detector and recogniser never see the noise).
+
+        Under an engine whose handler is a coroutine (one that hears speech itself) RNNoise
+        runs on a thread, off the event loop (1 ms or more a frame); the worker waits for it,
+        so the appends stay in order. A plain handler (the synchronous path) runs it in place.
+        """
+        if inspect.iscoroutinefunction(hear):
+
+            async def hear_later(append: cmd.AppendAudio) -> None:
+                denoiser = self._denoiser_for(append)
+                if denoiser is None:
+                    await hear(append)
+                    return
+                audio = await asyncio.to_thread(denoiser.process, append.audio)
+                if audio:
+                    await hear(append._replace(audio=audio))
+
+            return hear_later
+
+        def hear_now(append: cmd.AppendAudio) -> None:
+            denoiser = self._denoiser_for(append)
+            if denoiser is None:
+                hear(append)
+                return
+            audio = denoiser.process(append.audio)
+            if audio:
+                hear(append._replace(audio=audio))
+
+        return hear_now
+
+    def _denoiser_for(self, append: cmd.AppendAudio) -> Denoiser | None:
+        """The session's denoiser as its configuration now says (None: off). One turned off
+        is only let go: a thread may still be in it, and it frees RNNoise's state when the
+        last reference goes."""
+        kind = self.config.noise_reduction.type
+        if kind in (pb.NOISE_REDUCTION_TYPE_UNSPECIFIED, pb.NOISE_REDUCTION_TYPE_OFF):
+            self._denoiser = None
+            return None
+        assert_canonical_input(append)
+        denoiser = self._denoiser
+        if denoiser is None:
+            denoiser = self._denoiser = Denoiser(kind)
+        elif denoiser.kind != kind:
+            denoiser.configure(kind)
+        return denoiser
 
     def _on_update_session(self, update: cmd.UpdateSession) -> None:
         self.config = update.config

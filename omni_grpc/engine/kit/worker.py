@@ -90,6 +90,11 @@ class WorkerSession(EngineSession):
         """The dispatch table: a handler per command class; other commands are refused."""
         return {}
 
+    def _input_stage(self, table: Handlers) -> Handlers:
+        """The last say over the dispatch table, once the subclasses have filled it: the
+        conversation session puts its noise reduction before whichever handler hears input."""
+        return table
+
     def _inline_handlers(self) -> InlineHandlers:
         """Handlers for the synchronous path beyond the plain ones of :data:`INLINE_KINDS`."""
         return {}
@@ -174,7 +179,7 @@ class WorkerSession(EngineSession):
     # -- the worker ----------------------------------------------------------------------
 
     async def _run(self) -> None:
-        self._handlers = self._metered(self._command_handlers())
+        self._handlers = self._metered(self._input_stage(self._command_handlers()))
         try:
             await self._on_open()
             self._inline = self._plain_inline() | self._metered(self._inline_handlers())

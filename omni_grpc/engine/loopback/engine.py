@@ -8,6 +8,7 @@ from dataclasses import replace
 from omni_grpc.core.limits import EngineFeatures
 from omni_grpc.engine import kit
 from omni_grpc.engine.base import Engine
+from omni_grpc.engine.kit import denoise
 from omni_grpc.engine.loopback.options import LoopbackOptions
 from omni_grpc.engine.loopback.session import LoopbackSession
 from omni_grpc.wire import pb
@@ -32,6 +33,8 @@ FEATURES = EngineFeatures(
     supports_transcription_logprobs=True,
     # Counts a word a token (and 100 ms of a user's audio) against context_tokens.
     supports_truncation=True,
+    # RNNoise before what hears the input (kit/denoise.py); none where it is not installed.
+    noise_reduction_types=denoise.TYPES,
 )
 
 
@@ -48,8 +51,11 @@ class LoopbackEngine(Engine):
         # The mirror answers each append in its own format, so any pcm16 rate is native to it.
         mirror = self.options.mode == "mirror"
         features = replace(FEATURES, capacity=self.options.capacity)
+        # The mirror sends each append straight back, untouched: it reduces no noise.
         self.features = (
-            replace(features, native_input_rates_hz=SUPPORTED_RATES_HZ) if mirror else features
+            replace(features, native_input_rates_hz=SUPPORTED_RATES_HZ, noise_reduction_types=())
+            if mirror
+            else replace(features, noise_reduction_types=denoise.offered())
         )
         self._sessions: set[LoopbackSession] = set()
 

@@ -351,6 +351,42 @@ is passed again, so the start of the prompt stays the same (and cached) between 
 """
 Global___TruncationType: _TypeAlias = TruncationType  # noqa: Y015
 
+class _NoiseReductionType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _NoiseReductionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NoiseReductionType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    NOISE_REDUCTION_TYPE_UNSPECIFIED: _NoiseReductionType.ValueType  # 0
+    """Means "not given": off on open, unchanged in update_session."""
+    NOISE_REDUCTION_TYPE_OFF: _NoiseReductionType.ValueType  # 1
+    """The input reaches the engine as it was sent."""
+    NOISE_REDUCTION_TYPE_NEAR_FIELD: _NoiseReductionType.ValueType  # 2
+    """For a microphone at the mouth (a headset, a phone): noise lowered by at most 14 dB, the
+    voice kept as it was.
+    """
+    NOISE_REDUCTION_TYPE_FAR_FIELD: _NoiseReductionType.ValueType  # 3
+    """For a microphone away from the talker (a laptop, a room): noise lowered by at most 20 dB,
+    and quiet speech brought up by a gain stage.
+    """
+
+class NoiseReductionType(_NoiseReductionType, metaclass=_NoiseReductionTypeEnumTypeWrapper):
+    """NoiseReductionType says how the input is cleaned, for the microphone it comes from."""
+
+NOISE_REDUCTION_TYPE_UNSPECIFIED: NoiseReductionType.ValueType  # 0
+"""Means "not given": off on open, unchanged in update_session."""
+NOISE_REDUCTION_TYPE_OFF: NoiseReductionType.ValueType  # 1
+"""The input reaches the engine as it was sent."""
+NOISE_REDUCTION_TYPE_NEAR_FIELD: NoiseReductionType.ValueType  # 2
+"""For a microphone at the mouth (a headset, a phone): noise lowered by at most 14 dB, the
+voice kept as it was.
+"""
+NOISE_REDUCTION_TYPE_FAR_FIELD: NoiseReductionType.ValueType  # 3
+"""For a microphone away from the talker (a laptop, a room): noise lowered by at most 20 dB,
+and quiet speech brought up by a gain stage.
+"""
+Global___NoiseReductionType: _TypeAlias = NoiseReductionType  # noqa: Y015
+
 class _ToolChoiceMode:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -1718,6 +1754,7 @@ class SessionConfig(_message.Message):
     TYPE_FIELD_NUMBER: _builtins.int
     TRANSCRIPTION_LOGPROBS_FIELD_NUMBER: _builtins.int
     TRUNCATION_FIELD_NUMBER: _builtins.int
+    NOISE_REDUCTION_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """Names the model the engine runs."""
     instructions: _builtins.str
@@ -1811,6 +1848,15 @@ class SessionConfig(_message.Message):
         engine whose Capabilities.supports_truncation is false honours auto alone.
         """
 
+    @_builtins.property
+    def noise_reduction(self) -> Global___NoiseReduction:
+        """Cleans the input audio before the engine's detector and recogniser hear it (OpenAI's
+        `audio.input.noise_reduction`); unset or UNSPECIFIED means off on open and leaves it as it
+        is in update_session. A type the engine does not list in
+        Capabilities.noise_reduction_types is refused with `unsupported_noise_reduction`.
+        Resolved (OFF when not asked for) in session_created and session_updated.
+        """
+
     def __init__(
         self,
         *,
@@ -1836,10 +1882,11 @@ class SessionConfig(_message.Message):
         type: Global___SessionType.ValueType = ...,
         transcription_logprobs: _builtins.bool | None = ...,
         truncation: Global___Truncation | None = ...,
+        noise_reduction: Global___NoiseReduction | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_transcription_logprobs", b"_transcription_logprobs", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "output_audio_format", b"output_audio_format", "parallel_tool_calls", b"parallel_tool_calls", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "transcription_logprobs", b"transcription_logprobs", "truncation", b"truncation", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_transcription_logprobs", b"_transcription_logprobs", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "noise_reduction", b"noise_reduction", "output_audio_format", b"output_audio_format", "parallel_tool_calls", b"parallel_tool_calls", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "transcription_logprobs", b"transcription_logprobs", "truncation", b"truncation", "turn_detection", b"turn_detection", "voice", b"voice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_transcription_logprobs", b"_transcription_logprobs", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "model", b"model", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "parallel_tool_calls", b"parallel_tool_calls", "playback_commit_policy", b"playback_commit_policy", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "transcription_logprobs", b"transcription_logprobs", "truncation", b"truncation", "turn_detection", b"turn_detection", "type", b"type", "voice", b"voice"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_instructions", b"_instructions", "_max_output_tokens", b"_max_output_tokens", "_parallel_tool_calls", b"_parallel_tool_calls", "_temperature", b"_temperature", "_transcription_logprobs", b"_transcription_logprobs", "_voice", b"_voice", "engine_options", b"engine_options", "idle_timeout", b"idle_timeout", "input_audio_format", b"input_audio_format", "input_transcription", b"input_transcription", "instructions", b"instructions", "interruption", b"interruption", "max_output_tokens", b"max_output_tokens", "model", b"model", "noise_reduction", b"noise_reduction", "output_audio_format", b"output_audio_format", "output_modalities", b"output_modalities", "overlap_policy", b"overlap_policy", "parallel_tool_calls", b"parallel_tool_calls", "playback_commit_policy", b"playback_commit_policy", "recording", b"recording", "temperature", b"temperature", "tool_choice", b"tool_choice", "tools", b"tools", "transcription_logprobs", b"transcription_logprobs", "truncation", b"truncation", "turn_detection", b"turn_detection", "type", b"type", "voice", b"voice"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__instructions: _TypeAlias = _typing.Literal["instructions"]  # noqa: Y015
     _WhichOneofArgType__instructions: _TypeAlias = _typing.Literal["_instructions", b"_instructions"]  # noqa: Y015
@@ -1914,6 +1961,28 @@ class Truncation(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__retention_ratio) -> _WhichOneofReturnType__retention_ratio | None: ...
 
 Global___Truncation: _TypeAlias = Truncation  # noqa: Y015
+
+@_typing.final
+class NoiseReduction(_message.Message):
+    """NoiseReduction is a session's noise reduction (docs/engines.md, "Noise reduction")."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    type: Global___NoiseReductionType.ValueType
+    """Says which, or OFF."""
+    def __init__(
+        self,
+        *,
+        type: Global___NoiseReductionType.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NoiseReduction: _TypeAlias = NoiseReduction  # noqa: Y015
 
 @_typing.final
 class SessionRecording(_message.Message):
@@ -2120,6 +2189,7 @@ class Capabilities(_message.Message):
     TRANSCRIPTION_MODELS_FIELD_NUMBER: _builtins.int
     SUPPORTS_TRANSCRIPTION_LOGPROBS_FIELD_NUMBER: _builtins.int
     SUPPORTS_TRUNCATION_FIELD_NUMBER: _builtins.int
+    NOISE_REDUCTION_TYPES_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.str
     """Names the protocol, "omni.duplex.v1"."""
     engine: _builtins.str
@@ -2227,6 +2297,12 @@ class Capabilities(_message.Message):
         nothing of its own, and only an empty model is taken.
         """
 
+    @_builtins.property
+    def noise_reduction_types(self) -> _containers.RepeatedScalarFieldContainer[Global___NoiseReductionType.ValueType]:
+        """Lists the noise reduction types the engine runs (SessionConfig.noise_reduction); empty:
+        none, and only OFF is taken.
+        """
+
     def __init__(
         self,
         *,
@@ -2259,10 +2335,11 @@ class Capabilities(_message.Message):
         transcription_models: _abc.Iterable[_builtins.str] | None = ...,
         supports_transcription_logprobs: _builtins.bool = ...,
         supports_truncation: _builtins.bool = ...,
+        noise_reduction_types: _abc.Iterable[Global___NoiseReductionType.ValueType] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "disconnect_grace", b"disconnect_grace", "idle_timeout", b"idle_timeout", "journal_window", b"journal_window", "output_audio_format", b"output_audio_format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "capacity", b"capacity", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "item_audio_kept_ms", b"item_audio_kept_ms", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "out_of_band_beside_response", b"out_of_band_beside_response", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_input_audio_items", b"supports_input_audio_items", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_out_of_band_responses", b"supports_out_of_band_responses", "supports_parallel_tool_calls", b"supports_parallel_tool_calls", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad", "supports_transcription_logprobs", b"supports_transcription_logprobs", "supports_truncation", b"supports_truncation", "transcription_models", b"transcription_models"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_interval", b"ack_interval", "capacity", b"capacity", "chunk_period_ms", b"chunk_period_ms", "disconnect_grace", b"disconnect_grace", "engine", b"engine", "idle_timeout", b"idle_timeout", "input_encodings", b"input_encodings", "input_sample_rates_hz", b"input_sample_rates_hz", "item_audio_kept_ms", b"item_audio_kept_ms", "journal_max_bytes", b"journal_max_bytes", "journal_window", b"journal_window", "max_message_bytes", b"max_message_bytes", "max_pending_input_bytes", b"max_pending_input_bytes", "max_sessions", b"max_sessions", "noise_reduction_types", b"noise_reduction_types", "out_of_band_beside_response", b"out_of_band_beside_response", "output_audio_format", b"output_audio_format", "protocol_version", b"protocol_version", "supports_barge_in", b"supports_barge_in", "supports_input_audio_items", b"supports_input_audio_items", "supports_interruption_by_words", b"supports_interruption_by_words", "supports_out_of_band_responses", b"supports_out_of_band_responses", "supports_parallel_tool_calls", b"supports_parallel_tool_calls", "supports_playback_ack", b"supports_playback_ack", "supports_resume", b"supports_resume", "supports_semantic_vad", b"supports_semantic_vad", "supports_server_vad", b"supports_server_vad", "supports_transcription_logprobs", b"supports_transcription_logprobs", "supports_truncation", b"supports_truncation", "transcription_models", b"transcription_models"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -4604,6 +4681,7 @@ class ErrorReport(_message.Message):
     * `unsupported_truncation`: a truncation other than auto, of an engine that honours it alone.
     * `barge_in_unsupported`: barge-in asked of an engine that cannot barge in.
     * `model_update_unsupported`: update_session tried to change the model.
+    * `unsupported_noise_reduction`: a noise reduction type this engine does not run.
     * `unsupported_content`: a conversation item's content this engine cannot take.
     * `unknown_transcription_model`: a transcription model the engine does not have.
     * `unsupported_transcription_logprobs`: transcript logprobs asked of an engine without them.

@@ -197,13 +197,6 @@ async def test_a_full_service_is_a_rate_limit_error_with_its_retry_hint(query: s
             {"type": "session.update", "session": {"audio": {"output": {"speed": 1.5}}}},
             "session.audio.output.speed",
         ),
-        (
-            {
-                "type": "session.update",
-                "session": {"audio": {"input": {"noise_reduction": {"type": "near_field"}}}},
-            },
-            "session.audio.input.noise_reduction",
-        ),
         ({"type": "session.update", "session": {"prompt": {"id": "pmpt_1"}}}, "session.prompt"),
         (
             {"type": "response.create", "response": {"conversation": "conv_elsewhere"}},

@@ -136,22 +136,33 @@ class AnswerTrack(MediaStreamTrack):
 
     def answer_complete(self, response_id: str) -> None:
         """Every audio of ``response_id`` is queued: its end is told once the last has left."""
-        if response_id in self._playing and not any(
-            s.response_id == response_id for s in self._queue
-        ):
+        queued = any(s.response_id == response_id for s in self._queue)
+        if response_id in self._playing and not queued:
             self._finish(response_id, self._last_item.get(response_id, ""))
-        else:
+        elif queued:
             self._complete.add(response_id)
+        # else: none of it is here (cut, or it had no audio): nothing is left to tell
 
     def clear(self) -> list[Cut]:
-        """Drops every queued answer at once; the items cut, and how far each had gone."""
+        """Drops every queued answer at once; the items cut, and how far each had gone.
+
+        A response whose audio started leaving and is not all out is cut, whether some of it
+        waits here or none does for now: an answer made slower than real time leaves the
+        queue empty between its chunks, and its next chunk, already on its way, must not play
+        after the cut."""
         cuts = [
             Cut(s.response_id, s.item_id, self.sent_ms(s.item_id))
             for s in self._queue
             if s.response_id in self._playing
         ]
+        waiting = {cut.response_id for cut in cuts}
+        for response_id in sorted(self._playing - waiting):  # between two of its chunks
+            item_id = self._last_item.get(response_id, "")
+            cuts.append(Cut(response_id, item_id, self.sent_ms(item_id)))
         for segment in self._queue:
             self._forget(segment.response_id, segment.item_id)
+        for cut in cuts:
+            self._forget(cut.response_id, cut.item_id)
         self._queue.clear()
         self._queued_bytes = 0
         return cuts

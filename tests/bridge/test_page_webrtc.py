@@ -35,8 +35,9 @@ HEARD = 0.01  # the energy of about a second of the spoken answer, as Chromium c
 TYPED = "tell me about the harbours of Lisbon and the ships that sailed from them"
 TYPED_TONE_MS = 60 * len(TYPED)
 # The answer typed over is made at a quarter of real time: its 4.3 s tone is still being made
-# 17 s after it starts, so the typed interruption reaches a reply in progress even when a
-# loaded machine takes seconds to carry it (at real time, CI once took longer than the tone).
+# 17 s after it starts, so the typed interruption reaches a reply in progress however loaded
+# the machine, and the track, which sends faster than the answer is made, is mostly waiting
+# for its next chunk when the cut comes (a cut there was once lost: CI failed on it).
 SLOW_SPEED = "0.25"
 RETYPED = "never mind"
 LONG_SPEECH = f"{SPEECH_TEXT}, and the page shows these words while they are spoken"

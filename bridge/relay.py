@@ -488,7 +488,8 @@ class Relay:
                         self._handed_on()
                         await self._tell(Refusal("bad_event", "send events as text frames"))
                 finally:
-                    self._handed_on()
+                    if self._unhanded:  # (the usual command was handed on in ``_write``)
+                        self._handed_on()
                     if share is not None:
                         share.spent(time.perf_counter() - started)
         except (StreamBroken, ConnectionError):
@@ -556,7 +557,8 @@ class Relay:
     async def _deliver(self, response: pb.ConverseResponse) -> None:
         """Acts on one contract event and sends its JSON events."""
         kind = response.WhichOneof("event")
-        self.answered.set()
+        if self.state is not RelayState.RELAYING:  # relaying, it was answered already
+            self.answered.set()
         if self._turns is not None:
             self._turns.received(kind, response)
         if self._rejoin is not None:

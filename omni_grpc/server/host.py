@@ -166,7 +166,9 @@ class SessionHost:
                     generation, request, now, started, command, commands[index + 1 :]
                 )
             return self._receive_rest(generation, request, now, started, None, commands[index:])
-        return self._received(generation, request, started)
+        if taps.handled or started or session.last_refusal or session.throttle.retry_at:
+            return self._received(generation, request, started)
+        return 0.0  # nothing follows (no tap, no sample, no refusal): no call for it
 
     async def _receive_rest(
         self,

@@ -26,7 +26,7 @@ free pages of the heap back to the system.
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -106,16 +106,19 @@ class FrameBudget:
         self._audio_wait = audio_wait  # seconds until the key's audio allowance takes the bytes
         self.in_flight = 0  # what the frames in flight cost, next to what the ledgers hold
         self.peak = 0  # the most the ledger and the frames ever came to together
-        self._by_key: Counter[str] = Counter()
-        self._large_by_key: Counter[str] = Counter()  # large frames in flight, per key
+        # What each key's frames in flight cost, and how many of them are large: a key with
+        # none in flight has no entry (plain dicts: a Counter's missing key and its ``del``
+        # are calls of Python, twice per frame).
+        self._by_key: dict[str, int] = {}
+        self._large_by_key: dict[str, int] = {}
         self._waiting: deque[Waiter] = deque()
 
     def take(self, key: str, cost: int) -> bool:
         """Charges a frame of ``cost``; False (nothing charged) when it must wait."""
         large = cost >= LARGE_COST
-        if large and self._large_by_key[key]:
+        if large and self._large_by_key.get(key, 0):
             return False
-        in_flight, by_key = self.in_flight, self._by_key[key]
+        in_flight, by_key = self.in_flight, self._by_key.get(key, 0)
         ledger = self._key_ledger(key)
         if by_key and ledger is not None and ledger.held + by_key + cost > ledger.capacity_bytes:
             return False
@@ -123,9 +126,9 @@ class FrameBudget:
         if in_flight and server.held + in_flight + cost > server.capacity_bytes:
             return False
         self.in_flight += cost
-        self._by_key[key] += cost
+        self._by_key[key] = by_key + cost
         if large:
-            self._large_by_key[key] += 1
+            self._large_by_key[key] = self._large_by_key.get(key, 0) + 1
         self._since_drained += cost
         self.peak = max(self.peak, server.held + self.in_flight)
         return True
@@ -136,12 +139,15 @@ class FrameBudget:
         if not cost:
             return
         self.in_flight -= cost
-        self._by_key[key] -= cost
-        if not self._by_key[key]:
+        # (a key with nothing left had an entry: ``cost`` and ``large`` are not 0 here)
+        if left := self._by_key.get(key, 0) - cost:
+            self._by_key[key] = left
+        else:
             del self._by_key[key]
         if large:
-            self._large_by_key[key] -= large
-            if not self._large_by_key[key]:
+            if left := self._large_by_key.get(key, 0) - large:
+                self._large_by_key[key] = left
+            else:
                 del self._large_by_key[key]
         for meter in list(self._waiting):
             if meter.try_go():

@@ -478,7 +478,7 @@ class Relay:
                             continue
                         del message  # its bytes are not held while the command leaves
                         closing = request.HasField("close_session")
-                        await self._write(stream, request)
+                        await self._write(stream, request, inline)
                         del request
                         # What the command made at once (an echoed chunk) goes out from here:
                         # the pump is not woken for it (bridge.transport.InlineStream).
@@ -488,7 +488,8 @@ class Relay:
                         self._handed_on()
                         await self._tell(Refusal("bad_event", "send events as text frames"))
                 finally:
-                    self._handed_on()
+                    if self._unhanded:  # (the usual command was handed on in ``_write``)
+                        self._handed_on()
                     if share is not None:
                         share.spent(time.perf_counter() - started)
         except (StreamBroken, ConnectionError):
@@ -516,7 +517,14 @@ class Relay:
             self._meter.handled()
         self._unhanded = False
 
-    async def _write(self, stream: ServiceStream, request: pb.ConverseRequest) -> None:
+    async def _write(
+        self,
+        stream: ServiceStream,
+        request: pb.ConverseRequest,
+        flushed_by: InlineStream | None = None,
+    ) -> None:
+        """Numbers ``request`` and writes it; ``flushed_by``: the stream whose ``flush`` the
+        caller makes right after (what the command made is held for it)."""
         self._carry = request
         if self._hold_input_until:
             await self._hold()
@@ -536,7 +544,10 @@ class Relay:
         self._carry = None
         if self._turns is not None:
             self._turns.sending(request)
-        await stream.write(request)
+        if flushed_by is not None:
+            await flushed_by.write(request, flush_follows=True)
+        else:
+            await stream.write(request)
         if probe:
             await stream.write(HEARTBEAT)  # its answer says how far the service got
         self._handed_on()  # the service has it: its copies here go
@@ -546,7 +557,8 @@ class Relay:
     async def _deliver(self, response: pb.ConverseResponse) -> None:
         """Acts on one contract event and sends its JSON events."""
         kind = response.WhichOneof("event")
-        self.answered.set()
+        if self.state is not RelayState.RELAYING:  # relaying, it was answered already
+            self.answered.set()
         if self._turns is not None:
             self._turns.received(kind, response)
         if self._rejoin is not None:

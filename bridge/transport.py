@@ -32,6 +32,10 @@ class InlineStream(ServiceStream, Protocol):
     the task that reads the stream. Every event, flushed or read serialized (and written with
     ``write_out``), goes out one at a time, in the order the session made them."""
 
+    async def write(self, request: pb.ConverseRequest, *, flush_follows: bool = False) -> None:
+        """``flush_follows``: :meth:`flush` comes right after, and takes what the command
+        made; the task that reads the stream is not woken for it meanwhile."""
+
     async def read_serialized(self) -> bytes | None: ...
 
     async def flush(self, write: Callable[[bytes], Awaitable[None]]) -> None: ...

@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from time import perf_counter
+from typing import Any, cast
 
 from omni_grpc.core import Effects, Session
 from omni_grpc.core.commands import (
@@ -116,13 +117,26 @@ class SessionHost:
     # -- core calls ------------------------------------------------------------------------
 
     async def receive(self, generation: int, request: pb.ConverseRequest, size: int = 0) -> float:
-        """Feeds one command into the core and carries out what it says.
+        """Feeds one command into the core and carries out what it says (:meth:`receive_now`,
+        awaited to the end)."""
+        pending = self.receive_now(generation, request, size)
+        # (mypy reads ``float`` as ``float | int``, so the type test narrows nothing for it)
+        return pending if type(pending) is float else await cast(Awaitable[float], pending)
+
+    def receive_now(
+        self, generation: int, request: pb.ConverseRequest, size: int = 0
+    ) -> float | Coroutine[Any, Any, float]:
+        """Feeds one command into the core and carries out what it says, with no coroutine
+        while the engine takes each command it admitted at once (the usual chunk).
 
         ``size`` is the command's length on the wire when the transport read it (0: the core
         measures it). A command the core admitted goes to the engine from here, in order.
         Returns how long the stream's reader takes nothing more: after a refusal for rate, the
         retry hint, so flow control pushes a flood back to its sender instead of the server
-        spending a refusal on every message (0 otherwise, with no clock read).
+        spending a refusal on every message (0 otherwise, with no clock read). When a command
+        must wait for the engine (its mailbox, or the edge's work), returns instead the
+        coroutine that hands the rest on and then returns that: the caller awaits it before it
+        reads its next command, so the engine still gets them in order.
         """
         kind = request.WhichOneof("command")
         _HOT.commands[kind] += 1
@@ -140,20 +154,55 @@ class SessionHost:
                 tap.admitted(self, generation, request, effects)
         if effects.sends or effects.end_streams or effects.ended:
             self.deliver(effects)
-        for command in effects.engine:
+        commands = effects.engine
+        for index, command in enumerate(commands):
             if self.ended:
                 break
             if type(command) is AppendAudio and command.native:
                 # The usual chunk: nothing to do at the edge, so no coroutine of its own.
+                if self._hand_now(command, now):
+                    continue
+                return self._receive_rest(
+                    generation, request, now, started, command, commands[index + 1 :]
+                )
+            return self._receive_rest(generation, request, now, started, None, commands[index:])
+        if taps.handled or started or session.last_refusal or session.throttle.retry_at:
+            return self._received(generation, request, started)
+        return 0.0  # nothing follows (no tap, no sample, no refusal): no call for it
+
+    async def _receive_rest(
+        self,
+        generation: int,
+        request: pb.ConverseRequest,
+        now: float,
+        started: float,
+        queued: EngineCommand | None,
+        rest: Sequence[EngineCommand],
+    ) -> float:
+        """:meth:`receive_now`'s end when the engine does not take a command at once:
+        ``queued`` (told to the taps already) goes to the engine's mailbox, then ``rest``."""
+        if queued is not None:
+            await self._hand(queued)
+        for command in rest:
+            if self.ended:
+                break
+            if type(command) is AppendAudio and command.native:
                 if not self._hand_now(command, now):
                     await self._hand(command)
                 continue
             await self._submit(command, now)
+        return self._received(generation, request, started)
+
+    def _received(self, generation: int, request: pb.ConverseRequest, started: float) -> float:
+        """What follows a command's hand-over: the taps, the timing sample, the refusal count,
+        and the reader's pause."""
+        taps = self.taps
         if taps.handled:
             for tap in taps.handled:
                 tap.handled(self, generation, request)
         if started:
             _HOT.append_handled(perf_counter() - started)
+        session = self.session
         if session.last_refusal:
             # The codes are the core's own closed set, never client text.
             metrics.COMMAND_REFUSALS.labels(session.last_refusal).inc()

@@ -51,18 +51,27 @@ class LocalStream:
         self._told = asyncio.Event()  # set by each notice while it waits, and when it starts
         self._cancelled = False
 
-    async def write(self, request: pb.ConverseRequest, size: int = 0) -> None:
+    async def write(
+        self, request: pb.ConverseRequest, size: int = 0, *, flush_follows: bool = False
+    ) -> None:
         """Hands one request on (``size``: its length on the wire, when it came by one); the
-        first opens or resumes the session."""
+        first opens or resumes the session. ``flush_follows``: the caller calls :meth:`flush`
+        right after, so what the command makes is held for that flush and the task that reads
+        the stream is not woken for it (``SendQueue.reader_flushes``; the flush ends the hold,
+        and so does anything here or in the host that may wait before it)."""
         if self._cancelled:
             raise StreamBroken("the stream was cancelled")
         if not self._started.done():
             await self._start(request)
         elif (queue := self._stream.queue) is not None and queue.end_reason is None:
+            if flush_follows:
+                queue.reader_flushes = True
             pause_s = await self._stream.command(request, size)
             if pause_s > 0:
                 # Refused for rate: the writer is held back until the hint has run out, as
-                # gRPC's flow control holds back a Converse client whose reader pauses.
+                # gRPC's flow control holds back a Converse client whose reader pauses; what
+                # the refusal made goes to the reading task meanwhile.
+                queue.reader_done()
                 await asyncio.sleep(pause_s)
         # Otherwise the service reads no more (as a gRPC server whose reader returned).
 
@@ -101,6 +110,8 @@ class LocalStream:
         queue = self._stream.queue
         if queue is not None and not self._cancelled and self._stream.host is not None:
             await queue.flush(write)
+        elif queue is not None:
+            queue.reader_done()  # a hold of :meth:`write`'s ends here all the same
 
     async def write_out(self, write: Callable[[bytes], Awaitable[None]], payload: bytes) -> None:
         """Writes one event read by :meth:`read_serialized` with ``write``, as the stream's one

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import cast
 
 import grpc
 
@@ -268,7 +269,12 @@ class ServerStream:
             if request is None:
                 host.refuse(queue.generation, CommandError("invalid_message", NOT_A_REQUEST))
             else:
-                pause_s = await host.receive(queue.generation, request, size)
+                # No coroutine of the host's unless the engine makes a command wait.
+                pending = host.receive_now(queue.generation, request, size)
+                if type(pending) is float:
+                    pause_s = pending
+                else:
+                    pause_s = await cast(Awaitable[float], pending)
         except BaseException:
             queue.reader_done()
             raise

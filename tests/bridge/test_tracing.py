@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -46,15 +47,15 @@ def exporter() -> Iterator[InMemorySpanExporter]:
 def commands(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, str]]]:
     """Every command the service's hosts receive: its kind and its trace context."""
     seen: list[tuple[str, dict[str, str]]] = []
-    receive = SessionHost.receive
+    receive = SessionHost.receive_now  # the streams' way in (``receive`` goes through it)
 
-    async def recording(
+    def recording(
         host: SessionHost, generation: int, request: pb.ConverseRequest, size: int = 0
-    ) -> float:
+    ) -> float | Coroutine[Any, Any, float]:
         seen.append((str(request.WhichOneof("command")), dict(request.trace_context)))
-        return await receive(host, generation, request, size)
+        return receive(host, generation, request, size)
 
-    monkeypatch.setattr(SessionHost, "receive", recording)
+    monkeypatch.setattr(SessionHost, "receive_now", recording)
     return seen
 
 

@@ -20,6 +20,9 @@ class EventQueue:
 
     def __init__(self, capacity: int) -> None:
         self._items: collections.deque[pb.ConverseResponse] = collections.deque()
+        # The events not read yet, for a truth test with no call (the engine's fast path asks
+        # it per chunk): the queue's own deque, only ever changed in place; never change it.
+        self.unread = self._items
         self._capacity = capacity
         self._ended = False
         self._readable = asyncio.Event()
@@ -58,7 +61,7 @@ class EventQueue:
 
     def take_back(self, response_id: str) -> list[pb.ConverseResponse]:
         """Removes and returns the unread output events of one response, in order."""
-        kept: collections.deque[pb.ConverseResponse] = collections.deque()
+        kept = []
         taken = []
         for event in self._items:
             # Which output event it is, if one (a cancel's rare path: asked field by field).
@@ -68,7 +71,8 @@ class EventQueue:
                 taken.append(event)
             else:
                 kept.append(event)
-        self._items = kept
+        self._items.clear()  # in place: ``unread`` is this deque
+        self._items.extend(kept)
         self._update()
         return taken
 

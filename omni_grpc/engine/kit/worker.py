@@ -124,7 +124,7 @@ class WorkerSession(EngineSession):
             or self._closed
             or self._failure is not None
             or not self._mailbox.empty()
-            or len(self._events)
+            or self._events.unread
         ):
             return None  # the mailbox keeps the order: the worker applies it after the rest
         try:

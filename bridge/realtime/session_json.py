@@ -129,10 +129,24 @@ def _transcription_session_json(session: pb.Session) -> dict[str, Any]:
                 "format": format_json(config.input_audio_format),
                 "turn_detection": _turn_detection_json(config.turn_detection),
                 "transcription": _transcription_json(config.input_transcription),
-                "noise_reduction": None,
+                "noise_reduction": _noise_reduction_json(config.noise_reduction),
             }
         },
         "include": [LOGPROBS_INCLUDE] if config.transcription_logprobs else None,
+        **_duplex_extensions(session),
+    }
+
+
+def _noise_reduction_json(reduction: pb.NoiseReduction) -> dict[str, str] | None:
+    """GA's ``noise_reduction``: the type in force, None when off."""
+    name = _NOISE_REDUCTION_NAMES.get(reduction.type)
+    return {"type": name} if name is not None else None
+
+
+def _duplex_extensions(session: pb.Session) -> dict[str, Any]:
+    """What a session object of either type shows beyond GA's fields (extension clients)."""
+    config = session.config
+    return {
         "overlap_policy": OVERLAP_POLICY_NAMES.get(config.overlap_policy),
         "playback_commit_policy": _COMMIT_NAMES.get(config.playback_commit_policy),
         "interruption": _interruption_json(config.interruption),
@@ -140,6 +154,7 @@ def _transcription_session_json(session: pb.Session) -> dict[str, Any]:
         "state": _STATE_NAMES.get(session.state),
         "turn_state": _TURN_NAMES.get(session.turn_state),
         "epoch": session.epoch,
+        # GA's session object has no place for it: shown to extension clients only.
         "parallel_tool_calls": config.parallel_tool_calls,
     }
 
@@ -165,26 +180,14 @@ def session_json(session: pb.Session) -> dict[str, Any]:
                 "format": format_json(config.input_audio_format),
                 "turn_detection": _turn_detection_json(config.turn_detection),
                 "transcription": _transcription_json(config.input_transcription),
-                "noise_reduction": (
-                    {"type": _NOISE_REDUCTION_NAMES[reduction]}
-                    if (reduction := config.noise_reduction.type) in _NOISE_REDUCTION_NAMES
-                    else None
-                ),
+                "noise_reduction": _noise_reduction_json(config.noise_reduction),
             },
             "output": audio_output,
         },
         "max_output_tokens": (
             config.max_output_tokens if config.HasField("max_output_tokens") else "inf"
         ),
-        "overlap_policy": OVERLAP_POLICY_NAMES.get(config.overlap_policy),
-        "playback_commit_policy": _COMMIT_NAMES.get(config.playback_commit_policy),
-        "interruption": _interruption_json(config.interruption),
-        "idle_timeout_ms": config.idle_timeout.ToMilliseconds(),
-        "state": _STATE_NAMES.get(session.state),
-        "turn_state": _TURN_NAMES.get(session.turn_state),
-        "epoch": session.epoch,
-        # GA's session object has no place for it: shown to extension clients only.
-        "parallel_tool_calls": config.parallel_tool_calls,
+        **_duplex_extensions(session),
     }
     if config.transcription_logprobs:
         out["include"] = [LOGPROBS_INCLUDE]

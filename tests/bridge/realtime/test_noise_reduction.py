@@ -85,3 +85,14 @@ async def test_an_engine_without_noise_reduction_refuses_it_typed_and_goes_on(
         updated = (await until(conn, "session.updated"))[-1]["session"]
         assert _reduction(updated) is None
         assert "instructions" not in updated
+
+
+async def test_a_transcription_session_shows_its_noise_reduction(loopback_port: int) -> None:
+    client = AsyncOpenAI(api_key="k", websocket_base_url=f"ws://127.0.0.1:{loopback_port}/v1")
+    async with client.realtime.connect(model="gpt-realtime") as conn:
+        await until(conn, "session.created")
+        reduction = {"noise_reduction": {"type": "near_field"}}
+        await conn.session.update(session={"type": "transcription", "audio": {"input": reduction}})
+        updated = (await until(conn, "session.updated"))[-1]["session"]
+        assert updated["type"] == "transcription"
+        assert _reduction(updated) == {"type": "near_field"}

@@ -114,18 +114,12 @@ class ResponseSession(WorkerSession):
             raise CommandError(
                 "response_create_without_input", "nothing was committed since the last response"
             )
-        choice = create.tool_choice
         await self._start_response(
             self._clock.now(),
             create.output_modalities or self._modalities(),
             create.instructions,
-            metadata=dict(create.metadata),
-            tools=create.tools,
-            tool_choice=choice if choice is not None and choice.mode else None,
-            parallel_tool_calls=create.parallel_tool_calls,
             read=read,
-            max_output_tokens=create.max_output_tokens,
-            voice=create.voice,
+            **_own_settings(create),
         )
 
     async def _start_side(self, create: cmd.CreateResponse) -> None:
@@ -140,18 +134,12 @@ class ResponseSession(WorkerSession):
             inputs = self._inputs_of(self._history.get(i) for i in self._history.ids())
         else:
             context, inputs = self._resolve_input(create.input)
-        choice = create.tool_choice
         answer = self._new_answer(
             self._clock.now(),
             create.output_modalities or self._modalities(),
             create.instructions,
             inputs,
-            metadata=dict(create.metadata),
-            tools=create.tools,
-            tool_choice=choice if choice is not None and choice.mode else None,
-            parallel_tool_calls=create.parallel_tool_calls,
-            max_output_tokens=create.max_output_tokens,
-            voice=create.voice,
+            **_own_settings(create),
         )
         answer.out_of_band, answer.context = True, context
         self._prepare(answer)
@@ -526,3 +514,16 @@ class ResponseSession(WorkerSession):
                 text = answer.text_at(answer.played_ms).strip()
             heard.append((item, text))
         return heard
+
+
+def _own_settings(create: cmd.CreateResponse) -> dict[str, Any]:
+    """What a response create sets for its response alone (None: the session's stands)."""
+    choice = create.tool_choice
+    return {
+        "metadata": dict(create.metadata),
+        "tools": create.tools,
+        "tool_choice": choice if choice is not None and choice.mode else None,
+        "parallel_tool_calls": create.parallel_tool_calls,
+        "max_output_tokens": create.max_output_tokens,
+        "voice": create.voice,
+    }

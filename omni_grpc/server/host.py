@@ -321,7 +321,7 @@ class SessionHost:
             for event in made:
                 self._engine_event(event, now)
         except Exception:
-            self._engine_failed()
+            self._engine_failed("engine refused a command")
         return True
 
     async def _hand(self, command: EngineCommand) -> None:
@@ -330,7 +330,7 @@ class SessionHost:
         try:
             await self.engine.submit(command)
         except Exception:
-            self._engine_failed()
+            self._engine_failed("engine refused a command")
 
     def _reader_waits(self) -> None:
         """The stream's reader may wait now (for room in the engine's mailbox): what it queued
@@ -339,12 +339,11 @@ class SessionHost:
             if queue.reader_flushes:
                 queue.reader_done()
 
-    def _engine_failed(self) -> None:
-        """The engine raised on a command: logged, and the session expires (engine_failure)."""
+    def _engine_failed(self, what: str) -> None:
+        """The engine raised (on a command, or giving its output): logged with ``what``, and
+        the session expires (engine_failure)."""
         logger.exception(
-            "session %s: engine refused a command",
-            self.session.id,
-            extra={"session_id": self.session.id},
+            "session %s: %s", self.session.id, what, extra={"session_id": self.session.id}
         )
         self.expiry_reason = "engine_failure"
         self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
@@ -362,13 +361,7 @@ class SessionHost:
         except asyncio.CancelledError:
             raise
         except Exception:
-            logger.exception(
-                "session %s: engine output failed",
-                self.session.id,
-                extra={"session_id": self.session.id},
-            )
-            self.expiry_reason = "engine_failure"
-            self.deliver(self.session.expire(pb.EXPIRY_REASON_ENGINE_FAILURE, self._clock()))
+            self._engine_failed("engine output failed")
 
     def _engine_event(self, event: pb.ConverseResponse, now: float | None = None) -> None:
         """Publishes one engine event (from the pump, or made at once by ``submit_now`` at
